@@ -1,0 +1,167 @@
+//===- DiagnosticEngine.h - The only path to the user -----------*- C++ -*-===//
+//
+// Every message moec shows a user is a Diagnostic declared in
+// Diagnostics.def and reported through a DiagnosticEngine. The engine owns
+// the policy (-Werror, -Wno-ID, @allow scopes, the error cap); renderers
+// (DiagnosticRenderers.h) turn the final list into text, JSON or SARIF.
+//
+//===----------------------------------------------------------------------===//
+#ifndef MOEC_DIAG_DIAGNOSTICENGINE_H
+#define MOEC_DIAG_DIAGNOSTICENGINE_H
+
+#include "llvm/ADT/ArrayRef.h"
+#include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/Optional.h"
+#include "llvm/ADT/StringRef.h"
+#include "llvm/Support/SMLoc.h"
+#include "llvm/Support/SourceMgr.h"
+#include <fmt/format.h>
+#include <string>
+#include <vector>
+
+// Let fmt print LLVM strings directly in diagnostic arguments.
+template <> struct fmt::formatter<llvm::StringRef> : fmt::formatter<fmt::string_view> {
+  template <typename Ctx> auto format(llvm::StringRef S, Ctx &C) const {
+    return fmt::formatter<fmt::string_view>::format(fmt::string_view(S.data(), S.size()), C);
+  }
+};
+template <> struct fmt::formatter<llvm::StringLiteral> : fmt::formatter<llvm::StringRef> {};
+
+namespace moec {
+
+/// A format string known only at run time (from Diagnostics.def).
+inline auto runtimeFormat(llvm::StringRef S) { return fmt::runtime(fmt::string_view(S.data(), S.size())); }
+
+namespace diag {
+enum ID : unsigned {
+#define DIAG(Enum, Id, Severity, Format, Explanation) Enum,
+#include "moec/Diag/Diagnostics.def"
+  NumDiags
+};
+enum NoteID : unsigned {
+#define NOTE(Enum, Format) Enum,
+#include "moec/Diag/Diagnostics.def"
+  NumNotes
+};
+} // namespace diag
+
+enum class Severity { Remark, Warning, Error };
+llvm::StringRef severityName(Severity S);
+
+struct DiagInfo {
+  llvm::StringLiteral Id;
+  Severity DefaultSeverity;
+  llvm::StringLiteral Format;
+  llvm::StringLiteral Explanation;
+};
+const DiagInfo &getDiagInfo(diag::ID ID);
+llvm::ArrayRef<DiagInfo> allDiagInfos();
+llvm::Optional<diag::ID> lookupDiagID(llvm::StringRef KebabID);
+/// "; did you mean 'x'?" for the closest candidate within a small edit
+/// distance, or "" when nothing is close. Used to build message arguments.
+std::string didYouMean(llvm::StringRef Typo, llvm::ArrayRef<llvm::StringRef> Candidates);
+llvm::Optional<llvm::StringRef> closestMatch(llvm::StringRef Typo,
+                                             llvm::ArrayRef<llvm::StringRef> Candidates);
+
+struct DiagNote {
+  llvm::SMRange Range; // may be invalid: a note without a location
+  std::string Message;
+};
+
+struct FixIt {
+  llvm::SMRange Range;
+  std::string Replacement;
+};
+
+struct Diagnostic {
+  diag::ID ID;
+  Severity Sev;
+  std::string Message;
+  llvm::SMRange Range;
+  std::string Recipe; // the recipe (or sweep point) being checked, if any
+  std::vector<DiagNote> Notes;
+  std::vector<FixIt> FixIts;
+};
+
+struct DiagnosticOptions {
+  bool WarningsAsErrors = false;
+  llvm::DenseSet<unsigned> Disabled; // diag::ID values silenced by -Wno-ID
+  unsigned ErrorLimit = 50;
+};
+
+class DiagnosticEngine;
+
+/// Adds notes and fix-its to the diagnostic just reported.
+class DiagnosticBuilder {
+public:
+  /// Index is into Diags; a dropped diagnostic (past the error cap) has none.
+  DiagnosticBuilder(std::vector<Diagnostic> *Diags, llvm::Optional<size_t> Index)
+      : Diags(Diags), Index(Index) {}
+  template <typename... Args>
+  DiagnosticBuilder &note(diag::NoteID ID, llvm::SMRange Range, Args &&...A) {
+    if (Index)
+      (*Diags)[*Index].Notes.push_back(
+          {Range, fmt::format(runtimeFormat(noteFormat(ID)), std::forward<Args>(A)...)});
+    return *this;
+  }
+  /// A fix-it replaces Range with Replacement; it is shown as a note too.
+  DiagnosticBuilder &fixit(llvm::SMRange Range, std::string Replacement);
+
+private:
+  static llvm::StringRef noteFormat(diag::NoteID ID);
+  std::vector<Diagnostic> *Diags;
+  llvm::Optional<size_t> Index;
+};
+
+class DiagnosticEngine {
+public:
+  explicit DiagnosticEngine(llvm::SourceMgr &SM, DiagnosticOptions Opts = {})
+      : SM(SM), Opts(std::move(Opts)) {}
+
+  template <typename... Args>
+  DiagnosticBuilder report(diag::ID ID, llvm::SMRange Range, Args &&...A) {
+    return add(ID, Range, fmt::format(runtimeFormat(getDiagInfo(ID).Format), std::forward<Args>(A)...));
+  }
+  template <typename... Args> DiagnosticBuilder report(diag::ID ID, llvm::SMLoc Loc, Args &&...A) {
+    return report(ID, llvm::SMRange(Loc, Loc), std::forward<Args>(A)...);
+  }
+
+  /// Sets the recipe name attached to the diagnostics reported from now on.
+  void setRecipeContext(std::string Name) { RecipeContext = std::move(Name); }
+
+  /// Silences warnings and remarks with ID inside Scope (from @allow).
+  void addAllowScope(diag::ID ID, llvm::SMRange Scope, llvm::SMRange Annotation);
+
+  /// Applies @allow scopes, -Wno-ID and -Werror, drops duplicates (a sweep
+  /// reports the same problem once per point), and sorts by location.
+  /// Returns the final list; call once, after all reporting is done.
+  const std::vector<Diagnostic> &finish();
+
+  bool hasErrors() const { return NumErrors > 0; }
+  unsigned errorCount() const { return NumErrors; }
+  llvm::SourceMgr &getSourceMgr() { return SM; }
+  const DiagnosticOptions &getOptions() const { return Opts; }
+
+private:
+  DiagnosticBuilder add(diag::ID ID, llvm::SMRange Range, std::string Message);
+
+  struct AllowScope {
+    diag::ID ID;
+    llvm::SMRange Scope;
+    llvm::SMRange Annotation;
+    bool Used = false;
+  };
+
+  llvm::SourceMgr &SM;
+  DiagnosticOptions Opts;
+  std::vector<Diagnostic> Diags;
+  std::vector<AllowScope> Allows;
+  std::string RecipeContext;
+  unsigned NumErrors = 0;
+  unsigned NumDroppedErrors = 0;
+  bool Finished = false;
+};
+
+} // namespace moec
+
+#endif

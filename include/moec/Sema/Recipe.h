@@ -1,0 +1,141 @@
+//===- Recipe.h - The typed, resolved recipe IR ------------------*- C++ -*-===//
+//
+// What Sema produces and every later phase (rules, planner, emitters) reads:
+// one Recipe per sweep point, every field typed, defaulted and derived, and
+// every value tied to the source that set it.
+//
+//===----------------------------------------------------------------------===//
+#ifndef MOEC_SEMA_RECIPE_H
+#define MOEC_SEMA_RECIPE_H
+
+#include "llvm/ADT/Optional.h"
+#include "llvm/ADT/SmallVector.h"
+#include "llvm/ADT/StringMap.h"
+#include "llvm/Support/SMLoc.h"
+#include "llvm/Support/SourceMgr.h"
+#include "llvm/Support/raw_ostream.h"
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace moec {
+
+enum class Precision { BF16, FP8Delayed, FP8Tensorwise, FP8Blockwise, MXFP8, NVFP4 };
+enum class Dispatcher { AllToAll, AllGather, DeepEP, HybridEP };
+enum class CpComm { P2P, A2A, AllGather, A2AP2P };
+enum class GpuArch { Ampere, Hopper, Blackwell, Cpu };
+enum class Router { Softmax, Sigmoid };
+enum class RecomputeKind { None, Full, Selective };
+enum class RecomputeMethod { Uniform, Block };
+enum class RecomputeModule { CoreAttn, MlaUpProj, LayerNorm, Mlp, Moe, MoeAct, SharedExperts, GdnNormOut };
+enum class GraphScope { Attn, Mlp, Moe, MoeRouter, MoePreprocess, Mamba, FullIteration };
+enum class DataSourceKind { Mock, Real };
+
+llvm::StringRef precisionName(Precision P);
+llvm::StringRef dispatcherName(Dispatcher D);
+llvm::StringRef recomputeModuleName(RecomputeModule M);
+llvm::StringRef graphScopeName(GraphScope S);
+
+/// Where a value came from: the range that set it (or the definition name for
+/// a default), and the definitions it was inherited through, outermost first.
+struct Provenance {
+  llvm::SMRange Range;
+  llvm::SmallVector<std::string, 2> Chain; // e.g. {"base", "child"}: set in base
+  bool IsDefault = false;
+};
+
+struct GpuSpec {
+  std::string Name;
+  GpuArch Arch = GpuArch::Hopper;
+  int64_t SM = 0;
+  double MemoryBytes = 0, HbmBytesPerSec = 0;
+  double Bf16Flops = 0;
+  llvm::Optional<double> Fp8Flops, Fp4Flops;
+  int64_t GpusPerNode = 1, NVLinkDomain = 1;
+  double NVLinkBytesPerSec = 0, NetworkBytesPerSec = 0;
+};
+
+struct MLASpec {
+  int64_t QLoraRank = 0, KvLoraRank = 0, QkHeadDim = 0, QkRopeHeadDim = 0, VHeadDim = 0;
+};
+
+struct MoESpec {
+  int64_t Experts = 0, TopK = 0, FfnHidden = 0, SharedExperts = 0, DenseLayers = 0;
+  llvm::Optional<int64_t> SharedFfnHidden;
+  Router RouterKind = Router::Softmax;
+};
+
+struct LinearAttentionSpec {
+  int64_t Interval = 0, KeyHeads = 0, ValueHeads = 0, HeadDim = 0;
+};
+
+struct VisionSpec {
+  int64_t Layers = 0, Hidden = 0, Heads = 0, FfnHidden = 0, PatchSize = 0, SpatialMerge = 1;
+  llvm::Optional<int64_t> OutHidden;
+};
+
+struct ModelSpec {
+  std::string Name;
+  int64_t Layers = 0, Hidden = 0, Heads = 0, KvHeads = 0, HeadDim = 0, Vocab = 0, MtpLayers = 0;
+  llvm::Optional<int64_t> FfnHidden, MaxSeqLen;
+  llvm::Optional<MLASpec> MLA;
+  llvm::Optional<MoESpec> MoE;
+  llvm::Optional<LinearAttentionSpec> LinearAttention;
+  llvm::Optional<VisionSpec> Vision;
+  bool isMoE() const { return MoE.hasValue(); }
+  bool isVLM() const { return Vision.hasValue(); }
+};
+
+struct ParallelConfig {
+  int64_t TP = 1, CP = 1, EP = 1, ETP = 1, PP = 1, VPP = 1;
+  int64_t DP = 0, EDP = 0; // 0 when the world size does not divide (world-size error)
+  bool SequenceParallel = false, FSDP = false;
+  CpComm CpCommKind = CpComm::P2P;
+  llvm::Optional<std::string> Layout;
+};
+
+struct RecomputeConfig {
+  RecomputeKind Kind = RecomputeKind::None;
+  RecomputeMethod Method = RecomputeMethod::Uniform;
+  llvm::Optional<int64_t> Layers;
+  llvm::SmallVector<RecomputeModule, 4> Modules;
+  /// Modules written with the seeds' shorthand (up_proj, norm), for the
+  /// recompute-module-alias rule.
+  llvm::SmallVector<std::pair<std::string, llvm::SMRange>, 2> Aliases;
+};
+
+struct Recipe {
+  std::string Name;      // the definition's name
+  std::string PointName; // "name" or "name[micro=2, recompute=full]"
+  llvm::SMRange NameRange;
+  std::string Base;      // the recipe it extends directly, if any
+
+  ModelSpec Model;
+  GpuSpec Gpu;
+  int64_t Nodes = 0, WorldSize = 0;
+  int64_t SeqLen = 0, MicroBatch = 0, GlobalBatch = 0;
+  ParallelConfig Parallel;
+  Precision Prec = Precision::BF16;
+  Dispatcher Dispatch = Dispatcher::AllToAll;
+  RecomputeConfig Recompute;
+  llvm::SmallVector<GraphScope, 4> CudaGraph; // empty: none
+  double OffloadOptimizer = 0;
+  DataSourceKind Data = DataSourceKind::Mock;
+  std::string DataPath;
+  bool VariableLength = false;
+  bool VisionFrozen = false;
+  /// Fields that take several values across this recipe's sweep points.
+  llvm::SmallVector<std::string, 2> SweptFields;
+
+  /// Provenance of every recipe field by path ("parallel.cp").
+  llvm::StringMap<Provenance> Origins;
+  const Provenance &origin(llvm::StringRef Path) const;
+};
+
+/// Prints a recipe as indented text with the provenance of every value that
+/// was set (not defaulted), for --dump-recipe and tests.
+void printRecipe(const Recipe &R, const llvm::SourceMgr &SM, llvm::raw_ostream &OS);
+
+} // namespace moec
+
+#endif

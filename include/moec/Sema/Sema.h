@@ -1,0 +1,54 @@
+//===- Sema.h - From .moe files to typed recipes -----------------*- C++ -*-===//
+//
+// Sema loads a file with its imports and the built-in catalog, resolves
+// names and `extends`, evaluates every field against the schema, expands
+// sweeps, derives dp/edp/world size, and lowers each sweep point to a Recipe.
+//
+//===----------------------------------------------------------------------===//
+#ifndef MOEC_SEMA_SEMA_H
+#define MOEC_SEMA_SEMA_H
+
+#include "moec/AST/AST.h"
+#include "moec/Diag/DiagnosticEngine.h"
+#include "moec/Sema/Recipe.h"
+#include "moec/Syntax/Parser.h"
+#include <memory>
+
+namespace moec {
+
+struct SemaOptions {
+  std::vector<std::string> IncludeDirs;
+  unsigned MaxSweepPoints = 10000;
+  unsigned MaxImportDepth = 32;
+  ParseLimits Limits;
+};
+
+class SemaImpl;
+
+class Sema {
+public:
+  Sema(DiagnosticEngine &Diags, SemaOptions Opts = {});
+  ~Sema();
+
+  enum class LoadResult { Loaded, Unreadable, HasErrors };
+  /// Loads Path ("-" reads standard input) and everything it imports.
+  /// Unreadable means the tool could not run (exit status 2).
+  LoadResult loadFile(llvm::StringRef Path);
+  /// Loads a file already in memory (tests, the language server).
+  LoadResult loadBuffer(std::unique_ptr<llvm::MemoryBuffer> Buffer);
+
+  /// Checks every definition of the loaded file and returns its recipes, one
+  /// per sweep point. With OnlyRecipe, only that recipe is lowered; an
+  /// unknown name is an error.
+  std::vector<Recipe> analyze(llvm::Optional<llvm::StringRef> OnlyRecipe = llvm::None);
+
+  /// The main file's syntax tree, or null if it did not parse.
+  const ast::File *mainFile() const;
+
+private:
+  std::unique_ptr<SemaImpl> Impl;
+};
+
+} // namespace moec
+
+#endif

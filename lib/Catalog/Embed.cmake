@@ -1,0 +1,13 @@
+# Writes OUT, a C++ file defining moec::builtinCatalogFiles() over FILES.
+set(body "#include \"moec/Catalog/Catalog.h\"\nnamespace moec {\nstatic const CatalogFile Files[] = {\n")
+foreach(f ${FILES})
+  file(READ ${f} content)
+  get_filename_component(name ${f} NAME)
+  string(FIND "${content}" ")moe\"" bad)
+  if(NOT bad EQUAL -1)
+    message(FATAL_ERROR "${f} contains the raw-string terminator )moe\"")
+  endif()
+  string(APPEND body "  {\"<builtin>/${name}\", R\"moe(${content})moe\"},\n")
+endforeach()
+string(APPEND body "};\nllvm::ArrayRef<CatalogFile> builtinCatalogFiles() { return Files; }\n}\n")
+file(WRITE ${OUT} "${body}")

@@ -1,0 +1,452 @@
+//===- Lowering.cpp - Checked values to the typed Recipe IR ---------------===//
+#include "SemaImpl.h"
+
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/ADT/StringSwitch.h"
+
+using namespace moec;
+using llvm::SMRange;
+using llvm::StringRef;
+
+llvm::StringRef moec::precisionName(Precision P) {
+  static const char *Names[] = {"bf16", "fp8.delayed", "fp8.tensorwise", "fp8.blockwise", "mxfp8", "nvfp4"};
+  return Names[unsigned(P)];
+}
+llvm::StringRef moec::dispatcherName(Dispatcher D) {
+  static const char *Names[] = {"alltoall", "allgather", "deepep", "hybridep"};
+  return Names[unsigned(D)];
+}
+llvm::StringRef moec::recomputeModuleName(RecomputeModule M) {
+  static const char *Names[] = {"core_attn", "mla_up_proj",    "layernorm",   "mlp",
+                                "moe",       "moe_act",        "shared_experts", "gdn_norm_out"};
+  return Names[unsigned(M)];
+}
+llvm::StringRef moec::graphScopeName(GraphScope S) {
+  static const char *Names[] = {"attn", "mlp", "moe", "moe_router", "moe_preprocess", "mamba", "full_iteration"};
+  return Names[unsigned(S)];
+}
+
+const Provenance &Recipe::origin(StringRef Path) const {
+  static const Provenance None;
+  auto It = Origins.find(Path);
+  return It == Origins.end() ? None : It->second;
+}
+
+namespace {
+/// Typed reads of values that Scope already checked against the schema.
+struct Reader {
+  Scope &Sc;
+  int64_t count(StringRef P, int64_t Fallback = 0) {
+    const Value *V = Sc.get(P);
+    return V && V->K == Value::Kind::Number && V->Num.isInteger() ? V->Num.getInteger() : Fallback;
+  }
+  llvm::Optional<int64_t> optCount(StringRef P) {
+    const Value *V = Sc.get(P);
+    if (V && V->K == Value::Kind::Number && V->Num.isInteger())
+      return V->Num.getInteger();
+    return llvm::None;
+  }
+  double real(StringRef P, double Fallback = 0) {
+    const Value *V = Sc.get(P);
+    return V && V->K == Value::Kind::Number ? V->Num.getReal() : Fallback;
+  }
+  llvm::Optional<double> optReal(StringRef P) {
+    const Value *V = Sc.get(P);
+    if (V && V->K == Value::Kind::Number)
+      return V->Num.getReal();
+    return llvm::None;
+  }
+  bool boolean(StringRef P) {
+    const Value *V = Sc.get(P);
+    return V && V->K == Value::Kind::Bool && V->Bool;
+  }
+  std::string name(StringRef P) {
+    const Value *V = Sc.get(P);
+    return V ? V->Text : std::string();
+  }
+};
+} // namespace
+
+void SemaImpl::checkRequired(Scope &Sc) {
+  DefInfo &D = Sc.definition();
+  for (const FieldSpec &F : schemaFor(D.kind())) {
+    bool Needed = F.Req == Presence::Required;
+    if (F.Req == Presence::RequiredInSection)
+      for (auto &KV : D.Fields)
+        if (StringRef(KV.first()).startswith((F.section() + ".").str()))
+          Needed = true;
+    if (!Needed || Sc.isSet(F.Path))
+      continue;
+    if (D.kind() == ast::DefKind::Recipe && F.Path.startswith("cluster.") && Sc.isSet("cluster"))
+      continue;
+    Diags.report(diag::missing_field, D.AST->NameRange, ast::defKindName(D.kind()), D.name(), F.Path);
+  }
+}
+
+const ModelSpec *SemaImpl::lowerModel(DefInfo &D) {
+  if (D.Lowered)
+    return D.Model.getPointer();
+  D.Lowered = true;
+  unsigned Before = Diags.errorCount();
+  Scope &Sc = sharedScope(D);
+  checkRequired(Sc);
+  for (auto &KV : D.Fields)
+    Sc.get(KV.first());
+  Reader R{Sc};
+  ModelSpec M;
+  M.Name = std::string(D.name());
+  M.Layers = R.count("layers");
+  M.Hidden = R.count("hidden");
+  M.Heads = R.count("heads");
+  M.KvHeads = R.count("kv_heads");
+  M.HeadDim = R.count("head_dim");
+  M.Vocab = R.count("vocab");
+  M.MtpLayers = R.count("mtp_layers");
+  M.FfnHidden = R.optCount("ffn_hidden");
+  M.MaxSeqLen = R.optCount("max_seq_len");
+  if (!Sc.isSet("head_dim") && !Sc.get("head_dim") && M.Hidden && M.Heads)
+    Diags.report(diag::missing_field, D.AST->NameRange, "model", D.name(), "head_dim")
+        .note(diag::note_value_set_here, Sc.provenance("hidden").Range, "hidden");
+  if (const Value *A = Sc.get("attention"); A && A->K == Value::Kind::Call) {
+    MLASpec S;
+    auto Named = [&](StringRef N) {
+      const Value *X = A->named(N);
+      return X ? X->Num.getInteger() : 0;
+    };
+    S.QLoraRank = Named("q_lora_rank");
+    S.KvLoraRank = Named("kv_lora_rank");
+    S.QkHeadDim = Named("qk_head_dim");
+    S.QkRopeHeadDim = Named("qk_rope_head_dim");
+    S.VHeadDim = Named("v_head_dim");
+    M.MLA = S;
+  }
+  auto HasSection = [&](StringRef Section) {
+    for (auto &KV : D.Fields)
+      if (StringRef(KV.first()).startswith((Section + ".").str()))
+        return true;
+    return false;
+  };
+  if (HasSection("moe")) {
+    MoESpec S;
+    S.Experts = R.count("moe.experts");
+    S.TopK = R.count("moe.top_k");
+    S.FfnHidden = R.count("moe.ffn_hidden");
+    S.SharedExperts = R.count("moe.shared_experts");
+    S.SharedFfnHidden = R.optCount("moe.shared_ffn_hidden");
+    S.DenseLayers = R.count("moe.dense_layers");
+    S.RouterKind = R.name("moe.router") == "sigmoid" ? Router::Sigmoid : Router::Softmax;
+    M.MoE = S;
+  }
+  if (HasSection("linear_attention"))
+    M.LinearAttention = LinearAttentionSpec{R.count("linear_attention.interval"), R.count("linear_attention.key_heads"),
+                                            R.count("linear_attention.value_heads"),
+                                            R.count("linear_attention.head_dim")};
+  if (HasSection("vision")) {
+    VisionSpec S;
+    S.Layers = R.count("vision.layers");
+    S.Hidden = R.count("vision.hidden");
+    S.Heads = R.count("vision.heads");
+    S.FfnHidden = R.count("vision.ffn_hidden");
+    S.PatchSize = R.count("vision.patch_size");
+    S.SpatialMerge = R.count("vision.spatial_merge", 1);
+    S.OutHidden = R.optCount("vision.out_hidden");
+    M.Vision = S;
+  }
+  if (Diags.errorCount() == Before)
+    D.Model = M;
+  return D.Model.getPointer();
+}
+
+const GpuSpec *SemaImpl::lowerGpu(DefInfo &D) {
+  if (D.Lowered)
+    return D.Gpu.getPointer();
+  D.Lowered = true;
+  unsigned Before = Diags.errorCount();
+  Scope &Sc = sharedScope(D);
+  checkRequired(Sc);
+  for (auto &KV : D.Fields)
+    Sc.get(KV.first());
+  Reader R{Sc};
+  GpuSpec G;
+  G.Name = std::string(D.name());
+  G.Arch = llvm::StringSwitch<GpuArch>(R.name("arch"))
+               .Case("ampere", GpuArch::Ampere)
+               .Case("blackwell", GpuArch::Blackwell)
+               .Case("cpu", GpuArch::Cpu)
+               .Default(GpuArch::Hopper);
+  G.SM = R.count("sm");
+  G.MemoryBytes = R.real("memory");
+  G.HbmBytesPerSec = R.real("hbm");
+  G.Bf16Flops = R.real("bf16");
+  G.Fp8Flops = R.optReal("fp8");
+  G.Fp4Flops = R.optReal("fp4");
+  G.GpusPerNode = R.count("gpus_per_node", 1);
+  G.NVLinkDomain = R.count("nvlink_domain", 1);
+  G.NVLinkBytesPerSec = R.real("nvlink");
+  G.NetworkBytesPerSec = R.real("network");
+  if (Diags.errorCount() == Before)
+    D.Gpu = G;
+  return D.Gpu.getPointer();
+}
+
+void SemaImpl::checkDefinition(DefInfo &D) {
+  if (!resolve(D))
+    return;
+  switch (D.kind()) {
+  case ast::DefKind::Model:
+    lowerModel(D);
+    return;
+  case ast::DefKind::Gpu:
+    lowerGpu(D);
+    return;
+  case ast::DefKind::Cluster: {
+    Scope &Sc = sharedScope(D);
+    checkRequired(Sc);
+    for (auto &KV : D.Fields)
+      Sc.get(KV.first());
+    if (const Value *G = Sc.get("gpu"); G && G->Ref)
+      lowerGpu(*G->Ref);
+    return;
+  }
+  case ast::DefKind::Recipe:
+    return; // lowered per sweep point by analyze()
+  }
+}
+
+llvm::Optional<Recipe> SemaImpl::lowerRecipe(Scope &Sc, std::string PointName) {
+  DefInfo &D = Sc.definition();
+  unsigned Before = Diags.errorCount();
+  checkRequired(Sc);
+  for (auto &KV : D.Fields)
+    Sc.get(KV.first());
+  // cluster.gpu is required unless a named cluster provides it.
+  if (!Sc.isSet("cluster.gpu") && !Sc.isSet("cluster"))
+    Diags.report(diag::missing_field, D.AST->NameRange, "recipe", D.name(), "cluster.gpu");
+
+  Reader R{Sc};
+  Recipe Out;
+  Out.Name = std::string(D.name());
+  Out.PointName = std::move(PointName);
+  Out.NameRange = D.AST->NameRange;
+  Out.Base = D.AST->Base;
+
+  if (const Value *M = Sc.get("model"); M && M->Ref)
+    if (const ModelSpec *Spec = lowerModel(*M->Ref))
+      Out.Model = *Spec;
+  const Value *G = Sc.get("cluster.gpu");
+  if (G && G->Ref)
+    if (const GpuSpec *Spec = lowerGpu(*G->Ref))
+      Out.Gpu = *Spec;
+
+  // World size: nodes or gpus, consistent with each other and with whole nodes.
+  SMRange ClusterRange = Sc.provenance(Sc.isSet("cluster.nodes") ? "cluster.nodes" : "cluster.gpus").Range;
+  auto Nodes = R.optCount("cluster.nodes");
+  bool GpusStated = Sc.isSet("cluster.gpus") || (Sc.isSet("cluster") && !Sc.isSet("cluster.nodes") && !Nodes);
+  int64_t PerNode = Out.Gpu.GpusPerNode > 0 ? Out.Gpu.GpusPerNode : 1;
+  if (G && G->Ref) {
+    if (Sc.isSet("cluster.gpus") && Nodes) {
+      int64_t Stated = R.count("cluster.gpus");
+      if (Stated != *Nodes * PerNode)
+        Diags.report(diag::cluster_size_conflict, Sc.provenance("cluster.gpus").Range, *Nodes, Stated, PerNode,
+                     *Nodes * PerNode);
+      Out.WorldSize = Stated;
+      Out.Nodes = *Nodes;
+    } else if (Nodes) {
+      Out.Nodes = *Nodes;
+      Out.WorldSize = R.count("cluster.gpus");
+    } else if (auto Gpus = R.optCount("cluster.gpus")) {
+      Out.WorldSize = *Gpus;
+      if (*Gpus % PerNode != 0 && Out.Gpu.Arch != GpuArch::Cpu)
+        Diags.report(diag::partial_node, Sc.provenance("cluster.gpus").Range, *Gpus, PerNode);
+      Out.Nodes = (*Gpus + PerNode - 1) / PerNode;
+    } else if (!GpusStated) {
+      Diags.report(diag::cluster_size_missing, D.AST->NameRange);
+    }
+  }
+
+  Out.SeqLen = R.count("seq_len");
+  Out.MicroBatch = R.count("batch.micro");
+  Out.GlobalBatch = R.count("batch.global");
+
+  ParallelConfig &P = Out.Parallel;
+  P.TP = R.count("parallel.tp", 1);
+  P.CP = R.count("parallel.cp", 1);
+  P.EP = R.count("parallel.ep", 1);
+  P.ETP = R.count("parallel.etp", 1);
+  P.PP = R.count("parallel.pp", 1);
+  P.VPP = R.count("parallel.vpp", 1);
+  P.SequenceParallel = R.boolean("parallel.sp");
+  P.FSDP = R.boolean("parallel.fsdp");
+  P.CpCommKind = llvm::StringSwitch<CpComm>(R.name("parallel.cp_comm"))
+                     .Case("a2a", CpComm::A2A)
+                     .Case("allgather", CpComm::AllGather)
+                     .Case("a2a_p2p", CpComm::A2AP2P)
+                     .Default(CpComm::P2P);
+  if (const Value *L = Sc.get("parallel.layout"))
+    P.Layout = L->Text;
+
+  // dp and edp: derived from the grid; a stated value is checked against it.
+  if (Out.WorldSize > 0) {
+    struct Axis {
+      const char *Name, *Path;
+      int64_t A, B;
+      const char *Formula;
+      int64_t *Into;
+    } Axes[] = {{"dp", "parallel.dp", P.TP, P.CP, "tp x cp x pp", &P.DP},
+                {"edp", "parallel.edp", P.ETP, P.EP, "etp x ep x pp", &P.EDP}};
+    bool Reported = false;
+    for (Axis &A : Axes) {
+      __int128 Grid = __int128(A.A) * A.B * P.PP;
+      bool Divides = Grid > 0 && Grid <= INT64_MAX && Out.WorldSize % int64_t(Grid) == 0;
+      if (!Divides) {
+        if (!Reported)
+          Diags.report(diag::world_size, ClusterRange, Out.WorldSize, A.Formula,
+                       fmt::format("{} x {} x {}", A.A, A.B, P.PP));
+        Reported = true; // one message per recipe; the other axis usually follows
+        continue;
+      }
+      int64_t Derived = Out.WorldSize / int64_t(Grid);
+      *A.Into = Derived;
+      if (Sc.isSet(A.Path)) {
+        int64_t Stated = R.count(A.Path);
+        if (Stated != Derived)
+          Diags.report(diag::stated_value_mismatch, Sc.provenance(A.Path).Range, A.Name, Stated, Derived,
+                       fmt::format("{} GPUs / ({} = {} x {} x {})", Out.WorldSize, A.Formula, A.A, A.B, P.PP));
+      }
+    }
+  }
+
+  Out.Prec = llvm::StringSwitch<Precision>(R.name("precision"))
+                 .Case("fp8.delayed", Precision::FP8Delayed)
+                 .Case("fp8.tensorwise", Precision::FP8Tensorwise)
+                 .Case("fp8.blockwise", Precision::FP8Blockwise)
+                 .Case("mxfp8", Precision::MXFP8)
+                 .Case("nvfp4", Precision::NVFP4)
+                 .Default(Precision::BF16);
+  Out.Dispatch = llvm::StringSwitch<Dispatcher>(R.name("dispatcher"))
+                     .Case("allgather", Dispatcher::AllGather)
+                     .Case("deepep", Dispatcher::DeepEP)
+                     .Case("hybridep", Dispatcher::HybridEP)
+                     .Default(Dispatcher::AllToAll);
+
+  if (const Value *RC = Sc.get("recompute")) {
+    RecomputeConfig &C = Out.Recompute;
+    if (RC->Text == "full") {
+      C.Kind = RecomputeKind::Full;
+      if (const Value *M = RC->named("method"))
+        C.Method = M->Text == "block" ? RecomputeMethod::Block : RecomputeMethod::Uniform;
+      if (const Value *L = RC->named("layers"))
+        C.Layers = L->Num.getInteger();
+    } else if (RC->Text == "selective") {
+      C.Kind = RecomputeKind::Selective;
+      for (const Value &M : RC->Elements) {
+        if (M.Text == "up_proj" || M.Text == "norm")
+          C.Aliases.push_back({M.Text, M.Range});
+        StringRef Name = M.Text == "up_proj" ? "mla_up_proj" : M.Text == "norm" ? "layernorm" : StringRef(M.Text);
+        for (unsigned I = 0; I <= unsigned(RecomputeModule::GdnNormOut); ++I)
+          if (recomputeModuleName(RecomputeModule(I)) == Name && !llvm::is_contained(C.Modules, RecomputeModule(I)))
+            C.Modules.push_back(RecomputeModule(I));
+      }
+    }
+  }
+  if (const Value *CG = Sc.get("cuda_graph"))
+    for (const Value &S : CG->Elements)
+      for (unsigned I = 0; I <= unsigned(GraphScope::FullIteration); ++I)
+        if (graphScopeName(GraphScope(I)) == S.Text)
+          Out.CudaGraph.push_back(GraphScope(I));
+  Out.OffloadOptimizer = R.real("offload.optimizer");
+  if (const Value *DS = Sc.get("data.source"); DS && DS->K == Value::Kind::Call) {
+    Out.Data = DataSourceKind::Real;
+    Out.DataPath = DS->Elements.empty() ? "" : DS->Elements[0].Text;
+  }
+  Out.VariableLength = R.boolean("data.variable_length");
+  Out.VisionFrozen = R.boolean("vision.frozen");
+  Out.SweptFields.assign(D.SweepPaths.begin(), D.SweepPaths.end());
+
+  for (const FieldSpec &F : schemaFor(ast::DefKind::Recipe))
+    Out.Origins[F.Path] = Sc.provenance(F.Path);
+
+  if (Diags.errorCount() != Before)
+    return llvm::None;
+  return Out;
+}
+
+std::vector<Recipe> SemaImpl::analyze(llvm::Optional<StringRef> OnlyRecipe) {
+  std::vector<Recipe> Recipes;
+  if (!Main)
+    return Recipes;
+  if (OnlyRecipe) {
+    DefInfo *D = UserDefs.lookup(*OnlyRecipe);
+    bool InMain = D && D->kind() == ast::DefKind::Recipe &&
+                  llvm::any_of(Main->Definitions, [&](const ast::Definition &X) { return &X == D->AST; });
+    if (!InMain) {
+      std::vector<StringRef> Names;
+      for (const ast::Definition &X : Main->Definitions)
+        if (X.Kind == ast::DefKind::Recipe)
+          Names.push_back(X.Name);
+      StringRef File = Diags.getSourceMgr().getMemoryBuffer(Main->BufferID)->getBufferIdentifier();
+      Diags.report(diag::unknown_recipe, SMRange(), OnlyRecipe->str(), File == "-" ? "<stdin>" : File.str(),
+                   didYouMean(*OnlyRecipe, Names));
+      return Recipes;
+    }
+  }
+
+  for (const ast::Definition &AST : Main->Definitions) {
+    DefInfo *D = UserDefs.lookup(AST.Name);
+    if (!D || D->AST != &AST)
+      continue; // a duplicate, already reported
+    if (AST.Kind != ast::DefKind::Recipe) {
+      checkDefinition(*D);
+      continue;
+    }
+    if (OnlyRecipe && AST.Name != *OnlyRecipe)
+      continue;
+    if (!resolve(*D))
+      continue;
+
+    // The cartesian product of the recipe's sweeps, bounded before expansion.
+    std::vector<std::pair<std::string, unsigned>> Dims;
+    uint64_t Points = 1;
+    std::vector<std::string> Factors;
+    for (const std::string &Path : D->SweepPaths) {
+      const FieldEntry &E = D->Fields[Path];
+      unsigned N = llvm::cast<ast::ListExpr>(E.Value)->Elements.size();
+      Dims.push_back({Path, N});
+      Factors.push_back(std::to_string(N));
+      Points = std::min<uint64_t>(Points * N, uint64_t(1) << 40);
+    }
+    if (Points > Opts.MaxSweepPoints) {
+      Diags.report(diag::sweep_too_large, AST.NameRange, Points, llvm::join(Factors, " x "), Opts.MaxSweepPoints);
+      continue;
+    }
+    std::vector<unsigned> Index(Dims.size(), 0);
+    for (uint64_t Point = 0; Point < Points; ++Point) {
+      SweepChoice Choice;
+      std::string Name = AST.Name;
+      if (!Dims.empty()) {
+        std::vector<std::string> Labels;
+        for (size_t I = 0; I < Dims.size(); ++I) {
+          Choice[Dims[I].first] = Index[I];
+          const auto *L = llvm::cast<ast::ListExpr>(D->Fields[Dims[I].first].Value);
+          StringRef Short = StringRef(Dims[I].first).rsplit('.').second;
+          if (Short.empty())
+            Short = Dims[I].first;
+          Labels.push_back((Short + "=" + sourceText(L->Elements[Index[I]]->getRange())).str());
+        }
+        Name += "[" + llvm::join(Labels, ", ") + "]";
+      }
+      Diags.setRecipeContext(Name);
+      Scope Sc(*this, *D, Choice);
+      if (auto R = lowerRecipe(Sc, Name))
+        Recipes.push_back(std::move(*R));
+      Diags.setRecipeContext("");
+      // Advance the odometer.
+      for (size_t I = Dims.size(); I-- > 0;) {
+        if (++Index[I] < Dims[I].second)
+          break;
+        Index[I] = 0;
+      }
+    }
+  }
+  return Recipes;
+}

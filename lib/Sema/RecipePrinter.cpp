@@ -1,0 +1,65 @@
+//===- RecipePrinter.cpp - --dump-recipe ----------------------------------===//
+#include "moec/Basic/Quantity.h"
+#include "moec/Sema/Recipe.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/Path.h"
+#include <fmt/format.h>
+
+using namespace moec;
+
+static std::string where(const Provenance &P, const llvm::SourceMgr &SM) {
+  if (P.IsDefault || !P.Range.Start.isValid())
+    return "default";
+  unsigned Buf = SM.FindBufferContainingLoc(P.Range.Start);
+  if (!Buf)
+    return "?";
+  auto [Line, Col] = SM.getLineAndColumn(P.Range.Start, Buf);
+  std::string File = llvm::sys::path::filename(SM.getMemoryBuffer(Buf)->getBufferIdentifier()).str();
+  std::string S = fmt::format("{}:{}:{}", File, Line, Col);
+  if (P.Chain.size() > 1)
+    S += " via " + llvm::join(P.Chain, " -> ");
+  return S;
+}
+
+void moec::printRecipe(const Recipe &R, const llvm::SourceMgr &SM, llvm::raw_ostream &OS) {
+  auto Field = [&](llvm::StringRef Path, const std::string &Value) {
+    OS << "  " << Path << " = " << Value << "  # " << where(R.origin(Path), SM) << "\n";
+  };
+  auto Count = [](int64_t N) { return Quantity::integer(N).format() + (N >= 1024 ? fmt::format(" ({})", N) : ""); };
+  OS << "recipe " << R.PointName << "\n";
+  Field("model", R.Model.Name);
+  Field("cluster.gpu", R.Gpu.Name);
+  OS << "  cluster: " << R.Nodes << " nodes, " << R.WorldSize << " GPUs\n";
+  Field("seq_len", Count(R.SeqLen));
+  Field("batch.micro", Count(R.MicroBatch));
+  Field("batch.global", Count(R.GlobalBatch));
+  const ParallelConfig &P = R.Parallel;
+  OS << fmt::format("  parallel: tp={} cp={} ep={} etp={} pp={} vpp={} dp={} edp={} sp={} fsdp={}\n", P.TP, P.CP, P.EP,
+                    P.ETP, P.PP, P.VPP, P.DP, P.EDP, P.SequenceParallel, P.FSDP);
+  for (const char *Path : {"parallel.tp", "parallel.cp", "parallel.ep", "parallel.etp", "parallel.pp", "parallel.vpp"})
+    if (!R.origin(Path).IsDefault)
+      OS << "    " << Path << "  # " << where(R.origin(Path), SM) << "\n";
+  if (P.Layout)
+    Field("parallel.layout", "\"" + *P.Layout + "\"");
+  Field("precision", precisionName(R.Prec).str());
+  Field("dispatcher", dispatcherName(R.Dispatch).str());
+  std::string Recompute = "none";
+  if (R.Recompute.Kind == RecomputeKind::Full)
+    Recompute = "full" + (R.Recompute.Layers ? fmt::format("(layers = {})", *R.Recompute.Layers) : std::string());
+  else if (R.Recompute.Kind == RecomputeKind::Selective) {
+    std::vector<std::string> Names;
+    for (RecomputeModule M : R.Recompute.Modules)
+      Names.push_back(recomputeModuleName(M).str());
+    Recompute = "selective(" + llvm::join(Names, ", ") + ")";
+  }
+  Field("recompute", Recompute);
+  std::vector<std::string> Scopes;
+  for (GraphScope S : R.CudaGraph)
+    Scopes.push_back(graphScopeName(S).str());
+  Field("cuda_graph", Scopes.empty() ? "none" : "[" + llvm::join(Scopes, ", ") + "]");
+  Field("offload.optimizer", fmt::format("{}", R.OffloadOptimizer));
+  Field("data.source", R.Data == DataSourceKind::Mock ? "mock" : "real(\"" + R.DataPath + "\")");
+  Field("data.variable_length", R.VariableLength ? "true" : "false");
+  if (R.Model.isVLM())
+    Field("vision.frozen", R.VisionFrozen ? "true" : "false");
+}

@@ -1,0 +1,215 @@
+//===- Schema.cpp - The field tables --------------------------------------===//
+#include "moec/Sema/Schema.h"
+
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/StringExtras.h"
+#include <cfloat>
+#include <fmt/format.h>
+
+using namespace moec;
+using ast::DefKind;
+
+namespace {
+constexpr double NoMax = DBL_MAX;
+
+const llvm::StringLiteral CpCommValues[] = {"p2p", "a2a", "allgather", "a2a_p2p"};
+const llvm::StringLiteral PrecisionValues[] = {"bf16",          "fp8.delayed", "fp8.tensorwise",
+                                               "fp8.blockwise", "mxfp8",       "nvfp4"};
+const llvm::StringLiteral DispatcherValues[] = {"alltoall", "allgather", "deepep", "hybridep"};
+const llvm::StringLiteral GraphScopeValues[] = {"attn",           "mlp",   "moe",           "moe_router",
+                                                "moe_preprocess", "mamba", "full_iteration"};
+const llvm::StringLiteral ArchValues[] = {"ampere", "hopper", "blackwell", "cpu"};
+const llvm::StringLiteral RouterValues[] = {"softmax", "sigmoid"};
+const llvm::StringLiteral ModuleValues[] = {"core_attn", "mla_up_proj",    "layernorm",    "mlp",   "moe",
+                                            "moe_act",   "shared_experts", "gdn_norm_out", "up_proj", "norm"};
+
+using P = Presence;
+using T = FieldType;
+
+#define FIELD(Owner, Path, Type, Presence, Default, Min, Max, Enum, Doc)                             \
+  FieldSpec { DefKind::Owner, Path, T::Type, P::Presence, Default, Min, Max, Enum, Doc }
+#define COUNT(Owner, Path, Presence, Default, Min, Doc)                                              \
+  FIELD(Owner, Path, Count, Presence, Default, Min, NoMax, {}, Doc)
+
+const FieldSpec RecipeFields[] = {
+    FIELD(Recipe, "model", ModelRef, Required, "", 0, 0, {}, "the model: a catalog or user model name, or hf(\"config.json\")"),
+    FIELD(Recipe, "cluster", ClusterRef, Optional, "", 0, 0, {}, "a named cluster; or give the cluster section's fields"),
+    FIELD(Recipe, "cluster.gpu", GpuRef, Optional, "", 0, 0, {}, "GPU system (brings its node size and NVLink domain); required unless `cluster` names a cluster"),
+    COUNT(Recipe, "cluster.nodes", Optional, "", 1, "nodes in the job (or give cluster.gpus)"),
+    COUNT(Recipe, "cluster.gpus", Derived, "nodes x gpu.gpus_per_node", 1, "GPUs in the job, the world size"),
+    COUNT(Recipe, "seq_len", Required, "", 1, "tokens per sequence"),
+    COUNT(Recipe, "batch.micro", Required, "", 1, "sequences per micro batch"),
+    COUNT(Recipe, "batch.global", Required, "", 1, "sequences per optimizer step"),
+    COUNT(Recipe, "parallel.tp", Default, "1", 1, "tensor parallel size"),
+    COUNT(Recipe, "parallel.cp", Default, "1", 1, "context parallel size"),
+    COUNT(Recipe, "parallel.ep", Default, "1", 1, "expert parallel size"),
+    COUNT(Recipe, "parallel.etp", Default, "1", 1, "expert tensor parallel size"),
+    COUNT(Recipe, "parallel.pp", Default, "1", 1, "pipeline parallel size"),
+    COUNT(Recipe, "parallel.vpp", Default, "1", 1, "virtual pipeline stages per pipeline rank"),
+    COUNT(Recipe, "parallel.dp", Derived, "gpus / (tp x cp x pp)", 1, "data parallel size (dense layers); stating it makes it checked"),
+    COUNT(Recipe, "parallel.edp", Derived, "gpus / (etp x ep x pp)", 1, "expert data parallel size; stating it makes it checked"),
+    FIELD(Recipe, "parallel.sp", Bool, Derived, "tp > 1", 0, 0, {}, "sequence parallel"),
+    FIELD(Recipe, "parallel.fsdp", Bool, Default, "false", 0, 0, {}, "fully sharded data parallel instead of 3D parallel"),
+    FIELD(Recipe, "parallel.cp_comm", Enum, Default, "p2p", 0, 0, CpCommValues, "context-parallel communication"),
+    FIELD(Recipe, "parallel.layout", String, Optional, "", 0, 0, {}, "explicit pipeline layout in Megatron-Core notation (E, t, m, L, |, (...)*n)"),
+    FIELD(Recipe, "precision", Enum, Default, "bf16", 0, 0, PrecisionValues, "training precision recipe"),
+    FIELD(Recipe, "dispatcher", Enum, Default, "alltoall", 0, 0, DispatcherValues, "MoE token dispatcher"),
+    FIELD(Recipe, "recompute", Recompute, Default, "none", 0, 0, ModuleValues, "activation recomputation: none, full, full(method = uniform, layers = N), selective(MODULE, ...)"),
+    FIELD(Recipe, "cuda_graph", ScopeList, Default, "none", 0, 0, GraphScopeValues, "CUDA-graph scopes, or none"),
+    FIELD(Recipe, "offload.optimizer", Number, Default, "0", 0, 1, {}, "fraction of optimizer state kept on the CPU"),
+    FIELD(Recipe, "data.source", DataSource, Default, "mock", 0, 0, {}, "mock, or real(\"path/prefix\") for a Megatron indexed dataset"),
+    FIELD(Recipe, "data.variable_length", Bool, Default, "false", 0, 0, {}, "variable-length (packed) batches"),
+    FIELD(Recipe, "vision.frozen", Bool, Default, "false", 0, 0, {}, "VLM only: freeze the vision encoder and projector"),
+};
+
+const FieldSpec ModelFields[] = {
+    COUNT(Model, "layers", Required, "", 1, "decoder layers"),
+    COUNT(Model, "hidden", Required, "", 1, "hidden size"),
+    COUNT(Model, "ffn_hidden", Optional, "", 1, "intermediate size of dense FFN layers"),
+    COUNT(Model, "heads", Required, "", 1, "attention heads"),
+    COUNT(Model, "kv_heads", Derived, "heads", 1, "key/value heads (query groups)"),
+    COUNT(Model, "head_dim", Derived, "hidden / heads", 1, "dimension per attention head"),
+    COUNT(Model, "vocab", Required, "", 1, "vocabulary size"),
+    COUNT(Model, "mtp_layers", Default, "0", 0, "multi-token-prediction layers"),
+    COUNT(Model, "max_seq_len", Optional, "", 1, "maximum position embeddings"),
+    FIELD(Model, "attention", Attention, Default, "gqa", 0, 0, {}, "gqa, or mla(q_lora_rank, kv_lora_rank, qk_head_dim, qk_rope_head_dim, v_head_dim)"),
+    COUNT(Model, "moe.experts", RequiredInSection, "", 1, "routed experts per MoE layer"),
+    COUNT(Model, "moe.top_k", RequiredInSection, "", 1, "experts each token is routed to"),
+    COUNT(Model, "moe.ffn_hidden", RequiredInSection, "", 1, "intermediate size of one routed expert"),
+    COUNT(Model, "moe.shared_experts", Default, "0", 0, "shared experts per MoE layer"),
+    COUNT(Model, "moe.shared_ffn_hidden", Optional, "", 1, "total intermediate size of the shared experts"),
+    COUNT(Model, "moe.dense_layers", Default, "0", 0, "leading dense (non-MoE) layers"),
+    FIELD(Model, "moe.router", Enum, Default, "softmax", 0, 0, RouterValues, "router score function"),
+    COUNT(Model, "linear_attention.interval", RequiredInSection, "", 1, "every interval-th layer is full attention, the others linear (Gated DeltaNet)"),
+    COUNT(Model, "linear_attention.key_heads", RequiredInSection, "", 1, "linear-attention key heads"),
+    COUNT(Model, "linear_attention.value_heads", RequiredInSection, "", 1, "linear-attention value heads"),
+    COUNT(Model, "linear_attention.head_dim", RequiredInSection, "", 1, "linear-attention head dimension"),
+    COUNT(Model, "vision.layers", RequiredInSection, "", 1, "vision encoder depth"),
+    COUNT(Model, "vision.hidden", RequiredInSection, "", 1, "vision encoder width"),
+    COUNT(Model, "vision.heads", RequiredInSection, "", 1, "vision encoder heads"),
+    COUNT(Model, "vision.ffn_hidden", RequiredInSection, "", 1, "vision encoder MLP size"),
+    COUNT(Model, "vision.patch_size", RequiredInSection, "", 1, "image patch size in pixels"),
+    COUNT(Model, "vision.spatial_merge", Default, "1", 1, "patches merged per side by the projector"),
+    COUNT(Model, "vision.out_hidden", Optional, "", 1, "projector output width (the decoder's hidden size when unset)"),
+};
+
+const FieldSpec GpuFields[] = {
+    FIELD(Gpu, "arch", Enum, Required, "", 0, 0, ArchValues, "architecture"),
+    COUNT(Gpu, "sm", Required, "", 0, "compute capability x 10 (90 Hopper, 100 Blackwell)"),
+    FIELD(Gpu, "memory", Bytes, Required, "", 1, NoMax, {}, "HBM capacity per GPU"),
+    FIELD(Gpu, "hbm", Bandwidth, Required, "", 1, NoMax, {}, "HBM bandwidth"),
+    FIELD(Gpu, "bf16", FlopRate, Required, "", 1, NoMax, {}, "dense BF16 peak"),
+    FIELD(Gpu, "fp8", FlopRate, Optional, "", 1, NoMax, {}, "dense FP8 peak"),
+    FIELD(Gpu, "fp4", FlopRate, Optional, "", 1, NoMax, {}, "dense FP4 peak"),
+    COUNT(Gpu, "gpus_per_node", Required, "", 1, "GPUs per node"),
+    COUNT(Gpu, "nvlink_domain", Required, "", 1, "GPUs in one NVLink domain"),
+    FIELD(Gpu, "nvlink", Bandwidth, Required, "", 1, NoMax, {}, "NVLink bandwidth per GPU per direction"),
+    FIELD(Gpu, "network", Bandwidth, Required, "", 1, NoMax, {}, "scale-out bandwidth per GPU per direction"),
+};
+
+const FieldSpec ClusterFields[] = {
+    FIELD(Cluster, "gpu", GpuRef, Required, "", 0, 0, {}, "GPU system"),
+    COUNT(Cluster, "nodes", Optional, "", 1, "nodes"),
+    COUNT(Cluster, "gpus", Derived, "nodes x gpu.gpus_per_node", 1, "GPUs"),
+};
+#undef COUNT
+#undef FIELD
+} // namespace
+
+llvm::ArrayRef<FieldSpec> moec::schemaFor(DefKind Kind) {
+  switch (Kind) {
+  case DefKind::Recipe:
+    return RecipeFields;
+  case DefKind::Model:
+    return ModelFields;
+  case DefKind::Gpu:
+    return GpuFields;
+  case DefKind::Cluster:
+    return ClusterFields;
+  }
+  llvm_unreachable("unknown definition kind");
+}
+
+const FieldSpec *moec::lookupField(DefKind Kind, llvm::StringRef Path) {
+  for (const FieldSpec &F : schemaFor(Kind))
+    if (F.Path == Path)
+      return &F;
+  return nullptr;
+}
+
+bool moec::isSection(DefKind Kind, llvm::StringRef Path) {
+  for (const FieldSpec &F : schemaFor(Kind))
+    if (F.Path.size() > Path.size() && F.Path.startswith(Path) && F.Path[Path.size()] == '.')
+      return true;
+  return false;
+}
+
+llvm::ArrayRef<llvm::StringLiteral> moec::recomputeModules() { return ModuleValues; }
+
+std::string moec::describeType(const FieldSpec &F) {
+  switch (F.Type) {
+  case T::Count:
+    return "a count";
+  case T::Number:
+    return "a number";
+  case T::Bool:
+    return "true or false";
+  case T::String:
+    return "a string";
+  case T::Bytes:
+    return "bytes (e.g. 80GB)";
+  case T::Bandwidth:
+    return "a bandwidth (e.g. 450GB/s)";
+  case T::FlopRate:
+    return "a compute rate (e.g. 989TFLOPS)";
+  case T::Enum:
+    return "one of " + llvm::join(F.EnumValues.begin(), F.EnumValues.end(), ", ");
+  case T::ScopeList:
+    return "none or a list of " + llvm::join(F.EnumValues.begin(), F.EnumValues.end(), ", ");
+  case T::ModelRef:
+    return "a model name or hf(\"config.json\")";
+  case T::GpuRef:
+    return "a gpu name";
+  case T::ClusterRef:
+    return "a cluster name";
+  case T::Recompute:
+    return "none, full, full(...) or selective(...)";
+  case T::DataSource:
+    return "mock or real(\"path\")";
+  case T::Attention:
+    return "gqa or mla(...)";
+  }
+  llvm_unreachable("unknown field type");
+}
+
+void moec::printSchemaMarkdown(llvm::raw_ostream &OS) {
+  for (DefKind K : {DefKind::Recipe, DefKind::Model, DefKind::Gpu, DefKind::Cluster}) {
+    OS << "### " << ast::defKindName(K) << " fields\n\n";
+    OS << "| field | type | default | meaning |\n| --- | --- | --- | --- |\n";
+    for (const FieldSpec &F : schemaFor(K)) {
+      std::string Default;
+      switch (F.Req) {
+      case P::Required:
+        Default = "required";
+        break;
+      case P::RequiredInSection:
+        Default = "required in its section";
+        break;
+      case P::Optional:
+        Default = "unset";
+        break;
+      case P::Default:
+        Default = "`" + F.DefaultText.str() + "`";
+        break;
+      case P::Derived:
+        Default = "derived: " + F.DefaultText.str();
+        break;
+      }
+      std::string Type = describeType(F);
+      if ((F.Type == T::Count || F.Type == T::Number) && (F.Min > 0 || F.Max != NoMax))
+        Type += F.Max == NoMax ? fmt::format(", at least {}", F.Min) : fmt::format(", {} to {}", F.Min, F.Max);
+      OS << "| `" << F.Path << "` | " << Type << " | " << Default << " | " << F.Doc << " |\n";
+    }
+    OS << "\n";
+  }
+}
