@@ -49,6 +49,9 @@ llvm::Optional<diag::ID> moec::lookupDiagID(llvm::StringRef KebabID) {
 
 llvm::Optional<llvm::StringRef> moec::closestMatch(llvm::StringRef Typo,
                                                    llvm::ArrayRef<llvm::StringRef> Candidates) {
+  for (llvm::StringRef C : Candidates)
+    if (C.equals_insensitive(Typo) && C != Typo)
+      return C; // a case slip: gb for GB
   llvm::Optional<llvm::StringRef> Best;
   // Allow about one edit in three characters, as clang's typo correction does.
   unsigned BestDistance = std::max<unsigned>(1, (Typo.size() + 2) / 3) + 1;

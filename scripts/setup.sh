@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Installs the Debian packages moec needs to build and test, when missing.
+# Silent and fast when everything is present; safe to run repeatedly.
+set -euo pipefail
+
+packages=(
+  cmake ninja-build g++ python3
+  antlr4 libantlr4-runtime-dev default-jre-headless
+  llvm-14-dev llvm-14-tools
+  libfmt-dev libtomlplusplus-dev
+  googletest libgtest-dev
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}" >&2
+  SUDO=""
+  if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi

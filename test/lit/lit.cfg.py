@@ -1,0 +1,21 @@
+# lit configuration for moec's command-line tests.
+import os
+import sys
+import lit.formats
+
+config.name = "moec"
+config.test_format = lit.formats.ShTest(execute_external=False)
+config.suffixes = [".moe", ".test"]
+config.excludes = ["Inputs"]
+config.test_source_root = os.path.dirname(__file__)
+config.test_exec_root = os.path.join(config.moec_obj_root, "test", "lit")
+
+moec = os.path.join(config.moec_obj_root, "tools", "moec", "moec")
+config.substitutions.append(("%moec", moec))
+config.substitutions.append(("%examples", os.path.join(config.moec_src_root, "examples")))
+config.substitutions.append(("%srcroot", config.moec_src_root))
+config.substitutions.append(("%python", sys.executable))
+config.environment["PATH"] = os.pathsep.join([config.llvm_tools_dir, config.environment.get("PATH", "")])
+# FileCheck, not, count and split-file come from LLVM 14's tools directory.
+# Diagnostics must not depend on the terminal.
+config.environment["TERM"] = "dumb"
