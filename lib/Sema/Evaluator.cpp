@@ -60,6 +60,8 @@ Provenance Scope::provenance(StringRef Path) const {
   }
   const ast::Expr *E = chosenExpr(Path, It->second);
   P.Range = E ? E->getRange() : It->second.EntryRange;
+  P.EntryRange = It->second.EntryRange;
+  P.PathRange = It->second.PathRange;
   P.Chain = It->second.Chain;
   return P;
 }

@@ -299,7 +299,8 @@ llvm::Optional<Recipe> SemaImpl::lowerRecipe(Scope &Sc, std::string PointName) {
       __int128 Grid = __int128(A.A) * A.B * P.PP;
       bool Divides = Grid > 0 && Grid <= INT64_MAX && Out.WorldSize % int64_t(Grid) == 0;
       if (!Divides) {
-        if (!Reported)
+        // A grid larger than the job is gpu-count-infeasible (lib/Rules).
+        if (!Reported && Grid > 0 && Grid <= Out.WorldSize)
           Diags.report(diag::world_size, ClusterRange, Out.WorldSize, A.Formula,
                        fmt::format("{} x {} x {}", A.A, A.B, P.PP));
         Reported = true; // one message per recipe; the other axis usually follows
@@ -362,6 +363,12 @@ llvm::Optional<Recipe> SemaImpl::lowerRecipe(Scope &Sc, std::string PointName) {
   Out.VariableLength = R.boolean("data.variable_length");
   Out.VisionFrozen = R.boolean("vision.frozen");
   Out.SweptFields.assign(D.SweepPaths.begin(), D.SweepPaths.end());
+  if (DefInfo *Base = D.AST->Base.empty() ? nullptr : lookup(D.AST->Base);
+      Base && Base != &D && Base->kind() == ast::DefKind::Recipe && resolve(*Base)) {
+    Scope BaseScope(*this, *Base, Sc.choice());
+    if (const Value *S = BaseScope.get("seq_len"); S && S->Num.isInteger())
+      Out.BaseSeqLen = S->Num.getInteger();
+  }
 
   for (const FieldSpec &F : schemaFor(ast::DefKind::Recipe))
     Out.Origins[F.Path] = Sc.provenance(F.Path);

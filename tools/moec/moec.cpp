@@ -9,6 +9,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "moec/Diag/DiagnosticRenderers.h"
+#include "moec/Rules/RuleEngine.h"
 #include "moec/Sema/Schema.h"
 #include "moec/Sema/Sema.h"
 
@@ -129,6 +130,8 @@ int runCheck() {
     if (!RecipeName.empty())
       Only = llvm::StringRef(RecipeName);
     std::vector<Recipe> Found = S.analyze(Only);
+    for (const Recipe &R : Found)
+      runRules(R, Diags);
     if (DumpRecipe)
       for (const Recipe &R : Found)
         printRecipe(R, SM, llvm::outs());

@@ -39,7 +39,9 @@ llvm::StringRef graphScopeName(GraphScope S);
 /// Where a value came from: the range that set it (or the definition name for
 /// a default), and the definitions it was inherited through, outermost first.
 struct Provenance {
-  llvm::SMRange Range;
+  llvm::SMRange Range;      // the value (the chosen element for a sweep)
+  llvm::SMRange EntryRange; // the whole `path = value` entry, for fix-its
+  llvm::SMRange PathRange;  // the path as written (`cp` or `parallel.cp`)
   llvm::SmallVector<std::string, 2> Chain; // e.g. {"base", "child"}: set in base
   bool IsDefault = false;
 };
@@ -124,6 +126,8 @@ struct Recipe {
   std::string DataPath;
   bool VariableLength = false;
   bool VisionFrozen = false;
+  /// The seq_len of the recipe this one extends, when that is a recipe.
+  llvm::Optional<int64_t> BaseSeqLen;
   /// Fields that take several values across this recipe's sweep points.
   llvm::SmallVector<std::string, 2> SweptFields;
 

@@ -1,0 +1,64 @@
+//===- RuleEngine.cpp - The registry and the context rules report through -===//
+#include "moec/Rules/RuleEngine.h"
+
+using namespace moec;
+
+namespace moec::rules {
+#define RULE(Enum, Id, Severity, Format, Explanation, Source) void check_##Enum(RuleContext &C);
+#include "moec/Rules/Rules.def"
+} // namespace moec::rules
+
+static const RuleSpec Registry[] = {
+#define RULE(Enum, Id, Severity, Format, Explanation, Source) {diag::Enum, Source, &rules::check_##Enum},
+#include "moec/Rules/Rules.def"
+};
+
+llvm::ArrayRef<RuleSpec> moec::allRules() { return Registry; }
+
+llvm::StringRef moec::ruleSource(diag::ID ID) {
+  for (const RuleSpec &R : Registry)
+    if (R.ID == ID)
+      return R.Source;
+  return "";
+}
+
+void moec::runRules(const Recipe &R, DiagnosticEngine &Diags) {
+  Diags.setRecipeContext(R.PointName);
+  RuleContext C(R, Diags);
+  for (const RuleSpec &Rule : Registry)
+    Rule.Check(C);
+  Diags.setRecipeContext("");
+}
+
+llvm::SMRange RuleContext::where(llvm::StringRef Path) const {
+  const Provenance &P = R.origin(Path);
+  if (P.IsDefault || !P.Range.Start.isValid())
+    return R.NameRange;
+  return P.EntryRange.Start.isValid() ? P.EntryRange : P.Range;
+}
+
+void RuleContext::noteInheritance(DiagnosticBuilder &B, llvm::StringRef Path) const {
+  const Provenance &P = R.origin(Path);
+  if (!P.IsDefault && P.Chain.size() > 1)
+    B.note(diag::note_inherited, R.NameRange, R.Name, P.Chain.front());
+}
+
+void RuleContext::fixit(DiagnosticBuilder &B, llvm::StringRef Path, const std::string &Value) const {
+  const Provenance &P = R.origin(Path);
+  if (P.IsDefault || !P.EntryRange.Start.isValid() || !P.PathRange.Start.isValid())
+    return;
+  std::string Written(P.PathRange.Start.getPointer(), P.PathRange.End.getPointer());
+  B.fixit(P.EntryRange, Written + " = " + Value);
+}
+
+int64_t RuleContext::microbatches() const {
+  int64_t PerStep = R.MicroBatch * R.Parallel.DP;
+  if (PerStep <= 0 || R.GlobalBatch % PerStep != 0)
+    return 0;
+  return R.GlobalBatch / PerStep;
+}
+
+int64_t RuleContext::shardTokens() const {
+  int64_t Split = R.Parallel.CP * (R.Parallel.SequenceParallel ? R.Parallel.TP : 1);
+  return Split > 0 ? R.SeqLen / Split : R.SeqLen;
+}
