@@ -45,6 +45,8 @@ static StringRef sectionOf(StringRef Path) {
 bool Scope::isSet(StringRef Path) const { return Def.Fields.count(Path); }
 
 bool Scope::failed(StringRef Path) const {
+  if (Def.Rejected.count(Path) && !isSet(Path))
+    return true; // an empty or misplaced sweep, reported when flattening
   auto It = Memo.find(Path);
   return It != Memo.end() && It->second.Failed;
 }
@@ -52,6 +54,20 @@ bool Scope::failed(StringRef Path) const {
 Provenance Scope::provenance(StringRef Path) const {
   Provenance P;
   auto It = Def.Fields.find(Path);
+  if (It == Def.Fields.end() && Def.kind() == ast::DefKind::Recipe && Path.startswith("cluster.")) {
+    // Set by the named cluster: `cluster = eos`.
+    auto C = Memo.find("cluster");
+    if (C != Memo.end() && C->second.V && C->second.V->Ref) {
+      StringRef Sub = Path.drop_front(strlen("cluster."));
+      Scope &CS = S.sharedScope(*C->second.V->Ref);
+      if (CS.isSet(Sub)) {
+        P = CS.provenance(Sub);
+        const FieldEntry &Ref = Def.Fields.find("cluster")->second;
+        P.Chain.append(Ref.Chain.begin(), Ref.Chain.end());
+        return P;
+      }
+    }
+  }
   if (It == Def.Fields.end()) {
     P.Range = Def.AST->NameRange;
     P.Chain.push_back(Def.AST->Name);
@@ -120,7 +136,8 @@ llvm::Optional<Value> Scope::compute(StringRef Path) {
   }
   case FieldType::Bool:
     return Value::boolean(F->DefaultText == "true", Where);
-  case FieldType::ScopeList: {
+  case FieldType::ScopeList:
+  case FieldType::CountList: {
     Value V;
     V.K = Value::Kind::List;
     V.Range = Where;
@@ -145,9 +162,11 @@ llvm::Optional<Value> Scope::derive(StringRef Path) {
   // A recipe's cluster fields fall back to the named cluster's.
   if (Def.kind() == ast::DefKind::Recipe && Path.startswith("cluster.") && isSet("cluster")) {
     const Value *C = get("cluster");
-    if (C && C->Ref) {
-      Scope &CS = S.sharedScope(*C->Ref);
-      if (const Value *V = CS.get(Path.drop_front(strlen("cluster."))))
+    StringRef Sub = Path.drop_front(strlen("cluster."));
+    // gpus the named cluster does not state is computed below from the
+    // recipe's nodes and gpu, which may override the cluster's.
+    if (C && C->Ref && (Path != "cluster.gpus" || S.sharedScope(*C->Ref).isSet(Sub))) {
+      if (const Value *V = S.sharedScope(*C->Ref).get(Sub))
         return *V;
       return llvm::None;
     }
@@ -172,6 +191,10 @@ llvm::Optional<Value> Scope::derive(StringRef Path) {
   }
 
   if (Def.kind() == ast::DefKind::Recipe) {
+    if (Path == "optimizer.precision_aware") {
+      const Value *Offload = get("offload.optimizer");
+      return Value::boolean(Offload && Offload->Num.getReal() > 0, Where);
+    }
     if (Path == "parallel.sp") {
       auto TP = Count("parallel.tp");
       return Value::boolean(TP && *TP > 1, Where);
@@ -216,6 +239,28 @@ llvm::Optional<Value> Scope::evalField(const ast::Expr &E, const FieldSpec &F, S
   case FieldType::String:
     V = evalPlain(E, Path);
     break;
+  case FieldType::CountList: {
+    const auto *L = llvm::dyn_cast<ast::ListExpr>(&E);
+    if (!L || E.getKind() != ast::Expr::Kind::List) {
+      S.Diags.report(diag::type_mismatch, E.getRange(), F.Path, describeType(F), S.sourceText(E.getRange()));
+      return llvm::None;
+    }
+    Value List;
+    List.K = Value::Kind::List;
+    List.Range = E.getRange();
+    FieldSpec Element = F;
+    Element.Type = FieldType::Count;
+    for (const ast::ExprPtr &X : L->Elements) {
+      auto Q = evalNumber(*X, Path);
+      if (!Q)
+        return llvm::None;
+      Value Item = Value::number(*Q, X->getRange());
+      if (!checkValue(Item, Element, X->getRange()))
+        return llvm::None;
+      List.Elements.push_back(Item);
+    }
+    return List;
+  }
   case FieldType::Enum:
   case FieldType::ScopeList:
   case FieldType::ModelRef:

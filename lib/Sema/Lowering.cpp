@@ -75,7 +75,7 @@ void SemaImpl::checkRequired(Scope &Sc) {
       for (auto &KV : D.Fields)
         if (StringRef(KV.first()).startswith((F.section() + ".").str()))
           Needed = true;
-    if (!Needed || Sc.isSet(F.Path))
+    if (!Needed || Sc.isSet(F.Path) || D.Rejected.count(F.Path))
       continue;
     if (D.kind() == ast::DefKind::Recipe && F.Path.startswith("cluster.") && Sc.isSet("cluster"))
       continue;
@@ -135,6 +135,9 @@ const ModelSpec *SemaImpl::lowerModel(DefInfo &D) {
     S.SharedFfnHidden = R.optCount("moe.shared_ffn_hidden");
     S.DenseLayers = R.count("moe.dense_layers");
     S.RouterKind = R.name("moe.router") == "sigmoid" ? Router::Sigmoid : Router::Softmax;
+    S.ExpertBias = R.boolean("moe.expert_bias");
+    S.Groups = R.optCount("moe.groups");
+    S.GroupTopK = R.optCount("moe.group_top_k");
     M.MoE = S;
   }
   if (HasSection("linear_attention"))
@@ -220,7 +223,7 @@ llvm::Optional<Recipe> SemaImpl::lowerRecipe(Scope &Sc, std::string PointName) {
   for (auto &KV : D.Fields)
     Sc.get(KV.first());
   // cluster.gpu is required unless a named cluster provides it.
-  if (!Sc.isSet("cluster.gpu") && !Sc.isSet("cluster"))
+  if (!Sc.isSet("cluster.gpu") && !Sc.isSet("cluster") && !D.Rejected.count("cluster.gpu"))
     Diags.report(diag::missing_field, D.AST->NameRange, "recipe", D.name(), "cluster.gpu");
 
   Reader R{Sc};
@@ -284,6 +287,12 @@ llvm::Optional<Recipe> SemaImpl::lowerRecipe(Scope &Sc, std::string PointName) {
                      .Default(CpComm::P2P);
   if (const Value *L = Sc.get("parallel.layout"))
     P.Layout = L->Text;
+  P.Order = R.name("parallel.order") == "tp_cp_ep_pp_dp" ? RankOrder::TpCpEpPpDp : RankOrder::TpCpEpDpPp;
+  if (const Value *H = Sc.get("parallel.cp_hierarchy"))
+    for (const Value &Size : H->Elements)
+      P.CpHierarchy.push_back(Size.Num.getInteger());
+  P.FsdpKind = R.name("parallel.fsdp_impl") == "torch" ? FsdpImpl::Torch : FsdpImpl::Megatron;
+  P.TpCommOverlap = R.boolean("parallel.tp_comm_overlap");
 
   // dp and edp: derived from the grid; a stated value is checked against it.
   if (Out.WorldSize > 0) {
@@ -355,6 +364,29 @@ llvm::Optional<Recipe> SemaImpl::lowerRecipe(Scope &Sc, std::string PointName) {
       for (unsigned I = 0; I <= unsigned(GraphScope::FullIteration); ++I)
         if (graphScopeName(GraphScope(I)) == S.Text)
           Out.CudaGraph.push_back(GraphScope(I));
+  Out.CudaGraphImpl = R.name("cuda_graph_impl") == "local" ? GraphImpl::Local : GraphImpl::TransformerEngine;
+  MoERuntimeConfig &MC = Out.MoE;
+  MC.CapacityFactor = R.optReal("moe.capacity_factor");
+  MC.PadToCapacity = R.boolean("moe.pad_to_capacity");
+  MC.OverlapEpComm = R.boolean("moe.overlap_ep_comm");
+  MC.DelayWgrad = R.boolean("moe.delay_wgrad");
+  MC.SharedExpertOverlap = R.boolean("moe.shared_expert_overlap");
+  MC.RouterPrecision = llvm::StringSwitch<RouterDtype>(R.name("moe.router_dtype"))
+                           .Case("fp64", RouterDtype::FP64)
+                           .Case("bf16", RouterDtype::BF16)
+                           .Default(RouterDtype::FP32);
+  MC.GroupedGemm = R.boolean("moe.grouped_gemm");
+  OptimizerConfig &O = Out.Optimizer;
+  O.Kind = llvm::StringSwitch<OptimizerKind>(R.name("optimizer.type"))
+               .Case("sgd", OptimizerKind::SGD)
+               .Case("muon", OptimizerKind::Muon)
+               .Default(OptimizerKind::Adam);
+  O.Distributed = R.boolean("optimizer.distributed");
+  O.PrecisionAware = R.boolean("optimizer.precision_aware");
+  O.OverlapGradReduce = R.boolean("optimizer.overlap_grad_reduce");
+  O.OverlapParamGather = R.boolean("optimizer.overlap_param_gather");
+  Out.OffloadActivations = R.boolean("offload.activations");
+  Out.OffloadActivationLayers = R.optCount("offload.activation_layers");
   Out.OffloadOptimizer = R.real("offload.optimizer");
   if (const Value *DS = Sc.get("data.source"); DS && DS->K == Value::Kind::Call) {
     Out.Data = DataSourceKind::Real;

@@ -20,6 +20,11 @@ const llvm::StringLiteral GraphScopeValues[] = {"attn",           "mlp",   "moe"
                                                 "moe_preprocess", "mamba", "full_iteration"};
 const llvm::StringLiteral ArchValues[] = {"ampere", "hopper", "blackwell", "cpu"};
 const llvm::StringLiteral RouterValues[] = {"softmax", "sigmoid"};
+const llvm::StringLiteral OrderValues[] = {"tp_cp_ep_dp_pp", "tp_cp_ep_pp_dp"};
+const llvm::StringLiteral FsdpImplValues[] = {"megatron", "torch"};
+const llvm::StringLiteral RouterDtypeValues[] = {"fp32", "fp64", "bf16"};
+const llvm::StringLiteral OptimizerValues[] = {"adam", "sgd", "muon"};
+const llvm::StringLiteral GraphImplValues[] = {"transformer_engine", "local"};
 const llvm::StringLiteral ModuleValues[] = {"core_attn", "mla_up_proj",    "layernorm",    "mlp",   "moe",
                                             "moe_act",   "shared_experts", "gdn_norm_out", "up_proj", "norm"};
 
@@ -52,11 +57,30 @@ const FieldSpec RecipeFields[] = {
     FIELD(Recipe, "parallel.fsdp", Bool, Default, "false", 0, 0, {}, "fully sharded data parallel instead of 3D parallel"),
     FIELD(Recipe, "parallel.cp_comm", Enum, Default, "p2p", 0, 0, CpCommValues, "context-parallel communication"),
     FIELD(Recipe, "parallel.layout", String, Optional, "", 0, 0, {}, "explicit pipeline layout in Megatron-Core notation (E, t, m, L, |, (...)*n)"),
+    FIELD(Recipe, "parallel.order", Enum, Default, "tp_cp_ep_dp_pp", 0, 0, OrderValues, "rank order of the process grid (Megatron's default, or --use-tp-pp-dp-mapping)"),
+    FIELD(Recipe, "parallel.cp_hierarchy", CountList, Optional, "", 1, NoMax, {}, "hierarchical context-parallel sizes, innermost first; their product is cp (needed by cp_comm = a2a_p2p)"),
+    FIELD(Recipe, "parallel.fsdp_impl", Enum, Default, "megatron", 0, 0, FsdpImplValues, "FSDP flavour when parallel.fsdp is true: Megatron-FSDP or torch FSDP2"),
+    FIELD(Recipe, "parallel.tp_comm_overlap", Bool, Default, "false", 0, 0, {}, "overlap tensor-parallel communication with GEMMs (needs sequence parallel)"),
     FIELD(Recipe, "precision", Enum, Default, "bf16", 0, 0, PrecisionValues, "training precision recipe"),
     FIELD(Recipe, "dispatcher", Enum, Default, "alltoall", 0, 0, DispatcherValues, "MoE token dispatcher"),
     FIELD(Recipe, "recompute", Recompute, Default, "none", 0, 0, ModuleValues, "activation recomputation: none, full, full(method = uniform, layers = N), selective(MODULE, ...)"),
     FIELD(Recipe, "cuda_graph", ScopeList, Default, "none", 0, 0, GraphScopeValues, "CUDA-graph scopes, or none"),
+    FIELD(Recipe, "cuda_graph_impl", Enum, Default, "transformer_engine", 0, 0, GraphImplValues, "how scoped CUDA graphs are captured (ignored for none and full_iteration)"),
+    FIELD(Recipe, "moe.capacity_factor", Number, Optional, "", 0.001, NoMax, {}, "expert capacity factor; unset means dropless routing"),
+    FIELD(Recipe, "moe.pad_to_capacity", Bool, Default, "false", 0, 0, {}, "pad each expert's input to its capacity (drop-and-pad: static shapes)"),
+    FIELD(Recipe, "moe.overlap_ep_comm", Bool, Default, "false", 0, 0, {}, "overlap expert-parallel all-to-all with computation of another micro batch"),
+    FIELD(Recipe, "moe.delay_wgrad", Bool, Default, "false", 0, 0, {}, "delay expert weight-gradient computation to overlap it with communication"),
+    FIELD(Recipe, "moe.shared_expert_overlap", Bool, Default, "false", 0, 0, {}, "overlap shared-expert computation with token dispatch"),
+    FIELD(Recipe, "moe.router_dtype", Enum, Default, "fp32", 0, 0, RouterDtypeValues, "router computation precision"),
+    FIELD(Recipe, "moe.grouped_gemm", Bool, Default, "true", 0, 0, {}, "grouped GEMM for the experts of a rank"),
     FIELD(Recipe, "offload.optimizer", Number, Default, "0", 0, 1, {}, "fraction of optimizer state kept on the CPU"),
+    FIELD(Recipe, "offload.activations", Bool, Default, "false", 0, 0, {}, "offload layer activations to the CPU (Megatron cpu_offloading)"),
+    COUNT(Recipe, "offload.activation_layers", Optional, "", 0, "layers whose activations are offloaded"),
+    FIELD(Recipe, "optimizer.type", Enum, Default, "adam", 0, 0, OptimizerValues, "optimizer"),
+    FIELD(Recipe, "optimizer.distributed", Bool, Default, "true", 0, 0, {}, "shard optimizer state over data-parallel ranks (distributed optimizer)"),
+    FIELD(Recipe, "optimizer.precision_aware", Bool, Derived, "offload.optimizer > 0", 0, 0, {}, "precision-aware optimizer (low-precision moments and master weights)"),
+    FIELD(Recipe, "optimizer.overlap_grad_reduce", Bool, Default, "true", 0, 0, {}, "overlap gradient reduce-scatter with the backward pass"),
+    FIELD(Recipe, "optimizer.overlap_param_gather", Bool, Default, "true", 0, 0, {}, "overlap parameter all-gather with the forward pass"),
     FIELD(Recipe, "data.source", DataSource, Default, "mock", 0, 0, {}, "mock, or real(\"path/prefix\") for a Megatron indexed dataset"),
     FIELD(Recipe, "data.variable_length", Bool, Default, "false", 0, 0, {}, "variable-length (packed) batches"),
     FIELD(Recipe, "vision.frozen", Bool, Default, "false", 0, 0, {}, "VLM only: freeze the vision encoder and projector"),
@@ -80,6 +104,9 @@ const FieldSpec ModelFields[] = {
     COUNT(Model, "moe.shared_ffn_hidden", Optional, "", 1, "total intermediate size of the shared experts"),
     COUNT(Model, "moe.dense_layers", Default, "0", 0, "leading dense (non-MoE) layers"),
     FIELD(Model, "moe.router", Enum, Default, "softmax", 0, 0, RouterValues, "router score function"),
+    FIELD(Model, "moe.expert_bias", Bool, Default, "false", 0, 0, {}, "aux-loss-free load balancing with a per-expert bias"),
+    COUNT(Model, "moe.groups", Optional, "", 1, "expert groups for group-limited routing"),
+    COUNT(Model, "moe.group_top_k", Optional, "", 1, "groups each token may route to"),
     COUNT(Model, "linear_attention.interval", RequiredInSection, "", 1, "every interval-th layer is full attention, the others linear (Gated DeltaNet)"),
     COUNT(Model, "linear_attention.key_heads", RequiredInSection, "", 1, "linear-attention key heads"),
     COUNT(Model, "linear_attention.value_heads", RequiredInSection, "", 1, "linear-attention value heads"),
@@ -166,6 +193,8 @@ std::string moec::describeType(const FieldSpec &F) {
     return "one of " + llvm::join(F.EnumValues.begin(), F.EnumValues.end(), ", ");
   case T::ScopeList:
     return "none or a list of " + llvm::join(F.EnumValues.begin(), F.EnumValues.end(), ", ");
+  case T::CountList:
+    return "a list of counts";
   case T::ModelRef:
     return "a model name or hf(\"config.json\")";
   case T::GpuRef:

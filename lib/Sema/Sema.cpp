@@ -271,11 +271,13 @@ public:
         if (Kind != ast::DefKind::Recipe) {
           S.Diags.report(diag::sweep_misplaced, E.Value->getRange());
           Own.erase(Path);
+          D.Rejected.insert(Path);
           continue;
         }
         if (llvm::cast<ast::ListExpr>(E.Value.get())->Elements.empty()) {
           S.Diags.report(diag::sweep_empty, E.Value->getRange());
           Own.erase(Path);
+          D.Rejected.insert(Path);
           continue;
         }
       }
@@ -316,8 +318,14 @@ bool SemaImpl::resolve(DefInfo &D) {
   if (!AST.Base.empty()) {
     DefInfo *Base = lookup(AST.Base);
     // A definition may extend the built-in it shadows: `model deepseek_v3 extends deepseek_v3`.
-    if (Base == &D)
+    if (Base == &D) {
       Base = BuiltinDefs.lookup(AST.Base) != &D ? BuiltinDefs.lookup(AST.Base) : nullptr;
+      if (!Base) { // `recipe a extends a` with no built-in to extend
+        Diags.report(diag::extends_cycle, AST.BaseRange, AST.Name, AST.Name + " -> " + AST.Name);
+        D.St = DefInfo::State::Failed;
+        return false;
+      }
+    }
     if (!Base) {
       std::vector<StringRef> Names = namesOfKind(AST.Kind);
       Diags.report(diag::unknown_name, AST.BaseRange, ast::defKindName(AST.Kind), AST.Base,
@@ -354,12 +362,14 @@ bool SemaImpl::resolve(DefInfo &D) {
       D.Fields[KV.first()] = std::move(E);
     }
     D.SweepPaths = Base->SweepPaths;
+    D.Rejected = Base->Rejected;
   }
 
   Flattener F(*this, D);
   F.run(AST.Entries, "");
   for (const std::string &Path : F.Order) {
     const ast::Entry *E = F.Own.lookup(Path);
+    D.Rejected.erase(Path);
     FieldEntry &FE = D.Fields[Path];
     FE.Value = E->Value.get();
     FE.EntryRange = E->Range;

@@ -6,6 +6,7 @@
 #include "moec/Sema/Sema.h"
 #include "moec/Sema/Value.h"
 #include "llvm/ADT/StringMap.h"
+#include "llvm/ADT/StringSet.h"
 #include <deque>
 #include <map>
 
@@ -75,6 +76,9 @@ public:
   enum class State { Unresolved, Resolving, Resolved, Failed } St = State::Unresolved;
   llvm::StringMap<FieldEntry> Fields;
   std::vector<std::string> SweepPaths; // in source order
+  /// Fields that are set but whose value was rejected while flattening (an
+  /// empty or misplaced sweep, already reported): neither missing nor unset.
+  llvm::StringSet<> Rejected;
   std::unique_ptr<Scope> Shared;       // for models, GPUs, clusters
   llvm::Optional<ModelSpec> Model;     // lowered once
   llvm::Optional<GpuSpec> Gpu;

@@ -30,6 +30,11 @@ enum class RecomputeMethod { Uniform, Block };
 enum class RecomputeModule { CoreAttn, MlaUpProj, LayerNorm, Mlp, Moe, MoeAct, SharedExperts, GdnNormOut };
 enum class GraphScope { Attn, Mlp, Moe, MoeRouter, MoePreprocess, Mamba, FullIteration };
 enum class DataSourceKind { Mock, Real };
+enum class RankOrder { TpCpEpDpPp, TpCpEpPpDp };
+enum class FsdpImpl { Megatron, Torch };
+enum class RouterDtype { FP32, FP64, BF16 };
+enum class OptimizerKind { Adam, SGD, Muon };
+enum class GraphImpl { TransformerEngine, Local };
 
 llvm::StringRef precisionName(Precision P);
 llvm::StringRef dispatcherName(Dispatcher D);
@@ -65,6 +70,8 @@ struct MoESpec {
   int64_t Experts = 0, TopK = 0, FfnHidden = 0, SharedExperts = 0, DenseLayers = 0;
   llvm::Optional<int64_t> SharedFfnHidden;
   Router RouterKind = Router::Softmax;
+  bool ExpertBias = false;
+  llvm::Optional<int64_t> Groups, GroupTopK;
 };
 
 struct LinearAttentionSpec {
@@ -94,6 +101,30 @@ struct ParallelConfig {
   bool SequenceParallel = false, FSDP = false;
   CpComm CpCommKind = CpComm::P2P;
   llvm::Optional<std::string> Layout;
+  RankOrder Order = RankOrder::TpCpEpDpPp;
+  llvm::SmallVector<int64_t, 2> CpHierarchy; // empty: flat CP
+  FsdpImpl FsdpKind = FsdpImpl::Megatron;
+  bool TpCommOverlap = false;
+};
+
+/// Megatron's moe_* switches that a recipe (not the model) chooses.
+struct MoERuntimeConfig {
+  llvm::Optional<double> CapacityFactor; // unset: dropless
+  bool PadToCapacity = false;
+  bool OverlapEpComm = false;
+  bool DelayWgrad = false;
+  bool SharedExpertOverlap = false;
+  RouterDtype RouterPrecision = RouterDtype::FP32;
+  bool GroupedGemm = true;
+  bool dropAndPad() const { return CapacityFactor && PadToCapacity; }
+};
+
+struct OptimizerConfig {
+  OptimizerKind Kind = OptimizerKind::Adam;
+  bool Distributed = true;
+  bool PrecisionAware = false;
+  bool OverlapGradReduce = true;
+  bool OverlapParamGather = true;
 };
 
 struct RecomputeConfig {
@@ -121,7 +152,12 @@ struct Recipe {
   Dispatcher Dispatch = Dispatcher::AllToAll;
   RecomputeConfig Recompute;
   llvm::SmallVector<GraphScope, 4> CudaGraph; // empty: none
+  GraphImpl CudaGraphImpl = GraphImpl::TransformerEngine;
+  MoERuntimeConfig MoE;
+  OptimizerConfig Optimizer;
   double OffloadOptimizer = 0;
+  bool OffloadActivations = false;
+  llvm::Optional<int64_t> OffloadActivationLayers;
   DataSourceKind Data = DataSourceKind::Mock;
   std::string DataPath;
   bool VariableLength = false;
