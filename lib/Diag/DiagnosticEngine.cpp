@@ -158,15 +158,26 @@ const std::vector<Diagnostic> &DiagnosticEngine::finish() {
       return BufA < BufB;
     return A.Range.Start.getPointer() < B.Range.Start.getPointer();
   });
-  // A sweep checks every point; the same message at the same place is shown once.
-  std::set<std::tuple<unsigned, const char *, const char *, std::string>> Seen;
-  Kept.erase(std::remove_if(Kept.begin(), Kept.end(),
-                            [&](const Diagnostic &D) {
-                              return !Seen.insert({D.ID, D.Range.Start.getPointer(),
-                                                   D.Range.End.getPointer(), D.Message})
-                                          .second;
-                            }),
-             Kept.end());
+  // A sweep checks every point; the same message at the same place is shown
+  // once, for the recipe rather than a point when several points share it.
+  std::map<std::tuple<unsigned, const char *, const char *, std::string>, size_t> Seen;
+  std::vector<Diagnostic> Unique;
+  for (Diagnostic &D : Kept) {
+    auto [It, Inserted] =
+        Seen.try_emplace({D.ID, D.Range.Start.getPointer(), D.Range.End.getPointer(), D.Message}, Unique.size());
+    if (Inserted) {
+      Unique.push_back(std::move(D));
+      continue;
+    }
+    Diagnostic &First = Unique[It->second];
+    if (First.Recipe != D.Recipe)
+      First.Recipe = llvm::StringRef(First.Recipe).split('[').first.str();
+  }
+  Kept = std::move(Unique);
+  // Text output names the failing point, as JSON's `recipe` does.
+  for (Diagnostic &D : Kept)
+    if (llvm::StringRef(D.Recipe).endswith("]"))
+      D.Notes.push_back({llvm::SMRange(), fmt::format(runtimeFormat(NoteTable[diag::note_in_point]), D.Recipe)});
 
   if (NumDroppedErrors) {
     Kept.push_back({diag::too_many_errors, Severity::Error,

@@ -242,12 +242,17 @@ llvm::Optional<Recipe> SemaImpl::lowerRecipe(Scope &Sc, std::string PointName) {
       Out.Gpu = *Spec;
 
   // World size: nodes or gpus, consistent with each other and with whole nodes.
-  SMRange ClusterRange = Sc.provenance(Sc.isSet("cluster.nodes") ? "cluster.nodes" : "cluster.gpus").Range;
+  // A named cluster (`cluster = eos`) states them too; the recipe's own win.
+  const Value *Named = Sc.isSet("cluster") ? Sc.get("cluster") : nullptr;
+  auto Stated = [&](StringRef Path) {
+    return Sc.isSet(Path) ||
+           (Named && Named->Ref && sharedScope(*Named->Ref).isSet(Path.drop_front(strlen("cluster."))));
+  };
+  SMRange ClusterRange = Sc.provenance(Stated("cluster.nodes") ? "cluster.nodes" : "cluster.gpus").Range;
   auto Nodes = R.optCount("cluster.nodes");
-  bool GpusStated = Sc.isSet("cluster.gpus") || (Sc.isSet("cluster") && !Sc.isSet("cluster.nodes") && !Nodes);
   int64_t PerNode = Out.Gpu.GpusPerNode > 0 ? Out.Gpu.GpusPerNode : 1;
   if (G && G->Ref) {
-    if (Sc.isSet("cluster.gpus") && Nodes) {
+    if (Stated("cluster.gpus") && Nodes) {
       int64_t Stated = R.count("cluster.gpus");
       if (Stated != *Nodes * PerNode)
         Diags.report(diag::cluster_size_conflict, Sc.provenance("cluster.gpus").Range, *Nodes, Stated, PerNode,
@@ -262,8 +267,10 @@ llvm::Optional<Recipe> SemaImpl::lowerRecipe(Scope &Sc, std::string PointName) {
       if (*Gpus % PerNode != 0 && Out.Gpu.Arch != GpuArch::Cpu)
         Diags.report(diag::partial_node, Sc.provenance("cluster.gpus").Range, *Gpus, PerNode);
       Out.Nodes = (*Gpus + PerNode - 1) / PerNode;
-    } else if (!GpusStated) {
-      Diags.report(diag::cluster_size_missing, D.AST->NameRange);
+    } else if (!Sc.failed("cluster.nodes") && !Sc.failed("cluster.gpus")) {
+      auto Missing = Diags.report(diag::cluster_size_missing, D.AST->NameRange);
+      if (Named && Named->Ref)
+        Missing.note(diag::note_defined_here, Named->Ref->AST->NameRange, Named->Ref->name());
     }
   }
 

@@ -1,0 +1,6 @@
+//===- MegatronModel.cpp - Megatron-Core start-up rules ---------------===//
+#include "moec/Rules/RuleEngine.h"
+
+using namespace moec;
+
+namespace moec::rules {} // namespace moec::rules
