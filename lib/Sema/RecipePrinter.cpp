@@ -28,6 +28,25 @@ void moec::printRecipe(const Recipe &R, const llvm::SourceMgr &SM, llvm::raw_ost
   auto Count = [](int64_t N) { return Quantity::integer(N).format() + (N >= 1024 ? fmt::format(" ({})", N) : ""); };
   OS << "recipe " << R.PointName << "\n";
   Field("model", R.Model.Name);
+  const ModelSpec &M = R.Model;
+  OS << fmt::format("  model: layers={} hidden={} heads={} kv_heads={} head_dim={} vocab={} mtp={}", M.Layers, M.Hidden,
+                    M.Heads, M.KvHeads, M.HeadDim, M.Vocab, M.MtpLayers);
+  if (M.FfnHidden)
+    OS << fmt::format(" ffn={}", *M.FfnHidden);
+  if (M.MLA)
+    OS << fmt::format(" mla(q_lora={} kv_lora={} qk={} rope={} v={})", M.MLA->QLoraRank, M.MLA->KvLoraRank,
+                      M.MLA->QkHeadDim, M.MLA->QkRopeHeadDim, M.MLA->VHeadDim);
+  if (M.MoE)
+    OS << fmt::format(" moe(experts={} top_k={} ffn={} shared={} dense={} router={}{})", M.MoE->Experts, M.MoE->TopK,
+                      M.MoE->FfnHidden, M.MoE->SharedExperts, M.MoE->DenseLayers,
+                      M.MoE->RouterKind == Router::Sigmoid ? "sigmoid" : "softmax", M.MoE->ExpertBias ? " bias" : "");
+  if (M.LinearAttention)
+    OS << fmt::format(" linear(interval={} k={} v={} dim={})", M.LinearAttention->Interval,
+                      M.LinearAttention->KeyHeads, M.LinearAttention->ValueHeads, M.LinearAttention->HeadDim);
+  if (M.Vision)
+    OS << fmt::format(" vision(layers={} hidden={} heads={} patch={})", M.Vision->Layers, M.Vision->Hidden,
+                      M.Vision->Heads, M.Vision->PatchSize);
+  OS << "\n";
   Field("cluster.gpu", R.Gpu.Name);
   OS << "  cluster: " << R.Nodes << " nodes, " << R.WorldSize << " GPUs\n";
   Field("seq_len", Count(R.SeqLen));

@@ -24,6 +24,7 @@ namespace {
 cl::SubCommand CheckCmd("check", "Parse, type-check and lint recipes");
 cl::SubCommand ExplainCmd("explain", "Explain a diagnostic ID");
 cl::SubCommand SchemaCmd("schema", "Print the field tables of the language (Markdown)");
+cl::SubCommand RuleIndexCmd("rule-index", "Print the rule index (Markdown) for docs/rules.md");
 
 cl::list<std::string> CheckFiles(cl::Positional, cl::desc("<file.moe | ->..."), cl::sub(CheckCmd));
 cl::opt<std::string> RecipeName("recipe", cl::desc("Check only this recipe"), cl::value_desc("name"),
@@ -61,20 +62,43 @@ int runExplain() {
     for (const DiagInfo &I : allDiagInfos())
       Known.push_back(I.Id);
     llvm::SourceMgr SM;
-    DiagnosticEngine Diags(SM);
+    DiagnosticOptions Opts;
+    Opts.WarningsAsErrors = true; // nothing to explain: the tool exits 2
+    DiagnosticEngine Diags(SM, Opts);
     Diags.report(diag::unknown_diagnostic, llvm::SMRange(), ExplainID.getValue(), didYouMean(ExplainID, Known));
     renderText(Diags.finish(), SM, llvm::errs(), false);
     return ExitUsage;
   }
   const DiagInfo &Info = getDiagInfo(*ID);
   llvm::outs() << Info.Id << " (" << severityName(Info.DefaultSeverity) << ")\n\n" << Info.Explanation << "\n";
+  if (llvm::StringRef Source = ruleSource(*ID); !Source.empty())
+    llvm::outs() << "\nSource: " << Source << "\n";
+  return ExitOK;
+}
+
+/// The first sentence of an explanation, for one-line summaries.
+llvm::StringRef firstSentence(llvm::StringRef Text) {
+  size_t End = Text.find(". ");
+  return End == llvm::StringRef::npos ? Text : Text.take_front(End + 1);
+}
+
+int runRuleIndex() {
+  llvm::outs() << "| ID | severity | source | what it checks |\n| --- | --- | --- | --- |\n";
+  for (const RuleSpec &R : allRules()) {
+    const DiagInfo &I = getDiagInfo(R.ID);
+    llvm::outs() << "| `" << I.Id << "` | " << severityName(I.DefaultSeverity) << " | " << R.Source << " | "
+                 << firstSentence(I.Explanation) << " |\n";
+  }
   return ExitOK;
 }
 
 int runCheck() {
   if (ListRules) {
-    for (const DiagInfo &I : allDiagInfos())
-      llvm::outs() << llvm::formatv("{0,-32} {1}\n", I.Id, severityName(I.DefaultSeverity));
+    for (const DiagInfo &I : allDiagInfos()) {
+      llvm::StringRef Source = ruleSource(lookupDiagID(I.Id).getValue());
+      llvm::outs() << llvm::formatv("{0,-36} {1,-8} {2}\n", I.Id, severityName(I.DefaultSeverity),
+                                    Source.empty() ? "front end" : Source);
+    }
     return ExitOK;
   }
   if (CheckFiles.empty()) {
@@ -124,7 +148,20 @@ int runCheck() {
     }
     if (DumpAST && S.mainFile())
       ast::dump(*S.mainFile(), llvm::outs());
-    if (!S.mainFile())
+  }
+  // With several files, --recipe names a recipe of one of them: the files
+  // that do not define it are not analyzed rather than reported.
+  auto Defines = [&](const Sema &S) {
+    return llvm::any_of(S.mainFile()->Definitions, [&](const ast::Definition &D) {
+      return D.Kind == ast::DefKind::Recipe && D.Name == RecipeName.getValue();
+    });
+  };
+  bool SomeFileDefines = !RecipeName.empty() && llvm::any_of(Units, [&](const std::unique_ptr<Sema> &S) {
+                           return S->mainFile() && Defines(*S);
+                         });
+  for (const std::unique_ptr<Sema> &Unit : Units) {
+    Sema &S = *Unit;
+    if (!S.mainFile() || (SomeFileDefines && !Defines(S)))
       continue;
     llvm::Optional<llvm::StringRef> Only;
     if (!RecipeName.empty())
@@ -167,6 +204,8 @@ int main(int argc, char **argv) {
     return runCheck();
   if (ExplainCmd)
     return runExplain();
+  if (RuleIndexCmd)
+    return runRuleIndex();
   if (SchemaCmd) {
     printSchemaMarkdown(llvm::outs());
     return ExitOK;

@@ -1,0 +1,227 @@
+//===- HFConfig.cpp -------------------------------------------------------===//
+#include "moec/Import/HFConfig.h"
+
+#include "llvm/ADT/StringSet.h"
+#include "llvm/Support/JSON.h"
+#include <fmt/format.h>
+
+using namespace moec;
+namespace json = llvm::json;
+
+namespace {
+llvm::Error fail(const std::string &Message) {
+  return llvm::createStringError(llvm::inconvertibleErrorCode(), Message);
+}
+
+/// Reads integer keys, first match wins, remembering which keys were used.
+class ConfigReader {
+public:
+  explicit ConfigReader(const json::Object &O) : O(O) {}
+
+  llvm::Optional<int64_t> integer(std::initializer_list<llvm::StringRef> Keys) {
+    for (llvm::StringRef K : Keys) {
+      const json::Value *V = O.get(K);
+      if (!V || V->kind() == json::Value::Null)
+        continue;
+      Used.insert(K);
+      if (auto I = V->getAsInteger())
+        return *I;
+      if (auto D = V->getAsNumber(); D && *D == double(int64_t(*D)))
+        return int64_t(*D);
+      BadKey = K.str();
+    }
+    return llvm::None;
+  }
+  llvm::Optional<llvm::StringRef> string(llvm::StringRef Key) {
+    if (const json::Value *V = O.get(Key)) {
+      Used.insert(Key);
+      return V->getAsString();
+    }
+    return llvm::None;
+  }
+  llvm::Optional<bool> boolean(llvm::StringRef Key) {
+    if (const json::Value *V = O.get(Key)) {
+      Used.insert(Key);
+      return V->getAsBoolean();
+    }
+    return llvm::None;
+  }
+  void markUsed(llvm::StringRef Key) { Used.insert(Key); }
+  llvm::Expected<int64_t> required(std::initializer_list<llvm::StringRef> Keys) {
+    if (auto V = integer(Keys))
+      return *V;
+    if (!BadKey.empty())
+      return fail(fmt::format("config key '{}' is not an integer", BadKey));
+    return fail(fmt::format("config has no '{}'", Keys.begin()->str()));
+  }
+  std::vector<std::string> unused(const llvm::StringSet<> &Known) const {
+    std::vector<std::string> Out;
+    for (const auto &KV : O)
+      if (!Used.count(KV.first) && !Known.count(KV.first))
+        Out.push_back(KV.first.str());
+    std::sort(Out.begin(), Out.end());
+    return Out;
+  }
+
+private:
+  const json::Object &O;
+  llvm::StringSet<> Used;
+  std::string BadKey;
+};
+
+// Keys that describe training or tokenizer details rather than the shape the
+// planner and rules need; they are not reported as ignored.
+const llvm::StringSet<> Uninteresting = {
+    "architectures",  "model_type",          "torch_dtype",       "dtype",           "transformers_version",
+    "bos_token_id",   "eos_token_id",        "pad_token_id",      "tie_word_embeddings", "use_cache",
+    "initializer_range", "rms_norm_eps",     "hidden_act",        "attention_bias",  "attention_dropout",
+    "rope_theta",     "rope_scaling",        "output_router_logits", "router_aux_loss_coef", "norm_topk_prob",
+    "auto_map",       "quantization_config", "sliding_window",    "use_sliding_window", "max_window_layers",
+    "routed_scaling_factor", "aux_loss_alpha", "seq_aux", "ep_size", "pretraining_tp", "moe_layer_freq",
+    "router_jitter_noise", "image_token_id", "video_token_id", "vision_start_token_id", "vision_end_token_id",
+    "text_config", "vision_config", "decoder_sparse_step", "mlp_only_layers", "partial_rotary_factor",
+    "layer_types", "head_dim"};
+} // namespace
+
+llvm::Expected<HFImport> moec::importHFConfig(llvm::StringRef JsonText, llvm::StringRef ModelName) {
+  llvm::Expected<json::Value> Parsed = json::parse(JsonText);
+  if (!Parsed)
+    return fail("config.json is not valid JSON: " + llvm::toString(Parsed.takeError()));
+  const json::Object *Root = Parsed->getAsObject();
+  if (!Root)
+    return fail("config.json must hold a JSON object");
+  // Qwen3-VL nests the language model in text_config.
+  const json::Object *Text = Root->getObject("text_config");
+  const json::Object *Vision = Root->getObject("vision_config");
+  ConfigReader C(Text ? *Text : *Root);
+
+  std::string Out = fmt::format("model {} {{\n", ModelName.str());
+  auto Line = [&](const std::string &S) { Out += "  " + S + "\n"; };
+  auto Req = [&](const char *Field, std::initializer_list<llvm::StringRef> Keys) -> llvm::Error {
+    llvm::Expected<int64_t> V = C.required(Keys);
+    if (!V)
+      return V.takeError();
+    Line(fmt::format("{} = {}", Field, *V));
+    return llvm::Error::success();
+  };
+  auto Opt = [&](const char *Field, std::initializer_list<llvm::StringRef> Keys) {
+    if (auto V = C.integer(Keys))
+      Line(fmt::format("{} = {}", Field, *V));
+  };
+
+  if (auto E = Req("layers", {"num_hidden_layers", "num_layers", "n_layers"}))
+    return std::move(E);
+  if (auto E = Req("hidden", {"hidden_size", "d_model"}))
+    return std::move(E);
+  if (auto E = Req("heads", {"num_attention_heads", "n_heads"}))
+    return std::move(E);
+  if (auto E = Req("vocab", {"vocab_size"}))
+    return std::move(E);
+  Opt("kv_heads", {"num_key_value_heads"});
+  Opt("max_seq_len", {"max_position_embeddings"});
+  Opt("mtp_layers", {"num_nextn_predict_layers", "mtp_num_layers"});
+
+  // MoE: DeepSeek (n_routed_experts), Qwen (num_experts), Mixtral (num_local_experts).
+  llvm::Optional<int64_t> Experts = C.integer({"n_routed_experts", "num_experts", "num_local_experts"});
+  llvm::Optional<int64_t> MoeFfn = C.integer({"moe_intermediate_size"});
+  llvm::Optional<int64_t> Ffn = C.integer({"intermediate_size", "ffn_hidden_size"});
+  bool IsMixtral = C.integer({"num_local_experts"}).hasValue() && !MoeFfn;
+  if (Ffn && !IsMixtral)
+    Line(fmt::format("ffn_hidden = {}", *Ffn));
+
+  // MLA (DeepSeek-V3) or an explicit head_dim (Qwen3).
+  if (auto KvLora = C.integer({"kv_lora_rank"})) {
+    llvm::Optional<int64_t> QLora = C.integer({"q_lora_rank"});
+    auto Nope = C.required({"qk_nope_head_dim"});
+    if (!Nope)
+      return Nope.takeError();
+    auto Rope = C.required({"qk_rope_head_dim"});
+    if (!Rope)
+      return Rope.takeError();
+    auto V = C.required({"v_head_dim"});
+    if (!V)
+      return V.takeError();
+    Line(fmt::format("head_dim = {}", *Nope));
+    Line(fmt::format("attention = mla({}kv_lora_rank = {}, qk_head_dim = {}, qk_rope_head_dim = {}, v_head_dim = {})",
+                     QLora ? fmt::format("q_lora_rank = {}, ", *QLora) : std::string(), *KvLora, *Nope, *Rope, *V));
+  } else if (auto HeadDim = C.integer({"head_dim"})) {
+    Line(fmt::format("head_dim = {}", *HeadDim));
+  }
+
+  if (Experts && *Experts > 0) {
+    auto TopK = C.required({"num_experts_per_tok", "moe_top_k"});
+    if (!TopK)
+      return TopK.takeError();
+    int64_t ExpertFfn = MoeFfn ? *MoeFfn : Ffn ? *Ffn : 0;
+    if (!ExpertFfn)
+      return fail("config has neither 'moe_intermediate_size' nor 'intermediate_size'");
+    Out += "  moe {\n";
+    Line(fmt::format("  experts = {}; top_k = {}; ffn_hidden = {}", *Experts, *TopK, ExpertFfn));
+    llvm::Optional<int64_t> Shared = C.integer({"n_shared_experts"});
+    llvm::Optional<int64_t> SharedFfn = C.integer({"shared_expert_intermediate_size"});
+    if (Shared && *Shared > 0) {
+      Line(fmt::format("  shared_experts = {}; shared_ffn_hidden = {}", *Shared, *Shared * ExpertFfn));
+    } else if (SharedFfn && *SharedFfn > 0) {
+      Line(fmt::format("  shared_experts = 1; shared_ffn_hidden = {}", *SharedFfn));
+    }
+    if (auto Dense = C.integer({"first_k_dense_replace"}); Dense && *Dense > 0)
+      Line(fmt::format("  dense_layers = {}", *Dense));
+    if (auto Scoring = C.string("scoring_func"); Scoring && *Scoring == "sigmoid")
+      Line("  router = sigmoid");
+    if (auto Method = C.string("topk_method"); Method && *Method == "noaux_tc")
+      Line("  expert_bias = true");
+    if (auto Groups = C.integer({"n_group"}); Groups && *Groups > 1) {
+      Line(fmt::format("  groups = {}", *Groups));
+      if (auto GroupTopK = C.integer({"topk_group"}))
+        Line(fmt::format("  group_top_k = {}", *GroupTopK));
+    }
+    Out += "  }\n";
+  }
+
+  // Qwen3-Next: Gated DeltaNet layers between full-attention layers.
+  if (auto Interval = C.integer({"full_attention_interval"})) {
+    auto KeyHeads = C.required({"linear_num_key_heads"});
+    if (!KeyHeads)
+      return KeyHeads.takeError();
+    auto ValueHeads = C.required({"linear_num_value_heads"});
+    if (!ValueHeads)
+      return ValueHeads.takeError();
+    auto HeadDim = C.required({"linear_key_head_dim", "linear_value_head_dim"});
+    if (!HeadDim)
+      return HeadDim.takeError();
+    C.integer({"linear_value_head_dim"});
+    C.integer({"linear_conv_kernel_dim"});
+    Out += fmt::format("  linear_attention {{ interval = {}; key_heads = {}; value_heads = {}; head_dim = {} }}\n",
+                       *Interval, *KeyHeads, *ValueHeads, *HeadDim);
+  }
+
+  std::vector<std::string> Ignored = C.unused(Uninteresting);
+  if (Vision) {
+    ConfigReader V(*Vision);
+    std::string Section = "  vision {\n";
+    auto VReq = [&](const char *Field, std::initializer_list<llvm::StringRef> Keys) -> llvm::Error {
+      llvm::Expected<int64_t> X = V.required(Keys);
+      if (!X)
+        return fail("vision_config: " + llvm::toString(X.takeError()));
+      Section += fmt::format("    {} = {}\n", Field, *X);
+      return llvm::Error::success();
+    };
+    if (auto E = VReq("layers", {"depth", "num_hidden_layers"}))
+      return std::move(E);
+    if (auto E = VReq("hidden", {"hidden_size", "embed_dim"}))
+      return std::move(E);
+    if (auto E = VReq("heads", {"num_heads", "num_attention_heads"}))
+      return std::move(E);
+    if (auto E = VReq("ffn_hidden", {"intermediate_size"}))
+      return std::move(E);
+    if (auto E = VReq("patch_size", {"patch_size"}))
+      return std::move(E);
+    if (auto M = V.integer({"spatial_merge_size"}))
+      Section += fmt::format("    spatial_merge = {}\n", *M);
+    if (auto O = V.integer({"out_hidden_size"}))
+      Section += fmt::format("    out_hidden = {}\n", *O);
+    Out += Section + "  }\n";
+  }
+  Out += "}\n";
+  return HFImport{std::move(Out), std::move(Ignored)};
+}
