@@ -61,7 +61,9 @@ LBRACE : '{' ; RBRACE : '}' ; LPAREN : '(' ; RPAREN : ')' ;
 LBRACK : '[' ; RBRACK : ']' ;
 
 COMMENT  : '#' ~[\r\n]* -> channel(HIDDEN) ;
-WS       : [ \t\r\n]+ -> channel(HIDDEN) ;
+// Whitespace is dropped rather than kept on the hidden channel: nothing
+// reads it, and on a large file it is half of the tokens ANTLR allocates.
+WS       : [ \t\r\n]+ -> skip ;
 // Anything else becomes one token the parser cannot use, so the error is
 // reported where the stray character is.
 STRAY    : . ;

@@ -4,7 +4,7 @@
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringMap.h"
 #include <algorithm>
-#include <set>
+#include <map>
 #include <tuple>
 
 using namespace moec;
@@ -97,11 +97,17 @@ DiagnosticBuilder &DiagnosticBuilder::fixit(llvm::SMRange Range, std::string Rep
 DiagnosticBuilder DiagnosticEngine::add(diag::ID ID, llvm::SMRange Range, std::string Message) {
   const DiagInfo &Info = getDiagInfo(ID);
   if (Info.DefaultSeverity == Severity::Error) {
-    if (Opts.ErrorLimit && NumErrors >= Opts.ErrorLimit) {
-      ++NumDroppedErrors;
-      return DiagnosticBuilder(&Diags, llvm::None);
-    }
     ++NumErrors;
+    auto [It, New] =
+        ErrorsSeen.try_emplace({ID, Range.Start.getPointer(), Range.End.getPointer(), Message}, true);
+    if (New && Opts.ErrorLimit && NumShownErrors >= Opts.ErrorLimit) {
+      It->second = false;
+      ++NumDroppedErrors;
+    } else if (New) {
+      ++NumShownErrors;
+    }
+    if (!It->second)
+      return DiagnosticBuilder(&Diags, llvm::None);
   }
   Diags.push_back({ID, Info.DefaultSeverity, std::move(Message), Range, RecipeContext, {}, {}});
   return DiagnosticBuilder(&Diags, Diags.size() - 1);

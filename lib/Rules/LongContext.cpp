@@ -56,9 +56,13 @@ void check_prefer_selective_recompute(RuleContext &C) {
   if (R.Recompute.Kind != RecomputeKind::Full || R.SeqLen <= ShardTarget)
     return;
   auto B = C.report(diag::prefer_selective_recompute, "recompute", tokens(R.SeqLen));
-  std::string Modules = R.Model.MLA ? "mla_up_proj, layernorm, moe_act, mlp" : "layernorm, moe_act, mlp";
-  if (!R.Model.isMoE())
-    Modules = "layernorm, mlp";
+  // Only modules the model has: moe_act needs grouped-GEMM experts, and mlp
+  // recomputes dense MLP layers only (a no-op on an all-MoE model).
+  std::string Modules = R.Model.MLA ? "mla_up_proj, layernorm" : "layernorm";
+  if (R.Model.isMoE() && R.MoE.GroupedGemm)
+    Modules += ", moe_act";
+  if (!R.Model.isMoE() || R.Model.MoE->DenseLayers > 0)
+    Modules += ", mlp";
   C.fixit(B, "recompute", "selective(" + Modules + ")");
 }
 
@@ -109,9 +113,19 @@ void check_gpu_count_infeasible(RuleContext &C) {
   __int128 Needed = __int128(P.PP) * std::max(Dense, Expert);
   if (Needed <= R.WorldSize)
     return;
-  C.report(diag::gpu_count_infeasible, "parallel.pp", int64_t(std::min<__int128>(Needed, INT64_MAX)), P.PP,
+  // The largest layout that fits: with this pp, each stage has W / pp GPUs.
+  std::string Fits = P.PP > R.WorldSize
+                         ? "pp = " + std::to_string(P.PP) + " alone exceeds it"
+                         : "with pp = " + std::to_string(P.PP) + ", tp x cp and etp x ep can be at most " +
+                               std::to_string(R.WorldSize / P.PP);
+  // Report at the entry that overshoots: pp, else the larger factor of the larger product.
+  const char *Path = "parallel.pp";
+  if (P.PP == 1)
+    Path = Expert >= Dense ? (P.EP >= P.ETP ? "parallel.ep" : "parallel.etp")
+                           : (P.CP >= P.TP ? "parallel.cp" : "parallel.tp");
+  C.report(diag::gpu_count_infeasible, Path, int64_t(std::min<__int128>(Needed, INT64_MAX)), P.PP,
            int64_t(std::min<__int128>(Dense, INT64_MAX)), int64_t(std::min<__int128>(Expert, INT64_MAX)),
-           R.WorldSize);
+           R.WorldSize, Fits);
 }
 
 void check_cuda_graph_dynamic_shapes(RuleContext &C) {

@@ -39,6 +39,14 @@ void check_etp_not_free(RuleContext &C) {
     return;
   auto B = C.report(diag::etp_not_free, "parallel.etp", P.ETP, R.Model.MoE->Experts, Combined);
   const Provenance &EP = R.origin("parallel.ep"), &ETP = R.origin("parallel.etp");
+  // With ep left at its default there is no ep entry to rewrite: the etp
+  // entry becomes `ep = EP x ETP; etp = 1`.
+  if (EP.IsDefault && !ETP.IsDefault && ETP.EntryRange.Start.isValid() && ETP.PathRange.Start.isValid()) {
+    std::string Written(ETP.PathRange.Start.getPointer(), ETP.PathRange.End.getPointer());
+    std::string Prefix = Written.substr(0, Written.size() - strlen("etp"));
+    B.fixit(ETP.EntryRange, Prefix + "ep = " + std::to_string(Combined) + "; " + Written + " = 1");
+    return;
+  }
   // One fix-it per entry, so that each replacement covers the text it replaces.
   C.fixit(B, "parallel.ep", std::to_string(Combined));
   if (!ETP.IsDefault && ETP.EntryRange.Start.getPointer() != EP.EntryRange.Start.getPointer())
@@ -54,10 +62,13 @@ void check_hybridep_on_nvl72(RuleContext &C) {
 
 void check_cuda_graph_moe_scope(RuleContext &C) {
   const Recipe &R = C.R;
-  if (!C.isMoE())
+  if (!C.isMoE() || R.MoE.dropAndPad())
     return;
+  // Megatron refuses 'moe' without drop-and-pad (cuda-graph-moe-drop-and-pad,
+  // an error), and 'mlp' when every layer is MoE (cuda-graph-mlp-all-moe).
+  bool EveryLayerMoE = R.Model.MoE->DenseLayers == 0;
   for (GraphScope S : R.CudaGraph)
-    if (S == GraphScope::Moe || S == GraphScope::Mlp) {
+    if (S == GraphScope::Mlp && !EveryLayerMoE) {
       C.report(diag::cuda_graph_moe_scope, "cuda_graph", graphScopeName(S));
       return;
     }

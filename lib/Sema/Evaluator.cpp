@@ -19,8 +19,12 @@ using llvm::StringRef;
 
 std::string Value::describe() const {
   switch (K) {
-  case Kind::Number:
-    return Num.getDimension().describe() + " (" + Num.format() + ")";
+  case Kind::Number: {
+    // "a count (1)", "a bandwidth (80GB/s)", but "bytes (80GB)".
+    std::string Dim = Num.getDimension().describe();
+    bool Article = Dim != "bytes" && StringRef(Dim).find_first_of("*^") == StringRef::npos;
+    return (Article ? "a " : "") + Dim + " (" + Num.format() + ")";
+  }
   case Kind::Bool:
     return "a boolean";
   case Kind::String:
@@ -308,14 +312,17 @@ bool Scope::checkValue(Value &V, const FieldSpec &F, SMRange Where) {
   }
   if (V.K != Value::Kind::Number || V.Num.getDimension() != Want)
     return Mismatch();
-  if (F.Type == FieldType::Count && !V.Num.isInteger())
-    return Mismatch();
+  if (F.Type == FieldType::Count && !V.Num.isInteger()) {
+    S.Diags.report(diag::type_mismatch, Where, F.Path, describeType(F),
+                   "not a whole number (" + V.Num.format() + ")");
+    return false;
+  }
   double X = V.Num.getReal();
   if (X < F.Min || X > F.Max) {
     std::string Expected = F.Max == DBL_MAX ? fmt::format("at least {}", F.Min)
                                             : fmt::format("between {} and {}", F.Min, F.Max);
     if (Want != Dimension::none())
-      Expected = "a positive " + Want.describe();
+      Expected = "a value above zero";
     S.Diags.report(diag::value_out_of_range, Where, F.Path, V.Num.format(), Expected);
     return false;
   }
@@ -771,9 +778,14 @@ llvm::Optional<Value> Scope::evalCall(const ast::Expr &E, const FieldSpec &F) {
       return Bad(fmt::format("unknown model source '{}()'; expected a model name or hf(\"config.json\")", C.Callee));
     if (!OneString())
       return llvm::None;
-    S.Diags.report(diag::hf_unsupported, E.getRange(),
-                   "hf(\"...\") model import is not available in this version of moec; define the model with "
-                   "`model NAME { ... }`");
+    if (DefInfo *Imported = S.importHF(V.Elements[0].Text, E.getRange())) {
+      Value Ref;
+      Ref.K = Value::Kind::Ref;
+      Ref.Text = std::string(Imported->name());
+      Ref.Ref = Imported;
+      Ref.Range = E.getRange();
+      return Ref;
+    }
     return llvm::None;
   default:
     S.Diags.report(diag::type_mismatch, E.getRange(), F.Path, describeType(F), C.Callee + "(...)");

@@ -136,6 +136,7 @@ const ModelSpec *SemaImpl::lowerModel(DefInfo &D) {
     S.DenseLayers = R.count("moe.dense_layers");
     S.RouterKind = R.name("moe.router") == "sigmoid" ? Router::Sigmoid : Router::Softmax;
     S.ExpertBias = R.boolean("moe.expert_bias");
+    S.PreSoftmax = R.boolean("moe.pre_softmax");
     S.Groups = R.optCount("moe.groups");
     S.GroupTopK = R.optCount("moe.group_top_k");
     M.MoE = S;
@@ -340,6 +341,9 @@ llvm::Optional<Recipe> SemaImpl::lowerRecipe(Scope &Sc, std::string PointName) {
                  .Case("mxfp8", Precision::MXFP8)
                  .Case("nvfp4", Precision::NVFP4)
                  .Default(Precision::BF16);
+  Out.Fp8ParamGather = R.boolean("fp8_param_gather");
+  Out.Bf16FirstLayers = R.count("bf16_layers.first");
+  Out.Bf16LastLayers = R.count("bf16_layers.last");
   Out.Dispatch = llvm::StringSwitch<Dispatcher>(R.name("dispatcher"))
                      .Case("allgather", Dispatcher::AllGather)
                      .Case("deepep", Dispatcher::DeepEP)

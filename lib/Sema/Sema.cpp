@@ -2,6 +2,7 @@
 #include "SemaImpl.h"
 
 #include "moec/Catalog/Catalog.h"
+#include "moec/Import/HFConfig.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/MemoryBuffer.h"
@@ -385,4 +386,80 @@ bool SemaImpl::resolve(DefInfo &D) {
   }
   D.St = DefInfo::State::Resolved;
   return true;
+}
+
+DefInfo *SemaImpl::importHF(StringRef Path, SMRange CallRange) {
+  llvm::SourceMgr &SM = Diags.getSourceMgr();
+  // Relative to the recipe that names it, then to each -I directory.
+  std::vector<std::string> Candidates;
+  if (llvm::sys::path::is_absolute(Path)) {
+    Candidates.push_back(Path.str());
+  } else {
+    unsigned Buf = SM.FindBufferContainingLoc(CallRange.Start);
+    StringRef Name = Buf ? SM.getMemoryBuffer(Buf)->getBufferIdentifier() : StringRef();
+    llvm::SmallString<256> Dir(Name == "-" || Name == "<stdin>" ? StringRef() : Name);
+    llvm::sys::path::remove_filename(Dir);
+    llvm::SmallString<256> P(Dir);
+    llvm::sys::path::append(P, Path);
+    Candidates.push_back(std::string(P));
+    for (const std::string &I : Opts.IncludeDirs) {
+      llvm::SmallString<256> Q(I);
+      llvm::sys::path::append(Q, Path);
+      Candidates.push_back(std::string(Q));
+    }
+  }
+  std::string Found;
+  for (const std::string &C : Candidates)
+    if (llvm::sys::fs::is_regular_file(C)) {
+      Found = C;
+      break;
+    }
+  if (Found.empty()) {
+    Diags.report(diag::hf_unsupported, CallRange, fmt::format("cannot find Hugging Face config '{}'", Path.str()))
+        .note(diag::note_import_searched, SMRange(), llvm::join(Candidates, ", "));
+    return nullptr;
+  }
+  llvm::SmallString<256> Real;
+  if (llvm::sys::fs::real_path(Found, Real))
+    Real = Found;
+  if (DefInfo *D = HFModels.lookup(Real))
+    return D;
+  auto Buffer = llvm::MemoryBuffer::getFile(Found);
+  if (!Buffer) {
+    Diags.report(diag::hf_unsupported, CallRange,
+                 fmt::format("cannot read '{}': {}", Found, Buffer.getError().message()));
+    return nullptr;
+  }
+  if ((*Buffer)->getBufferSize() > Opts.Limits.MaxFileBytes) {
+    Diags.report(diag::hf_unsupported, CallRange, fmt::format("'{}' is larger than {} bytes", Found, Opts.Limits.MaxFileBytes));
+    return nullptr;
+  }
+  // The definition's name: hf_<file stem>, made an identifier.
+  std::string Name = "hf_";
+  StringRef Stem = llvm::sys::path::stem(llvm::sys::path::parent_path(Real).empty() ? StringRef(Real)
+                                                                                     : llvm::sys::path::filename(Real));
+  for (char C : Stem)
+    Name.push_back(llvm::isAlnum(C) ? C : '_');
+  if (HFModels.size())
+    Name += "_" + std::to_string(HFModels.size());
+  llvm::Expected<HFImport> Imported = importHFConfig((*Buffer)->getBuffer(), Name);
+  if (!Imported) {
+    Diags.report(diag::hf_unsupported, CallRange, fmt::format("{}: {}", Found, llvm::toString(Imported.takeError())));
+    return nullptr;
+  }
+  if (!Imported->Ignored.empty())
+    Diags.report(diag::hf_ignored_keys, CallRange, llvm::join(Imported->Ignored, ", "));
+  auto Text = llvm::MemoryBuffer::getMemBufferCopy(Imported->MoeText, (Found + " (imported as .moe)"));
+  unsigned ID = SM.AddNewSourceBuffer(std::move(Text), CallRange.Start);
+  std::unique_ptr<ast::File> F = parseBuffer(ID, Diags, Opts.Limits);
+  if (!F || F->Definitions.size() != 1)
+    return nullptr;
+  Defs.emplace_back();
+  DefInfo &D = Defs.back();
+  D.AST = &F->Definitions.front();
+  Files.push_back(std::move(F));
+  HFModels[Real] = &D;
+  if (!resolve(D))
+    return nullptr;
+  return &D;
 }

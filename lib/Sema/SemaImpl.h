@@ -106,6 +106,9 @@ public:
   bool resolve(DefInfo &D);
   Scope &sharedScope(DefInfo &D);
   std::vector<llvm::StringRef> namesOfKind(ast::DefKind K);
+  /// model = hf("config.json"): imports the config as a model definition.
+  DefInfo *importHF(llvm::StringRef Path, llvm::SMRange CallRange);
+  llvm::StringMap<DefInfo *> HFModels; // by canonical path
 
   // Lowering (Lowering.cpp).
   std::vector<Recipe> analyze(llvm::Optional<llvm::StringRef> OnlyRecipe);

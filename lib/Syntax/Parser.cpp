@@ -18,15 +18,20 @@ namespace {
 /// Maps ANTLR's code-point indices back to byte offsets in the buffer.
 class Locator {
 public:
-  Locator(llvm::StringRef Text) : Text(Text) {
+  /// InputSize is the number of code points ANTLR's input stream holds: it
+  /// silently drops a leading byte-order mark, so its indices start after it.
+  Locator(llvm::StringRef Text, size_t InputSize) : Text(Text) {
     if (llvm::all_of(Text, [](char C) { return (unsigned char)C < 0x80; }))
       return;
     for (size_t I = 0; I < Text.size(); ++I)
       if (((unsigned char)Text[I] & 0xC0) != 0x80)
         CodePointToByte.push_back(I);
     CodePointToByte.push_back(Text.size());
+    if (CodePointToByte.size() - 1 > InputSize)
+      Dropped = CodePointToByte.size() - 1 - InputSize;
   }
   llvm::SMLoc at(size_t CodePoint) const {
+    CodePoint += Dropped;
     size_t Byte = CodePointToByte.empty() ? CodePoint
                   : CodePoint < CodePointToByte.size() ? CodePointToByte[CodePoint]
                                                        : Text.size();
@@ -50,6 +55,7 @@ public:
 private:
   llvm::StringRef Text;
   std::vector<size_t> CodePointToByte;
+  size_t Dropped = 0;
 };
 
 /// Rejects what is not text before ANTLR sees it: invalid UTF-8 and control
@@ -92,6 +98,17 @@ std::string describeToken(const Token *T) {
     return "number '" + T->getText() + "'";
   case MoeLexer::STRING:
     return "string " + T->getText();
+  case MoeLexer::IMPORT:
+  case MoeLexer::RECIPE:
+  case MoeLexer::MODEL:
+  case MoeLexer::GPU:
+  case MoeLexer::CLUSTER:
+  case MoeLexer::EXTENDS:
+  case MoeLexer::SWEEP:
+  case MoeLexer::TRUE:
+  case MoeLexer::FALSE:
+    // `recipe recipe {}`: say why a word that looks like a name is not one.
+    return "keyword '" + T->getText() + "'";
   default:
     return "'" + T->getText() + "'";
   }
@@ -99,13 +116,22 @@ std::string describeToken(const Token *T) {
 
 std::string describeExpected(const antlr4::misc::IntervalSet &Set, const antlr4::dfa::Vocabulary &Vocab) {
   std::vector<std::string> Names;
+  // Operators and '.' could continue almost anything; listing them drowns
+  // what the user most likely left out, so they are named only when nothing
+  // else could come.
+  std::vector<std::string> Continuations;
   bool ValueAdded = false, NameAdded = false;
   for (ssize_t Type : Set.toList()) {
     switch (Type) {
+    case MoeLexer::STRING:
+      if (!Set.contains(size_t(MoeLexer::INT))) {
+        Names.push_back("a string"); // import "file.moe"
+        break;
+      }
+      LLVM_FALLTHROUGH;
     case MoeLexer::INT:
     case MoeLexer::FLOAT:
     case MoeLexer::QUANTITY:
-    case MoeLexer::STRING:
     case MoeLexer::TRUE:
     case MoeLexer::FALSE:
     case MoeLexer::SWEEP:
@@ -135,11 +161,19 @@ std::string describeExpected(const antlr4::misc::IntervalSet &Set, const antlr4:
     case ssize_t(Token::EOF):
       Names.push_back("end of file");
       break;
-    default:
-      Names.push_back(Vocab.getLiteralName(Type).empty() ? Vocab.getSymbolicName(Type)
-                                                         : Vocab.getLiteralName(Type));
+    default: {
+      std::string Literal = Vocab.getLiteralName(Type);
+      if (Literal.empty())
+        Names.push_back(Vocab.getSymbolicName(Type));
+      else if (Literal.size() == 3 && llvm::StringRef("+-*/%.").contains(Literal[1]))
+        Continuations.push_back(Literal);
+      else
+        Names.push_back(Literal);
+    }
     }
   }
+  if (Names.empty())
+    Names = std::move(Continuations);
   if (Names.empty())
     return "something else";
   if (Names.size() == 1)
@@ -151,6 +185,12 @@ std::string describeExpected(const antlr4::misc::IntervalSet &Set, const antlr4:
 
 /// Turns ANTLR's recognition errors into diagnostics that name what was
 /// found, what could come instead, and which block is left open.
+///
+/// Only the first syntax error is reported, and parsing stops there: what
+/// ANTLR's recovery finds after it is mostly the same mistake seen again
+/// (`recipe recipe {}` would also complain about the '{'), and a parse that
+/// goes on after an error is no longer bounded by the token pass's nesting
+/// and operator counts.
 class DiagnosingErrorStrategy : public antlr4::DefaultErrorStrategy {
 public:
   DiagnosingErrorStrategy(DiagnosticEngine &Diags, const Locator &Loc) : Diags(Diags), Loc(Loc) {}
@@ -158,7 +198,7 @@ public:
 
 protected:
   void reportNoViableAlternative(antlr4::Parser *P, const antlr4::NoViableAltException &E) override {
-    report(P, E.getOffendingToken(), P->getExpectedTokens());
+    report(P, E.getOffendingToken(), expectedAtOffendingToken(P, E));
   }
   void reportInputMismatch(antlr4::Parser *P, const antlr4::InputMismatchException &E) override {
     report(P, E.getOffendingToken(), E.getExpectedTokens());
@@ -180,24 +220,72 @@ protected:
   }
 
 private:
+  /// The parser's expected set is the one where the decision started: for
+  /// `seq_len 4K` that is what may begin an entry ('@' or a name), not the
+  /// '=' that is missing before `4K`. The configurations prediction reached
+  /// just before the offending token know what could have come there.
+  static antlr4::misc::IntervalSet expectedAtOffendingToken(antlr4::Parser *P,
+                                                            const antlr4::NoViableAltException &E) {
+    antlr4::misc::IntervalSet Set;
+    if (antlr4::atn::ATNConfigSet *Configs = E.getDeadEndConfigs())
+      for (const auto &Config : Configs->configs)
+        for (antlr4::atn::Transition *T : Config->state->transitions)
+          if (!T->isEpsilon() && T->getSerializationType() != antlr4::atn::Transition::NOT_SET)
+            Set.addAll(T->label());
+    return Set.isEmpty() ? P->getExpectedTokens() : Set;
+  }
+
   void report(antlr4::Parser *P, Token *Offending, const antlr4::misc::IntervalSet &Expected) {
     ++NumErrors;
+    reportFirst(P, Offending, Expected);
+    throw antlr4::ParseCancellationException();
+  }
+
+  void reportFirst(antlr4::Parser *P, Token *Offending, const antlr4::misc::IntervalSet &Expected) {
     // The lexer pass already reported stray characters and broken strings.
     if (Offending && (Offending->getType() == MoeLexer::STRAY ||
                       Offending->getType() == MoeLexer::UNTERMINATED_STRING))
       return;
-    llvm::SMRange Where = Loc.range(Offending);
-    if (Expected.contains(size_t(MoeLexer::RBRACE)) && Offending &&
-        (Offending->getType() == Token::EOF || Offending->getType() == MoeLexer::IMPORT ||
-         ((Offending->getType() == MoeLexer::RECIPE || Offending->getType() == MoeLexer::MODEL ||
-           Offending->getType() == MoeLexer::GPU || Offending->getType() == MoeLexer::CLUSTER) &&
-          P->getTokenStream()->LA(2) == MoeLexer::IDENT && P->getTokenStream()->LA(3) != '='))) {
-      if (reportUnclosed(P, Where))
+    llvm::SMRange Where = where(P, Offending);
+    // End of file, an import or what starts a definition (`recipe s {`,
+    // not `recipe s = 1`) where the block could still be closed means the
+    // block was never closed. The test is on the parser's next token and the
+    // expected set there: prediction may have stopped a token later (at `s`).
+    antlr4::TokenStream *In = P->getTokenStream();
+    Token *Next = P->getCurrentToken();
+    auto IsDefinitionKeyword = [](size_t Type) {
+      return Type == MoeLexer::RECIPE || Type == MoeLexer::MODEL || Type == MoeLexer::GPU ||
+             Type == MoeLexer::CLUSTER;
+    };
+    auto *Entry = dynamic_cast<MoeParser::EntryContext *>(P->getContext());
+    bool CouldClose = P->getExpectedTokens().contains(size_t(MoeLexer::RBRACE)) ||
+                      (Entry && Entry->getStart() == Next); // `recipe` may name a field
+    if (Next && CouldClose &&
+        (Next->getType() == Token::EOF || Next->getType() == MoeLexer::IMPORT ||
+         (IsDefinitionKeyword(Next->getType()) && In->LA(2) == MoeLexer::IDENT &&
+          In->LT(3)->getText() != "="))) {
+      if (reportUnclosed(P, where(P, Next)))
         return;
     }
     Diags.report(diag::unexpected_token, Where,
                  "unexpected " + describeToken(Offending) + "; expected " +
                      describeExpected(Expected, P->getVocabulary()));
+  }
+
+  /// The end of the file is reported just after the last token (comments
+  /// aside): on the line where the missing text belongs, not on the empty
+  /// line that usually follows it.
+  llvm::SMRange where(antlr4::Parser *P, Token *T) const {
+    if (!T || T->getType() != Token::EOF)
+      return Loc.range(T);
+    for (size_t I = T->getTokenIndex(); I-- > 0;) {
+      Token *Previous = P->getTokenStream()->get(I);
+      if (Previous->getChannel() == Token::DEFAULT_CHANNEL) {
+        llvm::SMLoc End = Loc.range(Previous).End;
+        return {End, End};
+      }
+    }
+    return Loc.range(T);
   }
 
   bool reportUnclosed(antlr4::Parser *P, llvm::SMRange Where) {
@@ -224,16 +312,69 @@ private:
   const Locator &Loc;
 };
 
+/// A stray character as the message shows it: invisible ones (a no-break
+/// space or a byte-order mark pasted from a web page) by their code point.
+std::string describeStray(const std::string &Text) {
+  const llvm::UTF8 *Begin = reinterpret_cast<const llvm::UTF8 *>(Text.data());
+  llvm::UTF32 CodePoint = 0;
+  if (Text.size() < 2 ||
+      llvm::convertUTF8Sequence(&Begin, Begin + Text.size(), &CodePoint, llvm::strictConversion) !=
+          llvm::conversionOK)
+    return Text;
+  bool Invisible = CodePoint == 0xA0 || CodePoint == 0xAD || (CodePoint >= 0x2000 && CodePoint <= 0x200F) ||
+                   (CodePoint >= 0x2028 && CodePoint <= 0x202F) || (CodePoint >= 0x205F && CodePoint <= 0x206F) ||
+                   CodePoint == 0x3000 || CodePoint == 0xFEFF;
+  if (!Invisible)
+    return Text;
+  std::string Hex = llvm::utohexstr(CodePoint);
+  return "U+" + std::string(Hex.size() < 4 ? 4 - Hex.size() : 0, '0') + Hex;
+}
+
+/// Files are bounded in bytes (ParseLimits::MaxFileBytes), but ANTLR's cost
+/// is per token: about a microsecond and a few hundred bytes each through
+/// lexing, parsing and tree building. A file of millions of one-character
+/// tokens (`;;;;`, a long list of digits) would take seconds and gigabytes.
+/// A real recipe file has a few hundred tokens; this allows thousands of
+/// recipes in one file while keeping the worst case near a second.
+constexpr size_t MaxTokens = 1u << 20;
+
+/// A token stream that stops lexing once it holds more than a given number
+/// of tokens.
+class BoundedTokenStream : public antlr4::CommonTokenStream {
+public:
+  using CommonTokenStream::CommonTokenStream;
+
+  /// Lexes the whole input; false if it has more than Max tokens (EOF
+  /// included).
+  bool fillAtMost(size_t Max) {
+    lazyInit();
+    while (!_fetchedEOF && _tokens.size() <= Max)
+      fetch(1000);
+    return _tokens.size() <= Max;
+  }
+};
+
 /// The token pass: errors ANTLR would only report as "unexpected token", and
 /// the resource bounds that keep the recursive-descent parser within its stack.
 bool checkTokens(antlr4::CommonTokenStream &Tokens, const Locator &Loc, DiagnosticEngine &Diags,
                  const ParseLimits &Limits) {
   bool OK = true;
   unsigned Depth = 0, Operators = 0;
+  // Each unary operator is one more level of the parser's recursion, and a
+  // ',' or '=' inside a call or list does not take the parser back out of
+  // the levels opened before the '(' or '['. So operators are counted along
+  // the path from the start of the value: an argument starts from the count
+  // its bracket opened at, not from zero.
+  std::vector<unsigned> OperatorsAtOpen;
+  size_t LastStrayLine = 0;
   for (Token *T : Tokens.getTokens()) {
     switch (T->getType()) {
     case MoeLexer::STRAY:
-      Diags.report(diag::stray_character, Loc.range(T), T->getText());
+      // One per line: a line of garbage (a pasted binary, a wrong encoding)
+      // is one mistake, and each diagnostic prints the whole line again.
+      if (T->getLine() != LastStrayLine)
+        Diags.report(diag::stray_character, Loc.range(T), describeStray(T->getText()));
+      LastStrayLine = T->getLine();
       OK = false;
       break;
     case MoeLexer::UNTERMINATED_STRING:
@@ -264,22 +405,33 @@ bool checkTokens(antlr4::CommonTokenStream &Tokens, const Locator &Loc, Diagnost
         Diags.report(diag::nesting_too_deep, Loc.range(T), Limits.MaxNesting);
         return false;
       }
-      if (T->getType() == MoeLexer::LBRACE)
+      if (T->getType() == MoeLexer::LBRACE) {
         Operators = 0;
+        OperatorsAtOpen.clear();
+      } else {
+        OperatorsAtOpen.push_back(Operators);
+      }
       break;
     case MoeLexer::RBRACE:
     case MoeLexer::RPAREN:
     case MoeLexer::RBRACK:
       if (Depth)
         --Depth;
-      if (T->getType() == MoeLexer::RBRACE)
+      if (T->getType() == MoeLexer::RBRACE) {
         Operators = 0;
+        OperatorsAtOpen.clear();
+      } else if (!OperatorsAtOpen.empty()) {
+        OperatorsAtOpen.pop_back();
+      }
       break;
     default: {
       llvm::StringRef Text = T->getText();
-      if (Text == "=" || Text == ";" || Text == ",")
+      if (Text == ";") {
         Operators = 0;
-      else if (Text.size() == 1 && llvm::StringRef("+-*/%").contains(Text[0]) &&
+        OperatorsAtOpen.clear();
+      } else if (Text == "=" || Text == ",") {
+        Operators = OperatorsAtOpen.empty() ? 0 : OperatorsAtOpen.back();
+      } else if (Text.size() == 1 && llvm::StringRef("+-*/%").contains(Text[0]) &&
                ++Operators > Limits.MaxOperatorsPerExpression) {
         Diags.report(diag::expression_too_long, Loc.range(T), Limits.MaxOperatorsPerExpression);
         return false;
@@ -449,7 +601,9 @@ private:
 
   ast::ExprPtr primary(MoeParser::PrimaryContext *Ctx) {
     llvm::SMRange R = Loc.range(Ctx);
-    std::string Text = Ctx->getText();
+    // A literal is one token. The context's own getText() would rebuild the
+    // text of a whole list or call subtree, once per level.
+    std::string Text = Ctx->getStart()->getText();
     if (dynamic_cast<MoeParser::IntLitContext *>(Ctx))
       return number(ast::Expr::Kind::Int, R, Text);
     if (dynamic_cast<MoeParser::FloatLitContext *>(Ctx))
@@ -499,16 +653,19 @@ std::unique_ptr<ast::File> moec::parseBuffer(unsigned BufferID, DiagnosticEngine
   if (!checkEncoding(Text, Diags, Limits))
     return nullptr;
 
-  Locator Loc(Text);
   unsigned ErrorsBefore = Diags.errorCount();
   try {
     antlr4::ANTLRInputStream Input(Text.data(), Text.size());
+    Locator Loc(Text, Input.size());
     MoeLexer Lexer(&Input);
     SilentListener Silent;
     Lexer.removeErrorListeners();
     Lexer.addErrorListener(&Silent);
-    antlr4::CommonTokenStream Tokens(&Lexer);
-    Tokens.fill();
+    BoundedTokenStream Tokens(&Lexer);
+    if (!Tokens.fillAtMost(MaxTokens)) {
+      Diags.report(diag::too_many_tokens, Loc.range(Tokens.get(MaxTokens)), MaxTokens);
+      return nullptr;
+    }
     if (!checkTokens(Tokens, Loc, Diags, Limits))
       return nullptr;
 
@@ -519,8 +676,13 @@ std::unique_ptr<ast::File> moec::parseBuffer(unsigned BufferID, DiagnosticEngine
     Parser.setErrorHandler(Strategy);
     Parser.getInterpreter<antlr4::atn::ParserATNSimulator>()->setPredictionMode(
         antlr4::atn::PredictionMode::SLL);
-    MoeParser::FileContext *Tree = Parser.file();
-    if (Strategy->NumErrors || Diags.errorCount() != ErrorsBefore)
+    MoeParser::FileContext *Tree = nullptr;
+    try {
+      Tree = Parser.file();
+    } catch (const antlr4::ParseCancellationException &) {
+      // The first syntax error was reported; see DiagnosingErrorStrategy.
+    }
+    if (!Tree || Strategy->NumErrors || Diags.errorCount() != ErrorsBefore)
       return nullptr;
 
     ASTBuilder Builder(Loc, Diags);

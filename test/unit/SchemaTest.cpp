@@ -97,8 +97,9 @@ TEST(Schema, DefaultsAndDerivedFieldsSayWhatTheyAre) {
 TEST(Schema, RangesAreOrdered) {
   for (DefKind K : AllKinds)
     for (const FieldSpec &F : schemaFor(K))
-      if (F.Type == FieldType::Count || F.Type == FieldType::Number)
+      if (F.Type == FieldType::Count || F.Type == FieldType::Number) {
         EXPECT_LE(F.Min, F.Max) << where(F);
+      }
 }
 
 TEST(Schema, LookupField) {
@@ -135,7 +136,7 @@ TEST(Schema, IsSection) {
   for (StringRef S : {"moe", "vision", "linear_attention"})
     EXPECT_TRUE(isSection(DefKind::Model, S)) << S.str();
   // Fields, prefixes that stop inside a name, unknown names and the empty path are not sections.
-  for (StringRef S : {"seq_len", "parallel.cp", "par", "paralle", "parallel.", "moe", "", "cluster.gpu"})
+  for (StringRef S : {"seq_len", "parallel.cp", "par", "paralle", "parallel.", "layers", "", "cluster.gpu"})
     EXPECT_FALSE(isSection(DefKind::Recipe, S)) << S.str();
   EXPECT_FALSE(isSection(DefKind::Model, "layers"));
   EXPECT_FALSE(isSection(DefKind::Model, "parallel"));
@@ -143,8 +144,9 @@ TEST(Schema, IsSection) {
   // Every dotted field's section is a section.
   for (DefKind K : AllKinds)
     for (const FieldSpec &F : schemaFor(K))
-      if (!F.section().empty())
+      if (!F.section().empty()) {
         EXPECT_TRUE(isSection(K, F.section())) << where(F);
+      }
 }
 
 TEST(Schema, ContractRecipeFieldsExist) {

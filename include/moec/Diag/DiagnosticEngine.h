@@ -16,7 +16,9 @@
 #include "llvm/Support/SMLoc.h"
 #include "llvm/Support/SourceMgr.h"
 #include <fmt/format.h>
+#include <map>
 #include <string>
+#include <tuple>
 #include <vector>
 
 // Let fmt print LLVM strings directly in diagnostic arguments.
@@ -159,6 +161,10 @@ private:
   std::string RecipeContext;
   unsigned NumErrors = 0;
   unsigned NumDroppedErrors = 0;
+  /// Each distinct error (ID, range, message), and whether it is shown: the
+  /// cap counts distinct errors, as a sweep reports one once per point.
+  std::map<std::tuple<unsigned, const char *, const char *, std::string>, bool> ErrorsSeen;
+  unsigned NumShownErrors = 0;
   bool Finished = false;
 };
 

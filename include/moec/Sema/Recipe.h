@@ -71,6 +71,7 @@ struct MoESpec {
   llvm::Optional<int64_t> SharedFfnHidden;
   Router RouterKind = Router::Softmax;
   bool ExpertBias = false;
+  bool PreSoftmax = false; // softmax before the top-k selection
   llvm::Optional<int64_t> Groups, GroupTopK;
 };
 
@@ -149,6 +150,8 @@ struct Recipe {
   int64_t SeqLen = 0, MicroBatch = 0, GlobalBatch = 0;
   ParallelConfig Parallel;
   Precision Prec = Precision::BF16;
+  bool Fp8ParamGather = false;
+  int64_t Bf16FirstLayers = 0, Bf16LastLayers = 0; // Megatron first_last_layers_bf16
   Dispatcher Dispatch = Dispatcher::AllToAll;
   RecomputeConfig Recompute;
   llvm::SmallVector<GraphScope, 4> CudaGraph; // empty: none
