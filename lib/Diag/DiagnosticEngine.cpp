@@ -53,6 +53,14 @@ llvm::Optional<llvm::StringRef> moec::closestMatch(llvm::StringRef Typo,
     if (C.equals_insensitive(Typo) && C != Typo)
       return C; // a case slip: gb for GB
   llvm::Optional<llvm::StringRef> Best;
+  // A prefix of a longer name (h100 for h100_sxm, fp8.block) names the
+  // intended entry better than a short edit distance to another one (b200).
+  if (Typo.size() >= 3)
+    for (llvm::StringRef C : Candidates)
+      if (C.startswith(Typo) && C != Typo && (!Best || C.size() < Best->size()))
+        Best = C;
+  if (Best)
+    return Best;
   // Allow about one edit in three characters, as clang's typo correction does.
   unsigned BestDistance = std::max<unsigned>(1, (Typo.size() + 2) / 3) + 1;
   for (llvm::StringRef C : Candidates) {
@@ -64,10 +72,10 @@ llvm::Optional<llvm::StringRef> moec::closestMatch(llvm::StringRef Typo,
       }
     }
   }
-  if (!Best && Typo.size() >= 3) {
-    // A prefix or a fragment of a longer name: fp8.block, attn.
+  if (!Best && Typo.size() >= 4) {
+    // A fragment of a longer name: attn for core_attn.
     for (llvm::StringRef C : Candidates)
-      if (C.startswith(Typo) || (C.size() > Typo.size() && C.contains(Typo))) {
+      if (C.size() > Typo.size() && C.contains(Typo)) {
         Best = C;
         break;
       }

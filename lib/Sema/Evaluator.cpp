@@ -98,8 +98,17 @@ const ast::Expr *Scope::chosenExpr(StringRef Path, const FieldEntry &E) const {
 const Value *Scope::get(StringRef Path) {
   auto It = Memo.find(Path);
   if (It != Memo.end()) {
-    if (It->second.St == State::InProgress)
-      return nullptr; // reported by resolveReference
+    if (It->second.St == State::InProgress) {
+      // A cycle through a derived value (cp = dp, where dp needs cp);
+      // direct references are reported by resolveReference with their range.
+      auto Start = llvm::find(Stack, Path.str());
+      std::vector<std::string> Cycle(Start, Stack.end());
+      Cycle.push_back(Path.str());
+      auto Entry = Def.Fields.find(Stack.back());
+      SMRange Where = Entry != Def.Fields.end() ? Entry->second.EntryRange : Def.AST->NameRange;
+      S.Diags.report(diag::field_cycle, Where, Path, llvm::join(Cycle, " -> "));
+      return nullptr;
+    }
     return It->second.V ? &*It->second.V : nullptr;
   }
   Memo[Path] = {State::InProgress, llvm::None};
@@ -377,12 +386,15 @@ const Value *Scope::resolveReference(const ast::PathExpr &P, StringRef FromPath)
     Candidates.push_back((Section + "." + Joined).str());
   Candidates.push_back(Joined);
 
-  for (const std::string &Candidate : Candidates) {
+  for (size_t CI = 0; CI < Candidates.size(); ++CI) {
+    const std::string &Candidate = Candidates[CI];
     // The longest prefix that is a field; the rest continues in the
-    // definition it names (model.layers, cluster.gpu.memory).
+    // definition it names (model.layers, cluster.gpu.memory). A
+    // section-relative candidate must match at least one part the user wrote.
     llvm::SmallVector<StringRef, 4> Parts;
     StringRef(Candidate).split(Parts, '.');
-    for (size_t N = Parts.size(); N > 0; --N) {
+    size_t MinParts = (CI + 1 < Candidates.size()) ? Section.count('.') + 2 : 1;
+    for (size_t N = Parts.size(); N >= MinParts && N > 0; --N) {
       std::string Prefix = llvm::join(Parts.begin(), Parts.begin() + N, ".");
       if (!lookupField(Def.kind(), Prefix))
         continue;

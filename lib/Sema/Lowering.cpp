@@ -1,6 +1,8 @@
 //===- Lowering.cpp - Checked values to the typed Recipe IR ---------------===//
 #include "SemaImpl.h"
 
+#include <deque>
+
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringSwitch.h"
 
@@ -252,7 +254,10 @@ llvm::Optional<Recipe> SemaImpl::lowerRecipe(Scope &Sc, std::string PointName) {
   SMRange ClusterRange = Sc.provenance(Stated("cluster.nodes") ? "cluster.nodes" : "cluster.gpus").Range;
   auto Nodes = R.optCount("cluster.nodes");
   int64_t PerNode = Out.Gpu.GpusPerNode > 0 ? Out.Gpu.GpusPerNode : 1;
-  if (G && G->Ref) {
+  // A size that failed to evaluate was reported; checking it again would
+  // only repeat the error as a conflict with "0".
+  bool SizeFailed = Sc.failed("cluster.nodes") || Sc.failed("cluster.gpus");
+  if (G && G->Ref && !SizeFailed) {
     if (Stated("cluster.gpus") && Nodes) {
       int64_t Stated = R.count("cluster.gpus");
       if (Stated != *Nodes * PerNode)
@@ -422,9 +427,11 @@ llvm::Optional<Recipe> SemaImpl::lowerRecipe(Scope &Sc, std::string PointName) {
 }
 
 std::vector<Recipe> SemaImpl::analyze(llvm::Optional<StringRef> OnlyRecipe) {
-  std::vector<Recipe> Recipes;
+  // Recipe's move constructor is not noexcept (StringMap), so a growing
+  // vector would copy every recipe on each regrowth; collect in a deque.
+  std::deque<Recipe> Recipes;
   if (!Main)
-    return Recipes;
+    return {};
   if (OnlyRecipe) {
     DefInfo *D = UserDefs.lookup(*OnlyRecipe);
     bool InMain = D && D->kind() == ast::DefKind::Recipe &&
@@ -437,7 +444,7 @@ std::vector<Recipe> SemaImpl::analyze(llvm::Optional<StringRef> OnlyRecipe) {
       StringRef File = Diags.getSourceMgr().getMemoryBuffer(Main->BufferID)->getBufferIdentifier();
       Diags.report(diag::unknown_recipe, SMRange(), OnlyRecipe->str(), File == "-" ? "<stdin>" : File.str(),
                    didYouMean(*OnlyRecipe, Names));
-      return Recipes;
+      return {};
     }
   }
 
@@ -498,5 +505,9 @@ std::vector<Recipe> SemaImpl::analyze(llvm::Optional<StringRef> OnlyRecipe) {
       }
     }
   }
-  return Recipes;
+  std::vector<Recipe> Out;
+  Out.reserve(Recipes.size());
+  for (Recipe &R : Recipes)
+    Out.push_back(std::move(R));
+  return Out;
 }

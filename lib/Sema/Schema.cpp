@@ -241,7 +241,17 @@ void moec::printSchemaMarkdown(llvm::raw_ostream &OS) {
       std::string Type = describeType(F);
       if ((F.Type == T::Count || F.Type == T::Number) && (F.Min > 0 || F.Max != NoMax))
         Type += F.Max == NoMax ? fmt::format(", at least {}", F.Min) : fmt::format(", {} to {}", F.Min, F.Max);
-      OS << "| `" << F.Path << "` | " << Type << " | " << Default << " | " << F.Doc << " |\n";
+      // A literal '|' would end a Markdown table cell.
+      auto Escape = [](llvm::StringRef S) {
+        std::string Out;
+        for (char C : S) {
+          if (C == '|')
+            Out += '\\';
+          Out += C;
+        }
+        return Out;
+      };
+      OS << "| `" << F.Path << "` | " << Escape(Type) << " | " << Escape(Default) << " | " << Escape(F.Doc) << " |\n";
     }
     OS << "\n";
   }

@@ -51,6 +51,16 @@ public:
     return {A.Start, B.End};
   }
   llvm::SMRange range(antlr4::ParserRuleContext *Ctx) const { return range(Ctx->getStart(), Ctx->getStop()); }
+  /// Source text of a token or rule, sliced from the buffer (ANTLR's getText
+  /// re-encodes from UTF-32 on every call).
+  std::string text(const Token *T) const {
+    llvm::SMRange R = range(T);
+    return std::string(R.Start.getPointer(), R.End.getPointer());
+  }
+  std::string text(antlr4::ParserRuleContext *Ctx) const {
+    llvm::SMRange R = range(Ctx);
+    return std::string(R.Start.getPointer(), R.End.getPointer());
+  }
 
 private:
   llvm::StringRef Text;
@@ -137,8 +147,9 @@ std::string describeExpected(const antlr4::misc::IntervalSet &Set, const antlr4:
     case MoeLexer::SWEEP:
     case MoeLexer::LBRACK:
     case MoeLexer::LPAREN:
-      if (Type == MoeLexer::LPAREN && !Set.contains(size_t(MoeLexer::INT))) {
-        Names.push_back("'('");
+      // Not where a value goes: a call's '(' or the list after `sweep`.
+      if ((Type == MoeLexer::LPAREN || Type == MoeLexer::LBRACK) && !Set.contains(size_t(MoeLexer::INT))) {
+        Names.push_back(Type == MoeLexer::LPAREN ? "'('" : "'['");
         break;
       }
       if (!ValueAdded)
@@ -425,7 +436,10 @@ bool checkTokens(antlr4::CommonTokenStream &Tokens, const Locator &Loc, Diagnost
       }
       break;
     default: {
-      llvm::StringRef Text = T->getText();
+      // Punctuation is one byte; read it from the buffer rather than asking
+      // ANTLR for a fresh string per token.
+      llvm::SMRange R = Loc.range(T);
+      llvm::StringRef Text(R.Start.getPointer(), R.End.getPointer() - R.Start.getPointer());
       if (Text == ";") {
         Operators = 0;
         OperatorsAtOpen.clear();
@@ -466,7 +480,7 @@ public:
     F->BufferID = BufferID;
     for (auto *Item : Ctx->topItem()) {
       if (auto *I = Item->importDecl())
-        F->Imports.push_back({decodeString(I->STRING()->getText()), Loc.range(I)});
+        F->Imports.push_back({decodeString(Loc.text(I->STRING()->getSymbol())), Loc.range(I)});
       else if (auto *D = Item->definition())
         F->Definitions.push_back(definition(D));
     }
@@ -491,10 +505,10 @@ private:
       D.Kind = ast::DefKind::Cluster;
       break;
     }
-    D.Name = Ctx->defName->getText();
+    D.Name = Loc.text(Ctx->defName);
     D.NameRange = Loc.range(Ctx->defName);
     if (Ctx->base) {
-      D.Base = Ctx->base->getText();
+      D.Base = Loc.text(Ctx->base);
       D.BaseRange = Loc.range(Ctx->base);
     }
     D.Entries = block(Ctx->block());
@@ -527,14 +541,14 @@ private:
     if (auto *A = dynamic_cast<MoeParser::AssignEntryContext *>(Ctx)) {
       E.Annotations = annotations(A->annotation());
       for (auto *N : A->path()->name())
-        E.Path.push_back(N->getText());
+        E.Path.push_back(Loc.text(N));
       E.PathRange = Loc.range(A->path());
       E.Value = expr(A->expr());
       return E;
     }
     auto *S = static_cast<MoeParser::SectionEntryContext *>(Ctx);
     E.Annotations = annotations(S->annotation());
-    E.Path.push_back(S->name()->getText());
+    E.Path.push_back(Loc.text(S->name()));
     E.PathRange = Loc.range(S->name());
     E.OpenBrace = Loc.range(S->block()->getStart());
     E.Children = block(S->block());
@@ -544,7 +558,7 @@ private:
   std::vector<ast::Annotation> annotations(const std::vector<MoeParser::AnnotationContext *> &Ctxs) {
     std::vector<ast::Annotation> Out;
     for (auto *A : Ctxs)
-      Out.push_back({A->IDENT()->getText(), Loc.range(A), args(A->arg())});
+      Out.push_back({Loc.text(A->IDENT()->getSymbol()), Loc.range(A), args(A->arg())});
     return Out;
   }
 
@@ -553,7 +567,7 @@ private:
     for (auto *A : Ctxs) {
       ast::Argument Arg;
       if (A->name()) {
-        Arg.Name = A->name()->getText();
+        Arg.Name = Loc.text(A->name());
         Arg.NameRange = Loc.range(A->name());
       }
       Arg.Value = expr(A->expr());
@@ -562,7 +576,7 @@ private:
     return Out;
   }
 
-  static char opChar(Token *T) { return T->getText()[0]; }
+  char opChar(Token *T) const { return *Loc.range(T).Start.getPointer(); }
 
   ast::ExprPtr expr(MoeParser::ExprContext *Ctx) {
     llvm::SMRange R = Loc.range(Ctx);
@@ -603,7 +617,7 @@ private:
     llvm::SMRange R = Loc.range(Ctx);
     // A literal is one token. The context's own getText() would rebuild the
     // text of a whole list or call subtree, once per level.
-    std::string Text = Ctx->getStart()->getText();
+    std::string Text = Loc.text(Ctx->getStart());
     if (dynamic_cast<MoeParser::IntLitContext *>(Ctx))
       return number(ast::Expr::Kind::Int, R, Text);
     if (dynamic_cast<MoeParser::FloatLitContext *>(Ctx))
@@ -619,12 +633,12 @@ private:
     if (auto *L = dynamic_cast<MoeParser::ListExprContext *>(Ctx))
       return std::make_unique<ast::ListExpr>(ast::Expr::Kind::List, R, list(L->list()));
     if (auto *C = dynamic_cast<MoeParser::CallExprContext *>(Ctx))
-      return std::make_unique<ast::CallExpr>(R, C->IDENT()->getText(), Loc.range(C->IDENT()->getSymbol()),
+      return std::make_unique<ast::CallExpr>(R, Loc.text(C->IDENT()->getSymbol()), Loc.range(C->IDENT()->getSymbol()),
                                              args(C->arg()));
     if (auto *P = dynamic_cast<MoeParser::PathExprContext *>(Ctx)) {
       llvm::SmallVector<std::string, 2> Parts;
       for (auto *N : P->path()->name())
-        Parts.push_back(N->getText());
+        Parts.push_back(Loc.text(N));
       return std::make_unique<ast::PathExpr>(R, std::move(Parts));
     }
     auto *Paren = static_cast<MoeParser::ParenExprContext *>(Ctx);

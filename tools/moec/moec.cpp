@@ -172,7 +172,7 @@ int runCheck() {
     if (DumpRecipe)
       for (const Recipe &R : Found)
         printRecipe(R, SM, llvm::outs());
-    std::move(Found.begin(), Found.end(), std::back_inserter(Recipes));
+    Recipes.insert(Recipes.end(), std::make_move_iterator(Found.begin()), std::make_move_iterator(Found.end()));
   }
 
   const std::vector<Diagnostic> &Final = Diags.finish();
