@@ -46,6 +46,7 @@ END = "<!-- END check_speed -->"
 
 TARGET_SMALL_MS = 20.0
 TARGET_LARGE_MS = 200.0
+TARGET_EXAMPLES_MS = 50.0  # issue 3: moec check over all of examples/ in one process
 LARGE_LINES = 10_000
 
 # --------------------------------------------------------------------------------------
@@ -249,7 +250,8 @@ def run_once(moec, path, extra=()):
     child (user + system, from getrusage), and the completed process."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    proc = subprocess.run([str(moec), "check", *extra, str(path)], stdout=subprocess.PIPE,
+    files = [str(p) for p in (path if isinstance(path, list) else [path])]
+    proc = subprocess.run([str(moec), "check", *extra, *files], stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE)
     wall = (time.perf_counter() - start) * 1000.0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -438,10 +440,15 @@ def main():
         tiny = tmp / "bench_minimal.moe"
         tiny.write_text(minimal_file())
 
+        examples = sorted((ROOT / "examples").rglob("*.moe"))
+        example_recipes = sum(p.read_text().count("\nrecipe ") + p.read_text().startswith("recipe ")
+                              for p in examples)
         inputs = [
             ("startup: 1 minimal recipe", tiny, 1, None),
             ("20 recipes", small, 20, TARGET_SMALL_MS),
             (f"~{LARGE_LINES:,} lines", large, n_large, TARGET_LARGE_MS),
+            (f"all of examples/ ({len(examples)} files), one process", examples, example_recipes,
+             TARGET_EXAMPLES_MS),
         ]
         info = machine_info(moec)
         results = []
@@ -450,7 +457,7 @@ def main():
             if rc not in (0, 1) or counts is None:
                 print(f"check_speed: moec failed on {path} (exit {rc}):\n{stderr}", file=sys.stderr)
             stats = measure(moec, path, args.runs)
-            lines = path.read_text().count("\n")
+            lines = sum(p.read_text().count("\n") for p in (path if isinstance(path, list) else [path]))
             results.append(dict(label=label, path=path, lines=lines, recipes=recipes, target=target, stats=stats,
                                 diags=dict(rc=rc, counts=counts, ids=ids)))
             verdict = "" if target is None else ("  PASS" if stats["median"] < target else "  FAIL")

@@ -4,7 +4,7 @@
 // decomposition, model shape, pipeline, batch, context parallel, MoE core
 // and router) that Structural.cpp and Sema do not already cover, and the
 // checks Megatron leaves to model build or the first forward (top-k, expert
-// TP). docs/megatron-map-model.md maps every rule of these sections.
+// TP). docs/rules.md ("Megatron-Core rule map") maps every rule of these sections.
 //
 //===----------------------------------------------------------------------===//
 #include "moec/Basic/Quantity.h"

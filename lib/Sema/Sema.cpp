@@ -39,15 +39,22 @@ Sema::LoadResult Sema::loadBuffer(std::unique_ptr<llvm::MemoryBuffer> Buffer) {
 std::vector<Recipe> Sema::analyze(llvm::Optional<StringRef> OnlyRecipe) { return Impl->analyze(OnlyRecipe); }
 const ast::File *Sema::mainFile() const { return Impl->Main; }
 
-void SemaImpl::loadCatalog() {
+std::shared_ptr<const BuiltinCatalog> BuiltinCatalog::parse(DiagnosticEngine &Diags, const ParseLimits &Limits) {
+  auto Catalog = std::make_shared<BuiltinCatalog>();
   for (const CatalogFile &C : builtinCatalogFiles()) {
     auto Buffer = llvm::MemoryBuffer::getMemBuffer(C.Text, C.Name);
     unsigned ID = Diags.getSourceMgr().AddNewSourceBuffer(std::move(Buffer), llvm::SMLoc());
-    if (auto F = parseBuffer(ID, Diags, Opts.Limits)) {
-      registerDefinitions(*F, /*Builtin=*/true);
-      Files.push_back(std::move(F));
-    }
+    if (auto F = parseBuffer(ID, Diags, Limits))
+      Catalog->Files.push_back(std::move(F));
   }
+  return Catalog;
+}
+
+void SemaImpl::loadCatalog() {
+  if (!Opts.Catalog)
+    Opts.Catalog = BuiltinCatalog::parse(Diags, Opts.Limits);
+  for (const std::unique_ptr<ast::File> &F : Opts.Catalog->Files)
+    registerDefinitions(*F, /*Builtin=*/true);
 }
 
 Sema::LoadResult SemaImpl::loadMain(std::unique_ptr<llvm::MemoryBuffer> Buffer) {

@@ -516,6 +516,14 @@ private:
     return D;
   }
 
+  /// Whether a line break separates two tokens. The text between them is
+  /// read rather than ANTLR's line numbers, which count only '\n': a file
+  /// with old Mac line ends ('\r') has line breaks too.
+  bool lineBreakBetween(Token *A, Token *B) const {
+    const char *From = Loc.range(A).End.getPointer(), *To = Loc.range(B).Start.getPointer();
+    return To > From && llvm::StringRef(From, To - From).find_first_of("\r\n") != llvm::StringRef::npos;
+  }
+
   std::vector<ast::Entry> block(MoeParser::BlockContext *Ctx) {
     std::vector<ast::Entry> Entries;
     Token *PreviousStop = nullptr;
@@ -527,7 +535,7 @@ private:
             PreviousStop = nullptr; // ';' or '}' separates
         continue;
       }
-      if (PreviousStop && PreviousStop->getLine() == E->getStart()->getLine())
+      if (PreviousStop && !lineBreakBetween(PreviousStop, E->getStart()))
         Diags.report(diag::missing_separator, Loc.range(E->getStart()));
       PreviousStop = E->getStop();
       Entries.push_back(entry(E));

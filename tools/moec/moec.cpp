@@ -134,6 +134,7 @@ int runCheck() {
 
   SemaOptions SOpts;
   SOpts.IncludeDirs.assign(IncludeDirs.begin(), IncludeDirs.end());
+  SOpts.Catalog = BuiltinCatalog::parse(Diags, SOpts.Limits);
   bool Unreadable = false;
   std::vector<Recipe> Recipes;
   // Each file is its own unit: its names do not leak into the next file.

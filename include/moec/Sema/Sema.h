@@ -16,11 +16,22 @@
 
 namespace moec {
 
+/// The built-in catalog's syntax trees, parsed once per SourceMgr and
+/// shared by every Sema over it (a `moec check` of many files parses the
+/// catalog once, not once per file).
+class BuiltinCatalog {
+public:
+  static std::shared_ptr<const BuiltinCatalog> parse(DiagnosticEngine &Diags, const ParseLimits &Limits = {});
+  std::vector<std::unique_ptr<ast::File>> Files;
+};
+
 struct SemaOptions {
   std::vector<std::string> IncludeDirs;
   unsigned MaxSweepPoints = 10000;
   unsigned MaxImportDepth = 32;
   ParseLimits Limits;
+  /// Parsed on construction when not given.
+  std::shared_ptr<const BuiltinCatalog> Catalog;
 };
 
 class SemaImpl;
