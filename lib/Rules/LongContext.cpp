@@ -8,6 +8,7 @@
 #include "moec/Basic/Quantity.h"
 #include "moec/Rules/RuleEngine.h"
 #include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/StringExtras.h"
 
 using namespace moec;
 
@@ -55,15 +56,26 @@ void check_prefer_selective_recompute(RuleContext &C) {
   const Recipe &R = C.R;
   if (R.Recompute.Kind != RecomputeKind::Full || R.SeqLen <= ShardTarget)
     return;
-  auto B = C.report(diag::prefer_selective_recompute, "recompute", tokens(R.SeqLen));
   // Only modules the model has: moe_act needs grouped-GEMM experts, and mlp
   // recomputes dense MLP layers only (a no-op on an all-MoE model).
-  std::string Modules = R.Model.MLA ? "mla_up_proj, layernorm" : "layernorm";
+  Recipe Selective = R;
+  Selective.Recompute = RecomputeConfig();
+  Selective.Recompute.Kind = RecomputeKind::Selective;
+  if (R.Model.MLA)
+    Selective.Recompute.Modules.push_back(RecomputeModule::MlaUpProj);
+  Selective.Recompute.Modules.push_back(RecomputeModule::LayerNorm);
   if (R.Model.isMoE() && R.MoE.GroupedGemm)
-    Modules += ", moe_act";
+    Selective.Recompute.Modules.push_back(RecomputeModule::MoeAct);
   if (!R.Model.isMoE() || R.Model.MoE->DenseLayers > 0)
-    Modules += ", mlp";
-  C.fixit(B, "recompute", "selective(" + Modules + ")");
+    Selective.Recompute.Modules.push_back(RecomputeModule::Mlp);
+  // Full recompute is the right call when no selective set fits.
+  if (llvm::Optional<MemoryEstimate> M = C.memoryOf(Selective); M && !M->fits())
+    return;
+  std::vector<std::string> Names;
+  for (RecomputeModule Mod : Selective.Recompute.Modules)
+    Names.push_back(recomputeModuleName(Mod).str());
+  auto B = C.report(diag::prefer_selective_recompute, "recompute", tokens(R.SeqLen));
+  C.fixit(B, "recompute", "selective(" + llvm::join(Names, ", ") + ")");
 }
 
 void check_attn_recompute_long_context(RuleContext &C) {

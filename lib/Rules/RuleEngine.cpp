@@ -22,9 +22,9 @@ llvm::StringRef moec::ruleSource(diag::ID ID) {
   return "";
 }
 
-void moec::runRules(const Recipe &R, DiagnosticEngine &Diags) {
+void moec::runRules(const Recipe &R, DiagnosticEngine &Diags, bool UsePlanner) {
   Diags.setRecipeContext(R.PointName);
-  RuleContext C(R, Diags);
+  RuleContext C(R, Diags, UsePlanner);
   for (const RuleSpec &Rule : Registry)
     Rule.Check(C);
   Diags.setRecipeContext("");
@@ -49,6 +49,25 @@ void RuleContext::fixit(DiagnosticBuilder &B, llvm::StringRef Path, const std::s
     return;
   std::string Written(P.PathRange.Start.getPointer(), P.PathRange.End.getPointer());
   B.fixit(P.EntryRange, Written + " = " + Value);
+}
+
+const MemoryEstimate *RuleContext::memory() {
+  if (!MemoryComputed) {
+    MemoryComputed = true;
+    Memory = memoryOf(R);
+  }
+  return Memory ? Memory.getPointer() : nullptr;
+}
+
+llvm::Optional<MemoryEstimate> RuleContext::memoryOf(const Recipe &Variant) const {
+  if (!UsePlanner || Variant.WorldSize <= 0 || Variant.Parallel.DP <= 0)
+    return llvm::None;
+  llvm::Expected<PipelinePlan> P = pipelineFor(Variant);
+  if (!P) {
+    llvm::consumeError(P.takeError()); // layers-split / layout-invalid report it
+    return llvm::None;
+  }
+  return estimateMemory(Variant, *P);
 }
 
 int64_t RuleContext::microbatches() const {

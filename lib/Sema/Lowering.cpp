@@ -87,7 +87,7 @@ void SemaImpl::checkRequired(Scope &Sc) {
 
 const ModelSpec *SemaImpl::lowerModel(DefInfo &D) {
   if (D.Lowered)
-    return D.Model.getPointer();
+    return D.Model ? D.Model.getPointer() : nullptr;
   D.Lowered = true;
   unsigned Before = Diags.errorCount();
   Scope &Sc = sharedScope(D);
@@ -160,12 +160,12 @@ const ModelSpec *SemaImpl::lowerModel(DefInfo &D) {
   }
   if (Diags.errorCount() == Before)
     D.Model = M;
-  return D.Model.getPointer();
+  return D.Model ? D.Model.getPointer() : nullptr;
 }
 
 const GpuSpec *SemaImpl::lowerGpu(DefInfo &D) {
   if (D.Lowered)
-    return D.Gpu.getPointer();
+    return D.Gpu ? D.Gpu.getPointer() : nullptr;
   D.Lowered = true;
   unsigned Before = Diags.errorCount();
   Scope &Sc = sharedScope(D);
@@ -192,7 +192,7 @@ const GpuSpec *SemaImpl::lowerGpu(DefInfo &D) {
   G.NetworkBytesPerSec = R.real("network");
   if (Diags.errorCount() == Before)
     D.Gpu = G;
-  return D.Gpu.getPointer();
+  return D.Gpu ? D.Gpu.getPointer() : nullptr;
 }
 
 void SemaImpl::checkDefinition(DefInfo &D) {

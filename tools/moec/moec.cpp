@@ -9,6 +9,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "moec/Diag/DiagnosticRenderers.h"
+#include "moec/Emit/Plan.h"
 #include "moec/Rules/RuleEngine.h"
 #include "moec/Sema/Schema.h"
 #include "moec/Sema/Sema.h"
@@ -16,6 +17,8 @@
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/Process.h"
 #include "llvm/Support/raw_ostream.h"
+#include <fmt/format.h>
+#include <map>
 
 using namespace moec;
 namespace cl = llvm::cl;
@@ -25,10 +28,12 @@ cl::SubCommand CheckCmd("check", "Parse, type-check and lint recipes");
 cl::SubCommand ExplainCmd("explain", "Explain a diagnostic ID");
 cl::SubCommand SchemaCmd("schema", "Print the field tables of the language (Markdown)");
 cl::SubCommand RuleIndexCmd("rule-index", "Print the rule index (Markdown) for docs/rules.md");
+cl::SubCommand PlanCmd("plan", "Lower a recipe to a launch plan (rank layout, schedule, memory, speed)");
+cl::SubCommand SweepCmd("sweep", "Expand sweeps, prune infeasible points, rank the rest by predicted speed");
 
-cl::list<std::string> CheckFiles(cl::Positional, cl::desc("<file.moe | ->..."), cl::sub(CheckCmd));
+cl::list<std::string> CheckFiles(cl::Positional, cl::desc("<file.moe | ->..."), cl::sub(CheckCmd), cl::sub(PlanCmd), cl::sub(SweepCmd));
 cl::opt<std::string> RecipeName("recipe", cl::desc("Check only this recipe"), cl::value_desc("name"),
-                                cl::sub(CheckCmd));
+                                cl::sub(CheckCmd), cl::sub(PlanCmd), cl::sub(SweepCmd));
 enum class Format { Text, JSON, SARIF };
 cl::opt<Format> OutputFormat("format", cl::desc("Diagnostic output format"), cl::init(Format::Text),
                              cl::values(clEnumValN(Format::Text, "text", "clang-style text on stderr"),
@@ -36,20 +41,34 @@ cl::opt<Format> OutputFormat("format", cl::desc("Diagnostic output format"), cl:
                                         clEnumValN(Format::SARIF, "sarif", "SARIF 2.1.0 on stdout")),
                              cl::sub(CheckCmd));
 cl::list<std::string> Warnings("W", cl::Prefix, cl::desc("-Werror: warnings are errors; -Wno-ID: silence ID"),
-                               cl::value_desc("error|no-ID"), cl::sub(CheckCmd));
+                               cl::value_desc("error|no-ID"), cl::sub(CheckCmd), cl::sub(PlanCmd), cl::sub(SweepCmd));
 cl::list<std::string> IncludeDirs("I", cl::Prefix, cl::desc("Add a directory to the import search path"),
-                                  cl::value_desc("dir"), cl::sub(CheckCmd));
+                                  cl::value_desc("dir"), cl::sub(CheckCmd), cl::sub(PlanCmd), cl::sub(SweepCmd));
 enum class ColorMode { Auto, Always, Never };
 cl::opt<ColorMode> Color("color", cl::desc("Colour text diagnostics"), cl::init(ColorMode::Auto),
                          cl::values(clEnumValN(ColorMode::Auto, "auto", "when stderr is a terminal"),
                                     clEnumValN(ColorMode::Always, "always", "always"),
                                     clEnumValN(ColorMode::Never, "never", "never")),
-                         cl::sub(CheckCmd));
+                         cl::sub(CheckCmd), cl::sub(PlanCmd), cl::sub(SweepCmd));
 cl::opt<bool> DumpAST("dump-ast", cl::desc("Print the syntax tree as canonical source"), cl::sub(CheckCmd));
 cl::opt<bool> DumpRecipe("dump-recipe", cl::desc("Print each typed recipe with provenance"), cl::sub(CheckCmd));
+cl::opt<bool> NoPlanner("no-planner",
+                        cl::desc("Skip the checks that need the planner's memory model (memory-exceeds-hbm, "
+                                 "memory-headroom)"),
+                        cl::sub(CheckCmd));
 cl::opt<bool> ListRules("list-rules", cl::desc("List every diagnostic ID with its severity"), cl::sub(CheckCmd));
 cl::opt<unsigned> ErrorLimit("error-limit", cl::desc("Stop after this many errors (0: no limit)"), cl::init(50),
-                             cl::sub(CheckCmd));
+                             cl::sub(CheckCmd), cl::sub(PlanCmd), cl::sub(SweepCmd));
+
+enum class PlanFormatKind { TOML, JSON };
+cl::opt<PlanFormatKind> PlanFormat("format", cl::desc("Plan output format"), cl::init(PlanFormatKind::TOML),
+                                   cl::values(clEnumValN(PlanFormatKind::TOML, "toml", "TOML (the runtime's input)"),
+                                              clEnumValN(PlanFormatKind::JSON, "json", "JSON (for other tools)")),
+                                   cl::sub(PlanCmd));
+cl::opt<std::string> PlanOutput("o", cl::desc("Write the plan to this file (atomically) instead of stdout"),
+                                cl::value_desc("file"), cl::sub(PlanCmd));
+cl::opt<bool> Quiet("quiet", cl::desc("Do not print the human summary"), cl::sub(PlanCmd));
+cl::opt<bool> SweepCSV("csv", cl::desc("Print the ranking as CSV"), cl::sub(SweepCmd));
 
 cl::opt<std::string> ExplainID(cl::Positional, cl::desc("<diagnostic-id>"), cl::Required, cl::sub(ExplainCmd));
 
@@ -92,20 +111,19 @@ int runRuleIndex() {
   return ExitOK;
 }
 
-int runCheck() {
-  if (ListRules) {
-    for (const DiagInfo &I : allDiagInfos()) {
-      llvm::StringRef Source = ruleSource(lookupDiagID(I.Id).getValue());
-      llvm::outs() << llvm::formatv("{0,-36} {1,-8} {2}\n", I.Id, severityName(I.DefaultSeverity),
-                                    Source.empty() ? "front end" : Source);
-    }
-    return ExitOK;
-  }
-  if (CheckFiles.empty()) {
-    llvm::errs() << "moec check: no input files (use - for standard input)\n";
-    return ExitUsage;
-  }
+/// What every command that reads recipes shares: diagnostics options, the
+/// files parsed and checked, and the recipes (one per sweep point) that
+/// passed Sema, each with the rules already run over it.
+struct Compilation {
+  llvm::SourceMgr SM;
+  std::unique_ptr<DiagnosticEngine> Diags;
+  std::vector<std::unique_ptr<Sema>> Units;
+  std::vector<std::pair<Recipe, std::string>> Recipes; // with the file defining it
+  bool Unreadable = false;
+};
 
+std::unique_ptr<Compilation> compile(bool RunRules) {
+  auto C = std::make_unique<Compilation>();
   DiagnosticOptions Opts;
   Opts.ErrorLimit = ErrorLimit;
   std::vector<std::string> UnknownWarnings;
@@ -122,9 +140,8 @@ int runCheck() {
       UnknownWarnings.push_back(W);
     }
   }
-
-  llvm::SourceMgr SM;
-  DiagnosticEngine Diags(SM, Opts);
+  C->Diags = std::make_unique<DiagnosticEngine>(C->SM, Opts);
+  DiagnosticEngine &Diags = *C->Diags;
   for (const std::string &W : UnknownWarnings) {
     std::vector<llvm::StringRef> Known;
     for (const DiagInfo &I : allDiagInfos())
@@ -135,16 +152,13 @@ int runCheck() {
   SemaOptions SOpts;
   SOpts.IncludeDirs.assign(IncludeDirs.begin(), IncludeDirs.end());
   SOpts.Catalog = BuiltinCatalog::parse(Diags, SOpts.Limits);
-  bool Unreadable = false;
-  std::vector<Recipe> Recipes;
   // Each file is its own unit: its names do not leak into the next file.
-  std::vector<std::unique_ptr<Sema>> Units;
   for (const std::string &File : CheckFiles) {
-    Units.push_back(std::make_unique<Sema>(Diags, SOpts));
-    Sema &S = *Units.back();
+    C->Units.push_back(std::make_unique<Sema>(Diags, SOpts));
+    Sema &S = *C->Units.back();
     Sema::LoadResult Load = S.loadFile(File);
     if (Load == Sema::LoadResult::Unreadable) {
-      Unreadable = true;
+      C->Unreadable = true;
       continue;
     }
     if (DumpAST && S.mainFile())
@@ -157,43 +171,206 @@ int runCheck() {
       return D.Kind == ast::DefKind::Recipe && D.Name == RecipeName.getValue();
     });
   };
-  bool SomeFileDefines = !RecipeName.empty() && llvm::any_of(Units, [&](const std::unique_ptr<Sema> &S) {
+  bool SomeFileDefines = !RecipeName.empty() && llvm::any_of(C->Units, [&](const std::unique_ptr<Sema> &S) {
                            return S->mainFile() && Defines(*S);
                          });
-  for (const std::unique_ptr<Sema> &Unit : Units) {
-    Sema &S = *Unit;
+  for (size_t I = 0; I < C->Units.size(); ++I) {
+    Sema &S = *C->Units[I];
     if (!S.mainFile() || (SomeFileDefines && !Defines(S)))
       continue;
     llvm::Optional<llvm::StringRef> Only;
     if (!RecipeName.empty())
       Only = llvm::StringRef(RecipeName);
     std::vector<Recipe> Found = S.analyze(Only);
-    for (const Recipe &R : Found)
-      runRules(R, Diags);
+    if (RunRules)
+      for (const Recipe &R : Found)
+        runRules(R, Diags, !NoPlanner);
     if (DumpRecipe)
       for (const Recipe &R : Found)
-        printRecipe(R, SM, llvm::outs());
-    Recipes.insert(Recipes.end(), std::make_move_iterator(Found.begin()), std::make_move_iterator(Found.end()));
+        printRecipe(R, C->SM, llvm::outs());
+    for (Recipe &R : Found)
+      C->Recipes.push_back({std::move(R), CheckFiles[I]});
   }
+  return C;
+}
 
-  const std::vector<Diagnostic> &Final = Diags.finish();
-  switch (OutputFormat) {
+void renderDiagnostics(Compilation &C, Format F) {
+  const std::vector<Diagnostic> &Final = C.Diags->finish();
+  switch (F) {
   case Format::Text: {
     bool Colors = Color == ColorMode::Always ||
                   (Color == ColorMode::Auto && llvm::sys::Process::StandardErrHasColors());
-    renderText(Final, SM, llvm::errs(), Colors);
+    renderText(Final, C.SM, llvm::errs(), Colors);
     break;
   }
   case Format::JSON:
-    llvm::outs() << llvm::formatv("{0:2}", renderJSON(Final, SM)) << "\n";
+    llvm::outs() << llvm::formatv("{0:2}", renderJSON(Final, C.SM)) << "\n";
     break;
   case Format::SARIF:
-    llvm::outs() << llvm::formatv("{0:2}", renderSARIF(Final, SM, MOEC_VERSION)) << "\n";
+    llvm::outs() << llvm::formatv("{0:2}", renderSARIF(Final, C.SM, MOEC_VERSION)) << "\n";
     break;
   }
-  if (Unreadable)
+}
+
+int runCheck() {
+  if (ListRules) {
+    for (const DiagInfo &I : allDiagInfos()) {
+      llvm::StringRef Source = ruleSource(lookupDiagID(I.Id).getValue());
+      llvm::outs() << llvm::formatv("{0,-36} {1,-8} {2}\n", I.Id, severityName(I.DefaultSeverity),
+                                    Source.empty() ? "front end" : Source);
+    }
+    return ExitOK;
+  }
+  if (CheckFiles.empty()) {
+    llvm::errs() << "moec check: no input files (use - for standard input)\n";
     return ExitUsage;
-  return Diags.hasErrors() ? ExitErrors : ExitOK;
+  }
+  std::unique_ptr<Compilation> C = compile(/*RunRules=*/true);
+  renderDiagnostics(*C, OutputFormat);
+  if (C->Unreadable)
+    return ExitUsage;
+  return C->Diags->hasErrors() ? ExitErrors : ExitOK;
+}
+
+int runPlan() {
+  if (CheckFiles.size() != 1) {
+    llvm::errs() << "moec plan: expected one recipe file (use - for standard input)\n";
+    return ExitUsage;
+  }
+  std::unique_ptr<Compilation> C = compile(/*RunRules=*/true);
+  renderDiagnostics(*C, Format::Text);
+  if (C->Unreadable)
+    return ExitUsage;
+  // A plan is written only for a recipe that checks: no half-valid plans.
+  if (C->Diags->hasErrors())
+    return ExitErrors;
+  if (C->Recipes.empty()) {
+    llvm::errs() << "moec plan: '" << CheckFiles.front() << "' defines no recipe\n";
+    return ExitErrors;
+  }
+  std::vector<Plan> Plans;
+  for (auto &[R, File] : C->Recipes) {
+    llvm::Expected<Plan> P = buildPlan(R, File);
+    if (!P) {
+      llvm::errs() << "moec plan: " << R.PointName << ": " << llvm::toString(P.takeError()) << "\n";
+      return ExitErrors;
+    }
+    Plans.push_back(std::move(*P));
+  }
+  std::string Document;
+  if (PlanFormat == PlanFormatKind::JSON) {
+    llvm::json::Value Tree = nullptr;
+    if (Plans.size() == 1) {
+      Tree = planToJSON(Plans.front());
+    } else {
+      llvm::json::Array All;
+      for (const Plan &P : Plans)
+        All.push_back(planToJSON(P));
+      Tree = std::move(All);
+    }
+    llvm::raw_string_ostream(Document) << llvm::formatv("{0:2}", Tree) << "\n";
+  } else {
+    for (const Plan &P : Plans)
+      Document += planToTOML(P);
+  }
+  if (!PlanOutput.empty()) {
+    if (llvm::Error E = writeFileAtomically(PlanOutput, Document)) {
+      llvm::errs() << "moec plan: " << llvm::toString(std::move(E)) << "\n";
+      return ExitUsage;
+    }
+  } else {
+    llvm::outs() << Document;
+  }
+  if (!Quiet)
+    for (const Plan &P : Plans)
+      printPlanSummary(P, llvm::errs());
+  return ExitOK;
+}
+
+int runSweep() {
+  if (CheckFiles.size() != 1) {
+    llvm::errs() << "moec sweep: expected one recipe file\n";
+    return ExitUsage;
+  }
+  std::unique_ptr<Compilation> C = compile(/*RunRules=*/true);
+  const std::vector<Diagnostic> &Final = C->Diags->finish();
+  if (C->Unreadable)
+    return ExitUsage;
+  // Errors outside any recipe point (syntax, names) stop the sweep.
+  std::map<std::string, std::string> Pruned;
+  bool Fatal = false;
+  for (const Diagnostic &D : Final) {
+    if (D.Sev != Severity::Error)
+      continue;
+    if (D.Recipe.empty())
+      Fatal = true;
+    else if (!Pruned.count(D.Recipe) || (Pruned[D.Recipe].find("[memory-") != std::string::npos &&
+                                         D.ID != diag::memory_exceeds_hbm))
+      // A structural error explains a point better than the memory it would need.
+      Pruned[D.Recipe] = D.Message + " [" + getDiagInfo(D.ID).Id.str() + "]";
+  }
+  if (Fatal) {
+    renderText(Final, C->SM, llvm::errs(), false);
+    return ExitErrors;
+  }
+  struct Row {
+    std::string Point;
+    double TokensPerSec, StepTime, MFU, PeakGB, CapacityGB;
+  };
+  std::vector<Row> Feasible;
+  PlanOptions Opts;
+  Opts.WithRanks = false;
+  for (auto &[R, File] : C->Recipes) {
+    if (Pruned.count(R.PointName))
+      continue;
+    llvm::Expected<Plan> P = buildPlan(R, File, Opts);
+    if (!P) {
+      Pruned[R.PointName] = llvm::toString(P.takeError());
+      continue;
+    }
+    if (!P->Memory.fits()) {
+      Pruned[R.PointName] = fmt::format("predicted peak memory {:.1f} GB exceeds {:.1f} GB",
+                                        P->Memory.PeakBytes / 1e9, P->Memory.CapacityBytes / 1e9);
+      continue;
+    }
+    Feasible.push_back({R.PointName, P->Time.TokensPerSecPerGpu, P->Time.StepTime, P->Time.MFU,
+                        P->Memory.PeakBytes / 1e9, P->Memory.CapacityBytes / 1e9});
+  }
+  std::stable_sort(Feasible.begin(), Feasible.end(),
+                   [](const Row &A, const Row &B) { return A.TokensPerSec > B.TokensPerSec; });
+  if (SweepCSV) {
+    llvm::outs() << "rank,point,tokens_per_s_per_gpu,step_time_s,mfu,peak_gb,capacity_gb,feasible,reason\n";
+    auto Quote = [](const std::string &S) {
+      std::string Out = "\"";
+      for (char Ch : S)
+        Out += Ch == '"' ? std::string("\"\"") : std::string(1, Ch);
+      return Out + "\"";
+    };
+    for (size_t I = 0; I < Feasible.size(); ++I) {
+      const Row &R = Feasible[I];
+      llvm::outs() << fmt::format("{},{},{:.1f},{:.4f},{:.4f},{:.2f},{:.2f},true,\n", I + 1, Quote(R.Point),
+                                  R.TokensPerSec, R.StepTime, R.MFU, R.PeakGB, R.CapacityGB);
+    }
+    for (auto &[Point, Reason] : Pruned)
+      llvm::outs() << fmt::format(",{},,,,,,false,{}\n", Quote(Point), Quote(Reason));
+    return ExitOK;
+  }
+  size_t Width = 5;
+  for (const Row &R : Feasible)
+    Width = std::max(Width, R.Point.size());
+  llvm::outs() << fmt::format("{:>4}  {:<{}}  {:>12}  {:>8}  {:>6}  {:>14}\n", "rank", "point", Width,
+                              "tokens/s/GPU", "step s", "MFU", "peak / HBM GB");
+  for (size_t I = 0; I < Feasible.size(); ++I) {
+    const Row &R = Feasible[I];
+    llvm::outs() << fmt::format("{:>4}  {:<{}}  {:>12.0f}  {:>8.2f}  {:>5.1f}%  {:>6.1f} / {:<6.1f}\n", I + 1, R.Point,
+                                Width, R.TokensPerSec, R.StepTime, 100 * R.MFU, R.PeakGB, R.CapacityGB);
+  }
+  if (!Pruned.empty()) {
+    llvm::outs() << fmt::format("\npruned {} infeasible point{}:\n", Pruned.size(), Pruned.size() == 1 ? "" : "s");
+    for (auto &[Point, Reason] : Pruned)
+      llvm::outs() << "  " << Point << ": " << Reason << "\n";
+  }
+  return ExitOK;
 }
 } // namespace
 
@@ -205,12 +382,16 @@ int main(int argc, char **argv) {
     return runCheck();
   if (ExplainCmd)
     return runExplain();
+  if (PlanCmd)
+    return runPlan();
+  if (SweepCmd)
+    return runSweep();
   if (RuleIndexCmd)
     return runRuleIndex();
   if (SchemaCmd) {
     printSchemaMarkdown(llvm::outs());
     return ExitOK;
   }
-  llvm::errs() << "moec: expected a command: check, explain or schema (see moec --help)\n";
+  llvm::errs() << "moec: expected a command: check, plan, sweep, explain or schema (see moec --help)\n";
   return ExitUsage;
 }

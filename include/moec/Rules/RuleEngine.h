@@ -10,13 +10,15 @@
 #define MOEC_RULES_RULEENGINE_H
 
 #include "moec/Diag/DiagnosticEngine.h"
+#include "moec/Model/Memory.h"
 #include "moec/Sema/Recipe.h"
 
 namespace moec {
 
 class RuleContext {
 public:
-  RuleContext(const Recipe &R, DiagnosticEngine &Diags) : R(R), Diags(Diags) {}
+  RuleContext(const Recipe &R, DiagnosticEngine &Diags, bool UsePlanner = true)
+      : R(R), Diags(Diags), UsePlanner(UsePlanner) {}
 
   const Recipe &R;
 
@@ -44,6 +46,11 @@ public:
   int64_t microbatches() const;
   /// Tokens per GPU along the sequence: S / (CP x (TP if sequence parallel)).
   int64_t shardTokens() const;
+  /// The planner's memory estimate for this recipe (null when its pipeline
+  /// cannot be planned; another rule reports why). Computed once.
+  const MemoryEstimate *memory();
+  /// The memory estimate of a variant of this recipe (e.g. another recompute).
+  llvm::Optional<MemoryEstimate> memoryOf(const Recipe &Variant) const;
   /// An NVL72-class system: an NVLink domain that spans several nodes.
   bool isNVL72() const { return R.Gpu.NVLinkDomain > R.Gpu.GpusPerNode; }
 
@@ -51,6 +58,9 @@ private:
   llvm::SMRange where(llvm::StringRef Path) const;
   void noteInheritance(DiagnosticBuilder &B, llvm::StringRef Path) const;
   DiagnosticEngine &Diags;
+  bool UsePlanner;
+  bool MemoryComputed = false;
+  llvm::Optional<MemoryEstimate> Memory;
 };
 
 struct RuleSpec {
@@ -64,8 +74,11 @@ llvm::ArrayRef<RuleSpec> allRules();
 /// The source (seed section or Megatron rule) of a rule, or "" for a
 /// diagnostic that is not a rule.
 llvm::StringRef ruleSource(diag::ID ID);
-/// Runs every rule over one recipe (one sweep point).
-void runRules(const Recipe &R, DiagnosticEngine &Diags);
+/// Runs every rule over one recipe (one sweep point). Without the planner,
+/// the rules that need its memory model (memory-exceeds-hbm,
+/// memory-headroom) stay silent and prefer-selective-recompute does not
+/// check that a selective set fits.
+void runRules(const Recipe &R, DiagnosticEngine &Diags, bool UsePlanner = true);
 
 } // namespace moec
 

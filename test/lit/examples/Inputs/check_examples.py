@@ -23,7 +23,11 @@ import sys
 
 PUBLISHED = ("published/",)
 SEED_REPRESENTATIVE = ("long-context/", "vlm/")
-SEED_ALLOWED_WARNINGS = {"recompute-module-alias"}
+# memory-headroom: the planner predicts the seed's Qwen3-235B 128K GB200 family at 95% of
+# HBM (the interleaved schedule holds ~1.06 x the layers' activations, Megatron's own
+# in-flight factor); the seed gives the family, not the exact run, so this stays visible
+# as a warning rather than hidden by tuning the model.
+SEED_ALLOWED_WARNINGS = {"recompute-module-alias", "memory-headroom"}
 
 
 def load_updater(srcroot):

@@ -1,0 +1,324 @@
+//===- Plan.cpp - Building a plan and writing it --------------------------===//
+#include "moec/Emit/Plan.h"
+
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/Path.h"
+#include "llvm/Support/xxhash.h"
+#include <fmt/format.h>
+
+using namespace moec;
+namespace json = llvm::json;
+
+llvm::Expected<Plan> moec::buildPlan(const Recipe &R, llvm::StringRef SourceFile, const PlanOptions &Opts) {
+  Plan P;
+  P.R = R;
+  P.SourceFile = SourceFile.str();
+  std::string Canonical;
+  llvm::raw_string_ostream(Canonical) << recipeToJSON(R);
+  P.RecipeHash = fmt::format("xxh64:{:016x}", llvm::xxHash64(Canonical));
+
+  const ParallelConfig &Par = R.Parallel;
+  llvm::Expected<PipelinePlan> Pipeline = pipelineFor(R);
+  if (!Pipeline)
+    return Pipeline.takeError();
+  P.Pipeline = std::move(*Pipeline);
+
+  if (Opts.WithRanks) {
+    ProcessGridSizes S;
+    S.TP = Par.TP;
+    S.CP = Par.CP;
+    S.EP = Par.EP;
+    S.ETP = Par.ETP;
+    S.PP = Par.PP;
+    S.DP = std::max<int64_t>(Par.DP, 1);
+    S.EDP = std::max<int64_t>(Par.EDP, 1);
+    S.PipelineLast = Par.Order == RankOrder::TpCpEpDpPp;
+    P.Grid = std::make_unique<ProcessGrid>(S);
+  }
+  P.Memory = estimateMemory(R, P.Pipeline, *Opts.Calib);
+  P.Flops = countFlops(R);
+  P.Time = predictStepTime(R, P.Pipeline, *Opts.Calib);
+  return std::move(P);
+}
+
+json::Value moec::recipeToJSON(const Recipe &R) {
+  const ModelSpec &M = R.Model;
+  json::Object Model{{"name", M.Name},         {"layers", M.Layers},     {"hidden", M.Hidden},
+                     {"heads", M.Heads},       {"kv_heads", M.KvHeads},  {"head_dim", M.HeadDim},
+                     {"vocab", M.Vocab},       {"mtp_layers", M.MtpLayers}};
+  if (M.FfnHidden)
+    Model["ffn_hidden"] = *M.FfnHidden;
+  if (M.MLA)
+    Model["mla"] = json::Object{{"q_lora_rank", M.MLA->QLoraRank},
+                                {"kv_lora_rank", M.MLA->KvLoraRank},
+                                {"qk_head_dim", M.MLA->QkHeadDim},
+                                {"qk_rope_head_dim", M.MLA->QkRopeHeadDim},
+                                {"v_head_dim", M.MLA->VHeadDim}};
+  if (M.MoE) {
+    json::Object MoE{{"experts", M.MoE->Experts},
+                     {"top_k", M.MoE->TopK},
+                     {"ffn_hidden", M.MoE->FfnHidden},
+                     {"shared_experts", M.MoE->SharedExperts},
+                     {"dense_layers", M.MoE->DenseLayers},
+                     {"router", M.MoE->RouterKind == Router::Sigmoid ? "sigmoid" : "softmax"}};
+    if (M.MoE->SharedFfnHidden)
+      MoE["shared_ffn_hidden"] = *M.MoE->SharedFfnHidden;
+    Model["moe"] = std::move(MoE);
+  }
+  if (M.LinearAttention)
+    Model["linear_attention"] = json::Object{{"interval", M.LinearAttention->Interval},
+                                             {"key_heads", M.LinearAttention->KeyHeads},
+                                             {"value_heads", M.LinearAttention->ValueHeads},
+                                             {"head_dim", M.LinearAttention->HeadDim}};
+  if (M.Vision)
+    Model["vision"] = json::Object{{"layers", M.Vision->Layers},       {"hidden", M.Vision->Hidden},
+                                   {"heads", M.Vision->Heads},         {"ffn_hidden", M.Vision->FfnHidden},
+                                   {"patch_size", M.Vision->PatchSize}, {"spatial_merge", M.Vision->SpatialMerge}};
+
+  const GpuSpec &G = R.Gpu;
+  json::Object Gpu{{"name", G.Name},
+                   {"memory_bytes", G.MemoryBytes},
+                   {"bf16_flops", G.Bf16Flops},
+                   {"gpus_per_node", G.GpusPerNode},
+                   {"nvlink_domain", G.NVLinkDomain},
+                   {"nvlink_bytes_per_s", G.NVLinkBytesPerSec},
+                   {"network_bytes_per_s", G.NetworkBytesPerSec}};
+
+  const ParallelConfig &P = R.Parallel;
+  json::Object Parallel{{"tp", P.TP},   {"cp", P.CP},   {"ep", P.EP},   {"etp", P.ETP},
+                        {"pp", P.PP},   {"vpp", P.VPP}, {"dp", P.DP},   {"edp", P.EDP},
+                        {"sp", P.SequenceParallel},     {"fsdp", P.FSDP},
+                        {"order", P.Order == RankOrder::TpCpEpDpPp ? "tp-cp-ep-dp-pp" : "tp-cp-ep-pp-dp"}};
+  if (P.Layout)
+    Parallel["layout"] = *P.Layout;
+
+  json::Object Recompute{{"kind", R.Recompute.Kind == RecomputeKind::None   ? "none"
+                                  : R.Recompute.Kind == RecomputeKind::Full ? "full"
+                                                                            : "selective"}};
+  if (R.Recompute.Kind == RecomputeKind::Full) {
+    Recompute["method"] = R.Recompute.Method == RecomputeMethod::Block ? "block" : "uniform";
+    Recompute["layers"] = R.Recompute.Layers ? *R.Recompute.Layers : 1;
+  }
+  json::Array Modules;
+  for (RecomputeModule Mod : R.Recompute.Modules)
+    Modules.push_back(recomputeModuleName(Mod));
+  Recompute["modules"] = std::move(Modules);
+  json::Array Scopes;
+  for (GraphScope S : R.CudaGraph)
+    Scopes.push_back(graphScopeName(S));
+
+  json::Object Data{{"source", R.Data == DataSourceKind::Mock ? "mock" : "real"},
+                    {"variable_length", R.VariableLength}};
+  if (R.Data == DataSourceKind::Real)
+    Data["path"] = R.DataPath;
+
+  json::Object Out{{"model", std::move(Model)},
+                   {"gpu", std::move(Gpu)},
+                   {"nodes", R.Nodes},
+                   {"world_size", R.WorldSize},
+                   {"seq_len", R.SeqLen},
+                   {"micro_batch", R.MicroBatch},
+                   {"global_batch", R.GlobalBatch},
+                   {"parallel", std::move(Parallel)},
+                   {"precision", precisionName(R.Prec)},
+                   {"dispatcher", dispatcherName(R.Dispatch)},
+                   {"recompute", std::move(Recompute)},
+                   {"cuda_graph", std::move(Scopes)},
+                   {"offload_optimizer", R.OffloadOptimizer},
+                   {"data", std::move(Data)}};
+  if (R.Model.isVLM())
+    Out["vision_frozen"] = R.VisionFrozen;
+  return Out;
+}
+
+static json::Object breakdownJSON(const MemoryBreakdown &B) {
+  json::Object O;
+  for (auto &[Name, Bytes] : B.items())
+    O[Name] = Bytes;
+  return O;
+}
+
+json::Value moec::planToJSON(const Plan &P) {
+  const Recipe &R = P.R;
+  json::Object Out{{"plan_version", PlanVersion},
+                   {"recipe", R.PointName},
+                   {"recipe_hash", P.RecipeHash},
+                   {"source", P.SourceFile},
+                   {"world_size", R.WorldSize},
+                   {"nodes", R.Nodes},
+                   {"dp", R.Parallel.DP},
+                   {"edp", R.Parallel.EDP},
+                   {"config", recipeToJSON(R)}};
+
+  const PipelinePlan &PL = P.Pipeline;
+  json::Array Stages;
+  for (size_t V = 0; V < PL.VirtualStages.size(); ++V) {
+    const LayoutStage &S = PL.VirtualStages[V];
+    Stages.push_back(json::Object{{"virtual_stage", int64_t(V)},
+                                  {"rank", PL.rankOf(V)},
+                                  {"chunk", PL.chunkOf(V)},
+                                  {"first_layer", V < PL.FirstLayer.size() ? PL.FirstLayer[V] : 0},
+                                  {"decoder_layers", S.DecoderLayers},
+                                  {"mtp_layers", S.MtpLayers},
+                                  {"embedding", S.Embedding},
+                                  {"loss", S.Loss}});
+  }
+  json::Array Schedule;
+  for (size_t Rank = 0; Rank < PL.Schedule.size(); ++Rank) {
+    json::Array Ops;
+    for (const ScheduledOp &Op : PL.Schedule[Rank])
+      Ops.push_back(fmt::format("{}{}.{}", Op.K == ScheduledOp::Forward ? 'F' : 'B', Op.Microbatch, Op.Chunk));
+    Schedule.push_back(json::Object{{"rank", int64_t(Rank)}, {"ops", std::move(Ops)}});
+  }
+  json::Array InFlight;
+  for (int64_t N : PL.PeakInFlight)
+    InFlight.push_back(N);
+  Out["pipeline"] = json::Object{{"pp", PL.PP},
+                                 {"vpp", PL.VPP},
+                                 {"microbatches", PL.Microbatches},
+                                 {"bubble_fraction", PL.BubbleFraction},
+                                 {"stages", std::move(Stages)},
+                                 {"peak_in_flight", std::move(InFlight)},
+                                 {"schedule", std::move(Schedule)}};
+
+  const MemoryEstimate &Mem = P.Memory;
+  json::Array PerStage;
+  for (size_t S = 0; S < Mem.PerStage.size(); ++S)
+    PerStage.push_back(json::Object{{"stage", int64_t(S)},
+                                    {"total_bytes", Mem.PerStage[S].total()},
+                                    {"breakdown", breakdownJSON(Mem.PerStage[S])}});
+  json::Object ByModule;
+  for (auto &[Name, Bytes] : Mem.ActivationPerLayerByModule)
+    ByModule[Name] = Bytes;
+  Out["memory"] = json::Object{
+      {"peak_bytes", Mem.PeakBytes},
+      {"capacity_bytes", Mem.CapacityBytes},
+      {"fits", Mem.fits()},
+      {"peak_stage", Mem.PeakStage},
+      {"breakdown", Mem.PerStage.empty() ? json::Object() : breakdownJSON(Mem.PerStage[Mem.PeakStage])},
+      {"activation_per_layer_by_module", std::move(ByModule)},
+      {"per_stage", std::move(PerStage)}};
+
+  const StepTimeBreakdown &T = P.Time;
+  Out["predicted"] = json::Object{{"step_time_s", T.StepTime},
+                                  {"tokens_per_s_per_gpu", T.TokensPerSecPerGpu},
+                                  {"useful_tokens_per_s_per_gpu", T.UsefulTokensPerSecPerGpu},
+                                  {"model_tflops_per_gpu", T.ModelTflopsPerGpu},
+                                  {"mfu", T.MFU},
+                                  {"breakdown_s", json::Object{{"compute", T.Compute},
+                                                               {"recompute", T.Recompute},
+                                                               {"tensor_parallel", T.TensorParallel},
+                                                               {"context_parallel", T.ContextParallel},
+                                                               {"expert_parallel", T.ExpertParallel},
+                                                               {"pipeline_p2p", T.PipelineP2P},
+                                                               {"data_parallel", T.DataParallel},
+                                                               {"bubble", T.Bubble}}}};
+  Out["flops"] = json::Object{{"decoder_per_token", P.Flops.DecoderPerToken},
+                              {"vision_per_token", P.Flops.VisionPerToken},
+                              {"per_step", P.Flops.PerStep}};
+
+  if (P.Grid) {
+    const ProcessGrid &G = *P.Grid;
+    json::Object Groups;
+    std::vector<std::pair<std::string, std::vector<std::vector<int64_t>>>> All;
+    for (llvm::StringRef Name : ProcessGrid::denseGroupNames())
+      All.push_back({Name.str(), G.groups(Name)});
+    for (llvm::StringRef Name : ProcessGrid::expertGroupNames())
+      All.push_back({Name.str(), G.groups(Name)});
+    // Per rank, the index of its group of each kind.
+    int64_t W = G.Dense.worldSize();
+    std::vector<json::Object> RankGroups(W);
+    for (auto &[Name, List] : All) {
+      json::Array Arr;
+      for (size_t I = 0; I < List.size(); ++I) {
+        json::Array Members;
+        for (int64_t M : List[I]) {
+          Members.push_back(M);
+          if (M < W)
+            RankGroups[M][Name] = int64_t(I);
+        }
+        Arr.push_back(std::move(Members));
+      }
+      Groups[Name] = std::move(Arr);
+    }
+    json::Array Ranks;
+    int64_t PerNode = std::max<int64_t>(R.Gpu.GpusPerNode, 1);
+    for (int64_t Rank = 0; Rank < W; ++Rank) {
+      json::Object Dense, Expert;
+      for (const char *Axis : {"tp", "cp", "dp", "pp"})
+        Dense[Axis] = G.Dense.coordinate(Rank, Axis);
+      Expert["etp"] = G.Expert.coordinate(Rank, "tp");
+      Expert["ep"] = G.Expert.coordinate(Rank, "ep");
+      Expert["edp"] = G.Expert.coordinate(Rank, "dp");
+      Expert["pp"] = G.Expert.coordinate(Rank, "pp");
+      Ranks.push_back(json::Object{{"rank", Rank},
+                                   {"node", Rank / PerNode},
+                                   {"local_rank", Rank % PerNode},
+                                   {"dense", std::move(Dense)},
+                                   {"expert", std::move(Expert)},
+                                   {"groups", std::move(RankGroups[Rank])}});
+    }
+    Out["groups"] = std::move(Groups);
+    Out["ranks"] = std::move(Ranks);
+  }
+  return Out;
+}
+
+static std::string gb(double Bytes) { return fmt::format("{:.1f} GB", Bytes / 1e9); }
+
+void moec::printPlanSummary(const Plan &P, llvm::raw_ostream &OS) {
+  const Recipe &R = P.R;
+  const ParallelConfig &Par = R.Parallel;
+  OS << fmt::format("plan {}: {} x {} ({} GPUs, {} nodes)\n", R.PointName, R.Model.Name, R.Gpu.Name, R.WorldSize,
+                    R.Nodes);
+  OS << fmt::format("  layout    tp={} cp={} ep={} etp={} pp={} vpp={} -> dp={} edp={}; {} micro batches/step, "
+                    "bubble {:.1f}%\n",
+                    Par.TP, Par.CP, Par.EP, Par.ETP, Par.PP, Par.VPP, Par.DP, Par.EDP, P.Pipeline.Microbatches,
+                    100 * P.Pipeline.BubbleFraction);
+  const MemoryEstimate &M = P.Memory;
+  OS << fmt::format("  memory    peak {} of {} on pipeline stage {} ({})\n", gb(M.PeakBytes), gb(M.CapacityBytes),
+                    M.PeakStage, M.fits() ? "fits" : "DOES NOT FIT");
+  if (!M.PerStage.empty()) {
+    std::vector<std::string> Parts;
+    for (auto &[Name, Bytes] : M.PerStage[M.PeakStage].items())
+      if (Bytes > 0)
+        Parts.push_back(fmt::format("{} {}", Name, gb(Bytes)));
+    OS << "            " << llvm::join(Parts, ", ") << "\n";
+  }
+  const StepTimeBreakdown &T = P.Time;
+  OS << fmt::format("  speed     step {:.2f} s, {:.0f} tokens/s/GPU, {:.0f} TFLOP/s/GPU, MFU {:.1f}%\n", T.StepTime,
+                    T.TokensPerSecPerGpu, T.ModelTflopsPerGpu, 100 * T.MFU);
+  if (R.Model.isVLM())
+    OS << fmt::format("            {:.0f} useful (text) tokens/s/GPU\n", T.UsefulTokensPerSecPerGpu);
+}
+
+llvm::Error moec::writeFileAtomically(llvm::StringRef Path, llvm::StringRef Contents) {
+  llvm::SmallString<256> Dir(Path);
+  llvm::sys::path::remove_filename(Dir);
+  if (Dir.empty())
+    Dir = ".";
+  llvm::SmallString<256> Model(Dir);
+  llvm::sys::path::append(Model, llvm::sys::path::filename(Path) + ".tmp-%%%%%%");
+  int FD;
+  llvm::SmallString<256> Temp;
+  if (std::error_code EC = llvm::sys::fs::createUniqueFile(Model, FD, Temp))
+    return llvm::createStringError(EC, "cannot create a temporary file in '%s': %s", Dir.c_str(),
+                                   EC.message().c_str());
+  {
+    llvm::raw_fd_ostream OS(FD, /*shouldClose=*/true);
+    OS << Contents;
+    OS.flush();
+    if (OS.has_error()) {
+      std::error_code EC = OS.error();
+      OS.clear_error();
+      llvm::sys::fs::remove(Temp);
+      return llvm::createStringError(EC, "cannot write '%s': %s", Temp.c_str(), EC.message().c_str());
+    }
+  }
+  if (std::error_code EC = llvm::sys::fs::rename(Temp, Path)) {
+    llvm::sys::fs::remove(Temp);
+    return llvm::createStringError(EC, "cannot replace '%s': %s", Path.str().c_str(), EC.message().c_str());
+  }
+  return llvm::Error::success();
+}

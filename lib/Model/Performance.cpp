@@ -1,0 +1,805 @@
+//===- Performance.cpp - FLOPs and predicted step time ----------------------===//
+//
+// FLOPs follow Megatron-LM's num_floating_point_operations (training.py):
+// every GEMM x3 (forward, dgrad, wgrad) and x2 (multiply-add), SwiGLU MLPs,
+// routed experts at top-k plus shared experts, dense first-k layers, MLA and
+// Gated-DeltaNet (linear attention) terms, core attention at the causal half,
+// MTP layers (each one an extra decoder layer of the kind of the last layer,
+// plus its norms, projection and logits), logits over the vocabulary padded
+// to a multiple of 128 x TP. The VLM vision encoder and projector are added
+// per image.
+//
+// The step-time model prices one micro batch on every pipeline rank, layer
+// by layer, then multiplies by the micro batches and adds the bubble and
+// the per-step data-parallel and optimizer work:
+//
+//   layer pass = max(GPU time + exposed communication, host issue time)
+//   GPU time   = GEMM FLOPs / (precision peak x efficiency)
+//              + core-attention FLOPs / (BF16 peak x attention efficiency)
+//              + memory-bound bytes / (HBM bandwidth x efficiency)
+//
+// with balanced routing (every published run is force-balanced), so each GPU
+// of a stage does 1 / (TP x CP) of the stage's FLOPs per micro batch.
+// Communication: TP collectives, the CP K/V ring (its excess over the
+// attention it overlaps), EP dispatch/combine over NVLink or the network at
+// the dispatcher's efficiency, PP sends, DP reduce-scatter/all-gather. The
+// step is M x the slowest rank's micro batch / (1 - bubble) + exposed DP +
+// the optimizer step.
+//
+// Assumptions the schema does not carry: SwiGLU MLPs; the attention output
+// gate of the Qwen3-Next / Qwen3.5 family (models with linear attention);
+// MCore's output layer in BF16 under every precision recipe; VLM payload
+// from Calibration (mock data: no images).
+//
+//===----------------------------------------------------------------------===//
+#include "moec/Model/Performance.h"
+
+#include "moec/Layout/PipelineLayout.h"
+#include "llvm/ADT/STLExtras.h"
+#include <algorithm>
+#include <cmath>
+
+using namespace moec;
+
+namespace {
+
+/// Activations, gradients and dispatched tokens are BF16.
+constexpr double ActBytes = 2.0;
+/// Megatron pads the vocabulary to a multiple of this x TP
+/// (make_vocab_size_divisible_by).
+constexpr int64_t VocabPadding = 128;
+
+double paddedVocab(const ModelSpec &M, int64_t TP) {
+  int64_t Multiple = VocabPadding * std::max<int64_t>(TP, 1);
+  return double((M.Vocab + Multiple - 1) / Multiple * Multiple);
+}
+
+enum class AttnKind { Standard, Mla, Linear };
+
+/// What one decoder or MTP layer is made of.
+struct LayerShape {
+  AttnKind Attn = AttnKind::Standard;
+  bool Gated = false; // attention output gate (Qwen3-Next / Qwen3.5 family)
+  bool MoE = false;   // routed (+ shared) experts, else a dense MLP
+  bool Mtp = false;   // an MTP layer: adds its projection and logits
+  bool Bf16 = false;  // GEMMs stay in BF16 under a low-precision recipe
+};
+
+/// Forward FLOPs per token of one layer, by module (Megatron's counting).
+struct LayerFlops {
+  double AttnProj = 0; // projections (MLA: down projections and norms)
+  double MlaUp = 0;    // MLA up projections
+  double AttnCore = 0; // softmax core at the causal half, or GDN conv + delta rule
+  double DenseMlp = 0, Experts = 0, Shared = 0;
+  double MtpProj = 0; // MTP norms and eh projection
+  double Logits = 0;  // an MTP layer's own logits
+  double gemm() const { return AttnProj + MlaUp + DenseMlp + Experts + Shared + MtpProj; }
+  double total() const { return gemm() + AttnCore + Logits; }
+};
+
+/// Forward memory-bound elements (BF16 reads + writes) per token of a layer.
+struct LayerMemory {
+  double Norm = 0;   // RMSNorms (recompute module layernorm)
+  double MoeAct = 0; // SwiGLU of the routed experts (moe_act)
+  double MoeOther = 0; // router, permutation, unpermutation, shared act
+  double MlpAct = 0;   // SwiGLU of a dense MLP
+  double GdnNorm = 0;  // GDN output norm (gdn_norm_out)
+  double Other = 0;    // residuals, RoPE, gates, quantization casts
+  double total() const { return Norm + MoeAct + MoeOther + MlpAct + GdnNorm + Other; }
+};
+
+int64_t routedFfn(const ModelSpec &M) { return M.MoE ? M.MoE->FfnHidden : 0; }
+int64_t sharedFfn(const ModelSpec &M) {
+  if (!M.MoE || M.MoE->SharedExperts == 0)
+    return 0;
+  return M.MoE->SharedFfnHidden ? *M.MoE->SharedFfnHidden : M.MoE->SharedExperts * M.MoE->FfnHidden;
+}
+int64_t denseFfn(const ModelSpec &M) { return M.FfnHidden ? *M.FfnHidden : 4 * M.Hidden; }
+
+/// Layer Index counts the decoder layers, then the MTP layers.
+LayerShape shapeOf(const ModelSpec &M, int64_t Index, const Recipe *R) {
+  LayerShape S;
+  int64_t L = M.Layers;
+  // Megatron's pattern runs over decoder + MTP layers: every Interval-th
+  // layer (1-based) is standard attention, the others are linear.
+  if (M.LinearAttention && M.LinearAttention->Interval > 0 && (Index + 1) % M.LinearAttention->Interval != 0)
+    S.Attn = AttnKind::Linear;
+  else
+    S.Attn = M.MLA ? AttnKind::Mla : AttnKind::Standard;
+  S.Gated = M.LinearAttention.hasValue();
+  S.Mtp = Index >= L;
+  if (M.MoE) {
+    bool LastIsMoE = L - 1 >= M.MoE->DenseLayers;
+    S.MoE = S.Mtp ? LastIsMoE : Index >= M.MoE->DenseLayers;
+  }
+  if (R && R->Prec != Precision::BF16 && !S.Mtp)
+    S.Bf16 = Index < R->Bf16FirstLayers || Index >= L - R->Bf16LastLayers;
+  return S;
+}
+
+LayerFlops layerFlops(const ModelSpec &M, const LayerShape &S, double Seq, double Vocab, const Calibration &C) {
+  LayerFlops F;
+  double H = double(M.Hidden);
+  switch (S.Attn) {
+  case AttnKind::Standard: {
+    double Q = double(M.Heads * M.HeadDim), KV = double(M.KvHeads * M.HeadDim);
+    double Gate = S.Gated ? Q : 0;
+    F.AttnProj = 2 * (H * (Q + 2 * KV + Gate) + Q * H);
+    F.AttnCore = 2 * (Q * Seq / 2 * 2);
+    break;
+  }
+  case AttnKind::Mla: {
+    const MLASpec &A = *M.MLA;
+    double Heads = double(M.Heads), QK = double(A.QkHeadDim), Rope = double(A.QkRopeHeadDim),
+           V = double(A.VHeadDim);
+    double QTerm = A.QLoraRank ? double(A.QLoraRank) * (H + Heads * (QK + Rope) + 1) : H * Heads * (QK + Rope);
+    double QUp = A.QLoraRank ? double(A.QLoraRank) * Heads * (QK + Rope) : 0;
+    double KVTerm = double(A.KvLoraRank) * (H + Heads * (QK + V) + 1);
+    double KVUp = double(A.KvLoraRank) * Heads * (QK + V);
+    double Rest = H * Rope + Heads * V * H;
+    F.MlaUp = 2 * (QUp + KVUp);
+    F.AttnProj = 2 * (QTerm + KVTerm + Rest) - F.MlaUp;
+    F.AttnCore = 2 * (Seq * Heads * (QK + Rope) / 2 + Seq * Heads * V / 2);
+    break;
+  }
+  case AttnKind::Linear: {
+    const LinearAttentionSpec &A = *M.LinearAttention;
+    double QK = double(A.KeyHeads * A.HeadDim), V = double(A.ValueHeads * A.HeadDim), NV = double(A.ValueHeads);
+    double Conv = double(C.GdnConvKernel);
+    F.AttnProj = 2 * (H * (2 * QK + 2 * V + 2 * NV) + H * V);
+    F.AttnCore = 2 * (Conv * (2 * QK + V) + NV * double(A.HeadDim) * double(A.HeadDim) * 4);
+    break;
+  }
+  }
+  if (S.MoE) {
+    F.Experts = 2 * 3 * H * double(routedFfn(M)) * double(M.MoE->TopK);
+    F.Shared = 2 * 3 * H * double(sharedFfn(M));
+  } else {
+    F.DenseMlp = 2 * 3 * H * double(denseFfn(M));
+  }
+  if (S.Mtp) {
+    F.MtpProj = 2 * (3 * H + 2 * H * H);
+    F.Logits = 2 * H * Vocab;
+  }
+  return F;
+}
+
+LayerMemory layerMemory(const ModelSpec &M, const LayerShape &S, const Recipe &R) {
+  LayerMemory E;
+  double H = double(M.Hidden);
+  bool LowPrec = R.Prec != Precision::BF16 && !S.Bf16;
+  double GemmInputs = 0; // elements quantized before a GEMM (low precision)
+  E.Norm = 2 * 2 * H;    // two RMSNorms: read + write
+  E.Other = 2 * 3 * H;   // two residual adds
+  switch (S.Attn) {
+  case AttnKind::Standard: {
+    double Q = double(M.Heads * M.HeadDim), KV = double(M.KvHeads * M.HeadDim);
+    E.Other += 2 * (Q + KV); // RoPE on q and k
+    if (S.Gated)
+      E.Other += 3 * Q; // sigmoid output gate
+    GemmInputs += H + Q;
+    break;
+  }
+  case AttnKind::Mla: {
+    const MLASpec &A = *M.MLA;
+    E.Norm += 2 * double(A.QLoraRank + A.KvLoraRank);
+    E.Other += 2 * double(M.Heads * A.QkRopeHeadDim + A.QkRopeHeadDim);
+    GemmInputs += H + double(A.QLoraRank + A.KvLoraRank + M.Heads * A.VHeadDim);
+    break;
+  }
+  case AttnKind::Linear: {
+    const LinearAttentionSpec &A = *M.LinearAttention;
+    double QK = double(A.KeyHeads * A.HeadDim), V = double(A.ValueHeads * A.HeadDim);
+    E.Other += 2 * (2 * QK + V) + 3 * V; // conv activation, output gate
+    E.GdnNorm = 2 * V;
+    GemmInputs += H + V;
+    break;
+  }
+  }
+  if (S.MoE) {
+    double K = double(M.MoE->TopK), Ffn = double(routedFfn(M)), Sh = double(sharedFfn(M));
+    E.MoeAct = 3 * Ffn * K;
+    E.MoeOther = H + 3 * double(M.MoE->Experts) + 2 * (1 + K) * H + 3 * Sh;
+    // NCCL dispatchers permute before and sort after the exchange (and the
+    // reverse on combine); DeepEP/HybridEP fuse the permutation.
+    if (R.Parallel.EP > 1 && (R.Dispatch == Dispatcher::AllToAll || R.Dispatch == Dispatcher::AllGather))
+      E.MoeOther += 2 * K * H;
+    GemmInputs += K * (H + Ffn) + (Sh > 0 ? H + Sh : 0);
+  } else {
+    double Ffn = double(denseFfn(M));
+    E.MlpAct = 3 * Ffn;
+    GemmInputs += H + Ffn;
+  }
+  // Quantization: read BF16, write the row- and column-wise low-precision
+  // copies: about two BF16 elements of traffic per input element.
+  if (LowPrec)
+    E.Other += 2 * GemmInputs;
+  return E;
+}
+
+double peakFor(const GpuSpec &G, Precision P) {
+  switch (P) {
+  case Precision::BF16:
+    return G.Bf16Flops;
+  case Precision::NVFP4:
+    return G.Fp4Flops ? *G.Fp4Flops : G.Fp8Flops ? *G.Fp8Flops : G.Bf16Flops;
+  default:
+    return G.Fp8Flops ? *G.Fp8Flops : G.Bf16Flops;
+  }
+}
+
+double gemmEfficiency(const Calibration &C, Precision P) {
+  switch (P) {
+  case Precision::BF16:
+    return C.Bf16GemmEfficiency;
+  case Precision::NVFP4:
+    return C.Fp4GemmEfficiency;
+  default:
+    return C.Fp8GemmEfficiency;
+  }
+}
+
+/// Vision encoder + projector forward FLOPs for one image of Patches patches,
+/// split into GEMM and attention-core parts (bidirectional attention).
+struct VisionFlops {
+  double EncoderGemm = 0, EncoderCore = 0, Projector = 0;
+};
+VisionFlops visionFlopsPerImage(const ModelSpec &M, double Patches, const Calibration &C) {
+  VisionFlops F;
+  if (!M.Vision || Patches <= 0)
+    return F;
+  const VisionSpec &V = *M.Vision;
+  double Hv = double(V.Hidden), Fv = double(V.FfnHidden), L = double(V.Layers);
+  double P = Patches, Merge = double(std::max<int64_t>(V.SpatialMerge, 1));
+  double Out = double(V.OutHidden ? *V.OutHidden : M.Hidden);
+  double PatchIn = 3.0 * double(C.VisionTemporalPatch) * double(V.PatchSize * V.PatchSize);
+  F.EncoderGemm = L * 2 * P * (4 * Hv * Hv + 2 * Hv * Fv) + 2 * P * PatchIn * Hv;
+  F.EncoderCore = L * 2 * 2 * P * P * Hv;
+  double Merged = P / (Merge * Merge), In = Merge * Merge * Hv;
+  F.Projector = 2 * Merged * (In * In + In * Out);
+  return F;
+}
+
+/// Images per sample and patches per image. Mock data carries no images
+/// (bridge-facts.md: mock VLM data without images runs about 2x faster);
+/// real data: one image filling Calibration::VisionTokenFraction of the
+/// sequence after the spatial merge.
+void imagePayload(const Recipe &R, const Calibration &C, double &Images, double &Patches, double &ImageTokens) {
+  Images = Patches = ImageTokens = 0;
+  if (!R.Model.Vision || R.Data != DataSourceKind::Real)
+    return;
+  double Merge = double(std::max<int64_t>(R.Model.Vision->SpatialMerge, 1));
+  ImageTokens = std::floor(C.VisionTokenFraction * double(R.SeqLen));
+  Images = ImageTokens > 0 ? 1 : 0;
+  Patches = ImageTokens * Merge * Merge;
+}
+
+//===----------------------------------------------------------------------===//
+// Step time
+//===----------------------------------------------------------------------===//
+
+/// Per-token costs of one layer, in seconds per token a GPU handles.
+struct LayerTime {
+  double GpuFwd = 0;          // forward GPU time (GEMM + core + memory-bound)
+  double Recompute = 0;       // forward work redone in the backward
+  double RecomputeEpFrac = 0; // fraction of the forward EP exchanges redone
+  double RecomputeHost = 0;   // fraction of the forward host time redone
+};
+
+FlopCount countFlopsWith(const Recipe &R, const Calibration &C);
+
+class StepModel {
+public:
+  StepModel(const Recipe &R, const PipelinePlan &P, const Calibration &C) : R(R), P(P), C(C), M(R.Model) {
+    const ParallelConfig &Par = R.Parallel;
+    TP = std::max<int64_t>(Par.TP, 1);
+    CP = std::max<int64_t>(Par.CP, 1);
+    EP = std::max<int64_t>(Par.EP, 1);
+    ETP = std::max<int64_t>(Par.ETP, 1);
+    PP = std::max<int64_t>(Par.PP, 1);
+    World = std::max<int64_t>(R.WorldSize, 1);
+    DP = Par.DP > 0 ? Par.DP : std::max<int64_t>(World / (TP * CP * PP), 1);
+    EDP = Par.EDP > 0 ? Par.EDP : std::max<int64_t>(World / (ETP * EP * PP), 1);
+    Seq = double(std::max<int64_t>(R.SeqLen, 1));
+    Mbs = double(std::max<int64_t>(R.MicroBatch, 1));
+    Vocab = paddedVocab(M, TP);
+    Domain = std::max<int64_t>(R.Gpu.NVLinkDomain, 1);
+    PeakBf16 = std::max(R.Gpu.Bf16Flops, 1.0);
+    PeakLow = std::max(peakFor(R.Gpu, R.Prec), 1.0);
+    EffLow = gemmEfficiency(C, R.Prec);
+    Hbm = std::max(R.Gpu.HbmBytesPerSec, 1.0) * C.HbmEfficiency;
+    NVL = std::max(R.Gpu.NVLinkBytesPerSec, 1.0);
+    Net = std::max(R.Gpu.NetworkBytesPerSec, 1.0);
+    // Tokens one GPU handles per micro batch (balanced routing: also the
+    // expert work per GPU, in token units).
+    TokensPerGpu = Mbs * Seq / double(TP * CP);
+    hostCapture();
+  }
+
+  StepTimeBreakdown run();
+
+private:
+  const Recipe &R;
+  const PipelinePlan &P;
+  const Calibration &C;
+  const ModelSpec &M;
+  int64_t TP, CP, EP, ETP, PP, World, DP, EDP, Domain;
+  double Seq, Mbs, Vocab, PeakBf16, PeakLow, EffLow, Hbm, NVL, Net, TokensPerGpu;
+  double HostUncapturedDense = 1, HostUncapturedMoE = 1;
+
+  /// A group of Span consecutive ranks talks over NVLink when it fits in one
+  /// NVLink domain, else over the network.
+  double groupBandwidth(int64_t Span) const {
+    return Span <= Domain ? NVL * C.NVLinkEfficiency : Net * C.NetworkEfficiency;
+  }
+
+  void hostCapture();
+  bool recomputes(RecomputeModule Mod) const {
+    return R.Recompute.Kind == RecomputeKind::Selective && llvm::is_contained(R.Recompute.Modules, Mod);
+  }
+  double gemmRate(const LayerShape &S) const {
+    if (R.Prec == Precision::BF16 || S.Bf16)
+      return PeakBf16 * C.Bf16GemmEfficiency;
+    return PeakLow * EffLow;
+  }
+  LayerTime layerTime(const LayerShape &S, const LayerFlops &F, const LayerMemory &E) const;
+  double epExchangeSeconds() const;  // one dispatch (or combine), one micro batch
+  double tpSeconds(const LayerShape &S) const; // all TP traffic of a layer, one micro batch
+  double cpSeconds(const LayerShape &S, double &Hideable) const;
+  void stagesOf(std::vector<LayoutStage> &Stages, std::vector<int64_t> &First) const;
+  void paramsOf(const std::vector<LayoutStage> &Stages, const std::vector<int64_t> &First, int64_t Rank,
+                double &Dense, double &Expert) const;
+};
+
+void StepModel::hostCapture() {
+  // The host work of a layer, split evenly between attention, routing and
+  // the MLP / experts; a captured scope issues its part as one graph launch.
+  bool Full = false, Attn = false, Mlp = false, Moe = false, Router = false, Pre = false;
+  for (GraphScope S : R.CudaGraph) {
+    Full |= S == GraphScope::FullIteration;
+    Attn |= S == GraphScope::Attn || S == GraphScope::Mamba;
+    Mlp |= S == GraphScope::Mlp;
+    Moe |= S == GraphScope::Moe;
+    Router |= S == GraphScope::MoeRouter;
+    Pre |= S == GraphScope::MoePreprocess;
+  }
+  if (Full) {
+    HostUncapturedDense = HostUncapturedMoE = 0;
+    return;
+  }
+  double Third = 1.0 / 3.0;
+  HostUncapturedDense = 1 - (Attn ? Third : 0) - (Mlp ? 2 * Third : 0);
+  double MoE = 1 - (Attn ? Third : 0);
+  if (Moe)
+    MoE -= 2 * Third;
+  else
+    MoE -= (Router ? Third / 2 : 0) + (Pre ? Third / 2 : 0);
+  HostUncapturedMoE = std::max(MoE, 0.0);
+  HostUncapturedDense = std::max(HostUncapturedDense, 0.0);
+}
+
+LayerTime StepModel::layerTime(const LayerShape &S, const LayerFlops &F, const LayerMemory &E) const {
+  double Rate = gemmRate(S), Bf16Rate = PeakBf16 * C.Bf16GemmEfficiency;
+  double ExpertRate = Rate * C.GroupedGemmEfficiency;
+  double CoreRate = PeakBf16 * C.AttentionEfficiency;
+  auto mem = [&](double Elements) { return Elements * ActBytes / Hbm; };
+
+  double Gemm = (F.AttnProj + F.MlaUp + F.DenseMlp + F.Shared + F.MtpProj) / Rate + F.Experts / ExpertRate +
+                F.Logits / Bf16Rate;
+  double Core = F.AttnCore / CoreRate;
+  double Mem = mem(E.total()) + (S.Mtp ? mem(3 * Vocab) : 0);
+  LayerTime T;
+  T.GpuFwd = Gemm + Core + Mem;
+
+  switch (R.Recompute.Kind) {
+  case RecomputeKind::None:
+    break;
+  case RecomputeKind::Full:
+    T.Recompute = T.GpuFwd;
+    T.RecomputeEpFrac = 1;
+    T.RecomputeHost = 1;
+    break;
+  case RecomputeKind::Selective: {
+    double X = 0;
+    if (recomputes(RecomputeModule::CoreAttn))
+      X += Core;
+    if (recomputes(RecomputeModule::MlaUpProj))
+      X += F.MlaUp / Rate;
+    if (recomputes(RecomputeModule::LayerNorm))
+      X += mem(E.Norm);
+    if (recomputes(RecomputeModule::Mlp) && !S.MoE)
+      X += F.DenseMlp / Rate + mem(E.MlpAct);
+    if (recomputes(RecomputeModule::GdnNormOut))
+      X += mem(E.GdnNorm);
+    if (S.MoE) {
+      if (recomputes(RecomputeModule::Moe)) {
+        X += F.Experts / ExpertRate + F.Shared / Rate + mem(E.MoeAct + E.MoeOther);
+        T.RecomputeEpFrac = 1;
+        T.RecomputeHost = 1.0 / 3.0;
+      } else {
+        if (recomputes(RecomputeModule::MoeAct))
+          X += mem(E.MoeAct);
+        if (recomputes(RecomputeModule::SharedExperts))
+          X += F.Shared / Rate;
+      }
+    }
+    T.Recompute = X;
+    break;
+  }
+  }
+  return T;
+}
+
+double StepModel::epExchangeSeconds() const {
+  if (!M.MoE || EP <= 1)
+    return 0;
+  double H = double(M.Hidden), K = double(M.MoE->TopK);
+  // EP peers are consecutive ranks (stride ETP); those in the GPU's NVLink
+  // domain, and the number of domains the group spans.
+  double Peers = double(EP);
+  double Local = std::max(1.0, std::min(Peers, double(Domain / std::max<int64_t>(ETP, 1))));
+  double Domains = std::ceil(Peers / Local);
+  double Tokens = TokensPerGpu;
+  double NvlBytes = 0, NetBytes = 0, NvlEff = C.AllToAllEfficiency;
+  switch (R.Dispatch) {
+  case Dispatcher::AllGather: {
+    // Every rank gathers every token of the group (and reduce-scatters back).
+    double All = Tokens * H * ActBytes * (Peers - 1);
+    NvlBytes = All * (Local - 1) / std::max(Peers - 1, 1.0);
+    NetBytes = All - NvlBytes;
+    break;
+  }
+  case Dispatcher::AllToAll: {
+    double All = Tokens * K * H * ActBytes;
+    NvlBytes = All * (Local - 1) / Peers;
+    NetBytes = All * (Peers - Local) / Peers;
+    break;
+  }
+  case Dispatcher::HybridEP: {
+    // Every routed copy that leaves the NVLink domain crosses the network
+    // (A 4.1: HybridEP over IB on H100 reaches 36-58 GB/s of algorithm
+    // bandwidth, the NIC rate, not a deduplicated multiple of it).
+    NvlEff = C.HybridEpEfficiency;
+    double All = Tokens * K * H * ActBytes;
+    NvlBytes = All * (Local - 1) / Peers;
+    NetBytes = All * (Peers - Local) / Peers;
+    break;
+  }
+  case Dispatcher::DeepEP: {
+    NvlEff = C.DeepEpEfficiency;
+    double All = Tokens * K * H * ActBytes;
+    NvlBytes = All * (Local - 1) / Peers;
+    // DeepEP's internode kernels send a token once per remote node that
+    // holds one of its top-k experts and fan it out over NVLink there
+    // (A 4.1: internode RDMA 43-58 GB/s, the NIC rate, on deduplicated
+    // bytes); the fan-out loads NVLink with the copies for the other GPUs
+    // of that node.
+    if (Domains > 1) {
+      double HitOne = 1 - std::pow(1 - 1 / Domains, K);
+      NetBytes = Tokens * H * ActBytes * (Domains - 1) * HitOne;
+      NvlBytes += All * (Peers - Local) / Peers * (Local - 1) / Local;
+    }
+    break;
+  }
+  }
+  return std::max(NvlBytes / (NVL * NvlEff), NetBytes / (Net * C.NetworkEfficiency));
+}
+
+double StepModel::tpSeconds(const LayerShape &S) const {
+  double Bytes = 0;
+  double Act = Mbs * (Seq / double(CP)) * double(M.Hidden) * ActBytes;
+  if (TP > 1) {
+    // Under SP, an all-gather before and a reduce-scatter after every
+    // TP-sharded block, and their transposes in backward (without SP two
+    // all-reduces of twice the volume: the same bytes).
+    int Blocks = 1; // attention
+    if (!S.MoE)
+      ++Blocks;
+    else if (sharedFfn(M) > 0)
+      ++Blocks;
+    Bytes += Blocks * 4 * double(TP - 1) / double(TP) * Act;
+  }
+  double Seconds = Bytes / groupBandwidth(TP);
+  if (S.MoE && ETP > 1) {
+    // Expert TP: dispatched tokens all-gathered / reduce-scattered over ETP.
+    double Routed = TokensPerGpu * double(M.MoE->TopK) * double(M.Hidden) * ActBytes;
+    Seconds += 4 * double(ETP - 1) / double(ETP) * Routed / groupBandwidth(ETP);
+  }
+  return Seconds;
+}
+
+double StepModel::cpSeconds(const LayerShape &S, double &Hideable) const {
+  Hideable = 0;
+  if (CP <= 1)
+    return 0;
+  double KV = 0, QO = 0;
+  switch (S.Attn) {
+  case AttnKind::Standard:
+    KV = 2.0 * double(M.KvHeads * M.HeadDim);
+    QO = 2.0 * double(M.Heads * M.HeadDim);
+    break;
+  case AttnKind::Mla:
+    KV = double(M.Heads * (M.MLA->QkHeadDim + M.MLA->QkRopeHeadDim + M.MLA->VHeadDim));
+    QO = double(M.Heads * (M.MLA->QkHeadDim + M.MLA->QkRopeHeadDim + M.MLA->VHeadDim));
+    break;
+  case AttnKind::Linear: {
+    // Gated DeltaNet under CP exchanges heads with all-to-alls.
+    const LinearAttentionSpec &A = *M.LinearAttention;
+    double Elems = double(2 * A.KeyHeads * A.HeadDim + 2 * A.ValueHeads * A.HeadDim);
+    double Bytes = 3 * Mbs * (Seq / double(CP)) * Elems / double(TP) * ActBytes * double(CP - 1) / double(CP);
+    return Bytes / groupBandwidth(TP * CP);
+  }
+  }
+  double Chunk = Mbs * (Seq / double(CP)) * KV / double(TP) * ActBytes;
+  double BW = groupBandwidth(TP * CP);
+  switch (R.Parallel.CpCommKind) {
+  case CpComm::P2P:
+  case CpComm::A2AP2P:
+    // Ring: CP - 1 KV chunks forward, KV and dKV backward, overlapped with
+    // the attention core.
+    Hideable = 1;
+    return 3 * double(CP - 1) * Chunk / BW;
+  case CpComm::AllGather:
+    return 2 * double(CP - 1) * Chunk / BW;
+  case CpComm::A2A: {
+    double Elems = KV + QO;
+    return 3 * Mbs * (Seq / double(CP)) * Elems / double(TP) * ActBytes * double(CP - 1) / double(CP) / BW;
+  }
+  }
+  return 0;
+}
+
+void StepModel::stagesOf(std::vector<LayoutStage> &Stages, std::vector<int64_t> &First) const {
+  int64_t VPP = std::max<int64_t>(P.VPP, 1);
+  if (int64_t(P.VirtualStages.size()) == P.PP * VPP && P.PP == PP && !P.VirtualStages.empty()) {
+    Stages = P.VirtualStages;
+  } else if (R.Parallel.Layout) {
+    PipelineLayout Layout;
+    LayoutError Err;
+    if (parsePipelineLayout(*R.Parallel.Layout, Layout, Err) && int64_t(Layout.Stages.size()) % PP == 0)
+      Stages = Layout.Stages;
+  }
+  if (Stages.empty()) {
+    int64_t N = PP * std::max<int64_t>(R.Parallel.VPP, 1);
+    Stages.assign(size_t(N), LayoutStage());
+    for (int64_t I = 0; I < N; ++I)
+      Stages[size_t(I)].DecoderLayers = M.Layers / N + (I < M.Layers % N ? 1 : 0);
+    Stages.front().Embedding = true;
+    Stages.back().Loss = true;
+    Stages.back().MtpLayers = M.MtpLayers;
+  }
+  First.clear();
+  int64_t Next = 0;
+  for (const LayoutStage &S : Stages) {
+    First.push_back(Next);
+    Next += S.DecoderLayers;
+  }
+}
+
+void StepModel::paramsOf(const std::vector<LayoutStage> &Stages, const std::vector<int64_t> &First, int64_t Rank,
+                         double &Dense, double &Expert) const {
+  Dense = Expert = 0;
+  double H = double(M.Hidden);
+  auto layer = [&](int64_t Index) {
+    LayerShape S = shapeOf(M, Index, &R);
+    LayerFlops F = layerFlops(M, S, 0, Vocab, C);
+    // Forward FLOPs per token of a GEMM = 2 x its parameters.
+    double Attn = (F.AttnProj + F.MlaUp) / 2;
+    if (S.Attn == AttnKind::Linear)
+      Attn += double(C.GdnConvKernel) * double(2 * M.LinearAttention->KeyHeads * M.LinearAttention->HeadDim +
+                                               M.LinearAttention->ValueHeads * M.LinearAttention->HeadDim);
+    Dense += Attn + F.DenseMlp / 2 + F.Shared / 2 + F.MtpProj / 2 + 2 * H;
+    if (S.MoE) {
+      Dense += H * double(M.MoE->Experts); // router
+      Expert += 3 * H * double(routedFfn(M)) * double(M.MoE->Experts);
+    }
+  };
+  for (size_t V = 0; V < Stages.size(); ++V) {
+    if (int64_t(V) % PP != Rank)
+      continue;
+    const LayoutStage &S = Stages[V];
+    for (int64_t I = 0; I < S.DecoderLayers; ++I)
+      layer(First[V] + I);
+    for (int64_t I = 0; I < S.MtpLayers; ++I)
+      layer(M.Layers + I);
+    if (S.Embedding)
+      Dense += Vocab * H;
+    if (S.Loss)
+      Dense += Vocab * H + H;
+  }
+  Dense /= double(TP);
+  Expert /= double(EP * ETP);
+}
+
+StepTimeBreakdown StepModel::run() {
+  StepTimeBreakdown B;
+  int64_t VPP = std::max<int64_t>(P.VPP, 1);
+  int64_t PerStep = std::max<int64_t>(R.MicroBatch, 1) * DP;
+  int64_t Mb = P.PP == PP && P.Microbatches > 0 ? P.Microbatches
+                                                : std::max<int64_t>(R.GlobalBatch / std::max<int64_t>(PerStep, 1), 1);
+  B.Microbatches = Mb;
+
+  std::vector<LayoutStage> Stages;
+  std::vector<int64_t> First;
+  stagesOf(Stages, First);
+
+  const double Ep = epExchangeSeconds();
+  const double EpExposed = R.MoE.OverlapEpComm ? 1 - C.CommOverlap : 1;
+  const double TpExposed = R.Parallel.TpCommOverlap ? 1 - C.CommOverlap : 1;
+
+  // Per pipeline rank, one micro batch.
+  struct RankTime {
+    double Compute = 0, Recompute = 0, TP = 0, CP = 0, EP = 0, PP = 0, Host = 0;
+    double total() const { return Compute + Recompute + TP + CP + EP + PP + Host; }
+  };
+  std::vector<RankTime> Ranks(static_cast<size_t>(PP));
+  double FlopsFactor = 3; // forward + backward in units of the forward
+
+  auto addLayer = [&](RankTime &RT, int64_t Index) {
+    LayerShape S = shapeOf(M, Index, &R);
+    LayerFlops F = layerFlops(M, S, Seq, Vocab, C);
+    LayerMemory E = layerMemory(M, S, R);
+    LayerTime T = layerTime(S, F, E);
+    double N = TokensPerGpu;
+    double GpuF = T.GpuFwd * N, GpuB = 2 * T.GpuFwd * N, Rec = T.Recompute * N;
+    // Communication of the layer, one micro batch, and what stays exposed.
+    double Tp = tpSeconds(S) * TpExposed;
+    double Hide = 0;
+    double CpRaw = cpSeconds(S, Hide);
+    double CoreTrain = FlopsFactor * F.AttnCore / (PeakBf16 * C.AttentionEfficiency) * N;
+    double Cp = Hide > 0 ? std::max(0.0, CpRaw - CoreTrain) : CpRaw;
+    // Overlapped EP exchanges hide behind the compute of another micro
+    // batch's pass of the same layer, but never more than CommOverlap of it.
+    double EpRaw = S.MoE ? 4 * Ep : 0;
+    double EpT = R.MoE.OverlapEpComm ? std::max(EpRaw * EpExposed, EpRaw - C.CommOverlap * (GpuF + GpuB)) : EpRaw;
+    double EpRec = S.MoE ? 2 * Ep * (EpRaw > 0 ? EpT / EpRaw : 1) * T.RecomputeEpFrac : 0;
+    double TpRec = R.Recompute.Kind == RecomputeKind::Full ? Tp / 2 : 0;
+    // Host issue time of the layer's forward and backward.
+    double U = S.MoE ? HostUncapturedMoE : HostUncapturedDense;
+    double HostF = C.HostForwardPerLayerSec * U;
+    double HostB = (C.HostBackwardPerLayerSec + T.RecomputeHost * C.HostForwardPerLayerSec) * U;
+    double DevF = GpuF + Tp / 2 + Cp / 3 + EpT / 2;
+    double DevB = GpuB + Rec + Tp / 2 + TpRec + 2 * Cp / 3 + EpT / 2 + EpRec;
+    RT.Compute += GpuF + GpuB;
+    RT.Recompute += Rec;
+    RT.TP += Tp + TpRec;
+    RT.CP += Cp;
+    RT.EP += EpT + EpRec;
+    RT.Host += std::max(0.0, HostF - DevF) + std::max(0.0, HostB - DevB);
+  };
+
+  // Vision encoder on the first stage, once per micro batch.
+  double Images = 0, Patches = 0, ImageTokens = 0;
+  imagePayload(R, C, Images, Patches, ImageTokens);
+  VisionFlops VF = visionFlopsPerImage(M, Patches, C);
+
+  for (size_t V = 0; V < Stages.size(); ++V) {
+    RankTime &RT = Ranks[V % size_t(PP)];
+    const LayoutStage &S = Stages[V];
+    for (int64_t I = 0; I < S.DecoderLayers; ++I)
+      addLayer(RT, First[V] + I);
+    for (int64_t I = 0; I < S.MtpLayers; ++I)
+      addLayer(RT, M.Layers + I);
+    if (S.Loss) {
+      // Output layer (BF16 in Megatron: not a TE module) and cross entropy.
+      double N = TokensPerGpu;
+      double Logits = 2 * double(M.Hidden) * Vocab / (PeakBf16 * C.Bf16GemmEfficiency);
+      RT.Compute += FlopsFactor * N * Logits + N * 3 * Vocab * ActBytes / Hbm;
+    }
+    if (S.Embedding && Images > 0) {
+      double PerGpu = Mbs * Images / double(TP);
+      double Enc = R.VisionFrozen ? 1 : FlopsFactor;
+      double Rate = R.Prec == Precision::BF16 ? PeakBf16 * C.Bf16GemmEfficiency : PeakLow * EffLow;
+      RT.Compute += PerGpu * (Enc * VF.EncoderGemm / Rate +
+                              Enc * VF.EncoderCore / (PeakBf16 * C.AttentionEfficiency) +
+                              FlopsFactor * VF.Projector / Rate);
+    }
+    // Pipeline sends: activations forward, gradients backward, per chunk.
+    if (PP > 1) {
+      double Bytes = Mbs * (Seq / double(CP)) * double(M.Hidden) * ActBytes / double(TP);
+      double BW = World <= Domain ? NVL * C.NVLinkEfficiency : Net * C.NetworkEfficiency;
+      double Exposed = VPP > 1 ? 1 - C.CommOverlap : 1;
+      RT.PP += 2 * Bytes / BW * Exposed;
+    }
+  }
+
+  // Weight traffic of every micro batch: each GEMM reads its weights in
+  // forward and in dgrad, and wgrad accumulates into the fp32 main gradient.
+  std::vector<double> DenseParams(Ranks.size()), ExpertParams(Ranks.size());
+  for (size_t I = 0; I < Ranks.size(); ++I) {
+    paramsOf(Stages, First, int64_t(I), DenseParams[I], ExpertParams[I]);
+    Ranks[I].Compute += (DenseParams[I] + ExpertParams[I]) * C.WeightBytesPerMicrobatch / Hbm;
+  }
+
+  size_t Slowest = 0;
+  for (size_t I = 1; I < Ranks.size(); ++I)
+    if (Ranks[I].total() > Ranks[Slowest].total())
+      Slowest = I;
+  B.SlowestStage = int64_t(Slowest);
+  const RankTime &RT = Ranks[Slowest];
+  double Mbd = double(Mb);
+  B.Compute = Mbd * RT.Compute;
+  B.Recompute = Mbd * RT.Recompute;
+  B.TensorParallel = Mbd * RT.TP;
+  B.ContextParallel = Mbd * RT.CP;
+  B.ExpertParallel = Mbd * RT.EP;
+  B.PipelineP2P = Mbd * RT.PP;
+  B.Host = Mbd * RT.Host;
+  double Busy = Mbd * RT.total();
+  double Bubble = PP > 1 ? (P.PP == PP && P.BubbleFraction > 0
+                                ? P.BubbleFraction
+                                : double(PP - 1) / double(VPP * Mb + PP - 1))
+                         : 0;
+  Bubble = std::min(Bubble, 0.99);
+  B.Bubble = Busy * Bubble / (1 - Bubble);
+
+  // Data parallel: gradient reduce-scatter and parameter all-gather
+  // (distributed optimizer) or all-reduce, on the slowest rank's parameters.
+  double Dense = DenseParams[Slowest], Expert = ExpertParams[Slowest];
+  double GradBytes = ActBytes, ParamBytes = R.Fp8ParamGather ? 1.0 : ActBytes;
+  auto dpSeconds = [&](double Params, int64_t Group) {
+    if (Group <= 1 || Params <= 0)
+      return 0.0;
+    double Frac = double(Group - 1) / double(Group);
+    double Bytes = R.Optimizer.Distributed ? Params * (GradBytes + ParamBytes) * Frac : Params * 2 * GradBytes * Frac;
+    if (R.Parallel.FSDP) // parameters gathered in forward and backward of every micro batch
+      Bytes = Params * (2 * ParamBytes + GradBytes) * Frac * Mbd;
+    return Bytes / groupBandwidth(World / PP);
+  };
+  double Dp = dpSeconds(Dense, DP) + dpSeconds(Expert, EDP);
+  B.DataParallel = Dp * (R.Optimizer.OverlapGradReduce ? 1 - C.GradOverlap : 1);
+
+  // Optimizer step: memory-bound over the locally owned shard; the
+  // CPU-offloaded part at the offloaded-Adam rate.
+  double Owned = R.Optimizer.Distributed || R.Parallel.FSDP ? Dense / double(DP) + Expert / double(EDP)
+                                                            : Dense + Expert;
+  double Offload = std::min(std::max(R.OffloadOptimizer, 0.0), 1.0);
+  B.Optimizer = (1 - Offload) * Owned * C.OptimizerBytesPerParam / (R.Gpu.HbmBytesPerSec * C.HbmEfficiency) +
+                Offload * Owned / C.OffloadedOptimizerParamsPerSec;
+
+  B.StepTime = Busy + B.Bubble + B.DataParallel + B.Optimizer;
+
+  FlopCount Flops = countFlopsWith(R, C);
+  double Tokens = double(R.GlobalBatch) * Seq;
+  if (B.StepTime > 0 && std::isfinite(B.StepTime)) {
+    B.TokensPerSecPerGpu = Tokens / B.StepTime / double(World);
+    B.UsefulTokensPerSecPerGpu = B.TokensPerSecPerGpu * Flops.TextTokenFraction;
+    double PerGpu = Flops.PerStep / B.StepTime / double(World);
+    B.ModelTflopsPerGpu = PerGpu / 1e12;
+    B.MFU = PerGpu / PeakBf16;
+    B.MFUNative = PerGpu / PeakLow;
+  }
+  return B;
+}
+
+} // namespace
+
+namespace {
+FlopCount countFlopsWith(const Recipe &R, const Calibration &C) {
+  FlopCount F;
+  const ModelSpec &M = R.Model;
+  double Seq = double(std::max<int64_t>(R.SeqLen, 1));
+  double Vocab = paddedVocab(M, R.Parallel.TP);
+  double Forward = 2 * double(M.Hidden) * Vocab; // final logits
+  for (int64_t I = 0; I < M.Layers + M.MtpLayers; ++I)
+    Forward += layerFlops(M, shapeOf(M, I, nullptr), Seq, Vocab, C).total();
+  F.DecoderPerToken = 3 * Forward;
+
+  double Images = 0, Patches = 0, ImageTokens = 0;
+  imagePayload(R, C, Images, Patches, ImageTokens);
+  if (Images > 0) {
+    VisionFlops V = visionFlopsPerImage(M, Patches, C);
+    double Encoder = (R.VisionFrozen ? 1 : 3) * (V.EncoderGemm + V.EncoderCore);
+    F.VisionPerToken = Images * (Encoder + 3 * V.Projector) / Seq;
+    F.TextTokenFraction = std::max(0.0, 1 - ImageTokens / Seq);
+  }
+  F.PerStep = double(R.GlobalBatch) * Seq * (F.DecoderPerToken + F.VisionPerToken);
+  return F;
+}
+} // namespace
+
+FlopCount moec::countFlops(const Recipe &R) { return countFlopsWith(R, Calibration::defaults()); }
+
+StepTimeBreakdown moec::predictStepTime(const Recipe &R, const PipelinePlan &P, const Calibration &C) {
+  return StepModel(R, P, C).run();
+}

@@ -1,0 +1,61 @@
+//===- Placement.cpp - Where the process groups land ------------------------===//
+//
+// With Megatron-Core's rank order the TP group is the TP consecutive ranks
+// and the expert group the ETP x EP consecutive ranks of the expert grid
+// (lib/Layout/ProcessGrid.h); consecutive ranks share a node and then an
+// NVLink domain.
+//
+//===----------------------------------------------------------------------===//
+#include "moec/Rules/RuleEngine.h"
+#include "llvm/ADT/StringExtras.h"
+#include <fmt/format.h>
+
+using namespace moec;
+
+namespace moec::rules {
+
+void check_tp_outside_nvlink(RuleContext &C) {
+  const Recipe &R = C.R;
+  int64_t Domain = R.Gpu.NVLinkDomain, TP = R.Parallel.TP;
+  if (TP <= 1 || Domain <= 0 || (TP <= Domain && Domain % TP == 0))
+    return;
+  C.report(diag::tp_outside_nvlink, "parallel.tp", TP, Domain, R.Gpu.Name);
+}
+
+void check_ep_outside_nvlink(RuleContext &C) {
+  const Recipe &R = C.R;
+  int64_t Span = R.Parallel.EP * R.Parallel.ETP, Domain = R.Gpu.NVLinkDomain;
+  if (!C.isMoE() || Span <= 1 || Domain <= 0 || Span <= Domain)
+    return;
+  C.report(diag::ep_outside_nvlink, "parallel.ep", Span, Domain, R.Gpu.Name);
+}
+
+static std::string gigabytes(double Bytes) { return fmt::format("{:.1f} GB", Bytes / 1e9); }
+
+static std::string breakdown(const MemoryBreakdown &B) {
+  std::vector<std::string> Parts;
+  for (auto &[Name, Bytes] : B.items())
+    if (Bytes > 0)
+      Parts.push_back(fmt::format("{} {}", Name, gigabytes(Bytes)));
+  return llvm::join(Parts, ", ");
+}
+
+void check_memory_exceeds_hbm(RuleContext &C) {
+  const MemoryEstimate *M = C.memory();
+  if (!M || M->fits() || M->PerStage.empty())
+    return;
+  auto B = C.report(diag::memory_exceeds_hbm, "cluster.gpu", gigabytes(M->PeakBytes), M->PeakStage,
+                    gigabytes(M->CapacityBytes), C.R.Gpu.Name);
+  B.note(diag::note_memory_breakdown, llvm::SMRange(), breakdown(M->PerStage[M->PeakStage]));
+}
+
+void check_memory_headroom(RuleContext &C) {
+  const MemoryEstimate *M = C.memory();
+  if (!M || !M->fits() || M->PerStage.empty() || M->PeakBytes <= 0.9 * M->CapacityBytes)
+    return;
+  auto B = C.report(diag::memory_headroom, "cluster.gpu", gigabytes(M->PeakBytes), M->PeakStage,
+                    int(100 * M->PeakBytes / M->CapacityBytes), gigabytes(M->CapacityBytes), C.R.Gpu.Name);
+  B.note(diag::note_memory_breakdown, llvm::SMRange(), breakdown(M->PerStage[M->PeakStage]));
+}
+
+} // namespace moec::rules
