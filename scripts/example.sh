@@ -9,6 +9,6 @@ for f in "$root"/examples/long-context/*.moe "$root"/examples/vlm/*.moe; do
   echo "== moec check ${f#$root/}"
   "$moec" check "$f" || status=$?
 done
-echo "== moec check --dump-recipe examples/long-context/dsv3_256k_h100.moe"
-"$moec" check --dump-recipe "$root/examples/long-context/dsv3_256k_h100.moe"
+echo "== moec plan examples/long-context/dsv3_256k_h100.moe -o build/dsv3_256k_h100.plan.toml"
+"$moec" plan "$root/examples/long-context/dsv3_256k_h100.moe" -o "${MOEC_BUILD_DIR:-$root/build}/dsv3_256k_h100.plan.toml"
 exit $status

@@ -92,6 +92,27 @@ void printLocated(llvm::raw_ostream &OS, llvm::SourceMgr &SM, llvm::SMRange Rang
   if (Range.End.isValid() && Range.End.getPointer() > Range.Start.getPointer())
     Ranges.push_back(Range);
   llvm::SMDiagnostic D = SM.GetMessage(Range.Start, Kind, Message, Ranges);
+  // A minified or generated file can put megabytes on one line: show a
+  // window around the caret, as clang does, instead of the whole line.
+  constexpr size_t MaxShown = 160, Before = 60;
+  if (D.getLineContents().size() > MaxShown) {
+    printHeaderOnly(OS, P, Kind, Message, Colors);
+    llvm::StringRef Line = D.getLineContents();
+    size_t Col = std::min<size_t>(D.getColumnNo(), Line.size());
+    size_t Start = Col > Before ? Col - Before : 0;
+    size_t End = std::min(Line.size(), Start + MaxShown);
+    std::string Lead = Start > 0 ? "..." : "";
+    OS << Lead << Line.slice(Start, End) << (End < Line.size() ? "..." : "") << "\n";
+    std::string Caret(Lead.size() + Col - Start, ' ');
+    Caret += '^';
+    size_t Width = Range.End.isValid() ? size_t(std::max<std::ptrdiff_t>(
+                                              0, Range.End.getPointer() - Range.Start.getPointer()))
+                                       : 0;
+    for (size_t I = 1; I < Width && Col + I < End; ++I)
+      Caret += '~';
+    OS << Caret << "\n";
+    return;
+  }
   // SourceMgr names stdin "-"; users expect "<stdin>".
   if (D.getFilename() == "-")
     D = llvm::SMDiagnostic(SM, D.getLoc(), "<stdin>", D.getLineNo(), D.getColumnNo(), D.getKind(),

@@ -364,6 +364,12 @@ bool SemaImpl::resolve(DefInfo &D) {
       D.St = DefInfo::State::Failed;
       return false;
     }
+    D.ChainLength = Base->ChainLength + 1;
+    if (D.ChainLength > MaxExtendsDepth) {
+      Diags.report(diag::extends_too_deep, AST.BaseRange, AST.Name, MaxExtendsDepth);
+      D.St = DefInfo::State::Failed;
+      return false;
+    }
     for (auto &KV : Base->Fields) {
       FieldEntry E = KV.second;
       E.Chain.push_back(AST.Name);

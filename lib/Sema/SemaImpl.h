@@ -73,6 +73,7 @@ class DefInfo {
 public:
   const ast::Definition *AST = nullptr;
   bool Builtin = false;
+  unsigned ChainLength = 1; // definitions in its extends chain, itself included
   enum class State { Unresolved, Resolving, Resolved, Failed } St = State::Unresolved;
   llvm::StringMap<FieldEntry> Fields;
   std::vector<std::string> SweepPaths; // in source order
@@ -109,6 +110,7 @@ public:
   /// model = hf("config.json"): imports the config as a model definition.
   DefInfo *importHF(llvm::StringRef Path, llvm::SMRange CallRange);
   llvm::StringMap<DefInfo *> HFModels; // by canonical path
+  static constexpr unsigned MaxExtendsDepth = 64;
 
   // Lowering (Lowering.cpp).
   std::vector<Recipe> analyze(llvm::Optional<llvm::StringRef> OnlyRecipe);

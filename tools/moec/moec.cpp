@@ -122,10 +122,10 @@ struct Compilation {
   bool Unreadable = false;
 };
 
-std::unique_ptr<Compilation> compile(bool RunRules) {
+std::unique_ptr<Compilation> compile(bool RunRules, bool CapErrors = true) {
   auto C = std::make_unique<Compilation>();
   DiagnosticOptions Opts;
-  Opts.ErrorLimit = ErrorLimit;
+  Opts.ErrorLimit = CapErrors ? unsigned(ErrorLimit) : 0;
   std::vector<std::string> UnknownWarnings;
   for (const std::string &W : Warnings) {
     llvm::StringRef Flag(W);
@@ -292,7 +292,8 @@ int runSweep() {
     llvm::errs() << "moec sweep: expected one recipe file\n";
     return ExitUsage;
   }
-  std::unique_ptr<Compilation> C = compile(/*RunRules=*/true);
+  // Every point's errors decide whether it is pruned: no error cap here.
+  std::unique_ptr<Compilation> C = compile(/*RunRules=*/true, /*CapErrors=*/false);
   const std::vector<Diagnostic> &Final = C->Diags->finish();
   if (C->Unreadable)
     return ExitUsage;
