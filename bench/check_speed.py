@@ -266,19 +266,19 @@ def percentile(values, q):
     return s[k]
 
 
-def measure(moec, path, runs, warmup=3):
+def measure(moec, path, runs, warmup=3, extra=()):
     for _ in range(warmup):
-        run_once(moec, path)
-    samples = [run_once(moec, path)[:2] for _ in range(runs)]
+        run_once(moec, path, extra)
+    samples = [run_once(moec, path, extra)[:2] for _ in range(runs)]
     times = [w for w, _ in samples]
     cpu = [c for _, c in samples]
     return dict(min=min(times), median=statistics.median(times), p90=percentile(times, 90),
                 mean=statistics.fmean(times), max=max(times), cpu_median=statistics.median(cpu), runs=runs)
 
 
-def diagnostics_summary(moec, path):
+def diagnostics_summary(moec, path, extra=()):
     """Exit status and diagnostic counts by severity (from --format json)."""
-    _, _, proc = run_once(moec, path, ["--format", "json"])
+    _, _, proc = run_once(moec, path, ["--format", "json", *extra])
     counts = {"error": 0, "warning": 0, "remark": 0}
     ids = {}
     try:
@@ -447,16 +447,18 @@ def main():
             ("startup: 1 minimal recipe", tiny, 1, None),
             ("20 recipes", small, 20, TARGET_SMALL_MS),
             (f"~{LARGE_LINES:,} lines", large, n_large, TARGET_LARGE_MS),
+            (f"~{LARGE_LINES:,} lines, --no-planner", large, n_large, TARGET_LARGE_MS),
             (f"all of examples/ ({len(examples)} files), one process", examples, example_recipes,
              TARGET_EXAMPLES_MS),
         ]
         info = machine_info(moec)
         results = []
         for label, path, recipes, target in inputs:
-            rc, counts, ids, stderr = diagnostics_summary(moec, path)
+            extra = ["--no-planner"] if "--no-planner" in label else []
+            rc, counts, ids, stderr = diagnostics_summary(moec, path, extra)
             if rc not in (0, 1) or counts is None:
                 print(f"check_speed: moec failed on {path} (exit {rc}):\n{stderr}", file=sys.stderr)
-            stats = measure(moec, path, args.runs)
+            stats = measure(moec, path, args.runs, extra=extra)
             lines = sum(p.read_text().count("\n") for p in (path if isinstance(path, list) else [path]))
             results.append(dict(label=label, path=path, lines=lines, recipes=recipes, target=target, stats=stats,
                                 diags=dict(rc=rc, counts=counts, ids=ids)))
