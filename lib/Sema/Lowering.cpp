@@ -85,15 +85,19 @@ void SemaImpl::checkRequired(Scope &Sc) {
   }
 }
 
+Scope &SemaImpl::evaluateAll(Scope &Sc) {
+  checkRequired(Sc);
+  for (auto &KV : Sc.definition().Fields)
+    Sc.get(KV.first());
+  return Sc;
+}
+
 const ModelSpec *SemaImpl::lowerModel(DefInfo &D) {
   if (D.Lowered)
     return D.Model ? D.Model.getPointer() : nullptr;
   D.Lowered = true;
   unsigned Before = Diags.errorCount();
-  Scope &Sc = sharedScope(D);
-  checkRequired(Sc);
-  for (auto &KV : D.Fields)
-    Sc.get(KV.first());
+  Scope &Sc = evaluateAll(sharedScope(D));
   Reader R{Sc};
   ModelSpec M;
   M.Name = std::string(D.name());
@@ -168,10 +172,7 @@ const GpuSpec *SemaImpl::lowerGpu(DefInfo &D) {
     return D.Gpu ? D.Gpu.getPointer() : nullptr;
   D.Lowered = true;
   unsigned Before = Diags.errorCount();
-  Scope &Sc = sharedScope(D);
-  checkRequired(Sc);
-  for (auto &KV : D.Fields)
-    Sc.get(KV.first());
+  Scope &Sc = evaluateAll(sharedScope(D));
   Reader R{Sc};
   GpuSpec G;
   G.Name = std::string(D.name());
@@ -206,10 +207,7 @@ void SemaImpl::checkDefinition(DefInfo &D) {
     lowerGpu(D);
     return;
   case ast::DefKind::Cluster: {
-    Scope &Sc = sharedScope(D);
-    checkRequired(Sc);
-    for (auto &KV : D.Fields)
-      Sc.get(KV.first());
+    Scope &Sc = evaluateAll(sharedScope(D));
     if (const Value *G = Sc.get("gpu"); G && G->Ref)
       lowerGpu(*G->Ref);
     return;
@@ -222,9 +220,7 @@ void SemaImpl::checkDefinition(DefInfo &D) {
 llvm::Optional<Recipe> SemaImpl::lowerRecipe(Scope &Sc, std::string PointName) {
   DefInfo &D = Sc.definition();
   unsigned Before = Diags.errorCount();
-  checkRequired(Sc);
-  for (auto &KV : D.Fields)
-    Sc.get(KV.first());
+  evaluateAll(Sc);
   // cluster.gpu is required unless a named cluster provides it.
   if (!Sc.isSet("cluster.gpu") && !Sc.isSet("cluster") && !D.Rejected.count("cluster.gpu"))
     Diags.report(diag::missing_field, D.AST->NameRange, "recipe", D.name(), "cluster.gpu");

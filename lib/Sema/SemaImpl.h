@@ -116,6 +116,9 @@ public:
   std::vector<Recipe> analyze(llvm::Optional<llvm::StringRef> OnlyRecipe);
   void checkDefinition(DefInfo &D);
   void checkRequired(Scope &Sc);
+  /// Checks required fields and evaluates every field the definition sets,
+  /// so that each value is type-checked once even if nothing reads it.
+  Scope &evaluateAll(Scope &Sc);
   llvm::Optional<Recipe> lowerRecipe(Scope &Sc, std::string PointName);
   const ModelSpec *lowerModel(DefInfo &D);
   const GpuSpec *lowerGpu(DefInfo &D);
