@@ -19,7 +19,14 @@ void check_tp_outside_nvlink(RuleContext &C) {
   int64_t Domain = R.Gpu.NVLinkDomain, TP = R.Parallel.TP;
   if (TP <= 1 || Domain <= 0 || (TP <= Domain && Domain % TP == 0))
     return;
-  C.report(diag::tp_outside_nvlink, "parallel.tp", TP, Domain, R.Gpu.Name);
+  auto B = C.report(diag::tp_outside_nvlink, "parallel.tp", TP, Domain, R.Gpu.Name);
+  // The largest TP inside the domain that the attention heads still divide.
+  for (int64_t T = std::min(TP, Domain); T > 1; --T)
+    if (Domain % T == 0 && R.Model.Heads % T == 0 &&
+        (R.Model.KvHeads % T == 0 || T % std::max<int64_t>(R.Model.KvHeads, 1) == 0)) {
+      C.fixit(B, "parallel.tp", std::to_string(T));
+      return;
+    }
 }
 
 void check_ep_outside_nvlink(RuleContext &C) {
@@ -27,7 +34,13 @@ void check_ep_outside_nvlink(RuleContext &C) {
   int64_t Span = R.Parallel.EP * R.Parallel.ETP, Domain = R.Gpu.NVLinkDomain;
   if (!C.isMoE() || Span <= 1 || Domain <= 0 || Span <= Domain)
     return;
-  C.report(diag::ep_outside_nvlink, "parallel.ep", Span, Domain, R.Gpu.Name);
+  auto B = C.report(diag::ep_outside_nvlink, "parallel.ep", Span, Domain, R.Gpu.Name);
+  // The largest EP whose all-to-all stays in the domain and still divides the experts.
+  for (int64_t E = Domain / std::max<int64_t>(R.Parallel.ETP, 1); E > 1; --E)
+    if (R.Model.MoE->Experts % E == 0) {
+      C.fixit(B, "parallel.ep", std::to_string(E));
+      return;
+    }
 }
 
 static std::string gigabytes(double Bytes) { return fmt::format("{:.1f} GB", Bytes / 1e9); }
