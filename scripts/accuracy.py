@@ -675,8 +675,6 @@ CONSTANT_SOURCES = [
     ("OptimizerBytesPerParam", "Adam step: bf16 param and grad, fp32 master, m, v, read and written"),
     ("GdnConvKernel", "Gated DeltaNet short convolution (Qwen3-Next / Qwen3.5 configs)"),
     ("VisionTemporalPatch", "Qwen-VL temporal_patch_size"),
-    ("VisionTokenFraction", "VLM with real images: share of the sequence that is image tokens (an assumption; "
-     "mock data carries no images)"),
 ]
 
 

@@ -421,8 +421,13 @@ double MemoryModel::visionActivation() const {
   if (!M.Vision || R.VisionFrozen)
     return 0; // a frozen encoder keeps nothing for backward
   const VisionSpec &Vs = *M.Vision;
-  double Mg = double(Vs.SpatialMerge);
-  double Patches = C.VisionTokenFraction * double(R.SeqLen) * double(std::max<int64_t>(R.MicroBatch, 1)) * Mg * Mg;
+  // Encoder patches of one micro batch: images_per_sample images of
+  // (image_size / patch_size)^2 patches per sample. Counted whatever the
+  // data source (mock data carries no images, but the fit check stays
+  // conservative).
+  double Side = double(R.ImageSize / std::max<int64_t>(Vs.PatchSize, 1));
+  double Patches = double(std::max<int64_t>(R.ImagesPerSample, 0)) * Side * Side *
+                   double(std::max<int64_t>(R.MicroBatch, 1));
   double Hv = double(Vs.Hidden), Fv = double(Vs.FfnHidden), Hh = double(std::max<int64_t>(Vs.Heads, 1));
   double T = double(TP);
   double PerLayer;

@@ -260,18 +260,22 @@ VisionFlops visionFlopsPerImage(const ModelSpec &M, double Patches, const Calibr
   return F;
 }
 
-/// Images per sample and patches per image. Mock data carries no images
-/// (bridge-facts.md: mock VLM data without images runs about 2x faster);
-/// real data: one image filling Calibration::VisionTokenFraction of the
-/// sequence after the spatial merge.
-void imagePayload(const Recipe &R, const Calibration &C, double &Images, double &Patches, double &ImageTokens) {
+/// Images per sample, encoder patches per image and image tokens per sample
+/// (after the spatial merge, entering the decoder), from the recipe's
+/// data.images_per_sample and data.image_size. Mock data carries no images
+/// (bridge-facts.md: mock VLM data without images runs about 2x faster).
+void imagePayload(const Recipe &R, double &Images, double &Patches, double &ImageTokens) {
   Images = Patches = ImageTokens = 0;
-  if (!R.Model.Vision || R.Data != DataSourceKind::Real)
+  if (!R.Model.Vision || R.Data != DataSourceKind::Real || R.ImagesPerSample <= 0)
     return;
-  double Merge = double(std::max<int64_t>(R.Model.Vision->SpatialMerge, 1));
-  ImageTokens = std::floor(C.VisionTokenFraction * double(R.SeqLen));
-  Images = ImageTokens > 0 ? 1 : 0;
-  Patches = ImageTokens * Merge * Merge;
+  const VisionSpec &V = *R.Model.Vision;
+  int64_t Patch = std::max<int64_t>(V.PatchSize, 1), Merge = std::max<int64_t>(V.SpatialMerge, 1);
+  double Side = double(R.ImageSize / Patch), MergedSide = double(R.ImageSize / (Patch * Merge));
+  if (Side <= 0)
+    return;
+  Images = double(R.ImagesPerSample);
+  Patches = Side * Side;
+  ImageTokens = Images * MergedSide * MergedSide;
 }
 
 //===----------------------------------------------------------------------===//
@@ -670,7 +674,7 @@ StepTimeBreakdown StepModel::run() {
 
   // Vision encoder on the first stage, once per micro batch.
   double Images = 0, Patches = 0, ImageTokens = 0;
-  imagePayload(R, C, Images, Patches, ImageTokens);
+  imagePayload(R, Images, Patches, ImageTokens);
   VisionFlops VF = visionFlopsPerImage(M, Patches, C);
 
   for (size_t V = 0; V < Stages.size(); ++V) {
@@ -786,7 +790,7 @@ FlopCount countFlopsWith(const Recipe &R, const Calibration &C) {
   F.DecoderPerToken = 3 * Forward;
 
   double Images = 0, Patches = 0, ImageTokens = 0;
-  imagePayload(R, C, Images, Patches, ImageTokens);
+  imagePayload(R, Images, Patches, ImageTokens);
   if (Images > 0) {
     VisionFlops V = visionFlopsPerImage(M, Patches, C);
     double Encoder = (R.VisionFrozen ? 1 : 3) * (V.EncoderGemm + V.EncoderCore);

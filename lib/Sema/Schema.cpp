@@ -86,6 +86,8 @@ const FieldSpec RecipeFields[] = {
     FIELD(Recipe, "optimizer.overlap_param_gather", Bool, Default, "true", 0, 0, {}, "overlap parameter all-gather with the forward pass"),
     FIELD(Recipe, "data.source", DataSource, Default, "mock", 0, 0, {}, "mock, or real(\"path/prefix\") for a Megatron indexed dataset"),
     FIELD(Recipe, "data.variable_length", Bool, Default, "false", 0, 0, {}, "variable-length (packed) batches"),
+    COUNT(Recipe, "data.images_per_sample", Default, "1", 0, "images per training sample (VLM only; mock data carries none)"),
+    COUNT(Recipe, "data.image_size", Default, "448", 1, "image side in pixels after resizing (VLM only)"),
     FIELD(Recipe, "vision.frozen", Bool, Default, "false", 0, 0, {}, "VLM only: freeze the vision encoder and projector"),
 };
 

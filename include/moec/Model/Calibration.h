@@ -168,10 +168,6 @@ struct Calibration {
   // Megatron-FSDP keeps this many layers' parameters unsharded (current and
   // prefetched) and one layer's gradients before the reduce-scatter.
   double FsdpUnshardedLayers = 2.0;
-  // VLM: fraction of a trainable vision encoder's micro batch that is image
-  // tokens (after the spatial merge). An assumption, recipes do not say: one
-  // 448x448 image per sample is 196 merged tokens, ~5% of a 4K sequence.
-  double VisionTokenFraction = 0.05;
   int64_t VisionTemporalPatch = 2; // Qwen-VL temporal_patch_size
   int64_t GdnConvKernel = 4;       // Gated DeltaNet short-convolution width
 

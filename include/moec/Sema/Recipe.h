@@ -164,6 +164,8 @@ struct Recipe {
   DataSourceKind Data = DataSourceKind::Mock;
   std::string DataPath;
   bool VariableLength = false;
+  /// VLM image payload: images per sample and their side in pixels.
+  int64_t ImagesPerSample = 1, ImageSize = 448;
   bool VisionFrozen = false;
   /// The seq_len of the recipe this one extends, when that is a recipe.
   llvm::Optional<int64_t> BaseSeqLen;
