@@ -9,6 +9,7 @@ packages=(
   llvm-14-dev llvm-14-tools
   libfmt-dev libtomlplusplus-dev
   googletest libgtest-dev
+  libopenmpi-dev openmpi-bin libopenblas-dev
 )
 
 missing=()

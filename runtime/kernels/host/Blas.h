@@ -1,0 +1,31 @@
+//===- kernels/host/Blas.h - GEMM through the system BLAS ------------------===//
+//
+// The CPU backend's matrix products go through OpenBLAS (cblas), never through
+// hand-written loops. Matrices are row-major; op(A) is M x K, op(B) is K x N.
+//
+//===----------------------------------------------------------------------===//
+#ifndef MOERT_KERNELS_HOST_BLAS_H
+#define MOERT_KERNELS_HOST_BLAS_H
+
+#include <cstdint>
+
+namespace moert {
+
+/// C = Alpha * op(A) * op(B) + Beta * C, row-major, leading dimensions = row widths.
+void gemm(bool TransA, bool TransB, int64_t M, int64_t N, int64_t K, float Alpha,
+          const float *A, const float *B, float Beta, float *C);
+
+/// Same with explicit leading dimensions (strided sub-blocks, e.g. one head).
+void gemmStrided(bool TransA, bool TransB, int64_t M, int64_t N, int64_t K,
+                 float Alpha, const float *A, int64_t LdA, const float *B,
+                 int64_t LdB, float Beta, float *C, int64_t LdC);
+
+/// Pins BLAS to one thread per rank (ranks usually outnumber cores).
+void setBlasThreads(int Threads);
+
+/// Seconds spent inside gemm() by this process, for the runtime's time split.
+double blasSeconds();
+
+} // namespace moert
+
+#endif
