@@ -22,6 +22,14 @@
 
 namespace moert {
 
+/// An outstanding non-blocking send or receive; wait() completes it. Must be
+/// waited on before the buffer is reused or freed.
+class Request {
+public:
+  virtual ~Request();
+  virtual void wait() = 0;
+};
+
 class Communicator {
 public:
   virtual ~Communicator();
@@ -57,10 +65,20 @@ public:
                         float *Recv, size_t RecvCount, int Source) = 0;
   virtual void send(const float *Data, size_t Count, int Dest) = 0;
   virtual void recv(float *Data, size_t Count, int Source) = 0;
+  /// Non-blocking point-to-point (pipeline sends overlap with the opposite
+  /// direction); Tag keeps concurrent messages between one pair apart.
+  virtual std::unique_ptr<Request> isend(const float *Data, size_t Count,
+                                         int Dest, int Tag) = 0;
+  virtual std::unique_ptr<Request> irecv(float *Data, size_t Count, int Source,
+                                         int Tag) = 0;
   /// Root's bytes are copied to every rank.
   virtual void broadcast(void *Bytes, size_t Size, int Root) = 0;
   virtual void barrier() = 0;
 };
+
+/// A group of one: every collective is a copy or a no-op. Lets layers run
+/// unchanged on one rank, and unit tests run without mpirun.
+std::unique_ptr<Communicator> createSelfCommunicator(std::string Name);
 
 /// The world communicator and the factory for the plan's groups.
 class CommWorld {

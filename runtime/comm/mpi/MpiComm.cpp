@@ -9,10 +9,20 @@
 
 namespace moert {
 
-Communicator::~Communicator() = default;
-CommWorld::~CommWorld() = default;
+
+
 
 namespace {
+
+class MpiRequest final : public Request {
+public:
+  MPI_Request Handle = MPI_REQUEST_NULL;
+  ~MpiRequest() override {
+    if (Handle != MPI_REQUEST_NULL)
+      wait();
+  }
+  void wait() override;
+};
 
 [[noreturn]] void mpiFailed(const char *Call, int Code) {
   char Text[MPI_MAX_ERROR_STRING];
@@ -31,6 +41,10 @@ namespace {
     if (Code_ != MPI_SUCCESS)                                                  \
       mpiFailed(#Call, Code_);                                                 \
   } while (false)
+
+void MpiRequest::wait() {
+  MOERT_MPI(MPI_Wait(&Handle, MPI_STATUS_IGNORE));
+}
 
 int checkedCount(size_t Count) {
   if (Count > size_t(std::numeric_limits<int>::max())) {
@@ -104,6 +118,20 @@ public:
   void recv(float *Data, size_t Count, int Source) override {
     MOERT_MPI(MPI_Recv(Data, checkedCount(Count), MPI_FLOAT, Source, 0, Comm,
                        MPI_STATUS_IGNORE));
+  }
+  std::unique_ptr<Request> isend(const float *Data, size_t Count, int Dest,
+                                 int Tag) override {
+    auto R = std::make_unique<MpiRequest>();
+    MOERT_MPI(MPI_Isend(Data, checkedCount(Count), MPI_FLOAT, Dest, Tag, Comm,
+                        &R->Handle));
+    return R;
+  }
+  std::unique_ptr<Request> irecv(float *Data, size_t Count, int Source,
+                                 int Tag) override {
+    auto R = std::make_unique<MpiRequest>();
+    MOERT_MPI(MPI_Irecv(Data, checkedCount(Count), MPI_FLOAT, Source, Tag, Comm,
+                        &R->Handle));
+    return R;
   }
   void broadcast(void *Bytes, size_t Size, int Root) override {
     MOERT_MPI(MPI_Bcast(Bytes, checkedCount(Size), MPI_BYTE, Root, Comm));

@@ -1,0 +1,60 @@
+//===- parallel/cp/ContextParallelAttention.h - Causal attention over CP ---===//
+//
+// Core attention (softmax(QK^T / sqrt(d)) V with a causal mask, grouped-query:
+// query head h reads KV head h / (QHeads / KvHeads)) for one micro batch, with
+// the sequence split over the context-parallel group as ring attention:
+//
+//  * Load-balanced causal chunking: a sequence of SeqLen tokens is cut into
+//    2*CP chunks; CP rank r holds chunk r followed by chunk 2*CP-1-r, so every
+//    rank gets the same share of the causal triangle. localPositions() gives
+//    the absolute positions (RoPE and the mask use them).
+//  * Forward: K/V blocks travel around the ring (point-to-point sendRecv in
+//    the cp group); each rank attends its queries to every block it may see
+//    and merges partial results with the online-softmax (log-sum-exp) rule.
+//  * Backward: the ring runs again; dK/dV blocks travel with their K/V and
+//    arrive back at their owner after a full turn.
+//
+// With a CP group of one this is plain causal attention; the single-rank model
+// uses the same entry points.
+//
+// Layouts (row-major): Q and Out [Batch, LocalTokens, QHeads, HeadDim];
+// K, V [Batch, LocalTokens, KvHeads, HeadDim]; Lse [Batch, QHeads, LocalTokens]
+// (natural log of the softmax denominator, saved by forward for backward).
+// LocalTokens = SeqLen / CP; SeqLen must divide by 2*CP.
+//
+//===----------------------------------------------------------------------===//
+#ifndef MOERT_PARALLEL_CP_CONTEXTPARALLELATTENTION_H
+#define MOERT_PARALLEL_CP_CONTEXTPARALLELATTENTION_H
+
+#include "comm/Communicator.h"
+
+#include <cstdint>
+#include <vector>
+
+namespace moert {
+
+struct AttentionDims {
+  int64_t Batch = 1;
+  int64_t SeqLen = 0; ///< full sequence length (all CP ranks together)
+  int64_t QHeads = 0; ///< query heads on this rank (after TP)
+  int64_t KvHeads = 0;
+  int64_t HeadDim = 0;
+};
+
+/// Absolute positions of this rank's LocalTokens tokens, in local order.
+std::vector<int64_t> localPositions(int CpRank, int CpSize, int64_t SeqLen);
+
+void contextParallelAttentionForward(Communicator &Cp, const AttentionDims &Dims,
+                                     const float *Q, const float *K,
+                                     const float *V, float *Out, float *Lse);
+
+/// dQ, dK, dV are overwritten (not accumulated).
+void contextParallelAttentionBackward(Communicator &Cp, const AttentionDims &Dims,
+                                      const float *Q, const float *K,
+                                      const float *V, const float *Out,
+                                      const float *Lse, const float *DOut,
+                                      float *DQ, float *DK, float *DV);
+
+} // namespace moert
+
+#endif
