@@ -9,11 +9,21 @@
 //             rows grouped by local expert (expert-major; within one expert,
 //             by source ep rank, then source token order, then k).
 //   combine:  the inverse all-to-all, then unpermute and sum the TopK copies
-//             of each token weighted by its routing weights.
+//             of each token weighted by its routing weights, k ascending.
+//
+// Why this order: when the ep group's ranks hold consecutive slices of one
+// batch, an expert sees exactly the rows (and in the same order) that a single
+// rank would give it for the whole batch, and every per-token sum runs in the
+// same order; so any layout reproduces one rank's numbers, not just closely.
 //
 // Backward runs the same exchanges in the opposite directions. Each call works
 // on a DispatchState that the caller keeps per micro batch (several are in
-// flight under a pipeline schedule).
+// flight under a pipeline schedule). A group of one (createSelfCommunicator)
+// runs the same code with the exchanges reduced to copies.
+//
+// Every rank of the ep group must call dispatch, combine, combineBackward and
+// dispatchBackward the same number of times in the same order (they are
+// collectives), even a rank with no tokens or whose experts receive nothing.
 //
 //===----------------------------------------------------------------------===//
 #ifndef MOERT_PARALLEL_EP_TOKENDISPATCHER_H
@@ -28,21 +38,32 @@
 namespace moert {
 
 /// Routing bookkeeping of one dispatch, needed by combine and the backward.
+/// A copy is one (token n, slot k) pair, numbered n * TopK + k.
 struct DispatchState {
   int64_t Tokens = 0; ///< N
   int64_t TopK = 0;
-  /// Rows this rank received for each of its local experts.
+  /// Rows this rank received for each of its local experts; dispatch()'s
+  /// result holds them in this order, local expert 0 first.
   std::vector<int64_t> TokensPerLocalExpert;
-  // Implementation state (permutation, per-peer counts, the combined copies
-  // that combineBackward needs); owned by TokenDispatcher.
+
+  // Implementation state, owned by TokenDispatcher.
+  /// Send row j carries copy Permutation[j]; rows are sorted by global expert
+  /// (hence by destination rank), then by copy number.
   std::vector<int64_t> Permutation;
+  /// Per peer, in floats (rows * Hidden), of the forward (dispatch) exchange;
+  /// the reverse exchanges swap send and receive.
   std::vector<size_t> SendCounts, SendOffsets, RecvCounts, RecvOffsets;
+  /// Row i of dispatch()'s result is row RecvExpertOrder[i] of the receive
+  /// buffer, which arrives source-rank-major (then local expert, then copy).
   std::vector<int64_t> RecvExpertOrder;
+  /// The expert outputs back at their tokens, [N * TopK, Hidden] in copy
+  /// order; written by combine(), read by combineBackward() for dWeights.
   Tensor CombinedCopies;
 };
 
 class TokenDispatcher {
 public:
+  /// Experts must be a multiple of Ep.size().
   TokenDispatcher(Communicator &Ep, int64_t Experts, int64_t TopK, int64_t Hidden);
 
   int64_t localExperts() const;
@@ -54,17 +75,25 @@ public:
   Tensor dispatch(const Tensor &X, const std::vector<int32_t> &Experts,
                   DispatchState &S);
   /// ExpertOut has dispatch()'s rows; Weights [N * TopK]. Returns Y [N, Hidden],
-  /// Y[n] = sum_k Weights[n, k] * ExpertOut(copy n, k).
+  /// Y[n] = sum_k Weights[n, k] * ExpertOut(copy n, k), k ascending.
   Tensor combine(const Tensor &ExpertOut, const std::vector<float> &Weights,
                  DispatchState &S);
-  /// Backward of combine: returns dExpertOut (rows as dispatch() returned) and
-  /// writes dWeights [N * TopK].
+  /// Backward of combine (after combine on the same S): returns dExpertOut
+  /// (rows as dispatch() returned) and writes dWeights [N * TopK],
+  /// dWeights[n, k] = <DY[n], ExpertOut(copy n, k)>.
   Tensor combineBackward(const Tensor &DY, const std::vector<float> &Weights,
                          DispatchState &S, std::vector<float> &DWeights);
-  /// Backward of dispatch: returns dX [N, Hidden], summed over the TopK copies.
+  /// Backward of dispatch: returns dX [N, Hidden], summed over the TopK copies
+  /// in k order.
   Tensor dispatchBackward(const Tensor &DExpertIn, DispatchState &S);
 
 private:
+  /// The forward exchange: send-ordered rows [N * TopK, Hidden] (row j is
+  /// copy Permutation[j]) to this rank's expert-major rows.
+  Tensor toExperts(const Tensor &SendRows, const DispatchState &S);
+  /// The reverse exchange: expert-major rows back to send order.
+  Tensor toSendOrder(const Tensor &Rows, const DispatchState &S);
+
   Communicator &Ep;
   int64_t Experts, TopK, Hidden;
 };
