@@ -203,4 +203,236 @@ TEST(TokenDispatcherSelf, NoTokens) {
   EXPECT_EQ(D.dispatchBackward(DOut, S).rows(), 0);
 }
 
+//===----------------------------------------------------------------------===//
+// EP over MPI: expert e computes Out = In * W_e (gemm), so the backward is a
+// real product too (dIn = dOut * W_e^T, dW_e = In^T * dOut).
+//===----------------------------------------------------------------------===//
+
+constexpr int64_t Hidden = 8, NumExperts = 8, TopK = 2;
+
+/// The whole batch, built identically on every rank from one seed.
+struct Batch {
+  std::vector<int64_t> Shares; ///< Tokens of each ep rank, consecutive slices.
+  Tensor X, G;                 ///< [N, Hidden]; G is dLoss/dY.
+  Routing R;
+  std::vector<Tensor> W; ///< Per expert, [Hidden, Hidden].
+
+  int64_t begin(int Rank) const {
+    return std::accumulate(Shares.begin(), Shares.begin() + Rank, int64_t(0));
+  }
+};
+
+Batch makeBatch(std::vector<int64_t> Shares, const std::vector<int32_t> &Allowed,
+                unsigned Seed) {
+  std::mt19937 Rng(Seed);
+  Batch B;
+  B.Shares = std::move(Shares);
+  int64_t N = std::accumulate(B.Shares.begin(), B.Shares.end(), int64_t(0));
+  B.X = randomTensor(N, Hidden, Rng);
+  B.G = randomTensor(N, Hidden, Rng);
+  B.R = makeRouting(N, TopK, Allowed, Rng);
+  for (int64_t E = 0; E < NumExperts; ++E)
+    B.W.push_back(randomTensor(Hidden, Hidden, Rng));
+  return B;
+}
+
+Tensor sliceRows(const Tensor &T, int64_t Begin, int64_t Rows) {
+  Tensor Out({Rows, T.cols()});
+  std::copy(T.data() + Begin * T.cols(), T.data() + (Begin + Rows) * T.cols(),
+            Out.data());
+  return Out;
+}
+
+template <typename V> V sliceVec(const V &In, int64_t Begin, int64_t Count) {
+  return V(In.begin() + Begin, In.begin() + Begin + Count);
+}
+
+/// One micro batch through dispatch, experts, combine and back, in phases so
+/// that several can be interleaved.
+struct Pass {
+  TokenDispatcher &D;
+  const Batch &B;
+  Tensor X, G;
+  Routing R;
+  DispatchState S;
+  Tensor In, Y, DX;
+  std::vector<float> DWeights;
+  std::vector<Tensor> DW; ///< Per local expert.
+
+  Pass(TokenDispatcher &D, const Batch &B, int Rank)
+      : D(D), B(B), X(sliceRows(B.X, B.begin(Rank), B.Shares[Rank])),
+        G(sliceRows(B.G, B.begin(Rank), B.Shares[Rank])) {
+    R.Experts = sliceVec(B.R.Experts, B.begin(Rank) * TopK, B.Shares[Rank] * TopK);
+    R.Weights = sliceVec(B.R.Weights, B.begin(Rank) * TopK, B.Shares[Rank] * TopK);
+  }
+
+  /// Per local expert: Out rows = op(A rows) * op(W_e), or W_e's gradient.
+  Tensor experts(const Tensor &Rows, bool Transposed) {
+    Tensor Out({Rows.rows(), Hidden});
+    int64_t Row = 0;
+    for (int64_t L = 0; L < D.localExperts(); ++L) {
+      int64_t M = S.TokensPerLocalExpert[L];
+      gemm(false, Transposed, M, Hidden, Hidden, 1.0f, Rows.row(Row),
+           B.W[D.globalExpert(L)].data(), 0.0f, Out.row(Row));
+      Row += M;
+    }
+    return Out;
+  }
+  void dispatch() { In = D.dispatch(X, R.Experts, S); }
+  void combine() { Y = D.combine(experts(In, false), R.Weights, S); }
+  void backward() {
+    Tensor DOut = D.combineBackward(G, R.Weights, S, DWeights);
+    int64_t Row = 0;
+    for (int64_t L = 0; L < D.localExperts(); ++L) {
+      int64_t M = S.TokensPerLocalExpert[L];
+      Tensor DWe({Hidden, Hidden});
+      gemm(true, false, Hidden, Hidden, M, 1.0f, In.row(Row), DOut.row(Row),
+           0.0f, DWe.data());
+      DW.push_back(std::move(DWe));
+      Row += M;
+    }
+    DX = D.dispatchBackward(experts(DOut, true), S);
+  }
+  void run() {
+    dispatch();
+    combine();
+    backward();
+  }
+};
+
+/// Max |A - B| over max |B|: 0 when bit-identical.
+double relDiff(const float *A, const float *B, int64_t Count) {
+  double Diff = 0, Scale = 0;
+  for (int64_t I = 0; I < Count; ++I) {
+    Diff = std::max(Diff, std::fabs(double(A[I]) - double(B[I])));
+    Scale = std::max(Scale, std::fabs(double(B[I])));
+  }
+  return Scale > 0 ? Diff / Scale : Diff;
+}
+
+/// This rank's pass over the ep group against one rank running the whole
+/// batch. The expert rows are pure data movement, so they must match exactly;
+/// everything else within 1e-6 relative (bit-identical in practice, since
+/// each expert sees the same rows in the same order).
+void expectMatchesOneRank(const Pass &P, const Batch &B, int Rank) {
+  auto Self = createSelfCommunicator("ep");
+  TokenDispatcher Whole(*Self, NumExperts, TopK, Hidden);
+  Pass Ref(Whole, B, 0);
+  Ref.X = B.X;
+  Ref.G = B.G;
+  Ref.R = B.R;
+  Ref.run();
+
+  int64_t Begin = B.begin(Rank), N = B.Shares[Rank];
+  ASSERT_EQ(P.Y.rows(), N);
+  ASSERT_EQ(P.DX.rows(), N);
+  ASSERT_EQ(int64_t(P.DWeights.size()), N * TopK);
+  EXPECT_LE(relDiff(P.Y.data(), Ref.Y.row(Begin), N * Hidden), 1e-6);
+  EXPECT_LE(relDiff(P.DX.data(), Ref.DX.row(Begin), N * Hidden), 1e-6);
+  EXPECT_LE(relDiff(P.DWeights.data(), Ref.DWeights.data() + Begin * TopK,
+                    N * TopK),
+            1e-6);
+
+  // This rank's experts got the reference's rows of those experts.
+  int64_t Row = 0;
+  for (int64_t L = 0; L < P.D.localExperts(); ++L) {
+    int64_t E = P.D.globalExpert(L), RefRow = 0;
+    for (int64_t Before = 0; Before < E; ++Before)
+      RefRow += Ref.S.TokensPerLocalExpert[Before];
+    int64_t M = Ref.S.TokensPerLocalExpert[E];
+    ASSERT_EQ(P.S.TokensPerLocalExpert[L], M) << "expert " << E;
+    for (int64_t I = 0; I < M * Hidden; ++I)
+      ASSERT_EQ(P.In.row(Row)[I], Ref.In.row(RefRow)[I]) << "expert " << E;
+    EXPECT_LE(relDiff(P.DW[L].data(), Ref.DW[E].data(), Hidden * Hidden), 1e-6)
+        << "expert " << E;
+    Row += M;
+  }
+  EXPECT_EQ(P.In.rows(), Row);
+}
+
+Communicator &world() { return test::world().world(); }
+
+TEST(TokenDispatcherEp, RandomRoutingWithEmptyExperts) {
+  Communicator &Ep = world();
+  // Experts 3, 6 and 7 get nothing: with 4 ranks, rank 3 receives no rows and
+  // nobody sends to it.
+  Batch B = makeBatch(std::vector<int64_t>(Ep.size(), 6),
+                      allExpertsBut(NumExperts, {3, 6, 7}), 21);
+  TokenDispatcher D(Ep, NumExperts, TopK, Hidden);
+  Pass P(D, B, Ep.rank());
+  P.run();
+  if (Ep.size() == 4 && Ep.rank() == 3) {
+    EXPECT_EQ(P.In.rows(), 0);
+  }
+  expectMatchesOneRank(P, B, Ep.rank());
+}
+
+TEST(TokenDispatcherEp, EveryTokenGoesToRankZero) {
+  Communicator &Ep = world();
+  // Only experts 0 and 1 (rank 0's for any group size up to 4): every other
+  // rank receives nothing and sends only to rank 0.
+  Batch B = makeBatch(std::vector<int64_t>(Ep.size(), 5), {0, 1}, 22);
+  TokenDispatcher D(Ep, NumExperts, TopK, Hidden);
+  Pass P(D, B, Ep.rank());
+  P.run();
+  if (Ep.rank() != 0) {
+    EXPECT_EQ(P.In.rows(), 0);
+  } else {
+    EXPECT_EQ(P.In.rows(), int64_t(B.R.Experts.size()));
+  }
+  expectMatchesOneRank(P, B, Ep.rank());
+}
+
+TEST(TokenDispatcherEp, UnevenSharesAndARankWithoutTokens) {
+  Communicator &Ep = world();
+  std::vector<int64_t> Shares;
+  for (int R = 0; R < Ep.size(); ++R)
+    Shares.push_back(R == 1 ? 0 : 3 + 2 * R);
+  Batch B = makeBatch(Shares, allExpertsBut(NumExperts, {}), 23);
+  TokenDispatcher D(Ep, NumExperts, TopK, Hidden);
+  Pass P(D, B, Ep.rank());
+  P.run();
+  expectMatchesOneRank(P, B, Ep.rank());
+}
+
+TEST(TokenDispatcherEp, InterleavedMicroBatchesKeepTheirOwnState) {
+  Communicator &Ep = world();
+  Batch B1 = makeBatch(std::vector<int64_t>(Ep.size(), 4),
+                       allExpertsBut(NumExperts, {5}), 31);
+  Batch B2 = makeBatch(std::vector<int64_t>(Ep.size(), 7),
+                       allExpertsBut(NumExperts, {0, 2}), 32);
+  TokenDispatcher D(Ep, NumExperts, TopK, Hidden);
+  Pass P1(D, B1, Ep.rank()), P2(D, B2, Ep.rank());
+  // A pipeline-like order: both forwards in flight, backwards in reverse.
+  P1.dispatch();
+  P2.dispatch();
+  P2.combine();
+  P1.combine();
+  P2.backward();
+  P1.backward();
+  expectMatchesOneRank(P1, B1, Ep.rank());
+  expectMatchesOneRank(P2, B2, Ep.rank());
+}
+
+TEST(TokenDispatcherEp, EpGroupInsideALargerWorld) {
+  CommWorld &World = test::world();
+  // Pairs of ranks form ep groups, each with its own batch.
+  std::vector<std::vector<int>> Groups;
+  for (int R = 0; R < World.size(); R += 2) {
+    Groups.push_back({R});
+    if (R + 1 < World.size())
+      Groups.back().push_back(R + 1);
+  }
+  auto Ep = World.split("ep", Groups);
+  int Group = World.rank() / 2;
+  Batch B = makeBatch(std::vector<int64_t>(Ep->size(), 6),
+                      allExpertsBut(NumExperts, {4}), 40 + Group);
+  TokenDispatcher D(*Ep, NumExperts, TopK, Hidden);
+  EXPECT_EQ(D.localExperts(), NumExperts / Ep->size());
+  EXPECT_EQ(D.globalExpert(0), Ep->rank() * D.localExperts());
+  Pass P(D, B, Ep->rank());
+  P.run();
+  expectMatchesOneRank(P, B, Ep->rank());
+}
+
 } // namespace
