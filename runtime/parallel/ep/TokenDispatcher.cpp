@@ -1,4 +1,4 @@
-//===- parallel/ep/TokenDispatcher.cpp - Expert-parallel token all-to-all --===//
+//===- parallel/ep/TokenDispatcher.cpp - Expert-parallel token all-to-all -===//
 #include "parallel/ep/TokenDispatcher.h"
 
 #include <cstdio>
@@ -12,8 +12,10 @@ namespace {
 /// Misuse by the caller (shapes, expert ids) is a bug in the runtime, not a
 /// user error: report it and stop this rank, which ends the MPI job.
 [[noreturn]] void fail(const Communicator &Ep, const char *What) {
-  std::fprintf(stderr, "moerun: internal error in token dispatch (group '%s', rank %d): %s\n",
-               Ep.name().c_str(), Ep.rank(), What);
+  std::fprintf(
+      stderr,
+      "moerun: internal error in token dispatch (group '%s', rank %d): %s\n",
+      Ep.name().c_str(), Ep.rank(), What);
   std::abort();
 }
 
@@ -24,8 +26,8 @@ void copyRow(const float *From, float *To, int64_t Hidden) {
 
 } // namespace
 
-TokenDispatcher::TokenDispatcher(Communicator &Ep, int64_t Experts, int64_t TopK,
-                                 int64_t Hidden)
+TokenDispatcher::TokenDispatcher(Communicator &Ep, int64_t Experts,
+                                 int64_t TopK, int64_t Hidden)
     : Ep(Ep), Experts(Experts), TopK(TopK), Hidden(Hidden) {
   if (Experts <= 0 || TopK <= 0 || Hidden <= 0)
     fail(Ep, "experts, top-k and hidden size must be positive");
@@ -112,7 +114,8 @@ Tensor TokenDispatcher::dispatch(const Tensor &X,
   return toExperts(SendRows, S);
 }
 
-Tensor TokenDispatcher::toExperts(const Tensor &SendRows, const DispatchState &S) {
+Tensor TokenDispatcher::toExperts(const Tensor &SendRows,
+                                  const DispatchState &S) {
   int64_t Rows = int64_t(S.RecvExpertOrder.size());
   Tensor Recv({Rows, Hidden});
   Ep.allToAllV(SendRows.data(), S.SendCounts, S.SendOffsets, Recv.data(),
@@ -123,7 +126,8 @@ Tensor TokenDispatcher::toExperts(const Tensor &SendRows, const DispatchState &S
   return Out;
 }
 
-Tensor TokenDispatcher::toSendOrder(const Tensor &Rows, const DispatchState &S) {
+Tensor TokenDispatcher::toSendOrder(const Tensor &Rows,
+                                    const DispatchState &S) {
   int64_t N = int64_t(S.RecvExpertOrder.size());
   if (Rows.rows() != N || (N && Rows.cols() != Hidden))
     fail(Ep, "expert rows do not match the dispatch");

@@ -1,4 +1,4 @@
-//===- parallel/ep/TokenDispatcher.h - Expert-parallel token all-to-all ----===//
+//===- parallel/ep/TokenDispatcher.h - Expert-parallel token all-to-all ---===//
 //
 // Moves routed token copies to the ranks that own their experts and back,
 // over the plan's ep group (expert e lives on ep rank e / (Experts / EP), as
@@ -64,7 +64,8 @@ struct DispatchState {
 class TokenDispatcher {
 public:
   /// Experts must be a multiple of Ep.size().
-  TokenDispatcher(Communicator &Ep, int64_t Experts, int64_t TopK, int64_t Hidden);
+  TokenDispatcher(Communicator &Ep, int64_t Experts, int64_t TopK,
+                  int64_t Hidden);
 
   int64_t localExperts() const;
   /// Global id of local expert L on this rank.
@@ -74,8 +75,8 @@ public:
   /// the rows for this rank's experts, [sum(TokensPerLocalExpert), Hidden].
   Tensor dispatch(const Tensor &X, const std::vector<int32_t> &Experts,
                   DispatchState &S);
-  /// ExpertOut has dispatch()'s rows; Weights [N * TopK]. Returns Y [N, Hidden],
-  /// Y[n] = sum_k Weights[n, k] * ExpertOut(copy n, k), k ascending.
+  /// ExpertOut has dispatch()'s rows; Weights [N * TopK]. Returns Y [N,
+  /// Hidden], Y[n] = sum_k Weights[n, k] * ExpertOut(copy n, k), k ascending.
   Tensor combine(const Tensor &ExpertOut, const std::vector<float> &Weights,
                  DispatchState &S);
   /// Backward of combine (after combine on the same S): returns dExpertOut

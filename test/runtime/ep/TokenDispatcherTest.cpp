@@ -5,9 +5,9 @@
 // over the whole batch, with every rank holding a consecutive slice of it.
 //
 //===----------------------------------------------------------------------===//
+#include "parallel/ep/TokenDispatcher.h"
 #include "MpiTestEnv.h"
 #include "kernels/host/Blas.h"
-#include "parallel/ep/TokenDispatcher.h"
 
 #include <gtest/gtest.h>
 
@@ -222,8 +222,8 @@ struct Batch {
   }
 };
 
-Batch makeBatch(std::vector<int64_t> Shares, const std::vector<int32_t> &Allowed,
-                unsigned Seed) {
+Batch makeBatch(std::vector<int64_t> Shares,
+                const std::vector<int32_t> &Allowed, unsigned Seed) {
   std::mt19937 Rng(Seed);
   Batch B;
   B.Shares = std::move(Shares);
@@ -262,8 +262,10 @@ struct Pass {
   Pass(TokenDispatcher &D, const Batch &B, int Rank)
       : D(D), B(B), X(sliceRows(B.X, B.begin(Rank), B.Shares[Rank])),
         G(sliceRows(B.G, B.begin(Rank), B.Shares[Rank])) {
-    R.Experts = sliceVec(B.R.Experts, B.begin(Rank) * TopK, B.Shares[Rank] * TopK);
-    R.Weights = sliceVec(B.R.Weights, B.begin(Rank) * TopK, B.Shares[Rank] * TopK);
+    R.Experts =
+        sliceVec(B.R.Experts, B.begin(Rank) * TopK, B.Shares[Rank] * TopK);
+    R.Weights =
+        sliceVec(B.R.Weights, B.begin(Rank) * TopK, B.Shares[Rank] * TopK);
   }
 
   /// Per local expert: Out rows = op(A rows) * op(W_e), or W_e's gradient.
@@ -329,9 +331,9 @@ void expectMatchesOneRank(const Pass &P, const Batch &B, int Rank) {
   ASSERT_EQ(int64_t(P.DWeights.size()), N * TopK);
   EXPECT_LE(relDiff(P.Y.data(), Ref.Y.row(Begin), N * Hidden), 1e-6);
   EXPECT_LE(relDiff(P.DX.data(), Ref.DX.row(Begin), N * Hidden), 1e-6);
-  EXPECT_LE(relDiff(P.DWeights.data(), Ref.DWeights.data() + Begin * TopK,
-                    N * TopK),
-            1e-6);
+  EXPECT_LE(
+      relDiff(P.DWeights.data(), Ref.DWeights.data() + Begin * TopK, N * TopK),
+      1e-6);
 
   // This rank's experts got the reference's rows of those experts.
   int64_t Row = 0;
