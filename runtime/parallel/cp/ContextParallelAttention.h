@@ -20,7 +20,15 @@
 // Layouts (row-major): Q and Out [Batch, LocalTokens, QHeads, HeadDim];
 // K, V [Batch, LocalTokens, KvHeads, HeadDim]; Lse [Batch, QHeads, LocalTokens]
 // (natural log of the softmax denominator, saved by forward for backward).
-// LocalTokens = SeqLen / CP; SeqLen must divide by 2*CP.
+// LocalTokens = SeqLen / CP, in localPositions() order; SeqLen must divide by
+// 2*CP when CP > 1 (a group of one takes any length).
+//
+// Semantics: S = (Q K^T) / sqrt(HeadDim) per (batch, query head), key j
+// visible to query i iff pos(j) <= pos(i); Lse_i = log sum_j exp(S_ij) over
+// visible keys (scale included); Out_i = sum_j exp(S_ij - Lse_i) V_j.
+// Every output is overwritten. Bad dimensions (QHeads not a positive multiple
+// of KvHeads, SeqLen not divisible) throw std::invalid_argument. The calls
+// are collective over Cp: every member calls with the same Dims.
 //
 //===----------------------------------------------------------------------===//
 #ifndef MOERT_PARALLEL_CP_CONTEXTPARALLELATTENTION_H

@@ -9,6 +9,7 @@
 #include "AttentionReference.h"
 #include "MpiTestEnv.h"
 
+#include "parallel/cp/AttentionBlock.h"
 #include "parallel/cp/ContextParallelAttention.h"
 
 #include <gtest/gtest.h>
@@ -156,6 +157,23 @@ TEST(CpPositions, ChunksCoverTheSequenceOnceAndBalanceTheTriangle) {
   EXPECT_EQ(localPositions(0, 1, 5).size(), 5u);
   EXPECT_THROW(localPositions(0, 2, 6), std::invalid_argument);
   EXPECT_THROW(localPositions(2, 2, 8), std::invalid_argument);
+}
+
+TEST(CpPositions, SpanPairsAreSkippedFullOrDiagonal) {
+  // Rank 0 of 2 over 8 tokens: chunks [0, 2) and [6, 8); rank 1: [2, 4), [4, 6).
+  std::vector<TokenSpan> R0 = localSpans(0, 2, 8), R1 = localSpans(1, 2, 8);
+  ASSERT_EQ(R0.size(), 2u);
+  EXPECT_EQ(R0[1].LocalBegin, 2);
+  EXPECT_EQ(R0[1].PosBegin, 6);
+  EXPECT_EQ(spanMask(R0[0], R0[0]), SpanMask::Causal);
+  EXPECT_EQ(spanMask(R0[1], R0[0]), SpanMask::Visible);
+  EXPECT_EQ(spanMask(R0[0], R0[1]), SpanMask::Hidden);
+  EXPECT_EQ(spanMask(R0[0], R1[0]), SpanMask::Hidden);
+  EXPECT_EQ(spanMask(R1[0], R0[0]), SpanMask::Visible);
+  EXPECT_EQ(spanMask(R1[1], R1[0]), SpanMask::Visible);
+  EXPECT_EQ(spanMask(R0[1], R1[1]), SpanMask::Visible);
+  // Overlapping but not equal spans still need the element mask.
+  EXPECT_EQ(spanMask(TokenSpan{0, 4, 4}, TokenSpan{0, 2, 4}), SpanMask::Causal);
 }
 
 TEST(CpAttention, SingleRankMatchesNaiveReference) {
