@@ -1,4 +1,5 @@
-//===- parallel/cp/AttentionBlock.cpp - One query span against one key span ===//
+//===- parallel/cp/AttentionBlock.cpp - One query span against one key span
+//===//
 #include "parallel/cp/AttentionBlock.h"
 
 #include "kernels/host/Blas.h"
@@ -18,9 +19,10 @@ std::vector<TokenSpan> localSpans(int CpRank, int CpSize, int64_t SeqLen) {
   if (CpSize == 1)
     return {TokenSpan{0, 0, SeqLen}};
   if (SeqLen % (2 * int64_t(CpSize)) != 0)
-    throw std::invalid_argument("context parallel attention: sequence length " +
-                                std::to_string(SeqLen) + " does not divide by 2*cp = " +
-                                std::to_string(2 * CpSize));
+    throw std::invalid_argument(
+        "context parallel attention: sequence length " +
+        std::to_string(SeqLen) +
+        " does not divide by 2*cp = " + std::to_string(2 * CpSize));
   int64_t Chunk = SeqLen / (2 * int64_t(CpSize));
   return {TokenSpan{0, CpRank * Chunk, Chunk},
           TokenSpan{Chunk, (2 * int64_t(CpSize) - 1 - CpRank) * Chunk, Chunk}};
@@ -64,9 +66,10 @@ HeadBlock headBlock(const BlockShape &Shape, const TokenSpan &QuerySpan,
   Block.LdK = D.KvHeads * D.HeadDim;
   Block.QOffset = (B * Shape.LocalTokens + QuerySpan.LocalBegin) * Block.LdQ +
                   H * D.HeadDim;
-  Block.KOffset = (B * Shape.LocalTokens + KeySpan.LocalBegin) * Block.LdK +
-                  G * D.HeadDim;
-  Block.LseOffset = (B * D.QHeads + H) * Shape.LocalTokens + QuerySpan.LocalBegin;
+  Block.KOffset =
+      (B * Shape.LocalTokens + KeySpan.LocalBegin) * Block.LdK + G * D.HeadDim;
+  Block.LseOffset =
+      (B * D.QHeads + H) * Shape.LocalTokens + QuerySpan.LocalBegin;
   return Block;
 }
 
@@ -109,7 +112,8 @@ void attendSpanForward(const BlockShape &Shape, const float *Q,
         double NewLse = BlockLse;
         if (RowLse != NegInf) {
           double Hi = std::max<double>(RowLse, BlockLse);
-          NewLse = Hi + std::log(std::exp(RowLse - Hi) + std::exp(BlockLse - Hi));
+          NewLse =
+              Hi + std::log(std::exp(RowLse - Hi) + std::exp(BlockLse - Hi));
         }
         float Keep = RowLse == NegInf ? 0.0f : float(std::exp(RowLse - NewLse));
         for (int64_t C = 0; C < D.HeadDim; ++C)

@@ -37,9 +37,10 @@ constexpr int GradTag = 12;
 BlockShape blockShape(const Communicator &Cp, const AttentionDims &Dims) {
   if (Dims.Batch < 0 || Dims.SeqLen < 0 || Dims.QHeads <= 0 ||
       Dims.KvHeads <= 0 || Dims.HeadDim <= 0 || Dims.QHeads % Dims.KvHeads != 0)
-    throw std::invalid_argument(
-        "attention: query heads " + std::to_string(Dims.QHeads) +
-        " must be a positive multiple of kv heads " + std::to_string(Dims.KvHeads));
+    throw std::invalid_argument("attention: query heads " +
+                                std::to_string(Dims.QHeads) +
+                                " must be a positive multiple of kv heads " +
+                                std::to_string(Dims.KvHeads));
   // Validates the chunking (SeqLen divisible by 2*CP) as a side effect.
   localSpans(Cp.rank(), Cp.size(), Dims.SeqLen);
   BlockShape Shape;
@@ -70,13 +71,16 @@ private:
 
 } // namespace
 
-void contextParallelAttentionForward(Communicator &Cp, const AttentionDims &Dims,
-                                     const float *Q, const float *K,
-                                     const float *V, float *Out, float *Lse) {
+void contextParallelAttentionForward(Communicator &Cp,
+                                     const AttentionDims &Dims, const float *Q,
+                                     const float *K, const float *V, float *Out,
+                                     float *Lse) {
   BlockShape Shape = blockShape(Cp, Dims);
   int Size = Cp.size(), Rank = Cp.rank();
-  size_t QCount = size_t(Dims.Batch * Shape.LocalTokens * Dims.QHeads * Dims.HeadDim);
-  size_t KvCount = size_t(Dims.Batch * Shape.LocalTokens * Dims.KvHeads * Dims.HeadDim);
+  size_t QCount =
+      size_t(Dims.Batch * Shape.LocalTokens * Dims.QHeads * Dims.HeadDim);
+  size_t KvCount =
+      size_t(Dims.Batch * Shape.LocalTokens * Dims.KvHeads * Dims.HeadDim);
   std::fill(Out, Out + QCount, 0.0f);
   std::fill(Lse, Lse + Dims.Batch * Dims.QHeads * Shape.LocalTokens,
             -std::numeric_limits<float>::infinity());
@@ -92,7 +96,8 @@ void contextParallelAttentionForward(Communicator &Cp, const AttentionDims &Dims
   for (int Step = 0; Step < Size; ++Step) {
     std::unique_ptr<RingHop> Hop;
     if (Step + 1 < Size)
-      Hop = std::make_unique<RingHop>(Cp, Cur.data(), Next.data(), Cur.size(), KvTag);
+      Hop = std::make_unique<RingHop>(Cp, Cur.data(), Next.data(), Cur.size(),
+                                      KvTag);
     int Owner = (Rank - Step + Size) % Size;
     for (const TokenSpan &KeySpan : localSpans(Owner, Size, Dims.SeqLen))
       for (const TokenSpan &QuerySpan : QuerySpans)
@@ -105,11 +110,12 @@ void contextParallelAttentionForward(Communicator &Cp, const AttentionDims &Dims
   }
 }
 
-void contextParallelAttentionBackward(Communicator &Cp, const AttentionDims &Dims,
-                                      const float *Q, const float *K,
-                                      const float *V, const float *Out,
-                                      const float *Lse, const float *DOut,
-                                      float *DQ, float *DK, float *DV) {
+void contextParallelAttentionBackward(Communicator &Cp,
+                                      const AttentionDims &Dims, const float *Q,
+                                      const float *K, const float *V,
+                                      const float *Out, const float *Lse,
+                                      const float *DOut, float *DQ, float *DK,
+                                      float *DV) {
   BlockShape Shape = blockShape(Cp, Dims);
   int Size = Cp.size(), Rank = Cp.rank();
   int64_t T = Shape.LocalTokens, Hd = Dims.HeadDim;
@@ -153,8 +159,8 @@ void contextParallelAttentionBackward(Communicator &Cp, const AttentionDims &Dim
     // After the last step the block in hand belongs to the next rank, which
     // is exactly where this hop sends its gradients.
     if (Size > 1)
-      GradHop = std::make_unique<RingHop>(Cp, BlockDK, Next.data() + 2 * KvCount,
-                                          2 * KvCount, GradTag);
+      GradHop = std::make_unique<RingHop>(
+          Cp, BlockDK, Next.data() + 2 * KvCount, 2 * KvCount, GradTag);
     if (KvHop)
       KvHop->wait();
     if (GradHop) {

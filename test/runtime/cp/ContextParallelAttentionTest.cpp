@@ -53,7 +53,8 @@ struct Result {
 /// Forward and backward on the local tensors of one call.
 Result runAttention(Communicator &Cp, const AttentionDims &D,
                     const std::vector<float> &Q, const std::vector<float> &K,
-                    const std::vector<float> &V, const std::vector<float> &DOut) {
+                    const std::vector<float> &V,
+                    const std::vector<float> &DOut) {
   int64_t T = D.SeqLen / Cp.size();
   Result R;
   R.Out.assign(Q.size(), NAN);
@@ -160,7 +161,8 @@ TEST(CpPositions, ChunksCoverTheSequenceOnceAndBalanceTheTriangle) {
 }
 
 TEST(CpPositions, SpanPairsAreSkippedFullOrDiagonal) {
-  // Rank 0 of 2 over 8 tokens: chunks [0, 2) and [6, 8); rank 1: [2, 4), [4, 6).
+  // Rank 0 of 2 over 8 tokens: chunks [0, 2) and [6, 8); rank 1: [2, 4), [4,
+  // 6).
   std::vector<TokenSpan> R0 = localSpans(0, 2, 8), R1 = localSpans(1, 2, 8);
   ASSERT_EQ(R0.size(), 2u);
   EXPECT_EQ(R0[1].LocalBegin, 2);
@@ -237,7 +239,8 @@ TEST(CpAttention, RejectsHeadsThatDoNotGroup) {
   AttentionDims D = dims(1, 4, 3, 2, 4);
   std::vector<float> Q(4 * 3 * 4), K(4 * 2 * 4), Out(Q.size()), Lse(12);
   EXPECT_THROW(contextParallelAttentionForward(*Self, D, Q.data(), K.data(),
-                                               K.data(), Out.data(), Lse.data()),
+                                               K.data(), Out.data(),
+                                               Lse.data()),
                std::invalid_argument);
 }
 
@@ -258,11 +261,16 @@ void checkRingAgainstSingleRank(Communicator &Cp, const Problem &P) {
   auto DOut = sliceTokens(P.DOut, D.Batch, D.SeqLen, QW, Pos);
   Result Local = runAttention(Cp, D, Q, K, V, DOut);
 
-  expectClose(Local.Out, sliceTokens(Full.Out, D.Batch, D.SeqLen, QW, Pos), 1e-5, "Out");
-  expectClose(Local.Lse, sliceLse(Full.Lse, D.Batch, D.QHeads, D.SeqLen, Pos), 1e-5, "Lse");
-  expectClose(Local.DQ, sliceTokens(Full.DQ, D.Batch, D.SeqLen, QW, Pos), 1e-5, "DQ");
-  expectClose(Local.DK, sliceTokens(Full.DK, D.Batch, D.SeqLen, KW, Pos), 1e-5, "DK");
-  expectClose(Local.DV, sliceTokens(Full.DV, D.Batch, D.SeqLen, KW, Pos), 1e-5, "DV");
+  expectClose(Local.Out, sliceTokens(Full.Out, D.Batch, D.SeqLen, QW, Pos),
+              1e-5, "Out");
+  expectClose(Local.Lse, sliceLse(Full.Lse, D.Batch, D.QHeads, D.SeqLen, Pos),
+              1e-5, "Lse");
+  expectClose(Local.DQ, sliceTokens(Full.DQ, D.Batch, D.SeqLen, QW, Pos), 1e-5,
+              "DQ");
+  expectClose(Local.DK, sliceTokens(Full.DK, D.Batch, D.SeqLen, KW, Pos), 1e-5,
+              "DK");
+  expectClose(Local.DV, sliceTokens(Full.DV, D.Batch, D.SeqLen, KW, Pos), 1e-5,
+              "DV");
 }
 
 /// About 32 tokens, divisible by 2 * CpSize.
@@ -295,7 +303,8 @@ TEST(CpRing, SplitGroupsRunIndependentRings) {
     Groups[size_t(R % int(Groups.size()))].push_back(R);
   auto Cp = World.split("cp", Groups);
   int Color = World.rank() % int(Groups.size());
-  Problem P(dims(2, seqLenFor(Cp->size()), 4, 2, 8), 200 + 10 * unsigned(Color));
+  Problem P(dims(2, seqLenFor(Cp->size()), 4, 2, 8),
+            200 + 10 * unsigned(Color));
   checkRingAgainstSingleRank(*Cp, P);
 }
 
