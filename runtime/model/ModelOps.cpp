@@ -1,0 +1,140 @@
+//===- model/ModelOps.cpp -------------------------------------------------===//
+#include "model/ModelOps.h"
+
+#include <cmath>
+#include <cstring>
+#include <random>
+
+namespace moert {
+
+Tensor rmsNormForward(const Tensor &X, const Tensor &W, double Eps,
+                      std::vector<float> &Rstd) {
+  int64_t N = X.rows(), H = X.cols();
+  Tensor Y({N, H});
+  Rstd.resize(N);
+  for (int64_t I = 0; I < N; ++I) {
+    const float *In = X.row(I);
+    double Sq = 0;
+    for (int64_t J = 0; J < H; ++J)
+      Sq += double(In[J]) * In[J];
+    float R = float(1.0 / std::sqrt(Sq / double(H) + Eps));
+    Rstd[I] = R;
+    float *Out = Y.row(I);
+    for (int64_t J = 0; J < H; ++J)
+      Out[J] = In[J] * R * W[J];
+  }
+  return Y;
+}
+
+Tensor rmsNormBackward(const Tensor &X, const Tensor &W,
+                       const std::vector<float> &Rstd, const Tensor &DY,
+                       Tensor &DW) {
+  int64_t N = X.rows(), H = X.cols();
+  Tensor DX({N, H});
+  for (int64_t I = 0; I < N; ++I) {
+    const float *In = X.row(I), *G = DY.row(I);
+    float R = Rstd[I];
+    // dx = r * (g*w - x * r^2 * mean(g*w*x)).
+    double Dot = 0;
+    for (int64_t J = 0; J < H; ++J) {
+      Dot += double(G[J]) * W[J] * In[J];
+      DW[J] += G[J] * In[J] * R;
+    }
+    float C = float(Dot / double(H)) * R * R;
+    float *Out = DX.row(I);
+    for (int64_t J = 0; J < H; ++J)
+      Out[J] = R * (G[J] * W[J] - In[J] * C);
+  }
+  return DX;
+}
+
+void applyRope(Tensor &X, int64_t HeadDim, const std::vector<int64_t> &Positions,
+               double Theta, bool Inverse) {
+  int64_t N = X.rows(), Heads = X.cols() / HeadDim, Half = HeadDim / 2;
+  std::vector<float> Cos(Half), Sin(Half);
+  for (int64_t I = 0; I < N; ++I) {
+    for (int64_t J = 0; J < Half; ++J) {
+      double Freq = std::pow(Theta, -2.0 * double(J) / double(HeadDim));
+      double Angle = double(Positions[I]) * Freq;
+      Cos[J] = float(std::cos(Angle));
+      Sin[J] = float(Inverse ? -std::sin(Angle) : std::sin(Angle));
+    }
+    float *Row = X.row(I);
+    for (int64_t H = 0; H < Heads; ++H) {
+      float *A = Row + H * HeadDim, *B = A + Half;
+      for (int64_t J = 0; J < Half; ++J) {
+        float X1 = A[J], X2 = B[J];
+        A[J] = X1 * Cos[J] - X2 * Sin[J];
+        B[J] = X2 * Cos[J] + X1 * Sin[J];
+      }
+    }
+  }
+}
+
+namespace {
+float sigmoid(float X) { return 1.0f / (1.0f + std::exp(-X)); }
+} // namespace
+
+Tensor swiGlu(const Tensor &G, const Tensor &U) {
+  Tensor A(G.shape());
+  for (int64_t I = 0; I < G.numel(); ++I)
+    A[I] = G[I] * sigmoid(G[I]) * U[I];
+  return A;
+}
+
+void swiGluBackward(const Tensor &G, const Tensor &U, const Tensor &DAct,
+                    Tensor &DG, Tensor &DU) {
+  DG.resize(G.shape());
+  DU.resize(G.shape());
+  for (int64_t I = 0; I < G.numel(); ++I) {
+    float S = sigmoid(G[I]), Silu = G[I] * S;
+    DU[I] = DAct[I] * Silu;
+    DG[I] = DAct[I] * U[I] * (S + G[I] * S * (1.0f - S));
+  }
+}
+
+Tensor initParameter(uint64_t Seed, const std::string &Name,
+                     const std::vector<int64_t> &Shape, double Std) {
+  Tensor T(Shape);
+  if (Std == 0.0) {
+    std::fill(T.storage().begin(), T.storage().end(), 1.0f);
+    return T;
+  }
+  // FNV-1a over the name, mixed with the seed (splitmix64 finaliser).
+  uint64_t H = 1469598103934665603ull;
+  for (unsigned char C : Name)
+    H = (H ^ C) * 1099511628211ull;
+  uint64_t Z = H ^ (Seed + 0x9e3779b97f4a7c15ull);
+  Z = (Z ^ (Z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  Z = (Z ^ (Z >> 27)) * 0x94d049bb133111ebull;
+  Z ^= Z >> 31;
+  std::mt19937_64 Gen(Z);
+  auto Uniform = [&Gen] { return (double(Gen() >> 11) + 0.5) * 0x1.0p-53; };
+  const double TwoPi = 6.283185307179586;
+  for (int64_t I = 0; I < T.numel(); I += 2) {
+    double R = std::sqrt(-2.0 * std::log(Uniform())), A = TwoPi * Uniform();
+    T[I] = float(Std * R * std::cos(A));
+    if (I + 1 < T.numel())
+      T[I + 1] = float(Std * R * std::sin(A));
+  }
+  return T;
+}
+
+Tensor rowShard(const Tensor &Full, int64_t Part, int64_t Parts) {
+  int64_t R = Full.rows() / Parts, C = Full.cols();
+  std::vector<int64_t> Shape = Full.shape();
+  Shape[0] = R;
+  Tensor S(Shape);
+  std::memcpy(S.data(), Full.row(Part * R), sizeof(float) * R * C);
+  return S;
+}
+
+Tensor colShard(const Tensor &Full, int64_t Part, int64_t Parts) {
+  int64_t R = Full.rows(), C = Full.cols() / Parts;
+  Tensor S({R, C});
+  for (int64_t I = 0; I < R; ++I)
+    std::memcpy(S.row(I), Full.row(I) + Part * C, sizeof(float) * C);
+  return S;
+}
+
+} // namespace moert

@@ -1,0 +1,68 @@
+//===- model/MoeBlock.h - Router, aux loss and routed SwiGLU experts ------===//
+//
+// The routed part of an MoE layer on this rank's sequence shard: the router
+// (Hidden x Experts, replicated), softmax or sigmoid scores, top-k with ties
+// going to the lower expert id, routing weights, the load-balancing
+// statistics summed over the TpCp group, and the local experts' SwiGLU over
+// the rows the TokenDispatcher brings them.
+//
+//===----------------------------------------------------------------------===//
+#ifndef MOERT_MODEL_MOEBLOCK_H
+#define MOERT_MODEL_MOEBLOCK_H
+
+#include "model/Model.h"
+#include "parallel/ep/TokenDispatcher.h"
+
+namespace moert {
+
+/// The weights of one MoE layer's routed part on this rank.
+struct MoeWeights {
+  Parameter *Router = nullptr;              ///< [Hidden, Experts]
+  std::vector<Parameter *> Gate, Up, Down;  ///< per local expert
+};
+
+/// What the routed part keeps for backward. Act is the "moe_act" module;
+/// everything else is "moe".
+struct MoeSaved {
+  Tensor Scores;                ///< [Ns, Experts] softmax or sigmoid scores
+  std::vector<int32_t> TopIdx;  ///< [Ns * TopK] token-major
+  std::vector<float> TopW;      ///< routing weights, same layout
+  std::vector<float> Fraction;  ///< f_e over the TpCp group [Experts]
+  double GroupTokens = 0;       ///< tokens of the micro batch (TpCp sum)
+  DispatchState Dispatch;
+  Tensor ExpertIn, G, U;        ///< dispatched rows and their projections
+  Tensor Act;                   ///< silu(G) * U
+  bool Valid = false;
+
+  int64_t moeBytes() const;
+  int64_t actBytes() const { return Act.bytes(); }
+  void dropMoe();
+};
+
+class MoeBlock {
+public:
+  MoeBlock(const ModelConfig &Config, Communicator &TpCp,
+           TokenDispatcher &Dispatcher)
+      : Config(Config), TpCp(TpCp), Dispatcher(Dispatcher) {}
+
+  /// Xn [Ns, Hidden] -> routed output [Ns, Hidden]; returns the aux loss
+  /// (already multiplied by AuxLossCoeff * Experts), the same on every rank
+  /// of the TpCp group.
+  double forward(const MoeWeights &W, const Tensor &Xn, MoeSaved &S, Tensor &Y);
+  /// Recomputes Act from G and U (selective "moe_act").
+  void recomputeAct(MoeSaved &S);
+  /// DY [Ns, Hidden] is the gradient of the routed output; AuxGradScale
+  /// multiplies the aux loss in the objective. Returns dXn; accumulates the
+  /// weights' gradients.
+  Tensor backward(const MoeWeights &W, const Tensor &Xn, MoeSaved &S,
+                  const Tensor &DY, double AuxGradScale);
+
+private:
+  const ModelConfig &Config;
+  Communicator &TpCp;
+  TokenDispatcher &Dispatcher;
+};
+
+} // namespace moert
+
+#endif

@@ -1,0 +1,63 @@
+//===- parallel/tp/SequenceParallelLinear.h - TP linears with SP ----------===//
+//
+// Megatron-style tensor parallelism with sequence parallelism over the tp
+// group. Between blocks every tp rank holds a contiguous sequence shard: rank t
+// owns rows [t * N / TP, (t + 1) * N / TP) of the N local tokens (sequence
+// major). A column-parallel linear all-gathers its input over tp and
+// multiplies by this rank's column slice of W; a row-parallel linear multiplies
+// its (feature-split) input by this rank's row slice of W and reduce-scatters
+// the partial sums back to sequence shards. Backward swaps the two
+// collectives: the column-parallel input gradient is reduce-scattered, the
+// row-parallel output gradient is all-gathered.
+//
+// Weights are [in, out] row-major. A column-parallel shard is the column
+// range [t * out / TP, (t + 1) * out / TP) of the full matrix; a row-parallel
+// shard is the row range [t * in / TP, (t + 1) * in / TP).
+//
+//===----------------------------------------------------------------------===//
+#ifndef MOERT_PARALLEL_TP_SEQUENCEPARALLELLINEAR_H
+#define MOERT_PARALLEL_TP_SEQUENCEPARALLELLINEAR_H
+
+#include "comm/Communicator.h"
+#include "kernels/host/Tensor.h"
+
+#include <vector>
+
+namespace moert {
+
+/// [N / TP, C] sequence shard -> [N, C], shards in tp rank order.
+Tensor gatherSequence(Communicator &Tp, const Tensor &Shard);
+/// [N, C] partial sums -> [N / TP, C]: the tp sum of this rank's row range.
+Tensor reduceScatterSequence(Communicator &Tp, const Tensor &Partial);
+
+/// Y = X W for X [M, in] and W [in, out].
+Tensor matmul(const Tensor &X, const Tensor &W);
+/// Backward of Y = X W: DW += X^T DY; DX = DY W^T (Beta = 1 accumulates into
+/// DX, which must then have the right shape).
+void matmulBackward(const Tensor &X, const Tensor &W, const Tensor &DY,
+                    Tensor &DW, Tensor &DX, float Beta = 0.0f);
+
+/// Column-parallel linears sharing one input: gathers XShard over tp once and
+/// returns X W_i for every weight. Full receives the gathered input when
+/// non-null (callers that keep it avoid a second gather in backward).
+std::vector<Tensor> columnParallelForward(Communicator &Tp, const Tensor &XShard,
+                                          const std::vector<const Tensor *> &Ws,
+                                          Tensor *Full = nullptr);
+/// Backward: DW_i += X^T DY_i (X gathered again unless XFull is given) and
+/// returns the input-gradient shard, reduce-scattered sum_i DY_i W_i^T.
+Tensor columnParallelBackward(Communicator &Tp, const Tensor &XShard,
+                              const Tensor *XFull,
+                              const std::vector<const Tensor *> &Ws,
+                              const std::vector<const Tensor *> &DYs,
+                              const std::vector<Tensor *> &DWs);
+
+/// Row-parallel linear: X [N, in / TP] times the row shard W [in / TP, out],
+/// reduce-scattered to [N / TP, out].
+Tensor rowParallelForward(Communicator &Tp, const Tensor &X, const Tensor &W);
+/// Backward: gathers DYShard, DW += X^T DY, returns DX = DY W^T [N, in / TP].
+Tensor rowParallelBackward(Communicator &Tp, const Tensor &X, const Tensor &W,
+                           const Tensor &DYShard, Tensor &DW);
+
+} // namespace moert
+
+#endif

@@ -1,0 +1,108 @@
+//===- parallel/tp/VocabParallel.cpp --------------------------------------===//
+#include "parallel/tp/VocabParallel.h"
+
+#include "parallel/tp/SequenceParallelLinear.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+namespace moert {
+
+namespace {
+bool owns(int32_t Id, int64_t Start, int64_t Count) {
+  return Id >= Start && Id < Start + Count;
+}
+} // namespace
+
+Tensor vocabParallelEmbeddingForward(Communicator &Tp,
+                                     const std::vector<int32_t> &Tokens,
+                                     const Tensor &Table, int64_t VocabStart) {
+  int64_t N = int64_t(Tokens.size()), H = Table.cols();
+  Tensor Partial({N, H});
+  for (int64_t I = 0; I < N; ++I)
+    if (owns(Tokens[I], VocabStart, Table.rows()))
+      std::memcpy(Partial.row(I), Table.row(Tokens[I] - VocabStart),
+                  sizeof(float) * H);
+  return reduceScatterSequence(Tp, Partial);
+}
+
+void vocabParallelEmbeddingBackward(Communicator &Tp,
+                                    const std::vector<int32_t> &Tokens,
+                                    const Tensor &DShard, Tensor &DTable,
+                                    int64_t VocabStart) {
+  Tensor D = gatherSequence(Tp, DShard);
+  int64_t H = DTable.cols();
+  for (size_t I = 0; I < Tokens.size(); ++I) {
+    if (!owns(Tokens[I], VocabStart, DTable.rows()))
+      continue;
+    float *Dst = DTable.row(Tokens[I] - VocabStart);
+    const float *Src = D.row(int64_t(I));
+    for (int64_t J = 0; J < H; ++J)
+      Dst[J] += Src[J];
+  }
+}
+
+void vocabParallelCrossEntropyForward(Communicator &Tp, Tensor &Logits,
+                                      const std::vector<int32_t> &Labels,
+                                      int64_t VocabStart,
+                                      std::vector<double> &Losses) {
+  int64_t N = Logits.rows(), V = Logits.cols(), P = Tp.size();
+  // The global row max: gather every rank's local maxima (no max-reduce in
+  // the Communicator, and N * TP floats are cheap).
+  std::vector<float> LocalMax(N), AllMax(N * P);
+  for (int64_t I = 0; I < N; ++I) {
+    const float *Row = Logits.row(I);
+    LocalMax[I] = *std::max_element(Row, Row + V);
+  }
+  Tp.allGather(LocalMax.data(), AllMax.data(), size_t(N));
+  // Per row: [sum of exp, target logit] summed over tp.
+  std::vector<float> Stats(2 * N, 0.0f);
+  std::vector<float> Max(N);
+  for (int64_t I = 0; I < N; ++I) {
+    float M = -std::numeric_limits<float>::infinity();
+    for (int64_t R = 0; R < P; ++R)
+      M = std::max(M, AllMax[R * N + I]);
+    Max[I] = M;
+    float *Row = Logits.row(I);
+    if (Labels[I] >= 0 && owns(Labels[I], VocabStart, V))
+      Stats[2 * I + 1] = Row[Labels[I] - VocabStart] - M;
+    double Sum = 0;
+    for (int64_t J = 0; J < V; ++J) {
+      Row[J] = std::exp(Row[J] - M);
+      Sum += Row[J];
+    }
+    Stats[2 * I] = float(Sum);
+  }
+  Tp.allReduceSum(Stats.data(), Stats.size());
+  Losses.assign(N, 0.0);
+  for (int64_t I = 0; I < N; ++I) {
+    float Inv = 1.0f / Stats[2 * I];
+    float *Row = Logits.row(I);
+    for (int64_t J = 0; J < V; ++J)
+      Row[J] *= Inv;
+    if (Labels[I] >= 0)
+      Losses[I] = std::log(double(Stats[2 * I])) - double(Stats[2 * I + 1]);
+  }
+}
+
+Tensor vocabParallelCrossEntropyBackward(const Tensor &Probs,
+                                         const std::vector<int32_t> &Labels,
+                                         int64_t VocabStart, float Scale) {
+  int64_t N = Probs.rows(), V = Probs.cols();
+  Tensor D({N, V});
+  for (int64_t I = 0; I < N; ++I) {
+    if (Labels[I] < 0)
+      continue;
+    const float *P = Probs.row(I);
+    float *Row = D.row(I);
+    for (int64_t J = 0; J < V; ++J)
+      Row[J] = Scale * P[J];
+    if (owns(Labels[I], VocabStart, V))
+      Row[Labels[I] - VocabStart] -= Scale;
+  }
+  return D;
+}
+
+} // namespace moert

@@ -1,0 +1,204 @@
+//===- ModelParallelTest.cpp - TP, CP and EP against one rank -------------===//
+//
+// Every rank also runs the single-rank model on the whole micro batch; the
+// parallel run's loss and gradients (shards gathered, partial sums summed)
+// must match it within 1e-5 relative (per tensor, against its largest entry).
+//
+//===----------------------------------------------------------------------===//
+#include "ModelTestUtil.h"
+#include "MpiTestEnv.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+using namespace moert;
+using namespace moert::test;
+
+namespace {
+
+/// How a parameter is split over tp (by the layout documented in Model.h).
+enum class Split { None, Rows, Cols };
+
+Split tpSplit(const std::string &Name) {
+  auto Ends = [&Name](const char *S) {
+    std::string Suf(S);
+    return Name.size() >= Suf.size() &&
+           Name.compare(Name.size() - Suf.size(), Suf.size(), Suf) == 0;
+  };
+  if (Name == "embedding" || Ends("attn.o") || Ends("mlp.down") ||
+      Ends("shared.down"))
+    return Split::Rows;
+  if (Name == "output" || Ends("attn.q") || Ends("attn.k") || Ends("attn.v") ||
+      Ends("mlp.gate") || Ends("mlp.up") || Ends("shared.gate") ||
+      Ends("shared.up"))
+    return Split::Cols;
+  return Split::None;
+}
+
+/// The full gradient from the tp shards: split ones gathered, the rest summed.
+std::vector<float> gatherTp(Communicator &Tp, const Parameter &P) {
+  Split S = tpSplit(P.Name);
+  std::vector<float> G = P.Grad.storage();
+  if (S == Split::None) {
+    Tp.allReduceSum(G.data(), G.size());
+    return G;
+  }
+  int64_t T = Tp.size();
+  std::vector<float> All(G.size() * T);
+  Tp.allGather(G.data(), All.data(), G.size());
+  if (S == Split::Rows)
+    return All;
+  int64_t R = P.Grad.rows(), C = P.Grad.cols();
+  std::vector<float> Full(All.size());
+  for (int64_t Rank = 0; Rank < T; ++Rank)
+    for (int64_t I = 0; I < R; ++I)
+      for (int64_t J = 0; J < C; ++J)
+        Full[I * C * T + Rank * C + J] = All[Rank * R * C + I * C + J];
+  return Full;
+}
+
+void expectMatches(const std::map<std::string, std::vector<float>> &Got,
+                   const std::map<std::string, std::vector<float>> &Ref) {
+  ASSERT_EQ(Got.size(), Ref.size());
+  for (const auto &[Name, R] : Ref) {
+    const std::vector<float> &G = Got.at(Name);
+    ASSERT_EQ(G.size(), R.size()) << Name;
+    double Scale = 0, Diff = 0;
+    for (size_t I = 0; I < R.size(); ++I) {
+      Scale = std::max(Scale, double(std::fabs(R[I])));
+      Diff = std::max(Diff, double(std::fabs(G[I] - R[I])));
+    }
+    EXPECT_GT(Scale, 0.0) << Name;
+    EXPECT_LE(Diff, 1e-5 * Scale) << Name << " differs by " << Diff;
+  }
+}
+
+/// Single-rank reference over the given micro batches (Id = index).
+double reference(const ModelConfig &C, const ModelOptions &O,
+                 const std::vector<MicroBatch> &Batches,
+                 std::map<std::string, std::vector<float>> &Grads) {
+  SelfGroups G;
+  StageModel M(C, wholeModel(C), G.context(), O);
+  for (size_t I = 0; I < Batches.size(); ++I) {
+    M.forward(int64_t(I), Batches[I], nullptr);
+    M.backward(int64_t(I), nullptr);
+  }
+  Grads = gradients(M);
+  return objective(M, O);
+}
+
+ModelConfig parallelConfig(bool Sigmoid) {
+  ModelConfig C = tinyConfig(Sigmoid, 1, 3);
+  return C;
+}
+
+class TensorParallel : public ::testing::TestWithParam<bool> {};
+
+TEST_P(TensorParallel, MatchesOneRank) {
+  CommWorld &W = world();
+  ModelConfig C = parallelConfig(GetParam());
+  MicroBatch MB = randomBatch(2, 8, C.Vocab, 21);
+  ModelOptions O;
+  O.CeScale = 1.0 / double(MB.Tokens.size());
+  O.Recompute.Modules = {"core_attn", "moe_act"};
+  std::map<std::string, std::vector<float>> Ref;
+  double LRef = reference(C, O, {MB}, Ref);
+
+  std::vector<int> All(W.size());
+  for (int I = 0; I < W.size(); ++I)
+    All[I] = I;
+  auto Tp = W.split("tp", {All});
+  auto TpCp = W.split("tp-cp", {All});
+  auto Cp = createSelfCommunicator("cp"), Ep = createSelfCommunicator("ep");
+  StageModel M(C, wholeModel(C), {Tp.get(), Cp.get(), TpCp.get(), Ep.get()}, O);
+  M.forward(0, MB, nullptr);
+  M.backward(0, nullptr);
+  std::vector<float> Parts = {float(M.loss().CeSum), float(M.loss().Tokens)};
+  Tp->allReduceSum(Parts.data(), Parts.size());
+  EXPECT_EQ(Parts[1], float(MB.Tokens.size()));
+  double L = O.CeScale * Parts[0] + O.AuxScale * M.loss().AuxSum;
+  EXPECT_NEAR(L, LRef, 1e-5 * LRef);
+  std::map<std::string, std::vector<float>> Got;
+  for (Parameter *P : M.parameters())
+    Got[P->Name] = gatherTp(*Tp, *P);
+  expectMatches(Got, Ref);
+}
+
+INSTANTIATE_TEST_SUITE_P(Routers, TensorParallel, ::testing::Bool());
+
+TEST(ContextParallel, MatchesOneRank) {
+  CommWorld &W = world();
+  ModelConfig C = parallelConfig(false);
+  MicroBatch MB = randomBatch(2, 8, C.Vocab, 31);
+  ModelOptions O;
+  O.CeScale = 1.0 / double(MB.Tokens.size());
+  std::map<std::string, std::vector<float>> Ref;
+  double LRef = reference(C, O, {MB}, Ref);
+
+  std::vector<int> All(W.size());
+  for (int I = 0; I < W.size(); ++I)
+    All[I] = I;
+  auto Cp = W.split("cp", {All});
+  auto TpCp = W.split("tp-cp", {All});
+  auto Tp = createSelfCommunicator("tp"), Ep = createSelfCommunicator("ep");
+  StageModel M(C, wholeModel(C), {Tp.get(), Cp.get(), TpCp.get(), Ep.get()}, O);
+  M.forward(0, cpShard(MB, Cp->rank(), Cp->size()), nullptr);
+  M.backward(0, nullptr);
+  std::vector<float> Parts = {float(M.loss().CeSum)};
+  Cp->allReduceSum(Parts.data(), 1);
+  double L = O.CeScale * Parts[0] + O.AuxScale * M.loss().AuxSum;
+  EXPECT_NEAR(L, LRef, 1e-5 * LRef);
+  // Every gradient is a partial sum over the cp ranks' tokens.
+  std::map<std::string, std::vector<float>> Got;
+  for (Parameter *P : M.parameters()) {
+    std::vector<float> G = P->Grad.storage();
+    Cp->allReduceSum(G.data(), G.size());
+    Got[P->Name] = G;
+  }
+  expectMatches(Got, Ref);
+}
+
+TEST(ExpertParallel, MatchesOneRank) {
+  // The ep ranks are data-parallel replicas, each with its own micro batch
+  // and half of the experts; one rank runs both micro batches.
+  CommWorld &W = world();
+  ModelConfig C = parallelConfig(true);
+  std::vector<MicroBatch> Batches;
+  for (int R = 0; R < W.size(); ++R)
+    Batches.push_back(randomBatch(2, 8, C.Vocab, 40 + unsigned(R)));
+  ModelOptions O;
+  O.CeScale = 1.0 / double(Batches.size() * Batches[0].Tokens.size());
+  O.AuxScale = 1.0 / double(Batches.size());
+  std::map<std::string, std::vector<float>> Ref;
+  double LRef = reference(C, O, Batches, Ref);
+
+  std::vector<int> All(W.size());
+  for (int I = 0; I < W.size(); ++I)
+    All[I] = I;
+  auto Ep = W.split("ep", {All});
+  auto Tp = createSelfCommunicator("tp"), Cp = createSelfCommunicator("cp"),
+       TpCp = createSelfCommunicator("tp-cp");
+  StageModel M(C, wholeModel(C), {Tp.get(), Cp.get(), TpCp.get(), Ep.get()}, O);
+  M.forward(0, Batches[Ep->rank()], nullptr);
+  M.backward(0, nullptr);
+  std::vector<float> Parts = {float(O.CeScale * M.loss().CeSum +
+                                    O.AuxScale * M.loss().AuxSum)};
+  Ep->allReduceSum(Parts.data(), 1);
+  EXPECT_NEAR(Parts[0], LRef, 1e-5 * LRef);
+  // Dense gradients are summed over the replicas (the dp reduction); each
+  // expert's gradient is complete on its owner.
+  std::map<std::string, std::vector<float>> Got, RefLocal;
+  for (Parameter *P : M.parameters()) {
+    std::vector<float> G = P->Grad.storage();
+    if (P->Kind != ParamKind::Expert)
+      Ep->allReduceSum(G.data(), G.size());
+    Got[P->Name] = G;
+    RefLocal[P->Name] = Ref.at(P->Name);
+  }
+  EXPECT_EQ(Ref.size() - RefLocal.size(),
+            size_t((C.Experts - C.Experts / Ep->size()) * 3 * (C.Layers - C.DenseLayers)));
+  expectMatches(Got, RefLocal);
+}
+
+} // namespace

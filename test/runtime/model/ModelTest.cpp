@@ -1,0 +1,268 @@
+//===- ModelTest.cpp - The stage model on one rank ------------------------===//
+//
+// Finite differences on every parameter, chunking, recompute and interleaved
+// micro batches, all with groups of one.
+//
+//===----------------------------------------------------------------------===//
+#include "ModelTestUtil.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+
+using namespace moert;
+using namespace moert::test;
+
+namespace {
+
+struct FdCase {
+  bool Sigmoid;
+  int64_t Shared;
+};
+
+class FiniteDifferences : public ::testing::TestWithParam<FdCase> {};
+
+/// Loss of one forward (the micro batch is then run backward to free it;
+/// gradients are not looked at).
+double evalLoss(StageModel &M, const ModelOptions &O, const MicroBatch &MB,
+                const Tensor *Input = nullptr) {
+  M.loss() = StageModel::LossTotals();
+  M.forward(0, MB, Input);
+  double L = objective(M, O);
+  M.backward(0, nullptr);
+  return L;
+}
+
+/// |A - N| within a relative tolerance of the larger, plus an absolute floor
+/// for entries whose gradient is near zero (there fp32 round-off of the loss,
+/// about 1e-7 * L / Step, dominates the difference quotient).
+void expectClose(double Analytic, double Numeric, double Rel, double Abs,
+                 const std::string &What) {
+  double Tol = Rel * std::max(std::fabs(Analytic), std::fabs(Numeric)) + Abs;
+  EXPECT_NEAR(Analytic, Numeric, Tol) << What;
+}
+
+TEST_P(FiniteDifferences, EveryParameterAndTheChunkInput) {
+  FdCase Case = GetParam();
+  ModelConfig C = tinyConfig(Case.Sigmoid, Case.Shared);
+  SelfGroups G;
+  ModelOptions O;
+  MicroBatch MB = randomBatch(2, 8, C.Vocab, 7);
+  O.CeScale = 1.0 / double(MB.Tokens.size()); // mean CE: the loss is O(1)
+  StageModel M(C, wholeModel(C), G.context(), O);
+  // Weights of std 0.02 make most gradients tiny; scale them up so the
+  // difference quotients stand well above fp32 round-off, and make the norm
+  // weights differ from one.
+  std::mt19937 Gen(3);
+  std::uniform_real_distribution<float> Near1(0.5f, 1.5f);
+  for (Parameter *P : M.parameters()) {
+    bool Norm = P->Value.rank() == 1;
+    for (float &V : P->Value.storage())
+      V = Norm ? V * Near1(Gen) : V * 20.0f;
+  }
+  M.loss() = StageModel::LossTotals();
+  M.forward(0, MB, nullptr);
+  double L0 = objective(M, O);
+  EXPECT_GT(M.loss().AuxSum, 0.0);
+  M.backward(0, nullptr);
+  auto Grads = gradients(M);
+
+  const double Step = 1e-2, Rel = 0.03, Abs = 2e-4;
+  int Checked = 0;
+  for (Parameter *P : M.parameters()) {
+    int64_t Numel = P->Value.numel();
+    // A sample: the first and last entries and a few spread over the tensor.
+    std::vector<int64_t> Idx = {0, Numel - 1};
+    std::mt19937 Pick{unsigned(Numel)};
+    for (int I = 0; I < 6; ++I)
+      Idx.push_back(int64_t(Pick() % uint64_t(Numel)));
+    double MaxGrad = 0;
+    for (float V : Grads[P->Name])
+      MaxGrad = std::max(MaxGrad, double(std::fabs(V)));
+    EXPECT_GT(MaxGrad, 0.0) << P->Name << " has an all-zero gradient";
+    for (int64_t I : Idx) {
+      float V0 = P->Value[I];
+      P->Value[I] = V0 + float(Step);
+      double Plus = evalLoss(M, O, MB);
+      P->Value[I] = V0 - float(Step);
+      double Minus = evalLoss(M, O, MB);
+      P->Value[I] = V0;
+      double Numeric = (Plus - Minus) / (2 * Step);
+      expectClose(Grads[P->Name][I], Numeric, Rel, Abs,
+                  P->Name + "[" + std::to_string(I) + "]");
+      ++Checked;
+    }
+  }
+  EXPECT_GT(Checked, 100);
+  EXPECT_NEAR(evalLoss(M, O, MB), L0, 1e-6 * L0);
+
+  // The input gradient of a chunk: layer 0 (with the embedding) feeds layer 1
+  // (with the loss); perturb the hidden states passed between them.
+  StageSpec First{0, 1, true, false}, Second{1, 1, false, true};
+  StageModel A(C, First, G.context(), O), B(C, Second, G.context(), O);
+  for (StageModel *Chunk : {&A, &B})
+    for (Parameter *P : Chunk->parameters())
+      for (Parameter *Q : M.parameters())
+        if (Q->Name == P->Name)
+          P->Value = Q->Value;
+  Tensor Hidden = A.forward(0, MB, nullptr);
+  B.loss() = StageModel::LossTotals();
+  B.forward(0, MB, &Hidden);
+  EXPECT_NEAR(objective(B, O), L0, 1e-5 * L0);
+  Tensor DHidden = B.backward(0, nullptr);
+  ASSERT_EQ(DHidden.shape(), Hidden.shape());
+  A.backward(0, &DHidden);
+  for (int64_t I = 0; I < Hidden.numel(); I += 7) {
+    Tensor H = Hidden;
+    H[I] += float(Step);
+    double Plus = evalLoss(B, O, MB, &H);
+    H[I] -= float(2 * Step);
+    double Minus = evalLoss(B, O, MB, &H);
+    expectClose(DHidden[I], (Plus - Minus) / (2 * Step), Rel, Abs,
+                "hidden[" + std::to_string(I) + "]");
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Routers, FiniteDifferences,
+                         ::testing::Values(FdCase{false, 0}, FdCase{true, 0},
+                                           FdCase{false, 1}, FdCase{true, 1}));
+
+/// Runs micro batches through chunks in order and backward in reverse;
+/// returns the objective.
+double runChunks(std::vector<StageModel *> Chunks, const ModelOptions &O,
+                 const MicroBatch &MB) {
+  Tensor H;
+  for (StageModel *C : Chunks) {
+    C->loss() = StageModel::LossTotals();
+    H = C->forward(0, MB, H.numel() ? &H : nullptr);
+  }
+  double L = objective(*Chunks.back(), O);
+  for (StageModel *C : Chunks)
+    L += O.AuxScale * C->loss().AuxSum * (C != Chunks.back());
+  Tensor D;
+  for (size_t I = Chunks.size(); I-- > 0;)
+    D = Chunks[I]->backward(0, D.numel() ? &D : nullptr);
+  return L;
+}
+
+void expectSameGradients(const std::map<std::string, std::vector<float>> &A,
+                         const std::map<std::string, std::vector<float>> &B,
+                         double Rel) {
+  ASSERT_EQ(A.size(), B.size());
+  for (const auto &[Name, GA] : A) {
+    auto It = B.find(Name);
+    ASSERT_NE(It, B.end()) << Name;
+    const std::vector<float> &GB = It->second;
+    ASSERT_EQ(GA.size(), GB.size()) << Name;
+    double Scale = 0, Diff = 0;
+    for (size_t I = 0; I < GA.size(); ++I) {
+      Scale = std::max(Scale, double(std::fabs(GB[I])));
+      Diff = std::max(Diff, double(std::fabs(GA[I] - GB[I])));
+    }
+    EXPECT_LE(Diff, Rel * Scale) << Name;
+    EXPECT_GT(Scale, 0.0) << Name;
+  }
+}
+
+TEST(StageModel, TwoChunksEqualOneChunk) {
+  ModelConfig C = tinyConfig(false, 1, 4);
+  SelfGroups G;
+  ModelOptions O;
+  MicroBatch MB = randomBatch(2, 8, C.Vocab, 11);
+  O.CeScale = 1.0 / double(MB.Tokens.size());
+  StageModel Whole(C, wholeModel(C), G.context(), O);
+  StageModel A(C, StageSpec{0, 2, true, false}, G.context(), O);
+  StageModel B(C, StageSpec{2, 2, false, true}, G.context(), O);
+  double LWhole = runChunks({&Whole}, O, MB);
+  double LSplit = runChunks({&A, &B}, O, MB);
+  EXPECT_NEAR(LSplit, LWhole, 1e-6 * LWhole);
+  auto GA = gradients(A), GB = gradients(B);
+  GA.insert(GB.begin(), GB.end());
+  expectSameGradients(GA, gradients(Whole), 1e-6);
+  EXPECT_EQ(A.parameters().size() + B.parameters().size(),
+            Whole.parameters().size());
+}
+
+TEST(StageModel, RecomputeIsExactAndSavesMemory) {
+  ModelConfig C = tinyConfig(true, 1, 3);
+  SelfGroups G;
+  MicroBatch MB = randomBatch(2, 8, C.Vocab, 5);
+  auto Run = [&](RecomputeOptions R, std::map<std::string, int64_t> &Peak) {
+    ModelOptions O;
+    O.CeScale = 1.0 / double(MB.Tokens.size());
+    O.Recompute = R;
+    StageModel M(C, wholeModel(C), G.context(), O);
+    double L = runChunks({&M}, O, MB);
+    Peak = M.peakActivationBytes();
+    auto Grads = gradients(M);
+    Grads["loss"] = {float(L)};
+    return Grads;
+  };
+  std::map<std::string, int64_t> Base, Full, Sel, MoePeak;
+  auto G0 = Run({}, Base);
+  auto G1 = Run({true, {}}, Full);
+  auto G2 = Run({false, {"core_attn", "layernorm", "mlp", "moe_act",
+                         "shared_experts"}},
+                Sel);
+  auto G3 = Run({false, {"moe"}}, MoePeak);
+  // Bit-identical: recompute reruns the same code on the same inputs.
+  EXPECT_EQ(G0, G1);
+  EXPECT_EQ(G0, G2);
+  EXPECT_EQ(G0, G3);
+  EXPECT_LT(Full["total"], Base["total"]);
+  EXPECT_LT(Sel["total"], Base["total"]);
+  EXPECT_LT(MoePeak["total"], Base["total"]);
+  EXPECT_LT(Sel["core_attn"], Base["core_attn"]);
+  EXPECT_LT(Sel["layernorm"], Base["layernorm"]);
+  EXPECT_LT(Sel["moe_act"], Base["moe_act"]);
+  EXPECT_LT(MoePeak["moe"], Base["moe"]);
+  EXPECT_GT(Base["moe"], 0);
+  EXPECT_GT(Base["mlp"], 0);
+  EXPECT_GT(Base["shared_experts"], 0);
+}
+
+TEST(StageModel, InterleavedMicroBatchesMatchSequentialOnes) {
+  ModelConfig C = tinyConfig(false, 0);
+  SelfGroups G;
+  ModelOptions O;
+  MicroBatch A = randomBatch(1, 8, C.Vocab, 1), B = randomBatch(1, 8, C.Vocab, 2);
+  StageModel Seq(C, wholeModel(C), G.context(), O);
+  StageModel Mix(C, wholeModel(C), G.context(), O);
+  Seq.forward(0, A, nullptr);
+  Seq.backward(0, nullptr);
+  Seq.forward(1, B, nullptr);
+  Seq.backward(1, nullptr);
+  Mix.forward(0, A, nullptr);
+  Mix.forward(1, B, nullptr);
+  int64_t TwoInFlight = Mix.peakActivationBytes().at("total");
+  Mix.backward(0, nullptr);
+  Mix.backward(1, nullptr);
+  EXPECT_GT(TwoInFlight, Seq.peakActivationBytes().at("total"));
+  EXPECT_EQ(gradients(Seq), gradients(Mix));
+  EXPECT_EQ(Seq.loss().CeSum, Mix.loss().CeSum);
+  EXPECT_EQ(Seq.loss().Tokens, 16);
+  // Everything saved was freed.
+  Mix.resetStepStats();
+  EXPECT_EQ(Mix.peakActivationBytes().at("total"), 0);
+}
+
+TEST(StageModel, InitDependsOnSeedAndNameOnly) {
+  ModelConfig C = tinyConfig(false, 1, 4);
+  SelfGroups G;
+  ModelOptions O;
+  StageModel Whole(C, wholeModel(C), G.context(), O);
+  StageModel Tail(C, StageSpec{2, 2, false, true}, G.context(), O);
+  std::map<std::string, std::vector<float>> W;
+  for (Parameter *P : Whole.parameters())
+    W[P->Name] = P->Value.storage();
+  for (Parameter *P : Tail.parameters())
+    EXPECT_EQ(P->Value.storage(), W.at(P->Name)) << P->Name;
+  EXPECT_NE(W.at("layers.2.attn.q"), W.at("layers.3.attn.q"));
+  EXPECT_EQ(W.at("layers.2.attn_norm"), std::vector<float>(C.Hidden, 1.0f));
+  EXPECT_EQ(W.at("output").size(), size_t(C.Hidden * C.Vocab));
+  EXPECT_EQ(W.at("layers.1.experts.3.down").size(),
+            size_t(C.MoeFfnHidden * C.Hidden));
+}
+
+} // namespace

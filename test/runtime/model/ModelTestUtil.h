@@ -1,0 +1,103 @@
+//===- ModelTestUtil.h - Tiny configs and runners for the model tests -----===//
+#ifndef MOERT_TEST_MODEL_MODELTESTUTIL_H
+#define MOERT_TEST_MODEL_MODELTESTUTIL_H
+
+#include "model/Model.h"
+#include "parallel/cp/ContextParallelAttention.h"
+
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace moert::test {
+
+/// 2 layers (1 dense + 1 MoE), Hidden 16, Vocab 32, 4 experts top-2.
+inline ModelConfig tinyConfig(bool Sigmoid, int64_t Shared, int64_t Layers = 2) {
+  ModelConfig C;
+  C.Layers = Layers;
+  C.Hidden = 16;
+  C.FfnHidden = 32;
+  C.Heads = 4;
+  C.KvHeads = 2;
+  C.HeadDim = 4;
+  C.Vocab = 32;
+  C.Experts = 4;
+  C.TopK = 2;
+  C.MoeFfnHidden = 8;
+  C.SharedExperts = Shared;
+  C.DenseLayers = 1;
+  C.SigmoidRouter = Sigmoid;
+  C.AuxLossCoeff = 0.1;
+  return C;
+}
+
+/// Sequences x SeqLen random tokens and labels (full sequences, CP = 1).
+inline MicroBatch randomBatch(int64_t Sequences, int64_t SeqLen, int64_t Vocab,
+                              unsigned Seed) {
+  std::mt19937 Gen(Seed);
+  std::uniform_int_distribution<int32_t> Tok(0, int32_t(Vocab - 1));
+  MicroBatch MB;
+  MB.Sequences = Sequences;
+  MB.SeqLen = SeqLen;
+  for (int64_t I = 0; I < Sequences * SeqLen; ++I) {
+    MB.Tokens.push_back(Tok(Gen));
+    MB.Labels.push_back(Tok(Gen));
+  }
+  return MB;
+}
+
+/// The CP rank's view of a full micro batch: its tokens in localPositions order.
+inline MicroBatch cpShard(const MicroBatch &Full, int CpRank, int CpSize) {
+  MicroBatch MB;
+  MB.Sequences = Full.Sequences;
+  MB.SeqLen = Full.SeqLen;
+  std::vector<int64_t> Pos = localPositions(CpRank, CpSize, Full.SeqLen);
+  for (int64_t S = 0; S < Full.Sequences; ++S)
+    for (int64_t P : Pos) {
+      MB.Tokens.push_back(Full.Tokens[S * Full.SeqLen + P]);
+      MB.Labels.push_back(Full.Labels[S * Full.SeqLen + P]);
+    }
+  return MB;
+}
+
+/// Groups of one for every dimension.
+struct SelfGroups {
+  std::unique_ptr<Communicator> Tp = createSelfCommunicator("tp"),
+                                Cp = createSelfCommunicator("cp"),
+                                TpCp = createSelfCommunicator("tp-cp"),
+                                Ep = createSelfCommunicator("ep");
+  ParallelContext context() const {
+    return ParallelContext{Tp.get(), Cp.get(), TpCp.get(), Ep.get()};
+  }
+};
+
+inline StageSpec wholeModel(const ModelConfig &C) {
+  StageSpec S;
+  S.FirstLayer = 0;
+  S.NumLayers = C.Layers;
+  S.HasEmbedding = S.HasLoss = true;
+  return S;
+}
+
+inline double objective(StageModel &M, const ModelOptions &O) {
+  return O.CeScale * M.loss().CeSum + O.AuxScale * M.loss().AuxSum;
+}
+
+/// Every parameter's gradient by name.
+inline std::map<std::string, std::vector<float>> gradients(StageModel &M) {
+  std::map<std::string, std::vector<float>> G;
+  for (Parameter *P : M.parameters())
+    G[P->Name] = P->Grad.storage();
+  return G;
+}
+
+inline void zeroGradients(StageModel &M) {
+  for (Parameter *P : M.parameters())
+    P->Grad.zero();
+}
+
+} // namespace moert::test
+
+#endif
