@@ -538,11 +538,27 @@ double StepModel::cpSeconds(const LayerShape &S, double &Hideable) const {
   double BW = groupBandwidth(TP * CP);
   switch (R.Parallel.CpCommKind) {
   case CpComm::P2P:
-  case CpComm::A2AP2P:
     // Ring: CP - 1 KV chunks forward, KV and dKV backward, overlapped with
-    // the attention core.
+    // the attention core. The ring advances in lock step, so a ring that
+    // leaves the NVLink domain runs every step at the network hop's speed.
     Hideable = 1;
     return 3 * double(CP - 1) * Chunk / BW;
+  case CpComm::A2AP2P: {
+    // Hierarchical: an all-to-all inside the inner group turns sequence
+    // shards into head shards, then a ring over the outer groups. A ring
+    // step moves the same bytes as a flat ring step (Inner times the tokens,
+    // 1/Inner of the heads) but there are only Outer - 1 of them, and every
+    // GPU drives its own link. Only the ring hides behind the attention core.
+    int64_t Inner = R.Parallel.CpHierarchy.empty() ? 1 : std::max<int64_t>(R.Parallel.CpHierarchy.front(), 1);
+    Inner = std::min(Inner, CP);
+    int64_t Outer = CP / Inner;
+    double A2A = Inner > 1 ? 3 * Mbs * (Seq / double(CP)) * (KV + QO) / double(TP) * ActBytes *
+                                 double(Inner - 1) / double(Inner) / groupBandwidth(TP * Inner)
+                           : 0;
+    double Ring = 3 * double(Outer - 1) * Chunk / BW;
+    Hideable = Ring > 0 ? Ring / (Ring + A2A) : 0;
+    return A2A + Ring;
+  }
   case CpComm::AllGather:
     return 2 * double(CP - 1) * Chunk / BW;
   case CpComm::A2A: {
@@ -651,7 +667,8 @@ StepTimeBreakdown StepModel::run() {
     double Hide = 0;
     double CpRaw = cpSeconds(S, Hide);
     double CoreTrain = FlopsFactor * F.AttnCore / (PeakBf16 * C.AttentionEfficiency) * N;
-    double Cp = Hide > 0 ? std::max(0.0, CpRaw - CoreTrain) : CpRaw;
+    // Only the ring part (Hide of CpRaw) overlaps with the attention core.
+    double Cp = CpRaw * (1 - Hide) + std::max(0.0, CpRaw * Hide - CoreTrain);
     // Overlapped EP exchanges hide behind the compute of another micro
     // batch's pass of the same layer, but never more than CommOverlap of it.
     double EpRaw = S.MoE ? 4 * Ep : 0;

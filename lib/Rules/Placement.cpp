@@ -43,6 +43,27 @@ void check_ep_outside_nvlink(RuleContext &C) {
     }
 }
 
+void check_cp_ring_across_domains(RuleContext &C) {
+  const Recipe &R = C.R;
+  const ParallelConfig &P = R.Parallel;
+  int64_t Domain = R.Gpu.NVLinkDomain, TP = std::max<int64_t>(P.TP, 1), CP = P.CP;
+  if (P.CpCommKind != CpComm::P2P || CP <= 1 || Domain <= 0 || TP * CP <= Domain)
+    return;
+  // The largest inner (all-to-all) size that stays in the domain, divides CP
+  // and the query and key/value heads of a TP rank (cp-a2a-heads), and still
+  // leaves a ring across domains.
+  int64_t HeadsPerRank = R.Model.Heads / TP;
+  int64_t KvHeadsPerRank = std::max<int64_t>(R.Model.KvHeads / TP, 1);
+  for (int64_t Inner = std::min(CP / 2, Domain / TP); Inner > 1; --Inner) {
+    if (CP % Inner != 0 || HeadsPerRank % Inner != 0 || KvHeadsPerRank % Inner != 0)
+      continue;
+    int64_t Domains = (TP * CP + Domain - 1) / Domain;
+    C.report(diag::cp_ring_across_domains, "parallel.cp", TP * CP, Domains, CP - 1,
+             Inner, CP / Inner, fmt::format("{} ring steps", CP / Inner - 1));
+    return;
+  }
+}
+
 static std::string gigabytes(double Bytes) { return fmt::format("{:.1f} GB", Bytes / 1e9); }
 
 static std::string breakdown(const MemoryBreakdown &B) {
