@@ -1,0 +1,126 @@
+//===- PlanReader.h - Reading a launch plan back for the runtime --*- C++ -*-===//
+//
+// The runtime (moerun) reads the TOML plan that `moec plan` writes
+// (docs/plan-format.md) into a LaunchPlan: plain standard-library types only,
+// so runtime code never needs LLVM beyond the readPlan() call itself. The
+// reader validates everything the runtime relies on (versions, sizes that
+// multiply to the world size, groups that partition the ranks, a schedule
+// that runs every micro batch of every chunk exactly once in each direction)
+// so that a bad plan fails on load with the file and field named, never in
+// the middle of a step.
+//
+// Only what the runtime uses is read; predictions (memory, predicted, flops)
+// are ignored.
+//
+//===----------------------------------------------------------------------===//
+#ifndef MOEC_EMIT_PLANREADER_H
+#define MOEC_EMIT_PLANREADER_H
+
+#include "llvm/ADT/StringRef.h"
+#include "llvm/Support/Error.h"
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace moec {
+
+struct LaunchMoE {
+  int64_t Experts = 0, TopK = 0, FfnHidden = 0, SharedExperts = 0, DenseLayers = 0;
+  std::optional<int64_t> SharedFfnHidden;
+  bool SigmoidRouter = false;
+};
+
+struct LaunchModel {
+  std::string Name;
+  int64_t Layers = 0, Hidden = 0, Heads = 0, KvHeads = 0, HeadDim = 0, Vocab = 0, MtpLayers = 0;
+  std::optional<int64_t> FfnHidden;
+  std::optional<LaunchMoE> MoE;
+  /// The plan describes a model feature the CPU runtime does not implement
+  /// (MLA, linear attention, vision): the names, for a clear refusal.
+  std::vector<std::string> Unsupported;
+};
+
+struct LaunchParallel {
+  int64_t TP = 1, CP = 1, EP = 1, ETP = 1, PP = 1, VPP = 1, DP = 1, EDP = 1;
+  bool SequenceParallel = false, FSDP = false;
+  /// "tp-cp-ep-dp-pp" or "tp-cp-ep-pp-dp".
+  std::string Order;
+};
+
+struct LaunchRecompute {
+  std::string Kind = "none"; // none | full | selective
+  std::string Method;        // full only: block | uniform
+  int64_t Layers = 0;        // full only
+  std::vector<std::string> Modules;
+};
+
+struct LaunchData {
+  bool Mock = true;
+  std::string Path; // real data only
+  bool VariableLength = false;
+};
+
+/// One entry of a pipeline rank's schedule: "F3.1" is {Forward, 3, 1}.
+struct LaunchOp {
+  enum Kind { Forward, Backward } K = Forward;
+  int64_t Microbatch = 0;
+  int64_t Chunk = 0;
+};
+
+struct LaunchStage {
+  int64_t VirtualStage = 0, Rank = 0, Chunk = 0;
+  int64_t FirstLayer = 0, DecoderLayers = 0, MtpLayers = 0;
+  bool Embedding = false, Loss = false;
+};
+
+struct LaunchRank {
+  int64_t Rank = 0, Node = 0, LocalRank = 0;
+  std::map<std::string, int64_t> Dense;  // tp cp dp pp
+  std::map<std::string, int64_t> Expert; // etp ep edp pp
+  std::map<std::string, int64_t> Groups; // kind -> index into LaunchPlan::Groups[kind]
+};
+
+struct LaunchPlan {
+  int64_t PlanVersion = 0;
+  std::string Recipe, RecipeHash, Source;
+  int64_t WorldSize = 0, Nodes = 0;
+
+  LaunchModel Model;
+  LaunchParallel Parallel;
+  int64_t MicroBatch = 0, GlobalBatch = 0, SeqLen = 0;
+  std::string Precision, Dispatcher;
+  LaunchRecompute Recompute;
+  LaunchData Data;
+
+  /// Micro batches per step per data-parallel rank.
+  int64_t Microbatches = 0;
+  /// Per pipeline rank, its ops in execution order.
+  std::vector<std::vector<LaunchOp>> Schedule;
+  /// PP x VPP stages in virtual-stage order.
+  std::vector<LaunchStage> Stages;
+
+  /// Process groups by kind ("tp", "dp-cp", "ep", ...): lists of world ranks.
+  std::map<std::string, std::vector<std::vector<int>>> Groups;
+  /// One per world rank, in rank order.
+  std::vector<LaunchRank> Ranks;
+
+  const LaunchStage &stage(int64_t PpRank, int64_t Chunk) const {
+    return Stages[size_t(Chunk * Parallel.PP + PpRank)];
+  }
+};
+
+/// The plan versions this reader understands.
+constexpr int64_t MinReadablePlanVersion = 1, MaxReadablePlanVersion = 1;
+
+/// Reads and validates the TOML plan at Path. Errors name the file and the
+/// field ("plan.toml: pipeline.schedule[1].ops[3]: ...").
+llvm::Expected<LaunchPlan> readPlan(llvm::StringRef Path);
+/// The same from a document in memory; Name stands for the file in messages.
+llvm::Expected<LaunchPlan> parsePlan(llvm::StringRef Document, llvm::StringRef Name);
+
+} // namespace moec
+
+#endif

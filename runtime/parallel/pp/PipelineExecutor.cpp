@@ -1,0 +1,123 @@
+//===- parallel/pp/PipelineExecutor.cpp - Runs a pipeline rank's schedule --===//
+#include "parallel/pp/PipelineExecutor.h"
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <set>
+
+namespace moert {
+
+PipelineStage::~PipelineStage() = default;
+
+namespace {
+double now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+[[noreturn]] void scheduleError(const Communicator &Pp, const char *What, int64_t Mb, int Chunk) {
+  // A schedule that breaks these rules would hang or corrupt data: refuse it.
+  std::fprintf(stderr, "moerun: pp rank %d: invalid pipeline schedule: %s (micro batch %lld, chunk %d)\n",
+               Pp.rank(), What, static_cast<long long>(Mb), Chunk);
+  std::abort();
+}
+} // namespace
+
+PipelineExecutor::PipelineExecutor(Communicator &Pp, int Vpp, PipelineStage &Stage)
+    : Pp(Pp), Rank(Pp.rank()), Size(Pp.size()), Vpp(Vpp), Stage(Stage) {}
+
+int PipelineExecutor::tagFor(int64_t Mb, int Chunk, int Vpp, bool Backward) {
+  constexpr int64_t TagBound = 32767; // MPI guarantees MPI_TAG_UB >= 32767
+  int64_t Key = (Mb * Vpp + Chunk) * 2 + (Backward ? 1 : 0);
+  return int(Key % TagBound);
+}
+
+Tensor PipelineExecutor::receive(int64_t Mb, int Chunk, Direction Dir, int Peer) {
+  if (Peer == Rank) {
+    auto It = Local.find({Mb, Chunk, Dir});
+    if (It == Local.end())
+      scheduleError(Pp, Dir == Fwd ? "forward before its input was produced"
+                                   : "backward before the next stage's backward",
+                    Mb, Chunk);
+    Tensor T = std::move(It->second);
+    Local.erase(It);
+    return T;
+  }
+  Tensor T(Stage.activationShape(Mb, Chunk));
+  double Start = now();
+  std::unique_ptr<Request> Req =
+      Pp.irecv(T.data(), size_t(T.numel()), Peer, tagFor(Mb, Chunk, Vpp, Dir == Bwd));
+  Req->wait();
+  Stats.CommSeconds += now() - Start;
+  return T;
+}
+
+void PipelineExecutor::send(Tensor Data, int64_t Mb, int PeerChunk, Direction Dir, int Peer) {
+  if (Peer == Rank) {
+    Local[{Mb, PeerChunk, Dir}] = std::move(Data);
+    return;
+  }
+  PendingSend S;
+  S.Data = std::move(Data);
+  // The tensor's storage does not move when the PendingSend does.
+  S.Req = Pp.isend(S.Data.data(), size_t(S.Data.numel()), Peer, tagFor(Mb, PeerChunk, Vpp, Dir == Bwd));
+  Pending.push_back(std::move(S));
+}
+
+void PipelineExecutor::waitSends() {
+  double Start = now();
+  for (PendingSend &S : Pending)
+    S.Req->wait();
+  Pending.clear();
+  Stats.CommSeconds += now() - Start;
+}
+
+void PipelineExecutor::runStep(const std::vector<PipelineOp> &Ops, const std::function<void()> &OnOp) {
+  Stats = PipelineStepStats();
+  const int Prev = (Rank + Size - 1) % Size, Next = (Rank + 1) % Size;
+  std::set<std::pair<int64_t, int>> InFlight;
+  for (const PipelineOp &Op : Ops) {
+    const int C = Op.Chunk;
+    if (C < 0 || C >= Vpp)
+      scheduleError(Pp, "chunk out of range", Op.Microbatch, C);
+    // The neighbours' chunks: v - 1 and v + 1 in virtual-stage order.
+    const int PrevChunk = C - (Rank == 0 ? 1 : 0), NextChunk = C + (Rank == Size - 1 ? 1 : 0);
+    if (Op.K == PipelineOp::Forward) {
+      if (!InFlight.insert({Op.Microbatch, C}).second)
+        scheduleError(Pp, "forward run twice", Op.Microbatch, C);
+      Tensor Input;
+      bool First = isFirstVirtualStage(C);
+      if (!First)
+        Input = receive(Op.Microbatch, C, Fwd, Prev);
+      double Start = now();
+      Tensor Output = Stage.forward(Op.Microbatch, C, First ? nullptr : &Input);
+      Stats.ComputeSeconds += now() - Start;
+      if (!isLastVirtualStage(C))
+        send(std::move(Output), Op.Microbatch, NextChunk, Fwd, Next);
+      Stats.PeakInFlight = std::max<int64_t>(Stats.PeakInFlight, int64_t(InFlight.size()));
+    } else {
+      if (!InFlight.erase({Op.Microbatch, C}))
+        scheduleError(Pp, "backward without a forward", Op.Microbatch, C);
+      Tensor OutGrad;
+      bool Last = isLastVirtualStage(C);
+      if (!Last)
+        OutGrad = receive(Op.Microbatch, C, Bwd, Next);
+      double Start = now();
+      Tensor InGrad = Stage.backward(Op.Microbatch, C, Last ? nullptr : &OutGrad);
+      Stats.ComputeSeconds += now() - Start;
+      if (!isFirstVirtualStage(C))
+        send(std::move(InGrad), Op.Microbatch, PrevChunk, Bwd, Prev);
+    }
+    if (OnOp)
+      OnOp();
+  }
+  waitSends();
+  if (!InFlight.empty())
+    scheduleError(Pp, "step ended with forwards whose backward never ran", InFlight.begin()->first,
+                  InFlight.begin()->second);
+  if (!Local.empty())
+    scheduleError(Pp, "step ended with a tensor nobody received", std::get<0>(Local.begin()->first),
+                  std::get<1>(Local.begin()->first));
+}
+
+} // namespace moert

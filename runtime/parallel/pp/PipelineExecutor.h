@@ -1,0 +1,120 @@
+//===- parallel/pp/PipelineExecutor.h - Runs a pipeline rank's schedule ----===//
+//
+// One training step of one pipeline rank: the plan's schedule for this rank
+// (forwards and backwards of micro batches on model chunks, 1F1B or
+// interleaved 1F1B) executed in order, with activations flowing to the next
+// virtual stage and gradients to the previous one over the pp group.
+//
+// Virtual stages: chunk c on pp rank r is virtual stage v = c * PP + r. The
+// successor of v is v + 1, on pp rank (r + 1) mod PP as chunk c + (r == PP-1);
+// its predecessor the reverse. Virtual stage 0 has no input (it embeds
+// tokens); the last one has no output gradient to receive (its loss starts
+// the backward).
+//
+// Communication is non-blocking: an op posts its receive and waits for it
+// (the data is needed now), but its send is only waited on before the step
+// ends, so a rank is never blocked in a rendezvous send while its peer is
+// blocked in one the other way (1F1B's steady state sends forward and
+// backward between the same pair at once). Tags encode (micro batch, chunk
+// of the receiver, direction), so messages can never be matched to the wrong
+// op even when two are in flight between one pair.
+//
+//===----------------------------------------------------------------------===//
+#ifndef MOERT_PARALLEL_PP_PIPELINEEXECUTOR_H
+#define MOERT_PARALLEL_PP_PIPELINEEXECUTOR_H
+
+#include "comm/Communicator.h"
+#include "kernels/host/Tensor.h"
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <tuple>
+#include <vector>
+
+namespace moert {
+
+/// One entry of a schedule: the forward or backward of micro batch
+/// Microbatch on this rank's model chunk Chunk.
+struct PipelineOp {
+  enum Kind { Forward, Backward } K = Forward;
+  int64_t Microbatch = 0;
+  int Chunk = 0;
+};
+
+/// What the executor runs: the model chunks of this pipeline rank.
+class PipelineStage {
+public:
+  virtual ~PipelineStage();
+  /// Forward of micro batch Mb through chunk Chunk. Input is the previous
+  /// virtual stage's output, or null on virtual stage 0. Returns the output
+  /// sent to the next virtual stage (ignored on the last virtual stage, which
+  /// computes the loss and may return an empty tensor).
+  virtual Tensor forward(int64_t Mb, int Chunk, const Tensor *Input) = 0;
+  /// Backward of micro batch Mb through chunk Chunk. OutGrad is the gradient
+  /// of the chunk's output received from the next virtual stage, or null on
+  /// the last virtual stage. Returns the gradient of the chunk's input (sent
+  /// to the previous virtual stage; ignored on virtual stage 0).
+  virtual Tensor backward(int64_t Mb, int Chunk, const Tensor *OutGrad) = 0;
+  /// The shape of the tensor flowing into Chunk for micro batch Mb (the
+  /// previous virtual stage's output, and the gradient this chunk sends
+  /// back). Both sides of a link must agree; a shape is asked of a chunk only
+  /// when it receives.
+  virtual std::vector<int64_t> activationShape(int64_t Mb, int Chunk) = 0;
+};
+
+/// Where time went in the last step, for the step log.
+struct PipelineStepStats {
+  double ComputeSeconds = 0; ///< inside forward() and backward()
+  double CommSeconds = 0;    ///< waiting for receives and sends
+  int64_t PeakInFlight = 0;  ///< most forwards whose backward had not run yet
+};
+
+class PipelineExecutor {
+public:
+  /// Pp is this rank's pp group (group-local rank = pipeline rank); Vpp the
+  /// model chunks per rank.
+  PipelineExecutor(Communicator &Pp, int Vpp, PipelineStage &Stage);
+
+  /// Runs the ops in order. Every rank of the pp group must run the
+  /// schedule of the same step; returns when all sends have completed.
+  /// OnOp (optional) is called after each op: a watchdog's heartbeat.
+  void runStep(const std::vector<PipelineOp> &Ops, const std::function<void()> &OnOp = nullptr);
+
+  const PipelineStepStats &lastStats() const { return Stats; }
+
+  int pipelineRank() const { return Rank; }
+  int pipelineSize() const { return Size; }
+  int virtualStage(int Chunk) const { return Chunk * Size + Rank; }
+  bool isFirstVirtualStage(int Chunk) const { return virtualStage(Chunk) == 0; }
+  bool isLastVirtualStage(int Chunk) const { return virtualStage(Chunk) == Size * Vpp - 1; }
+
+  /// The tag of a message received by Chunk for micro batch Mb; exposed for
+  /// tests. Wraps below MPI's guaranteed tag bound (32767): messages whose
+  /// tags collide are a whole step's worth of ops apart, long received.
+  static int tagFor(int64_t Mb, int Chunk, int Vpp, bool Backward);
+
+private:
+  enum Direction { Fwd = 0, Bwd = 1 };
+  struct PendingSend {
+    Tensor Data; // kept alive until the send completes
+    std::unique_ptr<Request> Req;
+  };
+
+  Tensor receive(int64_t Mb, int Chunk, Direction Dir, int Peer);
+  void send(Tensor Data, int64_t Mb, int PeerChunk, Direction Dir, int Peer);
+  void waitSends();
+
+  Communicator &Pp;
+  int Rank, Size, Vpp;
+  PipelineStage &Stage;
+  std::vector<PendingSend> Pending;
+  /// PP = 1: the successor is this rank; tensors are handed over here.
+  std::map<std::tuple<int64_t, int, int>, Tensor> Local;
+  PipelineStepStats Stats;
+};
+
+} // namespace moert
+
+#endif

@@ -1,0 +1,58 @@
+//===- moerun/RunSteps.h - The seam between moerun and the trainer ---------===//
+//
+// moerun does everything a job needs before its first step (plan checks,
+// process groups, the watchdog, the log) and then hands over to runSteps(),
+// which runs the training steps: model chunks of this rank, data, the
+// pipeline executor (parallel/pp), gradient reduction and the optimizer,
+// through the Trainer of runtime/train. Everything the trainer needs of the
+// launch is in RunContext.
+//
+//===----------------------------------------------------------------------===//
+#ifndef MOERUN_RUNSTEPS_H
+#define MOERUN_RUNSTEPS_H
+
+#include "StepLog.h"
+#include "Watchdog.h"
+#include "comm/Communicator.h"
+#include "moec/Emit/PlanReader.h"
+#include "parallel/pp/PipelineExecutor.h"
+
+#include <map>
+#include <memory>
+#include <string>
+
+namespace moerun {
+
+struct RunOptions {
+  std::string PlanPath;
+  int64_t Steps = 1;
+  std::string LogPath;
+  uint64_t Seed = 1234;
+  double LearningRate = 1e-3;
+  double TimeoutSeconds = 300;
+  bool DryRun = false;
+};
+
+struct RunContext {
+  const moec::LaunchPlan &Plan;
+  const RunOptions &Opts;
+  moert::CommWorld &World;
+  /// One communicator per group kind of the plan ("tp", "dp-cp", "ep", ...),
+  /// group-local ranks in the plan's member order.
+  std::map<std::string, std::unique_ptr<moert::Communicator>> &Groups;
+  /// Beat after every op and phase; set the phase to say what may hang.
+  Watchdog &Dog;
+  /// Rank 0 only: write each finished step here (null on other ranks).
+  StepLog *Log;
+};
+
+/// This rank's pipeline schedule in the executor's terms.
+std::vector<moert::PipelineOp> pipelineOpsFor(const moec::LaunchPlan &Plan, int64_t PpRank);
+
+/// Runs Opts.Steps training steps; returns the process exit code (0 on
+/// success). Called on every rank after all launch checks passed.
+int runSteps(RunContext &Ctx);
+
+} // namespace moerun
+
+#endif

@@ -1,0 +1,60 @@
+//===- moerun/StepLog.cpp - The per-step log -------------------------------===//
+#include "StepLog.h"
+
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <unistd.h>
+
+using namespace moerun;
+
+static std::string number(double V) { return std::isfinite(V) ? fmt::format("{}", V) : "null"; }
+
+std::string moerun::formatJSONLine(const StepRecord &R) {
+  return fmt::format("{{\"step\":{},\"loss\":{},\"step_time_s\":{},\"tokens_per_s\":{},\"peak_bytes\":{},"
+                     "\"compute_s\":{},\"comm_s\":{}}}\n",
+                     R.Step, number(R.Loss), number(R.StepTimeSeconds), number(R.TokensPerSecond), R.PeakBytes,
+                     number(R.ComputeSeconds), number(R.CommSeconds));
+}
+
+std::string moerun::formatHumanLine(const StepRecord &R, int64_t TotalSteps) {
+  return fmt::format("step {}/{}  loss {:.6f}  {:.3f} s  {:.0f} tokens/s  peak {:.1f} MB  compute {:.3f} s  "
+                     "comm {:.3f} s\n",
+                     R.Step, TotalSteps, R.Loss, R.StepTimeSeconds, R.TokensPerSecond, double(R.PeakBytes) / 1e6,
+                     R.ComputeSeconds, R.CommSeconds);
+}
+
+StepLog::~StepLog() {
+  if (FD >= 0)
+    ::close(FD);
+}
+
+bool StepLog::open(const std::string &P, std::string &Error) {
+  Path = P;
+  FD = ::open(P.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
+  if (FD < 0) {
+    Error = fmt::format("cannot write the log '{}': {}", P, std::strerror(errno));
+    return false;
+  }
+  return true;
+}
+
+bool StepLog::write(const StepRecord &R, int64_t TotalSteps, std::FILE *Human, std::string &Error) {
+  if (Human) {
+    std::string Line = formatHumanLine(R, TotalSteps);
+    std::fputs(Line.c_str(), Human);
+    std::fflush(Human);
+  }
+  if (FD < 0)
+    return true;
+  std::string Line = formatJSONLine(R);
+  // One write of the whole line: a crash leaves whole lines only.
+  ssize_t N = ::write(FD, Line.data(), Line.size());
+  if (N != ssize_t(Line.size())) {
+    Error = fmt::format("cannot write the log '{}': {}", Path, N < 0 ? std::strerror(errno) : "short write");
+    return false;
+  }
+  return true;
+}

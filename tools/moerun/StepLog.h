@@ -1,0 +1,56 @@
+//===- moerun/StepLog.h - The per-step log: JSON lines and human lines -----===//
+//
+// `--log FILE` gets one JSON object per finished step:
+//   {"step":1,"loss":10.37,"step_time_s":0.41,"tokens_per_s":1248.8,
+//    "peak_bytes":123456,"compute_s":0.30,"comm_s":0.08}
+// Each line is written whole with one write() and flushed before the next
+// step starts, so the file always holds complete lines, one per finished
+// step: after a failure it keeps the steps that finished, never a half
+// line. Standard output gets the same as a line for people.
+//
+//===----------------------------------------------------------------------===//
+#ifndef MOERUN_STEPLOG_H
+#define MOERUN_STEPLOG_H
+
+#include <cstdint>
+#include <cstdio>
+#include <string>
+
+namespace moerun {
+
+struct StepRecord {
+  int64_t Step = 0;         ///< 1-based
+  double Loss = 0;          ///< mean cross entropy over the global batch
+  double StepTimeSeconds = 0;
+  double TokensPerSecond = 0; ///< whole job: global batch x seq_len / step time
+  int64_t PeakBytes = 0;    ///< largest peak memory over the ranks
+  double ComputeSeconds = 0;
+  double CommSeconds = 0;
+};
+
+/// The JSON line (with its newline) for a record; non-finite numbers are null.
+std::string formatJSONLine(const StepRecord &R);
+/// The line for people (with its newline).
+std::string formatHumanLine(const StepRecord &R, int64_t TotalSteps);
+
+class StepLog {
+public:
+  /// Path empty: human lines only. Only rank 0 should own a StepLog.
+  StepLog() = default;
+  ~StepLog();
+  StepLog(const StepLog &) = delete;
+  StepLog &operator=(const StepLog &) = delete;
+
+  /// Creates or truncates Path; false with Error set when it cannot.
+  bool open(const std::string &Path, std::string &Error);
+  /// Writes the JSON line (if a file is open) and the human line to Human.
+  bool write(const StepRecord &R, int64_t TotalSteps, std::FILE *Human, std::string &Error);
+
+private:
+  int FD = -1;
+  std::string Path;
+};
+
+} // namespace moerun
+
+#endif
