@@ -1,0 +1,201 @@
+//===- parallel/dp/AdamW.cpp - AdamW over data-parallel replicas ----------===//
+#include "parallel/dp/AdamW.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace moert {
+
+namespace {
+
+/// The scalars of one step, shared by every element.
+struct StepConstants {
+  double Beta1, Beta2, Eps;
+  double StepSize; ///< lr / (1 - beta1^t)
+  double Bc2Sqrt;  ///< sqrt(1 - beta2^t)
+  double Scale;    ///< gradient clipping factor
+};
+
+/// One AdamW element update; both variants go through here, so they differ
+/// only by the gradient sums they feed in. Decay is lr * wd or 0.
+inline void updateElement(float &Param, float &M, float &V, float Grad,
+                          double Decay, const StepConstants &C) {
+  double G = double(Grad) * C.Scale;
+  double NewM = C.Beta1 * double(M) + (1 - C.Beta1) * G;
+  double NewV = C.Beta2 * double(V) + (1 - C.Beta2) * G * G;
+  M = float(NewM);
+  V = float(NewV);
+  double P = double(Param) * (1 - Decay);
+  P -= C.StepSize * NewM / (std::sqrt(NewV) / C.Bc2Sqrt + C.Eps);
+  Param = float(P);
+}
+
+double sumSquares(const float *X, size_t N) {
+  double S = 0;
+  for (size_t I = 0; I < N; ++I)
+    S += double(X[I]) * double(X[I]);
+  return S;
+}
+
+/// The part [Lo, Hi) of slot S inside a shard [Begin, End), or Lo == Hi.
+struct Overlap {
+  size_t Lo, Hi;
+};
+Overlap overlap(const GradBucket::Slot &S, size_t Begin, size_t End) {
+  size_t Lo = std::max(S.Offset, Begin);
+  size_t Hi = std::min(S.Offset + S.Numel, End);
+  return {Lo, std::max(Lo, Hi)};
+}
+
+} // namespace
+
+struct AdamW::Impl {
+  Impl(std::vector<Parameter *> Ps, const GradientGroups &Groups,
+       Communicator &World)
+      : Params(std::move(Ps)), Reducer(Params, Groups), World(World) {}
+
+  std::vector<Parameter *> Params;
+  GradientReducer Reducer;
+  Communicator &World;
+  /// Replicated variant: the moments of every parameter.
+  std::vector<std::vector<float>> M, V;
+  /// Distributed variant: the moments of this rank's shard of each bucket,
+  /// and the shard's master values on their way to the all-gather.
+  std::vector<float> DpCpM, DpCpV, EdpM, EdpV, Master;
+};
+
+AdamW::AdamW(std::vector<Parameter *> Params, const GradientGroups &Groups,
+             Communicator &World, const AdamWOptions &Options)
+    : P(std::make_unique<Impl>(std::move(Params), Groups, World)),
+      Options(Options) {
+  if (Options.Distributed) {
+    P->DpCpM.assign(P->Reducer.dpCpBucket().shardSize(), 0.0f);
+    P->DpCpV = P->DpCpM;
+    P->EdpM.assign(P->Reducer.edpBucket().shardSize(), 0.0f);
+    P->EdpV = P->EdpM;
+  } else {
+    for (Parameter *Param : P->Params) {
+      P->M.emplace_back(size_t(Param->Value.numel()), 0.0f);
+      P->V.emplace_back(size_t(Param->Value.numel()), 0.0f);
+    }
+  }
+}
+
+AdamW::~AdamW() = default;
+
+void AdamW::zeroGrads() {
+  for (Parameter *Param : P->Params)
+    Param->Grad.zero();
+}
+
+int64_t AdamW::stateElements() const {
+  int64_t N = int64_t(P->DpCpM.size() + P->DpCpV.size() + P->EdpM.size() +
+                      P->EdpV.size());
+  for (size_t I = 0; I < P->M.size(); ++I)
+    N += int64_t(P->M[I].size() + P->V[I].size());
+  return N;
+}
+
+AdamWStepInfo AdamW::step() {
+  ++Step;
+  GradientReducer &R = P->Reducer;
+  const GradientGroups &G = R.groups();
+  const bool TpOwner = G.Tp->rank() == 0;
+
+  // Reduce, and add up the squares of the gradient elements this rank owns.
+  double Local = 0;
+  if (Options.Distributed) {
+    R.reduceScatter();
+    const GradBucket &D = R.dpCpBucket();
+    size_t Begin = D.shardBegin(), End = Begin + D.shardSize();
+    for (const GradBucket::Slot &S : D.Slots) {
+      if (S.Param->Kind == ParamKind::SequenceParallelReplicated && !TpOwner)
+        continue;
+      Overlap O = overlap(S, Begin, End);
+      Local += sumSquares(R.dpCpShard().data() + (O.Lo - Begin), O.Hi - O.Lo);
+    }
+    Local += sumSquares(R.edpShard().data(), R.edpShard().size());
+  } else {
+    R.allReduce();
+    const bool DpCpOwner = G.DpCp->rank() == 0;
+    for (Parameter *Param : P->Params) {
+      bool Owner = false;
+      switch (Param->Kind) {
+      case ParamKind::Dense:
+        Owner = DpCpOwner;
+        break;
+      case ParamKind::SequenceParallelReplicated:
+        Owner = DpCpOwner && TpOwner;
+        break;
+      case ParamKind::Expert:
+        Owner = G.Edp->rank() == 0;
+        break;
+      }
+      if (Owner)
+        Local += sumSquares(Param->Grad.data(), size_t(Param->Grad.numel()));
+    }
+  }
+  float Total = float(Local);
+  P->World.allReduceSum(&Total, 1);
+
+  AdamWStepInfo Info;
+  Info.Step = Step;
+  Info.GradNorm = std::sqrt(double(std::max(Total, 0.0f)));
+  if (Options.ClipGradNorm > 0) {
+    double Coef = Options.ClipGradNorm / (Info.GradNorm + 1e-6);
+    if (Coef < 1)
+      Info.ClipScale = Coef;
+  }
+
+  StepConstants C;
+  C.Beta1 = Options.Beta1;
+  C.Beta2 = Options.Beta2;
+  C.Eps = Options.Eps;
+  C.StepSize = Options.Lr / (1 - std::pow(Options.Beta1, double(Step)));
+  C.Bc2Sqrt = std::sqrt(1 - std::pow(Options.Beta2, double(Step)));
+  C.Scale = Info.ClipScale;
+  auto DecayOf = [&](const Parameter *Param) {
+    bool Decays = Options.DecayVectors || Param->Value.rank() >= 2;
+    return Decays ? Options.Lr * Options.WeightDecay : 0.0;
+  };
+
+  if (!Options.Distributed) {
+    for (size_t I = 0; I < P->Params.size(); ++I) {
+      Parameter *Param = P->Params[I];
+      double Decay = DecayOf(Param);
+      float *Value = Param->Value.data();
+      const float *Grad = Param->Grad.data();
+      for (size_t K = 0, N = P->M[I].size(); K < N; ++K)
+        updateElement(Value[K], P->M[I][K], P->V[I][K], Grad[K], Decay, C);
+    }
+    return Info;
+  }
+
+  // Distributed: update this rank's shard of each bucket's master values,
+  // then all-gather the shards into every replica's parameters.
+  auto UpdateShard = [&](GradBucket &B, const std::vector<float> &Grad,
+                         std::vector<float> &M, std::vector<float> &V) {
+    if (B.empty())
+      return;
+    size_t Begin = B.shardBegin(), Size = B.shardSize();
+    P->Master.assign(Size, 0.0f);
+    for (const GradBucket::Slot &S : B.Slots) {
+      Overlap O = overlap(S, Begin, Begin + Size);
+      if (O.Lo == O.Hi)
+        continue;
+      double Decay = DecayOf(S.Param);
+      const float *Value = S.Param->Value.data() + (O.Lo - S.Offset);
+      for (size_t K = O.Lo - Begin, E = O.Hi - Begin; K < E; ++K, ++Value) {
+        P->Master[K] = *Value;
+        updateElement(P->Master[K], M[K], V[K], Grad[K], Decay, C);
+      }
+    }
+    B.Group->allGather(P->Master.data(), B.Flat.data(), Size);
+    B.unpackValues();
+  };
+  UpdateShard(R.dpCpBucket(), R.dpCpShard(), P->DpCpM, P->DpCpV);
+  UpdateShard(R.edpBucket(), R.edpShard(), P->EdpM, P->EdpV);
+  return Info;
+}
+
+} // namespace moert
