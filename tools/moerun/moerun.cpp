@@ -23,6 +23,7 @@
 
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/xxhash.h"
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -129,9 +130,15 @@ bool plansAgree(moert::CommWorld &World, uint64_t Hash, const std::string &Path)
   std::vector<int64_t> Send(static_cast<size_t>(N), static_cast<int64_t>(Hash));
   std::vector<int64_t> Recv(static_cast<size_t>(N));
   World.world().allToAll(Send.data(), Recv.data(), 1);
-  std::map<int64_t, std::vector<int>> ByHash;
-  for (int R = 0; R < N; ++R)
-    ByHash[Recv[size_t(R)]].push_back(R);
+  // Ranks grouped by hash, groups in order of their lowest rank.
+  std::vector<std::pair<int64_t, std::vector<int>>> ByHash;
+  for (int R = 0; R < N; ++R) {
+    auto It = std::find_if(ByHash.begin(), ByHash.end(), [&](const auto &G) { return G.first == Recv[size_t(R)]; });
+    if (It == ByHash.end())
+      ByHash.push_back({Recv[size_t(R)], {R}});
+    else
+      It->second.push_back(R);
+  }
   if (ByHash.size() == 1)
     return true;
   if (World.rank() == 0) {

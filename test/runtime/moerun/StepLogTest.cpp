@@ -1,0 +1,62 @@
+//===- StepLogTest.cpp - moerun's per-step JSON-lines log ------------------===//
+#include "StepLog.h"
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <gtest/gtest.h>
+#include <sstream>
+#include <unistd.h>
+
+using namespace moerun;
+
+namespace {
+
+StepRecord record(int64_t Step) {
+  StepRecord R;
+  R.Step = Step;
+  R.Loss = 5.5;
+  R.StepTimeSeconds = 0.25;
+  R.TokensPerSecond = 1024;
+  R.PeakBytes = 123456789;
+  R.ComputeSeconds = 0.125;
+  R.CommSeconds = 0.0625;
+  return R;
+}
+
+TEST(StepLog, JSONLine) {
+  EXPECT_EQ(formatJSONLine(record(3)), "{\"step\":3,\"loss\":5.5,\"step_time_s\":0.25,\"tokens_per_s\":1024,"
+                                       "\"peak_bytes\":123456789,\"compute_s\":0.125,\"comm_s\":0.0625}\n");
+  StepRecord R = record(1);
+  R.Loss = std::nan("");
+  EXPECT_NE(formatJSONLine(R).find("\"loss\":null,"), std::string::npos) << formatJSONLine(R);
+}
+
+TEST(StepLog, WritesOneCompleteLinePerStep) {
+  char Path[] = "/tmp/moerun-steplog-XXXXXX";
+  int FD = mkstemp(Path);
+  ASSERT_GE(FD, 0);
+  close(FD);
+  {
+    StepLog Log;
+    std::string Error;
+    ASSERT_TRUE(Log.open(Path, Error)) << Error;
+    for (int64_t S = 1; S <= 3; ++S)
+      ASSERT_TRUE(Log.write(record(S), 3, nullptr, Error)) << Error;
+    // Lines are on disk before the log is closed: a crash keeps them.
+    std::ifstream In(Path);
+    std::stringstream Text;
+    Text << In.rdbuf();
+    EXPECT_EQ(Text.str(), formatJSONLine(record(1)) + formatJSONLine(record(2)) + formatJSONLine(record(3)));
+  }
+  std::remove(Path);
+}
+
+TEST(StepLog, UnwritablePath) {
+  StepLog Log;
+  std::string Error;
+  EXPECT_FALSE(Log.open("/nonexistent-dir/log.jsonl", Error));
+  EXPECT_NE(Error.find("cannot write the log '/nonexistent-dir/log.jsonl'"), std::string::npos) << Error;
+}
+
+} // namespace
