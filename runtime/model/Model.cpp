@@ -35,15 +35,15 @@ struct LayerParams {
 
 /// One layer's saved activations for one micro batch, by module.
 struct LayerState {
-  Tensor X;                               // layer_input [Ns, H]
-  Tensor Xn1, Xn2;                        // layernorm [Ns, H]
-  std::vector<float> Rstd1, Rstd2;        // layernorm
-  Tensor Q, K, V, H;                      // attention (Q/K/V after RoPE)
-  Tensor AttnOut, Lse;                    // core_attn
-  Tensor G, U, Act;                       // mlp
-  MoeSaved Routed;                        // moe (Routed.Act: moe_act)
-  Tensor SG, SU, SAct;                    // shared_experts
-  std::set<std::string> Dropped;          // modules to recompute
+  Tensor X;                        // layer_input [Ns, H]
+  Tensor Xn1, Xn2;                 // layernorm [Ns, H]
+  std::vector<float> Rstd1, Rstd2; // layernorm
+  Tensor Q, K, V, H;               // attention (Q/K/V after RoPE)
+  Tensor AttnOut, Lse;             // core_attn
+  Tensor G, U, Act;                // mlp
+  MoeSaved Routed;                 // moe (Routed.Act: moe_act)
+  Tensor SG, SU, SAct;             // shared_experts
+  std::set<std::string> Dropped;   // modules to recompute
   bool FullDropped = false;
 
   std::map<std::string, int64_t> bytes() const {
@@ -154,6 +154,9 @@ struct StageModel::Impl {
     auto P = std::make_unique<Parameter>();
     P->Name = Name;
     P->Kind = Kind;
+    P->Split = Split == 1   ? TpSplit::Rows
+               : Split == 2 ? TpSplit::Cols
+                            : TpSplit::None;
     P->Value = Split == 1   ? rowShard(Full, TpRank, TpSize)
                : Split == 2 ? colShard(Full, TpRank, TpSize)
                             : std::move(Full);
@@ -194,7 +197,8 @@ struct StageModel::Impl {
                      OutStd, 1);
       P.MlpNorm = addParam(Pre + "mlp_norm", Rep, {C.Hidden}, 0.0, 0);
       if (!P.Moe) {
-        P.Gate = addParam(Pre + "mlp.gate", Dense, {C.Hidden, C.FfnHidden}, Std, 2);
+        P.Gate =
+            addParam(Pre + "mlp.gate", Dense, {C.Hidden, C.FfnHidden}, Std, 2);
         P.Up = addParam(Pre + "mlp.up", Dense, {C.Hidden, C.FfnHidden}, Std, 2);
         P.Down = addParam(Pre + "mlp.down", Dense, {C.FfnHidden, C.Hidden},
                           OutStd, 1);
@@ -209,13 +213,16 @@ struct StageModel::Impl {
           P.Routed.Up.push_back(addParam(EP + "up", ParamKind::Expert,
                                          {C.Hidden, C.MoeFfnHidden}, Std, 0));
           P.Routed.Down.push_back(addParam(EP + "down", ParamKind::Expert,
-                                           {C.MoeFfnHidden, C.Hidden}, OutStd, 0));
+                                           {C.MoeFfnHidden, C.Hidden}, OutStd,
+                                           0));
         }
         if (C.SharedExperts > 0) {
           int64_t SF = C.SharedExperts * C.MoeFfnHidden;
-          P.SGate = addParam(Pre + "shared.gate", Dense, {C.Hidden, SF}, Std, 2);
+          P.SGate =
+              addParam(Pre + "shared.gate", Dense, {C.Hidden, SF}, Std, 2);
           P.SUp = addParam(Pre + "shared.up", Dense, {C.Hidden, SF}, Std, 2);
-          P.SDown = addParam(Pre + "shared.down", Dense, {SF, C.Hidden}, OutStd, 1);
+          P.SDown =
+              addParam(Pre + "shared.down", Dense, {SF, C.Hidden}, OutStd, 1);
         }
       }
       Layers.push_back(std::move(P));
@@ -236,7 +243,8 @@ struct StageModel::Impl {
       Peak[Module] = std::max(Peak[Module], B);
   }
   static std::map<std::string, int64_t>
-  minus(std::map<std::string, int64_t> A, const std::map<std::string, int64_t> &B) {
+  minus(std::map<std::string, int64_t> A,
+        const std::map<std::string, int64_t> &B) {
     for (const auto &[K, V] : B)
       A[K] -= V;
     return A;
@@ -276,8 +284,8 @@ struct StageModel::Impl {
     S.Xn2 = rmsNormForward(S.H, P.MlpNorm->Value, Config.RmsNormEps, S.Rstd2);
   }
   void denseMlp(const LayerParams &P, LayerState &S) {
-    std::vector<Tensor> Y = columnParallelForward(*Groups.Tp, S.Xn2,
-                                                  {&P.Gate->Value, &P.Up->Value});
+    std::vector<Tensor> Y = columnParallelForward(
+        *Groups.Tp, S.Xn2, {&P.Gate->Value, &P.Up->Value});
     S.G = std::move(Y[0]);
     S.U = std::move(Y[1]);
     S.Act = swiGlu(S.G, S.U);
@@ -390,7 +398,8 @@ struct StageModel::Impl {
     // MLP / MoE branch.
     Tensor DXn2;
     if (!P.Moe) {
-      Tensor DAct = rowParallelBackward(Tp, S.Act, P.Down->Value, DY, P.Down->Grad);
+      Tensor DAct =
+          rowParallelBackward(Tp, S.Act, P.Down->Value, DY, P.Down->Grad);
       Tensor DG, DU;
       swiGluBackward(S.G, S.U, DAct, DG, DU);
       DXn2 = columnParallelBackward(Tp, S.Xn2, nullptr,
@@ -436,7 +445,7 @@ struct StageModel::Impl {
       fail("SeqLen must divide by 2 * CP");
     if (N % TpSize)
       fail("local tokens must divide by the tp size");
-    if (int64_t(MB.Tokens.size()) != N ||
+    if ((Stage.HasEmbedding && int64_t(MB.Tokens.size()) != N) ||
         (Stage.HasLoss && int64_t(MB.Labels.size()) != N))
       fail("micro batch tokens or labels are not [Sequences * SeqLen / CP]");
     MicroState &M = InFlight[Id];
@@ -455,7 +464,8 @@ struct StageModel::Impl {
       X = vocabParallelEmbeddingForward(*Groups.Tp, M.Tokens, Embedding->Value,
                                         TpRank * Embedding->Value.rows());
     } else {
-      if (!Input || Input->rows() != N / TpSize || Input->cols() != Config.Hidden)
+      if (!Input || Input->rows() != N / TpSize ||
+          Input->cols() != Config.Hidden)
         fail("stage input is not [Sequences * SeqLen / CP / TP, Hidden]");
       X = *Input;
     }
@@ -474,13 +484,14 @@ struct StageModel::Impl {
       return X;
 
     M.HLast = std::move(X);
-    M.XnF = rmsNormForward(M.HLast, FinalNorm->Value, Config.RmsNormEps, M.RstdF);
+    M.XnF =
+        rmsNormForward(M.HLast, FinalNorm->Value, Config.RmsNormEps, M.RstdF);
     std::vector<Tensor> Logits =
         columnParallelForward(*Groups.Tp, M.XnF, {&Output->Value});
     std::vector<double> Losses;
     int64_t VocabStart = TpRank * Output->Value.cols();
-    vocabParallelCrossEntropyForward(*Groups.Tp, Logits[0], M.Labels, VocabStart,
-                                     Losses);
+    vocabParallelCrossEntropyForward(*Groups.Tp, Logits[0], M.Labels,
+                                     VocabStart, Losses);
     M.Probs = std::move(Logits[0]);
     // Every tp rank holds all N losses; each counts its own sequence shard
     // so that sums over tp x cp x dp count every token once.
@@ -506,9 +517,9 @@ struct StageModel::Impl {
       Tensor DLogits = vocabParallelCrossEntropyBackward(
           M.Probs, M.Labels, TpRank * Output->Value.cols(),
           float(Options.CeScale));
-      Tensor DXn = columnParallelBackward(*Groups.Tp, M.XnF, nullptr,
-                                          {&Output->Value}, {&DLogits},
-                                          {&Output->Grad});
+      Tensor DXn =
+          columnParallelBackward(*Groups.Tp, M.XnF, nullptr, {&Output->Value},
+                                 {&DLogits}, {&Output->Grad});
       DY = rmsNormBackward(M.HLast, FinalNorm->Value, M.RstdF, DXn,
                            FinalNorm->Grad);
       charge({{"output", M.outputBytes()}}, -1);
@@ -542,12 +553,14 @@ struct StageModel::Impl {
 };
 
 StageModel::StageModel(const ModelConfig &Config, const StageSpec &Stage,
-                       const ParallelContext &Groups, const ModelOptions &Options)
+                       const ParallelContext &Groups,
+                       const ModelOptions &Options)
     : P(std::make_unique<Impl>(Config, Stage, Groups, Options)) {}
 
 StageModel::~StageModel() = default;
 
-Tensor StageModel::forward(int64_t Id, const MicroBatch &MB, const Tensor *Input) {
+Tensor StageModel::forward(int64_t Id, const MicroBatch &MB,
+                           const Tensor *Input) {
   return P->forward(Id, MB, Input);
 }
 

@@ -24,6 +24,44 @@
 // never from the layout: a rank's shard is the slice of the same full tensor
 // any layout would build, so every layout starts from the same model.
 //
+// Token order and shards. A micro batch's N = Sequences * SeqLen / CP local
+// tokens are sequence-major, each sequence's tokens in localPositions() order
+// (parallel/cp). Hidden states between chunks are the SP shard: tp rank t
+// holds rows [t * N / TP, (t + 1) * N / TP) of those N tokens (N % TP == 0).
+// Every tp rank of a group gets the same MicroBatch.
+//
+// Parameters (names, full shapes, [in, out] row-major; "cols/t" = column
+// shard t of TP, "rows/t" = row shard t of TP; full = unsplit):
+//   embedding                 [Vocab, Hidden]            rows/t  Dense
+//   layers.L.attn_norm        [Hidden]                   full    SPReplicated
+//   layers.L.attn.q           [Hidden, Heads*HeadDim]    cols/t  Dense
+//   layers.L.attn.k, .v       [Hidden, KvHeads*HeadDim]  cols/t  Dense
+//   layers.L.attn.o           [Heads*HeadDim, Hidden]    rows/t  Dense
+//   layers.L.mlp_norm         [Hidden]                   full    SPReplicated
+//   dense layers (L < DenseLayers):
+//   layers.L.mlp.gate, .up    [Hidden, FfnHidden]        cols/t  Dense
+//   layers.L.mlp.down         [FfnHidden, Hidden]        rows/t  Dense
+//   MoE layers:
+//   layers.L.router           [Hidden, Experts]          full    SPReplicated
+//   layers.L.experts.E.gate,.up [Hidden, MoeFfnHidden]   full    Expert
+//   layers.L.experts.E.down   [MoeFfnHidden, Hidden]     full    Expert
+//     (E = global expert id; only this ep rank's experts E / (Experts / EP))
+//   layers.L.shared.gate,.up  [Hidden, SharedExperts*MoeFfnHidden] cols/t
+//   layers.L.shared.down      [SharedExperts*MoeFfnHidden, Hidden] rows/t
+//   final_norm                [Hidden]                   full    SPReplicated
+//   output                    [Hidden, Vocab]            cols/t  Dense
+// Column shards of q/k/v hold whole heads (head h = columns [h*HeadDim,
+// (h+1)*HeadDim)), so tp rank t owns query heads [t*Heads/TP, ...) and the KV
+// heads they read. Matrices start as normal(0, 0.02) (the residual-writing
+// attn.o, mlp.down, experts.*.down, shared.down: 0.02 / sqrt(2 * Layers)),
+// norm weights as ones.
+//
+// Gradients: Dense shards are complete for this rank's tokens (sum over dp and
+// cp); SPReplicated ones are partial over the tp shards too (sum over tp, cp
+// and dp); an Expert's gradient covers every token routed to it from the ep
+// group but only this rank's tp shard of them (sum over the rest of the
+// expert-data-parallel group: tp x cp x dp / ep).
+//
 //===----------------------------------------------------------------------===//
 #ifndef MOERT_MODEL_MODEL_H
 #define MOERT_MODEL_MODEL_H
@@ -66,9 +104,16 @@ enum class ParamKind {
   Expert,
 };
 
+/// How a parameter's full tensor is split over the tp group: this rank holds
+/// the TpRank-th of TpSize equal slices along the first dimension (Rows) or
+/// the last dimension (Cols), or the whole tensor (None). Lets tools gather
+/// the full tensor from the shards.
+enum class TpSplit { None, Rows, Cols };
+
 struct Parameter {
   std::string Name; ///< global name, e.g. "layers.3.experts.5.fc1"
   ParamKind Kind = ParamKind::Dense;
+  TpSplit Split = TpSplit::None;
   Tensor Value;     ///< this rank's shard, fp32 (the master copy)
   Tensor Grad;      ///< same shape; backward accumulates into it
 };
@@ -144,15 +189,27 @@ public:
 
   std::vector<Parameter *> parameters();
 
+  /// Loss totals added by forward() since resetStepStats(). CeSum and Tokens
+  /// cover only this rank's SP shard of tokens (labels < 0 are ignored), so
+  /// their sum over the tp, cp and dp groups counts every token once. AuxSum
+  /// is the same on every rank of a TpCp group (count it once per group).
   struct LossTotals {
     double CeSum = 0;   ///< unscaled sum of this rank's per-token CE losses
     int64_t Tokens = 0; ///< tokens in CeSum
     double AuxSum = 0;  ///< unscaled sum of aux losses (per micro batch, per MoE layer)
   };
   LossTotals &loss();
-  /// Peak bytes of saved activations per module ("attention", "core_attn",
-  /// "mlp", "moe", ...) and in total ("total") since resetStepStats().
+  /// Peak bytes of saved activations per module and in total ("total") since
+  /// resetStepStats(). Modules: "layer_input" (each layer's input, the only
+  /// thing Full recompute keeps), "layernorm", "attention" (Q/K/V after RoPE
+  /// and the mid-layer residual), "core_attn" (attention output and LSE),
+  /// "mlp", "moe" (router state, dispatched rows, expert projections),
+  /// "moe_act", "shared_experts", "output" (final norm and vocab softmax).
+  /// Recomputed modules count while their recomputed copy is alive in
+  /// backward.
   const std::map<std::string, int64_t> &peakActivationBytes() const;
+  /// Starts a new step: the peaks restart from what is in flight now and the
+  /// loss totals restart from zero.
   void resetStepStats();
 
 private:

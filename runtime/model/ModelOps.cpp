@@ -48,8 +48,9 @@ Tensor rmsNormBackward(const Tensor &X, const Tensor &W,
   return DX;
 }
 
-void applyRope(Tensor &X, int64_t HeadDim, const std::vector<int64_t> &Positions,
-               double Theta, bool Inverse) {
+void applyRope(Tensor &X, int64_t HeadDim,
+               const std::vector<int64_t> &Positions, double Theta,
+               bool Inverse) {
   int64_t N = X.rows(), Heads = X.cols() / HeadDim, Half = HeadDim / 2;
   std::vector<float> Cos(Half), Sin(Half);
   for (int64_t I = 0; I < N; ++I) {

@@ -27,8 +27,9 @@ Tensor rmsNormBackward(const Tensor &X, const Tensor &W,
 /// HeadDim]: for pair i < HeadDim / 2 with angle Positions[n] * Theta^(-2i /
 /// HeadDim), (x_i, x_{i+D/2}) -> (x_i c - x_{i+D/2} s, x_{i+D/2} c + x_i s).
 /// Inverse = true applies the transposed rotation (the backward).
-void applyRope(Tensor &X, int64_t HeadDim, const std::vector<int64_t> &Positions,
-               double Theta, bool Inverse);
+void applyRope(Tensor &X, int64_t HeadDim,
+               const std::vector<int64_t> &Positions, double Theta,
+               bool Inverse);
 
 /// Act = silu(G) * U.
 Tensor swiGlu(const Tensor &G, const Tensor &U);

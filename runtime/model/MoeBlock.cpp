@@ -63,8 +63,8 @@ double MoeBlock::forward(const MoeWeights &W, const Tensor &Xn, MoeSaved &S,
       Sum += Row[Order[J]];
     for (int64_t J = 0; J < K; ++J) {
       S.TopIdx[I * K + J] = Order[J];
-      S.TopW[I * K + J] = Config.SigmoidRouter ? float(Row[Order[J]] / Sum)
-                                               : Row[Order[J]];
+      S.TopW[I * K + J] =
+          Config.SigmoidRouter ? float(Row[Order[J]] / Sum) : Row[Order[J]];
     }
   }
   // Load-balancing statistics over every token of the micro batch: copies
@@ -150,8 +150,8 @@ Tensor MoeBlock::backward(const MoeWeights &W, const Tensor &Xn, MoeSaved &S,
     if (M) {
       gemm(false, true, M, H, F, 1.0f, rowsAt(DG, Begin),
            W.Gate[L]->Value.data(), 0.0f, rowsAt(DIn, Begin));
-      gemm(false, true, M, H, F, 1.0f, rowsAt(DU, Begin),
-           W.Up[L]->Value.data(), 1.0f, rowsAt(DIn, Begin));
+      gemm(false, true, M, H, F, 1.0f, rowsAt(DU, Begin), W.Up[L]->Value.data(),
+           1.0f, rowsAt(DIn, Begin));
       gemm(true, false, H, F, M, 1.0f, rowsAt(S.ExpertIn, Begin),
            rowsAt(DG, Begin), 1.0f, W.Gate[L]->Grad.data());
       gemm(true, false, H, F, M, 1.0f, rowsAt(S.ExpertIn, Begin),

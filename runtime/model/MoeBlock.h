@@ -17,21 +17,21 @@ namespace moert {
 
 /// The weights of one MoE layer's routed part on this rank.
 struct MoeWeights {
-  Parameter *Router = nullptr;              ///< [Hidden, Experts]
-  std::vector<Parameter *> Gate, Up, Down;  ///< per local expert
+  Parameter *Router = nullptr;             ///< [Hidden, Experts]
+  std::vector<Parameter *> Gate, Up, Down; ///< per local expert
 };
 
 /// What the routed part keeps for backward. Act is the "moe_act" module;
 /// everything else is "moe".
 struct MoeSaved {
-  Tensor Scores;                ///< [Ns, Experts] softmax or sigmoid scores
-  std::vector<int32_t> TopIdx;  ///< [Ns * TopK] token-major
-  std::vector<float> TopW;      ///< routing weights, same layout
-  std::vector<float> Fraction;  ///< f_e over the TpCp group [Experts]
-  double GroupTokens = 0;       ///< tokens of the micro batch (TpCp sum)
+  Tensor Scores;               ///< [Ns, Experts] softmax or sigmoid scores
+  std::vector<int32_t> TopIdx; ///< [Ns * TopK] token-major
+  std::vector<float> TopW;     ///< routing weights, same layout
+  std::vector<float> Fraction; ///< f_e over the TpCp group [Experts]
+  double GroupTokens = 0;      ///< tokens of the micro batch (TpCp sum)
   DispatchState Dispatch;
-  Tensor ExpertIn, G, U;        ///< dispatched rows and their projections
-  Tensor Act;                   ///< silu(G) * U
+  Tensor ExpertIn, G, U; ///< dispatched rows and their projections
+  Tensor Act;            ///< silu(G) * U
   bool Valid = false;
 
   int64_t moeBytes() const;

@@ -53,7 +53,8 @@ void matmulBackward(const Tensor &X, const Tensor &W, const Tensor &DY,
        Beta, DX.data());
 }
 
-std::vector<Tensor> columnParallelForward(Communicator &Tp, const Tensor &XShard,
+std::vector<Tensor> columnParallelForward(Communicator &Tp,
+                                          const Tensor &XShard,
                                           const std::vector<const Tensor *> &Ws,
                                           Tensor *Full) {
   Tensor X = gatherSequence(Tp, XShard);

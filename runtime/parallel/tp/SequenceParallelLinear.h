@@ -40,7 +40,8 @@ void matmulBackward(const Tensor &X, const Tensor &W, const Tensor &DY,
 /// Column-parallel linears sharing one input: gathers XShard over tp once and
 /// returns X W_i for every weight. Full receives the gathered input when
 /// non-null (callers that keep it avoid a second gather in backward).
-std::vector<Tensor> columnParallelForward(Communicator &Tp, const Tensor &XShard,
+std::vector<Tensor> columnParallelForward(Communicator &Tp,
+                                          const Tensor &XShard,
                                           const std::vector<const Tensor *> &Ws,
                                           Tensor *Full = nullptr);
 /// Backward: DW_i += X^T DY_i (X gathered again unless XFull is given) and

@@ -5,8 +5,8 @@
 // must match it within 1e-5 relative (per tensor, against its largest entry).
 //
 //===----------------------------------------------------------------------===//
-#include "ParallelCompare.h"
 #include "MpiTestEnv.h"
+#include "ParallelCompare.h"
 
 #include <gtest/gtest.h>
 
@@ -111,8 +111,8 @@ TEST(ExpertParallel, MatchesOneRank) {
   StageModel M(C, wholeModel(C), {Tp.get(), Cp.get(), TpCp.get(), Ep.get()}, O);
   M.forward(0, Batches[Ep->rank()], nullptr);
   M.backward(0, nullptr);
-  std::vector<float> Parts = {float(O.CeScale * M.loss().CeSum +
-                                    O.AuxScale * M.loss().AuxSum)};
+  std::vector<float> Parts = {
+      float(O.CeScale * M.loss().CeSum + O.AuxScale * M.loss().AuxSum)};
   Ep->allReduceSum(Parts.data(), 1);
   EXPECT_NEAR(Parts[0], LRef, 1e-5 * LRef);
   // Dense gradients are summed over the replicas (the dp reduction); each
@@ -126,7 +126,8 @@ TEST(ExpertParallel, MatchesOneRank) {
     RefLocal[P->Name] = Ref.at(P->Name);
   }
   EXPECT_EQ(Ref.size() - RefLocal.size(),
-            size_t((C.Experts - C.Experts / Ep->size()) * 3 * (C.Layers - C.DenseLayers)));
+            size_t((C.Experts - C.Experts / Ep->size()) * 3 *
+                   (C.Layers - C.DenseLayers)));
   expectMatches(Got, RefLocal);
 }
 

@@ -207,9 +207,9 @@ TEST(StageModel, RecomputeIsExactAndSavesMemory) {
   std::map<std::string, int64_t> Base, Full, Sel, MoePeak;
   auto G0 = Run({}, Base);
   auto G1 = Run({true, {}}, Full);
-  auto G2 = Run({false, {"core_attn", "layernorm", "mlp", "moe_act",
-                         "shared_experts"}},
-                Sel);
+  auto G2 = Run(
+      {false, {"core_attn", "layernorm", "mlp", "moe_act", "shared_experts"}},
+      Sel);
   auto G3 = Run({false, {"moe"}}, MoePeak);
   // Bit-identical: recompute reruns the same code on the same inputs.
   EXPECT_EQ(G0, G1);
@@ -231,7 +231,8 @@ TEST(StageModel, InterleavedMicroBatchesMatchSequentialOnes) {
   ModelConfig C = tinyConfig(false, 0);
   SelfGroups G;
   ModelOptions O;
-  MicroBatch A = randomBatch(1, 8, C.Vocab, 1), B = randomBatch(1, 8, C.Vocab, 2);
+  MicroBatch A = randomBatch(1, 8, C.Vocab, 1),
+             B = randomBatch(1, 8, C.Vocab, 2);
   StageModel Seq(C, wholeModel(C), G.context(), O);
   StageModel Mix(C, wholeModel(C), G.context(), O);
   Seq.forward(0, A, nullptr);

@@ -14,7 +14,8 @@
 namespace moert::test {
 
 /// 2 layers (1 dense + 1 MoE), Hidden 16, Vocab 32, 4 experts top-2.
-inline ModelConfig tinyConfig(bool Sigmoid, int64_t Shared, int64_t Layers = 2) {
+inline ModelConfig tinyConfig(bool Sigmoid, int64_t Shared,
+                              int64_t Layers = 2) {
   ModelConfig C;
   C.Layers = Layers;
   C.Hidden = 16;
@@ -48,7 +49,8 @@ inline MicroBatch randomBatch(int64_t Sequences, int64_t SeqLen, int64_t Vocab,
   return MB;
 }
 
-/// The CP rank's view of a full micro batch: its tokens in localPositions order.
+/// The CP rank's view of a full micro batch: its tokens in localPositions
+/// order.
 inline MicroBatch cpShard(const MicroBatch &Full, int CpRank, int CpSize) {
   MicroBatch MB;
   MB.Sequences = Full.Sequences;

@@ -51,8 +51,9 @@ inline std::vector<float> gatherTp(Communicator &Tp, const Parameter &P) {
   return Full;
 }
 
-inline void expectMatches(const std::map<std::string, std::vector<float>> &Got,
-                   const std::map<std::string, std::vector<float>> &Ref) {
+inline void
+expectMatches(const std::map<std::string, std::vector<float>> &Got,
+              const std::map<std::string, std::vector<float>> &Ref) {
   ASSERT_EQ(Got.size(), Ref.size());
   for (const auto &[Name, R] : Ref) {
     const std::vector<float> &G = Got.at(Name);
@@ -69,8 +70,8 @@ inline void expectMatches(const std::map<std::string, std::vector<float>> &Got,
 
 /// Single-rank reference over the given micro batches (Id = index).
 inline double reference(const ModelConfig &C, const ModelOptions &O,
-                 const std::vector<MicroBatch> &Batches,
-                 std::map<std::string, std::vector<float>> &Grads) {
+                        const std::vector<MicroBatch> &Batches,
+                        std::map<std::string, std::vector<float>> &Grads) {
   SelfGroups G;
   StageModel M(C, wholeModel(C), G.context(), O);
   for (size_t I = 0; I < Batches.size(); ++I) {
