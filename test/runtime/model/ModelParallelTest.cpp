@@ -56,6 +56,43 @@ TEST_P(TensorParallel, MatchesOneRank) {
 
 INSTANTIATE_TEST_SUITE_P(Routers, TensorParallel, ::testing::Bool());
 
+TEST(TensorParallel, ChunksPassSequenceShards) {
+  // Two pipeline chunks on the same tp group: the hidden states handed from
+  // one to the other are [N / TP, Hidden] shards, and so are their gradients.
+  CommWorld &W = world();
+  ModelConfig C = parallelConfig(false);
+  MicroBatch MB = randomBatch(2, 8, C.Vocab, 23);
+  ModelOptions O;
+  O.CeScale = 1.0 / double(MB.Tokens.size());
+  std::map<std::string, std::vector<float>> Ref;
+  double LRef = reference(C, O, {MB}, Ref);
+
+  std::vector<int> All(W.size());
+  for (int I = 0; I < W.size(); ++I)
+    All[I] = I;
+  auto Tp = W.split("tp", {All});
+  auto Cp = createSelfCommunicator("cp"), Ep = createSelfCommunicator("ep");
+  ParallelContext Ctx{Tp.get(), Cp.get(), Tp.get(), Ep.get()};
+  StageModel A(C, StageSpec{0, 2, true, false}, Ctx, O);
+  StageModel B(C, StageSpec{2, 1, false, true}, Ctx, O);
+  Tensor H = A.forward(0, MB, nullptr);
+  EXPECT_EQ(H.rows(), int64_t(MB.Tokens.size()) / Tp->size());
+  B.forward(0, MB, &H);
+  Tensor D = B.backward(0, nullptr);
+  EXPECT_EQ(D.shape(), H.shape());
+  EXPECT_TRUE(A.backward(0, &D).numel() == 0);
+  std::vector<float> Ce = {float(B.loss().CeSum)};
+  Tp->allReduceSum(Ce.data(), 1);
+  double L =
+      O.CeScale * Ce[0] + O.AuxScale * (A.loss().AuxSum + B.loss().AuxSum);
+  EXPECT_NEAR(L, LRef, 1e-5 * LRef);
+  std::map<std::string, std::vector<float>> Got;
+  for (StageModel *M : {&A, &B})
+    for (Parameter *P : M->parameters())
+      Got[P->Name] = gatherTp(*Tp, *P);
+  expectMatches(Got, Ref);
+}
+
 TEST(ContextParallel, MatchesOneRank) {
   CommWorld &W = world();
   ModelConfig C = parallelConfig(false);

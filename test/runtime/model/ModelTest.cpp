@@ -10,6 +10,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 
 using namespace moert;
 using namespace moert::test;
@@ -215,6 +217,12 @@ TEST(StageModel, RecomputeIsExactAndSavesMemory) {
   EXPECT_EQ(G0, G1);
   EXPECT_EQ(G0, G2);
   EXPECT_EQ(G0, G3);
+  if (std::getenv("MOERT_MODEL_VERBOSE"))
+    for (auto *P : {&Base, &Full, &Sel, &MoePeak}) {
+      for (const auto &[K, V] : *P)
+        std::printf("%s=%lld ", K.c_str(), (long long)V);
+      std::printf("\n");
+    }
   EXPECT_LT(Full["total"], Base["total"]);
   EXPECT_LT(Sel["total"], Base["total"]);
   EXPECT_LT(MoePeak["total"], Base["total"]);
