@@ -1,4 +1,4 @@
-//===- data/IndexedDataset.cpp - Megatron-LM's indexed dataset, read by mmap ==//
+//===- data/IndexedDataset.cpp - Megatron-LM indexed dataset, mmap reader ===//
 #include "data/IndexedDataset.h"
 
 #include <cassert>
@@ -183,14 +183,13 @@ std::unique_ptr<IndexedDataset> IndexedDataset::open(const std::string &Prefix,
                              " instead of 0");
   for (int64_t K = 1; K < D->NumDocIndices; ++K)
     if (D->documentIndex(K) < D->documentIndex(K - 1))
-      return Fail(IdxPath, "document index decreases at entry " +
-                               std::to_string(K));
+      return Fail(IdxPath,
+                  "document index decreases at entry " + std::to_string(K));
   if (D->documentIndex(D->NumDocIndices - 1) != D->NumSequences)
-    return Fail(IdxPath, "document index ends at " +
-                             std::to_string(
-                                 D->documentIndex(D->NumDocIndices - 1)) +
-                             " instead of the sequence count " +
-                             std::to_string(S));
+    return Fail(IdxPath,
+                "document index ends at " +
+                    std::to_string(D->documentIndex(D->NumDocIndices - 1)) +
+                    " instead of the sequence count " + std::to_string(S));
 
   D->Bin = MappedFile::open(BinPath, Error);
   if (!D->Bin)
@@ -204,11 +203,11 @@ std::unique_ptr<IndexedDataset> IndexedDataset::open(const std::string &Prefix,
     // Len < 2^31 and TokenBytes <= 8: the product cannot overflow.
     if (Ptr < 0 || uint64_t(Ptr) > BinSize ||
         uint64_t(Len) * D->TokenBytes > BinSize - uint64_t(Ptr))
-      return Fail(BinPath,
-                  "sequence " + std::to_string(K) + " (" +
-                      std::to_string(Len) + " tokens at byte " +
-                      std::to_string(Ptr) + ") lies beyond the end of the " +
-                      std::to_string(BinSize) + "-byte data file");
+      return Fail(BinPath, "sequence " + std::to_string(K) + " (" +
+                               std::to_string(Len) + " tokens at byte " +
+                               std::to_string(Ptr) +
+                               ") lies beyond the end of the " +
+                               std::to_string(BinSize) + "-byte data file");
     D->TotalTokens += Len;
   }
 
@@ -219,13 +218,12 @@ std::unique_ptr<IndexedDataset> IndexedDataset::open(const std::string &Prefix,
     for (int64_t T = 0, Len = D->sequenceLength(K); T < Len; ++T) {
       int64_t Id = loadToken(D->DType, At + T * D->TokenBytes);
       if (Id < 0 || Id >= Limit)
-        return Fail(BinPath,
-                    "token id " + std::to_string(Id) + " (sequence " +
-                        std::to_string(K) + ", position " + std::to_string(T) +
-                        ") is outside " +
-                        (Vocab > 0 ? "the vocabulary [0, " +
-                                         std::to_string(Vocab) + ")"
-                                   : std::string("the int32 range")));
+        return Fail(BinPath, "token id " + std::to_string(Id) + " (sequence " +
+                                 std::to_string(K) + ", position " +
+                                 std::to_string(T) + ") is outside " +
+                                 (Vocab > 0 ? "the vocabulary [0, " +
+                                                  std::to_string(Vocab) + ")"
+                                            : std::string("the int32 range")));
     }
   }
   return D;

@@ -83,9 +83,8 @@ public:
   /// that every token id lies in [0, Vocab) (one pass over .bin); with
   /// Vocab == 0 ids are only checked to fit int32. Returns null and sets Error
   /// to a message naming the file and the problem.
-  static std::unique_ptr<IndexedDataset> open(const std::string &Prefix,
-                                              int64_t Vocab,
-                                              std::string &Error);
+  static std::unique_ptr<IndexedDataset>
+  open(const std::string &Prefix, int64_t Vocab, std::string &Error);
 
   TokenDType dtype() const { return DType; }
   int64_t numSequences() const { return NumSequences; }

@@ -1,4 +1,4 @@
-//===- data/IndexedDatasetWriter.cpp - Writes Megatron's indexed dataset ---===//
+//===- data/IndexedDatasetWriter.cpp - Writes Megatron's indexed dataset --===//
 #include "data/IndexedDatasetWriter.h"
 
 #include <cerrno>

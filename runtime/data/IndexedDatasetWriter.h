@@ -1,4 +1,4 @@
-//===- data/IndexedDatasetWriter.h - Writes Megatron's indexed dataset -----===//
+//===- data/IndexedDatasetWriter.h - Writes Megatron's indexed dataset ----===//
 //
 // Builds PREFIX.bin and PREFIX.idx in the layout IndexedDataset.h describes,
 // like Megatron's IndexedDatasetBuilder: sequences are added one at a time and

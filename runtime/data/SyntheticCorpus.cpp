@@ -1,4 +1,4 @@
-//===- data/SyntheticCorpus.cpp - A small structured corpus for tests ------===//
+//===- data/SyntheticCorpus.cpp - A small structured corpus for tests -----===//
 #include "data/SyntheticCorpus.h"
 
 #include "data/IndexedDatasetWriter.h"
@@ -19,11 +19,11 @@ TokenDType smallestTokenDType(int64_t Vocab) {
   return Vocab < 65500 ? TokenDType::UInt16 : TokenDType::Int32;
 }
 
-std::vector<std::vector<int32_t>>
-markovCorpus(const MarkovCorpusOptions &O, std::string &Error) {
+std::vector<std::vector<int32_t>> markovCorpus(const MarkovCorpusOptions &O,
+                                               std::string &Error) {
   if (O.Vocab < 2 || O.Vocab > int64_t(INT32_MAX)) {
-    Error = "vocabulary size must be in [2, 2^31), got " +
-            std::to_string(O.Vocab);
+    Error =
+        "vocabulary size must be in [2, 2^31), got " + std::to_string(O.Vocab);
     return {};
   }
   if (O.Tokens < 1) {

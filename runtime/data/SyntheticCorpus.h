@@ -1,4 +1,4 @@
-//===- data/SyntheticCorpus.h - A small structured corpus for tests --------===//
+//===- data/SyntheticCorpus.h - A small structured corpus for tests -------===//
 //
 // A stand-in for a tokenized text corpus that a model can actually learn
 // from: documents drawn from a random order-2 Markov chain over the

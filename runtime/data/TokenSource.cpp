@@ -1,4 +1,4 @@
-//===- data/TokenSource.cpp - Training samples by global sample index ------===//
+//===- data/TokenSource.cpp - Training samples by global sample index -----===//
 #include "data/TokenSource.h"
 
 #include <algorithm>
@@ -34,15 +34,14 @@ MockSource::MockSource(int64_t Vocab, int64_t SeqLen, uint64_t Seed,
     : Vocab(Vocab), SeqLen(SeqLen), Seed(Seed) {
   assert(Vocab > 0 && SeqLen > 0 && Noise >= 0 && Noise <= 1);
   // 2^64 * Noise, saturated: Noise == 1 makes every token random.
-  NoiseThreshold = Noise >= 1 ? ~uint64_t(0)
-                              : uint64_t(std::ldexp(Noise, 64));
+  NoiseThreshold = Noise >= 1 ? ~uint64_t(0) : uint64_t(std::ldexp(Noise, 64));
   // Fisher-Yates from the seed alone, so the table is the same everywhere.
   Next.resize(size_t(Vocab));
   for (int64_t I = 0; I < Vocab; ++I)
     Next[size_t(I)] = int32_t(I);
   for (int64_t I = Vocab - 1; I > 0; --I) {
-    int64_t J = int64_t(hash3(Seed, 0x7065726dULL, uint64_t(I)) %
-                        uint64_t(I + 1));
+    int64_t J =
+        int64_t(hash3(Seed, 0x7065726dULL, uint64_t(I)) % uint64_t(I + 1));
     std::swap(Next[size_t(I)], Next[size_t(J)]);
   }
 }
@@ -53,8 +52,8 @@ void MockSource::sample(int64_t Index, int32_t *Out) const {
   Out[0] = int32_t(hash3(Seed, uint64_t(Index), 0) % V);
   for (int64_t T = 1; T <= SeqLen; ++T) {
     uint64_t H = hash3(Seed, uint64_t(Index), uint64_t(T));
-    Out[T] = H < NoiseThreshold ? int32_t(mixHash(H) % V)
-                                : Next[size_t(Out[T - 1])];
+    Out[T] =
+        H < NoiseThreshold ? int32_t(mixHash(H) % V) : Next[size_t(Out[T - 1])];
   }
 }
 
@@ -84,13 +83,13 @@ std::unique_ptr<IndexedSource> IndexedSource::open(const std::string &Prefix,
   return S;
 }
 
-void IndexedSource::copyStream(int64_t Pos, int64_t Count,
-                               int32_t *Out) const {
+void IndexedSource::copyStream(int64_t Pos, int64_t Count, int32_t *Out) const {
   const int64_t Total = Start.back();
   // The sequence holding Pos: the last one starting at or before it
   // (upper_bound skips empty sequences, which start where the next does).
   int64_t Seq = int64_t(std::upper_bound(Start.begin(), Start.end(), Pos) -
-                        Start.begin()) - 1;
+                        Start.begin()) -
+                1;
   while (Count > 0) {
     if (Pos == Total) {
       Pos = 0;

@@ -1,4 +1,4 @@
-//===- data/TokenSource.h - Training samples by global sample index --------===//
+//===- data/TokenSource.h - Training samples by global sample index -------===//
 //
 // A TokenSource hands out training samples of SeqLen + 1 tokens: the model's
 // input is the first SeqLen and its labels the last SeqLen (the next token at

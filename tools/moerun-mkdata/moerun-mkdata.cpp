@@ -101,7 +101,8 @@ int main(int Argc, char **Argv) {
   // Read it back: the tool never leaves a corpus the runtime would reject.
   auto D = IndexedDataset::open(Out, O.Vocab, Error);
   if (!D) {
-    std::fprintf(stderr, "moerun-mkdata: error: written corpus unreadable: %s\n",
+    std::fprintf(stderr,
+                 "moerun-mkdata: error: written corpus unreadable: %s\n",
                  Error.c_str());
     return 1;
   }

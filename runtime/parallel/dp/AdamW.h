@@ -59,9 +59,9 @@ struct AdamWOptions {
 };
 
 struct AdamWStepInfo {
-  int64_t Step = 0;      ///< 1 for the first step
-  double GradNorm = 0;   ///< global norm of the summed gradients, before clipping
-  double ClipScale = 1;  ///< factor the gradients were multiplied by
+  int64_t Step = 0;    ///< 1 for the first step
+  double GradNorm = 0; ///< global norm of the summed gradients, before clipping
+  double ClipScale = 1; ///< factor the gradients were multiplied by
 };
 
 class AdamW {

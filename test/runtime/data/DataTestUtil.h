@@ -19,8 +19,8 @@ class ScratchDir {
 public:
   ScratchDir() {
     const char *Base = std::getenv("TMPDIR");
-    std::string Tmpl = std::string(Base && *Base ? Base : "/tmp") +
-                       "/moert-data-XXXXXX";
+    std::string Tmpl =
+        std::string(Base && *Base ? Base : "/tmp") + "/moert-data-XXXXXX";
     std::vector<char> Buf(Tmpl.begin(), Tmpl.end());
     Buf.push_back('\0');
     if (mkdtemp(Buf.data()))

@@ -1,4 +1,4 @@
-//===- IndexedDatasetTest.cpp - Megatron indexed dataset reader and writer -===//
+//===- IndexedDatasetTest.cpp - Megatron indexed dataset reader, writer ---===//
 #include "DataTestUtil.h"
 
 #include "data/IndexedDataset.h"
@@ -115,9 +115,9 @@ TEST(IndexedDataset, WriterProducesMegatronBytes) {
 
 TEST(IndexedDataset, RoundTripsEveryIntegerDType) {
   ScratchDir Dir;
-  for (TokenDType T : {TokenDType::UInt8, TokenDType::Int8, TokenDType::Int16,
-                       TokenDType::UInt16, TokenDType::Int32,
-                       TokenDType::Int64}) {
+  for (TokenDType T :
+       {TokenDType::UInt8, TokenDType::Int8, TokenDType::Int16,
+        TokenDType::UInt16, TokenDType::Int32, TokenDType::Int64}) {
     SCOPED_TRACE(tokenDTypeName(uint8_t(T)));
     // Documents of varied shape, an empty sequence and an empty document.
     std::vector<std::vector<std::vector<int32_t>>> Docs = {

@@ -196,7 +196,8 @@ TEST(MarkovCorpus, ExactSizeStructureAndDeterminism) {
 #ifdef MOERUN_MKDATA
 namespace {
 int runTool(const std::string &Args) {
-  std::string Cmd = std::string(MOERUN_MKDATA) + " " + Args + " >/dev/null 2>&1";
+  std::string Cmd =
+      std::string(MOERUN_MKDATA) + " " + Args + " >/dev/null 2>&1";
   int Status = std::system(Cmd.c_str());
   return WIFEXITED(Status) ? WEXITSTATUS(Status) : -1;
 }

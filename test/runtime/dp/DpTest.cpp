@@ -172,8 +172,7 @@ void setLocalGrads(const Layout &L, Params &Ps, int Step) {
   for (size_t K = 0; K < Ps.size(); ++K) {
     const Spec &S = specs()[K];
     for (int64_t I = 0; I < numel(S); ++I)
-      Ps[K]->Grad[I] =
-          float(localGrad(S, L.shard(S.Kind), L.rank(), Step, I));
+      Ps[K]->Grad[I] = float(localGrad(S, L.shard(S.Kind), L.rank(), Step, I));
   }
 }
 
@@ -313,9 +312,8 @@ TEST(GradientReducer, ReduceScatterLeavesEachRankItsShardOfTheSums) {
           ++K;
         const Spec &Sp = specs()[K];
         for (size_t I = 0; I < S.Numel; ++I)
-          Flat[S.Offset + I] = reducedGrad(L, Sp, L.shard(Sp.Kind),
-                                           L.reducedOver(Sp.Kind), 1,
-                                           int64_t(I));
+          Flat[S.Offset + I] = reducedGrad(
+              L, Sp, L.shard(Sp.Kind), L.reducedOver(Sp.Kind), 1, int64_t(I));
       }
       for (size_t I = 0; I < Shard.size(); ++I)
         ASSERT_NEAR(Shard[I], Flat[B->shardBegin() + I], 1e-5) << I;
@@ -346,8 +344,7 @@ double referenceNorm(const Layout &L, int Step) {
 
 /// Runs Steps AdamW steps and checks every value against a double-precision
 /// evaluation of the same update on this rank.
-void checkAgainstReference(const Layout &L, const AdamWOptions &O,
-                           int Steps) {
+void checkAgainstReference(const Layout &L, const AdamWOptions &O, int Steps) {
   Groups G = split(L);
   Params Ps = makeParams(L);
   AdamW Opt(pointers(Ps), G.get(), test::world().world(), O);
