@@ -293,6 +293,73 @@ void moec::printPlanSummary(const Plan &P, llvm::raw_ostream &OS) {
     OS << fmt::format("            {:.0f} useful (text) tokens/s/GPU\n", T.UsefulTokensPerSecPerGpu);
 }
 
+static std::string rankList(const std::vector<int64_t> &Ranks) {
+  std::vector<std::string> Parts;
+  for (int64_t R : Ranks)
+    Parts.push_back(std::to_string(R));
+  return "[" + llvm::join(Parts, " ") + "]";
+}
+
+void moec::printLayout(const Plan &P, llvm::raw_ostream &OS) {
+  const Recipe &R = P.R;
+  const ParallelConfig &Par = R.Parallel;
+  OS << fmt::format("layout {}: {} ranks on {} nodes of {} x {}, order {}\n", R.PointName, R.WorldSize, R.Nodes,
+                    R.Gpu.GpusPerNode, R.Gpu.Name,
+                    Par.Order == RankOrder::TpCpEpDpPp ? "tp-cp-ep-dp-pp" : "tp-cp-ep-pp-dp");
+  OS << fmt::format("  dense   tp={} cp={} dp={} pp={}\n", Par.TP, Par.CP, Par.DP, Par.PP);
+  OS << fmt::format("  expert  etp={} ep={} edp={} pp={}\n", Par.ETP, Par.EP, Par.EDP, Par.PP);
+  if (P.Grid) {
+    OS << "  groups\n";
+    auto PrintKind = [&](llvm::StringRef Name) {
+      std::vector<std::string> Parts;
+      for (const std::vector<int64_t> &G : P.Grid->groups(Name))
+        Parts.push_back(rankList(G));
+      OS << fmt::format("    {:<9}{}\n", Name.str(), llvm::join(Parts, " "));
+    };
+    for (llvm::StringRef Name : ProcessGrid::denseGroupNames())
+      PrintKind(Name);
+    for (llvm::StringRef Name : ProcessGrid::expertGroupNames())
+      PrintKind(Name);
+  }
+  const PipelinePlan &PL = P.Pipeline;
+  OS << fmt::format("  pipeline pp={} vpp={}, {} micro batches, bubble {:.1f}%\n", PL.PP, PL.VPP, PL.Microbatches,
+                    100 * PL.BubbleFraction);
+  for (size_t V = 0; V < PL.VirtualStages.size(); ++V) {
+    const LayoutStage &S = PL.VirtualStages[V];
+    std::vector<std::string> Parts;
+    if (S.Embedding)
+      Parts.push_back("embedding");
+    if (S.DecoderLayers > 0)
+      Parts.push_back(S.DecoderLayers == 1
+                          ? fmt::format("layer {}", PL.FirstLayer[V])
+                          : fmt::format("layers {}-{}", PL.FirstLayer[V], PL.FirstLayer[V] + S.DecoderLayers - 1));
+    if (S.MtpLayers > 0)
+      Parts.push_back(fmt::format("{} MTP", S.MtpLayers));
+    if (S.Loss)
+      Parts.push_back("loss");
+    if (Parts.empty())
+      Parts.push_back("empty");
+    OS << fmt::format("    stage {:<3} pp rank {} chunk {}: {}\n", V, PL.rankOf(int64_t(V)), PL.chunkOf(int64_t(V)),
+                      llvm::join(Parts, ", "));
+  }
+  for (size_t Rank = 0; Rank < PL.Schedule.size(); ++Rank) {
+    std::vector<std::string> Ops;
+    for (const ScheduledOp &Op : PL.Schedule[Rank])
+      Ops.push_back(fmt::format("{}{}.{}", Op.K == ScheduledOp::Forward ? 'F' : 'B', Op.Microbatch, Op.Chunk));
+    OS << fmt::format("    pp rank {} (peak {} in flight): {}\n", Rank, PL.PeakInFlight[Rank], llvm::join(Ops, " "));
+  }
+  if (!P.Grid)
+    return;
+  const ProcessGrid &G = *P.Grid;
+  int64_t PerNode = std::max<int64_t>(R.Gpu.GpusPerNode, 1);
+  OS << "  ranks\n";
+  for (int64_t Rank = 0; Rank < G.Dense.worldSize(); ++Rank)
+    OS << fmt::format("    rank {:<5} node {:<4} gpu {:<3} tp {} cp {} dp {} pp {} | etp {} ep {} edp {}\n", Rank,
+                      Rank / PerNode, Rank % PerNode, G.Dense.coordinate(Rank, "tp"), G.Dense.coordinate(Rank, "cp"),
+                      G.Dense.coordinate(Rank, "dp"), G.Dense.coordinate(Rank, "pp"), G.Expert.coordinate(Rank, "tp"),
+                      G.Expert.coordinate(Rank, "ep"), G.Expert.coordinate(Rank, "dp"));
+}
+
 llvm::Error moec::writeFileAtomically(llvm::StringRef Path, llvm::StringRef Contents) {
   llvm::SmallString<256> Dir(Path);
   llvm::sys::path::remove_filename(Dir);

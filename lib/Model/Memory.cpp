@@ -137,7 +137,9 @@ private:
   // The plan: the given one, or an even split when none was given.
   std::vector<LayoutStage> Stages;
   std::vector<int64_t> FirstLayer;
-  std::vector<std::vector<ScheduledOp>> Schedule;
+  // Borrowed from the plan (it outlives the model, which lives for one
+  // estimateMemory call); schedules are large and copying them dominated.
+  const std::vector<std::vector<ScheduledOp>> *Schedule = nullptr;
   std::vector<int64_t> PeakInFlight;
   int64_t Microbatches = 1;
 
@@ -167,7 +169,7 @@ void MemoryModel::buildPlan(const PipelinePlan &P) {
     PP = std::max<int64_t>(P.PP, 1);
     VPP = std::max<int64_t>(P.VPP, 1);
     FirstLayer = P.FirstLayer;
-    Schedule = P.Schedule;
+    Schedule = &P.Schedule;
     PeakInFlight = P.PeakInFlight;
     Microbatches = std::max<int64_t>(P.Microbatches, 1);
   } else {
@@ -460,9 +462,9 @@ double MemoryModel::peakInFlight(int64_t Rank, const std::vector<double> &Bytes)
   auto chunkBytes = [&](int64_t Chunk) {
     return Chunk >= 0 && Chunk < int64_t(Bytes.size()) ? Bytes[size_t(Chunk)] : 0.0;
   };
-  if (size_t(Rank) < Schedule.size() && !Schedule[size_t(Rank)].empty()) {
+  if (Schedule && size_t(Rank) < Schedule->size() && !(*Schedule)[size_t(Rank)].empty()) {
     double Held = 0, Peak = 0;
-    for (const ScheduledOp &Op : Schedule[size_t(Rank)]) {
+    for (const ScheduledOp &Op : (*Schedule)[size_t(Rank)]) {
       if (Op.K == ScheduledOp::Forward) {
         Held += chunkBytes(Op.Chunk);
         Peak = std::max(Peak, Held);

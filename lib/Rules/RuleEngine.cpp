@@ -62,12 +62,12 @@ const MemoryEstimate *RuleContext::memory() {
 llvm::Optional<MemoryEstimate> RuleContext::memoryOf(const Recipe &Variant) const {
   if (!UsePlanner || Variant.WorldSize <= 0 || Variant.Parallel.DP <= 0)
     return llvm::None;
-  llvm::Expected<PipelinePlan> P = pipelineFor(Variant);
+  llvm::Expected<std::shared_ptr<const PipelinePlan>> P = sharedPipelineFor(Variant);
   if (!P) {
     llvm::consumeError(P.takeError()); // layers-split / layout-invalid report it
     return llvm::None;
   }
-  return estimateMemory(Variant, *P);
+  return estimateMemory(Variant, **P);
 }
 
 int64_t RuleContext::microbatches() const {

@@ -53,6 +53,11 @@ std::string planToTOML(const Plan &P);
 /// A few lines for people: layout, memory of the peak stage, speed.
 void printPlanSummary(const Plan &P, llvm::raw_ostream &OS);
 
+/// The rank layout in readable form (`moec plan --dump-layout`): every process
+/// group, the pipeline placement and schedule, and each rank's node and
+/// coordinates. The same facts as the plan's [groups], [pipeline] and [[ranks]].
+void printLayout(const Plan &P, llvm::raw_ostream &OS);
+
 /// Writes Contents to Path through a temporary file in the same directory
 /// and a rename, so a failed or interrupted write leaves the old file.
 llvm::Error writeFileAtomically(llvm::StringRef Path, llvm::StringRef Contents);

@@ -39,6 +39,12 @@ struct MemoryEstimate {
 /// from its batch sizes and DP).
 llvm::Expected<PipelinePlan> pipelineFor(const Recipe &R);
 
+/// The same, shared: recipes with the same pipeline inputs (layers, PP, VPP,
+/// micro batches, layout) get one plan, built once per process. The rules
+/// evaluate memory for every recipe and sweep point, and most share a few
+/// pipelines.
+llvm::Expected<std::shared_ptr<const PipelinePlan>> sharedPipelineFor(const Recipe &R);
+
 /// Memory per pipeline rank. Weights (bf16, plus a cached low-precision copy
 /// of the layer GEMM weights under FP8/MXFP8/NVFP4, or FP8 parameters with
 /// fp8_param_gather), gradients (the DDP buffer) and optimizer state (fp32
