@@ -1,11 +1,12 @@
 //===- DpTest.cpp - Gradient reduction and AdamW over every split ---------===//
 //
-// The world of W ranks is split as tp x dp-cp (rank = d * T + t) with experts
-// split E ways (ep rank = rank % E, edp groups = ranks with the same ep rank),
-// for every T and E dividing W. Each rank builds fake parameters of every
-// kind whose values and per-rank gradients are hash functions of (name,
-// shard, rank, step), so every expected sum can be computed by hand on any
-// rank.
+// The world of W ranks is split into P pipeline stages, each split as tp x
+// dp-cp with experts split E ways (see Layout), for every P, T and E that
+// divide. Odd stages hold no experts, so the global norm spans stages with
+// different parameters and empty buckets. Each rank builds fake parameters
+// of every kind whose values and per-rank gradients are hash functions of
+// (name, shard, rank, step), so every expected sum can be computed by hand on
+// any rank.
 //
 //===----------------------------------------------------------------------===//
 #include "MpiTestEnv.h"
@@ -43,14 +44,14 @@ double unit(uint64_t A, uint64_t B, uint64_t C, uint64_t D) {
 }
 
 struct Spec {
-  const char *Name;
+  std::string Name;
   ParamKind Kind;
   std::vector<int64_t> Shape;
 };
 
 /// Sizes chosen so no bucket divides evenly by 2 or 4: dp-cp 53 elements,
 /// tp 18, edp 29; "empty" has no elements at all.
-const std::vector<Spec> &specs() {
+const std::vector<Spec> &baseSpecs() {
   static const std::vector<Spec> S = {
       {"dense.w", ParamKind::Dense, {5, 3}},
       {"dense.b", ParamKind::Dense, {7}},
@@ -64,6 +65,18 @@ const std::vector<Spec> &specs() {
   return S;
 }
 
+/// The parameters of pipeline stage Stage, named after it: odd stages hold
+/// dense layers only, so their edp bucket is empty.
+std::vector<Spec> stageSpecs(int Stage) {
+  std::vector<Spec> R;
+  for (Spec S : baseSpecs())
+    if (Stage % 2 == 0 || S.Kind != ParamKind::Expert) {
+      S.Name = "stage" + std::to_string(Stage) + "." + S.Name;
+      R.push_back(S);
+    }
+  return R;
+}
+
 int64_t numel(const Spec &S) {
   int64_t N = 1;
   for (int64_t D : S.Shape)
@@ -71,30 +84,41 @@ int64_t numel(const Spec &S) {
   return N;
 }
 
+/// World rank Q = stage * S + d * T + t with S = W / P ranks per stage;
+/// experts split E ways inside a stage (ep rank (Q % S) % E).
 struct Layout {
-  int W, T, E;
+  int W, P, T, E;
+  int perStage() const { return W / P; }
+  int D() const { return perStage() / T; }
+  int edp() const { return perStage() / E; }
+  int stageOf(int Q) const { return Q / perStage(); }
+  int tOf(int Q) const { return Q % perStage() % T; }
+  int eOf(int Q) const { return Q % perStage() % E; }
   int rank() const { return test::world().rank(); }
-  int t() const { return rank() % T; }
-  int e() const { return rank() % E; }
-  int D() const { return W / T; }
-  /// The shard of a parameter this rank holds: its tp shard for dense
+  int stage() const { return stageOf(rank()); }
+  std::vector<Spec> specs() const { return stageSpecs(stage()); }
+  bool hasExperts() const { return stage() % 2 == 0; }
+  /// The shard of a parameter kind a rank holds: its tp shard for dense
   /// weights, its experts for expert weights, the only copy otherwise.
-  int shard(ParamKind K) const {
-    return K == ParamKind::Dense ? t() : K == ParamKind::Expert ? e() : 0;
+  int shardOf(int Q, ParamKind K) const {
+    return K == ParamKind::Dense ? tOf(Q) : K == ParamKind::Expert ? eOf(Q) : 0;
   }
-  /// The world ranks whose gradients a parameter of kind K on shard S sums.
-  std::vector<int> reducedOver(ParamKind K) const {
+  int shard(ParamKind K) const { return shardOf(rank(), K); }
+  /// How many distinct shards of kind K a stage has.
+  int shards(ParamKind K) const {
+    return K == ParamKind::Dense ? T : K == ParamKind::Expert ? E : 1;
+  }
+  /// The world ranks holding shard Shard of kind K on stage Stage: those
+  /// whose gradients its reduction sums.
+  std::vector<int> holders(int Stage, ParamKind K, int Shard) const {
     std::vector<int> R;
     for (int Q = 0; Q < W; ++Q)
-      if ((K == ParamKind::Dense && Q % T == t()) ||
-          K == ParamKind::SequenceParallelReplicated ||
-          (K == ParamKind::Expert && Q % E == e()))
+      if (stageOf(Q) == Stage && shardOf(Q, K) == Shard)
         R.push_back(Q);
     return R;
   }
-  /// How many distinct shards of kind K the model has.
-  int shards(ParamKind K) const {
-    return K == ParamKind::Dense ? T : K == ParamKind::Expert ? E : 1;
+  std::vector<int> reducedOver(ParamKind K) const {
+    return holders(stage(), K, shard(K));
   }
 };
 
@@ -119,17 +143,6 @@ double reducedGrad(const Layout &L, const Spec &S, int Shard,
   return Sum;
 }
 
-/// Ranks holding shard Shard of kind K (for the norm reference on any rank).
-std::vector<int> holders(const Layout &L, ParamKind K, int Shard) {
-  std::vector<int> R;
-  for (int Q = 0; Q < L.W; ++Q)
-    if ((K == ParamKind::Dense && Q % L.T == Shard) ||
-        K == ParamKind::SequenceParallelReplicated ||
-        (K == ParamKind::Expert && Q % L.E == Shard))
-      R.push_back(Q);
-  return R;
-}
-
 struct Groups {
   std::unique_ptr<Communicator> Tp, DpCp, Edp;
   GradientGroups get() const { return {DpCp.get(), Tp.get(), Edp.get()}; }
@@ -137,12 +150,13 @@ struct Groups {
 
 Groups split(const Layout &L) {
   CommWorld &World = test::world();
-  std::vector<std::vector<int>> Tp(size_t(L.D())), DpCp(size_t(L.T)),
-      Edp(size_t(L.E));
+  std::vector<std::vector<int>> Tp(size_t(L.P * L.D())),
+      DpCp(size_t(L.P * L.T)), Edp(size_t(L.P * L.E));
   for (int Q = 0; Q < L.W; ++Q) {
-    Tp[size_t(Q / L.T)].push_back(Q);
-    DpCp[size_t(Q % L.T)].push_back(Q);
-    Edp[size_t(Q % L.E)].push_back(Q);
+    int Stage = L.stageOf(Q), D = Q % L.perStage() / L.T;
+    Tp[size_t(Stage * L.D() + D)].push_back(Q);
+    DpCp[size_t(Stage * L.T + L.tOf(Q))].push_back(Q);
+    Edp[size_t(Stage * L.E + L.eOf(Q))].push_back(Q);
   }
   Groups G;
   G.Tp = World.split("tp", Tp);
@@ -155,7 +169,7 @@ using Params = std::vector<std::unique_ptr<Parameter>>;
 
 Params makeParams(const Layout &L) {
   Params Ps;
-  for (const Spec &S : specs()) {
+  for (const Spec &S : L.specs()) {
     auto P = std::make_unique<Parameter>();
     P->Name = S.Name;
     P->Kind = S.Kind;
@@ -169,8 +183,9 @@ Params makeParams(const Layout &L) {
 }
 
 void setLocalGrads(const Layout &L, Params &Ps, int Step) {
+  const std::vector<Spec> Specs = L.specs();
   for (size_t K = 0; K < Ps.size(); ++K) {
-    const Spec &S = specs()[K];
+    const Spec &S = Specs[K];
     for (int64_t I = 0; I < numel(S); ++I)
       Ps[K]->Grad[I] = float(localGrad(S, L.shard(S.Kind), L.rank(), Step, I));
   }
@@ -183,19 +198,23 @@ std::vector<Parameter *> pointers(Params &Ps) {
   return R;
 }
 
+/// Every split of the world: P pipeline stages, T-way tp and E-way ep
+/// inside a stage.
 std::vector<Layout> layouts() {
   int W = test::world().size();
   std::vector<Layout> R;
-  for (int T = 1; T <= W; ++T)
-    for (int E = 1; E <= W; ++E)
-      if (W % T == 0 && W % E == 0)
-        R.push_back({W, T, E});
+  for (int P = 1; P <= W; ++P)
+    for (int T = 1; T <= W; ++T)
+      for (int E = 1; E <= W; ++E)
+        if (W % P == 0 && (W / P) % T == 0 && (W / P) % E == 0)
+          R.push_back({W, P, T, E});
   return R;
 }
 
 std::string describe(const Layout &L) {
-  return "tp " + std::to_string(L.T) + " dp-cp " + std::to_string(L.D()) +
-         " ep " + std::to_string(L.E) + " edp " + std::to_string(L.W / L.E);
+  return "pp " + std::to_string(L.P) + " tp " + std::to_string(L.T) +
+         " dp-cp " + std::to_string(L.D()) + " ep " + std::to_string(L.E) +
+         " edp " + std::to_string(L.edp());
 }
 
 /// Forwards to a real group and counts the collectives issued on it.
@@ -264,14 +283,15 @@ TEST(GradientReducer, AllReduceMatchesHandSumsWithOneCollectivePerGroup) {
     GradientReducer R(pointers(Ps), {&DpCp, &Tp, &Edp});
     EXPECT_EQ(R.dpCpBucket().Numel, 53u);
     EXPECT_EQ(R.tpBucket().Numel, 18u);
-    EXPECT_EQ(R.edpBucket().Numel, 29u);
+    EXPECT_EQ(R.edpBucket().Numel, L.hasExperts() ? 29u : 0u);
     EXPECT_EQ(R.dpCpBucket().Padded % size_t(DpCp.size()), 0u);
     EXPECT_LT(R.dpCpBucket().Padded - 53, size_t(DpCp.size()));
     for (int Step = 1; Step <= 2; ++Step) {
       setLocalGrads(L, Ps, Step);
       R.allReduce();
+      const std::vector<Spec> Specs = L.specs();
       for (size_t K = 0; K < Ps.size(); ++K) {
-        const Spec &S = specs()[K];
+        const Spec &S = Specs[K];
         std::vector<int> Over = L.reducedOver(S.Kind);
         for (int64_t I = 0; I < numel(S); ++I)
           ASSERT_NEAR(Ps[K]->Grad[I],
@@ -280,10 +300,10 @@ TEST(GradientReducer, AllReduceMatchesHandSumsWithOneCollectivePerGroup) {
       }
     }
     // Two steps: at most one all-reduce per group and step, none on a group
-    // of one.
+    // of one or for an empty bucket.
     EXPECT_EQ(Tp.AllReduces, Tp.size() > 1 ? 2 : 0);
     EXPECT_EQ(DpCp.AllReduces, DpCp.size() > 1 ? 2 : 0);
-    EXPECT_EQ(Edp.AllReduces, Edp.size() > 1 ? 2 : 0);
+    EXPECT_EQ(Edp.AllReduces, Edp.size() > 1 && L.hasExperts() ? 2 : 0);
   }
 }
 
@@ -297,7 +317,7 @@ TEST(GradientReducer, ReduceScatterLeavesEachRankItsShardOfTheSums) {
     setLocalGrads(L, Ps, 1);
     R.reduceScatter();
     EXPECT_EQ(DpCp.ReduceScatters, 1);
-    EXPECT_EQ(Edp.ReduceScatters, 1);
+    EXPECT_EQ(Edp.ReduceScatters, L.hasExperts() ? 1 : 0);
     EXPECT_EQ(DpCp.AllReduces + Edp.AllReduces, 0);
     EXPECT_EQ(Tp.AllReduces, Tp.size() > 1 ? 1 : 0);
     for (GradBucket *B : {&R.dpCpBucket(), &R.edpBucket()}) {
@@ -310,7 +330,7 @@ TEST(GradientReducer, ReduceScatterLeavesEachRankItsShardOfTheSums) {
         size_t K = 0;
         while (Ps[K].get() != S.Param)
           ++K;
-        const Spec &Sp = specs()[K];
+        const Spec Sp = L.specs()[K];
         for (size_t I = 0; I < S.Numel; ++I)
           Flat[S.Offset + I] = reducedGrad(
               L, Sp, L.shard(Sp.Kind), L.reducedOver(Sp.Kind), 1, int64_t(I));
@@ -323,22 +343,19 @@ TEST(GradientReducer, ReduceScatterLeavesEachRankItsShardOfTheSums) {
 
 namespace {
 
-struct Reference {
-  double Norm = 0, Scale = 1;
-};
-
-/// The global norm of step Step's summed gradients, from every shard of the
-/// model, each counted once.
+/// The global norm of step Step's summed gradients, from every shard of
+/// every stage of the model, each counted once.
 double referenceNorm(const Layout &L, int Step) {
   double Sum = 0;
-  for (const Spec &S : specs())
-    for (int Shard = 0; Shard < L.shards(S.Kind); ++Shard) {
-      std::vector<int> Over = holders(L, S.Kind, Shard);
-      for (int64_t I = 0; I < numel(S); ++I) {
-        double G = reducedGrad(L, S, Shard, Over, Step, I);
-        Sum += G * G;
+  for (int Stage = 0; Stage < L.P; ++Stage)
+    for (const Spec &S : stageSpecs(Stage))
+      for (int Shard = 0; Shard < L.shards(S.Kind); ++Shard) {
+        std::vector<int> Over = L.holders(Stage, S.Kind, Shard);
+        for (int64_t I = 0; I < numel(S); ++I) {
+          double G = reducedGrad(L, S, Shard, Over, Step, I);
+          Sum += G * G;
+        }
       }
-    }
   return std::sqrt(Sum);
 }
 
@@ -349,8 +366,9 @@ void checkAgainstReference(const Layout &L, const AdamWOptions &O, int Steps) {
   Params Ps = makeParams(L);
   AdamW Opt(pointers(Ps), G.get(), test::world().world(), O);
   std::vector<std::vector<double>> P(Ps.size()), M(Ps.size()), V(Ps.size());
+  const std::vector<Spec> Specs = L.specs();
   for (size_t K = 0; K < Ps.size(); ++K) {
-    const Spec &S = specs()[K];
+    const Spec &S = Specs[K];
     for (int64_t I = 0; I < numel(S); ++I)
       P[K].push_back(double(Ps[K]->Value[I]));
     M[K].assign(P[K].size(), 0.0);
@@ -371,7 +389,7 @@ void checkAgainstReference(const Layout &L, const AdamWOptions &O, int Steps) {
     EXPECT_NEAR(Info.ClipScale, Scale, 1e-5 * Scale);
     double Bc1 = 1 - std::pow(O.Beta1, Step), Bc2 = 1 - std::pow(O.Beta2, Step);
     for (size_t K = 0; K < Ps.size(); ++K) {
-      const Spec &S = specs()[K];
+      const Spec &S = Specs[K];
       bool Decays = O.DecayVectors || S.Shape.size() >= 2;
       std::vector<int> Over = L.reducedOver(S.Kind);
       for (int64_t I = 0; I < numel(S); ++I) {
@@ -450,10 +468,11 @@ TEST(AdamW, DistributedEqualsReplicated) {
               << A[K]->Name << "[" << I << "] step " << Step;
     }
     // The distributed variant holds only its shards of the moments.
-    int64_t Full = 2 * (53 + 29);
+    int64_t ExpertElems = L.hasExperts() ? 29 : 0;
+    int64_t Full = 2 * (53 + ExpertElems);
     EXPECT_EQ(Replicated.stateElements(), Full);
     auto Ceil = [](int64_t N, int64_t D) { return (N + D - 1) / D; };
-    int64_t Sharded = 2 * (Ceil(53, L.D()) + Ceil(29, L.W / L.E));
+    int64_t Sharded = 2 * (Ceil(53, L.D()) + Ceil(ExpertElems, L.edp()));
     EXPECT_EQ(Distributed.stateElements(), Sharded);
     // Every replica in a dp-cp group ends with bit-identical values.
     std::vector<float> Mine;
