@@ -19,10 +19,23 @@ llvm::Expected<Plan> moec::buildPlan(const Recipe &R, llvm::StringRef SourceFile
   P.RecipeHash = fmt::format("xxh64:{:016x}", llvm::xxHash64(Canonical));
 
   const ParallelConfig &Par = R.Parallel;
-  llvm::Expected<PipelinePlan> Pipeline = pipelineFor(R);
-  if (!Pipeline)
-    return Pipeline.takeError();
-  P.Pipeline = std::move(*Pipeline);
+  llvm::Expected<std::shared_ptr<const PipelinePlan>> Shared = sharedPipelineFor(R);
+  if (!Shared)
+    return Shared.takeError();
+  const PipelinePlan &Pipeline = **Shared;
+  if (Opts.WithRanks) {
+    P.Pipeline = Pipeline;
+  } else {
+    // Sweeps print no schedule: copy everything but the op lists.
+    P.Pipeline.PP = Pipeline.PP;
+    P.Pipeline.VPP = Pipeline.VPP;
+    P.Pipeline.Microbatches = Pipeline.Microbatches;
+    P.Pipeline.VirtualStages = Pipeline.VirtualStages;
+    P.Pipeline.FirstLayer = Pipeline.FirstLayer;
+    P.Pipeline.WarmupForwards = Pipeline.WarmupForwards;
+    P.Pipeline.PeakInFlight = Pipeline.PeakInFlight;
+    P.Pipeline.BubbleFraction = Pipeline.BubbleFraction;
+  }
 
   if (Opts.WithRanks) {
     ProcessGridSizes S;
@@ -36,9 +49,9 @@ llvm::Expected<Plan> moec::buildPlan(const Recipe &R, llvm::StringRef SourceFile
     S.PipelineLast = Par.Order == RankOrder::TpCpEpDpPp;
     P.Grid = std::make_unique<ProcessGrid>(S);
   }
-  P.Memory = estimateMemory(R, P.Pipeline, *Opts.Calib);
+  P.Memory = estimateMemory(R, Pipeline, *Opts.Calib);
   P.Flops = countFlops(R);
-  P.Time = predictStepTime(R, P.Pipeline, *Opts.Calib);
+  P.Time = predictStepTime(R, Pipeline, *Opts.Calib);
   return std::move(P);
 }
 
