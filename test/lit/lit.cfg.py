@@ -19,3 +19,7 @@ config.environment["PATH"] = os.pathsep.join([config.llvm_tools_dir, config.envi
 # FileCheck, not, count and split-file come from LLVM 14's tools directory.
 # Diagnostics must not depend on the terminal.
 config.environment["TERM"] = "dumb"
+# `moec run` tests that launch MPI jobs need mpirun.
+import shutil
+if shutil.which("mpirun"):
+    config.available_features.add("mpirun")

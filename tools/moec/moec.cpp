@@ -3,6 +3,8 @@
 //   moec check FILE... [--recipe NAME] [--format text|json|sarif] [-Werror]
 //                      [-Wno-ID] [-I DIR] [--color auto|always|never]
 //   moec explain ID
+//   moec run FILE [--recipe NAME] --np N [--steps K] [--log FILE] [--moerun PATH]
+//                 [--seed S] [--lr X] [--timeout SECONDS] [--dry-run]
 //
 // Exit status: 0 no error, 1 at least one error diagnostic, 2 the tool could
 // not run (usage, unreadable file).
@@ -15,10 +17,14 @@
 #include "moec/Sema/Sema.h"
 
 #include "llvm/Support/CommandLine.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/Path.h"
+#include "llvm/Support/Program.h"
 #include "llvm/Support/Process.h"
 #include "llvm/Support/raw_ostream.h"
 #include <fmt/format.h>
 #include <map>
+#include <unistd.h>
 
 using namespace moec;
 namespace cl = llvm::cl;
@@ -30,10 +36,11 @@ cl::SubCommand SchemaCmd("schema", "Print the field tables of the language (Mark
 cl::SubCommand RuleIndexCmd("rule-index", "Print the rule index (Markdown) for docs/rules.md");
 cl::SubCommand PlanCmd("plan", "Lower a recipe to a launch plan (rank layout, schedule, memory, speed)");
 cl::SubCommand SweepCmd("sweep", "Expand sweeps, prune infeasible points, rank the rest by predicted speed");
+cl::SubCommand RunCmd("run", "Compile a recipe to a plan and run it on this machine with mpirun and moerun");
 
-cl::list<std::string> CheckFiles(cl::Positional, cl::desc("<file.moe | ->..."), cl::sub(CheckCmd), cl::sub(PlanCmd), cl::sub(SweepCmd));
+cl::list<std::string> CheckFiles(cl::Positional, cl::desc("<file.moe | ->..."), cl::sub(CheckCmd), cl::sub(PlanCmd), cl::sub(SweepCmd), cl::sub(RunCmd));
 cl::opt<std::string> RecipeName("recipe", cl::desc("Check only this recipe"), cl::value_desc("name"),
-                                cl::sub(CheckCmd), cl::sub(PlanCmd), cl::sub(SweepCmd));
+                                cl::sub(CheckCmd), cl::sub(PlanCmd), cl::sub(SweepCmd), cl::sub(RunCmd));
 enum class Format { Text, JSON, SARIF };
 cl::opt<Format> OutputFormat("format", cl::desc("Diagnostic output format"), cl::init(Format::Text),
                              cl::values(clEnumValN(Format::Text, "text", "clang-style text on stderr"),
@@ -41,9 +48,11 @@ cl::opt<Format> OutputFormat("format", cl::desc("Diagnostic output format"), cl:
                                         clEnumValN(Format::SARIF, "sarif", "SARIF 2.1.0 on stdout")),
                              cl::sub(CheckCmd));
 cl::list<std::string> Warnings("W", cl::Prefix, cl::desc("-Werror: warnings are errors; -Wno-ID: silence ID"),
-                               cl::value_desc("error|no-ID"), cl::sub(CheckCmd), cl::sub(PlanCmd), cl::sub(SweepCmd));
+                               cl::value_desc("error|no-ID"), cl::sub(CheckCmd), cl::sub(PlanCmd), cl::sub(SweepCmd),
+                               cl::sub(RunCmd));
 cl::list<std::string> IncludeDirs("I", cl::Prefix, cl::desc("Add a directory to the import search path"),
-                                  cl::value_desc("dir"), cl::sub(CheckCmd), cl::sub(PlanCmd), cl::sub(SweepCmd));
+                                  cl::value_desc("dir"), cl::sub(CheckCmd), cl::sub(PlanCmd), cl::sub(SweepCmd),
+                                  cl::sub(RunCmd));
 enum class ColorMode { Auto, Always, Never };
 cl::opt<ColorMode> Color("color", cl::desc("Colour text diagnostics"), cl::init(ColorMode::Auto),
                          cl::values(clEnumValN(ColorMode::Auto, "auto", "when stderr is a terminal"),
@@ -69,6 +78,20 @@ cl::opt<std::string> PlanOutput("o", cl::desc("Write the plan to this file (atom
                                 cl::value_desc("file"), cl::sub(PlanCmd));
 cl::opt<bool> Quiet("quiet", cl::desc("Do not print the human summary"), cl::sub(PlanCmd));
 cl::opt<bool> SweepCSV("csv", cl::desc("Print the ranking as CSV"), cl::sub(SweepCmd));
+
+cl::opt<unsigned> RunRanks("np", cl::desc("Number of ranks (must equal the plan's world size)"), cl::Required,
+                           cl::value_desc("N"), cl::sub(RunCmd));
+cl::opt<unsigned> RunSteps("steps", cl::desc("Training steps"), cl::init(1), cl::value_desc("K"), cl::sub(RunCmd));
+cl::opt<std::string> RunLog("log", cl::desc("Write one JSON line per step to this file"), cl::value_desc("file"),
+                            cl::sub(RunCmd));
+cl::opt<std::string> RunMoerun("moerun", cl::desc("The moerun executable (default: found next to moec)"),
+                               cl::value_desc("path"), cl::sub(RunCmd));
+cl::opt<std::string> RunSeed("seed", cl::desc("Forwarded to moerun"), cl::value_desc("S"), cl::sub(RunCmd));
+cl::opt<std::string> RunLR("lr", cl::desc("Forwarded to moerun"), cl::value_desc("X"), cl::sub(RunCmd));
+cl::opt<std::string> RunTimeout("timeout", cl::desc("Forwarded to moerun"), cl::value_desc("seconds"),
+                                cl::sub(RunCmd));
+cl::opt<bool> RunDry("dry-run", cl::desc("Only check the plan and the process groups (moerun --dry-run)"),
+                     cl::sub(RunCmd));
 
 cl::opt<std::string> ExplainID(cl::Positional, cl::desc("<diagnostic-id>"), cl::Required, cl::sub(ExplainCmd));
 
@@ -373,6 +396,111 @@ int runSweep() {
   }
   return ExitOK;
 }
+/// moerun: --moerun, else next to moec (an install), else the build tree's
+/// sibling tools/moerun, else PATH.
+std::string findMoerun(const char *Argv0) {
+  if (!RunMoerun.empty())
+    return llvm::sys::fs::can_execute(RunMoerun) ? RunMoerun.getValue() : "";
+  std::string Self = llvm::sys::fs::getMainExecutable(Argv0, reinterpret_cast<void *>(&findMoerun));
+  llvm::SmallString<256> Dir(Self);
+  llvm::sys::path::remove_filename(Dir);
+  for (const char *Rel : {"moerun", "../moerun/moerun"}) {
+    llvm::SmallString<256> Candidate(Dir);
+    llvm::sys::path::append(Candidate, Rel);
+    if (llvm::sys::fs::can_execute(Candidate))
+      return std::string(Candidate);
+  }
+  if (llvm::ErrorOr<std::string> OnPath = llvm::sys::findProgramByName("moerun"))
+    return *OnPath;
+  return "";
+}
+
+int runRun(const char *Argv0) {
+  if (CheckFiles.size() != 1) {
+    llvm::errs() << "moec run: expected one recipe file\n";
+    return ExitUsage;
+  }
+  // The same path as `moec plan -o`: a plan only for a recipe that checks.
+  std::unique_ptr<Compilation> C = compile(/*RunRules=*/true);
+  renderDiagnostics(*C, Format::Text);
+  if (C->Unreadable)
+    return ExitUsage;
+  if (C->Diags->hasErrors())
+    return ExitErrors;
+  if (C->Recipes.size() != 1) {
+    llvm::errs() << "moec run: '" << CheckFiles.front() << "' "
+                 << (C->Recipes.empty() ? std::string("defines no recipe")
+                                        : fmt::format("has {} recipes (or sweep points); choose one with --recipe, "
+                                                      "or use `moec plan` and mpirun per point",
+                                                      C->Recipes.size()))
+                 << "\n";
+    return ExitUsage;
+  }
+  auto &[R, File] = C->Recipes.front();
+  llvm::Expected<Plan> P = buildPlan(R, File);
+  if (!P) {
+    llvm::errs() << "moec run: " << R.PointName << ": " << llvm::toString(P.takeError()) << "\n";
+    return ExitErrors;
+  }
+  if (int64_t(RunRanks) != R.WorldSize) {
+    llvm::errs() << fmt::format("moec run: recipe '{}' runs on {} ranks (world_size = {}), but --np is {}\n",
+                                R.PointName, R.WorldSize, R.WorldSize, unsigned(RunRanks));
+    return ExitUsage;
+  }
+  std::string Moerun = findMoerun(Argv0);
+  if (Moerun.empty()) {
+    if (!RunMoerun.empty())
+      llvm::errs() << "moec run: --moerun '" << RunMoerun << "' is not an executable file\n";
+    else
+      llvm::errs() << "moec run: cannot find moerun next to moec or on PATH; give it with --moerun PATH\n";
+    return ExitUsage;
+  }
+  llvm::ErrorOr<std::string> Mpirun = llvm::sys::findProgramByName("mpirun");
+  if (!Mpirun) {
+    llvm::errs() << "moec run: cannot find mpirun on PATH (install Open MPI, or launch moerun yourself: "
+                    "docs/runtime.md)\n";
+    return ExitUsage;
+  }
+
+  llvm::SmallString<256> Dir;
+  if (std::error_code EC = llvm::sys::fs::createUniqueDirectory("moec-run", Dir)) {
+    llvm::errs() << "moec run: cannot create a temporary directory: " << EC.message() << "\n";
+    return ExitUsage;
+  }
+  llvm::SmallString<256> PlanPath(Dir);
+  llvm::sys::path::append(PlanPath, "plan.toml");
+  if (llvm::Error E = writeFileAtomically(PlanPath, planToTOML(*P))) {
+    llvm::errs() << "moec run: " << llvm::toString(std::move(E)) << "\n";
+    return ExitUsage;
+  }
+
+  std::vector<std::string> Args = {*Mpirun, "--oversubscribe", "-np", std::to_string(unsigned(RunRanks))};
+  if (::getuid() == 0)
+    Args.push_back("--allow-run-as-root");
+  Args.insert(Args.end(), {Moerun, std::string(PlanPath), "--steps", std::to_string(unsigned(RunSteps))});
+  for (auto [Flag, Value] : {std::make_pair("--log", &RunLog), std::make_pair("--seed", &RunSeed),
+                             std::make_pair("--lr", &RunLR), std::make_pair("--timeout", &RunTimeout)})
+    if (!Value->empty())
+      Args.insert(Args.end(), {Flag, Value->getValue()});
+  if (RunDry)
+    Args.push_back("--dry-run");
+  std::vector<llvm::StringRef> ArgRefs(Args.begin(), Args.end());
+  std::string ExecError;
+  int Status = llvm::sys::ExecuteAndWait(*Mpirun, ArgRefs, llvm::None, {}, 0, 0, &ExecError);
+  if (Status < 0) {
+    llvm::errs() << "moec run: mpirun " << (Status == -1 ? "could not be started" : "crashed") << ": " << ExecError
+                 << "; the plan is kept at " << PlanPath << "\n";
+    return ExitUsage;
+  }
+  if (Status != 0) {
+    // Kept for a rerun by hand (mpirun -np N moerun PLAN).
+    llvm::errs() << "moec run: mpirun exited with status " << Status << "; the plan is kept at " << PlanPath << "\n";
+    return Status;
+  }
+  llvm::sys::fs::remove(PlanPath);
+  llvm::sys::fs::remove(Dir);
+  return ExitOK;
+}
 } // namespace
 
 int main(int argc, char **argv) {
@@ -387,12 +515,14 @@ int main(int argc, char **argv) {
     return runPlan();
   if (SweepCmd)
     return runSweep();
+  if (RunCmd)
+    return runRun(argv[0]);
   if (RuleIndexCmd)
     return runRuleIndex();
   if (SchemaCmd) {
     printSchemaMarkdown(llvm::outs());
     return ExitOK;
   }
-  llvm::errs() << "moec: expected a command: check, plan, sweep, explain or schema (see moec --help)\n";
+  llvm::errs() << "moec: expected a command: check, plan, sweep, explain, schema or run (see moec --help)\n";
   return ExitUsage;
 }
