@@ -1,0 +1,407 @@
+//===- train/Trainer.cpp - A launch plan's training steps on this rank -----===//
+#include "train/Trainer.h"
+
+#include "kernels/host/Blas.h"
+#include "parallel/cp/ContextParallelAttention.h"
+#include "parallel/pp/PipelineExecutor.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <set>
+#include <stdexcept>
+
+using namespace moert;
+
+std::map<std::string, std::unique_ptr<Communicator>>
+moert::createPlanGroups(const moec::LaunchPlan &Plan, CommWorld &World) {
+  std::map<std::string, std::unique_ptr<Communicator>> Groups;
+  for (const auto &[Kind, Lists] : Plan.Groups)
+    Groups[Kind] = World.split(Kind, Lists);
+  return Groups;
+}
+
+namespace {
+
+[[noreturn]] void refuse(const std::string &Message) {
+  throw std::runtime_error("trainer: " + Message);
+}
+
+ModelConfig modelConfig(const moec::LaunchPlan &Plan) {
+  const moec::LaunchModel &M = Plan.Model;
+  if (!M.Unsupported.empty()) {
+    std::string Names;
+    for (const std::string &U : M.Unsupported)
+      Names += (Names.empty() ? "" : ", ") + U;
+    refuse("the CPU runtime does not implement " + Names);
+  }
+  if (M.MtpLayers > 0)
+    refuse("multi-token prediction layers are not implemented");
+  ModelConfig C;
+  C.Layers = M.Layers;
+  C.Hidden = M.Hidden;
+  C.FfnHidden = M.FfnHidden.value_or(0);
+  C.Heads = M.Heads;
+  C.KvHeads = M.KvHeads;
+  C.HeadDim = M.HeadDim;
+  C.Vocab = M.Vocab;
+  if (M.MoE) {
+    C.Experts = M.MoE->Experts;
+    C.TopK = M.MoE->TopK;
+    C.MoeFfnHidden = M.MoE->FfnHidden;
+    C.SharedExperts = M.MoE->SharedExperts;
+    C.DenseLayers = M.MoE->DenseLayers;
+    C.SigmoidRouter = M.MoE->SigmoidRouter;
+    if (M.MoE->SharedFfnHidden &&
+        *M.MoE->SharedFfnHidden != C.SharedExperts * C.MoeFfnHidden)
+      refuse("a shared-expert width other than shared_experts * moe ffn_hidden "
+             "is not implemented");
+  }
+  if (C.DenseLayers > 0 && C.FfnHidden <= 0)
+    refuse("dense layers need the model's ffn_hidden");
+  return C;
+}
+
+/// Hi/lo float pair of a double, so sums over ranks keep ~48 bits.
+void splitDouble(double X, float *Out) {
+  Out[0] = float(X);
+  Out[1] = float(X - double(Out[0]));
+}
+double joinDouble(const float *In) { return double(In[0]) + double(In[1]); }
+
+double now() {
+  return std::chrono::duration<double>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+} // namespace
+
+struct Trainer::Impl final : public PipelineStage {
+  const moec::LaunchPlan &Plan;
+  CommWorld &World;
+  TrainerOptions Options;
+  CommClock Clock;
+  /// Timed views of the plan's groups (and of the world), by kind.
+  std::map<std::string, std::unique_ptr<Communicator>> Timed;
+  std::vector<std::unique_ptr<Communicator>> Selves;
+  int64_t PpRank = 0, DpRank = 0, CpRank = 0, CpSize = 1, TpSize = 1;
+  ModelConfig Config;
+  ModelOptions MOpts;
+  std::vector<std::unique_ptr<StageModel>> Chunks;
+  std::shared_ptr<const TokenSource> Data;
+  std::unique_ptr<PipelineExecutor> Executor;
+  std::unique_ptr<AdamW> Optimizer;
+  std::vector<PipelineOp> Ops;
+  int64_t StepIndex = 0; ///< steps done
+  std::map<int64_t, MicroBatch> Batches; ///< this step's, by local micro batch
+  int64_t LastPeak = 0;
+
+  Impl(const moec::LaunchPlan &Plan, CommWorld &World,
+       std::map<std::string, std::unique_ptr<Communicator>> &Groups,
+       const TrainerOptions &Options, std::vector<std::string> &Notes)
+      : Plan(Plan), World(World), Options(Options) {
+    if (Plan.WorldSize != World.size())
+      refuse("the plan is for " + std::to_string(Plan.WorldSize) +
+             " ranks, the job has " + std::to_string(World.size()));
+    if (Plan.Parallel.ETP != 1)
+      refuse("expert tensor parallelism (etp > 1) is not implemented");
+    for (auto &[Kind, Comm] : Groups)
+      Timed[Kind] = std::make_unique<TimedCommunicator>(*Comm, Clock);
+    Timed["world"] = std::make_unique<TimedCommunicator>(World.world(), Clock);
+
+    const moec::LaunchRank &Me = Plan.Ranks[size_t(World.rank())];
+    auto Coord = [&](const char *K) {
+      auto It = Me.Dense.find(K);
+      return It == Me.Dense.end() ? int64_t(0) : It->second;
+    };
+    PpRank = Coord("pp");
+    DpRank = Coord("dp");
+    CpRank = group("cp").rank();
+    CpSize = group("cp").size();
+    TpSize = group("tp").size();
+    if (CpSize != Plan.Parallel.CP || TpSize != Plan.Parallel.TP ||
+        group("pp").size() != Plan.Parallel.PP ||
+        group("pp").rank() != PpRank)
+      refuse("the process groups do not match the plan's layout");
+
+    Config = modelConfig(Plan);
+    if (Plan.GlobalBatch <= 0 || Plan.MicroBatch <= 0 || Plan.SeqLen <= 0 ||
+        Plan.GlobalBatch % Plan.MicroBatch)
+      refuse("global_batch must be a positive multiple of micro_batch");
+    int64_t M = Plan.GlobalBatch / Plan.MicroBatch;
+    if (M % Plan.Parallel.DP || M / Plan.Parallel.DP != Plan.Microbatches)
+      refuse("the plan's micro batches per rank disagree with its batch sizes");
+    MOpts.Seed = Options.Seed;
+    MOpts.CeScale = 1.0 / double(Plan.GlobalBatch * Plan.SeqLen);
+    MOpts.AuxScale = 1.0 / double(M);
+    recompute(Notes);
+    Notes.push_back("the CPU backend computes in fp32 (the plan's precision " +
+                    Plan.Precision + " only shapes the plan)");
+
+    ParallelContext Ctx{&group("tp"), &group("cp"), &group("tp-cp"),
+                        &group("ep")};
+    for (int64_t C = 0; C < Plan.Parallel.VPP; ++C) {
+      const moec::LaunchStage &S = Plan.stage(PpRank, C);
+      StageSpec Spec{S.FirstLayer, S.DecoderLayers, S.Embedding, S.Loss};
+      Chunks.push_back(std::make_unique<StageModel>(Config, Spec, Ctx, MOpts));
+    }
+
+    Data = Options.Data;
+    if (!Data) {
+      if (Plan.Data.Mock) {
+        Data = std::make_shared<MockSource>(Config.Vocab, Plan.SeqLen,
+                                            Options.Seed);
+      } else {
+        std::string Error;
+        std::unique_ptr<IndexedSource> Src =
+            IndexedSource::open(Plan.Data.Path, Config.Vocab, Plan.SeqLen, Error);
+        if (!Src)
+          refuse(Error);
+        Data = std::move(Src);
+      }
+    }
+    if (Data->seqLen() != Plan.SeqLen || Data->vocab() != Config.Vocab)
+      refuse("the data source's seq_len or vocab differs from the plan's");
+
+    Executor = std::make_unique<PipelineExecutor>(
+        group("pp"), int(Plan.Parallel.VPP), *this);
+    for (const moec::LaunchOp &Op : Plan.Schedule[size_t(PpRank)])
+      Ops.push_back({Op.K == moec::LaunchOp::Forward ? PipelineOp::Forward
+                                                     : PipelineOp::Backward,
+                     Op.Microbatch, int(Op.Chunk)});
+    GradientGroups GG{&group("dp-cp"), &group("tp"), &group("edp")};
+    Optimizer = std::make_unique<AdamW>(allParameters(), GG, group("world"),
+                                        Options.Optimizer);
+  }
+
+  Communicator &group(const std::string &Kind) {
+    auto It = Timed.find(Kind);
+    if (It != Timed.end())
+      return *It->second;
+    // A kind the plan does not list is a dimension of size one.
+    Selves.push_back(createSelfCommunicator(Kind));
+    Timed[Kind] = std::make_unique<TimedCommunicator>(*Selves.back(), Clock);
+    return *Timed[Kind];
+  }
+
+  void recompute(std::vector<std::string> &Notes) {
+    const moec::LaunchRecompute &R = Plan.Recompute;
+    if (R.Kind == "full") {
+      MOpts.Recompute.Full = true;
+      if (R.Layers > 0 && R.Layers < Config.Layers)
+        Notes.push_back("recompute = full(layers = " + std::to_string(R.Layers) +
+                        "): the CPU runtime recomputes every layer");
+    } else if (R.Kind == "selective") {
+      static const std::set<std::string> Known = {
+          "core_attn", "layernorm", "mlp", "moe_act", "moe", "shared_experts"};
+      for (const std::string &M : R.Modules) {
+        if (Known.count(M))
+          MOpts.Recompute.Modules.push_back(M);
+        else
+          Notes.push_back("recompute module '" + M +
+                          "' has no counterpart in the CPU model: ignored");
+      }
+    }
+  }
+
+  std::vector<Parameter *> allParameters() {
+    std::vector<Parameter *> All;
+    for (auto &C : Chunks)
+      for (Parameter *Param : C->parameters())
+        All.push_back(Param);
+    return All;
+  }
+
+  const MicroBatch &batch(int64_t Mb) {
+    auto It = Batches.find(Mb);
+    if (It != Batches.end())
+      return It->second;
+    MicroBatch &B = Batches[Mb];
+    B.Sequences = Plan.MicroBatch;
+    B.SeqLen = Plan.SeqLen;
+    int64_t Global = DpRank * Plan.Microbatches + Mb;
+    int64_t First = StepIndex * Plan.GlobalBatch + Global * Plan.MicroBatch;
+    std::vector<int64_t> Pos = localPositions(int(CpRank), int(CpSize), Plan.SeqLen);
+    std::vector<int32_t> Sample(size_t(Plan.SeqLen + 1));
+    for (int64_t S = 0; S < Plan.MicroBatch; ++S) {
+      Data->sample(First + S, Sample.data());
+      for (int64_t P : Pos) {
+        B.Tokens.push_back(Sample[size_t(P)]);
+        B.Labels.push_back(Sample[size_t(P + 1)]);
+      }
+    }
+    return B;
+  }
+
+  // PipelineStage.
+  Tensor forward(int64_t Mb, int Chunk, const Tensor *Input) override {
+    return Chunks[size_t(Chunk)]->forward(Mb, batch(Mb), Input);
+  }
+  Tensor backward(int64_t Mb, int Chunk, const Tensor *OutGrad) override {
+    return Chunks[size_t(Chunk)]->backward(Mb, OutGrad);
+  }
+  std::vector<int64_t> activationShape(int64_t, int) override {
+    return {Plan.MicroBatch * Plan.SeqLen / CpSize / TpSize, Config.Hidden};
+  }
+
+  int64_t staticBytes() {
+    int64_t B = 0;
+    for (Parameter *Param : allParameters())
+      B += Param->Value.bytes() + Param->Grad.bytes();
+    return B + Optimizer->stateElements() * int64_t(sizeof(float));
+  }
+
+  TrainStepStats step(const std::function<void()> &OnOp) {
+    Optimizer->zeroGrads();
+    for (auto &C : Chunks)
+      C->resetStepStats();
+    Batches.clear();
+    double Comm0 = Clock.Seconds, Blas0 = blasSeconds(), T0 = now();
+    Executor->runStep(Ops, OnOp);
+    AdamWStepInfo Info = Optimizer->step();
+    double Seconds = now() - T0;
+    double CommSeconds = Clock.Seconds - Comm0;
+    double Blas = blasSeconds() - Blas0;
+    ++StepIndex;
+    Batches.clear();
+
+    int64_t Activations = 0;
+    double CeSum = 0, AuxSum = 0;
+    int64_t Tokens = 0;
+    for (auto &C : Chunks) {
+      auto It = C->peakActivationBytes().find("total");
+      if (It != C->peakActivationBytes().end())
+        Activations += It->second;
+      CeSum += C->loss().CeSum;
+      Tokens += C->loss().Tokens;
+      AuxSum += C->loss().AuxSum;
+    }
+    LastPeak = Activations + staticBytes();
+    // Every tp-cp rank of a micro batch holds the same aux losses: count one.
+    if (group("tp-cp").rank() != 0)
+      AuxSum = 0;
+
+    Communicator &W = World.world(); // not timed: bookkeeping, not the step
+    float Sums[6];
+    splitDouble(CeSum, Sums);
+    splitDouble(AuxSum, Sums + 2);
+    splitDouble(double(Tokens), Sums + 4);
+    W.allReduceSum(Sums, 6);
+    const int PerRank = 7;
+    float Mine[PerRank];
+    splitDouble(Seconds, Mine);
+    splitDouble(CommSeconds, Mine + 2);
+    Mine[4] = float(Blas);
+    // Bytes as MiB + remainder, both exact in a float (up to 16 TiB).
+    Mine[5] = float(LastPeak >> 20);
+    Mine[6] = float(LastPeak & ((int64_t(1) << 20) - 1));
+    std::vector<float> All(size_t(W.size() * PerRank));
+    W.allGather(Mine, All.data(), PerRank);
+
+    TrainStepStats S;
+    S.Step = StepIndex;
+    S.Tokens = int64_t(std::llround(joinDouble(Sums + 4)));
+    S.Loss = S.Tokens ? joinDouble(Sums) / double(S.Tokens) : 0.0;
+    S.AuxLoss = joinDouble(Sums + 2) * MOpts.AuxScale;
+    S.GradNorm = Info.GradNorm;
+    for (int R = 0; R < W.size(); ++R) {
+      const float *X = All.data() + R * PerRank;
+      S.StepSeconds = std::max(S.StepSeconds, joinDouble(X));
+      S.CommSeconds += joinDouble(X + 2) / W.size();
+      S.ComputeSeconds += (joinDouble(X) - joinDouble(X + 2)) / W.size();
+      S.BlasSeconds += double(X[4]) / W.size();
+      int64_t Peak = (int64_t(X[5]) << 20) + int64_t(X[6]);
+      S.RankPeakBytes.push_back(Peak);
+      S.PeakBytes = std::max(S.PeakBytes, Peak);
+    }
+    S.TokensPerSecond = S.StepSeconds > 0
+                            ? double(Plan.GlobalBatch * Plan.SeqLen) / S.StepSeconds
+                            : 0.0;
+    return S;
+  }
+
+  bool owns(const Parameter &Param) {
+    if (Param.Kind == ParamKind::Expert)
+      return group("edp").rank() == 0;
+    return group("tp").rank() == 0 && group("dp-cp").rank() == 0;
+  }
+
+  /// The full tensor of a tp-split parameter (collective over tp).
+  Tensor gatherFull(const Tensor &Shard, TpSplit Split) {
+    Communicator &Tp = *Timed.at("tp");
+    if (Split == TpSplit::None || Tp.size() == 1)
+      return Shard;
+    int64_t T = Tp.size();
+    std::vector<float> Out(size_t(Shard.numel() * T));
+    Tp.allGather(Shard.data(), Out.data(), size_t(Shard.numel()));
+    std::vector<int64_t> Shape = Shard.shape();
+    if (Split == TpSplit::Rows) {
+      Shape[0] *= T;
+      Tensor Full(Shape);
+      std::copy(Out.begin(), Out.end(), Full.data());
+      return Full;
+    }
+    int64_t Rows = Shard.rows(), Cols = Shard.cols();
+    Shape.back() *= T;
+    Tensor Full(Shape);
+    for (int64_t R = 0; R < T; ++R)
+      for (int64_t I = 0; I < Rows; ++I)
+        std::copy_n(Out.data() + (R * Rows + I) * Cols, Cols,
+                    Full.data() + I * Cols * T + R * Cols);
+    return Full;
+  }
+
+  void dump(const std::string &Path, bool Grads) {
+    std::vector<Tensor> Keep;
+    std::vector<Parameter *> Params = allParameters();
+    Keep.reserve(Params.size());
+    std::vector<NamedTensor> Mine;
+    for (Parameter *Param : Params) {
+      // Every tp rank takes part in the gather; only the owner writes.
+      Keep.push_back(gatherFull(Grads ? Param->Grad : Param->Value, Param->Split));
+      if (owns(*Param))
+        Mine.push_back({Param->Name, &Keep.back()});
+    }
+    if (!writeTensorFile(Path, Mine))
+      World.abort("trainer: cannot write " + Path, 3);
+  }
+};
+
+Trainer::Trainer(const moec::LaunchPlan &Plan, CommWorld &World,
+                 std::map<std::string, std::unique_ptr<Communicator>> &Groups,
+                 const TrainerOptions &Options)
+    : P(std::make_unique<Impl>(Plan, World, Groups, Options, Notes)) {}
+
+Trainer::~Trainer() = default;
+
+TrainStepStats Trainer::step(const std::function<void()> &OnOp) {
+  return P->step(OnOp);
+}
+
+std::vector<Parameter *> Trainer::parameters() { return P->allParameters(); }
+
+int64_t Trainer::localPeakBytes() const { return P->LastPeak; }
+
+void Trainer::dumpTensors(const std::string &Path, bool Grads) {
+  P->dump(Path, Grads);
+}
+
+bool moert::writeTensorFile(const std::string &Path,
+                            const std::vector<NamedTensor> &Tensors) {
+  std::FILE *F = std::fopen(Path.c_str(), "wb");
+  if (!F)
+    return false;
+  bool Ok = std::fwrite("MOEDUMP1\n", 1, 9, F) == 9;
+  for (const NamedTensor &T : Tensors) {
+    uint32_t Len = uint32_t(T.Name.size()), Rank = uint32_t(T.Value->rank());
+    Ok &= std::fwrite(&Len, sizeof Len, 1, F) == 1;
+    Ok &= std::fwrite(T.Name.data(), 1, Len, F) == Len;
+    Ok &= std::fwrite(&Rank, sizeof Rank, 1, F) == 1;
+    Ok &= std::fwrite(T.Value->shape().data(), sizeof(int64_t), Rank, F) == Rank;
+    size_t N = size_t(T.Value->numel());
+    Ok &= std::fwrite(T.Value->data(), sizeof(float), N, F) == N;
+  }
+  return std::fclose(F) == 0 && Ok;
+}

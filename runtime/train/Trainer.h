@@ -1,0 +1,127 @@
+//===- train/Trainer.h - A launch plan's training steps on this rank -------===//
+//
+// The Trainer joins the runtime's pieces into training steps for one rank of
+// a launch plan (moec plan, read back by moec::readPlan):
+//  * groups: the plan's process groups (tp, cp, tp-cp, ep, dp-cp, edp, pp),
+//    each wrapped in a TimedCommunicator so that a step's communication time
+//    is measured;
+//  * model: a StageModel per pipeline chunk this pp rank holds (the plan's
+//    pipeline.stages), configured from the plan's model, with
+//    CeScale = 1 / (global_batch * seq_len) and AuxScale = 1 / (global_batch
+//    / micro_batch), so that gradients summed over micro batches and ranks are
+//    those of the global-batch mean loss, as on one rank;
+//  * data: step s (0-based) trains on global samples [s*GBS, (s+1)*GBS) of the
+//    TokenSource; with M = GBS/MBS micro batches per step, DP rank d takes
+//    micro batches d*(M/dp) .. (d+1)*(M/dp)-1, and micro batch g holds samples
+//    s*GBS + g*MBS .. + MBS-1. The same micro batches exist in every layout,
+//    so the per-micro-batch auxiliary loss is the same too. Each sequence is
+//    cut to this CP rank's positions (localPositions, parallel/cp); labels are
+//    the next tokens;
+//  * schedule: the plan's ops for this pp rank through the PipelineExecutor
+//    (which hands tensors over locally when pp = 1);
+//  * update: AdamW (parallel/dp), which sums the gradients over dp-cp, tp and
+//    edp by parameter kind first.
+// The CPU backend computes in fp32 whatever the plan's precision says.
+//
+//===----------------------------------------------------------------------===//
+#ifndef MOERT_TRAIN_TRAINER_H
+#define MOERT_TRAIN_TRAINER_H
+
+#include "comm/Communicator.h"
+#include "data/TokenSource.h"
+#include "model/Model.h"
+#include "moec/Emit/PlanReader.h"
+#include "parallel/dp/AdamW.h"
+#include "train/TimedCommunicator.h"
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace moert {
+
+/// One communicator per group kind of the plan, split from World. Every rank
+/// calls it together (kinds in name order).
+std::map<std::string, std::unique_ptr<Communicator>>
+createPlanGroups(const moec::LaunchPlan &Plan, CommWorld &World);
+
+struct TrainerOptions {
+  /// Model initialisation and the mock data source.
+  uint64_t Seed = 1234;
+  AdamWOptions Optimizer;
+  /// Data; null: a MockSource (plan data.source = mock) or the plan's indexed
+  /// dataset.
+  std::shared_ptr<const TokenSource> Data;
+};
+
+/// One finished step, the same on every rank (reduced over the world).
+struct TrainStepStats {
+  int64_t Step = 0;          ///< 1-based
+  double Loss = 0;           ///< mean cross entropy over the global batch's tokens
+  double AuxLoss = 0;        ///< sum over micro batches and MoE layers of aux loss * AuxScale
+  int64_t Tokens = 0;        ///< tokens in the mean
+  double StepSeconds = 0;    ///< slowest rank, from the step's start to its update
+  double TokensPerSecond = 0; ///< whole job: global_batch * seq_len / StepSeconds
+  int64_t PeakBytes = 0;     ///< largest over the ranks of RankPeakBytes
+  std::vector<int64_t> RankPeakBytes; ///< per world rank: see localPeakBytes()
+  double CommSeconds = 0;    ///< mean over ranks of time inside communicator calls
+  double ComputeSeconds = 0; ///< mean over ranks of step time minus CommSeconds
+  double BlasSeconds = 0;    ///< mean over ranks of time inside gemm (part of compute)
+  double GradNorm = 0;       ///< global gradient norm before clipping
+};
+
+class Trainer {
+public:
+  /// Groups: from createPlanGroups (or moerun's own, same kinds). Throws
+  /// std::runtime_error when the plan asks for what this runtime cannot run.
+  Trainer(const moec::LaunchPlan &Plan, CommWorld &World,
+          std::map<std::string, std::unique_ptr<Communicator>> &Groups,
+          const TrainerOptions &Options);
+  ~Trainer();
+  Trainer(const Trainer &) = delete;
+  Trainer &operator=(const Trainer &) = delete;
+
+  /// Runs one step on every rank together. OnOp: a heartbeat after each
+  /// pipeline op.
+  TrainStepStats step(const std::function<void()> &OnOp = nullptr);
+
+  /// Every parameter this rank holds, all chunks.
+  std::vector<Parameter *> parameters();
+  /// This rank's peak bytes in the last step: the sum over its chunks of
+  /// peak saved activations, plus parameters, gradients and optimizer moments
+  /// (all fp32).
+  int64_t localPeakBytes() const;
+
+  /// Collective over the world: writes the full tensors (tp shards gathered
+  /// by Parameter::Split) that this rank owns to Path, gradients (Grads) or
+  /// values. Owner of a tensor: the expert's edp rank 0; any other
+  /// parameter's tp rank 0 that is also dp-cp rank 0. Format: see
+  /// writeTensorFile. Gradients are those summed by the last step's
+  /// optimizer (replicated optimizer only).
+  void dumpTensors(const std::string &Path, bool Grads);
+
+  /// Things said once at start (what precision the CPU computes in,
+  /// recompute modules that were ignored).
+  const std::vector<std::string> &notes() const { return Notes; }
+
+private:
+  struct Impl;
+  std::vector<std::string> Notes; ///< before P: Impl's constructor fills it
+  std::unique_ptr<Impl> P;
+};
+
+/// A tensor file: "MOEDUMP1\n", then per tensor: uint32 name length, the
+/// name, uint32 rank, int64 dims, float32 data (little endian, host order).
+/// Returns false when the file cannot be written.
+struct NamedTensor {
+  std::string Name;
+  const Tensor *Value;
+};
+bool writeTensorFile(const std::string &Path,
+                     const std::vector<NamedTensor> &Tensors);
+
+} // namespace moert
+
+#endif

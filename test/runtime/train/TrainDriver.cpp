@@ -1,0 +1,121 @@
+//===- TrainDriver.cpp - Runs a plan's steps with the Trainer, for tests ---===//
+//
+//   mpirun -np N moert-train-driver PLAN.toml [--steps K] [--dump DIR]
+//                                   [--log FILE] [--lr LR] [--seed S]
+//                                   [--adam-eps EPS]
+//
+// Test-only front end of runtime/train (moerun is the user-facing one): reads
+// the plan, splits the plan's groups and runs K steps. Rank 0 prints one line
+// per step and, with --log, appends one JSON object per step. With --dump,
+// after step 1 every rank writes the full gradients it owns to
+// DIR/grads.rankR.bin and after step K the full parameters to
+// DIR/params.rankR.bin (Trainer::dumpTensors), and rank 0 writes every
+// step's loss to DIR/loss.txt ("step ce aux" per line, %.9e);
+// compare_dumps.py merges and compares them.
+//
+//===----------------------------------------------------------------------===//
+#include "comm/mpi/MpiComm.h"
+#include "kernels/host/Blas.h"
+#include "train/Trainer.h"
+
+#include "llvm/Support/Error.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+using namespace moert;
+
+int main(int Argc, char **Argv) {
+  std::unique_ptr<CommWorld> World = createMpiWorld(&Argc, &Argv);
+  setBlasThreads(1);
+  std::string PlanPath, DumpDir, LogPath;
+  int64_t Steps = 1;
+  TrainerOptions Opts;
+  for (int I = 1; I < Argc; ++I) {
+    std::string A = Argv[I];
+    auto Value = [&]() -> std::string {
+      if (I + 1 >= Argc)
+        World->abort("moert-train-driver: " + A + " needs a value", 2);
+      return Argv[++I];
+    };
+    if (A == "--steps")
+      Steps = std::atoll(Value().c_str());
+    else if (A == "--dump")
+      DumpDir = Value();
+    else if (A == "--log")
+      LogPath = Value();
+    else if (A == "--lr")
+      Opts.Optimizer.Lr = std::atof(Value().c_str());
+    else if (A == "--adam-eps")
+      Opts.Optimizer.Eps = std::atof(Value().c_str());
+    else if (A == "--seed")
+      Opts.Seed = std::strtoull(Value().c_str(), nullptr, 10);
+    else if (PlanPath.empty())
+      PlanPath = A;
+    else
+      World->abort("moert-train-driver: unexpected argument " + A, 2);
+  }
+  if (PlanPath.empty() || Steps < 1)
+    World->abort("usage: moert-train-driver PLAN [--steps K] [--dump DIR] "
+                 "[--log FILE] [--lr LR] [--seed S]",
+                 2);
+  llvm::Expected<moec::LaunchPlan> Plan = moec::readPlan(PlanPath);
+  if (!Plan)
+    World->abort(llvm::toString(Plan.takeError()), 2);
+
+  auto Groups = createPlanGroups(*Plan, *World);
+  std::unique_ptr<Trainer> T;
+  try {
+    T = std::make_unique<Trainer>(*Plan, *World, Groups, Opts);
+  } catch (const std::exception &E) {
+    World->abort(E.what(), 2);
+  }
+  bool Root = World->rank() == 0;
+  std::FILE *Log = nullptr, *Loss = nullptr;
+  if (Root) {
+    for (const std::string &N : T->notes())
+      std::printf("note: %s\n", N.c_str());
+    if (!LogPath.empty() && !(Log = std::fopen(LogPath.c_str(), "w")))
+      World->abort("cannot write " + LogPath, 3);
+    if (!DumpDir.empty() &&
+        !(Loss = std::fopen((DumpDir + "/loss.txt").c_str(), "w")))
+      World->abort("cannot write " + DumpDir + "/loss.txt", 3);
+  }
+  std::string Rank = std::to_string(World->rank());
+  for (int64_t S = 1; S <= Steps; ++S) {
+    TrainStepStats St = T->step();
+    if (!DumpDir.empty() && S == 1)
+      T->dumpTensors(DumpDir + "/grads.rank" + Rank + ".bin", /*Grads=*/true);
+    if (!DumpDir.empty() && S == Steps)
+      T->dumpTensors(DumpDir + "/params.rank" + Rank + ".bin", /*Grads=*/false);
+    if (!Root)
+      continue;
+    std::printf("step %lld/%lld loss %.6f aux %.3e | %.3f s, %.0f tokens/s, "
+                "peak %.2f MiB, compute %.3f s (gemm %.3f s), comm %.3f s\n",
+                (long long)S, (long long)Steps, St.Loss, St.AuxLoss,
+                St.StepSeconds, St.TokensPerSecond, double(St.PeakBytes) / (1 << 20),
+                St.ComputeSeconds, St.BlasSeconds, St.CommSeconds);
+    if (Log) {
+      std::fprintf(Log,
+                   "{\"step\":%lld,\"loss\":%.9g,\"aux_loss\":%.9g,"
+                   "\"step_time_s\":%.6g,\"tokens_per_s\":%.6g,"
+                   "\"peak_bytes\":%lld,\"compute_s\":%.6g,\"comm_s\":%.6g}\n",
+                   (long long)S, St.Loss, St.AuxLoss, St.StepSeconds,
+                   St.TokensPerSecond, (long long)St.PeakBytes,
+                   St.ComputeSeconds, St.CommSeconds);
+      std::fflush(Log);
+    }
+    if (Loss)
+      std::fprintf(Loss, "%lld %.9e %.9e\n", (long long)S, St.Loss, St.AuxLoss);
+    std::fflush(stdout);
+  }
+  if (Log)
+    std::fclose(Log);
+  if (Loss)
+    std::fclose(Loss);
+  World->world().barrier();
+  return 0;
+}

@@ -1,0 +1,147 @@
+#!/usr/bin/env python3
+"""Every parallel layout equals one rank: the trainer's equivalence matrix.
+
+For each layout below: write a recipe for the catalog's tiny_moe on the `cpu`
+system, `moec plan` it, run `mpirun -np N moert-train-driver PLAN --steps 3
+--dump DIR`, and compare the loss of every step, every full gradient after
+step 1 and every full parameter after step 3 with the one-rank run
+(compare_dumps.py: max-abs error <= 1e-5 of each tensor's largest reference
+magnitude). Prints one line per layout with its time; exits 1 if any layout
+fails to plan, run or match.
+
+Usage: train_matrix.py --moec MOEC --driver DRIVER --mpirun MPIRUN --work DIR
+                       [--only NAME,...] [--tol 1e-5]
+"""
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import compare_dumps  # noqa: E402
+
+STEPS = 3
+# The optimizer is AdamW, whose update lr * g / (|g| + eps) has slope up to
+# lr / (4 eps) (at |g| = eps). Gradients of one tensor span many decades
+# (rarely routed experts, rare tokens, ~1e-9 against a scale of ~1e-2), and
+# layouts sum them in different orders, so they differ at fp32 rounding level
+# (~1e-7 of the tensor's scale; checked at 1e-5 after step 1). With lr = 1e-3
+# and eps = 1e-8 that slope turns such differences into parameter differences
+# of up to ~5e-5 of the parameters' scale after 3 steps, for any correct
+# implementation. lr = 1e-4 and eps = 1e-6 bound the amplified rounding to
+# ~2e-6 of scale while each step still moves parameters by up to 1e-4, ~300x
+# the tolerance, so a wrong update still shows.
+LR = "1e-4"
+ADAM_EPS = "1e-6"
+SEQ_LEN = 32
+GLOBAL_BATCH = 8
+
+# name: (ranks, parallel settings, recompute or None)
+LAYOUTS = [
+    ("dp2", 2, "tp = 1", None),
+    ("tp2", 2, "tp = 2", None),
+    ("cp2", 2, "cp = 2", None),
+    ("cp4", 4, "cp = 4", None),
+    ("ep2", 2, "ep = 2", None),
+    ("ep4", 4, "ep = 4", None),
+    ("pp2", 2, "pp = 2", None),
+    ("pp2_vpp2", 2, "pp = 2; vpp = 2", None),
+    ("pp4", 4, "pp = 4", None),
+    ("tp2_cp2", 4, "tp = 2; cp = 2", None),
+    ("cp2_ep2_pp2", 4, "cp = 2; ep = 2; pp = 2", None),
+    ("dp2_tp2_ep2", 4, "tp = 2; ep = 2", None),
+    ("tp2_pp2_selective", 4, "tp = 2; pp = 2", "selective(core_attn, moe_act, layernorm)"),
+    ("ep2_pp2_full", 4, "ep = 2; pp = 2", "full"),
+    ("dp2_cp2_ep4_pp2", 8, "cp = 2; ep = 4; pp = 2", None),
+    ("tp2_dp2_pp2_vpp2", 8, "tp = 2; pp = 2; vpp = 2", "selective(mlp, moe)"),
+]
+
+
+def recipe(name, ranks, parallel, recompute):
+    lines = [
+        f"recipe {name} {{",
+        "  model = tiny_moe",
+        f"  cluster {{ gpu = cpu; gpus = {ranks} }}",
+        f"  seq_len = {SEQ_LEN}",
+        f"  batch {{ micro = 1; global = {GLOBAL_BATCH} }}",
+        f"  parallel {{ {parallel} }}",
+        "  precision = bf16",
+    ]
+    if recompute:
+        lines.append(f"  recompute = {recompute}")
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def run(cmd, env, timeout=120):
+    p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                       text=True, timeout=timeout)
+    return p.returncode, p.stdout
+
+
+def run_layout(args, env, name, ranks, parallel, recompute):
+    d = os.path.join(args.work, name)
+    shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(os.path.join(d, "dump"))
+    src = os.path.join(d, f"{name}.moe")
+    with open(src, "w") as f:
+        f.write(recipe(name, ranks, parallel, recompute))
+    plan = os.path.join(d, "plan.toml")
+    rc, out = run([args.moec, "plan", src, "-o", plan], env)
+    if rc != 0:
+        return f"moec plan failed:\n{out}"
+    rc, out = run([args.mpirun, "--oversubscribe", "--bind-to", "none", "--mca", "btl", "self,vader",
+                   "-np", str(ranks), args.driver, plan, "--steps", str(STEPS),
+                   "--lr", LR, "--adam-eps", ADAM_EPS, "--dump", os.path.join(d, "dump")], env)
+    with open(os.path.join(d, "run.log"), "w") as f:
+        f.write(out)
+    if rc != 0:
+        return f"run failed (exit {rc}):\n{out[-3000:]}"
+    return None
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--moec", required=True)
+    ap.add_argument("--driver", required=True)
+    ap.add_argument("--mpirun", default="mpirun")
+    ap.add_argument("--work", required=True)
+    ap.add_argument("--only", default="")
+    ap.add_argument("--tol", type=float, default=1e-5)
+    args = ap.parse_args()
+    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+               OPENBLAS_NUM_THREADS="1", OMPI_MCA_rmaps_base_oversubscribe="1")
+    os.makedirs(args.work, exist_ok=True)
+    wanted = set(filter(None, args.only.split(",")))
+    start = time.time()
+    err = run_layout(args, env, "one_rank", 1, "tp = 1", None)
+    if err:
+        print(f"one_rank: {err}")
+        return 1
+    print(f"one_rank: ran in {time.time() - start:.1f} s")
+    ref = os.path.join(args.work, "one_rank", "dump")
+    failed = []
+    for name, ranks, parallel, recompute in LAYOUTS:
+        if wanted and name not in wanted:
+            continue
+        t0 = time.time()
+        err = run_layout(args, env, name, ranks, parallel, recompute)
+        if err is None:
+            problems, worst = compare_dumps.compare(ref, os.path.join(args.work, name, "dump"), args.tol)
+            if problems:
+                err = "MISMATCH\n  " + "\n  ".join(problems[:15])
+        status = "match" if err is None else err
+        extra = f", worst rel error {worst:.1e}" if err is None else ""
+        print(f"{name} ({ranks} ranks): {status}{extra} [{time.time() - t0:.1f} s]")
+        sys.stdout.flush()
+        if err:
+            failed.append(name)
+    print(f"{len(failed)} of {len(LAYOUTS) if not wanted else len(wanted)} layouts failed"
+          f"{': ' + ', '.join(failed) if failed else ''}; total {time.time() - start:.1f} s")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
