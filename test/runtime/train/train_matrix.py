@@ -7,7 +7,8 @@ system, `moec plan` it, run `mpirun -np N moert-train-driver PLAN --steps 3
 step 1 and every full parameter after step 3 with the one-rank run
 (compare_dumps.py: max-abs error <= 1e-5 of each tensor's largest reference
 magnitude). Prints one line per layout with its time; exits 1 if any layout
-fails to plan, run or match.
+fails to plan, run or match, or if a control run from another seed is
+not told apart from the one-rank run.
 
 Usage: train_matrix.py --moec MOEC --driver DRIVER --mpirun MPIRUN --work DIR
                        [--only NAME,...] [--tol 1e-5]
@@ -81,7 +82,7 @@ def run(cmd, env, timeout=120):
     return p.returncode, p.stdout
 
 
-def run_layout(args, env, name, ranks, parallel, recompute):
+def run_layout(args, env, name, ranks, parallel, recompute, extra=()):
     d = os.path.join(args.work, name)
     shutil.rmtree(d, ignore_errors=True)
     os.makedirs(os.path.join(d, "dump"))
@@ -94,7 +95,7 @@ def run_layout(args, env, name, ranks, parallel, recompute):
         return f"moec plan failed:\n{out}"
     rc, out = run([args.mpirun, "--oversubscribe", "--bind-to", "none", "--mca", "btl", "self,vader",
                    "-np", str(ranks), args.driver, plan, "--steps", str(STEPS),
-                   "--lr", LR, "--adam-eps", ADAM_EPS, "--dump", os.path.join(d, "dump")], env)
+                   "--lr", LR, "--adam-eps", ADAM_EPS, "--dump", os.path.join(d, "dump"), *extra], env)
     with open(os.path.join(d, "run.log"), "w") as f:
         f.write(out)
     if rc != 0:
@@ -122,6 +123,14 @@ def main():
         return 1
     print(f"one_rank: ran in {time.time() - start:.1f} s")
     ref = os.path.join(args.work, "one_rank", "dump")
+    # Control: the comparison must tell runs apart. A one-rank run from
+    # another seed (other initial weights and data) must mismatch.
+    err = run_layout(args, env, "control", 1, "tp = 1", None, ("--seed", "99"))
+    problems = [err] if err else compare_dumps.compare(ref, os.path.join(args.work, "control", "dump"), args.tol)[0]
+    if err or not problems:
+        print(f"control: {'run failed: ' + err if err else 'a run from another seed compared equal'}")
+        return 1
+    print(f"control (other seed): told apart ({len(problems)} mismatches)")
     failed = []
     for name, ranks, parallel, recompute in LAYOUTS:
         if wanted and name not in wanted:
