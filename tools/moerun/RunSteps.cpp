@@ -14,6 +14,7 @@
 #include "kernels/host/Blas.h"
 #include "train/Trainer.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <stdexcept>
 
@@ -49,9 +50,13 @@ int moerun::runSteps(RunContext &Ctx) {
   if (Ctx.World.rank() == 0)
     for (const std::string &Note : T->notes())
       std::printf("moerun: note: %s\n", Note.c_str());
+  std::vector<int64_t> RankPeaks;
   for (int64_t S = 1; S <= Ctx.Opts.Steps; ++S) {
     Ctx.Dog.beat("step " + std::to_string(S));
     moert::TrainStepStats St = T->step([&] { Ctx.Dog.beat(); });
+    RankPeaks.resize(St.RankPeakBytes.size());
+    for (size_t R = 0; R < RankPeaks.size(); ++R)
+      RankPeaks[R] = std::max(RankPeaks[R], St.RankPeakBytes[R]);
     if (!Ctx.Log)
       continue;
     StepRecord R;
@@ -66,6 +71,13 @@ int moerun::runSteps(RunContext &Ctx) {
       std::fprintf(stderr, "moerun: %s\n", Error.c_str());
       Ctx.World.abort("moerun: cannot write the step log", 3);
     }
+  }
+  if (Ctx.World.rank() == 0) {
+    std::string Line = "moerun: peak bytes per rank (activations + parameters + "
+                       "gradients + optimizer moments):";
+    for (size_t R = 0; R < RankPeaks.size(); ++R)
+      Line += (R ? ", " : " ") + std::to_string(R) + ": " + std::to_string(RankPeaks[R]);
+    std::printf("%s\n", Line.c_str());
   }
   return 0;
 }

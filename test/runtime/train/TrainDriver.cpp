@@ -2,7 +2,7 @@
 //
 //   mpirun -np N moert-train-driver PLAN.toml [--steps K] [--dump DIR]
 //                                   [--log FILE] [--lr LR] [--seed S]
-//                                   [--adam-eps EPS]
+//                                   [--adam-eps EPS] [--distributed-optimizer]
 //
 // Test-only front end of runtime/train (moerun is the user-facing one): reads
 // the plan, splits the plan's groups and runs K steps. Rank 0 prints one line
@@ -10,7 +10,8 @@
 // after step 1 every rank writes the full gradients it owns to
 // DIR/grads.rankR.bin and after step K the full parameters to
 // DIR/params.rankR.bin (Trainer::dumpTensors), and rank 0 writes every
-// step's loss to DIR/loss.txt ("step ce aux" per line, %.9e);
+// step's loss to DIR/loss.txt ("step ce aux" per line, %.9e). The
+// distributed optimizer leaves no summed gradients behind: no grads files.
 // compare_dumps.py merges and compares them.
 //
 //===----------------------------------------------------------------------===//
@@ -49,6 +50,8 @@ int main(int Argc, char **Argv) {
       LogPath = Value();
     else if (A == "--lr")
       Opts.Optimizer.Lr = std::atof(Value().c_str());
+    else if (A == "--distributed-optimizer")
+      Opts.Optimizer.Distributed = true;
     else if (A == "--adam-eps")
       Opts.Optimizer.Eps = std::atof(Value().c_str());
     else if (A == "--seed")
@@ -87,7 +90,7 @@ int main(int Argc, char **Argv) {
   std::string Rank = std::to_string(World->rank());
   for (int64_t S = 1; S <= Steps; ++S) {
     TrainStepStats St = T->step();
-    if (!DumpDir.empty() && S == 1)
+    if (!DumpDir.empty() && S == 1 && !Opts.Optimizer.Distributed)
       T->dumpTensors(DumpDir + "/grads.rank" + Rank + ".bin", /*Grads=*/true);
     if (!DumpDir.empty() && S == Steps)
       T->dumpTensors(DumpDir + "/params.rank" + Rank + ".bin", /*Grads=*/false);

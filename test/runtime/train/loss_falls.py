@@ -11,7 +11,8 @@ the loss from ln 256 ~ 5.5 towards ln 15 ~ 2.7), plans tiny_moe on 4 ranks
     step_time_s, tokens_per_s, peak_bytes, compute_s, comm_s, all finite and
     positive (comm_s may be 0), compute_s + comm_s <= step_time_s;
   * tokens_per_s = global_batch * seq_len / step_time_s;
-  * standard output has the human line of every step;
+  * standard output has the human line of every step, the note that the CPU
+    computes in fp32 and the peak bytes of every rank;
   * the mean loss of the last 5 steps is below the first step's by more than 1.
 
 Usage: loss_falls.py --moec MOEC --moerun MOERUN --mkdata MKDATA
@@ -74,6 +75,10 @@ def main():
             errors.append(f"step {r['step']}: tokens_per_s is not {GLOBAL * SEQ_LEN} / step_time_s")
         if f"step {r.get('step')}/{STEPS}" not in p.stdout:
             errors.append(f"no human line for step {r.get('step')}")
+    if "moerun: peak bytes per rank" not in p.stdout or " 3: " not in p.stdout.split("peak bytes per rank")[-1]:
+        errors.append("no per-rank peak memory line for all 4 ranks")
+    if "computes in fp32" not in p.stdout:
+        errors.append("no note that the CPU backend computes in fp32")
     if len(rows) == STEPS:
         first, last = rows[0]["loss"], sum(r["loss"] for r in rows[-5:]) / 5
         print(f"loss: step 1 {first:.4f}, mean of the last 5 steps {last:.4f}")

@@ -39,7 +39,9 @@ ADAM_EPS = "1e-6"
 SEQ_LEN = 32
 GLOBAL_BATCH = 8
 
-# name: (ranks, parallel settings, recompute or None)
+# name: (ranks, parallel settings, recompute or None); a name ending in
+# "_distopt" runs the distributed optimizer (ZeRO-1), which leaves no summed
+# gradients behind, so only its losses and parameters are compared.
 LAYOUTS = [
     ("dp2", 2, "tp = 1", None),
     ("tp2", 2, "tp = 2", None),
@@ -57,6 +59,7 @@ LAYOUTS = [
     ("ep2_pp2_full", 4, "ep = 2; pp = 2", "full"),
     ("dp2_cp2_ep4_pp2", 8, "cp = 2; ep = 4; pp = 2", None),
     ("tp2_dp2_pp2_vpp2", 8, "tp = 2; pp = 2; vpp = 2", "selective(mlp, moe)"),
+    ("dp2_ep2_cp2_distopt", 8, "cp = 2; ep = 2", None),
 ]
 
 
@@ -136,9 +139,12 @@ def main():
         if wanted and name not in wanted:
             continue
         t0 = time.time()
-        err = run_layout(args, env, name, ranks, parallel, recompute)
+        distopt = name.endswith("_distopt")
+        err = run_layout(args, env, name, ranks, parallel, recompute,
+                         ("--distributed-optimizer",) if distopt else ())
         if err is None:
-            problems, worst = compare_dumps.compare(ref, os.path.join(args.work, name, "dump"), args.tol)
+            problems, worst = compare_dumps.compare(ref, os.path.join(args.work, name, "dump"), args.tol,
+                                                    ("params",) if distopt else ("grads", "params"))
             if problems:
                 err = "MISMATCH\n  " + "\n  ".join(problems[:15])
         status = "match" if err is None else err
