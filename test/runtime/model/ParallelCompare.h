@@ -32,6 +32,8 @@ inline Split tpSplit(const std::string &Name) {
 /// The full gradient from the tp shards: split ones gathered, the rest summed.
 inline std::vector<float> gatherTp(Communicator &Tp, const Parameter &P) {
   Split S = tpSplit(P.Name);
+  // Parameter::Split (what tools gather by) must agree with the layout.
+  EXPECT_EQ(int(S), int(P.Split)) << P.Name;
   std::vector<float> G = P.Grad.storage();
   if (S == Split::None) {
     Tp.allReduceSum(G.data(), G.size());
