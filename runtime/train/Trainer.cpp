@@ -137,6 +137,15 @@ struct Trainer::Impl final : public PipelineStage {
     MOpts.CeScale = 1.0 / double(Plan.GlobalBatch * Plan.SeqLen);
     MOpts.AuxScale = 1.0 / double(M);
     recompute(Notes);
+    if (Plan.Parallel.FSDP)
+      Notes.push_back("fsdp: the CPU runtime keeps whole parameter replicas "
+                      "(AdamW's distributed variant shards the moments only)");
+    if (!Plan.Dispatcher.empty() && Plan.Dispatcher != "alltoall")
+      Notes.push_back("dispatcher " + Plan.Dispatcher +
+                      ": the CPU runtime moves tokens by all-to-all");
+    if (Plan.Data.VariableLength)
+      Notes.push_back("variable-length data: the CPU runtime trains on fixed "
+                      "seq_len windows of the corpus");
     Notes.push_back("the CPU backend computes in fp32 (the plan's precision " +
                     Plan.Precision + " only shapes the plan)");
 
