@@ -1,0 +1,34 @@
+//===- CheckCommand.cpp - moec check ===//
+#include "Commands.h"
+#include "Driver.h"
+
+#include "moec/Diag/DiagnosticRenderers.h"
+#include "moec/Emit/Plan.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/raw_ostream.h"
+#include <fmt/format.h>
+#include "moec/Rules/RuleEngine.h"
+
+namespace moec::driver {
+
+int runCheck() {
+  if (ListRules) {
+    for (const DiagInfo &I : allDiagInfos()) {
+      llvm::StringRef Source = ruleSource(lookupDiagID(I.Id).getValue());
+      llvm::outs() << llvm::formatv("{0,-36} {1,-8} {2}\n", I.Id, severityName(I.DefaultSeverity),
+                                    Source.empty() ? "front end" : Source);
+    }
+    return ExitOK;
+  }
+  if (CheckFiles.empty()) {
+    llvm::errs() << "moec check: no input files (use - for standard input)\n";
+    return ExitUsage;
+  }
+  std::unique_ptr<Compilation> C = compile(/*RunRules=*/true);
+  renderDiagnostics(*C, OutputFormat);
+  if (C->Unreadable)
+    return ExitUsage;
+  return C->Diags->hasErrors() ? ExitErrors : ExitOK;
+}
+
+} // namespace moec::driver

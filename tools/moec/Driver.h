@@ -1,0 +1,37 @@
+//===- Driver.h - What every moec command that reads recipes shares ------===//
+#ifndef MOEC_TOOLS_MOEC_DRIVER_H
+#define MOEC_TOOLS_MOEC_DRIVER_H
+
+#include "Options.h"
+#include "moec/Diag/DiagnosticEngine.h"
+#include "moec/Sema/Sema.h"
+#include "llvm/Support/SourceMgr.h"
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace moec::driver {
+
+/// What every command that reads recipes shares: diagnostics options, the
+/// files parsed and checked, and the recipes (one per sweep point) that
+/// passed Sema, each with the rules already run over it.
+struct Compilation {
+  llvm::SourceMgr SM;
+  std::unique_ptr<DiagnosticEngine> Diags;
+  std::vector<std::unique_ptr<Sema>> Units;
+  std::vector<std::pair<Recipe, std::string>> Recipes; // with the file defining it
+  bool Unreadable = false;
+};
+
+
+/// Parses and checks the files of the command line (CheckFiles, -I, -W,
+/// --recipe); with RunRules the rule catalog runs over every recipe.
+std::unique_ptr<Compilation> compile(bool RunRules, bool CapErrors = true);
+
+/// Prints the diagnostics collected so far in the chosen format.
+void renderDiagnostics(Compilation &C, Format F);
+
+} // namespace moec::driver
+
+#endif

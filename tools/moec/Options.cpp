@@ -1,0 +1,72 @@
+//===- Options.cpp - The moec command line's subcommands and options -----===//
+#include "Options.h"
+
+namespace moec::driver {
+
+cl::SubCommand CheckCmd("check", "Parse, type-check and lint recipes");
+cl::SubCommand ExplainCmd("explain", "Explain a diagnostic ID");
+cl::SubCommand SchemaCmd("schema", "Print the field tables of the language (Markdown)");
+cl::SubCommand RuleIndexCmd("rule-index", "Print the rule index (Markdown) for docs/rules.md");
+cl::SubCommand PlanCmd("plan", "Lower a recipe to a launch plan (rank layout, schedule, memory, speed)");
+cl::SubCommand SweepCmd("sweep", "Expand sweeps, prune infeasible points, rank the rest by predicted speed");
+cl::SubCommand RunCmd("run", "Compile a recipe to a plan and run it on this machine with mpirun and moerun");
+
+cl::list<std::string> CheckFiles(cl::Positional, cl::desc("<file.moe | ->..."), cl::sub(CheckCmd), cl::sub(PlanCmd), cl::sub(SweepCmd), cl::sub(RunCmd));
+cl::opt<std::string> RecipeName("recipe", cl::desc("Check only this recipe"), cl::value_desc("name"),
+                                cl::sub(CheckCmd), cl::sub(PlanCmd), cl::sub(SweepCmd), cl::sub(RunCmd));
+cl::opt<Format> OutputFormat("format", cl::desc("Diagnostic output format"), cl::init(Format::Text),
+                             cl::values(clEnumValN(Format::Text, "text", "clang-style text on stderr"),
+                                        clEnumValN(Format::JSON, "json", "a JSON array on stdout"),
+                                        clEnumValN(Format::SARIF, "sarif", "SARIF 2.1.0 on stdout")),
+                             cl::sub(CheckCmd));
+cl::list<std::string> Warnings("W", cl::Prefix, cl::desc("-Werror: warnings are errors; -Wno-ID: silence ID"),
+                               cl::value_desc("error|no-ID"), cl::sub(CheckCmd), cl::sub(PlanCmd), cl::sub(SweepCmd),
+                               cl::sub(RunCmd));
+cl::list<std::string> IncludeDirs("I", cl::Prefix, cl::desc("Add a directory to the import search path"),
+                                  cl::value_desc("dir"), cl::sub(CheckCmd), cl::sub(PlanCmd), cl::sub(SweepCmd),
+                                  cl::sub(RunCmd));
+cl::opt<ColorMode> Color("color", cl::desc("Colour text diagnostics"), cl::init(ColorMode::Auto),
+                         cl::values(clEnumValN(ColorMode::Auto, "auto", "when stderr is a terminal"),
+                                    clEnumValN(ColorMode::Always, "always", "always"),
+                                    clEnumValN(ColorMode::Never, "never", "never")),
+                         cl::sub(CheckCmd), cl::sub(PlanCmd), cl::sub(SweepCmd));
+cl::opt<bool> DumpAST("dump-ast", cl::desc("Print the syntax tree as canonical source"), cl::sub(CheckCmd));
+cl::opt<bool> DumpRecipe("dump-recipe", cl::desc("Print each typed recipe with provenance"), cl::sub(CheckCmd));
+cl::opt<bool> NoPlanner("no-planner",
+                        cl::desc("Skip the checks that need the planner's memory model (memory-exceeds-hbm, "
+                                 "memory-headroom)"),
+                        cl::sub(CheckCmd));
+cl::opt<bool> ListRules("list-rules", cl::desc("List every diagnostic ID with its severity"), cl::sub(CheckCmd));
+cl::opt<unsigned> ErrorLimit("error-limit", cl::desc("Stop after this many errors (0: no limit)"), cl::init(50),
+                             cl::sub(CheckCmd), cl::sub(PlanCmd), cl::sub(SweepCmd));
+
+cl::opt<PlanFormatKind> PlanFormat("format", cl::desc("Plan output format"), cl::init(PlanFormatKind::TOML),
+                                   cl::values(clEnumValN(PlanFormatKind::TOML, "toml", "TOML (the runtime's input)"),
+                                              clEnumValN(PlanFormatKind::JSON, "json", "JSON (for other tools)")),
+                                   cl::sub(PlanCmd));
+cl::opt<std::string> PlanOutput("o", cl::desc("Write the plan to this file (atomically) instead of stdout"),
+                                cl::value_desc("file"), cl::sub(PlanCmd));
+cl::opt<bool> Quiet("quiet", cl::desc("Do not print the human summary"), cl::sub(PlanCmd));
+cl::opt<bool> DumpLayout("dump-layout",
+                         cl::desc("Print the rank layout (groups, pipeline stages and schedule, rank coordinates) "
+                                  "instead of the plan"),
+                         cl::sub(PlanCmd));
+cl::opt<bool> SweepCSV("csv", cl::desc("Print the ranking as CSV"), cl::sub(SweepCmd));
+
+cl::opt<unsigned> RunRanks("np", cl::desc("Number of ranks (must equal the plan's world size)"), cl::Required,
+                           cl::value_desc("N"), cl::sub(RunCmd));
+cl::opt<unsigned> RunSteps("steps", cl::desc("Training steps"), cl::init(1), cl::value_desc("K"), cl::sub(RunCmd));
+cl::opt<std::string> RunLog("log", cl::desc("Write one JSON line per step to this file"), cl::value_desc("file"),
+                            cl::sub(RunCmd));
+cl::opt<std::string> RunMoerun("moerun", cl::desc("The moerun executable (default: found next to moec)"),
+                               cl::value_desc("path"), cl::sub(RunCmd));
+cl::opt<std::string> RunSeed("seed", cl::desc("Forwarded to moerun"), cl::value_desc("S"), cl::sub(RunCmd));
+cl::opt<std::string> RunLR("lr", cl::desc("Forwarded to moerun"), cl::value_desc("X"), cl::sub(RunCmd));
+cl::opt<std::string> RunTimeout("timeout", cl::desc("Forwarded to moerun"), cl::value_desc("seconds"),
+                                cl::sub(RunCmd));
+cl::opt<bool> RunDry("dry-run", cl::desc("Only check the plan and the process groups (moerun --dry-run)"),
+                     cl::sub(RunCmd));
+
+cl::opt<std::string> ExplainID(cl::Positional, cl::desc("<diagnostic-id>"), cl::Required, cl::sub(ExplainCmd));
+
+} // namespace moec::driver
