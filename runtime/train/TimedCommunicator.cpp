@@ -1,4 +1,5 @@
-//===- train/TimedCommunicator.cpp - Communication time of a step ----------===//
+//===- train/TimedCommunicator.cpp - Communication time of a step
+//----------===//
 #include "train/TimedCommunicator.h"
 
 #include <chrono>
@@ -13,9 +14,9 @@ public:
   explicit Timed(CommClock &Clock)
       : Clock(Clock), Start(std::chrono::steady_clock::now()) {}
   ~Timed() {
-    Clock.Seconds += std::chrono::duration<double>(
-                         std::chrono::steady_clock::now() - Start)
-                         .count();
+    Clock.Seconds +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - Start)
+            .count();
     ++Clock.Calls;
   }
 
@@ -81,9 +82,8 @@ void TimedCommunicator::recv(float *Data, size_t Count, int Source) {
   Timed T(Clock);
   Inner.recv(Data, Count, Source);
 }
-std::unique_ptr<Request> TimedCommunicator::isend(const float *Data,
-                                                  size_t Count, int Dest,
-                                                  int Tag) {
+std::unique_ptr<Request>
+TimedCommunicator::isend(const float *Data, size_t Count, int Dest, int Tag) {
   std::unique_ptr<Request> R;
   {
     Timed T(Clock);

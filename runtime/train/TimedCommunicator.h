@@ -1,4 +1,5 @@
-//===- train/TimedCommunicator.h - Communication time of a step ------------===//
+//===- train/TimedCommunicator.h - Communication time of a step
+//------------===//
 //
 // A Communicator decorator that forwards every call to the communicator it
 // wraps and adds the wall time spent inside the call (for non-blocking

@@ -1,4 +1,5 @@
-//===- train/Trainer.cpp - A launch plan's training steps on this rank -----===//
+//===- train/Trainer.cpp - A launch plan's training steps on this rank
+//-----===//
 #include "train/Trainer.h"
 
 #include "kernels/host/Blas.h"
@@ -94,7 +95,7 @@ struct Trainer::Impl final : public PipelineStage {
   std::unique_ptr<PipelineExecutor> Executor;
   std::unique_ptr<AdamW> Optimizer;
   std::vector<PipelineOp> Ops;
-  int64_t StepIndex = 0; ///< steps done
+  int64_t StepIndex = 0;                 ///< steps done
   std::map<int64_t, MicroBatch> Batches; ///< this step's, by local micro batch
   int64_t LastPeak = 0;
 
@@ -122,8 +123,7 @@ struct Trainer::Impl final : public PipelineStage {
     CpSize = group("cp").size();
     TpSize = group("tp").size();
     if (CpSize != Plan.Parallel.CP || TpSize != Plan.Parallel.TP ||
-        group("pp").size() != Plan.Parallel.PP ||
-        group("pp").rank() != PpRank)
+        group("pp").size() != Plan.Parallel.PP || group("pp").rank() != PpRank)
       refuse("the process groups do not match the plan's layout");
 
     Config = modelConfig(Plan);
@@ -164,8 +164,8 @@ struct Trainer::Impl final : public PipelineStage {
                                             Options.Seed);
       } else {
         std::string Error;
-        std::unique_ptr<IndexedSource> Src =
-            IndexedSource::open(Plan.Data.Path, Config.Vocab, Plan.SeqLen, Error);
+        std::unique_ptr<IndexedSource> Src = IndexedSource::open(
+            Plan.Data.Path, Config.Vocab, Plan.SeqLen, Error);
         if (!Src)
           refuse(Error);
         Data = std::move(Src);
@@ -200,8 +200,9 @@ struct Trainer::Impl final : public PipelineStage {
     if (R.Kind == "full") {
       MOpts.Recompute.Full = true;
       if (R.Layers > 0 && R.Layers < Config.Layers)
-        Notes.push_back("recompute = full(layers = " + std::to_string(R.Layers) +
-                        "): the CPU runtime recomputes every layer");
+        Notes.push_back(
+            "recompute = full(layers = " + std::to_string(R.Layers) +
+            "): the CPU runtime recomputes every layer");
     } else if (R.Kind == "selective") {
       static const std::set<std::string> Known = {
           "core_attn", "layernorm", "mlp", "moe_act", "moe", "shared_experts"};
@@ -232,7 +233,8 @@ struct Trainer::Impl final : public PipelineStage {
     B.SeqLen = Plan.SeqLen;
     int64_t Global = DpRank * Plan.Microbatches + Mb;
     int64_t First = StepIndex * Plan.GlobalBatch + Global * Plan.MicroBatch;
-    std::vector<int64_t> Pos = localPositions(int(CpRank), int(CpSize), Plan.SeqLen);
+    std::vector<int64_t> Pos =
+        localPositions(int(CpRank), int(CpSize), Plan.SeqLen);
     std::vector<int32_t> Sample(size_t(Plan.SeqLen + 1));
     for (int64_t S = 0; S < Plan.MicroBatch; ++S) {
       Data->sample(First + S, Sample.data());
@@ -325,9 +327,10 @@ struct Trainer::Impl final : public PipelineStage {
       S.RankPeakBytes.push_back(Peak);
       S.PeakBytes = std::max(S.PeakBytes, Peak);
     }
-    S.TokensPerSecond = S.StepSeconds > 0
-                            ? double(Plan.GlobalBatch * Plan.SeqLen) / S.StepSeconds
-                            : 0.0;
+    S.TokensPerSecond =
+        S.StepSeconds > 0
+            ? double(Plan.GlobalBatch * Plan.SeqLen) / S.StepSeconds
+            : 0.0;
     return S;
   }
 
@@ -369,7 +372,8 @@ struct Trainer::Impl final : public PipelineStage {
     std::vector<NamedTensor> Mine;
     for (Parameter *Param : Params) {
       // Every tp rank takes part in the gather; only the owner writes.
-      Keep.push_back(gatherFull(Grads ? Param->Grad : Param->Value, Param->Split));
+      Keep.push_back(
+          gatherFull(Grads ? Param->Grad : Param->Value, Param->Split));
       if (owns(*Param))
         Mine.push_back({Param->Name, &Keep.back()});
     }
@@ -408,7 +412,8 @@ bool moert::writeTensorFile(const std::string &Path,
     Ok &= std::fwrite(&Len, sizeof Len, 1, F) == 1;
     Ok &= std::fwrite(T.Name.data(), 1, Len, F) == Len;
     Ok &= std::fwrite(&Rank, sizeof Rank, 1, F) == 1;
-    Ok &= std::fwrite(T.Value->shape().data(), sizeof(int64_t), Rank, F) == Rank;
+    Ok &=
+        std::fwrite(T.Value->shape().data(), sizeof(int64_t), Rank, F) == Rank;
     size_t N = size_t(T.Value->numel());
     Ok &= std::fwrite(T.Value->data(), sizeof(float), N, F) == N;
   }

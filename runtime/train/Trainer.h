@@ -1,4 +1,5 @@
-//===- train/Trainer.h - A launch plan's training steps on this rank -------===//
+//===- train/Trainer.h - A launch plan's training steps on this rank
+//-------===//
 //
 // The Trainer joins the runtime's pieces into training steps for one rank of
 // a launch plan (moec plan, read back by moec::readPlan):
@@ -58,18 +59,21 @@ struct TrainerOptions {
 
 /// One finished step, the same on every rank (reduced over the world).
 struct TrainStepStats {
-  int64_t Step = 0;          ///< 1-based
-  double Loss = 0;           ///< mean cross entropy over the global batch's tokens
-  double AuxLoss = 0;        ///< sum over micro batches and MoE layers of aux loss * AuxScale
-  int64_t Tokens = 0;        ///< tokens in the mean
-  double StepSeconds = 0;    ///< slowest rank, from the step's start to its update
-  double TokensPerSecond = 0; ///< whole job: global_batch * seq_len / StepSeconds
-  int64_t PeakBytes = 0;     ///< largest over the ranks of RankPeakBytes
+  int64_t Step = 0; ///< 1-based
+  double Loss = 0;  ///< mean cross entropy over the global batch's tokens
+  double AuxLoss =
+      0; ///< sum over micro batches and MoE layers of aux loss * AuxScale
+  int64_t Tokens = 0;     ///< tokens in the mean
+  double StepSeconds = 0; ///< slowest rank, from the step's start to its update
+  double TokensPerSecond =
+      0;                 ///< whole job: global_batch * seq_len / StepSeconds
+  int64_t PeakBytes = 0; ///< largest over the ranks of RankPeakBytes
   std::vector<int64_t> RankPeakBytes; ///< per world rank: see localPeakBytes()
-  double CommSeconds = 0;    ///< mean over ranks of time inside communicator calls
+  double CommSeconds = 0; ///< mean over ranks of time inside communicator calls
   double ComputeSeconds = 0; ///< mean over ranks of step time minus CommSeconds
-  double BlasSeconds = 0;    ///< mean over ranks of time inside gemm (part of compute)
-  double GradNorm = 0;       ///< global gradient norm before clipping
+  double BlasSeconds =
+      0; ///< mean over ranks of time inside gemm (part of compute)
+  double GradNorm = 0; ///< global gradient norm before clipping
 };
 
 class Trainer {

@@ -1,12 +1,13 @@
-//===- TimedCommunicatorTest.cpp - The trainer's communication clock -------===//
+//===- TimedCommunicatorTest.cpp - The trainer's communication clock
+//-------===//
 //
 // The decorator must be transparent (same results as the communicator it
 // wraps) and must charge waiting for a slow peer to the clock, including the
 // wait() of non-blocking requests.
 //
 //===----------------------------------------------------------------------===//
-#include "MpiTestEnv.h"
 #include "train/TimedCommunicator.h"
+#include "MpiTestEnv.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,5 @@
-//===- TrainDriver.cpp - Runs a plan's steps with the Trainer, for tests ---===//
+//===- TrainDriver.cpp - Runs a plan's steps with the Trainer, for tests
+//---===//
 //
 //   mpirun -np N moert-train-driver PLAN.toml [--steps K] [--dump DIR]
 //                                   [--log FILE] [--lr LR] [--seed S]
@@ -99,8 +100,9 @@ int main(int Argc, char **Argv) {
     std::printf("step %lld/%lld loss %.6f aux %.3e | %.3f s, %.0f tokens/s, "
                 "peak %.2f MiB, compute %.3f s (gemm %.3f s), comm %.3f s\n",
                 (long long)S, (long long)Steps, St.Loss, St.AuxLoss,
-                St.StepSeconds, St.TokensPerSecond, double(St.PeakBytes) / (1 << 20),
-                St.ComputeSeconds, St.BlasSeconds, St.CommSeconds);
+                St.StepSeconds, St.TokensPerSecond,
+                double(St.PeakBytes) / (1 << 20), St.ComputeSeconds,
+                St.BlasSeconds, St.CommSeconds);
     if (Log) {
       std::fprintf(Log,
                    "{\"step\":%lld,\"loss\":%.9g,\"aux_loss\":%.9g,"
