@@ -15,7 +15,7 @@
 // Exit status (the same on every rank): 0 success, 1 a plan problem
 // (unreadable, invalid, wrong world size, plans that differ between ranks),
 // 2 usage, 3 an MPI failure, 4 the watchdog ended a job that made no
-// progress, 5 no trainer in this build.
+// progress, 5 the trainer refuses the plan.
 //
 //===----------------------------------------------------------------------===//
 #include "RunSteps.h"
