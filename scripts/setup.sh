@@ -7,7 +7,7 @@ packages=(
   cmake ninja-build g++ python3
   antlr4 libantlr4-runtime-dev default-jre-headless
   llvm-14-dev llvm-14-tools
-  libfmt-dev libtomlplusplus-dev
+  libfmt-dev libtomlplusplus-dev libyaml-cpp-dev
   googletest libgtest-dev
   libopenmpi-dev openmpi-bin libopenblas-dev
 )

@@ -1,0 +1,1240 @@
+//===- Import.cpp - Megatron-Bridge configuration to a .moe recipe --------===//
+//
+// The inverse of Export.cpp's field map. The text is flattened to dotted keys
+// with their positions; each translation consumes the keys it reads, and
+// every key left unconsumed at the end is reported (with a known reason where
+// there is one), so nothing is dropped silently.
+//
+//===----------------------------------------------------------------------===//
+#include "moec/Bridge/Import.h"
+#include "moec/Bridge/BridgeValue.h"
+#include "moec/Bridge/Export.h"
+#include "moec/Diag/DiagnosticEngine.h"
+#include "moec/Sema/Sema.h"
+
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/ADT/StringSwitch.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Path.h"
+#include <fmt/format.h>
+#include <functional>
+#include <map>
+#include <yaml-cpp/yaml.h>
+
+using namespace moec;
+using namespace moec::bridge;
+using llvm::StringRef;
+
+bool ImportResult::hasErrors() const {
+  return llvm::any_of(Messages, [](const ImportMessage &M) { return M.K == ImportMessage::Kind::Error; });
+}
+
+std::vector<const ImportMessage *> ImportResult::unmapped() const {
+  std::vector<const ImportMessage *> Out;
+  for (const ImportMessage &M : Messages)
+    if (M.K == ImportMessage::Kind::Warning && !M.Key.empty())
+      Out.push_back(&M);
+  return Out;
+}
+
+//===----------------------------------------------------------------------===//
+// The catalog, lowered once through Sema.
+//===----------------------------------------------------------------------===//
+
+namespace {
+struct CatalogInfo {
+  std::vector<ModelSpec> Models;
+  std::vector<GpuSpec> Gpus;
+};
+
+const CatalogInfo &catalog() {
+  static const CatalogInfo Info = [] {
+    CatalogInfo I;
+    llvm::SourceMgr SM;
+    DiagnosticEngine Diags(SM);
+    SemaOptions Opts;
+    Opts.Catalog = BuiltinCatalog::parse(Diags);
+    std::vector<std::string> Models, Gpus;
+    for (const auto &F : Opts.Catalog->Files)
+      for (const ast::Definition &D : F->Definitions) {
+        if (D.Kind == ast::DefKind::Model)
+          Models.push_back(D.Name);
+        else if (D.Kind == ast::DefKind::Gpu)
+          Gpus.push_back(D.Name);
+      }
+    // One probe recipe per definition: Sema lowers the model or GPU exactly
+    // as it would for a user's recipe (defaults and derived fields included).
+    std::string Text;
+    for (const std::string &M : Models)
+      Text += fmt::format("recipe m_{0} {{ model = {0}; cluster {{ gpu = cpu; nodes = 1 }}; seq_len = 64; "
+                          "batch {{ micro = 1; global = 2 }} }}\n",
+                          M);
+    for (const std::string &G : Gpus)
+      Text += fmt::format("recipe g_{0} {{ model = tiny_moe; cluster {{ gpu = {0}; nodes = 1 }}; seq_len = 64; "
+                          "batch {{ micro = 1; global = 576 }} }}\n",
+                          G);
+    Sema S(Diags, Opts);
+    S.loadBuffer(llvm::MemoryBuffer::getMemBufferCopy(Text, "<catalog probe>"));
+    for (Recipe &R : S.analyze()) {
+      if (StringRef(R.Name).startswith("m_"))
+        I.Models.push_back(R.Model);
+      else if (StringRef(R.Name).startswith("g_"))
+        I.Gpus.push_back(R.Gpu);
+    }
+    return I;
+  }();
+  return Info;
+}
+} // namespace
+
+const std::vector<ModelSpec> &bridge::catalogModels() { return catalog().Models; }
+const std::vector<GpuSpec> &bridge::catalogGpus() { return catalog().Gpus; }
+
+//===----------------------------------------------------------------------===//
+// Reading the text.
+//===----------------------------------------------------------------------===//
+
+namespace {
+struct Entry {
+  std::string Key;
+  Value V;
+  unsigned Line = 0, Column = 0;
+  bool Used = false;
+};
+
+/// A YAML scalar as a Bridge value: plain scalars are typed, quoted ones are
+/// strings.
+Value scalarValue(const YAML::Node &N) {
+  std::string S = N.Scalar();
+  if (N.Tag() == "!")
+    return Value::string(S);
+  if (S.empty() || S == "~" || S == "null" || S == "Null" || S == "NULL" || S == "None")
+    return Value::null();
+  if (S == "true" || S == "True" || S == "TRUE")
+    return Value::boolean(true);
+  if (S == "false" || S == "False" || S == "FALSE")
+    return Value::boolean(false);
+  int64_t I;
+  if (!StringRef(S).getAsInteger(10, I))
+    return Value::integer(I);
+  double D;
+  if (!StringRef(S).getAsDouble(D))
+    return Value::real(D);
+  return Value::string(S);
+}
+
+llvm::Optional<Value> nodeValue(const YAML::Node &N) {
+  if (N.IsNull())
+    return Value::null();
+  if (N.IsScalar())
+    return scalarValue(N);
+  if (N.IsSequence()) {
+    std::vector<Value> Items;
+    for (const YAML::Node &I : N) {
+      llvm::Optional<Value> V = nodeValue(I);
+      if (!V)
+        return llvm::None;
+      Items.push_back(*V);
+    }
+    return Value::list(std::move(Items));
+  }
+  return llvm::None; // a map inside a list
+}
+
+class Reader {
+public:
+  std::vector<Entry> Entries;
+  std::vector<ImportMessage> Messages;
+  /// From a `# moec: key=value ...` header comment.
+  std::map<std::string, std::string> Header;
+
+  void error(unsigned Line, unsigned Col, std::string Msg, std::string Key = "") {
+    Messages.push_back({ImportMessage::Kind::Error, std::move(Key), std::move(Msg), Line, Col});
+  }
+
+  void read(StringRef Text) {
+    readHeader(Text);
+    YAML::Node Root;
+    try {
+      Root = YAML::Load(Text.str());
+    } catch (const YAML::Exception &Ex) {
+      // Not YAML at all: it may still be an override list with quotes
+      // YAML does not accept.
+      if (looksLikeOverrides(Text)) {
+        readOverrides(Text);
+        return;
+      }
+      error(Ex.mark.line + 1, Ex.mark.column + 1, "not valid YAML: " + Ex.msg);
+      return;
+    }
+    if (Root.IsMap()) {
+      flatten(Root, "");
+      return;
+    }
+    if (Root.IsNull()) {
+      error(0, 0, "the file holds no configuration");
+      return;
+    }
+    if (Root.IsSequence()) {
+      // A YAML list of `key=value` strings.
+      for (const YAML::Node &N : Root) {
+        if (!N.IsScalar()) {
+          error(N.Mark().line + 1, N.Mark().column + 1, "expected a `key=value` override in the list");
+          continue;
+        }
+        override(N.Scalar(), N.Mark().line + 1, N.Mark().column + 1);
+      }
+      return;
+    }
+    readOverrides(Text);
+  }
+
+private:
+  void readHeader(StringRef Text) {
+    llvm::SmallVector<StringRef, 8> Lines;
+    Text.split(Lines, '\n');
+    for (StringRef L : Lines) {
+      L = L.trim();
+      if (!L.consume_front("# moec:"))
+        continue;
+      L = L.trim();
+      // recipe= comes last and may hold spaces.
+      while (!L.empty()) {
+        auto [Word, Rest] = L.split(' ');
+        auto [K, V] = Word.split('=');
+        if (K == "recipe") {
+          Header["recipe"] = L.drop_front(7).str();
+          break;
+        }
+        Header[K.str()] = V.str();
+        L = Rest.trim();
+      }
+    }
+  }
+
+  static bool looksLikeOverrides(StringRef Text) {
+    StringRef T = Text.ltrim();
+    while (T.startswith("#"))
+      T = T.split('\n').second.ltrim();
+    return T.contains('=');
+  }
+
+  void flatten(const YAML::Node &N, const std::string &Prefix) {
+    for (auto It = N.begin(); It != N.end(); ++It) {
+      std::string Key = Prefix.empty() ? It->first.Scalar() : Prefix + "." + It->first.Scalar();
+      const YAML::Node &V = It->second;
+      YAML::Mark M = It->first.Mark();
+      if (V.IsMap()) {
+        flatten(V, Key);
+        continue;
+      }
+      llvm::Optional<Value> Val = nodeValue(V);
+      if (!Val) {
+        error(M.line + 1, M.column + 1, "'" + Key + "' holds a list of sections, which no .moe field takes", Key);
+        continue;
+      }
+      Entries.push_back({Key, *Val, unsigned(M.line + 1), unsigned(M.column + 1)});
+    }
+  }
+
+  /// Splits the text into shell words (quotes and backslashes as a POSIX
+  /// shell reads them), remembering where each word starts.
+  void readOverrides(StringRef Text) {
+    unsigned Line = 1, Col = 1;
+    size_t I = 0;
+    auto Advance = [&]() {
+      if (Text[I] == '\n')
+        ++Line, Col = 1;
+      else
+        ++Col;
+      ++I;
+    };
+    while (I < Text.size()) {
+      char C = Text[I];
+      if (C == '#' ) { // a comment to the end of the line
+        while (I < Text.size() && Text[I] != '\n')
+          Advance();
+        continue;
+      }
+      if (isspace(static_cast<unsigned char>(C)) || (C == '\\' && I + 1 < Text.size() && Text[I + 1] == '\n')) {
+        Advance();
+        continue;
+      }
+      unsigned WLine = Line, WCol = Col;
+      std::string Word;
+      bool Open = false;
+      char Quote = 0;
+      while (I < Text.size()) {
+        C = Text[I];
+        if (!Quote && isspace(static_cast<unsigned char>(C)))
+          break;
+        if (!Quote && (C == '\'' || C == '"')) {
+          Quote = C, Open = true;
+          Advance();
+          continue;
+        }
+        if (Quote && C == Quote) {
+          Quote = 0, Open = false;
+          Advance();
+          continue;
+        }
+        if (C == '\\' && Quote != '\'' && I + 1 < Text.size()) {
+          Advance();
+          Word += Text[I];
+          Advance();
+          continue;
+        }
+        Word += C;
+        Advance();
+      }
+      if (Open) {
+        error(WLine, WCol, "unterminated quote in the override list");
+        return;
+      }
+      override(Word, WLine, WCol);
+    }
+  }
+
+  void override(StringRef Word, unsigned Line, unsigned Col) {
+    // Hydra's `+key=` (add) and `++key=` (add or override) set the same field.
+    StringRef W = Word;
+    W.consume_front("++") || W.consume_front("+");
+    if (W.startswith("~")) {
+      error(Line, Col, "'" + Word.str() + "' deletes a field; moec cannot tell what the Bridge recipe had there");
+      return;
+    }
+    auto [Key, Text] = W.split('=');
+    if (!W.contains('=') || Key.empty()) {
+      error(Line, Col, "expected `key=value`, found '" + Word.str() + "'");
+      return;
+    }
+    Value V;
+    try {
+      YAML::Node N = YAML::Load(Text.empty() ? std::string("null") : Text.str());
+      llvm::Optional<Value> Parsed = nodeValue(N);
+      if (!Parsed) {
+        error(Line, Col, "'" + Key.str() + "': cannot read the value '" + Text.str() + "'", Key.str());
+        return;
+      }
+      V = *Parsed;
+    } catch (const YAML::Exception &) {
+      V = Value::string(Text); // Hydra reads an unparsable token as a string
+    }
+    Entries.push_back({Key.str(), V, Line, Col});
+  }
+};
+
+/// Why a known Bridge field has no .moe equivalent.
+StringRef knownReason(StringRef Key) {
+  return llvm::StringSwitch<StringRef>(Key)
+      .Case("model.moe_router_force_load_balancing",
+            "forced load-balanced routing is for benchmarks; moec plans natural dropless routing")
+      .Cases("model.moe_flex_dispatcher_num_sms", "model.moe_hybridep_num_sms", "model.moe_deepep_num_sms",
+             "SMs given to the dispatcher kernels: a kernel tuning knob moec does not model")
+      .Cases("model.fine_grained_activation_offloading", "model.offload_modules",
+             "fine-grained (per-module) activation offloading has no .moe field; offload.activations is "
+             "Megatron's cpu_offloading, a different mechanism")
+      .Cases("model.moe_paged_stash", "model.moe_expert_rank_capacity_factor",
+             "paged stash and per-rank expert capacity have no .moe field")
+      .Case("model.freeze_language_model",
+            "a frozen language model has no .moe field (vision.frozen freezes the vision side only)")
+      .Cases("model.moe_permute_fusion", "model.moe_router_fusion", "model.apply_rope_fusion",
+             "a kernel-fusion switch moec does not model")
+      .Case("model.cuda_graph_warmup_steps", "graph warm-up steps are not part of a .moe recipe")
+      .Case("model._target_", "the provider class; moec names the model from the architecture fields")
+      .Default("");
+}
+
+StringRef sectionReason(StringRef Key) {
+  for (StringRef S : {"logger.", "checkpoint.", "scheduler.", "tokenizer.", "profiling.", "ft.", "straggler.",
+                      "inprocess_restart.", "peft.", "env_vars."})
+    if (Key.startswith(S))
+      return "run bookkeeping (logging, checkpoints, schedule, tokenizer, profiling); not part of a .moe recipe";
+  if (Key.startswith("train.") || Key.startswith("dataset."))
+    return "a training-loop or data setting that no .moe field takes";
+  return "";
+}
+
+std::string sanitizeName(StringRef S) {
+  std::string Out;
+  for (char C : S)
+    Out += llvm::isAlnum(C) || C == '_' ? C : '_';
+  while (StringRef(Out).contains("__"))
+    Out.replace(Out.find("__"), 2, "_");
+  Out = StringRef(Out).trim('_').str();
+  if (Out.empty() || llvm::isDigit(Out[0]))
+    Out = "imported_" + Out;
+  static const char *Reserved[] = {"import", "recipe", "model", "gpu", "cluster", "extends", "sweep", "true", "false"};
+  if (llvm::is_contained(Reserved, Out))
+    Out += "_recipe";
+  return Out;
+}
+
+//===----------------------------------------------------------------------===//
+// The translation.
+//===----------------------------------------------------------------------===//
+
+class Importer {
+public:
+  Importer(Reader &Rd, const ImportOptions &Opts, ImportResult &Res) : Rd(Rd), Opts(Opts), Res(Res) {
+    for (Entry &E : Rd.Entries) {
+      auto [It, New] = Index.insert({E.Key, &E});
+      if (!New) {
+        message(ImportMessage::Kind::Warning, E,
+                fmt::format("'{}' is set twice; the later value ({}) wins, as in Hydra", E.Key, renderPlain(E.V)));
+        It->second->Used = true;
+        It->second = &E;
+      }
+    }
+  }
+
+  void run() {
+    chooseModel();
+    chooseCluster();
+    parallelism();
+    batch();
+    precision();
+    dispatcher();
+    recompute();
+    graphs();
+    offload();
+    optimizer();
+    vision();
+    reportLeftovers();
+    if (Res.hasErrors())
+      return;
+    write();
+  }
+
+private:
+  Reader &Rd;
+  const ImportOptions &Opts;
+  ImportResult &Res;
+  std::map<std::string, Entry *> Index;
+  const ModelSpec *Model = nullptr;
+  std::string ModelName, GpuName, RecipeName;
+  int64_t Gpus = 0, Nodes = 0;
+  // .moe entries by section ("" for top level), in output order.
+  std::vector<std::pair<std::string, std::vector<std::string>>> Out;
+  std::vector<std::string> Comments;
+
+  void message(ImportMessage::Kind K, const Entry &E, std::string Msg) {
+    Res.Messages.push_back({K, E.Key, std::move(Msg), E.Line, E.Column});
+  }
+  void error(const Entry &E, std::string Msg) { message(ImportMessage::Kind::Error, E, std::move(Msg)); }
+  void globalError(std::string Msg) { Res.Messages.push_back({ImportMessage::Kind::Error, "", std::move(Msg), 0, 0}); }
+  void note(std::string Msg) { Res.Messages.push_back({ImportMessage::Kind::Note, "", std::move(Msg), 0, 0}); }
+  /// A field read but not translated (implied, or without effect).
+  void unmapped(Entry &E, StringRef Why) {
+    E.Used = true;
+    message(ImportMessage::Kind::Warning, E,
+            fmt::format("'{}' = {} has no .moe equivalent: {}", E.Key, renderPlain(E.V), Why.str()));
+    Comments.push_back(fmt::format("{} = {}: {}", E.Key, renderPlain(E.V), Why.str()));
+  }
+
+  Entry *get(StringRef Key) {
+    auto It = Index.find(Key.str());
+    if (It == Index.end())
+      return nullptr;
+    It->second->Used = true;
+    return It->second;
+  }
+  Entry *peek(StringRef Key) {
+    auto It = Index.find(Key.str());
+    return It == Index.end() ? nullptr : It->second;
+  }
+
+  void emit(StringRef Section, std::string Line) {
+    for (auto &S : Out)
+      if (S.first == Section) {
+        S.second.push_back(std::move(Line));
+        return;
+      }
+    Out.push_back({Section.str(), {std::move(Line)}});
+  }
+
+  llvm::Optional<int64_t> count(StringRef Key, int64_t Min = 1) {
+    Entry *E = get(Key);
+    if (!E || E->V.K == Value::Kind::Null)
+      return llvm::None;
+    if (E->V.K != Value::Kind::Int || E->V.I < Min) {
+      error(*E, fmt::format("'{}' must be an integer of at least {}, not {}", Key.str(), Min, renderPlain(E->V)));
+      return llvm::None;
+    }
+    return E->V.I;
+  }
+  llvm::Optional<bool> flag(StringRef Key) {
+    Entry *E = get(Key);
+    if (!E || E->V.K == Value::Kind::Null)
+      return llvm::None;
+    if (E->V.K != Value::Kind::Bool) {
+      error(*E, fmt::format("'{}' must be true or false, not {}", Key.str(), renderPlain(E->V)));
+      return llvm::None;
+    }
+    return E->V.B;
+  }
+  llvm::Optional<double> number(StringRef Key) {
+    Entry *E = get(Key);
+    if (!E || E->V.K == Value::Kind::Null)
+      return llvm::None;
+    if (E->V.K == Value::Kind::Int)
+      return double(E->V.I);
+    if (E->V.K != Value::Kind::Float) {
+      error(*E, fmt::format("'{}' must be a number, not {}", Key.str(), renderPlain(E->V)));
+      return llvm::None;
+    }
+    return E->V.F;
+  }
+  /// A string field; Null when unset or null.
+  Entry *text(StringRef Key) {
+    Entry *E = get(Key);
+    if (!E || E->V.K == Value::Kind::Null)
+      return nullptr;
+    if (E->V.K != Value::Kind::String) {
+      error(*E, fmt::format("'{}' must be a string, not {}", Key.str(), renderPlain(E->V)));
+      return nullptr;
+    }
+    return E;
+  }
+  /// A list of names; a single name counts as a list of one.
+  llvm::Optional<std::vector<std::string>> names(Entry *E) {
+    std::vector<std::string> Out;
+    if (E->V.K == Value::Kind::String) {
+      Out.push_back(E->V.S);
+      return Out;
+    }
+    if (E->V.K != Value::Kind::List) {
+      error(*E, fmt::format("'{}' must be a list of names, not {}", E->Key, renderPlain(E->V)));
+      return llvm::None;
+    }
+    for (const Value &V : E->V.Items) {
+      if (V.K != Value::Kind::String) {
+        error(*E, fmt::format("'{}' must be a list of names, not {}", E->Key, renderPlain(E->V)));
+        return llvm::None;
+      }
+      Out.push_back(V.S);
+    }
+    return Out;
+  }
+
+  //--- model ---------------------------------------------------------------
+
+  /// The architecture fields of the config that a catalog model must match.
+  struct ArchField {
+    StringRef Key;
+    std::function<llvm::Optional<int64_t>(const ModelSpec &)> Of;
+  };
+
+  std::vector<ArchField> archFields() {
+    auto MoE = [](auto F) {
+      return [F](const ModelSpec &M) -> llvm::Optional<int64_t> {
+        if (!M.MoE)
+          return llvm::None;
+        return F(*M.MoE);
+      };
+    };
+    auto MLA = [](auto F) {
+      return [F](const ModelSpec &M) -> llvm::Optional<int64_t> {
+        if (!M.MLA)
+          return llvm::None;
+        return F(*M.MLA);
+      };
+    };
+    return {
+        {"model.num_layers", [](const ModelSpec &M) -> llvm::Optional<int64_t> { return M.Layers; }},
+        {"model.hidden_size", [](const ModelSpec &M) -> llvm::Optional<int64_t> { return M.Hidden; }},
+        {"model.ffn_hidden_size", [](const ModelSpec &M) { return M.FfnHidden; }},
+        {"model.num_attention_heads", [](const ModelSpec &M) -> llvm::Optional<int64_t> { return M.Heads; }},
+        {"model.num_query_groups", [](const ModelSpec &M) -> llvm::Optional<int64_t> { return M.KvHeads; }},
+        {"model.kv_channels", [](const ModelSpec &M) -> llvm::Optional<int64_t> { return M.HeadDim; }},
+        {"model.vocab_size", [](const ModelSpec &M) -> llvm::Optional<int64_t> { return M.Vocab; }},
+        {"model.num_moe_experts", MoE([](const MoESpec &X) { return X.Experts; })},
+        {"model.moe_router_topk", MoE([](const MoESpec &X) { return X.TopK; })},
+        {"model.moe_ffn_hidden_size", MoE([](const MoESpec &X) { return X.FfnHidden; })},
+        {"model.moe_shared_expert_intermediate_size",
+         MoE([](const MoESpec &X) -> llvm::Optional<int64_t> {
+           if (!X.SharedExperts)
+             return llvm::None;
+           return X.SharedFfnHidden ? *X.SharedFfnHidden : X.SharedExperts * X.FfnHidden;
+         })},
+        {"model.moe_router_num_groups", MoE([](const MoESpec &X) { return X.Groups; })},
+        {"model.moe_router_group_topk", MoE([](const MoESpec &X) { return X.GroupTopK; })},
+        {"model.q_lora_rank", MLA([](const MLASpec &X) { return X.QLoraRank; })},
+        {"model.kv_lora_rank", MLA([](const MLASpec &X) { return X.KvLoraRank; })},
+        {"model.qk_head_dim", MLA([](const MLASpec &X) { return X.QkHeadDim; })},
+        {"model.qk_pos_emb_head_dim", MLA([](const MLASpec &X) { return X.QkRopeHeadDim; })},
+        {"model.v_head_dim", MLA([](const MLASpec &X) { return X.VHeadDim; })},
+    };
+  }
+
+  /// The other architecture fields export writes: read, and checked
+  /// against the chosen model, but not used to choose it.
+  void checkArchitectureExtras() {
+    const MoESpec *X = Model->MoE ? &*Model->MoE : nullptr;
+    auto Check = [&](StringRef Key, const Value &Expected) {
+      Entry *E = get(Key);
+      if (E && E->V != Expected)
+        unmapped(*E, fmt::format("differs from the catalog model '{}' ({}); the recipe keeps the catalog's value",
+                                 ModelName, renderPlain(Expected)));
+    };
+    Check("model.mtp_num_layers", Model->MtpLayers ? Value::integer(Model->MtpLayers) : Value::null());
+    if (Entry *E = peek("model.mtp_num_layers"); E && E->V.K == Value::Kind::Int && E->V.I == 0 && !Model->MtpLayers)
+      E->Used = true; // 0 and null both mean no MTP
+    if (!X)
+      return;
+    Check("model.moe_router_score_function", Value::string(X->RouterKind == Router::Sigmoid ? "sigmoid" : "softmax"));
+    Check("model.moe_router_enable_expert_bias", Value::boolean(X->ExpertBias));
+    Check("model.moe_router_pre_softmax", Value::boolean(X->PreSoftmax));
+    if (Entry *E = get("model.moe_layer_freq")) {
+      int64_t Dense = -1;
+      if (E->V.K == Value::Kind::Int && E->V.I == 1)
+        Dense = 0;
+      else if (E->V.K == Value::Kind::List && int64_t(E->V.Items.size()) == Model->Layers) {
+        Dense = 0;
+        while (Dense < Model->Layers && E->V.Items[Dense] == Value::integer(0))
+          ++Dense;
+        for (int64_t L = Dense; L < Model->Layers; ++L)
+          if (E->V.Items[L] != Value::integer(1))
+            Dense = -1, L = Model->Layers;
+      }
+      if (Dense != X->DenseLayers)
+        unmapped(*E, fmt::format("the catalog model '{}' has {} leading dense layers and MoE after; this pattern "
+                                 "differs and the recipe keeps the catalog's",
+                                 ModelName, X->DenseLayers));
+    }
+  }
+
+  void chooseModel() {
+    const std::vector<ModelSpec> &Models = catalogModels();
+    std::string Wanted = !Opts.Model.empty() ? Opts.Model : Rd.Header.count("model") ? Rd.Header["model"] : "";
+    bool VisionHints = peek("model.freeze_vision_model") || peek("model.freeze_vision_projection") ||
+                       peek("model.freeze_language_model");
+    std::vector<const ModelSpec *> Candidates;
+    std::vector<ArchField> Fields = archFields();
+    bool AnyArch = llvm::any_of(Fields, [&](const ArchField &F) { return peek(F.Key); });
+    for (const ModelSpec &M : Models) {
+      bool Ok = true;
+      for (const ArchField &F : Fields)
+        if (Entry *E = peek(F.Key)) {
+          llvm::Optional<int64_t> Have = F.Of(M);
+          bool Same = E->V.K == Value::Kind::Null ? !Have : (E->V.K == Value::Kind::Int && Have && *Have == E->V.I);
+          Ok &= Same;
+        }
+      if (Ok)
+        Candidates.push_back(&M);
+    }
+    if (!Wanted.empty()) {
+      auto It = llvm::find_if(Models, [&](const ModelSpec &M) { return M.Name == Wanted; });
+      if (It == Models.end()) {
+        // A user model: the .moe file will name it, its definition must be imported by hand.
+        ModelName = Wanted;
+        note(fmt::format("model '{}' is not in the built-in catalog; import its definition into the recipe file",
+                         Wanted));
+        for (ArchField &F : Fields)
+          if (Entry *E = get(F.Key))
+            (void)E; // the user's definition is the authority
+        return;
+      }
+      if (AnyArch && !llvm::is_contained(Candidates, &*It)) {
+        globalError(fmt::format("the architecture fields do not match model '{}'{}", Wanted,
+                                Opts.Model.empty() ? " named in the moec header" : " given with --model"));
+        return;
+      }
+      Model = &*It;
+    } else {
+      if (!AnyArch) {
+        globalError("the configuration names no architecture (model.num_layers, model.hidden_size, ...), so the "
+                    "model is unknown; give it with --model NAME");
+        return;
+      }
+      // The same decoder ships with and without a vision encoder: the freeze
+      // switches tell a VLM configuration.
+      std::vector<const ModelSpec *> Fit;
+      for (const ModelSpec *M : Candidates)
+        if (M->isVLM() == VisionHints)
+          Fit.push_back(M);
+      if (Fit.empty())
+        Fit = Candidates;
+      if (Fit.size() != 1) {
+        std::vector<std::string> Names;
+        for (const ModelSpec *M : Fit)
+          Names.push_back(M->Name);
+        globalError(Fit.empty() ? "no catalog model has this architecture; define the model in .moe and give "
+                                  "it with --model NAME"
+                                : "the architecture matches several catalog models (" + llvm::join(Names, ", ") +
+                                      "); choose one with --model NAME");
+        return;
+      }
+      Model = Fit.front();
+    }
+    ModelName = Model->Name;
+    Res.ModelFromCatalog = true;
+    for (ArchField &F : Fields)
+      get(F.Key);
+    checkArchitectureExtras();
+  }
+
+  void chooseCluster() {
+    GpuName = !Opts.Gpu.empty() ? Opts.Gpu : Rd.Header.count("gpu") ? Rd.Header["gpu"] : "";
+    Gpus = Opts.Gpus;
+    Nodes = Opts.Nodes;
+    if (!Gpus && !Nodes && Rd.Header.count("gpus"))
+      StringRef(Rd.Header["gpus"]).getAsInteger(10, Gpus);
+    if (GpuName.empty() || (!Gpus && !Nodes)) {
+      globalError("a Megatron-Bridge configuration does not say the cluster; give --gpu NAME and --gpus N (or "
+                  "--nodes N)");
+      return;
+    }
+    const std::vector<GpuSpec> &Known = catalogGpus();
+    if (llvm::none_of(Known, [&](const GpuSpec &G) { return G.Name == GpuName; }))
+      note(fmt::format("GPU system '{}' is not in the built-in catalog; import its definition into the recipe file",
+                       GpuName));
+    RecipeName = sanitizeName(!Opts.RecipeName.empty() ? Opts.RecipeName
+                              : Rd.Header.count("recipe") ? Rd.Header["recipe"]
+                              : !Opts.SourceName.empty() ? llvm::sys::path::stem(Opts.SourceName)
+                                                          : "imported");
+  }
+
+  //--- parallelism and batch -------------------------------------------------
+
+  void parallelism() {
+    llvm::Optional<int64_t> TP = count("model.tensor_model_parallel_size");
+    llvm::Optional<int64_t> PP = count("model.pipeline_model_parallel_size");
+    llvm::Optional<int64_t> CP = count("model.context_parallel_size");
+    llvm::Optional<int64_t> EP = count("model.expert_model_parallel_size");
+    llvm::Optional<int64_t> VPP = count("model.virtual_pipeline_model_parallel_size");
+    std::vector<std::string> P;
+    P.push_back(fmt::format("tp = {}", TP.getValueOr(1)));
+    P.push_back(fmt::format("cp = {}", CP.getValueOr(1)));
+    P.push_back(fmt::format("ep = {}", EP.getValueOr(1)));
+    // Megatron: ETP unset (None) means ETP = TP.
+    Entry *ETPEntry = peek("model.expert_tensor_parallel_size");
+    llvm::Optional<int64_t> ETP = count("model.expert_tensor_parallel_size");
+    if (ETPEntry && !ETP && ETPEntry->V.K == Value::Kind::Null)
+      ETP = TP.getValueOr(1);
+    P.push_back(fmt::format("etp = {}", ETP.getValueOr(TP.getValueOr(1))));
+    P.push_back(fmt::format("pp = {}", PP.getValueOr(1)));
+    if (VPP && *VPP > 1)
+      P.push_back(fmt::format("vpp = {}", *VPP));
+    if (auto SP = flag("model.sequence_parallel"))
+      P.push_back(fmt::format("sp = {}", *SP ? "true" : "false"));
+    for (std::string &S : P)
+      emit("parallel", S);
+    if (Entry *L = get("model.pipeline_model_parallel_layout")) {
+      if (L->V.K == Value::Kind::String)
+        emit("parallel", fmt::format("layout = \"{}\"", L->V.S));
+      else if (L->V.K != Value::Kind::Null)
+        unmapped(*L, "only the string form of the layout has a .moe equivalent (parallel.layout)");
+    }
+    stageLayers(PP.getValueOr(1), VPP.getValueOr(1));
+    if (Entry *C = text("model.cp_comm_type")) {
+      StringRef V = llvm::StringSwitch<StringRef>(C->V.S)
+                        .Case("p2p", "p2p")
+                        .Case("a2a", "a2a")
+                        .Case("all_gather", "allgather")
+                        .Case("a2a+p2p", "a2a_p2p")
+                        .Default("");
+      if (V.empty())
+        error(*C, "'model.cp_comm_type' must be p2p, all_gather, a2a or a2a+p2p, not '" + C->V.S + "'");
+      else if (V != "p2p")
+        emit("parallel", fmt::format("cp_comm = {}", V.str()));
+    } else if (Entry *C = peek("model.cp_comm_type"); C && C->V.K == Value::Kind::List) {
+      unmapped(*C, "a per-layer list of CP communication types has no .moe equivalent");
+    }
+    if (Entry *H = get("model.hierarchical_context_parallel_sizes"); H && H->V.K != Value::Kind::Null) {
+      std::vector<std::string> Sizes;
+      bool Ok = H->V.K == Value::Kind::List;
+      for (const Value &V : H->V.Items)
+        Ok &= V.K == Value::Kind::Int, Sizes.push_back(renderPlain(V));
+      if (!Ok)
+        error(*H, "'model.hierarchical_context_parallel_sizes' must be a list of integers");
+      else
+        emit("parallel", "cp_hierarchy = [" + llvm::join(Sizes, ", ") + "]");
+    }
+    if (flag("comm_overlap.tp_comm_overlap").getValueOr(false))
+      emit("parallel", "tp_comm_overlap = true");
+    bool MFSDP = flag("ddp.use_megatron_fsdp").getValueOr(false);
+    bool TFSDP = flag("dist.use_torch_fsdp2").getValueOr(false);
+    if (MFSDP || TFSDP) {
+      emit("parallel", "fsdp = true");
+      if (TFSDP && !MFSDP)
+        emit("parallel", "fsdp_impl = torch");
+    }
+    if (Entry *S = get("ddp.data_parallel_sharding_strategy"); S && S->V.K != Value::Kind::Null) {
+      if (!(MFSDP && S->V == Value::string("optim_grads_params")) &&
+          !(!MFSDP && S->V == Value::string("no_shard")))
+        unmapped(*S, "moec's FSDP shards parameters, gradients and optimizer state (optim_grads_params) and has no "
+                     "other strategy");
+    }
+    if (Entry *F = get("checkpoint.ckpt_format"); F && !(MFSDP && F->V == Value::string("fsdp_dtensor")))
+      unmapped(*F, "the checkpoint format is not part of a .moe recipe");
+  }
+
+  /// Uneven first/last stages, as a layout string (the two are equivalent
+  /// ways to say it; parallel.layout is the one .moe has).
+  void stageLayers(int64_t PP, int64_t VPP) {
+    Entry *First = peek("model.num_layers_in_first_pipeline_stage");
+    Entry *Last = peek("model.num_layers_in_last_pipeline_stage");
+    if ((!First || First->V.K == Value::Kind::Null) && (!Last || Last->V.K == Value::Kind::Null)) {
+      if (First)
+        First->Used = true;
+      if (Last)
+        Last->Used = true;
+      return;
+    }
+    llvm::Optional<int64_t> F = count("model.num_layers_in_first_pipeline_stage");
+    llvm::Optional<int64_t> L = count("model.num_layers_in_last_pipeline_stage");
+    Entry *Any = First ? First : Last;
+    if (!Model || VPP > 1 || PP < 2) {
+      unmapped(*Any, "uneven first/last stages translate to parallel.layout only with a catalog model, PP > 1 and "
+                     "no VPP");
+      if (First && Any != First)
+        First->Used = true;
+      if (Last && Any != Last)
+        Last->Used = true;
+      return;
+    }
+    int64_t Layers = Model->Layers;
+    int64_t Middle = PP - 2;
+    int64_t FirstN = F.getValueOr(-1), LastN = L.getValueOr(-1);
+    // An unset side takes an even share of what the other leaves.
+    if (FirstN < 0 || LastN < 0) {
+      int64_t Known = FirstN < 0 ? LastN : FirstN;
+      int64_t Rest = Layers - Known;
+      if (Rest % (PP - 1)) {
+        unmapped(*Any, "the other stages do not split evenly, so no layout states it");
+        return;
+      }
+      (FirstN < 0 ? FirstN : LastN) = Rest / (PP - 1);
+    }
+    int64_t Rest = Layers - FirstN - LastN;
+    if (Rest < 0 || (Middle == 0 ? Rest != 0 : Rest % Middle != 0)) {
+      unmapped(*Any, "the middle stages do not split evenly, so no layout states it");
+      return;
+    }
+    auto Run = [](int64_t N) { return N == 1 ? std::string("t") : fmt::format("t*{}", N); };
+    std::string Layout = "E" + Run(FirstN) + "|";
+    if (Middle)
+      Layout += fmt::format("({}|)*{}", Run(Rest / Middle), Middle);
+    Layout += Run(LastN) + std::string(Model->MtpLayers, 'm') + "L";
+    emit("parallel", fmt::format("layout = \"{}\"", Layout));
+    note(fmt::format("num_layers_in_first/last_pipeline_stage = {}/{} written as parallel.layout \"{}\"", FirstN,
+                     LastN, Layout));
+  }
+
+  void batch() {
+    llvm::Optional<int64_t> Seq = count("model.seq_length");
+    Entry *DS = peek("dataset.seq_length");
+    llvm::Optional<int64_t> DSeq = count("dataset.seq_length");
+    if (Seq && DSeq && *Seq != *DSeq)
+      error(*DS, fmt::format("dataset.seq_length ({}) differs from model.seq_length ({}); Bridge requires them equal",
+                             *DSeq, *Seq));
+    if (!Seq)
+      Seq = DSeq;
+    llvm::Optional<int64_t> Micro = count("train.micro_batch_size");
+    llvm::Optional<int64_t> Global = count("train.global_batch_size");
+    if (!Seq || !Micro || !Global) {
+      std::vector<std::string> Missing;
+      if (!Seq)
+        Missing.push_back("model.seq_length");
+      if (!Micro)
+        Missing.push_back("train.micro_batch_size");
+      if (!Global)
+        Missing.push_back("train.global_batch_size");
+      globalError("the configuration does not set " + llvm::join(Missing, ", ") +
+                  ", which a .moe recipe requires (a Bridge recipe would bring them; add them as overrides)");
+      return;
+    }
+    emit("", fmt::format("seq_len    = {}", *Seq));
+    emit("batch", fmt::format("micro = {}", *Micro));
+    emit("batch", fmt::format("global = {}", *Global));
+  }
+
+  //--- precision, dispatcher, recompute, graphs --------------------------------
+
+  void precision() {
+    Entry *Preset = peek("mixed_precision");
+    if (Preset) {
+      Preset->Used = true;
+      if (Preset->V.K == Value::Kind::Null)
+        return;
+      static const std::pair<StringRef, StringRef> Names[] = {
+          {"bf16_mixed", "bf16"},
+          {"bf16_with_fp8_delayed_scaling_mixed", "fp8.delayed"},
+          {"bf16_with_fp8_current_scaling_mixed", "fp8.tensorwise"},
+          {"bf16_with_fp8_subchannel_scaling_mixed", "fp8.blockwise"},
+          {"bf16_with_mxfp8_mixed", "mxfp8"},
+          {"bf16_with_nvfp4_mixed", "nvfp4"}};
+      for (auto [Bridge, Moe] : Names)
+        if (Preset->V == Value::string(Bridge)) {
+          emit("", fmt::format("precision  = {}", Moe.str()));
+          // The MXFP8 preset gathers parameters in FP8 (rule 45).
+          if (Moe == "mxfp8")
+            emit("", "fp8_param_gather = true");
+          return;
+        }
+      unmapped(*Preset, "a preset other than the BF16-based ones (bf16_mixed, bf16_with_*_mixed) has no .moe "
+                        "precision; the recipe keeps bf16");
+      return;
+    }
+    // The structured MixedPrecisionConfig.
+    Entry *Fp8 = text("mixed_precision.fp8");
+    Entry *Recipe = text("mixed_precision.fp8_recipe");
+    Entry *Fp4 = text("mixed_precision.fp4");
+    Entry *Fp4Recipe = text("mixed_precision.fp4_recipe");
+    llvm::Optional<bool> Bf16 = flag("mixed_precision.bf16");
+    llvm::Optional<bool> Fp16 = flag("mixed_precision.fp16");
+    if (Fp16.getValueOr(false)) {
+      unmapped(*peek("mixed_precision.fp16"), "FP16 training has no .moe precision (moec trains in BF16)");
+    }
+    std::string P;
+    if (Fp4) {
+      if (Fp4->V.S == "e2m1" && (!Fp4Recipe || Fp4Recipe->V.S == "nvfp4"))
+        P = "nvfp4";
+      else
+        unmapped(*Fp4, "only e2m1 with the nvfp4 recipe has a .moe precision (nvfp4)");
+    } else if (Fp8) {
+      std::string R = Recipe ? Recipe->V.S : "delayed"; // MCore's default recipe
+      P = llvm::StringSwitch<std::string>(R)
+              .Case("delayed", "fp8.delayed")
+              .Case("tensorwise", "fp8.tensorwise")
+              .Case("blockwise", "fp8.blockwise")
+              .Case("mxfp8", "mxfp8")
+              .Default("");
+      if (P.empty())
+        unmapped(Recipe ? *Recipe : *Fp8, "the FP8 recipe '" + R + "' has no .moe precision");
+    } else if (Bf16.hasValue() || Fp16.hasValue()) {
+      P = "bf16";
+    }
+    if (!P.empty())
+      emit("", "precision  = " + P);
+    if (flag("mixed_precision.fp8_param_gather").getValueOr(false))
+      emit("", "fp8_param_gather = true");
+    bool Bf16Layers = flag("mixed_precision.first_last_layers_bf16").getValueOr(false);
+    llvm::Optional<int64_t> Start = count("mixed_precision.num_layers_at_start_in_bf16", 0);
+    llvm::Optional<int64_t> End = count("mixed_precision.num_layers_at_end_in_bf16", 0);
+    if (Bf16Layers) {
+      if (Start.getValueOr(0))
+        emit("bf16_layers", fmt::format("first = {}", *Start));
+      if (End.getValueOr(0))
+        emit("bf16_layers", fmt::format("last = {}", *End));
+    }
+  }
+
+  void dispatcher() {
+    Entry *Type = text("model.moe_token_dispatcher_type");
+    Entry *Backend = text("model.moe_flex_dispatcher_backend");
+    if (!Type) {
+      if (Backend)
+        unmapped(*Backend, "a flex backend without moe_token_dispatcher_type = flex has no effect (Bridge rule 17)");
+      return;
+    }
+    StringRef T = Type->V.S;
+    if (T == "alltoall" || T == "allgather") {
+      emit("", fmt::format("dispatcher = {}", T.str()));
+      if (Backend)
+        unmapped(*Backend, "a flex backend has no effect with the " + T.str() + " dispatcher (Bridge rule 17)");
+    } else if (T == "flex") {
+      StringRef B = Backend ? StringRef(Backend->V.S) : "";
+      if (B == "deepep" || B == "hybridep")
+        emit("", fmt::format("dispatcher = {}", B.str()));
+      else if (!Backend) {
+        // Flex with no backend falls back to alltoall (rule 18).
+        emit("", "dispatcher = alltoall");
+        note("moe_token_dispatcher_type = flex without a backend runs alltoall; written as dispatcher = alltoall");
+      } else
+        unmapped(*Backend, "the " + B.str() + " backend has no .moe dispatcher (alltoall, allgather, deepep, hybridep)");
+    } else {
+      error(*Type, "'model.moe_token_dispatcher_type' must be allgather, alltoall or flex, not '" + T.str() + "'");
+    }
+    if (auto V = flag("model.moe_shared_expert_overlap"); V && *V)
+      emit("moe", "shared_expert_overlap = true");
+    if (auto V = flag("model.moe_grouped_gemm"); V && !*V)
+      emit("moe", "grouped_gemm = false");
+    if (Entry *D = get("model.moe_router_dtype")) {
+      if (D->V.K == Value::Kind::Null)
+        emit("moe", "router_dtype = bf16");
+      else if (D->V == Value::string("fp64"))
+        emit("moe", "router_dtype = fp64");
+      else if (D->V != Value::string("fp32"))
+        error(*D, "'model.moe_router_dtype' must be fp32, fp64 or null, not " + renderPlain(D->V));
+    }
+    if (auto CF = number("model.moe_expert_capacity_factor"))
+      emit("moe", fmt::format("capacity_factor = {}", renderHydra(Value::real(*CF))));
+    if (auto V = flag("model.moe_pad_expert_input_to_capacity"); V && *V)
+      emit("moe", "pad_to_capacity = true");
+    if (auto V = flag("comm_overlap.overlap_moe_expert_parallel_comm"); V && *V)
+      emit("moe", "overlap_ep_comm = true");
+    if (auto V = flag("comm_overlap.delay_wgrad_compute"); V && *V)
+      emit("moe", "delay_wgrad = true");
+  }
+
+  void recompute() {
+    Entry *G = peek("model.recompute_granularity");
+    Entry *Modules = peek("model.recompute_modules");
+    std::string Gran;
+    if (G) {
+      G->Used = true;
+      if (G->V.K == Value::Kind::String)
+        Gran = G->V.S;
+      else if (G->V.K != Value::Kind::Null) {
+        error(*G, "'model.recompute_granularity' must be null, selective or full");
+        return;
+      }
+    }
+    if (Gran.empty() || Gran == "none") {
+      if (Modules && Modules->V.K != Value::Kind::Null)
+        unmapped(*Modules, "recompute modules without recompute_granularity = selective are inactive (Bridge "
+                           "rule 31); the recipe says recompute = none");
+      for (StringRef K : {"model.recompute_method", "model.recompute_num_layers"})
+        if (Entry *E = get(K); E && E->V.K != Value::Kind::Null)
+          unmapped(*E, "inactive without recompute_granularity = full");
+      if (G)
+        emit("", "recompute  = none");
+      return;
+    }
+    if (Gran == "selective") {
+      std::vector<std::string> Names = {"core_attn"}; // MCore fills None with core_attn
+      if (Modules && Modules->V.K != Value::Kind::Null) {
+        Modules->Used = true;
+        auto N = names(Modules);
+        if (!N)
+          return;
+        Names = *N;
+      }
+      for (std::string &M : Names) {
+        if (M == "moe_layer_recompute") // deprecated spelling of moe
+          M = "moe";
+        static const char *Known[] = {"core_attn", "moe_act", "layernorm",      "mla_up_proj",
+                                      "mlp",       "moe",     "shared_experts", "gdn_norm_out"};
+        if (!llvm::is_contained(Known, M)) {
+          error(*Modules, "'" + M + "' is not a Megatron-Core recompute module (core_attn, moe_act, layernorm, "
+                                    "mla_up_proj, mlp, moe, shared_experts, gdn_norm_out)");
+          return;
+        }
+      }
+      // An empty list is a valid "nothing recomputed" control (rule 28).
+      emit("", Names.empty() ? "recompute  = none" : "recompute  = selective(" + llvm::join(Names, ", ") + ")");
+      for (StringRef K : {"model.recompute_method", "model.recompute_num_layers"})
+        if (Entry *E = get(K); E && E->V.K != Value::Kind::Null)
+          unmapped(*E, "selective recompute takes no method or layer count");
+      return;
+    }
+    if (Gran == "full") {
+      Entry *M = text("model.recompute_method");
+      llvm::Optional<int64_t> N = count("model.recompute_num_layers");
+      std::string Method = M ? M->V.S : "uniform";
+      if (Method != "uniform" && Method != "block") {
+        error(*M, "'model.recompute_method' must be uniform or block, not '" + Method + "'");
+        return;
+      }
+      if (Modules && Modules->V.K != Value::Kind::Null)
+        unmapped(*Modules, "full recompute recomputes whole layers; the module list does not apply");
+      if (Method == "uniform" && N.getValueOr(1) == 1)
+        emit("", "recompute  = full");
+      else
+        emit("", N ? fmt::format("recompute  = full(method = {}, layers = {})", Method, *N)
+                   : fmt::format("recompute  = full(method = {})", Method));
+      return;
+    }
+    error(*G, "'model.recompute_granularity' must be null, selective or full, not '" + Gran + "'");
+  }
+
+  void graphs() {
+    Entry *Impl = text("model.cuda_graph_impl");
+    Entry *Modules = get("model.cuda_graph_modules");
+    Entry *Scope = get("model.cuda_graph_scope"); // the deprecated name
+    if (Modules && Scope && Modules->V.K != Value::Kind::Null && Scope->V.K != Value::Kind::Null)
+      error(*Scope, "cuda_graph_scope and cuda_graph_modules cannot both be set (cuda_graph_scope is the "
+                    "deprecated name)");
+    Entry *List = Modules && Modules->V.K != Value::Kind::Null ? Modules : Scope;
+    std::vector<std::string> Scopes;
+    if (List && List->V.K != Value::Kind::Null) {
+      auto N = names(List);
+      if (!N)
+        return;
+      Scopes = *N;
+    }
+    std::string I = Impl ? Impl->V.S : "none";
+    // The deprecated scope `full_iteration` means impl = full_iteration, and
+    // `full` means the whole layer (rule 32).
+    if (llvm::is_contained(Scopes, "full_iteration")) {
+      I = "full_iteration";
+      Scopes.clear();
+    }
+    bool Graphs = I != "none";
+    if (I == "none") {
+      if (!Scopes.empty())
+        unmapped(*List, "graph modules without a cuda_graph_impl are inactive");
+      if (Impl)
+        emit("", "cuda_graph = none");
+    } else if (I == "full_iteration") {
+      if (!Scopes.empty())
+        error(*List, "a full-iteration graph takes an empty module list (Bridge rule 33)");
+      emit("", "cuda_graph = full_iteration");
+    } else if (I == "transformer_engine" || I == "local") {
+      static const char *Known[] = {"attn", "mlp", "moe", "moe_router", "moe_preprocess", "mamba"};
+      for (const std::string &S : Scopes)
+        if (!llvm::is_contained(Known, S)) {
+          error(*List, "'" + S + "' is not a CUDA-graph module (attn, mlp, moe, moe_router, moe_preprocess, mamba)");
+          return;
+        }
+      if (Scopes.empty()) {
+        unmapped(List ? *List : *Impl, "a per-layer graph of the whole layer (empty module list) has no .moe scope");
+      } else {
+        emit("", "cuda_graph = [" + llvm::join(Scopes, ", ") + "]");
+        if (I == "local")
+          emit("", "cuda_graph_impl = local");
+      }
+    } else {
+      error(*Impl, "'model.cuda_graph_impl' must be none, local, transformer_engine or full_iteration, not '" + I +
+                       "'");
+    }
+    // Prerequisites export writes (rule 35): read; reported only when they
+    // contradict the graphs.
+    for (StringRef K : {"model.use_te_rng_tracker", "rng.te_rng_tracker"})
+      if (Entry *E = get(K); E && Graphs && E->V == Value::boolean(false))
+        unmapped(*E, "CUDA graphs need the TE RNG tracker; Megatron-Bridge rejects this combination");
+    for (StringRef K : {"rerun_state_machine.check_for_nan_in_loss", "ddp.check_for_nan_in_grad"})
+      if (Entry *E = get(K); E && E->V == Value::boolean(true) && I == "full_iteration")
+        unmapped(*E, "a full-iteration graph needs the NaN checks off; Megatron-Bridge rejects this combination");
+  }
+
+  //--- offload, optimizer, vision --------------------------------------------
+
+  void offload() {
+    bool Optim = flag("optimizer.optimizer_cpu_offload").getValueOr(false);
+    llvm::Optional<double> Fraction = number("optimizer.optimizer_offload_fraction");
+    if (Optim) {
+      double F = Fraction.getValueOr(1.0);
+      if (F < 0 || F > 1)
+        error(*peek("optimizer.optimizer_offload_fraction"), "'optimizer.optimizer_offload_fraction' must be in [0, 1]");
+      else
+        emit("offload", "optimizer = " + renderHydra(Value::real(F)));
+      if (!Fraction)
+        note("optimizer_cpu_offload without optimizer_offload_fraction: written as offload.optimizer = 1.0 (the "
+             "whole state)");
+    } else if (Fraction && *Fraction > 0) {
+      unmapped(*peek("optimizer.optimizer_offload_fraction"), "inactive without optimizer.optimizer_cpu_offload");
+    }
+    if (flag("model.cpu_offloading").getValueOr(false)) {
+      emit("offload", "activations = true");
+      if (auto N = count("model.cpu_offloading_num_layers", 0))
+        emit("offload", fmt::format("activation_layers = {}", *N));
+    } else if (Entry *E = get("model.cpu_offloading_num_layers"); E && E->V.K != Value::Kind::Null) {
+      unmapped(*E, "inactive without model.cpu_offloading");
+    }
+  }
+
+  void optimizer() {
+    if (Entry *O = text("optimizer.optimizer")) {
+      if (O->V.S == "sgd" || O->V.S == "muon")
+        emit("optimizer", "type = " + O->V.S);
+      else if (O->V.S != "adam")
+        error(*O, "'optimizer.optimizer' must be adam, sgd or muon, not '" + O->V.S + "'");
+    }
+    llvm::Optional<bool> Dist = flag("ddp.use_distributed_optimizer");
+    llvm::Optional<bool> Dist2 = flag("optimizer.use_distributed_optimizer");
+    if (Dist && Dist2 && *Dist != *Dist2)
+      error(*peek("optimizer.use_distributed_optimizer"),
+            "optimizer.use_distributed_optimizer differs from ddp.use_distributed_optimizer");
+    if (!Dist)
+      Dist = Dist2;
+    if (Dist && !*Dist)
+      emit("optimizer", "distributed = false");
+    if (auto PA = flag("optimizer.use_precision_aware_optimizer"))
+      emit("optimizer", fmt::format("precision_aware = {}", *PA ? "true" : "false"));
+    if (auto V = flag("ddp.overlap_grad_reduce"); V && !*V)
+      emit("optimizer", "overlap_grad_reduce = false");
+    if (auto V = flag("ddp.overlap_param_gather"); V && !*V)
+      emit("optimizer", "overlap_param_gather = false");
+  }
+
+  void vision() {
+    llvm::Optional<bool> VM = flag("model.freeze_vision_model");
+    llvm::Optional<bool> VP = flag("model.freeze_vision_projection");
+    if (!VM && !VP)
+      return;
+    if (Model && !Model->isVLM()) {
+      if (VM.getValueOr(false) || VP.getValueOr(false))
+        unmapped(*(VM ? peek("model.freeze_vision_model") : peek("model.freeze_vision_projection")),
+                 "the model has no vision encoder");
+      return;
+    }
+    if (VM.getValueOr(false) != VP.getValueOr(VM.getValueOr(false))) {
+      unmapped(*peek("model.freeze_vision_projection"),
+               "vision.frozen freezes the encoder and the projector together; they differ here");
+      return;
+    }
+    if (VM.getValueOr(false))
+      emit("vision", "frozen = true");
+  }
+
+  void reportLeftovers() {
+    for (Entry &E : Rd.Entries) {
+      if (E.Used)
+        continue;
+      StringRef Why = knownReason(E.Key);
+      if (Why.empty())
+        Why = sectionReason(E.Key);
+      if (Why.empty())
+        Why = "no .moe field corresponds to it";
+      unmapped(E, Why);
+    }
+  }
+
+  //--- output ------------------------------------------------------------------
+
+  void write() {
+    std::string S;
+    S += fmt::format("# Imported from {} by `moec import --from megatron-bridge`.\n",
+                     Opts.SourceName.empty() ? std::string("a Megatron-Bridge configuration") : Opts.SourceName);
+    if (!Comments.empty()) {
+      S += "# Not translated (no .moe equivalent):\n";
+      for (const std::string &C : Comments)
+        S += "#   " + C + "\n";
+    }
+    S += fmt::format("\nrecipe {} {{\n", RecipeName);
+    S += fmt::format("  model      = {}\n", ModelName);
+    S += Gpus ? fmt::format("  cluster    {{ gpu = {}; gpus = {} }}\n", GpuName, Gpus)
+              : fmt::format("  cluster    {{ gpu = {}; nodes = {} }}\n", GpuName, Nodes);
+    for (auto &[Section, Lines] : Out) {
+      if (Section.empty()) {
+        for (const std::string &L : Lines)
+          S += "  " + L + "\n";
+        continue;
+      }
+      std::string Pad(std::max<int>(1, 10 - int(Section.size())), ' ');
+      std::string OneLine = "  " + Section + Pad + " { " + llvm::join(Lines, "; ") + " }";
+      if (OneLine.size() <= 100) {
+        S += OneLine + "\n";
+        continue;
+      }
+      S += "  " + Section + " {\n";
+      for (const std::string &L : Lines)
+        S += "    " + L + "\n";
+      S += "  }\n";
+    }
+    S += "}\n";
+    Res.Source = std::move(S);
+    Res.RecipeName = RecipeName;
+    Res.ModelName = ModelName;
+  }
+};
+} // namespace
+
+ImportResult bridge::importBridge(StringRef Text, const ImportOptions &Opts) {
+  ImportResult Res;
+  Reader Rd;
+  Rd.read(Text);
+  Res.Messages = std::move(Rd.Messages);
+  if (Res.hasErrors())
+    return Res;
+  Importer(Rd, Opts, Res).run();
+  // Messages in text order, global ones first.
+  std::stable_sort(Res.Messages.begin(), Res.Messages.end(), [](const ImportMessage &A, const ImportMessage &B) {
+    return std::make_pair(A.Line, A.Column) < std::make_pair(B.Line, B.Column);
+  });
+  return Res;
+}
