@@ -10,6 +10,7 @@ int runRun(const char *Argv0);
 int runExplain();
 int runRuleIndex();
 int runSchema();
+int runFmt();
 } // namespace moec::driver
 
 #endif

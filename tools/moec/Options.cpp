@@ -69,4 +69,11 @@ cl::opt<bool> RunDry("dry-run", cl::desc("Only check the plan and the process gr
 
 cl::opt<std::string> ExplainID(cl::Positional, cl::desc("<diagnostic-id>"), cl::Required, cl::sub(ExplainCmd));
 
+cl::SubCommand FmtCmd("fmt", "Print .moe files in the canonical layout (docs/formatting.md)");
+cl::list<std::string> FmtFiles(cl::Positional, cl::desc("<file.moe | ->..."), cl::OneOrMore, cl::sub(FmtCmd));
+cl::opt<bool> FmtCheck("check", cl::desc("Print a diff for each file that is not formatted; exit 1 if any"),
+                       cl::sub(FmtCmd));
+cl::opt<bool> FmtWrite("write", cl::desc("Rewrite the files that are not formatted (atomically)"),
+                       cl::sub(FmtCmd));
+
 } // namespace moec::driver

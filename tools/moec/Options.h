@@ -53,6 +53,10 @@ extern cl::opt<std::string> RunLR;
 extern cl::opt<std::string> RunTimeout;
 extern cl::opt<bool> RunDry;
 extern cl::opt<std::string> ExplainID;
+extern cl::SubCommand FmtCmd;
+extern cl::list<std::string> FmtFiles;
+extern cl::opt<bool> FmtCheck;
+extern cl::opt<bool> FmtWrite;
 
 } // namespace moec::driver
 

@@ -6,6 +6,7 @@
 //   moec sweep FILE [--csv]
 //   moec run FILE [--recipe NAME] --np N [--steps K] [--log FILE] [--moerun PATH]
 //                 [--seed S] [--lr X] [--timeout SECONDS] [--dry-run]
+//   moec fmt FILE... [--check | --write]
 //   moec explain ID | moec schema | moec rule-index
 //
 // Exit status: 0 no error, 1 at least one error diagnostic, 2 the tool could
@@ -40,6 +41,8 @@ int main(int argc, char **argv) {
     return runRuleIndex();
   if (SchemaCmd)
     return runSchema();
-  llvm::errs() << "moec: expected a command: check, plan, sweep, explain, schema or run (see moec --help)\n";
+  if (FmtCmd)
+    return runFmt();
+  llvm::errs() << "moec: expected a command: check, plan, sweep, fmt, explain, schema or run (see moec --help)\n";
   return ExitUsage;
 }
