@@ -1,0 +1,284 @@
+//===- comm/nccl/NcclComm.cpp ---------------------------------------------===//
+#include "comm/nccl/NcclComm.h"
+
+#include "kernels/cuda/CudaCheck.h"
+
+#include <nccl.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <sstream>
+#include <stdexcept>
+
+namespace moert {
+
+namespace {
+void checkNccl(ncclResult_t R, const char *Call, const char *File, int Line) {
+  if (R == ncclSuccess)
+    return;
+  std::ostringstream OS;
+  OS << File << ":" << Line << ": " << Call
+     << " failed: " << ncclGetErrorString(R);
+  const char *Last = ncclGetLastError(nullptr);
+  if (Last && *Last)
+    OS << " (" << Last << ")";
+  throw std::runtime_error(OS.str());
+}
+#define MOERT_NCCL_CHECK(Call) checkNccl((Call), #Call, __FILE__, __LINE__)
+
+/// Completes when the event recorded after the transfer fires; wait() orders
+/// the compute stream after it.
+class NcclRequest : public Request {
+public:
+  NcclRequest(cudaEvent_t Done, cudaStream_t Waiter)
+      : Done(Done), Waiter(Waiter) {}
+  ~NcclRequest() override {
+    if (Done)
+      cudaEventDestroy(Done);
+  }
+  void wait() override {
+    if (!Done)
+      return;
+    MOERT_CUDA_CHECK(cudaStreamWaitEvent(Waiter, Done, 0));
+  }
+
+private:
+  cudaEvent_t Done;
+  cudaStream_t Waiter;
+};
+
+class NcclCommunicator : public DeviceCommunicator {
+public:
+  NcclCommunicator(std::unique_ptr<Communicator> MpiGroup, int Device)
+      : Mpi(std::move(MpiGroup)), Device(Device) {
+    MOERT_CUDA_CHECK(cudaSetDevice(Device));
+    ncclUniqueId Id;
+    if (Mpi->rank() == 0)
+      MOERT_NCCL_CHECK(ncclGetUniqueId(&Id));
+    Mpi->broadcast(&Id, sizeof(Id), 0);
+    MOERT_NCCL_CHECK(ncclCommInitRank(&Comm, Mpi->size(), Id, Mpi->rank()));
+    // Blocking streams: a plain cudaMemcpy on the legacy stream orders after
+    // them, so host code reading a result needs no explicit sync.
+    MOERT_CUDA_CHECK(cudaStreamCreate(&CollStream));
+    MOERT_CUDA_CHECK(cudaStreamCreate(&SendStream));
+    MOERT_CUDA_CHECK(cudaStreamCreate(&RecvStream));
+    MOERT_CUDA_CHECK(
+        cudaEventCreateWithFlags(&Ready, cudaEventDisableTiming));
+    MOERT_CUDA_CHECK(
+        cudaEventCreateWithFlags(&Finished, cudaEventDisableTiming));
+  }
+
+  ~NcclCommunicator() override {
+    cudaSetDevice(Device);
+    // Destructors must not throw: finish outstanding work, then free.
+    for (cudaStream_t S : {CollStream, SendStream, RecvStream})
+      if (S) {
+        cudaStreamSynchronize(S);
+        cudaStreamDestroy(S);
+      }
+    if (Ready)
+      cudaEventDestroy(Ready);
+    if (Finished)
+      cudaEventDestroy(Finished);
+    if (Comm)
+      ncclCommDestroy(Comm);
+  }
+
+  int rank() const override { return Mpi->rank(); }
+  int size() const override { return Mpi->size(); }
+  const std::string &name() const override { return Mpi->name(); }
+
+  void setComputeStream(cudaStream_t S) override { Compute = S; }
+  void synchronize() override {
+    for (cudaStream_t S : {CollStream, SendStream, RecvStream})
+      MOERT_CUDA_CHECK(cudaStreamSynchronize(S));
+  }
+
+  void allReduceSum(float *Data, size_t Count) override {
+    begin(CollStream);
+    MOERT_NCCL_CHECK(ncclAllReduce(Data, Data, Count, ncclFloat, ncclSum, Comm,
+                                   CollStream));
+    end(CollStream);
+  }
+
+  void reduceScatterSum(const float *In, float *Out,
+                        size_t CountPerRank) override {
+    begin(CollStream);
+    MOERT_NCCL_CHECK(ncclReduceScatter(In, Out, CountPerRank, ncclFloat,
+                                       ncclSum, Comm, CollStream));
+    end(CollStream);
+  }
+
+  void allGather(const float *In, float *Out, size_t CountPerRank) override {
+    begin(CollStream);
+    MOERT_NCCL_CHECK(
+        ncclAllGather(In, Out, CountPerRank, ncclFloat, Comm, CollStream));
+    end(CollStream);
+  }
+
+  void allToAllV(const float *Send, const std::vector<size_t> &SendCounts,
+                 const std::vector<size_t> &SendOffsets, float *Recv,
+                 const std::vector<size_t> &RecvCounts,
+                 const std::vector<size_t> &RecvOffsets) override {
+    checkPeers(SendCounts.size(), "allToAllV send counts");
+    checkPeers(RecvCounts.size(), "allToAllV receive counts");
+    begin(CollStream);
+    MOERT_NCCL_CHECK(ncclGroupStart());
+    for (int P = 0; P < size(); ++P) {
+      // Zero-sized transfers are skipped on both sides alike (the counts
+      // agree pairwise), so no empty message is ever matched.
+      if (SendCounts[P])
+        MOERT_NCCL_CHECK(ncclSend(Send + SendOffsets[P], SendCounts[P],
+                                  ncclFloat, P, Comm, CollStream));
+      if (RecvCounts[P])
+        MOERT_NCCL_CHECK(ncclRecv(Recv + RecvOffsets[P], RecvCounts[P],
+                                  ncclFloat, P, Comm, CollStream));
+    }
+    MOERT_NCCL_CHECK(ncclGroupEnd());
+    end(CollStream);
+  }
+
+  void allToAll(const int64_t *Send, int64_t *Recv,
+                size_t CountPerRank) override {
+    begin(CollStream);
+    MOERT_NCCL_CHECK(ncclGroupStart());
+    for (int P = 0; P < size(); ++P) {
+      MOERT_NCCL_CHECK(ncclSend(Send + P * CountPerRank, CountPerRank,
+                                ncclInt64, P, Comm, CollStream));
+      MOERT_NCCL_CHECK(ncclRecv(Recv + P * CountPerRank, CountPerRank,
+                                ncclInt64, P, Comm, CollStream));
+    }
+    MOERT_NCCL_CHECK(ncclGroupEnd());
+    end(CollStream);
+  }
+
+  void sendRecv(const float *Send, size_t SendCount, int Dest, float *Recv,
+                size_t RecvCount, int Source) override {
+    begin(CollStream);
+    MOERT_NCCL_CHECK(ncclGroupStart());
+    if (Dest >= 0)
+      MOERT_NCCL_CHECK(
+          ncclSend(Send, SendCount, ncclFloat, Dest, Comm, CollStream));
+    if (Source >= 0)
+      MOERT_NCCL_CHECK(
+          ncclRecv(Recv, RecvCount, ncclFloat, Source, Comm, CollStream));
+    MOERT_NCCL_CHECK(ncclGroupEnd());
+    end(CollStream);
+  }
+
+  void send(const float *Data, size_t Count, int Dest) override {
+    sendRecv(Data, Count, Dest, nullptr, 0, -1);
+  }
+  void recv(float *Data, size_t Count, int Source) override {
+    sendRecv(nullptr, 0, -1, Data, Count, Source);
+  }
+
+  std::unique_ptr<Request> isend(const float *Data, size_t Count, int Dest,
+                                 int Tag) override {
+    begin(SendStream);
+    MOERT_NCCL_CHECK(ncclSend(Data, Count, ncclFloat, Dest, Comm, SendStream));
+    return request(SendStream);
+  }
+
+  std::unique_ptr<Request> irecv(float *Data, size_t Count, int Source,
+                                 int Tag) override {
+    begin(RecvStream);
+    MOERT_NCCL_CHECK(
+        ncclRecv(Data, Count, ncclFloat, Source, Comm, RecvStream));
+    return request(RecvStream);
+  }
+
+  void broadcast(void *Bytes, size_t Size, int Root) override {
+    begin(CollStream);
+    MOERT_NCCL_CHECK(
+        ncclBroadcast(Bytes, Bytes, Size, ncclChar, Root, Comm, CollStream));
+    end(CollStream);
+  }
+
+  void barrier() override {
+    MOERT_CUDA_CHECK(cudaStreamSynchronize(Compute));
+    synchronize();
+    Mpi->barrier();
+  }
+
+  void abortComm() {
+    if (Comm)
+      ncclCommAbort(Comm);
+    Comm = nullptr;
+  }
+
+private:
+  void checkPeers(size_t N, const char *What) const {
+    if (N != size_t(size()))
+      throw std::invalid_argument(std::string(What) + ": one per peer needed");
+  }
+  /// NCCL work on Stream starts after what the compute stream holds.
+  void begin(cudaStream_t Stream) {
+    MOERT_CUDA_CHECK(cudaSetDevice(Device));
+    MOERT_CUDA_CHECK(cudaEventRecord(Ready, Compute));
+    MOERT_CUDA_CHECK(cudaStreamWaitEvent(Stream, Ready, 0));
+  }
+  /// Later compute work starts after the NCCL work on Stream.
+  void end(cudaStream_t Stream) {
+    MOERT_CUDA_CHECK(cudaEventRecord(Finished, Stream));
+    MOERT_CUDA_CHECK(cudaStreamWaitEvent(Compute, Finished, 0));
+  }
+  std::unique_ptr<Request> request(cudaStream_t Stream) {
+    cudaEvent_t Done;
+    MOERT_CUDA_CHECK(cudaEventCreateWithFlags(&Done, cudaEventDisableTiming));
+    MOERT_CUDA_CHECK(cudaEventRecord(Done, Stream));
+    return std::make_unique<NcclRequest>(Done, Compute);
+  }
+
+  std::unique_ptr<Communicator> Mpi;
+  int Device;
+  ncclComm_t Comm = nullptr;
+  cudaStream_t Compute = nullptr; // the legacy default stream
+  cudaStream_t CollStream = nullptr, SendStream = nullptr,
+               RecvStream = nullptr;
+  cudaEvent_t Ready = nullptr, Finished = nullptr;
+};
+
+class NcclWorld : public CommWorld {
+public:
+  NcclWorld(CommWorld &Mpi, int Device) : Mpi(Mpi), Device(Device) {
+    std::vector<int> All(Mpi.size());
+    for (int I = 0; I < Mpi.size(); ++I)
+      All[I] = I;
+    World = createNcclCommunicator(Mpi.split("world", {All}), Device);
+  }
+  int rank() const override { return Mpi.rank(); }
+  int size() const override { return Mpi.size(); }
+  std::unique_ptr<Communicator>
+  split(const std::string &Name,
+        const std::vector<std::vector<int>> &Groups) override {
+    return createNcclCommunicator(Mpi.split(Name, Groups), Device);
+  }
+  Communicator &world() override { return *World; }
+  [[noreturn]] void abort(const std::string &Message, int ExitCode) override {
+    // Abort NCCL first: a peer stuck in a collective is released instead of
+    // hanging until MPI kills it.
+    if (auto *C = dynamic_cast<NcclCommunicator *>(World.get()))
+      C->abortComm();
+    Mpi.abort(Message, ExitCode);
+    std::abort(); // not reached; g++ does not see the override as noreturn
+  }
+
+private:
+  CommWorld &Mpi;
+  int Device;
+  std::unique_ptr<DeviceCommunicator> World;
+};
+
+} // namespace
+
+std::unique_ptr<DeviceCommunicator>
+createNcclCommunicator(std::unique_ptr<Communicator> MpiGroup, int Device) {
+  return std::make_unique<NcclCommunicator>(std::move(MpiGroup), Device);
+}
+
+std::unique_ptr<CommWorld> createNcclWorld(CommWorld &Mpi, int Device) {
+  return std::make_unique<NcclWorld>(Mpi, Device);
+}
+
+} // namespace moert

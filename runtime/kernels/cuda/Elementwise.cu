@@ -1,0 +1,220 @@
+//===- kernels/cuda/Elementwise.cu ----------------------------------------===//
+#include "kernels/cuda/Elementwise.h"
+
+#include <algorithm>
+
+namespace moert::cuda {
+
+namespace {
+
+__device__ inline float toF(bf16 X) { return __bfloat162float(X); }
+__device__ inline bf16 toB(float X) { return __float2bfloat16_rn(X); }
+
+/// Sum over the block (blockDim.x a multiple of 32, at most 1024); every
+/// thread gets the result.
+__device__ float blockSum(float V) {
+  __shared__ float Partial[32];
+  for (int Off = 16; Off > 0; Off >>= 1)
+    V += __shfl_xor_sync(0xffffffffu, V, Off);
+  int Warp = threadIdx.x / 32, Lane = threadIdx.x % 32;
+  __syncthreads(); // Partial may still be read by a previous call
+  if (Lane == 0)
+    Partial[Warp] = V;
+  __syncthreads();
+  int Warps = blockDim.x / 32;
+  V = Lane < Warps ? Partial[Lane] : 0.f;
+  for (int Off = 16; Off > 0; Off >>= 1)
+    V += __shfl_xor_sync(0xffffffffu, V, Off);
+  return V;
+}
+
+unsigned gridFor(int64_t Count, int Threads) {
+  return unsigned(std::min<int64_t>((Count + Threads - 1) / Threads, 65535));
+}
+
+__global__ void rmsNormForwardKernel(int64_t Hidden, const bf16 *X,
+                                     const bf16 *W, float Eps, bf16 *Y,
+                                     float *Rstd) {
+  const bf16 *Row = X + int64_t(blockIdx.x) * Hidden;
+  float Sq = 0.f;
+  for (int64_t J = threadIdx.x; J < Hidden; J += blockDim.x) {
+    float V = toF(Row[J]);
+    Sq += V * V;
+  }
+  Sq = blockSum(Sq);
+  float R = rsqrtf(Sq / float(Hidden) + Eps);
+  if (threadIdx.x == 0)
+    Rstd[blockIdx.x] = R;
+  bf16 *Out = Y + int64_t(blockIdx.x) * Hidden;
+  for (int64_t J = threadIdx.x; J < Hidden; J += blockDim.x)
+    Out[J] = toB(toF(Row[J]) * R * toF(W[J]));
+}
+
+__global__ void rmsNormBackwardDxKernel(int64_t Hidden, const bf16 *X,
+                                        const bf16 *W, const float *Rstd,
+                                        const bf16 *DY, bf16 *DX) {
+  int64_t Off = int64_t(blockIdx.x) * Hidden;
+  float Dot = 0.f;
+  for (int64_t J = threadIdx.x; J < Hidden; J += blockDim.x)
+    Dot += toF(DY[Off + J]) * toF(W[J]) * toF(X[Off + J]);
+  Dot = blockSum(Dot);
+  float R = Rstd[blockIdx.x];
+  float C = Dot / float(Hidden) * R * R;
+  for (int64_t J = threadIdx.x; J < Hidden; J += blockDim.x)
+    DX[Off + J] =
+        toB(R * (toF(DY[Off + J]) * toF(W[J]) - toF(X[Off + J]) * C));
+}
+
+/// One thread per column, rows in order: a deterministic weight gradient.
+__global__ void rmsNormBackwardDwKernel(int64_t Rows, int64_t Hidden,
+                                        const bf16 *X, const float *Rstd,
+                                        const bf16 *DY, float *DW) {
+  int64_t J = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (J >= Hidden)
+    return;
+  float Sum = 0.f;
+  for (int64_t I = 0; I < Rows; ++I)
+    Sum += toF(DY[I * Hidden + J]) * toF(X[I * Hidden + J]) * Rstd[I];
+  DW[J] += Sum;
+}
+
+/// One thread per (row, pair index); loops over the heads with one angle.
+__global__ void ropeKernel(int64_t Rows, int64_t Heads, int64_t HeadDim,
+                           bf16 *X, const int32_t *Positions, double Theta,
+                           bool Inverse) {
+  int64_t Half = HeadDim / 2;
+  for (int64_t T = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+       T < Rows * Half; T += int64_t(gridDim.x) * blockDim.x) {
+    int64_t N = T / Half, J = T % Half;
+    double Freq = pow(Theta, -2.0 * double(J) / double(HeadDim));
+    double Angle = double(Positions[N]) * Freq;
+    float C = float(cos(Angle)), S = float(sin(Angle));
+    if (Inverse)
+      S = -S;
+    bf16 *Row = X + N * Heads * HeadDim;
+    for (int64_t H = 0; H < Heads; ++H) {
+      bf16 *A = Row + H * HeadDim + J, *B = A + Half;
+      float X1 = toF(*A), X2 = toF(*B);
+      *A = toB(X1 * C - X2 * S);
+      *B = toB(X2 * C + X1 * S);
+    }
+  }
+}
+
+__device__ inline float sigmoidF(float X) { return 1.f / (1.f + __expf(-X)); }
+
+__global__ void swiGluForwardKernel(int64_t Count, const bf16 *G,
+                                    const bf16 *U, bf16 *Act) {
+  for (int64_t I = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; I < Count;
+       I += int64_t(gridDim.x) * blockDim.x) {
+    float Gv = toF(G[I]);
+    Act[I] = toB(Gv * sigmoidF(Gv) * toF(U[I]));
+  }
+}
+
+__global__ void swiGluBackwardKernel(int64_t Count, const bf16 *G,
+                                     const bf16 *U, const bf16 *DAct, bf16 *DG,
+                                     bf16 *DU) {
+  for (int64_t I = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; I < Count;
+       I += int64_t(gridDim.x) * blockDim.x) {
+    float Gv = toF(G[I]), Uv = toF(U[I]), D = toF(DAct[I]);
+    float S = sigmoidF(Gv);
+    DU[I] = toB(D * Gv * S);
+    DG[I] = toB(D * Uv * (S + Gv * S * (1.f - S)));
+  }
+}
+
+__global__ void castToBf16Kernel(int64_t Count, const float *In, bf16 *Out) {
+  for (int64_t I = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; I < Count;
+       I += int64_t(gridDim.x) * blockDim.x)
+    Out[I] = toB(In[I]);
+}
+
+__global__ void castToF32Kernel(int64_t Count, const bf16 *In, float *Out) {
+  for (int64_t I = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; I < Count;
+       I += int64_t(gridDim.x) * blockDim.x)
+    Out[I] = toF(In[I]);
+}
+
+__global__ void addKernel(int64_t Count, const bf16 *X, bf16 *Y) {
+  for (int64_t I = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; I < Count;
+       I += int64_t(gridDim.x) * blockDim.x)
+    Y[I] = toB(toF(Y[I]) + toF(X[I]));
+}
+
+} // namespace
+
+void rmsNormForward(int64_t Rows, int64_t Hidden, const bf16 *X, const bf16 *W,
+                    float Eps, bf16 *Y, float *Rstd, cudaStream_t Stream) {
+  if (Rows == 0)
+    return;
+  rmsNormForwardKernel<<<unsigned(Rows), 256, 0, Stream>>>(Hidden, X, W, Eps,
+                                                           Y, Rstd);
+  MOERT_CUDA_CHECK_LAUNCH();
+}
+
+void rmsNormBackward(int64_t Rows, int64_t Hidden, const bf16 *X,
+                     const bf16 *W, const float *Rstd, const bf16 *DY, bf16 *DX,
+                     float *DW, cudaStream_t Stream) {
+  if (Rows == 0)
+    return;
+  rmsNormBackwardDxKernel<<<unsigned(Rows), 256, 0, Stream>>>(Hidden, X, W,
+                                                              Rstd, DY, DX);
+  MOERT_CUDA_CHECK_LAUNCH();
+  rmsNormBackwardDwKernel<<<unsigned((Hidden + 127) / 128), 128, 0, Stream>>>(
+      Rows, Hidden, X, Rstd, DY, DW);
+  MOERT_CUDA_CHECK_LAUNCH();
+}
+
+void applyRope(int64_t Rows, int64_t Heads, int64_t HeadDim, bf16 *X,
+               const int32_t *Positions, double Theta, bool Inverse,
+               cudaStream_t Stream) {
+  int64_t Work = Rows * (HeadDim / 2);
+  if (Work == 0)
+    return;
+  ropeKernel<<<gridFor(Work, 256), 256, 0, Stream>>>(Rows, Heads, HeadDim, X,
+                                                     Positions, Theta, Inverse);
+  MOERT_CUDA_CHECK_LAUNCH();
+}
+
+void swiGluForward(int64_t Count, const bf16 *G, const bf16 *U, bf16 *Act,
+                   cudaStream_t Stream) {
+  if (Count == 0)
+    return;
+  swiGluForwardKernel<<<gridFor(Count, 256), 256, 0, Stream>>>(Count, G, U,
+                                                               Act);
+  MOERT_CUDA_CHECK_LAUNCH();
+}
+
+void swiGluBackward(int64_t Count, const bf16 *G, const bf16 *U,
+                    const bf16 *DAct, bf16 *DG, bf16 *DU, cudaStream_t Stream) {
+  if (Count == 0)
+    return;
+  swiGluBackwardKernel<<<gridFor(Count, 256), 256, 0, Stream>>>(Count, G, U,
+                                                                DAct, DG, DU);
+  MOERT_CUDA_CHECK_LAUNCH();
+}
+
+void castToBf16(int64_t Count, const float *In, bf16 *Out,
+                cudaStream_t Stream) {
+  if (Count == 0)
+    return;
+  castToBf16Kernel<<<gridFor(Count, 256), 256, 0, Stream>>>(Count, In, Out);
+  MOERT_CUDA_CHECK_LAUNCH();
+}
+
+void castToF32(int64_t Count, const bf16 *In, float *Out, cudaStream_t Stream) {
+  if (Count == 0)
+    return;
+  castToF32Kernel<<<gridFor(Count, 256), 256, 0, Stream>>>(Count, In, Out);
+  MOERT_CUDA_CHECK_LAUNCH();
+}
+
+void addInPlace(int64_t Count, const bf16 *X, bf16 *Y, cudaStream_t Stream) {
+  if (Count == 0)
+    return;
+  addKernel<<<gridFor(Count, 256), 256, 0, Stream>>>(Count, X, Y);
+  MOERT_CUDA_CHECK_LAUNCH();
+}
+
+} // namespace moert::cuda

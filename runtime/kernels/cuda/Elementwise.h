@@ -1,0 +1,49 @@
+//===- kernels/cuda/Elementwise.h - RMSNorm, RoPE, SwiGLU, casts (BF16) ---===//
+//
+// The element-wise pieces of the transformer on the GPU, with the semantics of
+// model/ModelOps.h: activations [tokens, features] row-major in bf16, every
+// reduction and every intermediate in fp32, weight gradients accumulated (+=)
+// into fp32. Reductions over rows (the RMSNorm weight gradient) loop over rows
+// in order within one thread per column, so results are deterministic.
+//
+//===----------------------------------------------------------------------===//
+#ifndef MOERT_KERNELS_CUDA_ELEMENTWISE_H
+#define MOERT_KERNELS_CUDA_ELEMENTWISE_H
+
+#include "kernels/cuda/DeviceBuffer.h"
+
+#include <cstdint>
+
+namespace moert::cuda {
+
+/// Y = X * rstd * W per row, rstd = 1 / sqrt(mean(X^2) + Eps); Rstd [Rows].
+void rmsNormForward(int64_t Rows, int64_t Hidden, const bf16 *X, const bf16 *W,
+                    float Eps, bf16 *Y, float *Rstd, cudaStream_t Stream);
+/// DX = rstd * (DY W - X rstd^2 mean(DY W X)); DW += sum_rows DY X rstd.
+void rmsNormBackward(int64_t Rows, int64_t Hidden, const bf16 *X,
+                     const bf16 *W, const float *Rstd, const bf16 *DY, bf16 *DX,
+                     float *DW, cudaStream_t Stream);
+
+/// Rotary embedding in place on X [Rows, Heads * HeadDim] (rotate-half, angle
+/// Positions[n] * Theta^(-2i / HeadDim), computed in double as on the host);
+/// Inverse applies the transposed rotation (the backward).
+void applyRope(int64_t Rows, int64_t Heads, int64_t HeadDim, bf16 *X,
+               const int32_t *Positions, double Theta, bool Inverse,
+               cudaStream_t Stream);
+
+/// Act = silu(G) * U over Count elements.
+void swiGluForward(int64_t Count, const bf16 *G, const bf16 *U, bf16 *Act,
+                   cudaStream_t Stream);
+/// DG = DAct * U * silu'(G), DU = DAct * silu(G).
+void swiGluBackward(int64_t Count, const bf16 *G, const bf16 *U,
+                    const bf16 *DAct, bf16 *DG, bf16 *DU, cudaStream_t Stream);
+
+/// Precision casts (fp32 GEMM outputs to bf16 activations and back).
+void castToBf16(int64_t Count, const float *In, bf16 *Out, cudaStream_t Stream);
+void castToF32(int64_t Count, const bf16 *In, float *Out, cudaStream_t Stream);
+/// Y += X (residual adds) in bf16 with an fp32 sum.
+void addInPlace(int64_t Count, const bf16 *X, bf16 *Y, cudaStream_t Stream);
+
+} // namespace moert::cuda
+
+#endif

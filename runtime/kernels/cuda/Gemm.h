@@ -1,0 +1,89 @@
+//===- kernels/cuda/Gemm.h - BF16 GEMMs and grouped expert GEMMs (cuBLAS) -===//
+//
+// The CUDA backend's matrix products, with the CPU backend's conventions
+// (kernels/host/Blas.h): row-major, op(A) is M x K, op(B) is K x N, weights
+// [in, out]. Inputs are bf16, accumulation is fp32 (CUBLAS_COMPUTE_32F), and
+// the output is bf16 (activations) or fp32 (gradient accumulators, logits).
+// cuBLAS is column-major: a row-major C = op(A) op(B) is computed as the
+// column-major C^T = op(B)^T op(A)^T, i.e. with the operands swapped.
+//
+// Grouped expert GEMMs run one problem per local expert over that expert's
+// rows (the TokenDispatcher's expert-major order), either as one
+// cublasGemmGroupedBatchedEx call (Batched) or as a loop of cublasGemmEx
+// calls (Loop). Batched falls back to Loop, once and with a note on stderr,
+// when this cuBLAS refuses the type combination. Experts with no rows are
+// skipped (their weight gradients are left unchanged, scaled by Beta).
+//
+//===----------------------------------------------------------------------===//
+#ifndef MOERT_KERNELS_CUDA_GEMM_H
+#define MOERT_KERNELS_CUDA_GEMM_H
+
+#include "kernels/cuda/DeviceBuffer.h"
+
+#include <cublas_v2.h>
+
+#include <cstdint>
+#include <vector>
+
+namespace moert::cuda {
+
+enum class OutType { BF16, F32 };
+enum class GroupedMode { Loop, Batched };
+
+/// A cuBLAS handle bound to a stream, with the device scratch the grouped
+/// calls need for their pointer arrays.
+class BlasHandle {
+public:
+  explicit BlasHandle(cudaStream_t Stream = nullptr);
+  ~BlasHandle();
+  BlasHandle(const BlasHandle &) = delete;
+  BlasHandle &operator=(const BlasHandle &) = delete;
+
+  void setStream(cudaStream_t NewStream);
+  cudaStream_t stream() const { return Stream; }
+  cublasHandle_t get() const { return Handle; }
+  /// True once a Batched call fell back to Loop.
+  bool batchedUnsupported() const { return BatchedFellBack; }
+
+private:
+  friend struct GroupedCall;
+  cublasHandle_t Handle = nullptr;
+  cudaStream_t Stream = nullptr;
+  DeviceBuffer<const void *> PointerScratch;
+  bool BatchedFellBack = false;
+};
+
+/// C = Alpha * op(A) * op(B) + Beta * C with explicit leading dimensions
+/// (row widths of the stored matrices).
+void gemm(BlasHandle &H, bool TransA, bool TransB, int64_t M, int64_t N,
+          int64_t K, float Alpha, const bf16 *A, int64_t LdA, const bf16 *B,
+          int64_t LdB, float Beta, void *C, OutType CType, int64_t LdC);
+
+/// Dense leading dimensions.
+inline void gemm(BlasHandle &H, bool TransA, bool TransB, int64_t M, int64_t N,
+                 int64_t K, float Alpha, const bf16 *A, const bf16 *B,
+                 float Beta, void *C, OutType CType) {
+  gemm(H, TransA, TransB, M, N, K, Alpha, A, TransA ? M : K, B,
+       TransB ? K : N, Beta, C, CType, N);
+}
+
+/// Expert forward / data gradient: for each group g, the Rows[g] rows of X
+/// starting after the previous groups' rows, Y_g = X_g op(W_g) + Beta Y_g.
+/// W holds the groups' matrices back to back, each stored [K, N] (TransW
+/// false) or [N, K] (TransW true, the data gradient dX = dY W^T). X is
+/// [sum Rows, K], Y [sum Rows, N].
+void groupedGemm(BlasHandle &H, GroupedMode Mode,
+                 const std::vector<int64_t> &Rows, int64_t N, int64_t K,
+                 const bf16 *X, const bf16 *W, bool TransW, float Beta, void *Y,
+                 OutType YType);
+
+/// Expert weight gradient: DW_g = X_g^T DY_g + Beta DW_g, X [sum Rows, In],
+/// DY [sum Rows, Out], DW [groups, In, Out] fp32.
+void groupedWeightGradGemm(BlasHandle &H, GroupedMode Mode,
+                           const std::vector<int64_t> &Rows, int64_t In,
+                           int64_t Out, const bf16 *X, const bf16 *DY,
+                           float Beta, float *DW);
+
+} // namespace moert::cuda
+
+#endif

@@ -1,0 +1,294 @@
+//===- kernels/cuda/Moe.cu ------------------------------------------------===//
+#include "kernels/cuda/Moe.h"
+
+#include <algorithm>
+
+namespace moert::cuda {
+
+namespace {
+
+__device__ inline float toF(bf16 X) { return __bfloat162float(X); }
+__device__ inline bf16 toB(float X) { return __float2bfloat16_rn(X); }
+
+unsigned blocksFor(int64_t Count, int Threads) {
+  return unsigned(std::max<int64_t>(1, (Count + Threads - 1) / Threads));
+}
+
+/// (Score, Id) comes before (OtherScore, OtherId) in routing order.
+__device__ inline bool before(float Score, int Id, float OtherScore,
+                              int OtherId) {
+  return Score > OtherScore || (Score == OtherScore && Id < OtherId);
+}
+
+__global__ void routerTopKKernel(int64_t N, int64_t E, int64_t K, bool Sigmoid,
+                                 const float *Logits, float *Scores,
+                                 int32_t *TopIdx, float *TopW) {
+  int64_t T = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (T >= N)
+    return;
+  const float *L = Logits + T * E;
+  float *Sc = Scores + T * E;
+  if (Sigmoid) {
+    for (int64_t J = 0; J < E; ++J)
+      Sc[J] = 1.f / (1.f + expf(-L[J]));
+  } else {
+    float M = -INFINITY;
+    for (int64_t J = 0; J < E; ++J)
+      M = fmaxf(M, L[J]);
+    double Sum = 0;
+    for (int64_t J = 0; J < E; ++J) {
+      float V = expf(L[J] - M);
+      Sc[J] = V;
+      Sum += V;
+    }
+    for (int64_t J = 0; J < E; ++J)
+      Sc[J] = float(Sc[J] / Sum);
+  }
+  // K selection passes, each taking the best entry strictly after the
+  // previous pick in routing order: no scratch array per token.
+  float PrevScore = INFINITY;
+  int PrevId = -1;
+  double Sum = 0;
+  for (int64_t Pick = 0; Pick < K; ++Pick) {
+    float Best = -INFINITY;
+    int BestId = -1;
+    for (int J = 0; J < int(E); ++J) {
+      if (!before(PrevScore, PrevId, Sc[J], J))
+        continue; // already picked
+      if (BestId < 0 || before(Sc[J], J, Best, BestId)) {
+        Best = Sc[J];
+        BestId = J;
+      }
+    }
+    TopIdx[T * K + Pick] = BestId;
+    TopW[T * K + Pick] = Best;
+    Sum += Best;
+    PrevScore = Best;
+    PrevId = BestId;
+  }
+  if (Sigmoid)
+    for (int64_t Pick = 0; Pick < K; ++Pick)
+      TopW[T * K + Pick] = float(TopW[T * K + Pick] / Sum);
+}
+
+/// Thread e counts copies of expert e and sums its scores; thread E writes N.
+__global__ void routerStatsKernel(int64_t N, int64_t E, int64_t K,
+                                  const float *Scores, const int32_t *TopIdx,
+                                  float *Stats) {
+  int64_t J = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (J > E)
+    return;
+  if (J == E) {
+    Stats[2 * E] = float(N);
+    return;
+  }
+  float Count = 0.f, Sum = 0.f;
+  for (int64_t I = 0; I < N * K; ++I)
+    Count += TopIdx[I] == J ? 1.f : 0.f;
+  for (int64_t I = 0; I < N; ++I)
+    Sum += Scores[I * E + J];
+  Stats[J] = Count;
+  Stats[E + J] = Sum;
+}
+
+__global__ void routerBackwardKernel(int64_t N, int64_t E, int64_t K,
+                                     bool Sigmoid, const float *Scores,
+                                     const int32_t *TopIdx, const float *TopW,
+                                     const float *DTopW, const float *Fraction,
+                                     float AuxPerScore, float *DLogits) {
+  int64_t T = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (T >= N)
+    return;
+  const float *Sc = Scores + T * E;
+  const int32_t *Idx = TopIdx + T * K;
+  const float *Wt = TopW + T * K, *Dw = DTopW + T * K;
+  float *Out = DLogits + T * E;
+  // dScore_j = aux term + the routing-weight term of j if it was picked.
+  double SigSum = 0, SigDot = 0;
+  if (Sigmoid)
+    for (int64_t J = 0; J < K; ++J) {
+      SigSum += Sc[Idx[J]];
+      SigDot += double(Dw[J]) * Wt[J];
+    }
+  auto DScore = [&](int64_t J) {
+    double D = double(AuxPerScore) * Fraction[J];
+    for (int64_t P = 0; P < K; ++P)
+      if (Idx[P] == J)
+        D += Sigmoid ? (Dw[P] - SigDot) / SigSum : double(Dw[P]);
+    return D;
+  };
+  if (Sigmoid) {
+    for (int64_t J = 0; J < E; ++J)
+      Out[J] = float(DScore(J) * Sc[J] * (1.0 - Sc[J]));
+    return;
+  }
+  double Dot = 0;
+  for (int64_t J = 0; J < E; ++J)
+    Dot += DScore(J) * Sc[J];
+  for (int64_t J = 0; J < E; ++J)
+    Out[J] = float(Sc[J] * (DScore(J) - Dot));
+}
+
+/// Thread e counts the copies routed to expert e. The placement needs every
+/// count first (its start row), hence two kernels.
+__global__ void expertCountKernel(int64_t Copies, int64_t E,
+                                  const int32_t *TopIdx, int64_t *Counts) {
+  int64_t J = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (J >= E)
+    return;
+  int64_t C = 0;
+  for (int64_t I = 0; I < Copies; ++I)
+    C += TopIdx[I] == J;
+  Counts[J] = C;
+}
+
+__global__ void placeCopiesKernel(int64_t Copies, int64_t E,
+                                  const int32_t *TopIdx, const int64_t *Counts,
+                                  int32_t *Permutation, int32_t *RowOfCopy) {
+  int64_t J = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (J >= E)
+    return;
+  int64_t Row = 0;
+  for (int64_t P = 0; P < J; ++P)
+    Row += Counts[P];
+  for (int64_t I = 0; I < Copies; ++I)
+    if (TopIdx[I] == J) {
+      Permutation[Row] = int32_t(I);
+      RowOfCopy[I] = int32_t(Row);
+      ++Row;
+    }
+}
+
+/// One block per output row; threads stride over the features.
+__global__ void permuteKernel(int64_t K, int64_t H, const bf16 *X,
+                              const int32_t *Permutation, bf16 *Out) {
+  int64_t Row = blockIdx.x;
+  const bf16 *Src = X + int64_t(Permutation[Row] / K) * H;
+  for (int64_t C = threadIdx.x; C < H; C += blockDim.x)
+    Out[Row * H + C] = Src[C];
+}
+
+/// One block per token: sums its K rows in k order.
+__global__ void gatherSumKernel(int64_t K, int64_t H, const bf16 *Rows,
+                                const int32_t *RowOfCopy, const float *W,
+                                bf16 *Y) {
+  int64_t N = blockIdx.x;
+  for (int64_t C = threadIdx.x; C < H; C += blockDim.x) {
+    float Acc = 0.f;
+    for (int64_t P = 0; P < K; ++P) {
+      float Weight = W ? W[N * K + P] : 1.f;
+      Acc += Weight * toF(Rows[int64_t(RowOfCopy[N * K + P]) * H + C]);
+    }
+    Y[N * H + C] = toB(Acc);
+  }
+}
+
+/// One block per copy: the weighted row back and the weight's gradient.
+__global__ void unpermuteBackwardKernel(int64_t K, int64_t H, const bf16 *DY,
+                                        const bf16 *Rows,
+                                        const int32_t *RowOfCopy,
+                                        const float *W, bf16 *DRows,
+                                        float *DW) {
+  __shared__ float Partial[32];
+  int64_t Copy = blockIdx.x, N = Copy / K, Row = RowOfCopy[Copy];
+  float Weight = W[Copy], Dot = 0.f;
+  for (int64_t C = threadIdx.x; C < H; C += blockDim.x) {
+    float G = toF(DY[N * H + C]);
+    DRows[Row * H + C] = toB(Weight * G);
+    Dot += G * toF(Rows[Row * H + C]);
+  }
+  for (int Off = 16; Off > 0; Off >>= 1)
+    Dot += __shfl_xor_sync(0xffffffffu, Dot, Off);
+  if (threadIdx.x % 32 == 0)
+    Partial[threadIdx.x / 32] = Dot;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float Sum = 0.f;
+    for (int I = 0; I < int(blockDim.x / 32); ++I)
+      Sum += Partial[I];
+    DW[Copy] = Sum;
+  }
+}
+
+} // namespace
+
+void routerTopK(int64_t N, int64_t E, int64_t K, bool Sigmoid,
+                const float *Logits, float *Scores, int32_t *TopIdx,
+                float *TopW, cudaStream_t Stream) {
+  if (N == 0)
+    return;
+  routerTopKKernel<<<blocksFor(N, 128), 128, 0, Stream>>>(
+      N, E, K, Sigmoid, Logits, Scores, TopIdx, TopW);
+  MOERT_CUDA_CHECK_LAUNCH();
+}
+
+void routerStats(int64_t N, int64_t E, int64_t K, const float *Scores,
+                 const int32_t *TopIdx, float *Stats, cudaStream_t Stream) {
+  routerStatsKernel<<<blocksFor(E + 1, 128), 128, 0, Stream>>>(N, E, K, Scores,
+                                                               TopIdx, Stats);
+  MOERT_CUDA_CHECK_LAUNCH();
+}
+
+void routerBackward(int64_t N, int64_t E, int64_t K, bool Sigmoid,
+                    const float *Scores, const int32_t *TopIdx,
+                    const float *TopW, const float *DTopW,
+                    const float *Fraction, float AuxPerScore, float *DLogits,
+                    cudaStream_t Stream) {
+  if (N == 0)
+    return;
+  routerBackwardKernel<<<blocksFor(N, 128), 128, 0, Stream>>>(
+      N, E, K, Sigmoid, Scores, TopIdx, TopW, DTopW, Fraction, AuxPerScore,
+      DLogits);
+  MOERT_CUDA_CHECK_LAUNCH();
+}
+
+void buildPermutation(int64_t N, int64_t K, int64_t E, const int32_t *TopIdx,
+                      int32_t *Permutation, int32_t *RowOfCopy,
+                      int64_t *ExpertCounts, cudaStream_t Stream) {
+  expertCountKernel<<<blocksFor(E, 128), 128, 0, Stream>>>(N * K, E, TopIdx,
+                                                           ExpertCounts);
+  MOERT_CUDA_CHECK_LAUNCH();
+  placeCopiesKernel<<<blocksFor(E, 128), 128, 0, Stream>>>(
+      N * K, E, TopIdx, ExpertCounts, Permutation, RowOfCopy);
+  MOERT_CUDA_CHECK_LAUNCH();
+}
+
+void permuteTokens(int64_t N, int64_t K, int64_t H, const bf16 *X,
+                   const int32_t *Permutation, bf16 *Out, cudaStream_t Stream) {
+  if (N * K == 0)
+    return;
+  permuteKernel<<<unsigned(N * K), 128, 0, Stream>>>(K, H, X, Permutation, Out);
+  MOERT_CUDA_CHECK_LAUNCH();
+}
+
+void permuteTokensBackward(int64_t N, int64_t K, int64_t H, const bf16 *DRows,
+                           const int32_t *RowOfCopy, bf16 *DX,
+                           cudaStream_t Stream) {
+  if (N == 0)
+    return;
+  gatherSumKernel<<<unsigned(N), 128, 0, Stream>>>(K, H, DRows, RowOfCopy,
+                                                   nullptr, DX);
+  MOERT_CUDA_CHECK_LAUNCH();
+}
+
+void unpermuteTokens(int64_t N, int64_t K, int64_t H, const bf16 *Rows,
+                     const int32_t *RowOfCopy, const float *W, bf16 *Y,
+                     cudaStream_t Stream) {
+  if (N == 0)
+    return;
+  gatherSumKernel<<<unsigned(N), 128, 0, Stream>>>(K, H, Rows, RowOfCopy, W, Y);
+  MOERT_CUDA_CHECK_LAUNCH();
+}
+
+void unpermuteTokensBackward(int64_t N, int64_t K, int64_t H, const bf16 *DY,
+                             const bf16 *Rows, const int32_t *RowOfCopy,
+                             const float *W, bf16 *DRows, float *DW,
+                             cudaStream_t Stream) {
+  if (N * K == 0)
+    return;
+  unpermuteBackwardKernel<<<unsigned(N * K), 128, 0, Stream>>>(
+      K, H, DY, Rows, RowOfCopy, W, DRows, DW);
+  MOERT_CUDA_CHECK_LAUNCH();
+}
+
+} // namespace moert::cuda

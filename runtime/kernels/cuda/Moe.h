@@ -1,0 +1,79 @@
+//===- kernels/cuda/Moe.h - Router top-k, token permute and unpermute -----===//
+//
+// The MoE layer's routing on the GPU, with model/MoeBlock.cpp's and
+// parallel/ep/TokenDispatcher.h's semantics:
+//
+//  * routerTopK: router logits [N, E] fp32 -> scores (softmax or sigmoid),
+//    top-k with the higher score first and the lower expert id on ties,
+//    routing weights (softmax: the scores; sigmoid: the scores normalised
+//    over the k chosen).
+//  * routerStats: per expert the number of copies routed to it and the sum of
+//    its scores, then the token count: the 2E + 1 statistics the aux loss
+//    all-reduces over the TpCp group.
+//  * routerBackward: logit gradients from the routing-weight gradients and
+//    the aux-loss term (AuxPerScore * Fraction[e]), through softmax/sigmoid.
+//  * buildPermutation: copy c = n * K + k goes to row Permutation^-1(c) of the
+//    expert-major send buffer, sorted by expert then copy number (the
+//    dispatcher's order); RowOfCopy is that inverse, ExpertCounts the rows per
+//    expert.
+//  * permuteTokens / unpermuteTokens and their backwards move bf16 rows; sums
+//    over the K copies of a token run in k order in fp32.
+//
+// One thread per token in the router kernels (E up to a few hundred); the
+// permutation is built by one thread per expert scanning the copies in order,
+// which keeps it stable and deterministic.
+//
+//===----------------------------------------------------------------------===//
+#ifndef MOERT_KERNELS_CUDA_MOE_H
+#define MOERT_KERNELS_CUDA_MOE_H
+
+#include "kernels/cuda/DeviceBuffer.h"
+
+#include <cstdint>
+
+namespace moert::cuda {
+
+/// Logits [N, E] -> Scores [N, E], TopIdx [N * K] (int32), TopW [N * K].
+void routerTopK(int64_t N, int64_t E, int64_t K, bool Sigmoid,
+                const float *Logits, float *Scores, int32_t *TopIdx,
+                float *TopW, cudaStream_t Stream);
+
+/// Stats [2E + 1]: copies per expert, score sums per expert, N.
+void routerStats(int64_t N, int64_t E, int64_t K, const float *Scores,
+                 const int32_t *TopIdx, float *Stats, cudaStream_t Stream);
+
+/// DLogits [N, E] from DTopW [N * K]; Fraction [E] are the f_e of the aux
+/// loss and AuxPerScore = AuxGradScale * AuxLossCoeff * E / GroupTokens.
+void routerBackward(int64_t N, int64_t E, int64_t K, bool Sigmoid,
+                    const float *Scores, const int32_t *TopIdx,
+                    const float *TopW, const float *DTopW,
+                    const float *Fraction, float AuxPerScore, float *DLogits,
+                    cudaStream_t Stream);
+
+/// Permutation [N * K] (send row -> copy), RowOfCopy [N * K] (copy -> send
+/// row), ExpertCounts [E] (int64).
+void buildPermutation(int64_t N, int64_t K, int64_t E, const int32_t *TopIdx,
+                      int32_t *Permutation, int32_t *RowOfCopy,
+                      int64_t *ExpertCounts, cudaStream_t Stream);
+
+/// Out [N * K, H]: row j = X[Permutation[j] / K].
+void permuteTokens(int64_t N, int64_t K, int64_t H, const bf16 *X,
+                   const int32_t *Permutation, bf16 *Out, cudaStream_t Stream);
+/// Backward of permuteTokens: DX[n] = sum_k DRows[RowOfCopy[n K + k]].
+void permuteTokensBackward(int64_t N, int64_t K, int64_t H, const bf16 *DRows,
+                           const int32_t *RowOfCopy, bf16 *DX,
+                           cudaStream_t Stream);
+/// Y[n] = sum_k W[n K + k] * Rows[RowOfCopy[n K + k]].
+void unpermuteTokens(int64_t N, int64_t K, int64_t H, const bf16 *Rows,
+                     const int32_t *RowOfCopy, const float *W, bf16 *Y,
+                     cudaStream_t Stream);
+/// Backward of unpermuteTokens: DRows[RowOfCopy[c]] = W[c] * DY[c / K] and
+/// DW[c] = <DY[c / K], Rows[RowOfCopy[c]]>.
+void unpermuteTokensBackward(int64_t N, int64_t K, int64_t H, const bf16 *DY,
+                             const bf16 *Rows, const int32_t *RowOfCopy,
+                             const float *W, bf16 *DRows, float *DW,
+                             cudaStream_t Stream);
+
+} // namespace moert::cuda
+
+#endif

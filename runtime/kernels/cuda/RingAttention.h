@@ -1,0 +1,38 @@
+//===- kernels/cuda/RingAttention.h - Context-parallel attention on GPUs --===//
+//
+// parallel/cp/ContextParallelAttention.h on the CUDA backend: the same
+// load-balanced chunking (localPositions), the same ring (K/V blocks travel to
+// the next rank each step; in the backward their fp32 gradients travel with
+// them and take one more hop home), the same results up to bf16 inputs and
+// fp32 summation order. Each step posts the next hop (irecv + isend) before
+// attending to the block in hand, so on NCCL the transfer overlaps the
+// attention kernels; the hop is waited on (stream order) before the swap.
+//
+// Q [Batch, LocalTokens, QHeads, HeadDim] bf16, K and V [Batch, LocalTokens,
+// KvHeads, HeadDim] bf16 (device); Out fp32 like Q; Lse [Batch, QHeads,
+// LocalTokens] fp32; DOut bf16; DQ, DK, DV fp32 (overwritten). Cp is any
+// DeviceCommunicator (NCCL, or host-staged for several ranks on one GPU).
+//
+//===----------------------------------------------------------------------===//
+#ifndef MOERT_KERNELS_CUDA_RINGATTENTION_H
+#define MOERT_KERNELS_CUDA_RINGATTENTION_H
+
+#include "comm/nccl/NcclComm.h"
+#include "kernels/cuda/Attention.h"
+#include "parallel/cp/ContextParallelAttention.h"
+
+namespace moert::cuda {
+
+void ringAttentionForward(DeviceCommunicator &Cp, const AttentionDims &Dims,
+                          const bf16 *Q, const bf16 *K, const bf16 *V,
+                          float *Out, float *Lse, cudaStream_t Stream);
+
+void ringAttentionBackward(DeviceCommunicator &Cp, const AttentionDims &Dims,
+                           const bf16 *Q, const bf16 *K, const bf16 *V,
+                           const float *Out, const float *Lse,
+                           const bf16 *DOut, float *DQ, float *DK, float *DV,
+                           cudaStream_t Stream);
+
+} // namespace moert::cuda
+
+#endif

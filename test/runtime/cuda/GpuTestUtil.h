@@ -1,0 +1,76 @@
+//===- GpuTestUtil.h - Inputs and comparisons for the GPU kernel tests ----===//
+//
+// Tolerances: inputs are rounded to bf16 on the host first, so the CPU
+// reference and the GPU kernel see identical values; what remains is fp32
+// summation order (about 1e-6 relative) and, for bf16 outputs, one rounding
+// of the result (2^-9 relative, 0.2%). Checks are relative to the largest
+// magnitude of the reference, so near-zero entries do not blow up.
+//
+//===----------------------------------------------------------------------===//
+#ifndef MOERT_TEST_CUDA_GPUTESTUTIL_H
+#define MOERT_TEST_CUDA_GPUTESTUTIL_H
+
+#include "kernels/cuda/DeviceBuffer.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace moert::test {
+
+/// fp32 result (only the summation order differs).
+constexpr double F32Tol = 2e-5;
+/// Attention: exp/log in fast intrinsics and online rescaling.
+constexpr double AttnTol = 2e-4;
+/// A bf16-rounded result: one rounding (2^-9) plus slack.
+constexpr double Bf16Tol = 8e-3;
+
+/// Normal(0, Std) values, already representable in bf16.
+inline std::vector<float> randomBf16(size_t N, uint64_t Seed,
+                                     float Std = 1.0f) {
+  std::mt19937_64 Gen(Seed);
+  std::normal_distribution<float> Dist(0.0f, Std);
+  std::vector<float> V(N);
+  for (float &X : V)
+    X = Dist(Gen);
+  return cuda::roundedToBf16(V);
+}
+
+/// Max |Got - Want| <= Tol * max(1e-6, max |Want|), with the worst index.
+inline ::testing::AssertionResult near(const std::vector<float> &Got,
+                                       const std::vector<float> &Want,
+                                       double Tol, const std::string &What) {
+  if (Got.size() != Want.size())
+    return ::testing::AssertionFailure()
+           << What << ": " << Got.size() << " values, want " << Want.size();
+  double Scale = 1e-6;
+  for (float W : Want)
+    Scale = std::max(Scale, double(std::fabs(W)));
+  double Worst = 0;
+  size_t At = 0;
+  for (size_t I = 0; I < Got.size(); ++I) {
+    double D = std::fabs(double(Got[I]) - double(Want[I]));
+    if (!(D <= Worst)) { // also catches NaN
+      Worst = std::isnan(D) ? INFINITY : D;
+      At = I;
+    }
+  }
+  if (Worst <= Tol * Scale)
+    return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure()
+         << What << ": |got - want| = " << Worst << " at " << At << " (got "
+         << Got[At] << ", want " << Want[At] << "), allowed " << Tol * Scale;
+}
+
+inline std::vector<float> toFloat(const std::vector<double> &V) {
+  return std::vector<float>(V.begin(), V.end());
+}
+
+} // namespace moert::test
+
+#endif

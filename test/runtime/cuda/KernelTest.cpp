@@ -1,0 +1,611 @@
+//===- KernelTest.cpp - CUDA kernels against the CPU backend --------------===//
+//
+// Every kernel runs on inputs already rounded to bf16, and is compared with
+// the CPU backend's own function (model/ModelOps, parallel/cp, parallel/ep,
+// parallel/tp, kernels/host/Blas) on the same values; tolerances are in
+// GpuTestUtil.h.
+//
+//===----------------------------------------------------------------------===//
+#include "GpuTestUtil.h"
+
+#include "kernels/cuda/AdamW.h"
+#include "kernels/cuda/Attention.h"
+#include "kernels/cuda/CrossEntropy.h"
+#include "kernels/cuda/Elementwise.h"
+#include "kernels/cuda/Gemm.h"
+#include "kernels/cuda/Moe.h"
+#include "kernels/host/Blas.h"
+#include "model/ModelOps.h"
+#include "parallel/cp/ContextParallelAttention.h"
+#include "parallel/ep/TokenDispatcher.h"
+#include "parallel/tp/VocabParallel.h"
+
+#include <numeric>
+
+using namespace moert;
+using namespace moert::cuda;
+using namespace moert::test;
+
+namespace {
+
+Tensor tensorOf(std::vector<int64_t> Shape, const std::vector<float> &V) {
+  Tensor T(std::move(Shape));
+  EXPECT_EQ(size_t(T.numel()), V.size());
+  std::copy(V.begin(), V.end(), T.data());
+  return T;
+}
+
+void sync() { MOERT_CUDA_CHECK(cudaDeviceSynchronize()); }
+
+template <typename T> DeviceBuffer<T> uploadVec(const std::vector<T> &V) {
+  DeviceBuffer<T> B;
+  B.upload(V);
+  return B;
+}
+
+//===--------------------------------------------------------------------===//
+// GEMM
+//===--------------------------------------------------------------------===//
+
+TEST(CudaGemm, DenseMatchesHostGemmForEveryTransposeAndOutputType) {
+  BlasHandle H;
+  const int64_t M = 37, N = 53, K = 70;
+  for (int TA = 0; TA < 2; ++TA)
+    for (int TB = 0; TB < 2; ++TB) {
+      std::vector<float> A = randomBf16(M * K, 1 + TA), B = randomBf16(K * N, 3 + TB);
+      std::vector<float> C0 = randomBf16(M * N, 5);
+      std::vector<float> Want = C0;
+      gemm(TA, TB, M, N, K, 0.5f, A.data(), B.data(), 0.25f, Want.data());
+      auto DA = uploadBf16(A), DB = uploadBf16(B);
+      auto DC = uploadF32(C0);
+      gemm(H, TA, TB, M, N, K, 0.5f, DA.data(), DB.data(), 0.25f, DC.data(),
+           OutType::F32);
+      sync();
+      std::string Case = "TA=" + std::to_string(TA) + " TB=" + std::to_string(TB);
+      EXPECT_TRUE(near(DC.download(), Want, 1e-4, "fp32 C, " + Case));
+      // bf16 output, Beta = 0.
+      std::vector<float> Want0(M * N, 0.0f);
+      gemm(TA, TB, M, N, K, 1.0f, A.data(), B.data(), 0.0f, Want0.data());
+      DeviceBuffer<bf16> DC16(M * N);
+      gemm(H, TA, TB, M, N, K, 1.0f, DA.data(), DB.data(), 0.0f, DC16.data(),
+           OutType::BF16);
+      sync();
+      EXPECT_TRUE(near(downloadBf16(DC16), Want0, Bf16Tol, "bf16 C, " + Case));
+    }
+}
+
+class CudaGroupedGemm : public ::testing::TestWithParam<GroupedMode> {};
+
+TEST_P(CudaGroupedGemm, ExpertForwardDataAndWeightGradientsMatchHostLoops) {
+  BlasHandle H;
+  const std::vector<int64_t> Rows = {5, 0, 17, 9}; // an expert with no rows
+  const int64_t In = 48, Out = 40, G = int64_t(Rows.size());
+  const int64_t Total = std::accumulate(Rows.begin(), Rows.end(), int64_t(0));
+  std::vector<float> X = randomBf16(Total * In, 11), W = randomBf16(G * In * Out, 12);
+  std::vector<float> DY = randomBf16(Total * Out, 13), DW0 = randomBf16(G * In * Out, 14);
+  std::vector<float> WantY(Total * Out), WantDX(Total * In), WantDW = DW0;
+  int64_t Begin = 0;
+  for (int64_t E = 0; E < G; ++E) {
+    int64_t M = Rows[E];
+    if (M) {
+      gemm(false, false, M, Out, In, 1.0f, &X[Begin * In], &W[E * In * Out],
+           0.0f, &WantY[Begin * Out]);
+      gemm(false, true, M, In, Out, 1.0f, &DY[Begin * Out], &W[E * In * Out],
+           0.0f, &WantDX[Begin * In]);
+      gemm(true, false, In, Out, M, 1.0f, &X[Begin * In], &DY[Begin * Out],
+           1.0f, &WantDW[E * In * Out]);
+    }
+    Begin += M;
+  }
+  auto DX = uploadBf16(X), DWt = uploadBf16(W), DDY = uploadBf16(DY);
+  DeviceBuffer<bf16> Y(Total * Out), GotDX(Total * In);
+  auto GotDW = uploadF32(DW0);
+  groupedGemm(H, GetParam(), Rows, Out, In, DX.data(), DWt.data(), false, 0.0f,
+              Y.data(), OutType::BF16);
+  groupedGemm(H, GetParam(), Rows, In, Out, DDY.data(), DWt.data(), true, 0.0f,
+              GotDX.data(), OutType::BF16);
+  groupedWeightGradGemm(H, GetParam(), Rows, In, Out, DX.data(), DDY.data(),
+                        1.0f, GotDW.data());
+  sync();
+  EXPECT_TRUE(near(downloadBf16(Y), WantY, Bf16Tol, "expert forward"));
+  EXPECT_TRUE(near(downloadBf16(GotDX), WantDX, Bf16Tol, "expert dX"));
+  std::vector<float> DWGot = GotDW.download();
+  EXPECT_TRUE(near(DWGot, WantDW, 1e-4, "expert dW"));
+  // The empty expert's gradient is untouched.
+  for (int64_t I = 0; I < In * Out; ++I)
+    ASSERT_EQ(DWGot[In * Out + I], DW0[In * Out + I]);
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, CudaGroupedGemm,
+                         ::testing::Values(GroupedMode::Loop,
+                                           GroupedMode::Batched));
+
+//===--------------------------------------------------------------------===//
+// Attention
+//===--------------------------------------------------------------------===//
+
+struct AttnCase {
+  int64_t Batch, SeqLen, QHeads, KvHeads, HeadDim;
+};
+
+class CudaAttention : public ::testing::TestWithParam<AttnCase> {};
+
+TEST_P(CudaAttention, CausalForwardAndBackwardMatchHostAttention) {
+  AttnCase C = GetParam();
+  AttentionDims D{C.Batch, C.SeqLen, C.QHeads, C.KvHeads, C.HeadDim};
+  int64_t QN = C.Batch * C.SeqLen * C.QHeads * C.HeadDim;
+  int64_t KN = C.Batch * C.SeqLen * C.KvHeads * C.HeadDim;
+  int64_t LN = C.Batch * C.QHeads * C.SeqLen;
+  auto Q = randomBf16(QN, 21), K = randomBf16(KN, 22), V = randomBf16(KN, 23);
+  auto DOut = randomBf16(QN, 24);
+  auto Self = createSelfCommunicator("cp");
+  std::vector<float> Out(QN), Lse(LN), DQ(QN), DK(KN), DV(KN);
+  contextParallelAttentionForward(*Self, D, Q.data(), K.data(), V.data(),
+                                  Out.data(), Lse.data());
+  contextParallelAttentionBackward(*Self, D, Q.data(), K.data(), V.data(),
+                                   Out.data(), Lse.data(), DOut.data(),
+                                   DQ.data(), DK.data(), DV.data());
+
+  DeviceAttentionShape S{C.Batch, C.SeqLen, C.SeqLen, C.QHeads, C.KvHeads,
+                         C.HeadDim, float(1.0 / std::sqrt(double(C.HeadDim)))};
+  std::vector<int32_t> Pos(C.SeqLen);
+  std::iota(Pos.begin(), Pos.end(), 0);
+  auto DQb = uploadBf16(Q), DKb = uploadBf16(K), DVb = uploadBf16(V);
+  auto DDO = uploadBf16(DOut);
+  auto DPos = uploadVec(Pos);
+  DeviceBuffer<float> GOut(QN), GLse(LN), GDelta(LN), GDQ(QN), GDK(KN), GDV(KN);
+  causalAttentionForward(S, DQb.data(), DKb.data(), DVb.data(), DPos.data(),
+                         GOut.data(), GLse.data(), nullptr);
+  causalAttentionBackward(S, DQb.data(), DKb.data(), DVb.data(), DPos.data(),
+                          GOut.data(), GLse.data(), DDO.data(), GDelta.data(),
+                          GDQ.data(), GDK.data(), GDV.data(), nullptr);
+  sync();
+  EXPECT_TRUE(near(GOut.download(), Out, AttnTol, "Out"));
+  EXPECT_TRUE(near(GLse.download(), Lse, AttnTol, "Lse"));
+  EXPECT_TRUE(near(GDQ.download(), DQ, 1e-3, "dQ"));
+  EXPECT_TRUE(near(GDK.download(), DK, 1e-3, "dK"));
+  EXPECT_TRUE(near(GDV.download(), DV, 1e-3, "dV"));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, CudaAttention,
+    ::testing::Values(AttnCase{2, 100, 4, 2, 64}, // partial tiles, GQA
+                      AttnCase{1, 70, 2, 2, 32},
+                      AttnCase{1, 129, 4, 1, 128}, // one KV head for four
+                      AttnCase{1, 1, 1, 1, 64}));
+
+/// Rows of [Batch, Seq, Width] at the given sequence positions.
+std::vector<float> gatherRows(const std::vector<float> &Full, int64_t Batch,
+                              int64_t Seq, int64_t Width,
+                              const std::vector<int64_t> &Positions) {
+  std::vector<float> Out;
+  for (int64_t B = 0; B < Batch; ++B)
+    for (int64_t P : Positions)
+      Out.insert(Out.end(), Full.begin() + (B * Seq + P) * Width,
+                 Full.begin() + (B * Seq + P + 1) * Width);
+  return Out;
+}
+
+/// Lse [Batch, Heads, Seq] at the given positions.
+std::vector<float> gatherLse(const std::vector<float> &Full, int64_t Batch,
+                             int64_t Heads, int64_t Seq,
+                             const std::vector<int64_t> &Positions) {
+  std::vector<float> Out;
+  for (int64_t B = 0; B < Batch; ++B)
+    for (int64_t H = 0; H < Heads; ++H)
+      for (int64_t P : Positions)
+        Out.push_back(Full[(B * Heads + H) * Seq + P]);
+  return Out;
+}
+
+// The CP chunk masks: the blocks of a CP group of 2 and of 3, all held by this
+// one process, merged block by block into each rank's (Out, Lse) must give
+// that rank's rows of full causal attention; the backward blocks summed over
+// every (query rank, key rank) pair give the full gradients.
+TEST(CudaAttentionBlocks, CpChunkMasksMergeToFullCausalAttention) {
+  for (int Cp : {2, 3}) {
+    const int64_t B = 1, Seq = 96 * Cp / 2, QH = 4, KvH = 2, Hd = 64;
+    AttentionDims D{B, Seq, QH, KvH, Hd};
+    auto Q = randomBf16(B * Seq * QH * Hd, 31), K = randomBf16(B * Seq * KvH * Hd, 32);
+    auto V = randomBf16(B * Seq * KvH * Hd, 33), DOut = randomBf16(B * Seq * QH * Hd, 34);
+    auto Self = createSelfCommunicator("cp");
+    std::vector<float> Out(Q.size()), Lse(B * QH * Seq), DQ(Q.size()), DK(K.size()), DV(V.size());
+    contextParallelAttentionForward(*Self, D, Q.data(), K.data(), V.data(), Out.data(), Lse.data());
+    contextParallelAttentionBackward(*Self, D, Q.data(), K.data(), V.data(), Out.data(),
+                                     Lse.data(), DOut.data(), DQ.data(), DK.data(), DV.data());
+    int64_t Local = Seq / Cp;
+    DeviceAttentionShape S{B, Local, Local, QH, KvH, Hd, float(1.0 / std::sqrt(double(Hd)))};
+    struct RankData {
+      std::vector<int64_t> Pos;
+      DeviceBuffer<int32_t> DPos;
+      DeviceBuffer<bf16> Q, K, V, DOut;
+      DeviceBuffer<float> Out, Lse, Delta, DQ, DK, DV;
+    };
+    std::vector<RankData> R(Cp);
+    for (int I = 0; I < Cp; ++I) {
+      R[I].Pos = localPositions(I, Cp, Seq);
+      R[I].DPos = uploadVec(std::vector<int32_t>(R[I].Pos.begin(), R[I].Pos.end()));
+      R[I].Q = uploadBf16(gatherRows(Q, B, Seq, QH * Hd, R[I].Pos));
+      R[I].K = uploadBf16(gatherRows(K, B, Seq, KvH * Hd, R[I].Pos));
+      R[I].V = uploadBf16(gatherRows(V, B, Seq, KvH * Hd, R[I].Pos));
+      R[I].DOut = uploadBf16(gatherRows(DOut, B, Seq, QH * Hd, R[I].Pos));
+      R[I].Out.resize(B * Local * QH * Hd);
+      R[I].Lse.resize(B * QH * Local);
+      R[I].Delta.resize(B * QH * Local);
+      R[I].DQ.resize(B * Local * QH * Hd);
+      R[I].DK.resize(B * Local * KvH * Hd);
+      R[I].DV.resize(B * Local * KvH * Hd);
+      R[I].DQ.zero();
+      R[I].DK.zero();
+      R[I].DV.zero();
+      attentionInit(S, R[I].Out.data(), R[I].Lse.data(), nullptr);
+    }
+    // Forward: key blocks in ring order, as the CP ring would bring them.
+    for (int I = 0; I < Cp; ++I)
+      for (int Step = 0; Step < Cp; ++Step) {
+        int J = (I - Step + Cp) % Cp;
+        attentionForwardBlock(S, R[I].Q.data(), R[I].DPos.data(), R[J].K.data(),
+                              R[J].V.data(), R[J].DPos.data(), R[I].Out.data(),
+                              R[I].Lse.data(), nullptr);
+      }
+    for (int I = 0; I < Cp; ++I)
+      attentionDelta(S, R[I].DOut.data(), R[I].Out.data(), R[I].Delta.data(), nullptr);
+    for (int I = 0; I < Cp; ++I)
+      for (int J = 0; J < Cp; ++J)
+        attentionBackwardBlock(S, R[I].Q.data(), R[I].DPos.data(), R[J].K.data(),
+                               R[J].V.data(), R[J].DPos.data(), R[I].Lse.data(),
+                               R[I].Delta.data(), R[I].DOut.data(), R[I].DQ.data(),
+                               R[J].DK.data(), R[J].DV.data(), nullptr);
+    sync();
+    for (int I = 0; I < Cp; ++I) {
+      std::string Rank = "cp " + std::to_string(Cp) + " rank " + std::to_string(I);
+      EXPECT_TRUE(near(R[I].Out.download(), gatherRows(Out, B, Seq, QH * Hd, R[I].Pos),
+                       AttnTol, "Out, " + Rank));
+      EXPECT_TRUE(near(R[I].Lse.download(), gatherLse(Lse, B, QH, Seq, R[I].Pos),
+                       AttnTol, "Lse, " + Rank));
+      EXPECT_TRUE(near(R[I].DQ.download(), gatherRows(DQ, B, Seq, QH * Hd, R[I].Pos),
+                       1e-3, "dQ, " + Rank));
+      EXPECT_TRUE(near(R[I].DK.download(), gatherRows(DK, B, Seq, KvH * Hd, R[I].Pos),
+                       1e-3, "dK, " + Rank));
+      EXPECT_TRUE(near(R[I].DV.download(), gatherRows(DV, B, Seq, KvH * Hd, R[I].Pos),
+                       1e-3, "dV, " + Rank));
+    }
+  }
+}
+
+TEST(CudaAttentionBlocks, BlockWithNoVisibleKeyLeavesStateUntouched) {
+  // Queries at positions 0..31 against keys at 100..131: all hidden.
+  DeviceAttentionShape S{1, 32, 32, 2, 2, 32, 0.25f};
+  std::vector<int32_t> QPos(32), KPos(32);
+  std::iota(QPos.begin(), QPos.end(), 0);
+  std::iota(KPos.begin(), KPos.end(), 100);
+  auto Q = uploadBf16(randomBf16(32 * 2 * 32, 41)), K = uploadBf16(randomBf16(32 * 2 * 32, 42));
+  auto V = uploadBf16(randomBf16(32 * 2 * 32, 43));
+  std::vector<float> Out0 = randomBf16(32 * 2 * 32, 44), Lse0(2 * 32, 1.5f);
+  auto Out = uploadF32(Out0), Lse = uploadF32(Lse0);
+  auto DQ = uploadVec(QPos), DK = uploadVec(KPos);
+  attentionForwardBlock(S, Q.data(), DQ.data(), K.data(), V.data(), DK.data(),
+                        Out.data(), Lse.data(), nullptr);
+  sync();
+  EXPECT_EQ(Out.download(), Out0);
+  EXPECT_EQ(Lse.download(), Lse0);
+}
+
+TEST(CudaAttentionBlocks, RejectsUnsupportedHeadDim) {
+  DeviceAttentionShape S{1, 4, 4, 2, 2, 96, 0.1f};
+  EXPECT_THROW(attentionForwardBlock(S, nullptr, nullptr, nullptr, nullptr,
+                                     nullptr, nullptr, nullptr, nullptr),
+               std::invalid_argument);
+}
+
+//===--------------------------------------------------------------------===//
+// RMSNorm, RoPE, SwiGLU
+//===--------------------------------------------------------------------===//
+
+TEST(CudaElementwise, RmsNormForwardAndBackwardMatchHost) {
+  const int64_t N = 33, H = 200;
+  auto X = randomBf16(N * H, 51), DY = randomBf16(N * H, 53);
+  std::vector<float> W = randomBf16(H, 52, 0.1f);
+  for (float &Wi : W)
+    Wi = float(__bfloat162float(__float2bfloat16_rn(Wi + 1.0f)));
+  Tensor TX = tensorOf({N, H}, X), TW = tensorOf({H}, W), TDY = tensorOf({N, H}, DY);
+  std::vector<float> Rstd;
+  Tensor Y = rmsNormForward(TX, TW, 1e-5, Rstd);
+  Tensor DW({H});
+  Tensor DX = rmsNormBackward(TX, TW, Rstd, TDY, DW);
+
+  auto GX = uploadBf16(X), GW = uploadBf16(W), GDY = uploadBf16(DY);
+  DeviceBuffer<bf16> GY(N * H), GDX(N * H);
+  DeviceBuffer<float> GRstd(N), GDW(H);
+  GDW.zero();
+  cuda::rmsNormForward(N, H, GX.data(), GW.data(), 1e-5f, GY.data(), GRstd.data(), nullptr);
+  cuda::rmsNormBackward(N, H, GX.data(), GW.data(), GRstd.data(), GDY.data(),
+                        GDX.data(), GDW.data(), nullptr);
+  sync();
+  EXPECT_TRUE(near(downloadBf16(GY), Y.storage(), Bf16Tol, "Y"));
+  EXPECT_TRUE(near(GRstd.download(), Rstd, F32Tol, "Rstd"));
+  EXPECT_TRUE(near(downloadBf16(GDX), DX.storage(), Bf16Tol, "dX"));
+  EXPECT_TRUE(near(GDW.download(), DW.storage(), 1e-4, "dW"));
+}
+
+TEST(CudaElementwise, RopeBothDirectionsMatchHost) {
+  const int64_t N = 20, Heads = 3, Hd = 64;
+  auto X = randomBf16(N * Heads * Hd, 61);
+  std::vector<int64_t> Pos = localPositions(1, 2, 40); // a CP chunk pair
+  std::vector<int32_t> Pos32(Pos.begin(), Pos.end());
+  Pos32[3] = 4000; // a far position: the angle must be exact in double
+  Pos[3] = 4000;
+  auto DPos = uploadVec(Pos32);
+  for (bool Inverse : {false, true}) {
+    Tensor T = tensorOf({N, Heads * Hd}, X);
+    moert::applyRope(T, Hd, Pos, 10000.0, Inverse);
+    auto G = uploadBf16(X);
+    cuda::applyRope(N, Heads, Hd, G.data(), DPos.data(), 10000.0, Inverse, nullptr);
+    sync();
+    EXPECT_TRUE(near(downloadBf16(G), T.storage(), Bf16Tol,
+                     Inverse ? "inverse rope" : "rope"));
+  }
+}
+
+TEST(CudaElementwise, SwiGluForwardAndBackwardMatchHost) {
+  const int64_t N = 1000;
+  auto G = randomBf16(N, 71, 2.0f), U = randomBf16(N, 72), DA = randomBf16(N, 73);
+  Tensor TG = tensorOf({N}, G), TU = tensorOf({N}, U), TDA = tensorOf({N}, DA);
+  Tensor Act = swiGlu(TG, TU), DG, DU;
+  moert::swiGluBackward(TG, TU, TDA, DG, DU);
+  auto GG = uploadBf16(G), GU = uploadBf16(U), GDA = uploadBf16(DA);
+  DeviceBuffer<bf16> GAct(N), GDG(N), GDU(N);
+  swiGluForward(N, GG.data(), GU.data(), GAct.data(), nullptr);
+  cuda::swiGluBackward(N, GG.data(), GU.data(), GDA.data(), GDG.data(), GDU.data(), nullptr);
+  sync();
+  EXPECT_TRUE(near(downloadBf16(GAct), Act.storage(), Bf16Tol, "act"));
+  EXPECT_TRUE(near(downloadBf16(GDG), DG.storage(), Bf16Tol, "dG"));
+  EXPECT_TRUE(near(downloadBf16(GDU), DU.storage(), Bf16Tol, "dU"));
+}
+
+TEST(CudaElementwise, CastsRoundTripAndAddInPlace) {
+  std::vector<float> X = {1.0f, -2.5f, 3.14159f, 1e-3f, 65504.0f};
+  auto DX = uploadF32(X);
+  DeviceBuffer<bf16> B(X.size());
+  DeviceBuffer<float> Back(X.size());
+  castToBf16(int64_t(X.size()), DX.data(), B.data(), nullptr);
+  castToF32(int64_t(X.size()), B.data(), Back.data(), nullptr);
+  addInPlace(int64_t(X.size()), B.data(), B.data(), nullptr); // B = 2B
+  sync();
+  EXPECT_EQ(Back.download(), roundedToBf16(X));
+  std::vector<float> Twice = roundedToBf16(X);
+  for (float &T : Twice)
+    T *= 2.0f;
+  EXPECT_EQ(downloadBf16(B), Twice);
+}
+
+//===--------------------------------------------------------------------===//
+// Router, permutation
+//===--------------------------------------------------------------------===//
+
+/// MoeBlock::forward's routing for one token row (softmax or sigmoid, top-k
+/// by score then lower id, sigmoid weights normalised).
+void hostRoute(const float *Logits, int64_t E, int64_t K, bool Sigmoid,
+               float *Scores, int32_t *Idx, float *W) {
+  if (Sigmoid) {
+    for (int64_t J = 0; J < E; ++J)
+      Scores[J] = 1.0f / (1.0f + std::exp(-Logits[J]));
+  } else {
+    float M = *std::max_element(Logits, Logits + E);
+    double Sum = 0;
+    for (int64_t J = 0; J < E; ++J)
+      Sum += (Scores[J] = std::exp(Logits[J] - M));
+    for (int64_t J = 0; J < E; ++J)
+      Scores[J] = float(Scores[J] / Sum);
+  }
+  std::vector<int32_t> Order(E);
+  std::iota(Order.begin(), Order.end(), 0);
+  std::stable_sort(Order.begin(), Order.end(), [&](int32_t A, int32_t B) {
+    return Scores[A] > Scores[B];
+  });
+  double Sum = 0;
+  for (int64_t J = 0; J < K; ++J)
+    Sum += Scores[Order[J]];
+  for (int64_t J = 0; J < K; ++J) {
+    Idx[J] = Order[J];
+    W[J] = Sigmoid ? float(Scores[Order[J]] / Sum) : Scores[Order[J]];
+  }
+}
+
+class CudaRouter : public ::testing::TestWithParam<bool> {};
+
+TEST_P(CudaRouter, TopKStatsAndBackwardMatchHostRouting) {
+  const bool Sigmoid = GetParam();
+  const int64_t N = 64, E = 16, K = 3;
+  std::vector<float> Logits = randomBf16(N * E, 81);
+  std::fill(Logits.begin(), Logits.begin() + E, 0.5f); // all tied: ids 0, 1, 2
+  std::vector<float> Scores(N * E), TopW(N * K);
+  std::vector<int32_t> TopIdx(N * K);
+  for (int64_t I = 0; I < N; ++I)
+    hostRoute(&Logits[I * E], E, K, Sigmoid, &Scores[I * E], &TopIdx[I * K], &TopW[I * K]);
+  ASSERT_EQ(TopIdx[0], 0);
+  ASSERT_EQ(TopIdx[2], 2);
+  auto GL = uploadF32(Logits);
+  DeviceBuffer<float> GS(N * E), GW(N * K), GStats(2 * E + 1), GDL(N * E);
+  DeviceBuffer<int32_t> GI(N * K);
+  routerTopK(N, E, K, Sigmoid, GL.data(), GS.data(), GI.data(), GW.data(), nullptr);
+  routerStats(N, E, K, GS.data(), GI.data(), GStats.data(), nullptr);
+  sync();
+  EXPECT_TRUE(near(GS.download(), Scores, 1e-5, "scores"));
+  EXPECT_EQ(GI.download(), TopIdx);
+  EXPECT_TRUE(near(GW.download(), TopW, 1e-5, "routing weights"));
+  std::vector<float> Stats(2 * E + 1, 0.0f);
+  for (int32_t I : TopIdx)
+    Stats[I] += 1;
+  for (int64_t I = 0; I < N; ++I)
+    for (int64_t J = 0; J < E; ++J)
+      Stats[E + J] += Scores[I * E + J];
+  Stats[2 * E] = float(N);
+  EXPECT_TRUE(near(GStats.download(), Stats, 1e-5, "router stats"));
+
+  // Backward (MoeBlock::backward's router part).
+  std::vector<float> DTopW = randomBf16(N * K, 82), Fraction = randomBf16(E, 83, 0.1f);
+  const float AuxPerScore = 0.01f;
+  std::vector<float> Want(N * E);
+  for (int64_t I = 0; I < N; ++I) {
+    const float *Sc = &Scores[I * E];
+    std::vector<double> DScore(E);
+    for (int64_t J = 0; J < E; ++J)
+      DScore[J] = double(AuxPerScore) * Fraction[J];
+    const float *Wt = &TopW[I * K], *Dw = &DTopW[I * K];
+    const int32_t *Idx = &TopIdx[I * K];
+    if (Sigmoid) {
+      double Sum = 0, Dot = 0;
+      for (int64_t J = 0; J < K; ++J) {
+        Sum += Sc[Idx[J]];
+        Dot += double(Dw[J]) * Wt[J];
+      }
+      for (int64_t J = 0; J < K; ++J)
+        DScore[Idx[J]] += (Dw[J] - Dot) / Sum;
+      for (int64_t J = 0; J < E; ++J)
+        Want[I * E + J] = float(DScore[J] * Sc[J] * (1.0 - Sc[J]));
+    } else {
+      for (int64_t J = 0; J < K; ++J)
+        DScore[Idx[J]] += Dw[J];
+      double Dot = 0;
+      for (int64_t J = 0; J < E; ++J)
+        Dot += DScore[J] * Sc[J];
+      for (int64_t J = 0; J < E; ++J)
+        Want[I * E + J] = float(Sc[J] * (DScore[J] - Dot));
+    }
+  }
+  auto GDTW = uploadF32(DTopW), GF = uploadF32(Fraction);
+  routerBackward(N, E, K, Sigmoid, GS.data(), GI.data(), GW.data(), GDTW.data(),
+                 GF.data(), AuxPerScore, GDL.data(), nullptr);
+  sync();
+  EXPECT_TRUE(near(GDL.download(), Want, 1e-4, "router dLogits"));
+}
+
+INSTANTIATE_TEST_SUITE_P(SoftmaxAndSigmoid, CudaRouter, ::testing::Bool());
+
+TEST(CudaPermute, MatchesTokenDispatcherOnOneRank) {
+  const int64_t N = 40, E = 8, K = 2, H = 48;
+  std::mt19937 Gen(91);
+  std::vector<int32_t> TopIdx(N * K);
+  for (int64_t I = 0; I < N; ++I) {
+    int32_t A = int32_t(Gen() % E), B = int32_t(Gen() % (E - 1));
+    TopIdx[I * K] = A;
+    TopIdx[I * K + 1] = B >= A ? B + 1 : B; // two distinct experts
+  }
+  TopIdx[0] = 5; // expert 7 may still get nothing: fine
+  TopIdx[1] = 6;
+  auto X = randomBf16(N * H, 92);
+  std::vector<float> W = randomBf16(N * K, 93);
+  auto Self = createSelfCommunicator("ep");
+  TokenDispatcher Disp(*Self, E, K, H);
+  DispatchState S;
+  Tensor Rows = Disp.dispatch(tensorOf({N, H}, X), TopIdx, S);
+  auto ExpertOut = randomBf16(N * K * H, 94);
+  Tensor Y = Disp.combine(tensorOf({N * K, H}, ExpertOut), W, S);
+  auto DY = randomBf16(N * H, 95);
+  std::vector<float> DW;
+  Tensor DRows = Disp.combineBackward(tensorOf({N, H}, DY), W, S, DW);
+  auto DIn = randomBf16(N * K * H, 96);
+  Tensor DX = Disp.dispatchBackward(tensorOf({N * K, H}, DIn), S);
+
+  auto GIdx = uploadVec(TopIdx);
+  DeviceBuffer<int32_t> Perm(N * K), RowOf(N * K);
+  DeviceBuffer<int64_t> Counts(E);
+  buildPermutation(N, K, E, GIdx.data(), Perm.data(), RowOf.data(), Counts.data(), nullptr);
+  auto GX = uploadBf16(X);
+  DeviceBuffer<bf16> GRows(N * K * H), GY(N * H), GDRows(N * K * H), GDX(N * H);
+  permuteTokens(N, K, H, GX.data(), Perm.data(), GRows.data(), nullptr);
+  auto GEO = uploadBf16(ExpertOut), GDY = uploadBf16(DY);
+  auto GWt = uploadF32(W);
+  auto GDIn = uploadBf16(DIn);
+  DeviceBuffer<float> GDW(N * K);
+  unpermuteTokens(N, K, H, GEO.data(), RowOf.data(), GWt.data(), GY.data(), nullptr);
+  unpermuteTokensBackward(N, K, H, GDY.data(), GEO.data(), RowOf.data(), GWt.data(),
+                          GDRows.data(), GDW.data(), nullptr);
+  permuteTokensBackward(N, K, H, GDIn.data(), RowOf.data(), GDX.data(), nullptr);
+  sync();
+  EXPECT_EQ(Counts.download(), S.TokensPerLocalExpert);
+  EXPECT_EQ(downloadBf16(GRows), Rows.storage()); // pure copies: exact
+  EXPECT_TRUE(near(downloadBf16(GY), Y.storage(), Bf16Tol, "combine"));
+  EXPECT_TRUE(near(downloadBf16(GDRows), DRows.storage(), Bf16Tol, "dExpertOut"));
+  EXPECT_TRUE(near(GDW.download(), DW, 1e-4, "dWeights"));
+  EXPECT_TRUE(near(downloadBf16(GDX), DX.storage(), Bf16Tol, "dX"));
+}
+
+//===--------------------------------------------------------------------===//
+// Cross entropy, AdamW
+//===--------------------------------------------------------------------===//
+
+TEST(CudaCrossEntropy, ForwardAndBackwardMatchVocabParallelOnOneRank) {
+  const int64_t N = 17, V = 1000;
+  std::vector<float> Logits = randomBf16(N * V, 101, 3.0f);
+  std::vector<int32_t> Labels(N);
+  for (int64_t I = 0; I < N; ++I)
+    Labels[I] = int32_t((I * 37) % V);
+  Labels[5] = -1; // ignored
+  auto Self = createSelfCommunicator("tp");
+  Tensor Probs = tensorOf({N, V}, Logits);
+  std::vector<double> Losses;
+  vocabParallelCrossEntropyForward(*Self, Probs, Labels, 0, Losses);
+  Tensor DLogits = vocabParallelCrossEntropyBackward(Probs, Labels, 0, 0.5f);
+
+  auto GL = uploadF32(Logits);
+  auto GLab = uploadVec(Labels);
+  DeviceBuffer<float> GLoss(N);
+  DeviceBuffer<bf16> GD(N * V);
+  crossEntropyForward(N, V, GL.data(), GLab.data(), GLoss.data(), nullptr);
+  crossEntropyBackward(N, V, GL.data(), GLab.data(), 0.5f, GD.data(), nullptr);
+  sync();
+  EXPECT_TRUE(near(GL.download(), Probs.storage(), 1e-4, "probabilities"));
+  EXPECT_TRUE(near(GLoss.download(), toFloat(Losses), 1e-5, "losses"));
+  EXPECT_EQ(GLoss.download()[5], 0.0f);
+  EXPECT_TRUE(near(downloadBf16(GD), DLogits.storage(), Bf16Tol, "dLogits"));
+}
+
+TEST(CudaAdamW, TwoStepsMatchTheDocumentedUpdateInDouble) {
+  const int64_t N = 5000;
+  std::vector<float> P = randomBf16(N, 111), G1 = randomBf16(N, 112, 0.01f),
+                     G2 = randomBf16(N, 113, 0.01f);
+  std::vector<float> M(N, 0.0f), V(N, 0.0f);
+  const double Lr = 1e-3, B1 = 0.9, B2 = 0.95, Eps = 1e-8, Wd = 0.1;
+  auto GP = uploadF32(P), GM = uploadF32(M), GV = uploadF32(V);
+  DeviceBuffer<bf16> GP16(N);
+  std::vector<float> HP = P, HM = M, HV = V;
+  int64_t Step = 0;
+  for (const auto *Grad : {&G1, &G2}) {
+    ++Step;
+    double Clip = Step == 2 ? 0.5 : 1.0;
+    AdamWStep C = adamWStep(Lr, B1, B2, Eps, Wd, Step, Clip);
+    for (int64_t I = 0; I < N; ++I) {
+      double G = double((*Grad)[I]) * Clip;
+      double NM = B1 * HM[I] + (1 - B1) * G, NV = B2 * HV[I] + (1 - B2) * G * G;
+      HM[I] = float(NM);
+      HV[I] = float(NV);
+      double Pd = double(HP[I]) * (1 - Lr * Wd);
+      Pd -= Lr / (1 - std::pow(B1, double(Step))) * NM /
+            (std::sqrt(NV) / std::sqrt(1 - std::pow(B2, double(Step))) + Eps);
+      HP[I] = float(Pd);
+    }
+    auto GG = uploadF32(*Grad);
+    adamWUpdate(N, C, GP.data(), GM.data(), GV.data(), GG.data(), GP16.data(), nullptr);
+  }
+  sync();
+  EXPECT_TRUE(near(GP.download(), HP, 1e-6, "parameters"));
+  EXPECT_TRUE(near(GM.download(), HM, 1e-6, "first moments"));
+  EXPECT_TRUE(near(GV.download(), HV, 1e-6, "second moments"));
+  EXPECT_EQ(downloadBf16(GP16), roundedToBf16(GP.download()));
+}
+
+TEST(CudaAdamW, SumOfSquaresMatchesHostInDouble) {
+  std::vector<float> X = randomBf16(100003, 121);
+  double Want = 0;
+  for (float V : X)
+    Want += double(V) * V;
+  auto GX = uploadF32(X);
+  DeviceBuffer<double> Scratch(SumSquaresScratch), Result(1);
+  sumSquares(int64_t(X.size()), GX.data(), Scratch.data(), Result.data(), nullptr);
+  sync();
+  EXPECT_NEAR(Result.download()[0], Want, 1e-9 * Want);
+}
+
+} // namespace
