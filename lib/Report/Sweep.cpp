@@ -1,0 +1,74 @@
+//===- Sweep.cpp - Evaluating the points of a sweep -----------------------===//
+#include "moec/Report/Sweep.h"
+#include "moec/Emit/Plan.h"
+
+#include <algorithm>
+#include <fmt/format.h>
+#include <map>
+
+using namespace moec;
+
+namespace {
+bool isMemoryDiag(diag::ID ID) { return getDiagInfo(ID).Id.startswith("memory-"); }
+
+struct Verdict {
+  std::string Reason;
+  bool Structural = false; // an error other than a memory one
+};
+} // namespace
+
+std::vector<SweepPoint> moec::evaluateSweep(llvm::ArrayRef<std::pair<Recipe, std::string>> Points,
+                                            llvm::ArrayRef<Diagnostic> Final) {
+  std::map<std::string, Verdict> Errors;
+  for (const Diagnostic &D : Final) {
+    if (D.Sev != Severity::Error || D.Recipe.empty())
+      continue;
+    bool Memory = isMemoryDiag(D.ID);
+    auto It = Errors.find(D.Recipe);
+    // A structural error explains a point better than the memory it would need.
+    if (It == Errors.end() || (!It->second.Structural && !Memory))
+      Errors[D.Recipe] = {D.Message + " [" + getDiagInfo(D.ID).Id.str() + "]", !Memory};
+  }
+
+  std::vector<SweepPoint> Feasible;
+  std::map<std::string, SweepPoint> Infeasible;
+  PlanOptions Opts;
+  Opts.WithRanks = false;
+  for (const auto &[R, File] : Points) {
+    SweepPoint S;
+    S.Name = R.PointName;
+    auto It = Errors.find(R.PointName);
+    bool Structural = It != Errors.end() && It->second.Structural;
+    if (It != Errors.end())
+      S.Reason = It->second.Reason;
+    if (!Structural) {
+      llvm::Expected<Plan> P = buildPlan(R, File, Opts);
+      if (!P) {
+        S.Reason = llvm::toString(P.takeError());
+      } else {
+        S.Predicted = true;
+        S.TokensPerSecPerGpu = P->Time.TokensPerSecPerGpu;
+        S.StepTime = P->Time.StepTime;
+        S.MFU = P->Time.MFU;
+        S.PeakBytes = P->Memory.PeakBytes;
+        S.CapacityBytes = P->Memory.CapacityBytes;
+        if (S.Reason.empty() && !P->Memory.fits())
+          S.Reason = fmt::format("predicted peak memory {:.1f} GB exceeds {:.1f} GB", P->Memory.PeakBytes / 1e9,
+                                 P->Memory.CapacityBytes / 1e9);
+      }
+    }
+    S.Feasible = S.Reason.empty();
+    if (S.Feasible)
+      Feasible.push_back(std::move(S));
+    else
+      Infeasible.emplace(S.Name, std::move(S));
+  }
+  std::stable_sort(Feasible.begin(), Feasible.end(), [](const SweepPoint &A, const SweepPoint &B) {
+    return A.TokensPerSecPerGpu > B.TokensPerSecPerGpu;
+  });
+  for (size_t I = 0; I < Feasible.size(); ++I)
+    Feasible[I].Rank = int(I + 1);
+  for (auto &[Name, S] : Infeasible)
+    Feasible.push_back(std::move(S));
+  return Feasible;
+}
