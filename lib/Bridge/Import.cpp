@@ -846,7 +846,7 @@ private:
                   ", which a .moe recipe requires (a Bridge recipe would bring them; add them as overrides)");
       return;
     }
-    emit("", fmt::format("seq_len    = {}", *Seq));
+    emit("#seq_len", fmt::format("seq_len    = {}", *Seq)); // top level, written first
     emit("batch", fmt::format("micro = {}", *Micro));
     emit("batch", fmt::format("global = {}", *Global));
   }
@@ -1199,8 +1199,15 @@ private:
     S += fmt::format("  model      = {}\n", ModelName);
     S += Gpus ? fmt::format("  cluster    {{ gpu = {}; gpus = {} }}\n", GpuName, Gpus)
               : fmt::format("  cluster    {{ gpu = {}; nodes = {} }}\n", GpuName, Nodes);
+    // seq_len, batch and parallel first, as recipes are usually written.
+    auto Rank = [](const std::pair<std::string, std::vector<std::string>> &S) {
+      if (S.first == "#seq_len")
+        return 0;
+      return S.first == "batch" ? 1 : S.first == "parallel" ? 2 : 3;
+    };
+    std::stable_sort(Out.begin(), Out.end(), [&](const auto &A, const auto &B) { return Rank(A) < Rank(B); });
     for (auto &[Section, Lines] : Out) {
-      if (Section.empty()) {
+      if (Section.empty() || Section[0] == '#') {
         for (const std::string &L : Lines)
           S += "  " + L + "\n";
         continue;
@@ -1211,10 +1218,17 @@ private:
         S += OneLine + "\n";
         continue;
       }
-      S += "  " + Section + " {\n";
-      for (const std::string &L : Lines)
-        S += "    " + L + "\n";
-      S += "  }\n";
+      // Several entries to a line, a long one (a layout) on its own.
+      S += "  " + Section + Pad + " {\n";
+      std::string Line;
+      for (const std::string &L : Lines) {
+        if (!Line.empty() && Line.size() + 2 + L.size() > 90) {
+          S += "    " + Line + "\n";
+          Line.clear();
+        }
+        Line += (Line.empty() ? "" : "; ") + L;
+      }
+      S += "    " + Line + "\n  }\n";
     }
     S += "}\n";
     Res.Source = std::move(S);

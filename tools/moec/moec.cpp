@@ -7,6 +7,9 @@
 //   moec run FILE [--recipe NAME] --np N [--steps K] [--log FILE] [--moerun PATH]
 //                 [--seed S] [--lr X] [--timeout SECONDS] [--dry-run]
 //   moec fmt FILE... [--check | --write]
+//   moec export --to megatron-bridge FILE [--recipe NAME] [--format overrides|yaml]
+//   moec import --from megatron-bridge FILE.yaml [-o out.moe]
+//   moec launch FILE --slurm|--mpirun [--engine moerun|bridge] [-o script]
 //   moec explain ID | moec schema | moec rule-index
 //
 // Exit status: 0 no error, 1 at least one error diagnostic, 2 the tool could
@@ -43,6 +46,12 @@ int main(int argc, char **argv) {
     return runSchema();
   if (FmtCmd)
     return runFmt();
+  if (ExportCmd)
+    return runExport();
+  if (ImportCmd)
+    return runImport();
+  if (LaunchCmd)
+    return runLaunch();
   llvm::errs() << "moec: expected a command: check, plan, sweep, fmt, explain, schema or run (see moec --help)\n";
   return ExitUsage;
 }
