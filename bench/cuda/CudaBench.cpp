@@ -1,0 +1,222 @@
+//===- bench/cuda/CudaBench.cpp - Kernel throughput of the CUDA backend ---===//
+//
+// Measures, on device 0:
+//  * grouped expert GEMM (the MoE layer's expert projections: uneven rows per
+//    expert, one weight matrix each) in both modes, against ONE cuBLAS dense
+//    GEMM with the same M (all rows), N and K, i.e. the same FLOPs;
+//  * causal attention forward and backward (this backend's flash-style
+//    kernels) at training sequence lengths.
+// Times are CUDA-event medians of several runs after a warm-up; TFLOP/s count
+// 2 M N K per GEMM and 4 B H (T(T+1)/2) D for a causal forward (2.5x for the
+// backward). Writes a Markdown table (GPU named) to --out, or stdout.
+//
+//===----------------------------------------------------------------------===//
+#include "kernels/cuda/Attention.h"
+#include "kernels/cuda/Gemm.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <iostream>
+#include <numeric>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+using namespace moert::cuda;
+
+namespace {
+
+/// Median milliseconds of Runs launches of Body on the legacy stream.
+double timeMs(const std::function<void()> &Body, int Runs) {
+  Body(); // warm-up (cuBLAS heuristics, first-launch costs)
+  MOERT_CUDA_CHECK(cudaDeviceSynchronize());
+  cudaEvent_t Start, Stop;
+  MOERT_CUDA_CHECK(cudaEventCreate(&Start));
+  MOERT_CUDA_CHECK(cudaEventCreate(&Stop));
+  std::vector<float> Ms;
+  for (int I = 0; I < Runs; ++I) {
+    MOERT_CUDA_CHECK(cudaEventRecord(Start));
+    Body();
+    MOERT_CUDA_CHECK(cudaEventRecord(Stop));
+    MOERT_CUDA_CHECK(cudaEventSynchronize(Stop));
+    float T = 0;
+    MOERT_CUDA_CHECK(cudaEventElapsedTime(&T, Start, Stop));
+    Ms.push_back(T);
+  }
+  cudaEventDestroy(Start);
+  cudaEventDestroy(Stop);
+  std::sort(Ms.begin(), Ms.end());
+  return Ms[Ms.size() / 2];
+}
+
+DeviceBuffer<bf16> randomDevice(size_t N, uint64_t Seed) {
+  std::mt19937_64 Gen(Seed);
+  std::normal_distribution<float> D(0.0f, 0.5f);
+  std::vector<float> V(N);
+  for (float &X : V)
+    X = D(Gen);
+  return uploadBf16(V);
+}
+
+struct Row {
+  std::string Kernel, Shape;
+  double Ms, Tflops;
+  std::string Note;
+};
+
+/// Rows per expert: uneven (as a router produces), summing to Total.
+std::vector<int64_t> unevenRows(int64_t Experts, int64_t Total, uint64_t Seed) {
+  std::mt19937_64 Gen(Seed);
+  std::uniform_real_distribution<double> U(0.5, 1.5);
+  std::vector<double> W(Experts);
+  for (double &X : W)
+    X = U(Gen);
+  double Sum = std::accumulate(W.begin(), W.end(), 0.0);
+  std::vector<int64_t> Rows(Experts);
+  int64_t Given = 0;
+  for (int64_t E = 0; E < Experts; ++E) {
+    Rows[E] = E + 1 == Experts ? Total - Given : int64_t(Total * W[E] / Sum);
+    Given += Rows[E];
+  }
+  return Rows;
+}
+
+void benchGemm(std::vector<Row> &Rows, int64_t Experts, int64_t Tokens,
+               int64_t K, int64_t N, int Runs) {
+  BlasHandle H;
+  std::vector<int64_t> Counts = unevenRows(Experts, Tokens, 7);
+  auto X = randomDevice(size_t(Tokens * K), 1);
+  auto W = randomDevice(size_t(Experts * K * N), 2);
+  DeviceBuffer<bf16> Y(size_t(Tokens * N));
+  double Flops = 2.0 * double(Tokens) * double(N) * double(K);
+  std::ostringstream Shape;
+  Shape << Experts << " experts, " << Tokens << " rows (uneven) x " << K
+        << " -> " << N;
+  double Dense = timeMs(
+      [&] {
+        gemm(H, false, false, Tokens, N, K, 1.0f, X.data(), W.data(), 0.0f,
+             Y.data(), OutType::BF16);
+      },
+      Runs);
+  Rows.push_back({"dense GEMM (cuBLAS, same M N K)", Shape.str(), Dense,
+                  Flops / Dense / 1e9, "reference"});
+  for (GroupedMode Mode : {GroupedMode::Batched, GroupedMode::Loop}) {
+    double T = timeMs(
+        [&] {
+          groupedGemm(H, Mode, Counts, N, K, X.data(), W.data(), false, 0.0f,
+                      Y.data(), OutType::BF16);
+        },
+        Runs);
+    bool Batched = Mode == GroupedMode::Batched;
+    std::ostringstream Note;
+    Note.precision(2);
+    Note << std::fixed << T / Dense << "x dense time";
+    if (Batched && H.batchedUnsupported())
+      Note << "; cublasGemmGroupedBatchedEx unsupported, ran as loop";
+    Rows.push_back({Batched ? "grouped GEMM (cublasGemmGroupedBatchedEx)"
+                            : "grouped GEMM (loop of cublasGemmEx)",
+                    Shape.str(), T, Flops / T / 1e9, Note.str()});
+  }
+}
+
+void benchAttention(std::vector<Row> &Rows, int64_t Seq, int64_t QHeads,
+                    int64_t KvHeads, int64_t HeadDim, int Runs) {
+  DeviceAttentionShape S{1,       Seq,     Seq,
+                         QHeads,  KvHeads, HeadDim,
+                         float(1.0 / std::sqrt(double(HeadDim)))};
+  size_t QN = size_t(Seq * QHeads * HeadDim), KN = size_t(Seq * KvHeads * HeadDim);
+  auto Q = randomDevice(QN, 3), K = randomDevice(KN, 4), V = randomDevice(KN, 5);
+  auto DOut = randomDevice(QN, 6);
+  std::vector<int32_t> P(Seq);
+  std::iota(P.begin(), P.end(), 0);
+  DeviceBuffer<int32_t> Pos;
+  Pos.upload(P);
+  DeviceBuffer<float> Out(QN), Lse(size_t(QHeads * Seq)), Delta(Lse.size()),
+      DQ(QN), DK(KN), DV(KN);
+  double Flops = causalAttentionFlops(S);
+  std::ostringstream Shape;
+  Shape << "seq " << Seq << ", " << QHeads << " q / " << KvHeads
+        << " kv heads, head dim " << HeadDim;
+  double F = timeMs(
+      [&] {
+        causalAttentionForward(S, Q.data(), K.data(), V.data(), Pos.data(),
+                               Out.data(), Lse.data(), nullptr);
+      },
+      Runs);
+  Rows.push_back({"causal attention forward", Shape.str(), F,
+                  Flops / F / 1e9, "CUDA cores, fp32 accumulation"});
+  double B = timeMs(
+      [&] {
+        causalAttentionBackward(S, Q.data(), K.data(), V.data(), Pos.data(),
+                                Out.data(), Lse.data(), DOut.data(),
+                                Delta.data(), DQ.data(), DK.data(), DV.data(),
+                                nullptr);
+      },
+      Runs);
+  Rows.push_back({"causal attention backward", Shape.str(), B,
+                  2.5 * Flops / B / 1e9, "FLOPs counted as 2.5x forward"});
+}
+
+} // namespace
+
+int main(int Argc, char **Argv) {
+  std::string OutPath;
+  bool Quick = false;
+  for (int I = 1; I < Argc; ++I) {
+    if (!std::strcmp(Argv[I], "--out") && I + 1 < Argc)
+      OutPath = Argv[++I];
+    else if (!std::strcmp(Argv[I], "--quick"))
+      Quick = true;
+    else {
+      std::fprintf(stderr, "usage: %s [--out FILE.md] [--quick]\n", Argv[0]);
+      return 2;
+    }
+  }
+  if (deviceCount() == 0) {
+    std::printf("SKIPPED: no CUDA device; no benchmark was run\n");
+    return 0;
+  }
+  MOERT_CUDA_CHECK(cudaSetDevice(0));
+  std::string Gpu = deviceDescription(0);
+  int Runs = Quick ? 3 : 10;
+  std::vector<Row> Rows;
+  try {
+    // A Mixtral/DeepSeek-like expert layer: hidden 4096, expert FFN 14336
+    // (and a fine-grained one: 64 experts, FFN 2048).
+    benchGemm(Rows, 8, Quick ? 8192 : 32768, 4096, 14336, Runs);
+    benchGemm(Rows, 64, Quick ? 8192 : 32768, 4096, 2048, Runs);
+    benchAttention(Rows, Quick ? 2048 : 8192, 32, 8, 128, Runs);
+    benchAttention(Rows, Quick ? 2048 : 4096, 16, 16, 64, Runs);
+  } catch (const std::exception &E) {
+    std::fprintf(stderr, "benchmark failed: %s\n", E.what());
+    return 1;
+  }
+  std::ostringstream MD;
+  MD << "### CUDA kernels on " << Gpu << "\n\n"
+     << "Measured by `bench/cuda/run.sh` (bf16 inputs, fp32 accumulation; "
+        "median of "
+     << Runs << " runs).\n\n"
+     << "| kernel | shape | ms | TFLOP/s | note |\n"
+     << "| --- | --- | ---: | ---: | --- |\n";
+  MD.setf(std::ios::fixed);
+  for (const Row &R : Rows) {
+    MD.precision(3);
+    MD << "| " << R.Kernel << " | " << R.Shape << " | " << R.Ms << " | ";
+    MD.precision(1);
+    MD << R.Tflops << " | " << R.Note << " |\n";
+  }
+  std::cout << MD.str();
+  if (!OutPath.empty()) {
+    std::ofstream F(OutPath);
+    F << MD.str();
+    if (!F) {
+      std::fprintf(stderr, "cannot write %s\n", OutPath.c_str());
+      return 1;
+    }
+  }
+  return 0;
+}
