@@ -169,7 +169,10 @@ __global__ void __launch_bounds__(FwdThreads)
     float *Dst = OutRow + I * FwdTpr + Part;
     *Dst = (OldScale == 0.f ? 0.f : *Dst * OldScale) + O[I] * NewScale;
   }
-  __syncwarp(); // both threads of the row have read OldLse
+  // Both threads of the row have read OldLse before it is replaced. Only the
+  // row's pair takes part: lanes of finished rows may have exited.
+  const unsigned PairMask = ((1u << FwdTpr) - 1) << (threadIdx.x % 32 / FwdTpr * FwdTpr);
+  __syncwarp(PairMask);
   if (Part == 0)
     *LsePtr = MergedLse;
 }
