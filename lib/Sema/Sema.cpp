@@ -39,6 +39,17 @@ Sema::LoadResult Sema::loadBuffer(std::unique_ptr<llvm::MemoryBuffer> Buffer) {
 std::vector<Recipe> Sema::analyze(llvm::Optional<StringRef> OnlyRecipe) { return Impl->analyze(OnlyRecipe); }
 const ast::File *Sema::mainFile() const { return Impl->Main; }
 
+std::vector<Sema::DefinitionRef> Sema::definitions() const {
+  std::vector<DefinitionRef> Refs;
+  for (const DefInfo &D : Impl->Defs) {
+    // Hugging Face imports are named by Sema, not by the user: not listed.
+    const llvm::StringMap<DefInfo *> &Table = D.Builtin ? Impl->BuiltinDefs : Impl->UserDefs;
+    if (Table.lookup(D.name()) == &D)
+      Refs.push_back({D.AST, D.Builtin});
+  }
+  return Refs;
+}
+
 std::shared_ptr<const BuiltinCatalog> BuiltinCatalog::parse(DiagnosticEngine &Diags, const ParseLimits &Limits) {
   auto Catalog = std::make_shared<BuiltinCatalog>();
   for (const CatalogFile &C : builtinCatalogFiles()) {

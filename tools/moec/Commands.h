@@ -18,6 +18,7 @@ int runExplain();
 int runRuleIndex();
 int runSchema();
 int runFmt();
+int runLsp();
 } // namespace moec::driver
 
 #endif

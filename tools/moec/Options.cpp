@@ -76,4 +76,18 @@ cl::opt<bool> FmtCheck("check", cl::desc("Print a diff for each file that is not
 cl::opt<bool> FmtWrite("write", cl::desc("Rewrite the files that are not formatted (atomically)"),
                        cl::sub(FmtCmd));
 
+cl::SubCommand LspCmd("lsp", "Serve the Language Server Protocol on stdin/stdout (docs/editors.md)");
+cl::list<std::string> LspIncludeDirs("I", cl::Prefix, cl::desc("Add a directory to the import search path"),
+                                     cl::value_desc("dir"), cl::sub(LspCmd));
+cl::list<std::string> LspWarnings("W", cl::Prefix, cl::desc("-Werror: warnings are errors; -Wno-ID: silence ID"),
+                                  cl::value_desc("error|no-ID"), cl::sub(LspCmd));
+cl::opt<bool> LspNoPlanner("no-planner", cl::desc("Skip the checks that need the planner's memory model"),
+                           cl::sub(LspCmd));
+cl::opt<std::string> LspCatalogDir("catalog-dir",
+                                   cl::desc("Where go-to-definition finds the built-in catalog: a read-only copy "
+                                            "is written there (default: <tmp>/moec-<version>-catalog)"),
+                                   cl::value_desc("dir"), cl::sub(LspCmd));
+cl::opt<bool> LspStdio("stdio", cl::desc("Accepted for clients that pass it: stdio is the only transport"),
+                       cl::sub(LspCmd));
+
 } // namespace moec::driver

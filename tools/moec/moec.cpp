@@ -10,6 +10,7 @@
 //   moec export --to megatron-bridge FILE [--recipe NAME] [--format overrides|yaml]
 //   moec import --from megatron-bridge FILE.yaml [-o out.moe]
 //   moec launch FILE --slurm|--mpirun [--engine moerun|bridge] [-o script]
+//   moec lsp [-I DIR] [-W...] [--no-planner] [--catalog-dir DIR]
 //   moec explain ID | moec schema | moec rule-index
 //
 // Exit status: 0 no error, 1 at least one error diagnostic, 2 the tool could
@@ -52,6 +53,8 @@ int main(int argc, char **argv) {
     return runImport();
   if (LaunchCmd)
     return runLaunch();
+  if (LspCmd)
+    return runLsp();
   llvm::errs() << "moec: expected a command: check, plan, sweep, fmt, explain, schema or run (see moec --help)\n";
   return ExitUsage;
 }

@@ -56,6 +56,17 @@ public:
   /// The main file's syntax tree, or null if it did not parse.
   const ast::File *mainFile() const;
 
+  /// A definition whose name Sema resolves, for tools that navigate (the
+  /// language server's go-to-definition and name completion).
+  struct DefinitionRef {
+    const ast::Definition *AST;
+    bool Builtin;
+  };
+  /// Every definition a name can refer to: the built-in catalog's, then the
+  /// imported files' and the main file's, in load order (a duplicate that was
+  /// rejected is not listed).
+  std::vector<DefinitionRef> definitions() const;
+
 private:
   std::unique_ptr<SemaImpl> Impl;
 };

@@ -1,0 +1,367 @@
+//===- Completion.cpp - Field names, enum values and definition names -----===//
+//
+// A half-typed entry (`parallel.` or `precision = fp8.`) seldom parses, so
+// the context comes from scanning the text before the cursor: the braces
+// give the definition and the section, the current entry's tokens say
+// whether a field name or a value is being typed, and for which field.
+//
+//===----------------------------------------------------------------------===//
+#include "Features.h"
+
+#include "moec/Sema/Schema.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/ADT/StringSet.h"
+#include <fmt/format.h>
+
+using namespace moec;
+using namespace moec::lsp;
+namespace json = llvm::json;
+using llvm::StringRef;
+
+namespace {
+
+enum CompletionKind { KindClass = 7, KindModule = 9, KindValue = 12, KindKeyword = 14, KindField = 5,
+                      KindReference = 18, KindEnumMember = 20 };
+
+struct Token {
+  enum Kind { Ident, Number, String, Punct } K;
+  StringRef Text;
+  size_t Begin;
+};
+
+struct Frame {
+  bool IsDefinition = false;
+  llvm::Optional<ast::DefKind> Kind; // None: a block moec does not know
+  std::vector<std::string> Path;     // a section's path
+};
+
+bool isIdentStart(char C) { return llvm::isAlpha(C) || C == '_'; }
+bool isIdentChar(char C) { return llvm::isAlnum(C) || C == '_'; }
+
+llvm::Optional<ast::DefKind> defKeyword(StringRef S) {
+  if (S == "recipe")
+    return ast::DefKind::Recipe;
+  if (S == "model")
+    return ast::DefKind::Model;
+  if (S == "gpu")
+    return ast::DefKind::Gpu;
+  if (S == "cluster")
+    return ast::DefKind::Cluster;
+  return llvm::None;
+}
+
+/// Drops leading annotations (`@allow(id, reason = "...")`) from an entry.
+std::vector<Token> withoutAnnotations(const std::vector<Token> &Ts) {
+  size_t I = 0;
+  while (I < Ts.size() && Ts[I].K == Token::Punct && Ts[I].Text == "@") {
+    I += 2; // '@' and the name
+    if (I < Ts.size() && Ts[I].Text == "(") {
+      int Depth = 0;
+      for (; I < Ts.size(); ++I) {
+        if (Ts[I].Text == "(")
+          ++Depth;
+        else if (Ts[I].Text == ")" && --Depth == 0) {
+          ++I;
+          break;
+        }
+      }
+    }
+  }
+  return std::vector<Token>(Ts.begin() + std::min(I, Ts.size()), Ts.end());
+}
+
+/// What the text before the cursor says about it.
+struct Context {
+  bool Suppressed = false; // in a comment or a string
+  std::vector<Frame> Frames;
+  std::vector<Token> Entry; // the current entry's tokens, before the word
+  std::vector<std::string> Calls; // open calls, innermost last ("" for '[')
+  size_t WordStart = 0;     // the word being typed (with dots) starts here
+};
+
+Context scan(StringRef Text, size_t Offset) {
+  Context C;
+  Offset = std::min(Offset, Text.size());
+  size_t WordStart = Offset;
+  while (WordStart > 0 && (isIdentChar(Text[WordStart - 1]) || Text[WordStart - 1] == '.'))
+    --WordStart;
+  C.WordStart = WordStart;
+  int Depth = 0;
+  size_t I = 0;
+  auto Push = [&](Token::Kind K, size_t Begin, size_t End) {
+    if (Begin < WordStart)
+      C.Entry.push_back({K, Text.slice(Begin, End), Begin});
+  };
+  while (I < Offset) {
+    char Ch = Text[I];
+    if (Ch == '#') {
+      size_t End = Text.find('\n', I);
+      if (End == StringRef::npos || End >= Offset) {
+        C.Suppressed = true;
+        return C;
+      }
+      I = End;
+      continue;
+    }
+    if (Ch == '"') {
+      size_t J = I + 1;
+      while (J < Text.size() && Text[J] != '"' && Text[J] != '\n')
+        J += Text[J] == '\\' ? 2 : 1;
+      if (J >= Offset) { // the cursor is inside the string
+        C.Suppressed = true;
+        return C;
+      }
+      bool Closed = Text[J] == '"';
+      Push(Token::String, I, Closed ? J + 1 : J);
+      I = Closed ? J + 1 : J;
+      continue;
+    }
+    if (Ch == '\n') {
+      // Entries end at line ends, except inside brackets, and a definition's
+      // header may put its '{' on the next line.
+      if (Depth == 0 && !C.Frames.empty())
+        C.Entry.clear();
+      ++I;
+      continue;
+    }
+    if (llvm::isSpace(Ch)) {
+      ++I;
+      continue;
+    }
+    if (isIdentStart(Ch)) {
+      size_t Begin = I;
+      while (I < Text.size() && isIdentChar(Text[I]))
+        ++I;
+      // At the top level a keyword starts a new item (its annotations are
+      // of no interest here).
+      StringRef Word = Text.slice(Begin, I);
+      if (C.Frames.empty() && (defKeyword(Word) || Word == "import"))
+        C.Entry.clear();
+      Push(Token::Ident, Begin, I);
+      continue;
+    }
+    if (llvm::isDigit(Ch)) {
+      size_t Begin = I;
+      while (I < Text.size() && (isIdentChar(Text[I]) || Text[I] == '.'))
+        ++I;
+      Push(Token::Number, Begin, I);
+      continue;
+    }
+    size_t Begin = I++;
+    switch (Ch) {
+    case '{': {
+      Frame F;
+      std::vector<Token> Header = withoutAnnotations(C.Entry);
+      if (C.Frames.empty()) {
+        F.IsDefinition = true;
+        if (!Header.empty() && Header[0].K == Token::Ident)
+          F.Kind = defKeyword(Header[0].Text);
+      } else {
+        F.Kind = C.Frames.back().Kind;
+        for (const Token &T : Header)
+          if (T.K == Token::Ident)
+            F.Path.push_back(T.Text.str());
+      }
+      C.Frames.push_back(std::move(F));
+      C.Entry.clear();
+      C.Calls.clear();
+      Depth = 0;
+      continue;
+    }
+    case '}':
+      if (!C.Frames.empty())
+        C.Frames.pop_back();
+      C.Entry.clear();
+      C.Calls.clear();
+      Depth = 0;
+      continue;
+    case ';':
+      if (Depth == 0) {
+        C.Entry.clear();
+        continue;
+      }
+      break;
+    case '(':
+    case '[':
+      ++Depth;
+      C.Calls.push_back(Ch == '(' && !C.Entry.empty() && C.Entry.back().K == Token::Ident ? C.Entry.back().Text.str()
+                                                                                           : std::string());
+      break;
+    case ')':
+    case ']':
+      if (Depth > 0) {
+        --Depth;
+        C.Calls.pop_back();
+      }
+      break;
+    default:
+      break;
+    }
+    Push(Token::Punct, Begin, I);
+  }
+  return C;
+}
+
+class Items {
+public:
+  Items(const LineTable &Lines, size_t ReplaceFrom, size_t Cursor)
+      : Range(rangeJSON(Lines.position(ReplaceFrom), Lines.position(Cursor))) {}
+
+  void add(StringRef Label, int Kind, StringRef Detail, StringRef Doc = "") {
+    if (!Labels.insert(Label).second)
+      return;
+    json::Object Item{{"label", Label},
+                      {"kind", Kind},
+                      {"textEdit", json::Object{{"range", Range}, {"newText", Label}}}};
+    if (!Detail.empty())
+      Item["detail"] = jsonString(Detail);
+    if (!Doc.empty())
+      Item["documentation"] = json::Object{{"kind", "markdown"}, {"value", jsonString(Doc)}};
+    List.push_back(std::move(Item));
+  }
+  json::Value result() { return json::Object{{"isIncomplete", false}, {"items", std::move(List)}}; }
+
+private:
+  json::Value Range;
+  json::Array List;
+  llvm::StringSet<> Labels;
+};
+
+void addNames(Items &Out, const Analysis *Names, ast::DefKind Kind) {
+  if (!Names)
+    return;
+  for (const Sema::DefinitionRef &D : Names->sema().definitions())
+    if (D.AST->Kind == Kind)
+      Out.add(D.AST->Name, KindReference,
+              fmt::format("{}{}", D.Builtin ? "built-in " : "", ast::defKindName(Kind).str()));
+}
+
+/// The fields and sections directly inside Section of a Kind definition.
+void addFields(Items &Out, ast::DefKind Kind, StringRef Section) {
+  std::string Prefix = Section.empty() ? "" : (Section + ".").str();
+  // Fields first, so that a name that is both (`cluster`) documents the field.
+  for (int Pass = 0; Pass < 2; ++Pass)
+    for (const FieldSpec &F : schemaFor(Kind)) {
+      StringRef Path = F.Path;
+      if (!Path.startswith(Prefix))
+        continue;
+      StringRef Rest = Path.drop_front(Prefix.size());
+      StringRef Head = Rest.split('.').first;
+      bool IsLeaf = Head.size() == Rest.size();
+      if (IsLeaf && Pass == 0)
+        Out.add(Head, KindField, describeType(F), F.Doc);
+      else if (!IsLeaf && Pass == 1)
+        Out.add(Head, KindModule, "section", fmt::format("`{}{}` section", Prefix, Head.str()));
+    }
+}
+
+void addValues(Items &Out, const FieldSpec &F, const Context &C, const Analysis *Names) {
+  StringRef Call = C.Calls.empty() ? StringRef() : StringRef(C.Calls.back());
+  if (F.Type == FieldType::Recompute && Call == "selective") {
+    for (StringRef M : recomputeModules())
+      Out.add(M, KindEnumMember, "recompute module");
+    return;
+  }
+  if (!Call.empty())
+    return; // an argument of hf(...), real(...), full(...): nothing to offer
+  switch (F.Type) {
+  case FieldType::Enum:
+  case FieldType::ScopeList:
+    if (F.Type == FieldType::ScopeList)
+      Out.add("none", KindEnumMember, F.Path);
+    for (StringRef V : F.EnumValues)
+      Out.add(V, KindEnumMember, F.Path);
+    break;
+  case FieldType::Bool:
+    Out.add("true", KindKeyword, "bool");
+    Out.add("false", KindKeyword, "bool");
+    break;
+  case FieldType::ModelRef:
+    addNames(Out, Names, ast::DefKind::Model);
+    Out.add("hf", KindClass, "hf(\"config.json\"): import a Hugging Face config");
+    break;
+  case FieldType::GpuRef:
+    addNames(Out, Names, ast::DefKind::Gpu);
+    break;
+  case FieldType::ClusterRef:
+    addNames(Out, Names, ast::DefKind::Cluster);
+    break;
+  case FieldType::Recompute:
+    Out.add("none", KindEnumMember, "no recomputation");
+    Out.add("full", KindEnumMember, "full or full(method = uniform|block, layers = N)");
+    Out.add("selective", KindEnumMember, "selective(MODULE, ...)");
+    break;
+  case FieldType::DataSource:
+    Out.add("mock", KindEnumMember, "synthetic tokens");
+    Out.add("real", KindEnumMember, "real(\"path\"): a tokenized dataset");
+    break;
+  case FieldType::Attention:
+    Out.add("gqa", KindEnumMember, "grouped-query attention");
+    Out.add("mla", KindEnumMember, "mla(q_lora_rank = N, ...): multi-head latent attention");
+    break;
+  default:
+    break;
+  }
+  if (F.Owner == ast::DefKind::Recipe && C.Calls.empty())
+    Out.add("sweep", KindKeyword, "sweep [a, b, ...]: one recipe per value");
+}
+
+} // namespace
+
+json::Value moec::lsp::completionAt(StringRef Text, size_t Offset, const Analysis *Names) {
+  LineTable Lines(Text);
+  Offset = std::min(Offset, Text.size());
+  Context C = scan(Text, Offset);
+  json::Value Empty = json::Object{{"isIncomplete", false}, {"items", json::Array()}};
+  if (C.Suppressed)
+    return Empty;
+  StringRef Word = Text.slice(C.WordStart, Offset);
+  std::vector<Token> Entry = withoutAnnotations(C.Entry);
+
+  if (C.Frames.empty()) {
+    Items Out(Lines, C.WordStart, Offset);
+    if (Entry.empty()) {
+      for (StringRef K : {"recipe", "model", "gpu", "cluster", "import"})
+        Out.add(K, KindKeyword, "");
+    } else if (Entry.size() == 3 && Entry[2].Text == "extends") {
+      if (auto Kind = defKeyword(Entry[0].Text))
+        addNames(Out, Names, *Kind);
+    }
+    return Out.result();
+  }
+  if (!C.Frames.front().Kind)
+    return Empty;
+  ast::DefKind Kind = *C.Frames.front().Kind;
+  std::vector<std::string> Section;
+  for (const Frame &F : C.Frames)
+    Section.insert(Section.end(), F.Path.begin(), F.Path.end());
+
+  auto Equals = llvm::find_if(Entry, [](const Token &T) { return T.K == Token::Punct && T.Text == "="; });
+  if (Equals == Entry.end()) {
+    // A field name: only a (dotted) path may precede the cursor's word.
+    for (const Token &T : Entry)
+      if (!(T.K == Token::Ident || (T.K == Token::Punct && T.Text == ".")))
+        return Empty;
+    for (const Token &T : Entry)
+      if (T.K == Token::Ident)
+        Section.push_back(T.Text.str());
+    // In `parallel.t`, `parallel` is a section and `t` the word.
+    size_t LastDot = Word.rfind('.');
+    if (LastDot != StringRef::npos)
+      for (StringRef Part : llvm::split(Word.take_front(LastDot), '.'))
+        Section.push_back(Part.str());
+    size_t From = LastDot == StringRef::npos ? C.WordStart : C.WordStart + LastDot + 1;
+    Items Out(Lines, From, Offset);
+    addFields(Out, Kind, llvm::join(Section, "."));
+    return Out.result();
+  }
+  for (auto It = Entry.begin(); It != Equals; ++It)
+    if (It->K == Token::Ident)
+      Section.push_back(It->Text.str());
+  const FieldSpec *F = lookupField(Kind, llvm::join(Section, "."));
+  if (!F)
+    return Empty;
+  Items Out(Lines, C.WordStart, Offset);
+  addValues(Out, *F, C, Names);
+  return Out.result();
+}
