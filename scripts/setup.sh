@@ -10,6 +10,7 @@ packages=(
   libfmt-dev libtomlplusplus-dev libyaml-cpp-dev
   googletest libgtest-dev
   libopenmpi-dev openmpi-bin libopenblas-dev
+  chromium
 )
 
 missing=()

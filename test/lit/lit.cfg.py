@@ -23,3 +23,10 @@ config.environment["TERM"] = "dumb"
 import shutil
 if shutil.which("mpirun"):
     config.available_features.add("mpirun")
+# The report's browser test renders pages in headless Chromium (Debian's
+# `chromium` package, scripts/setup.sh); without it that test is UNSUPPORTED.
+if shutil.which("chromium"):
+    config.available_features.add("chromium")
+else:
+    lit_config.note("chromium not found: report/browser.test is skipped (UNSUPPORTED); "
+                    "install Debian's chromium package to run it")

@@ -19,6 +19,7 @@ int runRuleIndex();
 int runSchema();
 int runFmt();
 int runLsp();
+int runReport();
 } // namespace moec::driver
 
 #endif

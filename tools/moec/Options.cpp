@@ -10,10 +10,12 @@ cl::SubCommand RuleIndexCmd("rule-index", "Print the rule index (Markdown) for d
 cl::SubCommand PlanCmd("plan", "Lower a recipe to a launch plan (rank layout, schedule, memory, speed)");
 cl::SubCommand SweepCmd("sweep", "Expand sweeps, prune infeasible points, rank the rest by predicted speed");
 cl::SubCommand RunCmd("run", "Compile a recipe to a plan and run it on this machine with mpirun and moerun");
+cl::SubCommand ReportCmd("report", "Draw a recipe's plan (memory, schedule, ranks, step time, sweep) "
+                         "as an HTML page");
 
-cl::list<std::string> CheckFiles(cl::Positional, cl::desc("<file.moe | ->..."), cl::sub(CheckCmd), cl::sub(PlanCmd), cl::sub(SweepCmd), cl::sub(RunCmd));
+cl::list<std::string> CheckFiles(cl::Positional, cl::desc("<file.moe | ->..."), cl::sub(CheckCmd), cl::sub(PlanCmd), cl::sub(SweepCmd), cl::sub(RunCmd), cl::sub(ReportCmd));
 cl::opt<std::string> RecipeName("recipe", cl::desc("Check only this recipe"), cl::value_desc("name"),
-                                cl::sub(CheckCmd), cl::sub(PlanCmd), cl::sub(SweepCmd), cl::sub(RunCmd));
+                                cl::sub(CheckCmd), cl::sub(PlanCmd), cl::sub(SweepCmd), cl::sub(RunCmd), cl::sub(ReportCmd));
 cl::opt<Format> OutputFormat("format", cl::desc("Diagnostic output format"), cl::init(Format::Text),
                              cl::values(clEnumValN(Format::Text, "text", "clang-style text on stderr"),
                                         clEnumValN(Format::JSON, "json", "a JSON array on stdout"),
@@ -21,15 +23,15 @@ cl::opt<Format> OutputFormat("format", cl::desc("Diagnostic output format"), cl:
                              cl::sub(CheckCmd));
 cl::list<std::string> Warnings("W", cl::Prefix, cl::desc("-Werror: warnings are errors; -Wno-ID: silence ID"),
                                cl::value_desc("error|no-ID"), cl::sub(CheckCmd), cl::sub(PlanCmd), cl::sub(SweepCmd),
-                               cl::sub(RunCmd));
+                               cl::sub(RunCmd), cl::sub(ReportCmd));
 cl::list<std::string> IncludeDirs("I", cl::Prefix, cl::desc("Add a directory to the import search path"),
                                   cl::value_desc("dir"), cl::sub(CheckCmd), cl::sub(PlanCmd), cl::sub(SweepCmd),
-                                  cl::sub(RunCmd));
+                                  cl::sub(RunCmd), cl::sub(ReportCmd));
 cl::opt<ColorMode> Color("color", cl::desc("Colour text diagnostics"), cl::init(ColorMode::Auto),
                          cl::values(clEnumValN(ColorMode::Auto, "auto", "when stderr is a terminal"),
                                     clEnumValN(ColorMode::Always, "always", "always"),
                                     clEnumValN(ColorMode::Never, "never", "never")),
-                         cl::sub(CheckCmd), cl::sub(PlanCmd), cl::sub(SweepCmd));
+                         cl::sub(CheckCmd), cl::sub(PlanCmd), cl::sub(SweepCmd), cl::sub(ReportCmd));
 cl::opt<bool> DumpAST("dump-ast", cl::desc("Print the syntax tree as canonical source"), cl::sub(CheckCmd));
 cl::opt<bool> DumpRecipe("dump-recipe", cl::desc("Print each typed recipe with provenance"), cl::sub(CheckCmd));
 cl::opt<bool> NoPlanner("no-planner",
@@ -89,5 +91,8 @@ cl::opt<std::string> LspCatalogDir("catalog-dir",
                                    cl::value_desc("dir"), cl::sub(LspCmd));
 cl::opt<bool> LspStdio("stdio", cl::desc("Accepted for clients that pass it: stdio is the only transport"),
                        cl::sub(LspCmd));
+
+cl::opt<std::string> ReportOutput("o", cl::desc("Write the report to this file (atomically)"),
+                                  cl::value_desc("report.html"), cl::Required, cl::sub(ReportCmd));
 
 } // namespace moec::driver

@@ -64,6 +64,9 @@ extern cl::list<std::string> LspWarnings;
 extern cl::opt<bool> LspNoPlanner;
 extern cl::opt<std::string> LspCatalogDir;
 
+extern cl::SubCommand ReportCmd;
+extern cl::opt<std::string> ReportOutput;
+
 } // namespace moec::driver
 
 #endif

@@ -11,6 +11,7 @@
 //   moec import --from megatron-bridge FILE.yaml [-o out.moe]
 //   moec launch FILE --slurm|--mpirun [--engine moerun|bridge] [-o script]
 //   moec lsp [-I DIR] [-W...] [--no-planner] [--catalog-dir DIR]
+//   moec report FILE [--recipe NAME] -o report.html
 //   moec explain ID | moec schema | moec rule-index
 //
 // Exit status: 0 no error, 1 at least one error diagnostic, 2 the tool could
@@ -55,6 +56,8 @@ int main(int argc, char **argv) {
     return runLaunch();
   if (LspCmd)
     return runLsp();
+  if (ReportCmd)
+    return runReport();
   llvm::errs() << "moec: expected a command: check, plan, sweep, fmt, explain, schema or run (see moec --help)\n";
   return ExitUsage;
 }

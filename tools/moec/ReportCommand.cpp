@@ -1,0 +1,103 @@
+//===- ReportCommand.cpp - moec report ------------------------------------===//
+//
+// moec report FILE [--recipe NAME] -o report.html
+//
+// One recipe: its plan drawn (lib/Report). A recipe with sweeps: every point
+// decided as `moec sweep` decides it, the scatter of all of them, and the
+// other figures for the fastest feasible point.
+//
+//===----------------------------------------------------------------------===//
+#include "Commands.h"
+#include "Driver.h"
+
+#include "moec/Diag/DiagnosticRenderers.h"
+#include "moec/Emit/Plan.h"
+#include "moec/Report/HtmlReport.h"
+#include "moec/Report/Sweep.h"
+#include "llvm/Support/raw_ostream.h"
+#include <fmt/format.h>
+#include <set>
+
+namespace moec::driver {
+
+namespace {
+int writeReport(const Plan &P, llvm::ArrayRef<SweepPoint> Sweep) {
+  if (llvm::Error E = writeFileAtomically(ReportOutput, renderHtmlReport(P, Sweep))) {
+    llvm::errs() << "moec report: " << llvm::toString(std::move(E)) << "\n";
+    return ExitUsage;
+  }
+  return ExitOK;
+}
+} // namespace
+
+int runReport() {
+  if (CheckFiles.size() != 1) {
+    llvm::errs() << "moec report: expected one recipe file (use - for standard input)\n";
+    return ExitUsage;
+  }
+  // A sweep's points are decided by their own errors, as in `moec sweep`.
+  std::unique_ptr<Compilation> C = compile(/*RunRules=*/true, /*CapErrors=*/false);
+  const std::vector<Diagnostic> &Final = C->Diags->finish();
+  bool Fatal = llvm::any_of(Final, [](const Diagnostic &D) { return D.Sev == Severity::Error && D.Recipe.empty(); });
+  std::set<std::string> Recipes;
+  for (const auto &Point : C->Recipes)
+    Recipes.insert(Point.first.Name);
+  bool Sweep = Recipes.size() == 1 && C->Recipes.size() > 1;
+  // One recipe reports like `moec plan`: only when it checks.
+  if (Fatal || C->Unreadable || (!Sweep && C->Diags->hasErrors())) {
+    renderText(Final, C->SM, llvm::errs(), false);
+    return C->Unreadable ? ExitUsage : ExitErrors;
+  }
+  if (Recipes.empty()) {
+    llvm::errs() << "moec report: '" << CheckFiles.front() << "' defines no recipe\n";
+    return ExitErrors;
+  }
+  if (Recipes.size() > 1) {
+    llvm::errs() << fmt::format("moec report: '{}' defines {} recipes; choose one with --recipe\n",
+                                CheckFiles.front(), Recipes.size());
+    return ExitUsage;
+  }
+
+  if (!Sweep) {
+    renderText(Final, C->SM, llvm::errs(), false); // warnings
+    auto &[R, File] = C->Recipes.front();
+    llvm::Expected<Plan> P = buildPlan(R, File);
+    if (!P) {
+      llvm::errs() << "moec report: " << R.PointName << ": " << llvm::toString(P.takeError()) << "\n";
+      return ExitErrors;
+    }
+    return writeReport(*P, {});
+  }
+
+  std::vector<SweepPoint> Points = evaluateSweep(C->Recipes, Final);
+  // The figures draw the fastest feasible point, else the first one the
+  // planner could predict (feasible points come first).
+  const SweepPoint *Shown = nullptr;
+  for (const SweepPoint &S : Points)
+    if (S.Predicted) {
+      Shown = &S;
+      break;
+    }
+  if (!Shown) {
+    renderText(Final, C->SM, llvm::errs(), false);
+    llvm::errs() << "moec report: no point of the sweep has a plan to draw\n";
+    return ExitErrors;
+  }
+  for (auto &[R, File] : C->Recipes) {
+    if (R.PointName != Shown->Name)
+      continue;
+    llvm::Expected<Plan> P = buildPlan(R, File);
+    if (!P) {
+      llvm::errs() << "moec report: " << R.PointName << ": " << llvm::toString(P.takeError()) << "\n";
+      return ExitErrors;
+    }
+    size_t Feasible = llvm::count_if(Points, [](const SweepPoint &S) { return S.Feasible; });
+    llvm::errs() << fmt::format("moec report: {} points, {} feasible; the figures draw {}\n", Points.size(),
+                                Feasible, Shown->Name);
+    return writeReport(*P, Points);
+  }
+  llvm::errs() << "moec report: lost sweep point " << Shown->Name << "\n";
+  return ExitErrors;
+}
+
+} // namespace moec::driver
