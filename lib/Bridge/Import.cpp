@@ -774,6 +774,7 @@ private:
   /// Uneven first/last stages, as a layout string (the two are equivalent
   /// ways to say it; parallel.layout is the one .moe has).
   void stageLayers(int64_t PP, int64_t VPP) {
+    accountForEmbeddingAndLoss(PP, VPP);
     Entry *First = peek("model.num_layers_in_first_pipeline_stage");
     Entry *Last = peek("model.num_layers_in_last_pipeline_stage");
     if ((!First || First->V.K == Value::Kind::Null) && (!Last || Last->V.K == Value::Kind::Null)) {
@@ -821,6 +822,45 @@ private:
     emit("parallel", fmt::format("layout = \"{}\"", Layout));
     note(fmt::format("num_layers_in_first/last_pipeline_stage = {}/{} written as parallel.layout \"{}\"", FirstN,
                      LastN, Layout));
+  }
+
+  /// Embedding and loss counted as a layer slot each in the split: the
+  /// same stages as a layout with E and L in the first and last stage.
+  void accountForEmbeddingAndLoss(int64_t PP, int64_t VPP) {
+    Entry *Emb = peek("model.account_for_embedding_in_pipeline_split");
+    Entry *Loss = peek("model.account_for_loss_in_pipeline_split");
+    bool E = Emb && Emb->V == Value::boolean(true), L = Loss && Loss->V == Value::boolean(true);
+    for (Entry *X : {Emb, Loss})
+      if (X && X->V.K != Value::Kind::Bool && X->V.K != Value::Kind::Null)
+        error(*X, "'" + X->Key + "' must be true or false");
+    if (!E && !L) {
+      if (Emb)
+        Emb->Used = true;
+      if (Loss)
+        Loss->Used = true;
+      return;
+    }
+    Entry *Any = E ? Emb : Loss;
+    int64_t Stages = PP * VPP;
+    if (!Model || Model->MtpLayers || peek("model.pipeline_model_parallel_layout") || Stages < 2 ||
+        (Model->Layers + E + L) % Stages) {
+      unmapped(*Any, "embedding/loss counted in the pipeline split translate to parallel.layout only for a catalog "
+                     "model without MTP whose layers then divide evenly");
+      if (E && L)
+        Loss->Used = true;
+      return;
+    }
+    for (Entry *X : {Emb, Loss})
+      if (X)
+        X->Used = true;
+    int64_t Per = (Model->Layers + E + L) / Stages;
+    auto Run = [](int64_t N) { return N == 1 ? std::string("t") : fmt::format("t*{}", N); };
+    std::string Layout = "E" + Run(Per - E) + "|";
+    if (Stages > 2)
+      Layout += fmt::format("({}|)*{}", Run(Per), Stages - 2);
+    Layout += Run(Per - L) + "L";
+    emit("parallel", fmt::format("layout = \"{}\"", Layout));
+    note(fmt::format("account_for_embedding/loss_in_pipeline_split written as parallel.layout \"{}\"", Layout));
   }
 
   void batch() {
