@@ -8,7 +8,8 @@
 # 2. configures build-gpu/ with -DMOEC_CUDA=ON (sm_90; set
 #    CMAKE_CUDA_ARCHITECTURES for other GPUs) and builds ONLY the GPU test
 #    programs and the benchmark, with every core;
-# 3. runs `ctest -L gpu` (kernels vs the CPU backend, NCCL with one rank,
+# 3. runs `ctest -L gpu` (kernels vs the CPU backend, the one-GPU training
+#    step vs the CPU model and its loss falling, NCCL with one rank,
 #    ring attention over 1/2/4 ranks sharing the GPU through host staging,
 #    CUDA-graph replay);
 # 4. runs the kernel benchmarks (bench/cuda) into $OUT/cuda-benchmarks.md.
@@ -45,7 +46,7 @@ step() { # step NAME TIMEOUT_S COMMAND...
 step env 60 bash -c 'nvidia-smi; nvcc --version; cmake --version; mpirun --version; nproc; free -g'
 step configure 120 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DMOEC_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$arch"
-targets="moert-cuda-kernel-test moert-cuda-nccl-test moert-cuda-ring-test moert-cuda-graph-test moert-cuda-graph-policy-test moert-cuda-bench"
+targets="moert-cuda-kernel-test moert-cuda-model-test moert-cuda-nccl-test moert-cuda-ring-test moert-cuda-graph-test moert-cuda-graph-policy-test moert-cuda-bench"
 step build 240 ninja -C "$build" -j"$(nproc)" $targets
 step ctest-gpu 150 ctest --test-dir "$build" -L gpu --output-on-failure --timeout 120
 step graph-policy 30 ctest --test-dir "$build" -R moert-cuda-graph-policy --output-on-failure

@@ -125,11 +125,17 @@ void benchGemm(std::vector<Row> &Rows, int64_t Experts, int64_t Tokens,
 
 void benchAttention(std::vector<Row> &Rows, int64_t Seq, int64_t QHeads,
                     int64_t KvHeads, int64_t HeadDim, int Runs) {
-  DeviceAttentionShape S{1,       Seq,     Seq,
-                         QHeads,  KvHeads, HeadDim,
+  DeviceAttentionShape S{1,
+                         Seq,
+                         Seq,
+                         QHeads,
+                         KvHeads,
+                         HeadDim,
                          float(1.0 / std::sqrt(double(HeadDim)))};
-  size_t QN = size_t(Seq * QHeads * HeadDim), KN = size_t(Seq * KvHeads * HeadDim);
-  auto Q = randomDevice(QN, 3), K = randomDevice(KN, 4), V = randomDevice(KN, 5);
+  size_t QN = size_t(Seq * QHeads * HeadDim),
+         KN = size_t(Seq * KvHeads * HeadDim);
+  auto Q = randomDevice(QN, 3), K = randomDevice(KN, 4),
+       V = randomDevice(KN, 5);
   auto DOut = randomDevice(QN, 6);
   std::vector<int32_t> P(Seq);
   std::iota(P.begin(), P.end(), 0);
@@ -147,8 +153,8 @@ void benchAttention(std::vector<Row> &Rows, int64_t Seq, int64_t QHeads,
                                Out.data(), Lse.data(), nullptr);
       },
       Runs);
-  Rows.push_back({"causal attention forward", Shape.str(), F,
-                  Flops / F / 1e9, "CUDA cores, fp32 accumulation"});
+  Rows.push_back({"causal attention forward", Shape.str(), F, Flops / F / 1e9,
+                  "CUDA cores, fp32 accumulation"});
   double B = timeMs(
       [&] {
         causalAttentionBackward(S, Q.data(), K.data(), V.data(), Pos.data(),

@@ -103,8 +103,8 @@ public:
   }
   void sendRecv(const float *Send, size_t SendCount, int Dest, float *Recv,
                 size_t RecvCount, int Source) override {
-    std::vector<float> S = Dest >= 0 ? fetch(Send, SendCount)
-                                     : std::vector<float>();
+    std::vector<float> S =
+        Dest >= 0 ? fetch(Send, SendCount) : std::vector<float>();
     std::vector<float> R(Source >= 0 ? RecvCount : 0);
     Host.sendRecv(S.data(), SendCount, Dest, R.data(), RecvCount, Source);
     if (Source >= 0)

@@ -1,4 +1,5 @@
-//===- comm/nccl/HostStagedComm.h - Device buffers over a host communicator ===//
+//===- comm/nccl/HostStagedComm.h - Device buffers over a host communicator
+//===//
 //
 // A DeviceCommunicator that copies device buffers to host memory, runs the
 // operation on a host Communicator (MPI), and copies the result back. Slow,
@@ -18,7 +19,8 @@
 namespace moert {
 
 /// Host must outlive the result.
-std::unique_ptr<DeviceCommunicator> createHostStagedCommunicator(Communicator &Host);
+std::unique_ptr<DeviceCommunicator>
+createHostStagedCommunicator(Communicator &Host);
 
 } // namespace moert
 

@@ -62,8 +62,7 @@ public:
     MOERT_CUDA_CHECK(cudaStreamCreate(&CollStream));
     MOERT_CUDA_CHECK(cudaStreamCreate(&SendStream));
     MOERT_CUDA_CHECK(cudaStreamCreate(&RecvStream));
-    MOERT_CUDA_CHECK(
-        cudaEventCreateWithFlags(&Ready, cudaEventDisableTiming));
+    MOERT_CUDA_CHECK(cudaEventCreateWithFlags(&Ready, cudaEventDisableTiming));
     MOERT_CUDA_CHECK(
         cudaEventCreateWithFlags(&Finished, cudaEventDisableTiming));
   }
@@ -96,8 +95,8 @@ public:
 
   void allReduceSum(float *Data, size_t Count) override {
     begin(CollStream);
-    MOERT_NCCL_CHECK(ncclAllReduce(Data, Data, Count, ncclFloat, ncclSum, Comm,
-                                   CollStream));
+    MOERT_NCCL_CHECK(
+        ncclAllReduce(Data, Data, Count, ncclFloat, ncclSum, Comm, CollStream));
     end(CollStream);
   }
 
@@ -234,8 +233,7 @@ private:
   int Device;
   ncclComm_t Comm = nullptr;
   cudaStream_t Compute = nullptr; // the legacy default stream
-  cudaStream_t CollStream = nullptr, SendStream = nullptr,
-               RecvStream = nullptr;
+  cudaStream_t CollStream = nullptr, SendStream = nullptr, RecvStream = nullptr;
   cudaEvent_t Ready = nullptr, Finished = nullptr;
 };
 

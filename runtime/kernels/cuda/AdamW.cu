@@ -82,8 +82,8 @@ void adamWUpdate(int64_t Count, const AdamWStep &C, float *Param, float *M,
   MOERT_CUDA_CHECK_LAUNCH();
 }
 
-void sumSquares(int64_t Count, const float *X, double *Scratch,
-                double *Result, cudaStream_t Stream) {
+void sumSquares(int64_t Count, const float *X, double *Scratch, double *Result,
+                cudaStream_t Stream) {
   sumSquaresKernel<<<SumBlocks, SumThreads, 0, Stream>>>(Count, X, Scratch);
   MOERT_CUDA_CHECK_LAUNCH();
   sumPartialsKernel<<<1, 1, 0, Stream>>>(Scratch, SumBlocks, Result);

@@ -40,8 +40,8 @@ constexpr int64_t SumSquaresScratch = 256;
 /// Sum of squares of X in double (for the global gradient norm), written to
 /// *Result on the device: a two-level reduction in a fixed order, so the
 /// result is deterministic. Scratch holds SumSquaresScratch doubles.
-void sumSquares(int64_t Count, const float *X, double *Scratch,
-                double *Result, cudaStream_t Stream);
+void sumSquares(int64_t Count, const float *X, double *Scratch, double *Result,
+                cudaStream_t Stream);
 
 } // namespace moert::cuda
 

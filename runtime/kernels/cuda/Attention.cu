@@ -45,7 +45,8 @@ __device__ void loadTile(bf16 (*Dst)[D + 2], const bf16 *Src, int64_t Stride,
                          int Rows, int Valid) {
   for (int E = threadIdx.x; E < Rows * D; E += blockDim.x) {
     int R = E / D, C = E % D;
-    Dst[R][C] = R < Valid ? Src[int64_t(R) * Stride + C] : __float2bfloat16(0.f);
+    Dst[R][C] =
+        R < Valid ? Src[int64_t(R) * Stride + C] : __float2bfloat16(0.f);
   }
 }
 
@@ -171,7 +172,8 @@ __global__ void __launch_bounds__(FwdThreads)
   }
   // Both threads of the row have read OldLse before it is replaced. Only the
   // row's pair takes part: lanes of finished rows may have exited.
-  const unsigned PairMask = ((1u << FwdTpr) - 1) << (threadIdx.x % 32 / FwdTpr * FwdTpr);
+  const unsigned PairMask = ((1u << FwdTpr) - 1)
+                            << (threadIdx.x % 32 / FwdTpr * FwdTpr);
   __syncwarp(PairMask);
   if (Part == 0)
     *LsePtr = MergedLse;
@@ -373,8 +375,8 @@ __global__ void __launch_bounds__(BwdThreads)
 #pragma unroll
     for (int J = 0; J < KeysPerThread; ++J) {
       int Kj = J0 + J;
-      bool Visible = RowValid && Kj < KValid && KPosS[Kj] <= MyQPos &&
-                     MyLse != -INFINITY;
+      bool Visible =
+          RowValid && Kj < KValid && KPosS[Kj] <= MyQPos && MyLse != -INFINITY;
       float P = Visible ? __expf(SAcc[J] * S.Scale - MyLse) : 0.f;
       DSs[Row][Kj] = P * (PAcc[J] - MyDelta);
     }
@@ -416,7 +418,8 @@ void checkShape(const DeviceAttentionShape &S) {
                                 "multiple of KvHeads, Batch >= 1");
   if (S.HeadDim != 32 && S.HeadDim != 64 && S.HeadDim != 128)
     throw std::invalid_argument("attention: HeadDim must be 32, 64 or 128 "
-                                "(got " + std::to_string(S.HeadDim) + ")");
+                                "(got " +
+                                std::to_string(S.HeadDim) + ")");
   if (S.Batch > 65535 || S.QHeads > 65535)
     throw std::invalid_argument("attention: Batch and QHeads must fit a "
                                 "grid dimension (65535)");
@@ -429,8 +432,8 @@ void launchForward(const DeviceAttentionShape &S, const bf16 *Q,
                    cudaStream_t Stream) {
   dim3 Grid(unsigned((S.QTokens + FwdRows - 1) / FwdRows), unsigned(S.QHeads),
             unsigned(S.Batch));
-  forwardKernel<D><<<Grid, FwdThreads, 0, Stream>>>(S, Q, QPos, K, V, KPos,
-                                                     Out, Lse);
+  forwardKernel<D>
+      <<<Grid, FwdThreads, 0, Stream>>>(S, Q, QPos, K, V, KPos, Out, Lse);
   MOERT_CUDA_CHECK_LAUNCH();
 }
 
@@ -447,8 +450,8 @@ void launchBackward(const DeviceAttentionShape &S, const bf16 *Q,
   MOERT_CUDA_CHECK_LAUNCH();
   dim3 QGrid(unsigned((S.QTokens + BwdTile - 1) / BwdTile), unsigned(S.QHeads),
              unsigned(S.Batch));
-  backwardQKernel<D><<<QGrid, BwdThreads, 0, Stream>>>(
-      S, Q, QPos, K, V, KPos, Lse, Delta, DOut, DQ);
+  backwardQKernel<D><<<QGrid, BwdThreads, 0, Stream>>>(S, Q, QPos, K, V, KPos,
+                                                       Lse, Delta, DOut, DQ);
   MOERT_CUDA_CHECK_LAUNCH();
 }
 
@@ -503,8 +506,8 @@ void attentionBackwardBlock(const DeviceAttentionShape &S, const bf16 *Q,
     return launchBackward<64>(S, Q, QPos, K, V, KPos, Lse, Delta, DOut, DQ, DK,
                               DV, Stream);
   default:
-    return launchBackward<128>(S, Q, QPos, K, V, KPos, Lse, Delta, DOut, DQ,
-                               DK, DV, Stream);
+    return launchBackward<128>(S, Q, QPos, K, V, KPos, Lse, Delta, DOut, DQ, DK,
+                               DV, Stream);
   }
 }
 
@@ -530,8 +533,8 @@ void causalAttentionBackward(const DeviceAttentionShape &S, const bf16 *Q,
   fill(DK, S.Batch * S.KTokens * S.KvHeads * S.HeadDim, 0.f, Stream);
   fill(DV, S.Batch * S.KTokens * S.KvHeads * S.HeadDim, 0.f, Stream);
   attentionDelta(S, DOut, Out, Delta, Stream);
-  attentionBackwardBlock(S, Q, Positions, K, V, Positions, Lse, Delta, DOut,
-                         DQ, DK, DV, Stream);
+  attentionBackwardBlock(S, Q, Positions, K, V, Positions, Lse, Delta, DOut, DQ,
+                         DK, DV, Stream);
 }
 
 double causalAttentionFlops(const DeviceAttentionShape &S) {

@@ -53,8 +53,7 @@ std::string whyNotCapturable(GraphScope Scope, const GraphConditions &C) {
            "' needs a fixed sequence length, but the data has variable-length "
            "sequences (shapes change every step)";
   bool ExpertCountsDynamic = C.MoeModel && C.StaticCapacity <= 0;
-  if (Scope == GraphScope::MoePreprocess && ExpertCountsDynamic &&
-      C.EpSize > 1)
+  if (Scope == GraphScope::MoePreprocess && ExpertCountsDynamic && C.EpSize > 1)
     return "CUDA-graph scope 'moe_preprocess' with EP " +
            std::to_string(C.EpSize) +
            ": the token counts per expert are exchanged and read on the host "

@@ -37,8 +37,15 @@
 
 namespace moert::cuda {
 
-enum class GraphScope { Attn, Mlp, Moe, MoeRouter, MoePreprocess, Mamba,
-                        FullIteration };
+enum class GraphScope {
+  Attn,
+  Mlp,
+  Moe,
+  MoeRouter,
+  MoePreprocess,
+  Mamba,
+  FullIteration
+};
 
 /// The plan's spelling ("attn", "moe_router", ...); nullopt if unknown.
 std::optional<GraphScope> parseGraphScope(const std::string &Name);

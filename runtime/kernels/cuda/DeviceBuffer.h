@@ -46,8 +46,8 @@ public:
       return;
     release();
     if (NewCount)
-      MOERT_CUDA_CHECK(cudaMalloc(reinterpret_cast<void **>(&Ptr),
-                                  NewCount * sizeof(T)));
+      MOERT_CUDA_CHECK(
+          cudaMalloc(reinterpret_cast<void **>(&Ptr), NewCount * sizeof(T)));
     Count = NewCount;
   }
   void zero() {

@@ -61,8 +61,7 @@ __global__ void rmsNormBackwardDxKernel(int64_t Hidden, const bf16 *X,
   float R = Rstd[blockIdx.x];
   float C = Dot / float(Hidden) * R * R;
   for (int64_t J = threadIdx.x; J < Hidden; J += blockDim.x)
-    DX[Off + J] =
-        toB(R * (toF(DY[Off + J]) * toF(W[J]) - toF(X[Off + J]) * C));
+    DX[Off + J] = toB(R * (toF(DY[Off + J]) * toF(W[J]) - toF(X[Off + J]) * C));
 }
 
 /// One thread per column, rows in order: a deterministic weight gradient.
@@ -103,8 +102,8 @@ __global__ void ropeKernel(int64_t Rows, int64_t Heads, int64_t HeadDim,
 
 __device__ inline float sigmoidF(float X) { return 1.f / (1.f + __expf(-X)); }
 
-__global__ void swiGluForwardKernel(int64_t Count, const bf16 *G,
-                                    const bf16 *U, bf16 *Act) {
+__global__ void swiGluForwardKernel(int64_t Count, const bf16 *G, const bf16 *U,
+                                    bf16 *Act) {
   for (int64_t I = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; I < Count;
        I += int64_t(gridDim.x) * blockDim.x) {
     float Gv = toF(G[I]);
@@ -148,14 +147,14 @@ void rmsNormForward(int64_t Rows, int64_t Hidden, const bf16 *X, const bf16 *W,
                     float Eps, bf16 *Y, float *Rstd, cudaStream_t Stream) {
   if (Rows == 0)
     return;
-  rmsNormForwardKernel<<<unsigned(Rows), 256, 0, Stream>>>(Hidden, X, W, Eps,
-                                                           Y, Rstd);
+  rmsNormForwardKernel<<<unsigned(Rows), 256, 0, Stream>>>(Hidden, X, W, Eps, Y,
+                                                           Rstd);
   MOERT_CUDA_CHECK_LAUNCH();
 }
 
-void rmsNormBackward(int64_t Rows, int64_t Hidden, const bf16 *X,
-                     const bf16 *W, const float *Rstd, const bf16 *DY, bf16 *DX,
-                     float *DW, cudaStream_t Stream) {
+void rmsNormBackward(int64_t Rows, int64_t Hidden, const bf16 *X, const bf16 *W,
+                     const float *Rstd, const bf16 *DY, bf16 *DX, float *DW,
+                     cudaStream_t Stream) {
   if (Rows == 0)
     return;
   rmsNormBackwardDxKernel<<<unsigned(Rows), 256, 0, Stream>>>(Hidden, X, W,

@@ -20,9 +20,9 @@ namespace moert::cuda {
 void rmsNormForward(int64_t Rows, int64_t Hidden, const bf16 *X, const bf16 *W,
                     float Eps, bf16 *Y, float *Rstd, cudaStream_t Stream);
 /// DX = rstd * (DY W - X rstd^2 mean(DY W X)); DW += sum_rows DY X rstd.
-void rmsNormBackward(int64_t Rows, int64_t Hidden, const bf16 *X,
-                     const bf16 *W, const float *Rstd, const bf16 *DY, bf16 *DX,
-                     float *DW, cudaStream_t Stream);
+void rmsNormBackward(int64_t Rows, int64_t Hidden, const bf16 *X, const bf16 *W,
+                     const float *Rstd, const bf16 *DY, bf16 *DX, float *DW,
+                     cudaStream_t Stream);
 
 /// Rotary embedding in place on X [Rows, Heads * HeadDim] (rotate-half, angle
 /// Positions[n] * Theta^(-2i / HeadDim), computed in double as on the host);

@@ -14,8 +14,8 @@ void checkBlas(cublasStatus_t S, const char *Call, const char *File, int Line) {
     return;
   std::ostringstream OS;
   OS << File << ":" << Line << ": " << Call
-     << " failed: " << cublasGetStatusName(S) << " (" << cublasGetStatusString(S)
-     << ")";
+     << " failed: " << cublasGetStatusName(S) << " ("
+     << cublasGetStatusString(S) << ")";
   throw std::runtime_error(OS.str());
 }
 #define MOERT_CUBLAS_CHECK(Call) checkBlas((Call), #Call, __FILE__, __LINE__)

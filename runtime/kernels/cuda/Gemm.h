@@ -63,8 +63,8 @@ void gemm(BlasHandle &H, bool TransA, bool TransB, int64_t M, int64_t N,
 inline void gemm(BlasHandle &H, bool TransA, bool TransB, int64_t M, int64_t N,
                  int64_t K, float Alpha, const bf16 *A, const bf16 *B,
                  float Beta, void *C, OutType CType) {
-  gemm(H, TransA, TransB, M, N, K, Alpha, A, TransA ? M : K, B,
-       TransB ? K : N, Beta, C, CType, N);
+  gemm(H, TransA, TransB, M, N, K, Alpha, A, TransA ? M : K, B, TransB ? K : N,
+       Beta, C, CType, N);
 }
 
 /// Expert forward / data gradient: for each group g, the Rows[g] rows of X

@@ -14,7 +14,7 @@ namespace {
 struct Ring {
   DeviceAttentionShape Shape;
   int Size, Rank;
-  size_t KvCount; ///< elements of K (= of V)
+  size_t KvCount;                  ///< elements of K (= of V)
   DeviceBuffer<int32_t> Positions; ///< [Size, LocalTokens]
 
   Ring(DeviceCommunicator &Cp, const AttentionDims &Dims)
@@ -100,8 +100,8 @@ void ringAttentionForward(DeviceCommunicator &Cp, const AttentionDims &Dims,
 
 void ringAttentionBackward(DeviceCommunicator &Cp, const AttentionDims &Dims,
                            const bf16 *Q, const bf16 *K, const bf16 *V,
-                           const float *Out, const float *Lse,
-                           const bf16 *DOut, float *DQ, float *DK, float *DV,
+                           const float *Out, const float *Lse, const bf16 *DOut,
+                           float *DQ, float *DK, float *DV,
                            cudaStream_t Stream) {
   Ring R(Cp, Dims);
   Cp.setComputeStream(Stream);
@@ -118,8 +118,7 @@ void ringAttentionBackward(DeviceCommunicator &Cp, const AttentionDims &Dims,
       NextGrad(Ringed ? 2 * R.KvCount : 0);
   copyAsync(Cur.data(), K, R.KvCount * sizeof(bf16), Stream);
   copyAsync(Cur.data() + R.KvCount, V, R.KvCount * sizeof(bf16), Stream);
-  MOERT_CUDA_CHECK(
-      cudaMemsetAsync(CurGrad.data(), 0, CurGrad.bytes(), Stream));
+  MOERT_CUDA_CHECK(cudaMemsetAsync(CurGrad.data(), 0, CurGrad.bytes(), Stream));
   for (int Step = 0; Step < R.Size; ++Step) {
     std::unique_ptr<Hop> KvHop, GradHop;
     if (Step + 1 < R.Size)

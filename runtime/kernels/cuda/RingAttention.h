@@ -29,8 +29,8 @@ void ringAttentionForward(DeviceCommunicator &Cp, const AttentionDims &Dims,
 
 void ringAttentionBackward(DeviceCommunicator &Cp, const AttentionDims &Dims,
                            const bf16 *Q, const bf16 *K, const bf16 *V,
-                           const float *Out, const float *Lse,
-                           const bf16 *DOut, float *DQ, float *DK, float *DV,
+                           const float *Out, const float *Lse, const bf16 *DOut,
+                           float *DQ, float *DK, float *DV,
                            cudaStream_t Stream);
 
 } // namespace moert::cuda

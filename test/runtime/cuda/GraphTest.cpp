@@ -51,8 +51,9 @@ TEST(CudaGraph, AttentionScopeReplaysTheDirectResult) {
   EXPECT_EQ(Captures, 1);
   EXPECT_EQ(G.replays(), 2);
   EXPECT_THROW(G.run(Stream, {T / 2, H, Hd}, Body), GraphRefused);
-  EXPECT_THROW(ScopeGraph(GraphScope::Attn, GraphConditions{}).run(nullptr, {}, Body),
-               GraphRefused);
+  EXPECT_THROW(
+      ScopeGraph(GraphScope::Attn, GraphConditions{}).run(nullptr, {}, Body),
+      GraphRefused);
   MOERT_CUDA_CHECK(cudaStreamDestroy(Stream));
 }
 

@@ -52,7 +52,8 @@ TEST(CudaGemm, DenseMatchesHostGemmForEveryTransposeAndOutputType) {
   const int64_t M = 37, N = 53, K = 70;
   for (int TA = 0; TA < 2; ++TA)
     for (int TB = 0; TB < 2; ++TB) {
-      std::vector<float> A = randomBf16(M * K, 1 + TA), B = randomBf16(K * N, 3 + TB);
+      std::vector<float> A = randomBf16(M * K, 1 + TA),
+                         B = randomBf16(K * N, 3 + TB);
       std::vector<float> C0 = randomBf16(M * N, 5);
       std::vector<float> Want = C0;
       gemm(TA, TB, M, N, K, 0.5f, A.data(), B.data(), 0.25f, Want.data());
@@ -61,7 +62,8 @@ TEST(CudaGemm, DenseMatchesHostGemmForEveryTransposeAndOutputType) {
       gemm(H, TA, TB, M, N, K, 0.5f, DA.data(), DB.data(), 0.25f, DC.data(),
            OutType::F32);
       sync();
-      std::string Case = "TA=" + std::to_string(TA) + " TB=" + std::to_string(TB);
+      std::string Case =
+          "TA=" + std::to_string(TA) + " TB=" + std::to_string(TB);
       EXPECT_TRUE(near(DC.download(), Want, 1e-4, "fp32 C, " + Case));
       // bf16 output, Beta = 0.
       std::vector<float> Want0(M * N, 0.0f);
@@ -81,8 +83,10 @@ TEST_P(CudaGroupedGemm, ExpertForwardDataAndWeightGradientsMatchHostLoops) {
   const std::vector<int64_t> Rows = {5, 0, 17, 9}; // an expert with no rows
   const int64_t In = 48, Out = 40, G = int64_t(Rows.size());
   const int64_t Total = std::accumulate(Rows.begin(), Rows.end(), int64_t(0));
-  std::vector<float> X = randomBf16(Total * In, 11), W = randomBf16(G * In * Out, 12);
-  std::vector<float> DY = randomBf16(Total * Out, 13), DW0 = randomBf16(G * In * Out, 14);
+  std::vector<float> X = randomBf16(Total * In, 11),
+                     W = randomBf16(G * In * Out, 12);
+  std::vector<float> DY = randomBf16(Total * Out, 13),
+                     DW0 = randomBf16(G * In * Out, 14);
   std::vector<float> WantY(Total * Out), WantDX(Total * In), WantDW = DW0;
   int64_t Begin = 0;
   for (int64_t E = 0; E < G; ++E) {
@@ -146,8 +150,13 @@ TEST_P(CudaAttention, CausalForwardAndBackwardMatchHostAttention) {
                                    Out.data(), Lse.data(), DOut.data(),
                                    DQ.data(), DK.data(), DV.data());
 
-  DeviceAttentionShape S{C.Batch, C.SeqLen, C.SeqLen, C.QHeads, C.KvHeads,
-                         C.HeadDim, float(1.0 / std::sqrt(double(C.HeadDim)))};
+  DeviceAttentionShape S{C.Batch,
+                         C.SeqLen,
+                         C.SeqLen,
+                         C.QHeads,
+                         C.KvHeads,
+                         C.HeadDim,
+                         float(1.0 / std::sqrt(double(C.HeadDim)))};
   std::vector<int32_t> Pos(C.SeqLen);
   std::iota(Pos.begin(), Pos.end(), 0);
   auto DQb = uploadBf16(Q), DKb = uploadBf16(K), DVb = uploadBf16(V);
@@ -206,15 +215,21 @@ TEST(CudaAttentionBlocks, CpChunkMasksMergeToFullCausalAttention) {
   for (int Cp : {2, 3}) {
     const int64_t B = 1, Seq = 96 * Cp / 2, QH = 4, KvH = 2, Hd = 64;
     AttentionDims D{B, Seq, QH, KvH, Hd};
-    auto Q = randomBf16(B * Seq * QH * Hd, 31), K = randomBf16(B * Seq * KvH * Hd, 32);
-    auto V = randomBf16(B * Seq * KvH * Hd, 33), DOut = randomBf16(B * Seq * QH * Hd, 34);
+    auto Q = randomBf16(B * Seq * QH * Hd, 31),
+         K = randomBf16(B * Seq * KvH * Hd, 32);
+    auto V = randomBf16(B * Seq * KvH * Hd, 33),
+         DOut = randomBf16(B * Seq * QH * Hd, 34);
     auto Self = createSelfCommunicator("cp");
-    std::vector<float> Out(Q.size()), Lse(B * QH * Seq), DQ(Q.size()), DK(K.size()), DV(V.size());
-    contextParallelAttentionForward(*Self, D, Q.data(), K.data(), V.data(), Out.data(), Lse.data());
-    contextParallelAttentionBackward(*Self, D, Q.data(), K.data(), V.data(), Out.data(),
-                                     Lse.data(), DOut.data(), DQ.data(), DK.data(), DV.data());
+    std::vector<float> Out(Q.size()), Lse(B * QH * Seq), DQ(Q.size()),
+        DK(K.size()), DV(V.size());
+    contextParallelAttentionForward(*Self, D, Q.data(), K.data(), V.data(),
+                                    Out.data(), Lse.data());
+    contextParallelAttentionBackward(*Self, D, Q.data(), K.data(), V.data(),
+                                     Out.data(), Lse.data(), DOut.data(),
+                                     DQ.data(), DK.data(), DV.data());
     int64_t Local = Seq / Cp;
-    DeviceAttentionShape S{B, Local, Local, QH, KvH, Hd, float(1.0 / std::sqrt(double(Hd)))};
+    DeviceAttentionShape S{
+        B, Local, Local, QH, KvH, Hd, float(1.0 / std::sqrt(double(Hd)))};
     struct RankData {
       std::vector<int64_t> Pos;
       DeviceBuffer<int32_t> DPos;
@@ -224,7 +239,8 @@ TEST(CudaAttentionBlocks, CpChunkMasksMergeToFullCausalAttention) {
     std::vector<RankData> R(Cp);
     for (int I = 0; I < Cp; ++I) {
       R[I].Pos = localPositions(I, Cp, Seq);
-      R[I].DPos = uploadVec(std::vector<int32_t>(R[I].Pos.begin(), R[I].Pos.end()));
+      R[I].DPos =
+          uploadVec(std::vector<int32_t>(R[I].Pos.begin(), R[I].Pos.end()));
       R[I].Q = uploadBf16(gatherRows(Q, B, Seq, QH * Hd, R[I].Pos));
       R[I].K = uploadBf16(gatherRows(K, B, Seq, KvH * Hd, R[I].Pos));
       R[I].V = uploadBf16(gatherRows(V, B, Seq, KvH * Hd, R[I].Pos));
@@ -249,26 +265,34 @@ TEST(CudaAttentionBlocks, CpChunkMasksMergeToFullCausalAttention) {
                               R[I].Lse.data(), nullptr);
       }
     for (int I = 0; I < Cp; ++I)
-      attentionDelta(S, R[I].DOut.data(), R[I].Out.data(), R[I].Delta.data(), nullptr);
+      attentionDelta(S, R[I].DOut.data(), R[I].Out.data(), R[I].Delta.data(),
+                     nullptr);
     for (int I = 0; I < Cp; ++I)
       for (int J = 0; J < Cp; ++J)
-        attentionBackwardBlock(S, R[I].Q.data(), R[I].DPos.data(), R[J].K.data(),
-                               R[J].V.data(), R[J].DPos.data(), R[I].Lse.data(),
-                               R[I].Delta.data(), R[I].DOut.data(), R[I].DQ.data(),
-                               R[J].DK.data(), R[J].DV.data(), nullptr);
+        attentionBackwardBlock(S, R[I].Q.data(), R[I].DPos.data(),
+                               R[J].K.data(), R[J].V.data(), R[J].DPos.data(),
+                               R[I].Lse.data(), R[I].Delta.data(),
+                               R[I].DOut.data(), R[I].DQ.data(), R[J].DK.data(),
+                               R[J].DV.data(), nullptr);
     sync();
     for (int I = 0; I < Cp; ++I) {
-      std::string Rank = "cp " + std::to_string(Cp) + " rank " + std::to_string(I);
-      EXPECT_TRUE(near(R[I].Out.download(), gatherRows(Out, B, Seq, QH * Hd, R[I].Pos),
-                       AttnTol, "Out, " + Rank));
-      EXPECT_TRUE(near(R[I].Lse.download(), gatherLse(Lse, B, QH, Seq, R[I].Pos),
-                       AttnTol, "Lse, " + Rank));
-      EXPECT_TRUE(near(R[I].DQ.download(), gatherRows(DQ, B, Seq, QH * Hd, R[I].Pos),
-                       1e-3, "dQ, " + Rank));
-      EXPECT_TRUE(near(R[I].DK.download(), gatherRows(DK, B, Seq, KvH * Hd, R[I].Pos),
-                       1e-3, "dK, " + Rank));
-      EXPECT_TRUE(near(R[I].DV.download(), gatherRows(DV, B, Seq, KvH * Hd, R[I].Pos),
-                       1e-3, "dV, " + Rank));
+      std::string Rank =
+          "cp " + std::to_string(Cp) + " rank " + std::to_string(I);
+      EXPECT_TRUE(near(R[I].Out.download(),
+                       gatherRows(Out, B, Seq, QH * Hd, R[I].Pos), AttnTol,
+                       "Out, " + Rank));
+      EXPECT_TRUE(near(R[I].Lse.download(),
+                       gatherLse(Lse, B, QH, Seq, R[I].Pos), AttnTol,
+                       "Lse, " + Rank));
+      EXPECT_TRUE(near(R[I].DQ.download(),
+                       gatherRows(DQ, B, Seq, QH * Hd, R[I].Pos), 1e-3,
+                       "dQ, " + Rank));
+      EXPECT_TRUE(near(R[I].DK.download(),
+                       gatherRows(DK, B, Seq, KvH * Hd, R[I].Pos), 1e-3,
+                       "dK, " + Rank));
+      EXPECT_TRUE(near(R[I].DV.download(),
+                       gatherRows(DV, B, Seq, KvH * Hd, R[I].Pos), 1e-3,
+                       "dV, " + Rank));
     }
   }
 }
@@ -279,7 +303,8 @@ TEST(CudaAttentionBlocks, BlockWithNoVisibleKeyLeavesStateUntouched) {
   std::vector<int32_t> QPos(32), KPos(32);
   std::iota(QPos.begin(), QPos.end(), 0);
   std::iota(KPos.begin(), KPos.end(), 100);
-  auto Q = uploadBf16(randomBf16(32 * 2 * 32, 41)), K = uploadBf16(randomBf16(32 * 2 * 32, 42));
+  auto Q = uploadBf16(randomBf16(32 * 2 * 32, 41)),
+       K = uploadBf16(randomBf16(32 * 2 * 32, 42));
   auto V = uploadBf16(randomBf16(32 * 2 * 32, 43));
   std::vector<float> Out0 = randomBf16(32 * 2 * 32, 44), Lse0(2 * 32, 1.5f);
   auto Out = uploadF32(Out0), Lse = uploadF32(Lse0);
@@ -308,7 +333,8 @@ TEST(CudaElementwise, RmsNormForwardAndBackwardMatchHost) {
   std::vector<float> W = randomBf16(H, 52, 0.1f);
   for (float &Wi : W)
     Wi = float(__bfloat162float(__float2bfloat16_rn(Wi + 1.0f)));
-  Tensor TX = tensorOf({N, H}, X), TW = tensorOf({H}, W), TDY = tensorOf({N, H}, DY);
+  Tensor TX = tensorOf({N, H}, X), TW = tensorOf({H}, W),
+         TDY = tensorOf({N, H}, DY);
   std::vector<float> Rstd;
   Tensor Y = rmsNormForward(TX, TW, 1e-5, Rstd);
   Tensor DW({H});
@@ -318,7 +344,8 @@ TEST(CudaElementwise, RmsNormForwardAndBackwardMatchHost) {
   DeviceBuffer<bf16> GY(N * H), GDX(N * H);
   DeviceBuffer<float> GRstd(N), GDW(H);
   GDW.zero();
-  cuda::rmsNormForward(N, H, GX.data(), GW.data(), 1e-5f, GY.data(), GRstd.data(), nullptr);
+  cuda::rmsNormForward(N, H, GX.data(), GW.data(), 1e-5f, GY.data(),
+                       GRstd.data(), nullptr);
   cuda::rmsNormBackward(N, H, GX.data(), GW.data(), GRstd.data(), GDY.data(),
                         GDX.data(), GDW.data(), nullptr);
   sync();
@@ -340,7 +367,8 @@ TEST(CudaElementwise, RopeBothDirectionsMatchHost) {
     Tensor T = tensorOf({N, Heads * Hd}, X);
     moert::applyRope(T, Hd, Pos, 10000.0, Inverse);
     auto G = uploadBf16(X);
-    cuda::applyRope(N, Heads, Hd, G.data(), DPos.data(), 10000.0, Inverse, nullptr);
+    cuda::applyRope(N, Heads, Hd, G.data(), DPos.data(), 10000.0, Inverse,
+                    nullptr);
     sync();
     EXPECT_TRUE(near(downloadBf16(G), T.storage(), Bf16Tol,
                      Inverse ? "inverse rope" : "rope"));
@@ -349,14 +377,16 @@ TEST(CudaElementwise, RopeBothDirectionsMatchHost) {
 
 TEST(CudaElementwise, SwiGluForwardAndBackwardMatchHost) {
   const int64_t N = 1000;
-  auto G = randomBf16(N, 71, 2.0f), U = randomBf16(N, 72), DA = randomBf16(N, 73);
+  auto G = randomBf16(N, 71, 2.0f), U = randomBf16(N, 72),
+       DA = randomBf16(N, 73);
   Tensor TG = tensorOf({N}, G), TU = tensorOf({N}, U), TDA = tensorOf({N}, DA);
   Tensor Act = swiGlu(TG, TU), DG, DU;
   moert::swiGluBackward(TG, TU, TDA, DG, DU);
   auto GG = uploadBf16(G), GU = uploadBf16(U), GDA = uploadBf16(DA);
   DeviceBuffer<bf16> GAct(N), GDG(N), GDU(N);
   swiGluForward(N, GG.data(), GU.data(), GAct.data(), nullptr);
-  cuda::swiGluBackward(N, GG.data(), GU.data(), GDA.data(), GDG.data(), GDU.data(), nullptr);
+  cuda::swiGluBackward(N, GG.data(), GU.data(), GDA.data(), GDG.data(),
+                       GDU.data(), nullptr);
   sync();
   EXPECT_TRUE(near(downloadBf16(GAct), Act.storage(), Bf16Tol, "act"));
   EXPECT_TRUE(near(downloadBf16(GDG), DG.storage(), Bf16Tol, "dG"));
@@ -400,9 +430,8 @@ void hostRoute(const float *Logits, int64_t E, int64_t K, bool Sigmoid,
   }
   std::vector<int32_t> Order(E);
   std::iota(Order.begin(), Order.end(), 0);
-  std::stable_sort(Order.begin(), Order.end(), [&](int32_t A, int32_t B) {
-    return Scores[A] > Scores[B];
-  });
+  std::stable_sort(Order.begin(), Order.end(),
+                   [&](int32_t A, int32_t B) { return Scores[A] > Scores[B]; });
   double Sum = 0;
   for (int64_t J = 0; J < K; ++J)
     Sum += Scores[Order[J]];
@@ -422,13 +451,15 @@ TEST_P(CudaRouter, TopKStatsAndBackwardMatchHostRouting) {
   std::vector<float> Scores(N * E), TopW(N * K);
   std::vector<int32_t> TopIdx(N * K);
   for (int64_t I = 0; I < N; ++I)
-    hostRoute(&Logits[I * E], E, K, Sigmoid, &Scores[I * E], &TopIdx[I * K], &TopW[I * K]);
+    hostRoute(&Logits[I * E], E, K, Sigmoid, &Scores[I * E], &TopIdx[I * K],
+              &TopW[I * K]);
   ASSERT_EQ(TopIdx[0], 0);
   ASSERT_EQ(TopIdx[2], 2);
   auto GL = uploadF32(Logits);
   DeviceBuffer<float> GS(N * E), GW(N * K), GStats(2 * E + 1), GDL(N * E);
   DeviceBuffer<int32_t> GI(N * K);
-  routerTopK(N, E, K, Sigmoid, GL.data(), GS.data(), GI.data(), GW.data(), nullptr);
+  routerTopK(N, E, K, Sigmoid, GL.data(), GS.data(), GI.data(), GW.data(),
+             nullptr);
   routerStats(N, E, K, GS.data(), GI.data(), GStats.data(), nullptr);
   sync();
   EXPECT_TRUE(near(GS.download(), Scores, 1e-5, "scores"));
@@ -444,7 +475,8 @@ TEST_P(CudaRouter, TopKStatsAndBackwardMatchHostRouting) {
   EXPECT_TRUE(near(GStats.download(), Stats, 1e-5, "router stats"));
 
   // Backward (MoeBlock::backward's router part).
-  std::vector<float> DTopW = randomBf16(N * K, 82), Fraction = randomBf16(E, 83, 0.1f);
+  std::vector<float> DTopW = randomBf16(N * K, 82),
+                     Fraction = randomBf16(E, 83, 0.1f);
   const float AuxPerScore = 0.01f;
   std::vector<float> Want(N * E);
   for (int64_t I = 0; I < N; ++I) {
@@ -511,7 +543,8 @@ TEST(CudaPermute, MatchesTokenDispatcherOnOneRank) {
   auto GIdx = uploadVec(TopIdx);
   DeviceBuffer<int32_t> Perm(N * K), RowOf(N * K);
   DeviceBuffer<int64_t> Counts(E);
-  buildPermutation(N, K, E, GIdx.data(), Perm.data(), RowOf.data(), Counts.data(), nullptr);
+  buildPermutation(N, K, E, GIdx.data(), Perm.data(), RowOf.data(),
+                   Counts.data(), nullptr);
   auto GX = uploadBf16(X);
   DeviceBuffer<bf16> GRows(N * K * H), GY(N * H), GDRows(N * K * H), GDX(N * H);
   permuteTokens(N, K, H, GX.data(), Perm.data(), GRows.data(), nullptr);
@@ -519,15 +552,18 @@ TEST(CudaPermute, MatchesTokenDispatcherOnOneRank) {
   auto GWt = uploadF32(W);
   auto GDIn = uploadBf16(DIn);
   DeviceBuffer<float> GDW(N * K);
-  unpermuteTokens(N, K, H, GEO.data(), RowOf.data(), GWt.data(), GY.data(), nullptr);
-  unpermuteTokensBackward(N, K, H, GDY.data(), GEO.data(), RowOf.data(), GWt.data(),
-                          GDRows.data(), GDW.data(), nullptr);
-  permuteTokensBackward(N, K, H, GDIn.data(), RowOf.data(), GDX.data(), nullptr);
+  unpermuteTokens(N, K, H, GEO.data(), RowOf.data(), GWt.data(), GY.data(),
+                  nullptr);
+  unpermuteTokensBackward(N, K, H, GDY.data(), GEO.data(), RowOf.data(),
+                          GWt.data(), GDRows.data(), GDW.data(), nullptr);
+  permuteTokensBackward(N, K, H, GDIn.data(), RowOf.data(), GDX.data(),
+                        nullptr);
   sync();
   EXPECT_EQ(Counts.download(), S.TokensPerLocalExpert);
   EXPECT_EQ(downloadBf16(GRows), Rows.storage()); // pure copies: exact
   EXPECT_TRUE(near(downloadBf16(GY), Y.storage(), Bf16Tol, "combine"));
-  EXPECT_TRUE(near(downloadBf16(GDRows), DRows.storage(), Bf16Tol, "dExpertOut"));
+  EXPECT_TRUE(
+      near(downloadBf16(GDRows), DRows.storage(), Bf16Tol, "dExpertOut"));
   EXPECT_TRUE(near(GDW.download(), DW, 1e-4, "dWeights"));
   EXPECT_TRUE(near(downloadBf16(GDX), DX.storage(), Bf16Tol, "dX"));
 }
@@ -587,7 +623,8 @@ TEST(CudaAdamW, TwoStepsMatchTheDocumentedUpdateInDouble) {
       HP[I] = float(Pd);
     }
     auto GG = uploadF32(*Grad);
-    adamWUpdate(N, C, GP.data(), GM.data(), GV.data(), GG.data(), GP16.data(), nullptr);
+    adamWUpdate(N, C, GP.data(), GM.data(), GV.data(), GG.data(), GP16.data(),
+                nullptr);
   }
   sync();
   EXPECT_TRUE(near(GP.download(), HP, 1e-6, "parameters"));
@@ -603,7 +640,8 @@ TEST(CudaAdamW, SumOfSquaresMatchesHostInDouble) {
     Want += double(V) * V;
   auto GX = uploadF32(X);
   DeviceBuffer<double> Scratch(SumSquaresScratch), Result(1);
-  sumSquares(int64_t(X.size()), GX.data(), Scratch.data(), Result.data(), nullptr);
+  sumSquares(int64_t(X.size()), GX.data(), Scratch.data(), Result.data(),
+             nullptr);
   sync();
   EXPECT_NEAR(Result.download()[0], Want, 1e-9 * Want);
 }
