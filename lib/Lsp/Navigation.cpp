@@ -188,8 +188,10 @@ std::string provenanceText(const Analysis &A, const Recipe &R, StringRef Path, c
   return S;
 }
 
-std::string fieldHover(const Analysis &A, const ast::Definition &Def, StringRef Path) {
-  const FieldSpec *F = lookupField(Def.Kind, Path);
+/// AsSection: the path is written as a section (`cluster { ... }`), which
+/// matters for a name that is both a field and a section.
+std::string fieldHover(const Analysis &A, const ast::Definition &Def, StringRef Path, bool AsSection = false) {
+  const FieldSpec *F = AsSection && isSection(Def.Kind, Path) ? nullptr : lookupField(Def.Kind, Path);
   if (!F) {
     if (!isSection(Def.Kind, Path))
       return "";
@@ -310,8 +312,11 @@ json::Value moec::lsp::hoverAt(Analysis &A, size_t Offset) {
     if (within(E.PathRange, P)) {
       auto [Count, Range] = pathComponentAt(E, P);
       std::string Path = joinPath(Hit.Prefix, llvm::makeArrayRef(E.Path).take_front(Count));
-      return hoverResult(A, fieldHover(A, Def, Path), Range);
+      bool AsSection = Count < E.Path.size() || E.isSection();
+      return hoverResult(A, fieldHover(A, Def, Path, AsSection), Range);
     }
+    if (E.isSection())
+      return nullptr; // between a section's entries: nothing in particular
     std::string Path = joinPath(Hit.Prefix, E.Path);
     std::string Text = fieldHover(A, Def, Path);
     SMRange Range = E.Range;
