@@ -48,7 +48,7 @@ step configure 120 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Rele
   -DMOEC_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$arch"
 targets="moert-cuda-kernel-test moert-cuda-model-test moert-cuda-nccl-test moert-cuda-ring-test moert-cuda-graph-test moert-cuda-graph-policy-test moert-cuda-bench"
 step build 240 ninja -C "$build" -j"$(nproc)" $targets
-step ctest-gpu 150 ctest --test-dir "$build" -L gpu --output-on-failure --timeout 120
+step ctest-gpu 200 ctest --test-dir "$build" -L gpu --output-on-failure
 step graph-policy 30 ctest --test-dir "$build" -R moert-cuda-graph-policy --output-on-failure
 step bench 120 "$root/bench/cuda/run.sh"
 cp "$build/Testing/Temporary/LastTest.log" "$out/ctest-LastTest.log" 2>/dev/null

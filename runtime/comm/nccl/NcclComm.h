@@ -21,7 +21,9 @@
 // so the caller can queue compute between posting and waiting: CP ring
 // exchanges overlap attention, EP all-to-alls overlap expert GEMMs. NCCL has
 // no tags: messages between one pair of ranks match in posting order, which
-// the pipeline executor and the CP ring keep the same on both sides.
+// the pipeline executor and the CP ring keep the same on both sides. A rank
+// must not isend/irecv to itself (the two would sit on different streams
+// outside one NCCL group); sendRecv to itself is fine (one group).
 //
 // Collectives: allReduceSum / reduceScatterSum / allGather are NCCL's;
 // allToAllV and allToAll are grouped ncclSend/ncclRecv (ncclGroupStart/End);
