@@ -9,6 +9,10 @@
 using namespace moec;
 using namespace moec::report;
 
+namespace {
+constexpr size_t MaxLabelledPoints = 24;
+} // namespace
+
 void moec::writeSweepFigure(llvm::ArrayRef<SweepPoint> Points, llvm::StringRef Shown, llvm::raw_ostream &OS) {
   OS << "<figure id=\"sweep\">\n<h2>Sweep: predicted speed against peak memory</h2>\n";
   double MaxX = 0, MaxY = 0;
@@ -65,6 +69,13 @@ void moec::writeSweepFigure(llvm::ArrayRef<SweepPoint> Points, llvm::StringRef S
            << num(X - 5) << " " << num(Y + 5) << "L" << num(X + 5) << " " << num(Y - 5) << "\"/>";
       if (S.Name == Shown)
         OS << "<circle class=\"ring\" cx=\"" << num(X) << "\" cy=\"" << num(Y) << "\" r=\"11\"/>";
+      // A few points get their swept values as a label; many would overlap.
+      if (Plotted <= MaxLabelledPoints) {
+        llvm::StringRef Label(S.Name);
+        if (size_t Open = Label.find('['); Open != llvm::StringRef::npos && Label.endswith("]"))
+          Label = Label.slice(Open + 1, Label.size() - 1);
+        text(OS, X + 10, Y + 4, Label, "pt-label");
+      }
       OS << "</g>\n";
     }
     OS << "</svg>\n";
