@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 #include "Features.h"
 
+#include "moec/Rules/RuleEngine.h"
 #include "moec/Sema/Schema.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FileSystem.h"
@@ -274,6 +275,41 @@ json::Value hoverResult(const Analysis &A, std::string Markdown, SMRange R) {
   return H;
 }
 
+/// Over `@allow(ID, reason = "...")`: what moec explain says about ID.
+/// Found tells the caller the cursor was on an annotation.
+json::Value annotationHover(const Analysis &A, const std::vector<ast::Annotation> &As, const char *P, bool &Found) {
+  for (const ast::Annotation &An : As) {
+    if (!within(An.Range, P))
+      continue;
+    Found = true;
+    if (An.Name != "allow")
+      return nullptr;
+    for (const ast::Argument &Arg : An.Args) {
+      if (!Arg.Name.empty() || !Arg.Value)
+        continue;
+      // IDs are kebab-case, which parses as a subtraction: take the text.
+      std::string Id;
+      if (auto *S = llvm::dyn_cast<ast::StringLit>(Arg.Value.get()))
+        Id = S->Value;
+      else
+        for (char C : A.sourceText(Arg.Value->getRange()))
+          if (!llvm::isSpace(C))
+            Id.push_back(C);
+      llvm::Optional<diag::ID> ID = lookupDiagID(Id);
+      if (!ID)
+        return nullptr;
+      const DiagInfo &Info = getDiagInfo(*ID);
+      std::string Text = fmt::format("**`{}`** ({})\n\n{}", Info.Id.str(), severityName(Info.DefaultSeverity).str(),
+                                     Info.Explanation.str());
+      if (StringRef Source = ruleSource(*ID); !Source.empty())
+        Text += fmt::format("\n\nSource: {}", Source.str());
+      return hoverResult(A, Text, Arg.Value->getRange());
+    }
+    return nullptr;
+  }
+  return nullptr;
+}
+
 } // namespace
 
 const ast::Definition *moec::lsp::findDefinition(const Analysis &A, StringRef Name, const ast::Definition *Exclude) {
@@ -294,6 +330,10 @@ json::Value moec::lsp::hoverAt(Analysis &A, size_t Offset) {
     return nullptr;
   const char *P = A.pointerAt(Offset);
   for (const ast::Definition &Def : F->Definitions) {
+    bool OnAnnotation = false;
+    json::Value Annotation = annotationHover(A, Def.Annotations, P, OnAnnotation);
+    if (OnAnnotation)
+      return Annotation;
     if (within(Def.NameRange, P)) {
       std::string Text = Def.Kind == ast::DefKind::Recipe ? recipeHover(A, Def) : definitionSummary(A, Def);
       return hoverResult(A, Text, Def.NameRange);
@@ -309,6 +349,10 @@ json::Value moec::lsp::hoverAt(Analysis &A, size_t Offset) {
     if (!Hit.E)
       return nullptr;
     const ast::Entry &E = *Hit.E;
+    bool OnEntryAnnotation = false;
+    json::Value EntryAnnotation = annotationHover(A, E.Annotations, P, OnEntryAnnotation);
+    if (OnEntryAnnotation)
+      return EntryAnnotation;
     if (within(E.PathRange, P)) {
       auto [Count, Range] = pathComponentAt(E, P);
       std::string Path = joinPath(Hit.Prefix, llvm::makeArrayRef(E.Path).take_front(Count));

@@ -397,3 +397,14 @@ TEST_F(ServerTest, ShutdownThenExit) {
   EXPECT_TRUE(S->exited());
   EXPECT_EQ(S->exitCode(), 0);
 }
+
+TEST_F(ServerTest, HoverOnAllowExplainsTheDiagnostic) {
+  open("allow.moe", "@allow(shadows-builtin, reason = \"a shorter variant\")\n"
+                    "model qwen3_30b_a3b extends qwen3_30b_a3b { layers = 24 }\n");
+  EXPECT_TRUE(published().empty()); // the @allow silences the warning
+  std::string H = hoverText("allow.moe", 0, 10);
+  EXPECT_EQ(H.rfind("**`shadows-builtin`** (warning)\n\n", 0), 0u) << H;
+  EXPECT_GT(H.size(), 40u) << H;
+  EXPECT_EQ(hoverText("allow.moe", 0, 1), H); // anywhere on the annotation
+  EXPECT_EQ(hoverText("allow.moe", 1, 0), "");  // the keyword `model`: nothing to say
+}
