@@ -100,6 +100,8 @@ private:
     set("model.kv_channels", Value::integer(M.HeadDim), "model.head_dim");
     set("model.vocab_size", Value::integer(M.Vocab), "model.vocab");
     set("model.mtp_num_layers", M.MtpLayers ? Value::integer(M.MtpLayers) : Value::null(), "model.mtp_layers");
+    if (M.MaxSeqLen)
+      set("model.max_position_embeddings", Value::integer(*M.MaxSeqLen), "model.max_seq_len");
     if (M.MLA) {
       set("model.q_lora_rank", Value::integer(M.MLA->QLoraRank), "model.attention = mla(q_lora_rank)");
       set("model.kv_lora_rank", Value::integer(M.MLA->KvLoraRank), "model.attention = mla(kv_lora_rank)");

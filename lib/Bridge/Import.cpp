@@ -418,6 +418,7 @@ private:
   // .moe entries by section ("" for top level), in output order.
   std::vector<std::pair<std::string, std::vector<std::string>>> Out;
   std::vector<std::string> Comments;
+  std::string ModelDefinition; // a model extending the catalog's, when needed
 
   void message(ImportMessage::Kind K, const Entry &E, std::string Msg) {
     Res.Messages.push_back({K, E.Key, std::move(Msg), E.Line, E.Column});
@@ -578,9 +579,6 @@ private:
         unmapped(*E, fmt::format("differs from the catalog model '{}' ({}); the recipe keeps the catalog's value",
                                  ModelName, renderPlain(Expected)));
     };
-    Check("model.mtp_num_layers", Model->MtpLayers ? Value::integer(Model->MtpLayers) : Value::null());
-    if (Entry *E = peek("model.mtp_num_layers"); E && E->V.K == Value::Kind::Int && E->V.I == 0 && !Model->MtpLayers)
-      E->Used = true; // 0 and null both mean no MTP
     if (!X)
       return;
     Check("model.moe_router_score_function", Value::string(X->RouterKind == Router::Sigmoid ? "sigmoid" : "softmax"));
@@ -605,74 +603,106 @@ private:
     }
   }
 
-  void chooseModel() {
-    const std::vector<ModelSpec> &Models = catalogModels();
-    std::string Wanted = !Opts.Model.empty() ? Opts.Model : Rd.Header.count("model") ? Rd.Header["model"] : "";
+  /// The one catalog model the architecture fields fit, or null (with
+  /// Why set) when none or several do. The same decoder ships with and
+  /// without a vision encoder: the freeze switches tell a VLM configuration.
+  const ModelSpec *matchCatalog(std::string &Why) {
     bool VisionHints = peek("model.freeze_vision_model") || peek("model.freeze_vision_projection") ||
                        peek("model.freeze_language_model");
-    std::vector<const ModelSpec *> Candidates;
-    std::vector<ArchField> Fields = archFields();
-    bool AnyArch = llvm::any_of(Fields, [&](const ArchField &F) { return peek(F.Key); });
-    for (const ModelSpec &M : Models) {
+    std::vector<const ModelSpec *> Fit, Candidates;
+    for (const ModelSpec &M : catalogModels()) {
       bool Ok = true;
-      for (const ArchField &F : Fields)
+      for (const ArchField &F : archFields())
         if (Entry *E = peek(F.Key)) {
           llvm::Optional<int64_t> Have = F.Of(M);
-          bool Same = E->V.K == Value::Kind::Null ? !Have : (E->V.K == Value::Kind::Int && Have && *Have == E->V.I);
-          Ok &= Same;
+          Ok &= E->V.K == Value::Kind::Null ? !Have : (E->V.K == Value::Kind::Int && Have && *Have == E->V.I);
         }
       if (Ok)
         Candidates.push_back(&M);
     }
-    if (!Wanted.empty()) {
-      auto It = llvm::find_if(Models, [&](const ModelSpec &M) { return M.Name == Wanted; });
-      if (It == Models.end()) {
-        // A user model: the .moe file will name it, its definition must be imported by hand.
-        ModelName = Wanted;
-        note(fmt::format("model '{}' is not in the built-in catalog; import its definition into the recipe file",
-                         Wanted));
-        for (ArchField &F : Fields)
-          if (Entry *E = get(F.Key))
-            (void)E; // the user's definition is the authority
-        return;
-      }
-      if (AnyArch && !llvm::is_contained(Candidates, &*It)) {
+    for (const ModelSpec *M : Candidates)
+      if (M->isVLM() == VisionHints)
+        Fit.push_back(M);
+    if (Fit.empty())
+      Fit = Candidates;
+    if (Fit.size() == 1)
+      return Fit.front();
+    std::vector<std::string> Names;
+    for (const ModelSpec *M : Fit)
+      Names.push_back(M->Name);
+    Why = Fit.empty() ? "no catalog model has this architecture"
+                      : "the architecture matches several catalog models (" + llvm::join(Names, ", ") + ")";
+    return nullptr;
+  }
+
+  void chooseModel() {
+    const std::vector<ModelSpec> &Models = catalogModels();
+    std::string Wanted = !Opts.Model.empty() ? Opts.Model : Rd.Header.count("model") ? Rd.Header["model"] : "";
+    std::vector<ArchField> Fields = archFields();
+    bool AnyArch = llvm::any_of(Fields, [&](const ArchField &F) { return peek(F.Key); });
+    std::string Why;
+    const ModelSpec *Match = AnyArch ? matchCatalog(Why) : nullptr;
+    auto Named = llvm::find_if(Models, [&](const ModelSpec &M) { return M.Name == Wanted; });
+    if (!Wanted.empty() && Named != Models.end()) {
+      if (AnyArch && Match != &*Named) {
         globalError(fmt::format("the architecture fields do not match model '{}'{}", Wanted,
                                 Opts.Model.empty() ? " named in the moec header" : " given with --model"));
         return;
       }
-      Model = &*It;
+      Model = &*Named;
+    } else if (!Wanted.empty() && !Match) {
+      // A user model the catalog cannot rebuild: the recipe names it and
+      // its definition has to come with it.
+      ModelName = Wanted;
+      note(fmt::format("model '{}' is not in the built-in catalog; import its definition into the recipe file",
+                       Wanted));
+      for (StringRef K : architectureKeys())
+        get(K);
+      return;
+    } else if (!Match) {
+      globalError(AnyArch ? Why + "; choose the model with --model NAME (a .moe model definition)"
+                          : "the configuration names no architecture (model.num_layers, model.hidden_size, ...), "
+                            "so the model is unknown; give it with --model NAME");
+      return;
     } else {
-      if (!AnyArch) {
-        globalError("the configuration names no architecture (model.num_layers, model.hidden_size, ...), so the "
-                    "model is unknown; give it with --model NAME");
-        return;
-      }
-      // The same decoder ships with and without a vision encoder: the freeze
-      // switches tell a VLM configuration.
-      std::vector<const ModelSpec *> Fit;
-      for (const ModelSpec *M : Candidates)
-        if (M->isVLM() == VisionHints)
-          Fit.push_back(M);
-      if (Fit.empty())
-        Fit = Candidates;
-      if (Fit.size() != 1) {
-        std::vector<std::string> Names;
-        for (const ModelSpec *M : Fit)
-          Names.push_back(M->Name);
-        globalError(Fit.empty() ? "no catalog model has this architecture; define the model in .moe and give "
-                                  "it with --model NAME"
-                                : "the architecture matches several catalog models (" + llvm::join(Names, ", ") +
-                                      "); choose one with --model NAME");
-        return;
-      }
-      Model = Fit.front();
+      Model = Match;
     }
     ModelName = Model->Name;
     Res.ModelFromCatalog = true;
     for (ArchField &F : Fields)
       get(F.Key);
     checkArchitectureExtras();
+    // What the catalog model does not say the same way becomes a model that
+    // extends it (a user model exported under its own name comes back so).
+    std::vector<std::string> Changes;
+    if (Entry *E = get("model.max_position_embeddings"); E && E->V.K == Value::Kind::Int &&
+                                                          (!Model->MaxSeqLen || *Model->MaxSeqLen != E->V.I))
+      Changes.push_back(fmt::format("max_seq_len = {}", E->V.I));
+    if (Entry *E = get("model.mtp_num_layers")) {
+      int64_t Mtp = E->V.K == Value::Kind::Int ? E->V.I : 0;
+      if (E->V.K != Value::Kind::Int && E->V.K != Value::Kind::Null)
+        error(*E, "'model.mtp_num_layers' must be an integer or null");
+      else if (Mtp != Model->MtpLayers)
+        Changes.push_back(fmt::format("mtp_layers = {}", Mtp));
+    }
+    if (!Changes.empty() || (!Wanted.empty() && Named == Models.end())) {
+      std::string Name = !Wanted.empty() && Named == Models.end() ? sanitizeName(Wanted) : Model->Name + "_imported";
+      ModelDefinition = fmt::format("model {} extends {} {{{}}}\n", Name, Model->Name,
+                                    Changes.empty() ? " " : " " + llvm::join(Changes, "; ") + " ");
+      ModelName = Name;
+      Res.ModelFromCatalog = false;
+    }
+  }
+
+  /// Every architecture field export writes.
+  std::vector<StringRef> architectureKeys() {
+    std::vector<StringRef> Keys;
+    for (const ArchField &F : archFields())
+      Keys.push_back(F.Key);
+    for (StringRef K : {"model.mtp_num_layers", "model.max_position_embeddings", "model.moe_router_score_function",
+                        "model.moe_router_enable_expert_bias", "model.moe_router_pre_softmax", "model.moe_layer_freq"})
+      Keys.push_back(K);
+    return Keys;
   }
 
   void chooseCluster() {
@@ -1235,6 +1265,8 @@ private:
       for (const std::string &C : Comments)
         S += "#   " + C + "\n";
     }
+    if (!ModelDefinition.empty())
+      S += "\n" + ModelDefinition;
     S += fmt::format("\nrecipe {} {{\n", RecipeName);
     S += fmt::format("  model      = {}\n", ModelName);
     S += Gpus ? fmt::format("  cluster    {{ gpu = {}; gpus = {} }}\n", GpuName, Gpus)

@@ -84,8 +84,14 @@ std::string bridge::renderSbatch(const Recipe &R, const BridgeExport &E, const L
   if (R.WorldSize != Nodes * PerNode)
     S += comment(fmt::format("The recipe uses {} of the {} GPUs of these nodes.", R.WorldSize, Nodes * PerNode));
   S += "set -euo pipefail\n\n";
-  for (const EnvVar &V : launchEnvironment(R, E, O))
-    S += comment(V.Reason) + fmt::format("export {}={}\n", V.Name, shellQuote(V.Value));
+  std::string LastReason;
+  for (const EnvVar &V : launchEnvironment(R, E, O)) {
+    // Variables set for one reason (HybridEP's three) share its comment.
+    if (V.Reason != LastReason)
+      S += comment(V.Reason);
+    LastReason = V.Reason;
+    S += fmt::format("export {}={}\n", V.Name, shellQuote(V.Value));
+  }
   std::vector<std::string> Cmd = rankCommand(R, E, O);
   if (O.E == Engine::Moerun) {
     S += comment(fmt::format("Every rank reads the same plan (write it with `moec plan ... -o {}` on a shared file "
