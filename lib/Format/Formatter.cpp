@@ -102,21 +102,21 @@ private:
   }
   bool hasCommentIn(const char *A, const char *B) const {
     size_t From = A - Text.data(), To = B - Text.data();
-    return llvm::any_of(Comments, [&](const CommentSpan &C) { return C.Begin >= From && C.Begin < To; });
+    auto It = llvm::lower_bound(Comments, From, [](const CommentSpan &C, size_t O) { return C.Begin < O; });
+    return It != Comments.end() && It->Begin < To;
   }
   /// The first C at or after From outside comments. Only called on the gap
   /// between two tokens, where nothing but whitespace, comments and the
   /// punctuation looked for can be.
   const char *find(const char *From, char C) const {
-    const char *End = Text.end();
-    for (const char *P = From; P < End; ++P) {
+    const char *P = From, *End = Text.end();
+    while (P < End && *P != C) {
       if (*P == '#')
-        while (P < End && !isLineBreak(*P))
-          ++P;
-      else if (*P == C)
-        return P;
+        P = std::find_if(P, End, isLineBreak);
+      else
+        ++P;
     }
-    return End;
+    return P;
   }
   /// Whether E was written in parentheses of its own, `(a + b)`.
   bool inSourceParens(const ast::Expr &E) const {

@@ -479,6 +479,76 @@ TEST(FormatCorpus, IdempotentAndMeaningPreservingOnEveryInput) {
   EXPECT_GT(Refused, 10u); // the syntax-error tests are in the corpus
 }
 
+/// Text with its whitespace (outside strings and comments) replaced at
+/// random by other whitespace, line breaks, blank lines and comments: the
+/// same tokens, so the same tree, in a layout no one would write.
+std::string perturb(StringRef Text, std::mt19937 &Rng) {
+  static const char *const Choices[] = {" ", "   ", "\t", "\n", "\n\n\n", "  # fuzz\n", "\n# fuzz\n\n  ", "\r\n"};
+  std::uniform_int_distribution<int> Pick(0, 7), Coin(0, 2);
+  std::string Out;
+  for (size_t I = 0; I < Text.size();) {
+    char C = Text[I];
+    if (C == '"' || C == '#') {
+      // Copy a string or a comment as it is.
+      size_t J = I + 1;
+      if (C == '"') {
+        while (J < Text.size() && Text[J] != '"' && Text[J] != '\n')
+          J += Text[J] == '\\' ? 2 : 1;
+        J = std::min(J + 1, Text.size());
+      } else {
+        J = std::min(Text.find('\n', I), Text.size());
+      }
+      Out += Text.slice(I, J).str();
+      I = J;
+      continue;
+    }
+    if (C != ' ' && C != '\t' && C != '\n') {
+      Out += C;
+      ++I;
+      continue;
+    }
+    size_t J = I;
+    bool HadBreak = false;
+    while (J < Text.size() && (Text[J] == ' ' || Text[J] == '\t' || Text[J] == '\n'))
+      HadBreak |= Text[J++] == '\n';
+    // A line break between entries may not be dropped: it is their separator.
+    std::string W = Coin(Rng) ? Choices[Pick(Rng)] : Text.slice(I, J).str();
+    if (HadBreak && W.find('\n') == std::string::npos)
+      W += "\n";
+    Out += W;
+    I = J;
+  }
+  return Out;
+}
+
+TEST(FormatCorpus, AnyLayoutOfTheSameTokensFormatsTheSame) {
+  // Reformatting is a function of the tokens, the comments and the line
+  // breaks the layout keeps: every perturbation must format without a
+  // self-check failure, keep the tree, and be idempotent.
+  std::mt19937 Rng(2026);
+  unsigned Runs = 0;
+  for (const auto &[Name, Text] : corpus()) {
+    std::string Tree = structure(Text);
+    if (Tree.empty())
+      continue;
+    for (int Variant = 0; Variant < 3; ++Variant) {
+      std::string In = perturb(Text, Rng);
+      Formatted F(In, Name);
+      ASSERT_TRUE(F.R.ok()) << Name << " variant " << Variant << ": status " << int(F.R.St) << " " << F.R.Message
+                            << "\n" << In;
+      EXPECT_EQ(structure(F.R.Text), Tree) << Name;
+      EXPECT_EQ(commentsOf(F.R.Text), commentsOf(In)) << Name;
+      Formatted Again(F.R.Text, Name);
+      ASSERT_TRUE(Again.R.ok()) << Name;
+      EXPECT_EQ(Again.R.Text, F.R.Text) << Name << " variant " << Variant << "\n"
+                                        << unifiedDiff(F.R.Text, Again.R.Text, "once", "twice") << "input:\n"
+                                        << In;
+      ++Runs;
+    }
+  }
+  EXPECT_GT(Runs, 1000u);
+}
+
 // --- Unified diffs --------------------------------------------------------------
 
 /// Applies a unified diff to Old, checking every context and removed line.
