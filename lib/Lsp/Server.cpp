@@ -30,7 +30,36 @@ void Server::notify(llvm::StringRef Method, json::Value Params) {
 
 void Server::reportBadFraming(llvm::StringRef Why) { replyError(nullptr, ErrorCode::ParseError, Why); }
 
+// llvm::json's parser recurses once per nesting level: a body of a million
+// '[' would overflow the stack. No LSP message nests deeper than a few
+// dozen levels.
+static bool nestsTooDeep(llvm::StringRef Body, unsigned Limit) {
+  unsigned Depth = 0;
+  bool InString = false;
+  for (size_t I = 0; I < Body.size(); ++I) {
+    char C = Body[I];
+    if (InString) {
+      if (C == '\\')
+        ++I;
+      else if (C == '"')
+        InString = false;
+    } else if (C == '"') {
+      InString = true;
+    } else if (C == '[' || C == '{') {
+      if (++Depth > Limit)
+        return true;
+    } else if ((C == ']' || C == '}') && Depth > 0) {
+      --Depth;
+    }
+  }
+  return false;
+}
+
 void Server::handleBody(llvm::StringRef Body) {
+  if (nestsTooDeep(Body, 512)) {
+    replyError(nullptr, ErrorCode::ParseError, "JSON nested deeper than 512 levels");
+    return;
+  }
   llvm::Expected<json::Value> Parsed = json::parse(Body);
   if (!Parsed) {
     replyError(nullptr, ErrorCode::ParseError, "invalid JSON: " + llvm::toString(Parsed.takeError()));

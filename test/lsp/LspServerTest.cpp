@@ -363,6 +363,10 @@ TEST_F(ServerTest, MalformedMessagesGetJsonRpcErrors) {
   EXPECT_EQ(errorCode(Sent[0]), -32700);
   EXPECT_EQ(*Sent[0].getAsObject()->get("id"), json::Value(nullptr));
   Sent.clear();
+  S->handleBody(std::string(100000, '[') + std::string(100000, ']')); // no stack overflow
+  ASSERT_EQ(Sent.size(), 1u);
+  EXPECT_EQ(errorCode(Sent[0]), -32700);
+  Sent.clear();
   S->handleBody("[]");
   EXPECT_EQ(errorCode(Sent.at(0)), -32600);
   Sent.clear();
