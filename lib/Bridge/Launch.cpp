@@ -81,8 +81,6 @@ std::string bridge::renderSbatch(const Recipe &R, const BridgeExport &E, const L
   S += comment(fmt::format("Written by `moec launch` for recipe {}{}: {} x {} ({} ranks), engine {}.",
                            E.RecipeName, O.SourceFile.empty() ? "" : " of " + O.SourceFile, Nodes, R.Gpu.Name,
                            R.WorldSize, O.E == Engine::Moerun ? "moerun" : "megatron-bridge"));
-  if (R.WorldSize != Nodes * PerNode)
-    S += comment(fmt::format("The recipe uses {} of the {} GPUs of these nodes.", R.WorldSize, Nodes * PerNode));
   S += "set -euo pipefail\n\n";
   std::string LastReason;
   for (const EnvVar &V : launchEnvironment(R, E, O)) {
@@ -120,6 +118,9 @@ std::string bridge::renderMpirun(const Recipe &R, const BridgeExport &E, const L
   std::string S;
   for (const EnvVar &V : Env)
     S += fmt::format("{}={} ", V.Name, shellQuote(V.Value));
+  // torch.distributed's rendezvous: the first host of the job, unless set.
+  if (O.E == Engine::Bridge)
+    S += "MASTER_ADDR=${MASTER_ADDR:-$(hostname)} MASTER_PORT=${MASTER_PORT:-29500} ";
   S += fmt::format("mpirun -np {} --map-by ppr:{}:node", R.WorldSize, R.Gpu.GpusPerNode);
   for (const EnvVar &V : Env)
     S += " -x " + V.Name;
