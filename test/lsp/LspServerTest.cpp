@@ -8,6 +8,7 @@
 #include "moec/Lsp/Server.h"
 
 #include "llvm/Support/FileSystem.h"
+#include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/raw_ostream.h"
 #include "gtest/gtest.h"
@@ -411,4 +412,21 @@ TEST_F(ServerTest, HoverOnAllowExplainsTheDiagnostic) {
   EXPECT_GT(H.size(), 40u) << H;
   EXPECT_EQ(hoverText("allow.moe", 0, 1), H); // anywhere on the annotation
   EXPECT_EQ(hoverText("allow.moe", 1, 0), "");  // the keyword `model`: nothing to say
+}
+
+TEST_F(ServerTest, DefinitionOfAGpuIsInTheCatalogCopy) {
+  open("base.moe", BaseText);
+  json::Value Gpu = result("textDocument/definition", at("base.moe", 2, 20));
+  ASSERT_EQ(Gpu.getAsArray()->size(), 1u) << str(Gpu);
+  EXPECT_EQ((*Gpu.getAsArray())[0].getAsObject()->getString("uri"), llvm::StringRef(uri("catalog/gpus.moe")));
+  const json::Object *Start = (*Gpu.getAsArray())[0].getAsObject()->getObject("range")->getObject("start");
+  // The copy holds the definition at the place the location names.
+  auto Copy = llvm::MemoryBuffer::getFile(path("catalog/gpus.moe"));
+  ASSERT_TRUE(bool(Copy));
+  LineTable Lines((*Copy)->getBuffer());
+  size_t Offset = Lines.offset({unsigned(*Start->getInteger("line")), unsigned(*Start->getInteger("character"))});
+  EXPECT_TRUE((*Copy)->getBuffer().drop_front(Offset).startswith("h100_sxm"));
+  // Opening the copy shows no diagnostics (it would shadow every built-in).
+  open("catalog/gpus.moe", (*Copy)->getBuffer());
+  EXPECT_TRUE(published().empty());
 }
