@@ -13,6 +13,8 @@
 
 #include "moec/Diag/DiagnosticRenderers.h"
 #include "moec/Emit/Plan.h"
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/raw_ostream.h"
 #include <fmt/format.h>
 
@@ -56,7 +58,10 @@ OnePoint compileOnePoint(llvm::StringRef Command, const std::string &File, const
   // The shared driver reads the shared options: hand it this command's.
   CheckFiles.clear();
   CheckFiles.push_back(File);
-  RecipeName = Recipe;
+  // A sweep point is named `recipe[field=value, ...]`: check the recipe,
+  // then keep the point.
+  llvm::StringRef Definition = llvm::StringRef(Recipe).split('[').first;
+  RecipeName = Definition.str();
   for (const std::string &I : Includes)
     IncludeDirs.push_back(I);
   for (const std::string &W : Warns)
@@ -72,11 +77,17 @@ OnePoint compileOnePoint(llvm::StringRef Command, const std::string &File, const
     P.Status = ExitErrors;
     return P;
   }
+  if (Definition.size() != Recipe.size())
+    llvm::erase_if(P.C->Recipes, [&](const std::pair<moec::Recipe, std::string> &X) { return X.first.PointName != Recipe; });
   if (P.C->Recipes.size() != 1) {
+    std::vector<std::string> Points;
+    for (const auto &X : P.C->Recipes)
+      Points.push_back("  " + X.first.PointName);
     llvm::errs() << "moec " << Command << ": '" << File << "' "
-                 << (P.C->Recipes.empty() ? std::string("defines no recipe")
-                                          : fmt::format("has {} recipes (or sweep points); choose one with --recipe",
-                                                        P.C->Recipes.size()))
+                 << (P.C->Recipes.empty() ? (Definition.size() != Recipe.size() ? "has no sweep point '" + Recipe + "'"
+                                                                                 : std::string("defines no recipe"))
+                                          : fmt::format("has {} recipes (or sweep points); choose one with --recipe:\n{}",
+                                                        P.C->Recipes.size(), llvm::join(Points, "\n")))
                  << "\n";
     P.Status = P.C->Recipes.empty() ? ExitErrors : ExitUsage;
     return P;
