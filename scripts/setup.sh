@@ -10,6 +10,7 @@ packages=(
   libfmt-dev libtomlplusplus-dev libyaml-cpp-dev
   googletest libgtest-dev
   libopenmpi-dev openmpi-bin libopenblas-dev
+  clang-14 libclang-rt-14-dev
   chromium
 )
 

@@ -4,7 +4,10 @@
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Path.h"
+#include "llvm/Support/Signals.h"
 #include "llvm/Support/xxhash.h"
+#include <csignal>
+#include <cstdlib>
 #include <fmt/format.h>
 
 using namespace moec;
@@ -385,20 +388,34 @@ llvm::Error moec::writeFileAtomically(llvm::StringRef Path, llvm::StringRef Cont
   if (std::error_code EC = llvm::sys::fs::createUniqueFile(Model, FD, Temp))
     return llvm::createStringError(EC, "cannot create a temporary file in '%s': %s", Dir.c_str(),
                                    EC.message().c_str());
+  // Interrupted by a signal (Ctrl-C, a CI timeout's SIGTERM), leave no
+  // temporary behind; SIGKILL leaves it, but never a partial Path.
+  llvm::sys::RemoveFileOnSignal(Temp);
   {
     llvm::raw_fd_ostream OS(FD, /*shouldClose=*/true);
+    // Test hook (test/lit/reliability/atomic-*.test): MOEC_TEST_KILL_WRITER=N
+    // writes the first N bytes to the temporary file and then kills the
+    // process with SIGKILL, the one signal nothing can clean up after.
+    if (const char *Kill = std::getenv("MOEC_TEST_KILL_WRITER")) {
+      OS << Contents.take_front(std::strtoull(Kill, nullptr, 10));
+      OS.flush();
+      std::raise(SIGKILL);
+    }
     OS << Contents;
     OS.flush();
     if (OS.has_error()) {
       std::error_code EC = OS.error();
       OS.clear_error();
       llvm::sys::fs::remove(Temp);
+      llvm::sys::DontRemoveFileOnSignal(Temp);
       return llvm::createStringError(EC, "cannot write '%s': %s", Temp.c_str(), EC.message().c_str());
     }
   }
-  if (std::error_code EC = llvm::sys::fs::rename(Temp, Path)) {
+  std::error_code EC = llvm::sys::fs::rename(Temp, Path);
+  if (EC)
     llvm::sys::fs::remove(Temp);
+  llvm::sys::DontRemoveFileOnSignal(Temp);
+  if (EC)
     return llvm::createStringError(EC, "cannot replace '%s': %s", Path.str().c_str(), EC.message().c_str());
-  }
   return llvm::Error::success();
 }

@@ -25,7 +25,25 @@ int runCheck() {
     return ExitUsage;
   }
   std::unique_ptr<Compilation> C = compile(/*RunRules=*/true);
-  renderDiagnostics(*C, OutputFormat);
+  if (!CheckOutput.empty()) {
+    // The report file is replaced whole or not at all (docs/reliability.md).
+    const std::vector<Diagnostic> &Final = C->Diags->finish();
+    std::string Report;
+    llvm::raw_string_ostream OS(Report);
+    if (OutputFormat == Format::Text)
+      renderText(Final, C->SM, OS, /*Colors=*/false);
+    else if (OutputFormat == Format::JSON)
+      OS << llvm::formatv("{0:2}", renderJSON(Final, C->SM)) << "\n";
+    else
+      OS << llvm::formatv("{0:2}", renderSARIF(Final, C->SM, MOEC_VERSION)) << "\n";
+    OS.flush();
+    if (llvm::Error E = writeFileAtomically(CheckOutput, Report)) {
+      llvm::errs() << "moec check: " << llvm::toString(std::move(E)) << "\n";
+      return ExitUsage;
+    }
+  } else {
+    renderDiagnostics(*C, OutputFormat);
+  }
   if (C->Unreadable)
     return ExitUsage;
   return C->Diags->hasErrors() ? ExitErrors : ExitOK;

@@ -38,6 +38,7 @@ std::unique_ptr<Compilation> compile(bool RunRules, bool CapErrors) {
 
   SemaOptions SOpts;
   SOpts.IncludeDirs.assign(IncludeDirs.begin(), IncludeDirs.end());
+  SOpts.MaxSweepPoints = MaxSweepPoints;
   SOpts.Catalog = BuiltinCatalog::parse(Diags, SOpts.Limits);
   // Each file is its own unit: its names do not leak into the next file.
   for (const std::string &File : CheckFiles) {

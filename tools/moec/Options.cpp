@@ -41,6 +41,14 @@ cl::opt<bool> NoPlanner("no-planner",
 cl::opt<bool> ListRules("list-rules", cl::desc("List every diagnostic ID with its severity"), cl::sub(CheckCmd));
 cl::opt<unsigned> ErrorLimit("error-limit", cl::desc("Stop after this many errors (0: no limit)"), cl::init(50),
                              cl::sub(CheckCmd), cl::sub(PlanCmd), cl::sub(SweepCmd));
+cl::opt<unsigned> MaxSweepPoints("max-sweep-points",
+                                 cl::desc("Refuse a recipe whose sweeps expand to more points than this"),
+                                 cl::init(10000), cl::value_desc("N"), cl::sub(CheckCmd), cl::sub(PlanCmd),
+                                 cl::sub(SweepCmd), cl::sub(RunCmd));
+cl::opt<std::string> CheckOutput("o",
+                                 cl::desc("Write the diagnostics (in the --format chosen) to this file, "
+                                          "atomically, instead of stdout or stderr"),
+                                 cl::value_desc("file"), cl::sub(CheckCmd));
 
 cl::opt<PlanFormatKind> PlanFormat("format", cl::desc("Plan output format"), cl::init(PlanFormatKind::TOML),
                                    cl::values(clEnumValN(PlanFormatKind::TOML, "toml", "TOML (the runtime's input)"),

@@ -39,6 +39,8 @@ extern cl::opt<bool> DumpRecipe;
 extern cl::opt<bool> NoPlanner;
 extern cl::opt<bool> ListRules;
 extern cl::opt<unsigned> ErrorLimit;
+extern cl::opt<unsigned> MaxSweepPoints;
+extern cl::opt<std::string> CheckOutput;
 extern cl::opt<PlanFormatKind> PlanFormat;
 extern cl::opt<std::string> PlanOutput;
 extern cl::opt<bool> Quiet;

@@ -1,0 +1,123 @@
+//===- FuzzCommon.cpp - The check (and plan) pipeline for fuzzers ---------===//
+#include "FuzzCommon.h"
+
+#include "moec/Catalog/Catalog.h"
+#include "moec/Diag/DiagnosticRenderers.h"
+#include "moec/Emit/Plan.h"
+#include "moec/Emit/PlanReader.h"
+#include "moec/Rules/RuleEngine.h"
+#include "moec/Sema/Sema.h"
+
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/raw_ostream.h"
+#include <map>
+#include <set>
+
+using namespace moec;
+
+namespace {
+/// Registers the embedded catalog text in SM in catalog order (IDs 1, 2, ...).
+void addCatalogBuffers(llvm::SourceMgr &SM) {
+  for (const CatalogFile &C : builtinCatalogFiles())
+    SM.AddNewSourceBuffer(llvm::MemoryBuffer::getMemBuffer(C.Text, C.Name), llvm::SMLoc());
+}
+
+std::shared_ptr<const BuiltinCatalog> sharedCatalog() {
+  static std::shared_ptr<const BuiltinCatalog> Catalog = [] {
+    // Kept for the process's lifetime with the trees it owns.
+    static llvm::SourceMgr SM;
+    static DiagnosticEngine Diags(SM);
+    auto C = BuiltinCatalog::parse(Diags);
+    if (Diags.hasErrors() || C->Files.size() != builtinCatalogFiles().size())
+      abort(); // the catalog itself must parse
+    return C;
+  }();
+  return Catalog;
+}
+} // namespace
+
+const std::vector<std::string> &fuzz::catalogNames(ast::DefKind Kind) {
+  static std::map<ast::DefKind, std::vector<std::string>> Names = [] {
+    std::map<ast::DefKind, std::vector<std::string>> All;
+    for (const std::unique_ptr<ast::File> &F : sharedCatalog()->Files)
+      for (const ast::Definition &D : F->Definitions)
+        All[D.Kind].push_back(D.Name);
+    return All;
+  }();
+  return Names[Kind];
+}
+
+void fuzz::warmUp() {
+  // The catalog's parse and ANTLR's first-use tables are built here, before
+  // libFuzzer starts timing inputs.
+  sharedCatalog();
+  runPipeline("recipe r {\n  model = tiny_moe; cluster { gpu = cpu; nodes = 1 }\n  seq_len = 128\n"
+              "  batch { micro = 1; global = 4 }\n}\n",
+              "warmup.moe", /*BuildPlans=*/true);
+}
+
+fuzz::PipelineResult fuzz::runPipeline(llvm::StringRef Text, llvm::StringRef Name, bool BuildPlans) {
+  PipelineResult Result;
+  std::shared_ptr<const BuiltinCatalog> Catalog = sharedCatalog();
+  llvm::SourceMgr SM;
+  addCatalogBuffers(SM);
+  DiagnosticEngine Diags(SM);
+  SemaOptions Opts;
+  Opts.Catalog = Catalog;
+  // Checking is linear in sweep points, and 10000 points (the default bound,
+  // about 0.5 s in a release build) take tens of seconds under the
+  // sanitizers: a smaller bound keeps the fuzzer exploring. The bound itself
+  // is tested in test/lit/reliability/max-sweep-points.test.
+  Opts.MaxSweepPoints = 64;
+  Sema S(Diags, Opts);
+  S.loadBuffer(llvm::MemoryBuffer::getMemBufferCopy(Text, Name));
+  std::vector<Recipe> Recipes;
+  if (S.mainFile()) {
+    Recipes = S.analyze();
+    for (const Recipe &R : Recipes)
+      runRules(R, Diags, /*UsePlanner=*/true);
+  }
+  Result.Recipes = Recipes.size();
+  const std::vector<Diagnostic> &Final = Diags.finish();
+  // Every renderer must cope with every diagnostic (ranges at the end of the
+  // buffer, in the catalog, or none).
+  llvm::raw_null_ostream Null;
+  renderText(Final, SM, Null, /*Colors=*/true);
+  // JSON, not SARIF: the same locations, without SARIF's table of every
+  // rule, which would cost more than checking the input.
+  Null << renderJSON(Final, SM);
+  if (!BuildPlans)
+    return Result;
+
+  // Like `moec sweep`: a point is planned when no error names it, and only
+  // when no error outside every point stopped the file.
+  std::set<std::string> Failed;
+  for (const Diagnostic &D : Final)
+    if (D.Sev == Severity::Error) {
+      if (D.Recipe.empty())
+        return Result;
+      Failed.insert(D.Recipe);
+    }
+  for (const Recipe &R : Recipes) {
+    if (Failed.count(R.PointName))
+      continue;
+    llvm::Expected<Plan> P = buildPlan(R, Name);
+    if (!P) {
+      // Documented to fail only where the rules would have reported an error.
+      llvm::errs() << "buildPlan failed on a recipe that checked: " << llvm::toString(P.takeError()) << "\n";
+      abort();
+    }
+    std::string TOML = planToTOML(*P);
+    Null << TOML << planToJSON(*P);
+    // What moec writes, the runtime must read.
+    llvm::Expected<LaunchPlan> Read = parsePlan(TOML, "plan.toml");
+    if (!Read) {
+      llvm::errs() << "the runtime's reader refuses the plan moec wrote: " << llvm::toString(Read.takeError())
+                   << "\n";
+      abort();
+    }
+    printPlanSummary(*P, Null);
+    ++Result.Plans;
+  }
+  return Result;
+}
