@@ -318,6 +318,22 @@ json::Value moec::lsp::completionAt(StringRef Text, size_t Offset, const Analysi
   StringRef Word = Text.slice(C.WordStart, Offset);
   std::vector<Token> Entry = withoutAnnotations(C.Entry);
 
+  // `@allow(` takes the ID of a warning or remark; IDs are kebab-case, so
+  // the word being replaced extends over '-'.
+  if (!C.Calls.empty() && C.Calls.back() == "allow") {
+    size_t From = Offset;
+    while (From > 0 && (isIdentChar(Text[From - 1]) || Text[From - 1] == '-'))
+      --From;
+    StringRef Before = Text.take_front(From).rtrim();
+    if (!Before.endswith("("))
+      return Empty; // the reason, not the ID
+    Items Out(Lines, From, Offset);
+    for (const DiagInfo &I : allDiagInfos())
+      if (I.DefaultSeverity != Severity::Error)
+        Out.add(I.Id, KindValue, severityName(I.DefaultSeverity), I.Explanation);
+    return Out.result();
+  }
+
   if (C.Frames.empty()) {
     Items Out(Lines, C.WordStart, Offset);
     if (Entry.empty()) {

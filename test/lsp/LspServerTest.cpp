@@ -430,3 +430,15 @@ TEST_F(ServerTest, DefinitionOfAGpuIsInTheCatalogCopy) {
   open("catalog/gpus.moe", (*Copy)->getBuffer());
   EXPECT_TRUE(published().empty());
 }
+
+TEST_F(ServerTest, CompletionOfAllowIDs) {
+  open("allow.moe", "@allow(shadows-bu\nmodel m extends qwen3_30b_a3b { layers = 24 }\n");
+  json::Value C = result("textDocument/completion", at("allow.moe", 0, 17));
+  std::vector<std::string> Labels;
+  for (const json::Value &I : *C.getAsObject()->getArray("items"))
+    Labels.push_back(I.getAsObject()->getString("label")->str());
+  EXPECT_TRUE(has(Labels, "shadows-builtin"));
+  EXPECT_FALSE(has(Labels, "unknown-value")); // an error cannot be allowed
+  const json::Object *First = (*C.getAsObject()->getArray("items"))[0].getAsObject();
+  EXPECT_EQ(rangeStr(json::Value(json::Object(*First->getObject("textEdit")))), "0:7-0:17");
+}
