@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Renders a `moec report` page in headless Chromium and checks what it drew.
 
-  check_report.py PAGE.html --plan PLAN.json [--sweep SWEEP.csv] --out DIR
+  check_report.py PAGE.html --plan PLAN.json [--sweep SWEEP.csv] --out DIR [--no-screenshot]
 
 1. A screenshot (DIR/page.png) is written, decodes as a PNG and is not
    blank: many colours and a fair share of non-white pixels.
@@ -233,11 +233,13 @@ def main():
     ap.add_argument("--plan", required=True)
     ap.add_argument("--sweep")
     ap.add_argument("--out", required=True)
+    ap.add_argument("--no-screenshot", action="store_true", help="only the console and DOM checks")
     a = ap.parse_args()
     plan = json.load(open(a.plan))
     os.makedirs(a.out, exist_ok=True)
     with tempfile.TemporaryDirectory() as user_dir:
-        check_screenshot(a.page, a.out, user_dir)
+        if not a.no_screenshot:
+            check_screenshot(a.page, a.out, user_dir)
         root = dump_dom(a.page, user_dir)
     figures = {f.attrs.get("id"): f for f in root.find_all("figure")}
     want = ["grid", "memory", "schedule", "time"] + (["sweep"] if a.sweep else [])
