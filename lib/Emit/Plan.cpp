@@ -142,6 +142,11 @@ json::Value moec::recipeToJSON(const Recipe &R) {
                    {"recompute", std::move(Recompute)},
                    {"cuda_graph", std::move(Scopes)},
                    {"offload_optimizer", R.OffloadOptimizer},
+                   {"optimizer", json::Object{{"type", R.Optimizer.Kind == OptimizerKind::SGD    ? "sgd"
+                                                       : R.Optimizer.Kind == OptimizerKind::Muon ? "muon"
+                                                                                                 : "adam"},
+                                              {"distributed", R.Optimizer.Distributed},
+                                              {"offload_fraction", R.OffloadOptimizer}}},
                    {"data", std::move(Data)}};
   if (R.Model.isVLM())
     Out["vision_frozen"] = R.VisionFrozen;

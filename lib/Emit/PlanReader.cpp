@@ -234,6 +234,25 @@ bool PlanParser::readConfig(const toml::table &Root) {
   P.Data.Mock = Source == "mock";
   if (!P.Data.Mock && !readString(*D, "config.data", "path", P.Data.Path))
     return false;
+
+  // Optional: plans written before [config.optimizer] existed keep the
+  // defaults (the replicated Adam).
+  if (!C->contains("optimizer"))
+    return true;
+  const std::string OPre = "config.optimizer";
+  const toml::table *O = table(*C, "config", "optimizer");
+  if (!O || !readOneOf(*O, OPre, "type", P.Optimizer.Type, {"adam", "sgd", "muon"}) ||
+      !readBool(*O, OPre, "distributed", P.Optimizer.Distributed))
+    return false;
+  const toml::node *F = field(*O, OPre, "offload_fraction", true);
+  if (!F)
+    return false;
+  std::optional<double> Fraction = F->value<double>();
+  if (!F->is_number() || !Fraction)
+    return fail(OPre + ".offload_fraction", "expected a number");
+  if (!(*Fraction >= 0 && *Fraction <= 1))
+    return fail(OPre + ".offload_fraction", fmt::format("must be between 0 and 1, got {}", *Fraction));
+  P.Optimizer.OffloadFraction = *Fraction;
   return true;
 }
 

@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <set>
 #include <stdexcept>
+#include <sys/resource.h>
 
 using namespace moert;
 
@@ -70,6 +71,15 @@ void splitDouble(double X, float *Out) {
   Out[1] = float(X - double(Out[0]));
 }
 double joinDouble(const float *In) { return double(In[0]) + double(In[1]); }
+
+/// User + system CPU seconds of this process so far.
+double cpuSeconds() {
+  struct rusage U;
+  if (getrusage(RUSAGE_SELF, &U) != 0)
+    return 0;
+  return double(U.ru_utime.tv_sec + U.ru_stime.tv_sec) +
+         1e-6 * double(U.ru_utime.tv_usec + U.ru_stime.tv_usec);
+}
 
 double now() {
   return std::chrono::duration<double>(
@@ -167,7 +177,7 @@ struct Trainer::Impl final : public PipelineStage {
         std::unique_ptr<IndexedSource> Src = IndexedSource::open(
             Plan.Data.Path, Config.Vocab, Plan.SeqLen, Error);
         if (!Src)
-          refuse(Error);
+          refuse("the plan's dataset '" + Plan.Data.Path + "': " + Error);
         Data = std::move(Src);
       }
     }
@@ -180,9 +190,20 @@ struct Trainer::Impl final : public PipelineStage {
       Ops.push_back({Op.K == moec::LaunchOp::Forward ? PipelineOp::Forward
                                                      : PipelineOp::Backward,
                      Op.Microbatch, int(Op.Chunk)});
+    AdamWOptions AOpts = Options.Optimizer;
+    if (Options.OptimizerFromPlan) {
+      const moec::LaunchOptimizer &O = Plan.Optimizer;
+      AOpts.Distributed = O.Distributed;
+      if (O.Type != "adam")
+        Notes.push_back("optimizer " + O.Type + ": the CPU runtime trains "
+                        "with AdamW");
+      if (O.OffloadFraction > 0)
+        Notes.push_back("optimizer offload: the CPU runtime keeps the whole "
+                        "optimizer state in (host) memory");
+    }
     GradientGroups GG{&group("dp-cp"), &group("tp"), &group("edp")};
     Optimizer = std::make_unique<AdamW>(allParameters(), GG, group("world"),
-                                        Options.Optimizer);
+                                        AOpts);
   }
 
   Communicator &group(const std::string &Kind) {
@@ -270,9 +291,11 @@ struct Trainer::Impl final : public PipelineStage {
       C->resetStepStats();
     Batches.clear();
     double Comm0 = Clock.Seconds, Blas0 = blasSeconds(), T0 = now();
+    double Cpu0 = cpuSeconds();
     Executor->runStep(Ops, OnOp);
     AdamWStepInfo Info = Optimizer->step();
     double Seconds = now() - T0;
+    double Cpu = cpuSeconds() - Cpu0;
     double CommSeconds = Clock.Seconds - Comm0;
     double Blas = blasSeconds() - Blas0;
     ++StepIndex;
@@ -300,7 +323,7 @@ struct Trainer::Impl final : public PipelineStage {
     splitDouble(AuxSum, Sums + 2);
     splitDouble(double(Tokens), Sums + 4);
     W.allReduceSum(Sums, 6);
-    const int PerRank = 7;
+    const int PerRank = 8;
     float Mine[PerRank];
     splitDouble(Seconds, Mine);
     splitDouble(CommSeconds, Mine + 2);
@@ -308,6 +331,7 @@ struct Trainer::Impl final : public PipelineStage {
     // Bytes as MiB + remainder, both exact in a float (up to 16 TiB).
     Mine[5] = float(LastPeak >> 20);
     Mine[6] = float(LastPeak & ((int64_t(1) << 20) - 1));
+    Mine[7] = float(Cpu);
     std::vector<float> All(size_t(W.size() * PerRank));
     W.allGather(Mine, All.data(), PerRank);
 
@@ -323,6 +347,7 @@ struct Trainer::Impl final : public PipelineStage {
       S.CommSeconds += joinDouble(X + 2) / W.size();
       S.ComputeSeconds += (joinDouble(X) - joinDouble(X + 2)) / W.size();
       S.BlasSeconds += double(X[4]) / W.size();
+      S.CpuSeconds += double(X[7]) / W.size();
       int64_t Peak = (int64_t(X[5]) << 20) + int64_t(X[6]);
       S.RankPeakBytes.push_back(Peak);
       S.PeakBytes = std::max(S.PeakBytes, Peak);

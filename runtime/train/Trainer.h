@@ -21,7 +21,8 @@
 //  * schedule: the plan's ops for this pp rank through the PipelineExecutor
 //    (which hands tensors over locally when pp = 1);
 //  * update: AdamW (parallel/dp), which sums the gradients over dp-cp, tp and
-//    edp by parameter kind first.
+//    edp by parameter kind first; replicated or distributed (ZeRO-1) as the
+//    plan's config.optimizer.distributed says when OptimizerFromPlan is set.
 // The CPU backend computes in fp32 whatever the plan's precision says.
 //
 //===----------------------------------------------------------------------===//
@@ -52,6 +53,9 @@ struct TrainerOptions {
   /// Model initialisation and the mock data source.
   uint64_t Seed = 1234;
   AdamWOptions Optimizer;
+  /// Take Optimizer.Distributed from the plan's [config.optimizer]
+  /// (moerun); false: keep Optimizer as given (tests that pick the variant).
+  bool OptimizerFromPlan = false;
   /// Data; null: a MockSource (plan data.source = mock) or the plan's indexed
   /// dataset.
   std::shared_ptr<const TokenSource> Data;
@@ -74,6 +78,11 @@ struct TrainStepStats {
   double BlasSeconds =
       0; ///< mean over ranks of time inside gemm (part of compute)
   double GradNorm = 0; ///< global gradient norm before clipping
+  /// Mean over ranks of the process CPU time of the step (getrusage: user +
+  /// system). On a machine with other load, StepSeconds includes time the
+  /// ranks waited for a core; CpuSeconds does not (but it counts MPI's busy
+  /// polling while a rank waits for a peer).
+  double CpuSeconds = 0;
 };
 
 class Trainer {

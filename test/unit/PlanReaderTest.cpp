@@ -115,6 +115,9 @@ void expectSameAsPlan(const Plan &P, const LaunchPlan &L) {
   EXPECT_EQ(L.GlobalBatch, R.GlobalBatch);
   EXPECT_EQ(L.SeqLen, R.SeqLen);
   EXPECT_TRUE(L.Data.Mock);
+  EXPECT_EQ(L.Optimizer.Type, "adam");
+  EXPECT_EQ(L.Optimizer.Distributed, R.Optimizer.Distributed);
+  EXPECT_EQ(L.Optimizer.OffloadFraction, R.OffloadOptimizer);
 
   const PipelinePlan &PL = P.Pipeline;
   EXPECT_EQ(L.Microbatches, PL.Microbatches);
@@ -193,6 +196,23 @@ TEST_F(Damaged, MissingField) {
   EXPECT_EQ(E, "plan.toml: config.seq_len: missing");
   E = errorOf(replaced(Good, "recipe_hash =", "recipe_hush ="));
   EXPECT_EQ(E, "plan.toml: recipe_hash: missing");
+}
+
+TEST_F(Damaged, Optimizer) {
+  llvm::Expected<LaunchPlan> L = parsePlan(Good, "plan.toml");
+  ASSERT_TRUE(bool(L)) << llvm::toString(L.takeError());
+  EXPECT_TRUE(L->Optimizer.Distributed); // the recipe default
+  // A plan written before [config.optimizer] existed: the replicated Adam.
+  L = parsePlan(replaced(Good, "[config.optimizer]", "[config.optimizer_of_old]"), "plan.toml");
+  ASSERT_TRUE(bool(L)) << llvm::toString(L.takeError());
+  EXPECT_FALSE(L->Optimizer.Distributed);
+  EXPECT_EQ(L->Optimizer.Type, "adam");
+  std::string E = errorOf(replaced(Good, "offload_fraction = 0", "offload_fraction = 1.5"));
+  EXPECT_EQ(E, "plan.toml: config.optimizer.offload_fraction: must be between 0 and 1, got 1.5");
+  E = errorOf(replaced(Good, "type = 'adam'", "type = 'lion'"));
+  EXPECT_EQ(E, "plan.toml: config.optimizer.type: 'lion' is not one of 'adam', 'sgd', 'muon'");
+  E = errorOf(replaced(Good, "distributed = true", "distributed = 1"));
+  EXPECT_EQ(E, "plan.toml: config.optimizer.distributed: expected true or false");
 }
 
 TEST_F(Damaged, WrongType) {

@@ -63,6 +63,17 @@ struct LaunchData {
   bool VariableLength = false;
 };
 
+/// [config.optimizer]. A plan without the table (written before it existed)
+/// reads as the replicated Adam.
+struct LaunchOptimizer {
+  std::string Type = "adam"; // adam | sgd | muon
+  /// Megatron's distributed optimizer (ZeRO-1): moments sharded over the
+  /// data-parallel ranks.
+  bool Distributed = false;
+  /// Share of the optimizer state kept in host memory (0..1).
+  double OffloadFraction = 0;
+};
+
 /// One entry of a pipeline rank's schedule: "F3.1" is {Forward, 3, 1}.
 struct LaunchOp {
   enum Kind { Forward, Backward } K = Forward;
@@ -94,6 +105,7 @@ struct LaunchPlan {
   std::string Precision, Dispatcher;
   LaunchRecompute Recompute;
   LaunchData Data;
+  LaunchOptimizer Optimizer;
 
   /// Micro batches per step per data-parallel rank.
   int64_t Microbatches = 0;

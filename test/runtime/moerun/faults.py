@@ -4,15 +4,23 @@ at test time, then damaged or launched wrongly; every case checks the exit
 status of every rank (each rank runs under `sh -c '...; echo rank-exit $?'`)
 and the message.
 
-usage: faults.py CASE MOEC MOERUN MPIRUN WORKDIR
+Data cases (missing-data, corrupt-data) plan the same job with data.source =
+real(PREFIX) and need moerun-mkdata (MKDATA) to build a corpus to damage;
+rank-dies kills one rank in the middle of a step through moerun's test hook
+MOERUN_TEST_DIE_AT_STEP=K:RANK (tools/moerun/RunSteps.cpp).
+
+usage: faults.py CASE MOEC MOERUN MPIRUN WORKDIR [MKDATA]
 """
+import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
 
 CASE, MOEC, MOERUN, MPIRUN, WORK = sys.argv[1:6]
+MKDATA = sys.argv[6] if len(sys.argv) > 6 else None
 MPI = [MPIRUN, "--oversubscribe", "--bind-to", "none", "--mca", "btl", "self,vader"]
 
 RECIPE = """recipe two {
@@ -32,13 +40,15 @@ def fail(message, output=""):
     sys.exit(1)
 
 
-def plan():
-    """A two-rank plan (pp = 2), written with moec plan."""
+def plan(data=None, name="two"):
+    """A two-rank plan (pp = 2), written with moec plan; data: a dataset
+    prefix for data.source = real(...), else mock data."""
     os.makedirs(WORK, exist_ok=True)
-    moe = os.path.join(WORK, "two.moe")
+    moe = os.path.join(WORK, name + ".moe")
     with open(moe, "w") as f:
-        f.write(RECIPE)
-    path = os.path.join(WORK, "two.toml")
+        f.write(RECIPE if data is None else RECIPE.replace(
+            "  parallel {", f'  data {{ source = real("{data}") }}\n  parallel {{'))
+    path = os.path.join(WORK, name + ".toml")
     subprocess.run([MOEC, "plan", moe, "-o", path, "--quiet"], check=True)
     return path
 
@@ -71,6 +81,44 @@ def expect_every_rank_exits(np, code, output):
 def expect_in(text, output):
     if text not in output:
         fail(f"missing message: {text}", output)
+
+
+def log_steps(path, output):
+    """The steps of a step log that must hold complete JSON lines only."""
+    if not os.path.exists(path):
+        return []
+    text = open(path).read()
+    if text and not text.endswith("\n"):
+        fail(f"the log ends in a half-written line: {text[-80:]!r}", output)
+    try:
+        return [json.loads(line)["step"] for line in text.splitlines()]
+    except (ValueError, KeyError) as e:
+        fail(f"the log holds a line that is not a step record ({e}): {text!r}", output)
+
+
+def expect_data_refused(prefix, message, path):
+    """A plan reading the dataset at prefix: every rank exits 5 before the
+    first step, naming the file at fault."""
+    data_plan = plan(prefix, "data")
+    log = os.path.join(WORK, "data.jsonl")
+    rc, out, elapsed = per_rank(2, [data_plan, "--steps", "2", "--log", log, "--timeout", "20"])
+    expect_every_rank_exits(2, 5, out)
+    expect_in(f"'{path}'", out)
+    expect_in(message, out)
+    if "step 1/" in out or log_steps(log, out):
+        fail("training started on a bad dataset", out)
+    if elapsed > 30:
+        fail(f"the job took {elapsed:.0f} s to end", out)
+
+
+def corpus(name):
+    """A small corpus written with moerun-mkdata; returns its prefix."""
+    if not MKDATA:
+        fail("this case needs the moerun-mkdata path")
+    prefix = os.path.join(WORK, name)
+    subprocess.run([MKDATA, "--out", prefix, "--vocab", "16", "--tokens", "4000", "--seed", "3"],
+                   check=True, stdout=subprocess.DEVNULL)
+    return prefix
 
 
 good = plan()
@@ -130,6 +178,53 @@ elif CASE == "watchdog":
     expect_in("moerun: rank 0: no progress for 2 s while starting MPI", out)
     if elapsed > 30:
         fail(f"the job took {elapsed:.0f} s to end", out)
+
+elif CASE == "missing-data":
+    nothing = os.path.join(WORK, "no-such-corpus")
+    expect_data_refused(nothing, "cannot open", nothing + ".idx")
+
+elif CASE == "corrupt-data":
+    # The control: the undamaged corpus trains.
+    prefix = corpus("corpus")
+    rc, out, _ = per_rank(2, [plan(prefix, "data"), "--steps", "1"])
+    expect_every_rank_exits(2, 0, out)
+    expect_in("step 1/1", out)
+    # An index cut short (a copy that stopped half way).
+    idx = open(prefix + ".idx", "rb").read()
+    with open(prefix + ".idx", "wb") as f:
+        f.write(idx[: len(idx) // 2])
+    expect_data_refused(prefix, "truncated index", prefix + ".idx")
+    # An intact index over a data file cut short.
+    with open(prefix + ".idx", "wb") as f:
+        f.write(idx)
+    data = open(prefix + ".bin", "rb").read()
+    with open(prefix + ".bin", "wb") as f:
+        f.write(data[: len(data) // 3])
+    expect_data_refused(prefix, "lies beyond the end of the", prefix + ".bin")
+
+elif CASE == "rank-dies":
+    # Rank 1 (the last pipeline stage) is killed after its first op of step
+    # 2: rank 0 then waits for gradients that never come. mpirun must end the
+    # job, and the log keeps step 1 only, as a whole line.
+    log = os.path.join(WORK, "dies.jsonl")
+    start = time.time()
+    p = subprocess.run(MPI + ["-x", "MOERUN_TEST_DIE_AT_STEP=2:1", "-np", "2", MOERUN, good, "--steps", "4",
+                              "--log", log, "--timeout", "20"],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=60)
+    elapsed = time.time() - start
+    out = p.stdout
+    if p.returncode == 0:
+        fail("a job whose rank died succeeded", out)
+    if elapsed > 30:
+        fail(f"the job took {elapsed:.0f} s to end", out)
+    expect_in("step 1/4", out)
+    if "step 2/4" in out:
+        fail("step 2 finished although rank 1 died in it", out)
+    if not re.search(r"rank 1 .*(signal 9|Killed)", out, re.S):
+        fail("nothing says that rank 1 was killed", out)
+    steps = log_steps(log, out)
+    if steps != [1]:
+        fail(f"the log holds steps {steps}, expected [1]", out)
 
 else:
     fail("unknown case " + CASE)
