@@ -7,9 +7,9 @@ section of the lit tests (the split-file inputs, kept together per test so
 that their imports resolve). Each file is copied twice under WORKDIR: as it
 is (orig/) and formatted by `moec fmt` (fmt/). Then, for each file:
 
-  - fmt either formats it, or refuses it with exit status 1, a located
-    error on stderr and nothing on stdout; a refused file must also fail
-    `moec check` (fmt refuses only what does not parse);
+  - `moec fmt --write` (one run over the whole tree) either formats it, or
+    refuses it with a located error, leaving it as it was; a refused file
+    must also fail `moec check` (fmt refuses only what does not parse);
   - `moec fmt --check` accepts the output (exit 0, no diff): formatting it
     again changes nothing;
 
@@ -74,35 +74,45 @@ def collect():
 shutil.rmtree(work, ignore_errors=True)
 orig_root, fmt_root = os.path.join(work, "orig"), os.path.join(work, "fmt")
 corpus = collect()
-formatted = refused = 0
-checked = []  # paths relative to the roots
 for rel, text in corpus:
     for root in (orig_root, fmt_root):
         os.makedirs(os.path.dirname(os.path.join(root, rel)), exist_ok=True)
-    with open(os.path.join(orig_root, rel), "wb") as f:
-        f.write(text)
-    code, out, err = run(["fmt", os.path.join(orig_root, rel)])
-    if code == 1:
-        refused += 1
-        if out or b"error:" not in err:
-            fail("%s: refused without a located error, or printed something: %r" % (rel, err[:200]))
-        ccode, _, _ = run(["check", "--no-planner", os.path.join(orig_root, rel)])
-        if ccode == 0:
-            fail("%s: fmt refused a file that moec check accepts: %r" % (rel, err[:300]))
-        out = text  # the formatted tree keeps it as it is
-    elif code != 0:
-        fail("%s: moec fmt exited %d: %r" % (rel, code, err[:300]))
-        continue
-    else:
-        formatted += 1
+        with open(os.path.join(root, rel), "wb") as f:
+            f.write(text)
+
+# One `moec fmt --write` over the whole fmt/ tree; it names each file it
+# refuses, after that file's errors.
+code, out, err = run(["fmt", "--write"] + [os.path.join(fmt_root, rel) for rel, _ in corpus])
+err = err.decode()
+refused_paths = set(re.findall(r"^moec fmt: (.*) has syntax errors; it was not formatted$", err, re.M))
+if code not in (0, 1) or out or (code == 1) != bool(refused_paths):
+    fail("moec fmt --write exited %d (stdout %r): %s" % (code, out[:200], err[-500:]))
+checked = []  # paths relative to the roots
+refused = 0
+for rel, text in corpus:
+    path = os.path.join(fmt_root, rel)
+    if path not in refused_paths:
         checked.append(rel)
-    with open(os.path.join(fmt_root, rel), "wb") as f:
-        f.write(out)
+        continue
+    refused += 1
+    if not re.search(r"^%s:\d+:\d+: error: " % re.escape(path), err, re.M):
+        fail("%s: refused without a located error" % rel)
+    with open(path, "rb") as f:
+        if f.read() != text:
+            fail("%s: refused, but the file was rewritten" % rel)
+    if run(["check", "--no-planner", path])[0] == 0:
+        fail("%s: fmt refused a file that moec check accepts" % rel)
+formatted = len(checked)
+changed = 0
+for rel in checked:
+    with open(os.path.join(orig_root, rel), "rb") as a, open(os.path.join(fmt_root, rel), "rb") as b:
+        changed += a.read() != b.read()
 
 # Idempotence: fmt --check accepts every output of fmt (one run for all).
 code, diff, err = run(["fmt", "--check"] + [os.path.join(fmt_root, rel) for rel in checked])
 if code != 0 or diff:
     fail("fmt --check rejects fmt's own output (not idempotent):\n%s%s" % (diff.decode()[:2000], err.decode()[:500]))
+
 
 def normalize(text, root):
     text = text.replace(root + "/", "ROOT/")
@@ -162,8 +172,8 @@ for rel in checked:
     if before != after:
         fail("%s: recipe_hash %s became %s" % (rel, before, after))
 
-print("fmt corpus: %d files, %d formatted, %d refused; %d recipes and %d diagnostics compared, "
-      "%d plan hashes equal" % (len(corpus), formatted, refused, recipes, len(da), hashes))
+print("fmt corpus: %d files, %d formatted (%d changed), %d refused; %d recipes and %d diagnostics "
+      "compared, %d plan hashes equal" % (len(corpus), formatted, changed, refused, recipes, len(da), hashes))
 for f in failures:
     print("FAIL: " + f)
 sys.exit(1 if failures else 0)
