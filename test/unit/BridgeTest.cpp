@@ -256,3 +256,68 @@ TEST(BridgeLaunch, ScriptsNameTheJobAndTheEnvironment) {
   EXPECT_NE(M.find("mpirun -np 1024 --map-by ppr:8:node -x OPENBLAS_NUM_THREADS"), std::string::npos) << M;
   EXPECT_NE(M.find("moerun /shared/plan.toml --steps 1"), std::string::npos) << M;
 }
+
+TEST(BridgeImport, LongerContextBecomesAModelThatExtendsTheCatalog) {
+  std::vector<Recipe> Rs = lower(R"(
+model q30_long extends qwen3_30b_a3b { max_seq_len = 128K }
+recipe long {
+  model      = q30_long
+  cluster    { gpu = h100_sxm; nodes = 4 }
+  seq_len    = 64K
+  batch      { micro = 1; global = 16 }
+  parallel   { cp = 8; ep = 4 }
+}
+)");
+  ASSERT_EQ(Rs.size(), 1u);
+  ExportOptions Arch;
+  Arch.Architecture = true;
+  BridgeExport E = exportOverrides(Rs.front(), Arch);
+  ImportResult I = importBridge(renderYAML(E));
+  ASSERT_FALSE(I.hasErrors()) << I.Messages.front().Message;
+  EXPECT_NE(I.Source.find("model q30_long extends qwen3_30b_a3b { max_seq_len = 131072 }"), std::string::npos)
+      << I.Source;
+  std::string Errors;
+  std::vector<Recipe> Back = lower(I.Source, &Errors);
+  ASSERT_EQ(Back.size(), 1u) << Errors << I.Source;
+  EXPECT_EQ(Back.front().Model.MaxSeqLen.getValueOr(0), 131072);
+  EXPECT_EQ(renderOverrideLine(exportOverrides(Back.front(), Arch)), renderOverrideLine(E));
+}
+
+TEST(BridgeImport, EmbeddingAndLossInTheSplitBecomeALayout) {
+  ImportOptions O;
+  O.Gpu = "gb300_nvl72";
+  O.Gpus = 256;
+  O.Model = "qwen3_235b_a22b";
+  ImportResult I = importBridge("train.micro_batch_size=2 train.global_batch_size=8192 model.seq_length=4096 "
+                                "model.pipeline_model_parallel_size=4 model.expert_model_parallel_size=32 "
+                                "model.account_for_embedding_in_pipeline_split=true "
+                                "model.account_for_loss_in_pipeline_split=true",
+                                O);
+  ASSERT_FALSE(I.hasErrors()) << I.Messages.front().Message;
+  // 94 layers + embedding + loss = 96 slots over 4 stages.
+  EXPECT_NE(I.Source.find("layout = \"Et*23|(t*24|)*2t*23L\""), std::string::npos) << I.Source;
+  std::string Errors;
+  ASSERT_EQ(lower(I.Source, &Errors).size(), 1u) << Errors;
+}
+
+TEST(BridgeImport, MegatronDefaultsAreSpelledOut) {
+  ImportOptions O;
+  O.Gpu = "h100_sxm";
+  O.Gpus = 16;
+  O.Model = "qwen3_30b_a3b";
+  // ETP unset means ETP = TP; flex without a backend runs alltoall;
+  // selective without modules recomputes core_attn; the deprecated
+  // cuda_graph_scope full_iteration is the full-iteration graph.
+  ImportResult I = importBridge("train.micro_batch_size=1 train.global_batch_size=64 model.seq_length=4096 "
+                                "model.tensor_model_parallel_size=2 model.expert_model_parallel_size=8 "
+                                "model.expert_tensor_parallel_size=null model.moe_token_dispatcher_type=flex "
+                                "model.recompute_granularity=selective model.cuda_graph_impl=local "
+                                "model.cuda_graph_scope=[full_iteration]",
+                                O);
+  ASSERT_FALSE(I.hasErrors()) << I.Messages.front().Message;
+  EXPECT_NE(I.Source.find("etp = 2"), std::string::npos) << I.Source;
+  EXPECT_NE(I.Source.find("dispatcher = alltoall"), std::string::npos) << I.Source;
+  EXPECT_NE(I.Source.find("recompute  = selective(core_attn)"), std::string::npos) << I.Source;
+  EXPECT_NE(I.Source.find("cuda_graph = full_iteration"), std::string::npos) << I.Source;
+  EXPECT_TRUE(I.unmapped().empty());
+}
