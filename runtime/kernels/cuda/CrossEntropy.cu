@@ -27,14 +27,16 @@ __global__ void __launch_bounds__(Threads)
     forwardKernel(int64_t Vocab, float *Logits, const int32_t *Labels,
                   float *Losses) {
   float *Row = Logits + int64_t(blockIdx.x) * Vocab;
+  const int32_t Label = Labels[blockIdx.x];
+  // The target logit is read before any thread can overwrite the row: the
+  // exponentials below are written after the max reduction's barriers, which
+  // a read placed after the reduction would race with.
+  const float TargetLogit = Label >= 0 ? Row[Label] : 0.f;
   float M = -INFINITY;
   for (int64_t J = threadIdx.x; J < Vocab; J += Threads)
     M = fmaxf(M, Row[J]);
   M = blockReduce<true>(M);
-  const int32_t Label = Labels[blockIdx.x];
-  // Read the target logit before the row is overwritten (all threads pass
-  // the reductions' barriers after this read).
-  const float Target = Label >= 0 ? Row[Label] - M : 0.f;
+  const float Target = TargetLogit - M;
   float Sum = 0.f;
   for (int64_t J = threadIdx.x; J < Vocab; J += Threads) {
     float E = __expf(Row[J] - M);
