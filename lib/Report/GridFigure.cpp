@@ -50,7 +50,9 @@ void writePanel(const Plan &P, llvm::StringRef Kind, llvm::raw_ostream &OS) {
     const std::string Fill = Size <= 1 || Index < 0 ? AloneFill : groupColour(Index);
     double CX = X(Rank % Cols), CY = double(Rank / Cols) * Cell;
     rect(OS, CX, CY, Cell - (Cell >= 6 ? 1 : 0), Cell - (Cell >= 6 ? 1 : 0), "rank", Fill,
-         fmt::format("rank {} (node {}): {} group {}", Rank, Rank / PerNode, Kind.str(), Index),
+         World > MaxDetailedRanks
+             ? std::string()
+             : fmt::format("rank {} (node {}): {} group {}", Rank, Rank / PerNode, Kind.str(), Index),
          fmt::format("data-rank=\"{}\" data-group-index=\"{}\"", Rank, Index));
     if (Cell >= 20 && World <= 64)
       text(OS, CX + (Cell - 1) / 2, CY + Cell / 2 + 3, std::to_string(Rank), "rank-label", "middle");

@@ -54,7 +54,8 @@ void moec::writeScheduleFigure(const Plan &P, llvm::raw_ostream &OS) {
     auto Bubble = [&](double From, double To) {
       if (To - From > 1e-9 * std::max(1.0, T->Makespan))
         rect(OS, Left + From * Scale, Y, (To - From) * Scale, Row, "bubble", BubbleFill,
-             fmt::format("stage {} idle from {:g} to {:g}", R, From, To));
+             Ops > MaxDetailedScheduleOps ? std::string()
+                                          : fmt::format("stage {} idle from {:g} to {:g}", R, From, To));
     };
     for (const TimedOp &O : T->PerRank[R]) {
       Bubble(Clock, O.Start);
@@ -63,8 +64,10 @@ void moec::writeScheduleFigure(const Plan &P, llvm::raw_ostream &OS) {
       OS << "<g class=\"op " << (Fwd ? "fwd" : "bwd") << "\" data-mb=\"" << O.Op.Microbatch << "\" data-chunk=\""
          << O.Op.Chunk << "\">";
       rect(OS, X, Y, W, Row, "box", shade(O.Op.K, O.Op.Chunk, PL.VPP),
-           fmt::format("{} of micro batch {}, chunk {}: {:g} to {:g}", Fwd ? "forward" : "backward",
-                       O.Op.Microbatch, O.Op.Chunk, O.Start, O.End));
+           Ops > MaxDetailedScheduleOps
+               ? std::string()
+               : fmt::format("{} of micro batch {}, chunk {}: {:g} to {:g}", Fwd ? "forward" : "backward",
+                             O.Op.Microbatch, O.Op.Chunk, O.Start, O.End));
       if (W >= 14)
         text(OS, X + W / 2, Y + Row / 2 + 4, std::to_string(O.Op.Microbatch), "op-label", "middle");
       OS << "</g>";
@@ -103,5 +106,5 @@ void moec::writeScheduleFigure(const Plan &P, llvm::raw_ostream &OS) {
             "per-stage times. Idle share in this drawing: {:.1f}%; the planner's bubble fraction: {:.1f}%.",
             PL.VPP > 1 ? "Interleaved 1F1B" : "1F1B", PL.Microbatches, PL.PP, PL.PP == 1 ? "" : "s",
             PL.VPP > 1 ? fmt::format(" (VPP = {})", PL.VPP) : "", 100 * T->IdleFraction, 100 * PL.BubbleFraction))
-     << "</figcaption>\n</figure>\n";
+     << (Ops > MaxDetailedScheduleOps ? " Too many ops for hover details." : "") << "</figcaption>\n</figure>\n";
 }

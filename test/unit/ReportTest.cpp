@@ -198,6 +198,25 @@ TEST(ReportFigures, ScheduleHasARowPerRankWithItsOps) {
   }
 }
 
+TEST(ReportFigures, LargeSchedulesLoseDetailThenAreSummarised) {
+  Plan P = planOf(OneF1B);
+  PipelineInput In;
+  In.DecoderLayers = 4;
+  In.PP = 2;
+  // 2 ranks x 2 ops x M: past the detail limit, then past the drawing limit.
+  for (int64_t M : {int64_t(MaxDetailedScheduleOps / 4 + 1), int64_t(MaxDrawnScheduleOps / 4 + 1)}) {
+    In.Microbatches = M;
+    llvm::Expected<PipelinePlan> Pipe = planPipeline(In);
+    ASSERT_TRUE(bool(Pipe)) << llvm::toString(Pipe.takeError());
+    P.Pipeline = std::move(*Pipe);
+    std::string Fig = figure(writeScheduleFigure, P);
+    bool Drawn = size_t(4 * M) <= MaxDrawnScheduleOps;
+    EXPECT_EQ(occurrences(Fig, "class=\"op fwd\""), Drawn ? size_t(2 * M) : 0u) << M;
+    EXPECT_EQ(occurrences(Fig, "<title>"), 0u) << M;
+    EXPECT_EQ(Fig.find("more than this page draws") != std::string::npos, !Drawn) << M;
+  }
+}
+
 TEST(ReportFigures, GridHasACellPerRankInEveryPanel) {
   Plan P = planOf(OneF1B);
   ASSERT_TRUE(P.Grid);

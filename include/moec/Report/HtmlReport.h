@@ -46,6 +46,10 @@ std::string renderHtmlReport(const Plan &P, llvm::ArrayRef<SweepPoint> Sweep = {
 /// page stays small enough for a browser.
 constexpr size_t MaxDrawnScheduleOps = 100000;
 constexpr int64_t MaxDrawnRanks = 32768;
+/// Past these, elements lose their hover text (<title>): it would more than
+/// double the page.
+constexpr size_t MaxDetailedScheduleOps = 20000;
+constexpr int64_t MaxDetailedRanks = 4096;
 
 } // namespace moec
 
