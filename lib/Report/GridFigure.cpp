@@ -58,8 +58,9 @@ void writePanel(const Plan &P, llvm::StringRef Kind, llvm::raw_ostream &OS) {
       text(OS, CX + (Cell - 1) / 2, CY + Cell / 2 + 3, std::to_string(Rank), "rank-label", "middle");
   }
   OS << "</svg><p class=\"panel-note\">"
-     << escapeHtml(Size <= 1 ? std::string("every rank alone")
-                             : fmt::format("{} group{} of {} ranks", Groups.size(), Groups.size() == 1 ? "" : "s", Size))
+     << escapeHtml(Size <= 1
+                       ? std::string("every rank alone")
+                       : fmt::format("{} group{} of {} ranks", Groups.size(), Groups.size() == 1 ? "" : "s", Size))
      << "</p></div>\n";
 }
 } // namespace

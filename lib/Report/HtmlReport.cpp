@@ -11,12 +11,23 @@ std::string moec::escapeHtml(llvm::StringRef Text) {
   Out.reserve(Text.size());
   for (char C : Text) {
     switch (C) {
-    case '&': Out += "&amp;"; break;
-    case '<': Out += "&lt;"; break;
-    case '>': Out += "&gt;"; break;
-    case '"': Out += "&quot;"; break;
-    case '\'': Out += "&#39;"; break;
-    default: Out += C;
+    case '&':
+      Out += "&amp;";
+      break;
+    case '<':
+      Out += "&lt;";
+      break;
+    case '>':
+      Out += "&gt;";
+      break;
+    case '"':
+      Out += "&quot;";
+      break;
+    case '\'':
+      Out += "&#39;";
+      break;
+    default:
+      Out += C;
     }
   }
   return Out;
@@ -76,10 +87,9 @@ void writeFacts(const Plan &P, llvm::ArrayRef<SweepPoint> Sweep, llvm::raw_ostre
     for (const SweepPoint &S : Sweep)
       if (S.Rank == 1)
         Best = &S;
-    Rows.insert(Rows.begin(), {"sweep", fmt::format("{} points; the figures draw {}{}", Sweep.size(),
-                                                    R.PointName,
-                                                    Best && Best->Name == R.PointName ? " (the fastest feasible)"
-                                                                                      : "")});
+    Rows.insert(Rows.begin(),
+                {"sweep", fmt::format("{} points; the figures draw {}{}", Sweep.size(), R.PointName,
+                                      Best && Best->Name == R.PointName ? " (the fastest feasible)" : "")});
   }
   OS << "<table class=\"facts\">";
   for (const auto &[Key, Value] : Rows)

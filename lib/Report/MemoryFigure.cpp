@@ -53,8 +53,7 @@ void moec::writeMemoryFigure(const Plan &P, llvm::raw_ostream &OS) {
     double X = Left + Slot * double(S) + (Slot - BarW) / 2;
     bool Over = B.total() > M.CapacityBytes;
     std::string Summary = fmt::format("stage {}: {} of {}", S, gigabytes(B.total()), gigabytes(M.CapacityBytes));
-    OS << "<g class=\"stage" << (Over ? " over" : "") << "\" data-stage=\"" << S << "\"><title>"
-       << escapeHtml(Summary);
+    OS << "<g class=\"stage" << (Over ? " over" : "") << "\" data-stage=\"" << S << "\"><title>" << escapeHtml(Summary);
     for (const auto &[Name, Bytes] : B.items())
       if (Bytes > 0)
         OS << "\n" << escapeHtml(categoryLabel(Name)) << ": " << escapeHtml(gigabytes(Bytes));
@@ -79,8 +78,8 @@ void moec::writeMemoryFigure(const Plan &P, llvm::raw_ostream &OS) {
   double HbmY = Y(M.CapacityBytes);
   OS << "\n<line class=\"hbm\" x1=\"" << num(Left) << "\" x2=\"" << num(Left + Slot * double(N) + 8) << "\" y1=\""
      << num(HbmY) << "\" y2=\"" << num(HbmY) << "\"/>";
-  text(OS, Left + Slot * double(N) + 12, HbmY + 4,
-       fmt::format("HBM {} ({})", gigabytes(M.CapacityBytes), P.R.Gpu.Name), "hbm-label");
+  text(OS, Left + Slot * double(N) + 12, HbmY + 4, fmt::format("HBM {} ({})", gigabytes(M.CapacityBytes), P.R.Gpu.Name),
+       "hbm-label");
   OS << "\n</svg>\n";
 
   std::vector<std::pair<std::string, std::string>> Items;

@@ -28,8 +28,7 @@ void moec::writeScheduleFigure(const Plan &P, llvm::raw_ostream &OS) {
     Ops += R.size();
   if (Ops > MaxDrawnScheduleOps) {
     OS << "<p class=\"note\">"
-       << escapeHtml(fmt::format("The schedule has {} ops, more than this page draws ({}).", Ops,
-                                 MaxDrawnScheduleOps))
+       << escapeHtml(fmt::format("The schedule has {} ops, more than this page draws ({}).", Ops, MaxDrawnScheduleOps))
        << "</p></figure>\n";
     return;
   }

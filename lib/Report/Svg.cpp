@@ -70,7 +70,7 @@ std::string report::groupColour(int64_t Index) {
 void report::legend(llvm::raw_ostream &OS, llvm::ArrayRef<std::pair<std::string, std::string>> Items) {
   OS << "<ul class=\"legend\">";
   for (const auto &[Colour, Label] : Items)
-    OS << "<li><span class=\"swatch\" style=\"background:" << escapeHtml(Colour) << "\"></span>"
-       << escapeHtml(Label) << "</li>";
+    OS << "<li><span class=\"swatch\" style=\"background:" << escapeHtml(Colour) << "\"></span>" << escapeHtml(Label)
+       << "</li>";
   OS << "</ul>\n";
 }

@@ -29,8 +29,8 @@ std::vector<double> ticks(double Max, int Count);
 /// escaped here) becomes a <title> child when non-empty. Extra is written
 /// verbatim inside the tag (data- attributes built by the caller from
 /// numbers only).
-void rect(llvm::raw_ostream &OS, double X, double Y, double W, double H, llvm::StringRef Class,
-          llvm::StringRef Fill, llvm::StringRef Title = "", llvm::StringRef Extra = "");
+void rect(llvm::raw_ostream &OS, double X, double Y, double W, double H, llvm::StringRef Class, llvm::StringRef Fill,
+          llvm::StringRef Title = "", llvm::StringRef Extra = "");
 
 /// Writes <text> at (X, Y) with escaped content.
 void text(llvm::raw_ostream &OS, double X, double Y, llvm::StringRef Content, llvm::StringRef Class = "",

@@ -37,8 +37,8 @@ void moec::writeSweepFigure(llvm::ArrayRef<SweepPoint> Points, llvm::StringRef S
        << "\" viewBox=\"0 0 " << num(Left + PlotW + 120) << " " << num(TopPad + PlotH + Bottom)
        << "\" role=\"img\" aria-label=\"sweep scatter\">\n";
     for (double T : YT) {
-      OS << "<line class=\"gridline\" x1=\"" << num(Left) << "\" x2=\"" << num(Left + PlotW) << "\" y1=\""
-         << num(PY(T)) << "\" y2=\"" << num(PY(T)) << "\"/>";
+      OS << "<line class=\"gridline\" x1=\"" << num(Left) << "\" x2=\"" << num(Left + PlotW) << "\" y1=\"" << num(PY(T))
+         << "\" y2=\"" << num(PY(T)) << "\"/>";
       text(OS, Left - 6, PY(T) + 4, fmt::format("{:g}", T), "tick", "end");
     }
     for (double T : XT)
@@ -55,10 +55,9 @@ void moec::writeSweepFigure(llvm::ArrayRef<SweepPoint> Points, llvm::StringRef S
       if (!S.Predicted)
         continue;
       double X = PX(S.PeakBytes / 1e9), Y = PY(S.TokensPerSecPerGpu);
-      std::string Title =
-          fmt::format("{}: {:.0f} tokens/s/GPU, peak {} of {}", S.Name, S.TokensPerSecPerGpu,
-                      gigabytes(S.PeakBytes), gigabytes(S.CapacityBytes)) +
-          (S.Feasible ? fmt::format(" (rank {})", S.Rank) : " — infeasible: " + S.Reason);
+      std::string Title = fmt::format("{}: {:.0f} tokens/s/GPU, peak {} of {}", S.Name, S.TokensPerSecPerGpu,
+                                      gigabytes(S.PeakBytes), gigabytes(S.CapacityBytes)) +
+                          (S.Feasible ? fmt::format(" (rank {})", S.Rank) : " — infeasible: " + S.Reason);
       std::string Classes = std::string("pt ") + (S.Feasible ? "feasible" : "infeasible") +
                             (S.Rank == 1 ? " best" : "") + (S.Name == Shown ? " shown" : "");
       OS << "<g class=\"" << Classes << "\"><title>" << escapeHtml(Title) << "</title>";
@@ -79,7 +78,8 @@ void moec::writeSweepFigure(llvm::ArrayRef<SweepPoint> Points, llvm::StringRef S
       OS << "</g>\n";
     }
     OS << "</svg>\n";
-    legend(OS, {{"#4e79a7", "feasible (largest: fastest)"}, {"#d62728", "infeasible (×)"},
+    legend(OS, {{"#4e79a7", "feasible (largest: fastest)"},
+                {"#d62728", "infeasible (×)"},
                 {"#ffffff", "ringed: the point the figures above draw"}});
   } else {
     OS << "<p class=\"note\">No point has a prediction to plot.</p>\n";
@@ -91,18 +91,17 @@ void moec::writeSweepFigure(llvm::ArrayRef<SweepPoint> Points, llvm::StringRef S
     OS << "<tr class=\"" << (S.Feasible ? "feasible" : "infeasible") << "\"><td>"
        << (S.Rank ? std::to_string(S.Rank) : "") << "</td><td>" << escapeHtml(S.Name) << "</td>";
     if (S.Predicted)
-      OS << fmt::format("<td>{:.0f}</td><td>{:.2f}</td><td>{:.1f}%</td><td>{:.1f} / {:.1f}</td>",
-                        S.TokensPerSecPerGpu, S.StepTime, 100 * S.MFU, S.PeakBytes / 1e9, S.CapacityBytes / 1e9);
+      OS << fmt::format("<td>{:.0f}</td><td>{:.2f}</td><td>{:.1f}%</td><td>{:.1f} / {:.1f}</td>", S.TokensPerSecPerGpu,
+                        S.StepTime, 100 * S.MFU, S.PeakBytes / 1e9, S.CapacityBytes / 1e9);
     else
       OS << "<td></td><td></td><td></td><td></td>";
     OS << "<td>" << (S.Feasible ? std::string("feasible") : escapeHtml(S.Reason)) << "</td></tr>\n";
   }
   OS << "</tbody></table>\n<figcaption>"
-     << escapeHtml(fmt::format("{} points: {} feasible, {} infeasible; {} plotted (points with structural errors "
-                               "have no prediction and appear only in the table).",
-                               Points.size(),
-                               std::count_if(Points.begin(), Points.end(), [](const SweepPoint &S) { return S.Feasible; }),
-                               std::count_if(Points.begin(), Points.end(), [](const SweepPoint &S) { return !S.Feasible; }),
-                               Plotted))
+     << escapeHtml(fmt::format(
+            "{} points: {} feasible, {} infeasible; {} plotted (points with structural errors "
+            "have no prediction and appear only in the table).",
+            Points.size(), std::count_if(Points.begin(), Points.end(), [](const SweepPoint &S) { return S.Feasible; }),
+            std::count_if(Points.begin(), Points.end(), [](const SweepPoint &S) { return !S.Feasible; }), Plotted))
      << "</figcaption>\n</figure>\n";
 }

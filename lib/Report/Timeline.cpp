@@ -66,8 +66,8 @@ llvm::Expected<Timeline> moec::layOutSchedule(const PipelinePlan &P, const OpDur
       }
     }
     if (!Progress)
-      return llvm::createStringError(llvm::inconvertibleErrorCode(),
-                                     "the schedule deadlocks after %zu of %zu ops", Placed, Total);
+      return llvm::createStringError(llvm::inconvertibleErrorCode(), "the schedule deadlocks after %zu of %zu ops",
+                                     Placed, Total);
   }
   double Busy = 0;
   for (int64_t R = 0; R < PP; ++R) {

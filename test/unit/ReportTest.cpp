@@ -7,8 +7,8 @@
 // points as `moec sweep` decides them, and escaped recipe text.
 //
 //===----------------------------------------------------------------------===//
-#include "moec/Report/HtmlReport.h"
 #include "moec/Diag/DiagnosticEngine.h"
+#include "moec/Report/HtmlReport.h"
 #include "moec/Report/Sweep.h"
 #include "moec/Report/Timeline.h"
 #include "moec/Rules/RuleEngine.h"
@@ -113,10 +113,18 @@ TEST(ReportTimeline, OneF1BByHand) {
   P.PP = 2;
   P.Microbatches = 3;
   using K = ScheduledOp::Kind;
-  P.Schedule = {{{K::Forward, 0, 0}, {K::Forward, 1, 0}, {K::Backward, 0, 0}, {K::Forward, 2, 0},
-                 {K::Backward, 1, 0}, {K::Backward, 2, 0}},
-                {{K::Forward, 0, 0}, {K::Backward, 0, 0}, {K::Forward, 1, 0}, {K::Backward, 1, 0},
-                 {K::Forward, 2, 0}, {K::Backward, 2, 0}}};
+  P.Schedule = {{{K::Forward, 0, 0},
+                 {K::Forward, 1, 0},
+                 {K::Backward, 0, 0},
+                 {K::Forward, 2, 0},
+                 {K::Backward, 1, 0},
+                 {K::Backward, 2, 0}},
+                {{K::Forward, 0, 0},
+                 {K::Backward, 0, 0},
+                 {K::Forward, 1, 0},
+                 {K::Backward, 1, 0},
+                 {K::Forward, 2, 0},
+                 {K::Backward, 2, 0}}};
   llvm::Expected<Timeline> T = layOutSchedule(P, OpDurations::uniform(2));
   ASSERT_TRUE(bool(T)) << llvm::toString(T.takeError());
   std::vector<std::pair<double, double>> Rank0, Rank1;
@@ -244,8 +252,8 @@ TEST(ReportFigures, StepTimeHasEveryNonZeroPart) {
   std::string Fig = figure(writeStepTimeFigure, P);
   const StepTimeBreakdown &T = P.Time;
   size_t NonZero = 0;
-  for (double S : {T.Compute, T.Recompute, T.TensorParallel, T.ContextParallel, T.ExpertParallel, T.PipelineP2P,
-                   T.Host, T.Bubble, T.DataParallel, T.Optimizer})
+  for (double S : {T.Compute, T.Recompute, T.TensorParallel, T.ContextParallel, T.ExpertParallel, T.PipelineP2P, T.Host,
+                   T.Bubble, T.DataParallel, T.Optimizer})
     NonZero += S > 0;
   EXPECT_EQ(occurrences(Fig, "<g class=\"part\""), NonZero);
   EXPECT_GT(T.Bubble, 0);
@@ -305,8 +313,8 @@ TEST(ReportSweep, PointsAsMoecSweepDecidesThem) {
 TEST(ReportSweep, PageHasTheFifthFigure) {
   std::unique_ptr<Compiled> C = compile(Sweep, true);
   std::vector<SweepPoint> Points = evaluateSweep(C->Points, C->Diags.finish());
-  auto Best = std::find_if(C->Points.begin(), C->Points.end(),
-                           [](const auto &P) { return P.first.PointName == "s[ep=8]"; });
+  auto Best =
+      std::find_if(C->Points.begin(), C->Points.end(), [](const auto &P) { return P.first.PointName == "s[ep=8]"; });
   ASSERT_NE(Best, C->Points.end());
   llvm::Expected<Plan> P = buildPlan(Best->first, Best->second);
   ASSERT_TRUE(bool(P));

@@ -53,8 +53,8 @@ int runReport() {
     return ExitErrors;
   }
   if (Recipes.size() > 1) {
-    llvm::errs() << fmt::format("moec report: '{}' defines {} recipes; choose one with --recipe\n",
-                                CheckFiles.front(), Recipes.size());
+    llvm::errs() << fmt::format("moec report: '{}' defines {} recipes; choose one with --recipe\n", CheckFiles.front(),
+                                Recipes.size());
     return ExitUsage;
   }
 
@@ -92,8 +92,8 @@ int runReport() {
       return ExitErrors;
     }
     size_t Feasible = llvm::count_if(Points, [](const SweepPoint &S) { return S.Feasible; });
-    llvm::errs() << fmt::format("moec report: {} points, {} feasible; the figures draw {}\n", Points.size(),
-                                Feasible, Shown->Name);
+    llvm::errs() << fmt::format("moec report: {} points, {} feasible; the figures draw {}\n", Points.size(), Feasible,
+                                Shown->Name);
     return writeReport(*P, Points);
   }
   llvm::errs() << "moec report: lost sweep point " << Shown->Name << "\n";
