@@ -28,6 +28,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fmt/format.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 
 using namespace moerun;
 
@@ -317,5 +320,15 @@ int run(int Argc, char **Argv) {
 
 int main(int Argc, char **Argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
+#ifdef __GLIBC__
+  // Every step frees and allocates the same large activation buffers. By
+  // default glibc maps big blocks afresh and trims the heap when they are
+  // freed, so each step faults in new pages that the kernel must zero, a
+  // tenth of a one-rank step (perf, docs/benchmarks.md). Keep blocks up to
+  // 32 MiB (glibc's largest mmap threshold) in the heap and do not hand free
+  // memory back below 1 GiB; the peak memory is the same.
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+#endif
   return run(Argc, Argv);
 }

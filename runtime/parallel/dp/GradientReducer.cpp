@@ -97,6 +97,16 @@ void allReduceBucket(GradBucket &B) {
 }
 
 void reduceScatterBucket(GradBucket &B, std::vector<float> &Shard) {
+  if (!B.empty() && B.Group->size() == 1) {
+    // A group of one: the shard is the whole bucket and the sum is this
+    // rank's gradient. One copy instead of a fill, a pack and the group's
+    // copy (each a pass over every gradient element, every step).
+    Shard.resize(B.Numel);
+    for (const GradBucket::Slot &S : B.Slots)
+      std::memcpy(Shard.data() + S.Offset, S.Param->Grad.data(),
+                  S.Numel * sizeof(float));
+    return;
+  }
   Shard.assign(B.shardSize(), 0.0f);
   if (B.empty())
     return;

@@ -60,6 +60,10 @@ LAYOUTS = [
     ("dp2_cp2_ep4_pp2", 8, "cp = 2; ep = 4; pp = 2", None),
     ("tp2_dp2_pp2_vpp2", 8, "tp = 2; pp = 2; vpp = 2", "selective(mlp, moe)"),
     ("dp2_ep2_cp2_distopt", 8, "cp = 2; ep = 2", None),
+    # Groups of one take a shortcut in the distributed optimizer (no master
+    # copy, no all-gather): every bucket on one rank, the edp bucket with ep2.
+    ("one_rank_distopt", 1, "tp = 1", None),
+    ("dp2_ep2_distopt", 2, "ep = 2", None),
 ]
 
 
