@@ -40,7 +40,7 @@ __global__ void sumSquaresKernel(int64_t Count, const float *X,
   Shared[threadIdx.x] = S;
   __syncthreads();
   for (int Half = SumThreads / 2; Half > 0; Half /= 2) {
-    if (threadIdx.x < Half)
+    if (int(threadIdx.x) < Half)
       Shared[threadIdx.x] += Shared[threadIdx.x + Half];
     __syncthreads();
   }

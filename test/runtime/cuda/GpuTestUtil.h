@@ -41,14 +41,17 @@ inline std::vector<float> randomBf16(size_t N, uint64_t Seed,
   return cuda::roundedToBf16(V);
 }
 
-/// Max |Got - Want| <= Tol * max(1e-6, max |Want|), with the worst index.
+/// Max |Got - Want| <= Tol * max(1e-3, max |Want|), with the worst index.
+/// The floor keeps an all-but-zero reference (the attention gradients of a
+/// single token vanish analytically) from demanding agreement in rounding
+/// noise.
 inline ::testing::AssertionResult near(const std::vector<float> &Got,
                                        const std::vector<float> &Want,
                                        double Tol, const std::string &What) {
   if (Got.size() != Want.size())
     return ::testing::AssertionFailure()
            << What << ": " << Got.size() << " values, want " << Want.size();
-  double Scale = 1e-6;
+  double Scale = 1e-3;
   for (float W : Want)
     Scale = std::max(Scale, double(std::fabs(W)));
   double Worst = 0;
