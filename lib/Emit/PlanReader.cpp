@@ -21,6 +21,95 @@ using namespace moec;
 
 namespace {
 
+/// The product of Factors, or nullopt past int64_t: a plan edited by hand
+/// may hold any integer, and a product that wraps would pass a check.
+std::optional<int64_t> product(std::initializer_list<int64_t> Factors) {
+  int64_t Result = 1;
+  for (int64_t F : Factors)
+    if (__builtin_mul_overflow(Result, F, &Result))
+      return std::nullopt;
+  return Result;
+}
+
+std::string showProduct(std::optional<int64_t> V) { return V ? std::to_string(*V) : std::string("more than 2^63"); }
+
+/// Debian's toml++ 3.3.0 reaches __builtin_unreachable() on some non-ASCII
+/// characters outside strings and comments (is_non_ascii_horizontal_
+/// whitespace, found by fuzz-planreader; docs/reliability.md). TOML allows
+/// no such character there, so the reader reports the first one itself
+/// before toml++ sees the document. Returns the 1-based line and column.
+std::optional<std::pair<unsigned, unsigned>> findBareNonAscii(llvm::StringRef Doc) {
+  enum { Normal, Comment, Basic, Literal, MultiBasic, MultiLiteral } State = Normal;
+  unsigned Line = 1, Column = 1;
+  auto Quotes = [&](size_t I, char Q) {
+    size_t N = 0;
+    while (I + N < Doc.size() && Doc[I + N] == Q)
+      ++N;
+    return N;
+  };
+  for (size_t I = 0; I < Doc.size(); ++I) {
+    char C = Doc[I];
+    if (C == '\n') {
+      ++Line;
+      Column = 1;
+      if (State != MultiBasic && State != MultiLiteral)
+        State = Normal; // comments and one-line strings end here
+      continue;
+    }
+    switch (State) {
+    case Normal:
+      if ((unsigned char)C >= 0x80)
+        return std::make_pair(Line, Column);
+      if (C == '#') {
+        State = Comment;
+      } else if (C == '"' || C == '\'') {
+        size_t N = Quotes(I, C);
+        if (N >= 3) {
+          State = C == '"' ? MultiBasic : MultiLiteral;
+          I += 2, Column += 2;
+        } else if (N == 2) {
+          I += 1, Column += 1; // an empty string
+        } else {
+          State = C == '"' ? Basic : Literal;
+        }
+      }
+      break;
+    case Comment:
+      break;
+    case Basic:
+    case MultiBasic:
+      if (C == '\\' && I + 1 < Doc.size() && Doc[I + 1] != '\n') {
+        ++I, ++Column;
+        break;
+      }
+      [[fallthrough]];
+    case Literal:
+    case MultiLiteral: {
+      char Q = State == Basic || State == MultiBasic ? '"' : '\'';
+      if (C != Q)
+        break;
+      if (State == Basic || State == Literal) {
+        State = Normal;
+        break;
+      }
+      // A multi-line string ends at three quotes; up to two more before
+      // them are content ('"""a""""' is a followed by one quote).
+      size_t N = Quotes(I, Q);
+      if (N >= 3) {
+        size_t Skip = std::min<size_t>(N, 5) - 1;
+        I += Skip, Column += unsigned(Skip);
+        State = Normal;
+      }
+      break;
+    }
+    }
+    // Columns count characters, not the continuation bytes of one.
+    if (((unsigned char)C & 0xC0) != 0x80)
+      ++Column;
+  }
+  return std::nullopt;
+}
+
 class PlanParser {
 public:
   explicit PlanParser(std::string File) : File(std::move(File)) {}
@@ -185,13 +274,14 @@ bool PlanParser::readParallel(const toml::table &Config) {
       !readBool(*T, Pre, "sp", Par.SequenceParallel) || !readBool(*T, Pre, "fsdp", Par.FSDP) ||
       !readOneOf(*T, Pre, "order", Par.Order, {"tp-cp-ep-dp-pp", "tp-cp-ep-pp-dp"}))
     return false;
-  int64_t Dense = Par.TP * Par.CP * Par.DP * Par.PP, Expert = Par.ETP * Par.EP * Par.EDP * Par.PP;
+  std::optional<int64_t> Dense = product({Par.TP, Par.CP, Par.DP, Par.PP}),
+                         Expert = product({Par.ETP, Par.EP, Par.EDP, Par.PP});
   if (Dense != P.WorldSize)
     return fail(Pre, fmt::format("tp x cp x dp x pp = {} x {} x {} x {} = {}, but world_size is {}", Par.TP, Par.CP,
-                                 Par.DP, Par.PP, Dense, P.WorldSize));
+                                 Par.DP, Par.PP, showProduct(Dense), P.WorldSize));
   if (Expert != P.WorldSize)
     return fail(Pre, fmt::format("etp x ep x edp x pp = {} x {} x {} x {} = {}, but world_size is {}", Par.ETP,
-                                 Par.EP, Par.EDP, Par.PP, Expert, P.WorldSize));
+                                 Par.EP, Par.EDP, Par.PP, showProduct(Expert), P.WorldSize));
   return true;
 }
 
@@ -261,8 +351,9 @@ bool PlanParser::readStages(const toml::table &Pipeline) {
   if (!Stages)
     return false;
   const int64_t PP = P.Parallel.PP, VPP = P.Parallel.VPP;
-  if (int64_t(Stages->size()) != PP * VPP)
-    return fail("pipeline.stages", fmt::format("expected pp x vpp = {} stages, found {}", PP * VPP, Stages->size()));
+  if (product({PP, VPP}) != int64_t(Stages->size()))
+    return fail("pipeline.stages",
+                fmt::format("expected pp x vpp = {} stages, found {}", showProduct(product({PP, VPP})), Stages->size()));
   int64_t NextLayer = 0;
   for (size_t I = 0; I < Stages->size(); ++I) {
     std::string Pre = index("pipeline.stages", I);
@@ -283,7 +374,8 @@ bool PlanParser::readStages(const toml::table &Pipeline) {
                                    V / PP, S.Rank, S.Chunk));
     if (S.FirstLayer != NextLayer)
       return fail(Pre + ".first_layer", fmt::format("expected {} (the layers after the previous stage)", NextLayer));
-    NextLayer += S.DecoderLayers;
+    if (__builtin_add_overflow(NextLayer, S.DecoderLayers, &NextLayer))
+      return fail(Pre + ".decoder_layers", "the layers of the stages add up past 2^63");
     if (S.Embedding != (V == 0))
       return fail(Pre + ".embedding", V == 0 ? "the first stage must hold the embedding"
                                              : "only the first stage holds the embedding");
@@ -358,10 +450,10 @@ bool PlanParser::readSchedule(const toml::table &Pipeline) {
         return fail(OpField, fmt::format("'{}' runs before its forward", *Text));
       Parsed.push_back(*Op);
     }
-    if (int64_t(Parsed.size()) != 2 * M * VPP)
+    if (product({2, M, VPP}) != int64_t(Parsed.size()))
       return fail(Pre + ".ops", fmt::format("expected {} ops (a forward and a backward of {} micro batches on {} "
                                             "chunks), found {}",
-                                            2 * M * VPP, M, VPP, Parsed.size()));
+                                            showProduct(product({2, M, VPP})), M, VPP, Parsed.size()));
     P.Schedule.push_back(std::move(Parsed));
   }
   return true;
@@ -379,11 +471,11 @@ bool PlanParser::readPipeline(const toml::table &Root) {
     return fail("pipeline.pp", fmt::format("{} differs from config.parallel.pp = {}", PP, P.Parallel.PP));
   if (VPP != P.Parallel.VPP)
     return fail("pipeline.vpp", fmt::format("{} differs from config.parallel.vpp = {}", VPP, P.Parallel.VPP));
-  int64_t Expected = P.MicroBatch * P.Microbatches * P.Parallel.DP;
+  std::optional<int64_t> Expected = product({P.MicroBatch, P.Microbatches, P.Parallel.DP});
   if (Expected != P.GlobalBatch)
     return fail("pipeline.microbatches",
                 fmt::format("micro_batch x microbatches x dp = {} x {} x {} = {}, but global_batch is {}",
-                            P.MicroBatch, P.Microbatches, P.Parallel.DP, Expected, P.GlobalBatch));
+                            P.MicroBatch, P.Microbatches, P.Parallel.DP, showProduct(Expected), P.GlobalBatch));
   return readStages(*T) && readSchedule(*T);
 }
 
@@ -391,6 +483,13 @@ bool PlanParser::readGroups(const toml::table &Root) {
   const toml::table *T = table(Root, "", "groups");
   if (!T)
     return false;
+  // One [[ranks]] entry per rank, checked before anything is allocated per
+  // rank: the world size is then bounded by the document's own size.
+  const toml::array *Ranks = array(Root, "", "ranks");
+  if (!Ranks)
+    return false;
+  if (int64_t(Ranks->size()) != P.WorldSize)
+    return fail("ranks", fmt::format("expected one entry per rank ({}), found {}", P.WorldSize, Ranks->size()));
   const LaunchParallel &Par = P.Parallel;
   // The kinds the runtime builds communicators for, with their group sizes.
   const std::map<std::string, int64_t> Required = {
@@ -494,6 +593,10 @@ bool PlanParser::readRanks(const toml::table &Root) {
 }
 
 llvm::Expected<LaunchPlan> PlanParser::parse(llvm::StringRef Document) {
+  if (auto At = findBareNonAscii(Document))
+    return llvm::createStringError(std::errc::invalid_argument,
+                                   "%s:%u:%u: unexpected non-ASCII character outside a string or a comment",
+                                   File.c_str(), At->first, At->second);
   toml::parse_result Result = toml::parse(std::string_view(Document.data(), Document.size()), File);
   if (!Result) {
     const toml::parse_error &E = Result.error();

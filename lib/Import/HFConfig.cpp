@@ -3,6 +3,7 @@
 
 #include "llvm/ADT/StringSet.h"
 #include "llvm/Support/JSON.h"
+#include <cmath>
 #include <fmt/format.h>
 
 using namespace moec;
@@ -26,7 +27,9 @@ public:
       Used.insert(K);
       if (auto I = V->getAsInteger())
         return *I;
-      if (auto D = V->getAsNumber(); D && *D == double(int64_t(*D)))
+      // 8.0 counts as 8; a double outside int64_t's range is checked before
+      // the conversion, which would be undefined (found by fuzz-hfconfig).
+      if (auto D = V->getAsNumber(); D && *D >= -0x1p63 && *D < 0x1p63 && *D == std::trunc(*D))
         return int64_t(*D);
       BadKey = K.str();
     }

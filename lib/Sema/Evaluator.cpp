@@ -327,9 +327,19 @@ bool Scope::checkValue(Value &V, const FieldSpec &F, SMRange Where) {
     return false;
   }
   double X = V.Num.getReal();
-  if (X < F.Min || X > F.Max) {
-    std::string Expected = F.Max == DBL_MAX ? fmt::format("at least {}", F.Min)
-                                            : fmt::format("between {} and {}", F.Min, F.Max);
+  // Counts have no upper bound in the schema, but the rules and the planner
+  // multiply them in 64 bits (pp x vpp, 2 x cp, nodes x gpus_per_node, ...).
+  // A ceiling far above any real job keeps every such product in range:
+  // 2^20 for a parallel size, 2^31 for any other count (docs/reliability.md;
+  // found by fuzz-plan). max_seq_len is only ever compared, never
+  // multiplied: any 64-bit value stays valid there.
+  double Max = F.Max;
+  if (F.Type == FieldType::Count && Max == DBL_MAX && F.Path != "max_seq_len")
+    Max = StringRef(F.Path).startswith("parallel.") ? double(1 << 20) : double(int64_t(1) << 31);
+  if (X < F.Min || X > Max) {
+    std::string Expected = F.Max == DBL_MAX && (X < F.Min || Max == DBL_MAX)
+                               ? fmt::format("at least {}", F.Min)
+                               : fmt::format("between {} and {}", F.Min, Max);
     if (Want != Dimension::none())
       Expected = "a value above zero";
     S.Diags.report(diag::value_out_of_range, Where, F.Path, V.Num.format(), Expected);

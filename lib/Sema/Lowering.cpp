@@ -276,6 +276,14 @@ llvm::Optional<Recipe> SemaImpl::lowerRecipe(Scope &Sc, std::string PointName) {
     }
   }
 
+  // nodes x gpus_per_node obeys the same ceiling as a stated count
+  // (Evaluator.cpp), so that the rules' products of the world size fit.
+  if (Out.WorldSize > (int64_t(1) << 31)) {
+    Diags.report(diag::value_out_of_range, ClusterRange, "cluster.gpus", Out.WorldSize,
+                 fmt::format("between 1 and {}", int64_t(1) << 31));
+    Out.WorldSize = 0;
+  }
+
   Out.SeqLen = R.count("seq_len");
   Out.MicroBatch = R.count("batch.micro");
   Out.GlobalBatch = R.count("batch.global");

@@ -7,6 +7,7 @@
 #include <cinttypes>
 #include <cstdint>
 #include <fmt/format.h>
+#include <map>
 
 using namespace moec;
 
@@ -18,6 +19,10 @@ public:
   explicit Generator(FuzzedDataProvider &In) : In(In) {}
 
   std::string file() {
+    // Half the inputs start from a recipe whose sizes divide, so that they
+    // reach the planner, and then set a few fields to absurd values.
+    if (In.ConsumeBool())
+      return consistentRecipe();
     std::string Out;
     bool OwnGpu = In.ConsumeIntegralInRange(0, 7) == 0;
     bool OwnModel = In.ConsumeIntegralInRange(0, 3) == 0;
@@ -234,6 +239,55 @@ private:
   }
 
   bool VisionOn = false, LinearOn = false;
+
+  std::string consistentRecipe() {
+    struct Base {
+      const char *Model, *Gpu;
+      int64_t GpusPerNode, Layers;
+    };
+    // tiny_moe fits any memory, so its points get furthest; listed thrice.
+    static const Base Bases[] = {{"tiny_moe", "cpu", 2, 4},
+                                 {"tiny_moe", "cpu", 2, 4},
+                                 {"tiny_moe", "cpu", 2, 4},
+                                 {"qwen3_30b_a3b", "h100_sxm", 8, 48},
+                                 {"deepseek_v3", "h100_sxm", 8, 61},
+                                 {"mixtral_8x7b", "b200", 8, 32},
+                                 {"qwen3_next_80b_a3b", "gb200_nvl72", 4, 48}};
+    const Base &B = In.PickValueInArray(Bases);
+    GpuName = B.Gpu;
+    ModelName = B.Model;
+    auto Pow2 = [&](int Max) { return int64_t(1) << In.ConsumeIntegralInRange(0, Max); };
+    int64_t TP = Pow2(2), CP = Pow2(2), PP = Pow2(3), DP = Pow2(In.ConsumeIntegralInRange(0, 7) == 0 ? 12 : 3);
+    int64_t World = TP * CP * PP * DP;
+    // ep divides tp x cp x dp so that edp is whole.
+    int64_t EP = std::min(Pow2(4), TP * CP * DP);
+    int64_t Micro = Pow2(2);
+    std::map<std::string, std::string> Fields = {
+        {"model", B.Model},
+        {"cluster.gpu", B.Gpu},
+        {"cluster.gpus", std::to_string(std::max(World, B.GpusPerNode))},
+        {"seq_len", std::to_string(int64_t(1) << In.ConsumeIntegralInRange(7, 15))},
+        {"batch.micro", std::to_string(Micro)},
+        {"batch.global", std::to_string(Micro * DP * Pow2(4))},
+        {"parallel.tp", std::to_string(TP)},
+        {"parallel.cp", std::to_string(CP)},
+        {"parallel.ep", std::to_string(EP)},
+        {"parallel.pp", std::to_string(PP)},
+    };
+    if (PP > 1 && In.ConsumeBool())
+      Fields["parallel.vpp"] = std::to_string(In.ConsumeIntegralInRange<int64_t>(1, 4));
+    // Then up to three fields of the schema, set to anything of their type.
+    llvm::ArrayRef<FieldSpec> Schema = schemaFor(DefKind::Recipe);
+    for (unsigned I = In.ConsumeIntegralInRange(0, 3); I > 0; --I) {
+      const FieldSpec &F = Schema[In.ConsumeIntegralInRange<size_t>(0, Schema.size() - 1)];
+      if (F.Type != FieldType::ClusterRef && F.Type != FieldType::ModelRef && F.Type != FieldType::GpuRef)
+        Fields[F.Path.str()] = value(F, /*Sweeps=*/true);
+    }
+    std::string Out = "recipe r {\n";
+    for (const auto &[Path, Value] : Fields)
+      Out += fmt::format("  {} = {}\n", Path, Value);
+    return Out + "}\n";
+  }
 };
 } // namespace
 

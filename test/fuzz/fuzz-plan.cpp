@@ -22,6 +22,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *Data, size_t Size) {
   std::string Text = moec::fuzz::generateRecipeFile(In);
   if (getenv("MOEC_FUZZ_PRINT"))
     llvm::errs() << Text << "\n";
-  moec::fuzz::runPipeline(Text, "generated.moe", /*BuildPlans=*/true);
+  moec::fuzz::PipelineResult R = moec::fuzz::runPipeline(Text, "generated.moe", /*BuildPlans=*/true);
+  // How far generated recipes get, for tuning the generator.
+  if (getenv("MOEC_FUZZ_STATS"))
+    llvm::errs() << "recipes " << R.Recipes << " plans " << R.Plans << "\n";
   return 0;
 }
