@@ -118,14 +118,21 @@ struct GroupedCall {
       // No sync needed for the host arrays: a pageable cudaMemcpyAsync has
       // staged its source before returning, and cuBLAS reads the per-group
       // sizes and scalars on the host during the call.
-      if (S != CUBLAS_STATUS_NOT_SUPPORTED) {
+      // Which type combinations the grouped API takes varies by cuBLAS
+      // version and GPU, and a refusal comes back as NOT_SUPPORTED or
+      // INVALID_VALUE: fall back to the loop, whose cublasGemmEx calls still
+      // report a genuinely invalid problem.
+      if (S != CUBLAS_STATUS_NOT_SUPPORTED &&
+          S != CUBLAS_STATUS_INVALID_VALUE) {
         MOERT_CUBLAS_CHECK(S);
         return;
       }
       H.BatchedFellBack = true;
-      std::fprintf(stderr, "moert: cublasGemmGroupedBatchedEx does not support "
-                           "this bf16/fp32 combination here; grouped expert "
-                           "GEMMs fall back to a loop of cublasGemmEx\n");
+      std::fprintf(stderr,
+                   "moert: cublasGemmGroupedBatchedEx refused this bf16/fp32 "
+                   "problem (%s); grouped expert GEMMs fall back to a loop of "
+                   "cublasGemmEx\n",
+                   cublasGetStatusName(S));
     }
     for (size_t I = 0; I < G; ++I)
       MOERT_CUBLAS_CHECK(cublasGemmEx(
