@@ -8,8 +8,9 @@ the loss from ln 256 ~ 5.5 towards ln 15 ~ 2.7), plans tiny_moe on 4 ranks
 (tp 2, ep 2, dp 2) with data.source = real(...), runs
 `mpirun -np 4 moerun plan --steps 25 --lr 3e-3 --log FILE` and checks:
   * the log has one JSON object per step, steps 1..25, each with step, loss,
-    step_time_s, tokens_per_s, peak_bytes, compute_s, comm_s, all finite and
-    positive (comm_s may be 0), compute_s + comm_s <= step_time_s;
+    step_time_s, tokens_per_s, peak_bytes, compute_s, comm_s, aux_loss, gemm_s,
+    cpu_s, all finite and positive (comm_s may be 0), compute_s + comm_s <=
+    step_time_s and gemm_s <= compute_s;
   * tokens_per_s = global_batch * seq_len / step_time_s;
   * standard output has the human line of every step, the note that the CPU
     computes in fp32 and the peak bytes of every rank;
@@ -65,12 +66,15 @@ def main():
     if [r.get("step") for r in rows] != list(range(1, STEPS + 1)):
         errors.append(f"log steps are {[r.get('step') for r in rows]}")
     for r in rows:
-        for k in ("loss", "step_time_s", "tokens_per_s", "peak_bytes", "compute_s", "comm_s"):
+        for k in ("loss", "aux_loss", "step_time_s", "tokens_per_s", "peak_bytes", "compute_s", "comm_s",
+                  "gemm_s", "cpu_s"):
             v = r.get(k)
             if not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0 or (v == 0 and k != "comm_s"):
                 errors.append(f"step {r.get('step')}: {k} = {v!r}")
         if not errors and r["compute_s"] + r["comm_s"] > r["step_time_s"] * 1.001:
             errors.append(f"step {r['step']}: compute + comm exceeds the step time")
+        if not errors and r["gemm_s"] > r["compute_s"] * 1.001:
+            errors.append(f"step {r['step']}: gemm_s exceeds compute_s")
         if not errors and abs(r["tokens_per_s"] * r["step_time_s"] - GLOBAL * SEQ_LEN) > 1e-3 * GLOBAL * SEQ_LEN:
             errors.append(f"step {r['step']}: tokens_per_s is not {GLOBAL * SEQ_LEN} / step_time_s")
         if f"step {r.get('step')}/{STEPS}" not in p.stdout:

@@ -1,0 +1,330 @@
+#!/usr/bin/env python3
+"""Speed of the CPU runtime: moerun's training step on 1, 2, 4 and 8 ranks.
+
+Plans the catalog's `small_moe` (hidden 512, 4 layers, 8 experts top-2, vocab
+4096; lib/Catalog/models.moe) on the `cpu` system for each layout below with
+`moec plan`, runs `mpirun -np N moerun PLAN --steps S --log FILE` (one
+OpenBLAS thread per rank, mock data), and reads the step log: wall time of the
+step (slowest rank), and per rank (means over ranks) the time inside BLAS gemm
+(`gemm_s`), inside communicator calls (`comm_s`) and the process CPU time of
+the step (`cpu_s`, getrusage). The first step is a warm-up and is left out;
+the figures are means over the remaining steps.
+
+On one rank it also profiles a run with `perf record` (when perf works) and
+splits the samples by shared object and, outside BLAS, by function, so that
+the table says where the time that is not GEMM goes.
+
+The issue's target: on one rank, at least 60% of the step time inside BLAS
+GEMMs. Because the machine this runs on may be busy (other processes, fewer
+cores than ranks), the share is given against both the wall time and the CPU
+time of the step, and the load average is recorded before and after.
+
+Writes a Markdown section into docs/benchmarks.md between
+  <!-- BEGIN runtime_speed -->
+  <!-- END runtime_speed -->
+leaving the rest of the file alone.
+
+Usage: bench/runtime_speed.py [--moec PATH] [--moerun PATH] [--mpirun PATH]
+         [--steps N] [--only NAME,...] [--no-perf] [--no-write] [--out FILE]
+         [--work DIR] [--strict]
+(bench/runtime.sh builds the tools into build/ and runs this script.)
+"""
+
+import argparse
+import collections
+import json
+import os
+import platform
+import re
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BEGIN = "<!-- BEGIN runtime_speed -->"
+END = "<!-- END runtime_speed -->"
+TARGET_GEMM_SHARE = 0.60
+
+SEQ_LEN = 256
+MICRO, GLOBAL = 1, 4
+
+# name, ranks, parallel block. dp is what is left of the ranks.
+LAYOUTS = [
+    ("1 rank", 1, "tp = 1"),
+    ("dp2 ep2", 2, "ep = 2"),
+    ("pp2", 2, "pp = 2"),
+    ("dp2 tp2 ep2", 4, "tp = 2; ep = 2"),
+    ("cp2 pp2", 4, "cp = 2; pp = 2"),
+    ("dp2 cp2 ep4 pp2", 8, "cp = 2; ep = 4; pp = 2"),
+]
+
+
+def recipe(name, ranks, parallel):
+    return (f"recipe {name} {{\n  model = small_moe\n  cluster {{ gpu = cpu; gpus = {ranks} }}\n"
+            f"  seq_len = {SEQ_LEN}\n  batch {{ micro = {MICRO}; global = {GLOBAL} }}\n"
+            f"  parallel {{ {parallel} }}\n  data {{ source = mock }}\n}}\n")
+
+
+def slug(name):
+    return "r_" + re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_")
+
+
+def env():
+    return dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+                OPENBLAS_NUM_THREADS="1", OMPI_MCA_rmaps_base_oversubscribe="1")
+
+
+def mpi(mpirun, ranks):
+    return [mpirun, "--oversubscribe", "--bind-to", "none", "--mca", "btl", "self,vader", "-np", str(ranks)]
+
+
+def run_layout(args, work, name, ranks, parallel):
+    moe = work / f"{slug(name)}.moe"
+    moe.write_text(recipe(slug(name), ranks, parallel))
+    plan = work / f"{slug(name)}.toml"
+    subprocess.run([args.moec, "plan", str(moe), "-o", str(plan), "--quiet"], check=True, env=env())
+    log = work / f"{slug(name)}.jsonl"
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    p = subprocess.run(mpi(args.mpirun, ranks) + [args.moerun, str(plan), "--steps", str(args.steps),
+                                                  "--log", str(log), "--timeout", "0"],
+                       env=env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if p.returncode != 0:
+        sys.exit(f"moerun failed on layout {name} (exit {p.returncode}):\n{p.stdout}")
+    rows = [json.loads(line) for line in log.read_text().splitlines()]
+    timed = rows[1:] if len(rows) > 1 else rows
+
+    def mean(key):
+        return sum(r[key] for r in timed) / len(timed)
+
+    return dict(name=name, ranks=ranks, parallel=parallel, plan=plan,
+                step=mean("step_time_s"), cpu=mean("cpu_s"), gemm=mean("gemm_s"), comm=mean("comm_s"),
+                compute=mean("compute_s"), tokens=mean("tokens_per_s"), loss=rows[-1]["loss"],
+                peak=max(r["peak_bytes"] for r in rows),
+                job_wall=wall, job_cpu=(after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime))
+
+
+# perf ------------------------------------------------------------------------------------
+
+def classify(dso, symbol):
+    """A profile sample's bucket: what part of the step it is."""
+    d = dso.lower()
+    if "openblas" in d or "blas" in d or "lapack" in d:
+        return "BLAS (OpenBLAS)"
+    if "libm" in d and "libmpi" not in d:
+        return "libm (exp, log: softmax, router, cross entropy)"
+    if any(k in d for k in ("libmpi", "libopen-pal", "libopen-rte", "mca_", "libpmix", "libevent", "libhwloc")):
+        return "MPI"
+    if d.startswith("[kernel") or "vmlinux" in d:
+        return "kernel (page faults, system calls)"
+    if "libc" in d or "libstdc++" in d:
+        return "libc/libstdc++ (memcpy, memset, malloc)"
+    return "moerun's own loops"
+
+
+def perf_counts(args, work, plan, steps):
+    """Samples per (object, function) of a one-rank run of `steps` steps."""
+    data = work / f"perf-{steps}.data"
+    cmd = ["perf", "record", "-F", "499", "-o", str(data), "--", args.moerun, str(plan),
+           "--steps", str(steps), "--timeout", "0"]
+    p = subprocess.run(cmd, env=env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if p.returncode != 0 or not data.exists():
+        return None, "perf record failed: " + (p.stdout.strip().splitlines() or ["?"])[-1]
+    rep = subprocess.run(["perf", "report", "-i", str(data), "--stdio", "-n", "--no-children", "--sort",
+                          "dso,symbol", "--percent-limit", "0"], stdout=subprocess.PIPE,
+                         stderr=subprocess.DEVNULL, text=True)
+    counts = collections.Counter()
+    for line in rep.stdout.splitlines():
+        m = re.match(r"\s*[\d.]+%\s+(\d+)\s+(\S+)\s+\[[.kxgu]\]\s+(.+?)\s*$", line)
+        if m:
+            sym = m.group(3).replace("(anonymous namespace)", "{anonymous}")
+            sym = re.sub(r"\(.*", "", sym)  # argument lists
+            sym = re.sub(r"(\s+-)+\s*$", "", sym).strip()  # perf's empty columns
+            counts[(m.group(2), sym[:90])] += int(m.group(1))
+    if not counts:
+        return None, "perf report gave no samples"
+    return counts, None
+
+
+def profile(args, work, plan):
+    """Where a one-rank step's CPU time goes: perf record of a run of 1 step
+    and of 1 + K steps; the difference of the sample counts is K steps without
+    start-up (parameter initialisation, MPI start). Returns ((buckets, top
+    non-BLAS functions, samples), None) or (None, reason)."""
+    if not shutil.which("perf"):
+        return None, "perf is not installed"
+    base, err = perf_counts(args, work, plan, 1)
+    if base is None:
+        return None, err
+    more, err = perf_counts(args, work, plan, 1 + args.profile_steps)
+    if more is None:
+        return None, err
+    diff = collections.Counter({k: v - base.get(k, 0) for k, v in more.items()})
+    diff = collections.Counter({k: v for k, v in diff.items() if v > 0})
+    buckets = collections.Counter()
+    symbols = collections.Counter()
+    for (dso, sym), n in diff.items():
+        b = classify(dso, sym)
+        buckets[b] += n
+        if b != "BLAS (OpenBLAS)":
+            symbols[(dso, sym)] += n
+    return (buckets, symbols, sum(diff.values())), None
+
+
+# report ----------------------------------------------------------------------------------
+
+def machine():
+    info = {}
+    try:
+        lscpu = subprocess.run(["lscpu"], stdout=subprocess.PIPE, text=True).stdout
+    except OSError:
+        lscpu = ""
+    m = re.search(r"^Model name:\s*(.+)$", lscpu, re.M)
+    info["cpu"] = m.group(1).strip() if m else platform.processor() or "unknown"
+    info["cores"] = os.cpu_count() or 0
+    info["os"] = platform.platform()
+    return info
+
+
+def load():
+    return " / ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def section(results, prof, info, args):
+    one = next(r for r in results if r["ranks"] == 1)
+    share_wall = one["gemm"] / one["step"]
+    ok = share_wall >= TARGET_GEMM_SHARE
+    out = [BEGIN, "## CPU runtime: training step time",
+           "",
+           f"`moerun` training the catalog's `small_moe` (hidden 512, 4 layers: 1 dense + 3 MoE with 8 experts "
+           f"top-2, 8 heads / 4 KV heads x 64, vocab 4096) at seq_len {SEQ_LEN}, global batch {GLOBAL} "
+           f"(micro batch {MICRO}: {GLOBAL * SEQ_LEN} tokens per step), fp32, mock data, one OpenBLAS thread "
+           f"per rank, Open MPI shared memory. {args.steps} steps per layout; the first is a warm-up, the "
+           "figures are means over the others. Generated by `bench/runtime_speed.py` (`bench/runtime.sh` "
+           "builds the tools and runs it).",
+           "",
+           "*step s*: wall time of the step (slowest rank). *CPU s*, *gemm s*, *comm s*: per rank, means over "
+           "the ranks: the process's CPU time in the step (`getrusage`), the time inside `cblas_sgemm` "
+           "(`blasSeconds()`), and inside communicator calls (which includes waiting for peers). With more "
+           f"ranks than the machine's {info['cores']} cores, ranks take turns on the cores, so wall time "
+           "grows with the rank count even when the work per rank falls: *CPU s x ranks* is the work of the "
+           "whole job and shows what parallelism costs in total.",
+           "",
+           "| layout | ranks | step s | CPU s | CPU s x ranks | gemm s | gemm / step | comm s | tokens/s | "
+           "peak MB | loss after last step |",
+           "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for r in results:
+        out.append(f"| {r['name']} (`{r['parallel']}`) | {r['ranks']} | {r['step']:.3f} | {r['cpu']:.3f} | "
+                   f"{r['cpu'] * r['ranks']:.3f} | {r['gemm']:.3f} | {100 * r['gemm'] / r['step']:.0f}% | "
+                   f"{r['comm']:.3f} | {r['tokens']:.0f} | {r['peak'] / 1e6:.1f} | {r['loss']:.4f} |")
+    perf_share = ""
+    if prof[0]:
+        perf_share = (f"; by the profile below, **{100 * prof[0][0]['BLAS (OpenBLAS)'] / (prof[0][2] or 1):.0f}% "
+                      "of its CPU time** is in OpenBLAS")
+    out += ["",
+            f"**One rank: {100 * share_wall:.0f}% of the step's wall time is inside BLAS GEMMs** (`gemm_s / "
+            f"step_time_s`; target: at least {100 * TARGET_GEMM_SHARE:.0f}%: {'PASS' if ok else 'FAIL'}){perf_share}. "
+            "On a busy machine the wall-clock share assumes that the rank's waits for a core fall inside and "
+            "outside `sgemm` alike; the profile's share counts CPU samples and does not depend on it.",
+            ""]
+    if prof[0]:
+        buckets, symbols, total = prof[0]
+        total = total or 1
+        out += [f"Where the one-rank step's CPU time goes: `perf record -F 499` of a 1-step and of a "
+                f"{1 + args.profile_steps}-step run of the same plan, the difference of the sample counts "
+                f"({total} samples, {args.profile_steps} steps without start-up):", "",
+                "| part | share |", "| --- | ---: |"]
+        for b, pct in buckets.most_common():
+            out.append(f"| {b} | {100 * pct / total:.1f}% |")
+        out += ["", "The largest functions outside BLAS:", "", "| function | object | share |",
+                "| --- | --- | ---: |"]
+        for (dso, sym), pct in symbols.most_common(10):
+            out.append(f"| `{sym}` | {dso} | {100 * pct / total:.1f}% |")
+        out.append("")
+    else:
+        out += [f"(No profile: {prof[1]}.)", ""]
+    out += ["Where the rest goes on more ranks: *comm s* is time inside MPI calls, most of it waiting "
+            "for a peer that is computing or waiting for a core (pipeline bubbles with pp, the tp/cp "
+            "all-gathers, the ep all-to-all, the gradient all-reduce); on this machine, with more ranks "
+            "than cores, a rank waits mostly for its peers to be scheduled, so *comm s* measures "
+            "oversubscription as much as communication. *CPU s* counts Open MPI's busy polling while "
+            "waiting.",
+            "",
+            f"Machine: {info['cpu']}, {info['cores']} cores, {info['os']}; load average (1/5/15 min) "
+            f"before: {info['load_before']}, after: {info['load_after']}. Measured "
+            f"{info['date']}.", END]
+    return "\n".join(out) + "\n", ok
+
+
+def write_section(path, text):
+    path = Path(path)
+    doc = path.read_text() if path.exists() else (
+        "# Benchmarks\n\nEach section below is written by the script named in it; edit the scripts, "
+        "not the sections.\n")
+    if BEGIN in doc and END in doc:
+        start = doc.index(BEGIN)
+        end = doc.index(END) + len(END)
+        if doc[end:end + 1] == "\n":
+            end += 1
+        doc = doc[:start] + text + doc[end:]
+    else:
+        doc = doc.rstrip("\n") + "\n\n" + text
+    tmp = path.with_suffix(".md.tmp")
+    tmp.write_text(doc)
+    os.replace(tmp, path)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    build = ROOT / "build"
+    ap.add_argument("--moec", default=str(build / "tools/moec/moec"))
+    ap.add_argument("--moerun", default=str(build / "tools/moerun/moerun"))
+    ap.add_argument("--mpirun", default=shutil.which("mpirun") or "mpirun")
+    ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--only", help="comma-separated layout names (default: all)")
+    ap.add_argument("--no-perf", action="store_true")
+    ap.add_argument("--profile-steps", type=int, default=2, help="steps in the profile's difference")
+    ap.add_argument("--no-write", action="store_true")
+    ap.add_argument("--out", default=str(ROOT / "docs/benchmarks.md"))
+    ap.add_argument("--work", help="keep plans and logs here (default: a temporary directory)")
+    ap.add_argument("--strict", action="store_true", help="exit 1 when the GEMM share misses the target")
+    args = ap.parse_args()
+    if args.steps < 2:
+        ap.error("--steps must be at least 2 (the first step is a warm-up)")
+
+    work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="runtime-speed-"))
+    work.mkdir(parents=True, exist_ok=True)
+    layouts = LAYOUTS
+    if args.only:
+        keep = set(args.only.split(","))
+        layouts = [l for l in LAYOUTS if l[0] in keep or l[0] == "1 rank"]
+    info = machine()
+    info["load_before"] = load()
+    results = []
+    for name, ranks, parallel in layouts:
+        r = run_layout(args, work, name, ranks, parallel)
+        print(f"{name:>20}: {ranks} ranks  step {r['step']:.3f} s  cpu {r['cpu']:.3f} s  gemm {r['gemm']:.3f} s  "
+              f"comm {r['comm']:.3f} s  ({r['job_wall']:.1f} s wall, {r['job_cpu']:.1f} s CPU for the job)",
+              flush=True)
+        results.append(r)
+    one = next(r for r in results if r["ranks"] == 1)
+    prof = (None, "--no-perf") if args.no_perf else profile(args, work, one["plan"])
+    info["load_after"] = load()
+    info["date"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    text, ok = section(results, prof, info, args)
+    print(text)
+    if not args.no_write:
+        write_section(args.out, text)
+    if not args.work:
+        shutil.rmtree(work, ignore_errors=True)
+    return 1 if args.strict and not ok else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
