@@ -128,9 +128,8 @@ std::string bridge::renderPlain(const Value &V) {
 }
 
 std::string bridge::shellQuote(llvm::StringRef Word) {
-  bool Safe = !Word.empty() && llvm::all_of(Word, [](char C) {
-    return llvm::isAlnum(C) || llvm::StringRef("_-+./:=,@%").contains(C);
-  });
+  bool Safe = !Word.empty() &&
+              llvm::all_of(Word, [](char C) { return llvm::isAlnum(C) || llvm::StringRef("_-+./:=,@%").contains(C); });
   if (Safe)
     return Word.str();
   std::string Out = "'";

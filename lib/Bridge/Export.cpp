@@ -81,7 +81,9 @@ private:
   const ExportOptions &Opts;
   BridgeExport E;
 
-  void set(llvm::StringRef Key, Value V, llvm::StringRef From) { E.Overrides.push_back({Key.str(), std::move(V), From.str()}); }
+  void set(llvm::StringRef Key, Value V, llvm::StringRef From) {
+    E.Overrides.push_back({Key.str(), std::move(V), From.str()});
+  }
   void drop(llvm::StringRef Field, llvm::StringRef V, llvm::StringRef Why) {
     E.Dropped.push_back({Field.str(), V.str(), Why.str()});
   }
@@ -106,8 +108,7 @@ private:
       set("model.q_lora_rank", Value::integer(M.MLA->QLoraRank), "model.attention = mla(q_lora_rank)");
       set("model.kv_lora_rank", Value::integer(M.MLA->KvLoraRank), "model.attention = mla(kv_lora_rank)");
       set("model.qk_head_dim", Value::integer(M.MLA->QkHeadDim), "model.attention = mla(qk_head_dim)");
-      set("model.qk_pos_emb_head_dim", Value::integer(M.MLA->QkRopeHeadDim),
-          "model.attention = mla(qk_rope_head_dim)");
+      set("model.qk_pos_emb_head_dim", Value::integer(M.MLA->QkRopeHeadDim), "model.attention = mla(qk_rope_head_dim)");
       set("model.v_head_dim", Value::integer(M.MLA->VHeadDim), "model.attention = mla(v_head_dim)");
     }
     if (M.MoE) {
@@ -259,8 +260,9 @@ private:
     set("model.moe_grouped_gemm", Value::boolean(M.GroupedGemm), "moe.grouped_gemm");
     // MCore's moe_router_dtype is fp32, fp64 or None (the model's dtype).
     set("model.moe_router_dtype",
-        M.RouterPrecision == RouterDtype::BF16 ? Value::null()
-                                               : Value::string(M.RouterPrecision == RouterDtype::FP64 ? "fp64" : "fp32"),
+        M.RouterPrecision == RouterDtype::BF16
+            ? Value::null()
+            : Value::string(M.RouterPrecision == RouterDtype::FP64 ? "fp64" : "fp32"),
         "moe.router_dtype");
     if (M.CapacityFactor) {
       set("model.moe_expert_capacity_factor", Value::real(*M.CapacityFactor), "moe.capacity_factor");
@@ -305,8 +307,8 @@ private:
       // full_iteration requires an empty module list (rule 33).
       set("model.cuda_graph_modules", Value::list({}), "cuda_graph");
     } else {
-      set("model.cuda_graph_impl",
-          Value::string(R.CudaGraphImpl == GraphImpl::Local ? "local" : "transformer_engine"), "cuda_graph_impl");
+      set("model.cuda_graph_impl", Value::string(R.CudaGraphImpl == GraphImpl::Local ? "local" : "transformer_engine"),
+          "cuda_graph_impl");
       std::vector<std::string> Names;
       for (GraphScope S : R.CudaGraph)
         Names.push_back(graphScopeName(S).str());

@@ -252,7 +252,7 @@ private:
     };
     while (I < Text.size()) {
       char C = Text[I];
-      if (C == '#' ) { // a comment to the end of the line
+      if (C == '#') { // a comment to the end of the line
         while (I < Text.size() && Text[I] != '\n')
           Advance();
         continue;
@@ -553,8 +553,7 @@ private:
         {"model.num_moe_experts", MoE([](const MoESpec &X) { return X.Experts; })},
         {"model.moe_router_topk", MoE([](const MoESpec &X) { return X.TopK; })},
         {"model.moe_ffn_hidden_size", MoE([](const MoESpec &X) { return X.FfnHidden; })},
-        {"model.moe_shared_expert_intermediate_size",
-         MoE([](const MoESpec &X) -> llvm::Optional<int64_t> {
+        {"model.moe_shared_expert_intermediate_size", MoE([](const MoESpec &X) -> llvm::Optional<int64_t> {
            if (!X.SharedExperts)
              return llvm::None;
            return X.SharedFfnHidden ? *X.SharedFfnHidden : X.SharedExperts * X.FfnHidden;
@@ -654,8 +653,8 @@ private:
       // A user model the catalog cannot rebuild: the recipe names it and
       // its definition has to come with it.
       ModelName = Wanted;
-      note(fmt::format("model '{}' is not in the built-in catalog; import its definition into the recipe file",
-                       Wanted));
+      note(
+          fmt::format("model '{}' is not in the built-in catalog; import its definition into the recipe file", Wanted));
       for (StringRef K : architectureKeys())
         get(K);
       return;
@@ -675,8 +674,8 @@ private:
     // What the catalog model does not say the same way becomes a model that
     // extends it (a user model exported under its own name comes back so).
     std::vector<std::string> Changes;
-    if (Entry *E = get("model.max_position_embeddings"); E && E->V.K == Value::Kind::Int &&
-                                                          (!Model->MaxSeqLen || *Model->MaxSeqLen != E->V.I))
+    if (Entry *E = get("model.max_position_embeddings");
+        E && E->V.K == Value::Kind::Int && (!Model->MaxSeqLen || *Model->MaxSeqLen != E->V.I))
       Changes.push_back(fmt::format("max_seq_len = {}", E->V.I));
     if (Entry *E = get("model.mtp_num_layers")) {
       int64_t Mtp = E->V.K == Value::Kind::Int ? E->V.I : 0;
@@ -720,9 +719,9 @@ private:
     if (llvm::none_of(Known, [&](const GpuSpec &G) { return G.Name == GpuName; }))
       note(fmt::format("GPU system '{}' is not in the built-in catalog; import its definition into the recipe file",
                        GpuName));
-    RecipeName = sanitizeName(!Opts.RecipeName.empty() ? Opts.RecipeName
+    RecipeName = sanitizeName(!Opts.RecipeName.empty()    ? Opts.RecipeName
                               : Rd.Header.count("recipe") ? Rd.Header["recipe"]
-                              : !Opts.SourceName.empty() ? llvm::sys::path::stem(Opts.SourceName)
+                              : !Opts.SourceName.empty()  ? llvm::sys::path::stem(Opts.SourceName)
                                                           : "imported");
   }
 
@@ -792,8 +791,7 @@ private:
         emit("parallel", "fsdp_impl = torch");
     }
     if (Entry *S = get("ddp.data_parallel_sharding_strategy"); S && S->V.K != Value::Kind::Null) {
-      if (!(MFSDP && S->V == Value::string("optim_grads_params")) &&
-          !(!MFSDP && S->V == Value::string("no_shard")))
+      if (!(MFSDP && S->V == Value::string("optim_grads_params")) && !(!MFSDP && S->V == Value::string("no_shard")))
         unmapped(*S, "moec's FSDP shards parameters, gradients and optimizer state (optim_grads_params) and has no "
                      "other strategy");
     }
@@ -850,8 +848,8 @@ private:
       Layout += fmt::format("({}|)*{}", Run(Rest / Middle), Middle);
     Layout += Run(LastN) + std::string(Model->MtpLayers, 'm') + "L";
     emit("parallel", fmt::format("layout = \"{}\"", Layout));
-    note(fmt::format("num_layers_in_first/last_pipeline_stage = {}/{} written as parallel.layout \"{}\"", FirstN,
-                     LastN, Layout));
+    note(fmt::format("num_layers_in_first/last_pipeline_stage = {}/{} written as parallel.layout \"{}\"", FirstN, LastN,
+                     Layout));
   }
 
   /// Embedding and loss counted as a layer slot each in the split: the
@@ -1014,7 +1012,8 @@ private:
         emit("", "dispatcher = alltoall");
         note("moe_token_dispatcher_type = flex without a backend runs alltoall; written as dispatcher = alltoall");
       } else
-        unmapped(*Backend, "the " + B.str() + " backend has no .moe dispatcher (alltoall, allgather, deepep, hybridep)");
+        unmapped(*Backend,
+                 "the " + B.str() + " backend has no .moe dispatcher (alltoall, allgather, deepep, hybridep)");
     } else {
       error(*Type, "'model.moe_token_dispatcher_type' must be allgather, alltoall or flex, not '" + T.str() + "'");
     }
@@ -1079,8 +1078,9 @@ private:
         static const char *Known[] = {"core_attn", "moe_act", "layernorm",      "mla_up_proj",
                                       "mlp",       "moe",     "shared_experts", "gdn_norm_out"};
         if (!llvm::is_contained(Known, M)) {
-          error(*Modules, "'" + M + "' is not a Megatron-Core recompute module (core_attn, moe_act, layernorm, "
-                                    "mla_up_proj, mlp, moe, shared_experts, gdn_norm_out)");
+          error(*Modules, "'" + M +
+                              "' is not a Megatron-Core recompute module (core_attn, moe_act, layernorm, "
+                              "mla_up_proj, mlp, moe, shared_experts, gdn_norm_out)");
           return;
         }
       }
@@ -1158,8 +1158,8 @@ private:
           emit("", "cuda_graph_impl = local");
       }
     } else {
-      error(*Impl, "'model.cuda_graph_impl' must be none, local, transformer_engine or full_iteration, not '" + I +
-                       "'");
+      error(*Impl,
+            "'model.cuda_graph_impl' must be none, local, transformer_engine or full_iteration, not '" + I + "'");
     }
     // Prerequisites export writes (rule 35): read; reported only when they
     // contradict the graphs.
@@ -1179,7 +1179,8 @@ private:
     if (Optim) {
       double F = Fraction.getValueOr(1.0);
       if (F < 0 || F > 1)
-        error(*peek("optimizer.optimizer_offload_fraction"), "'optimizer.optimizer_offload_fraction' must be in [0, 1]");
+        error(*peek("optimizer.optimizer_offload_fraction"),
+              "'optimizer.optimizer_offload_fraction' must be in [0, 1]");
       else
         emit("offload", "optimizer = " + renderHydra(Value::real(F)));
       if (!Fraction)

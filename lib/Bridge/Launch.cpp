@@ -78,9 +78,9 @@ std::string bridge::renderSbatch(const Recipe &R, const BridgeExport &E, const L
     S += fmt::format("#SBATCH --partition={}\n", O.Partition);
   if (!O.Account.empty())
     S += fmt::format("#SBATCH --account={}\n", O.Account);
-  S += comment(fmt::format("Written by `moec launch` for recipe {}{}: {} x {} ({} ranks), engine {}.",
-                           E.RecipeName, O.SourceFile.empty() ? "" : " of " + O.SourceFile, Nodes, R.Gpu.Name,
-                           R.WorldSize, O.E == Engine::Moerun ? "moerun" : "megatron-bridge"));
+  S += comment(fmt::format("Written by `moec launch` for recipe {}{}: {} x {} ({} ranks), engine {}.", E.RecipeName,
+                           O.SourceFile.empty() ? "" : " of " + O.SourceFile, Nodes, R.Gpu.Name, R.WorldSize,
+                           O.E == Engine::Moerun ? "moerun" : "megatron-bridge"));
   S += "set -euo pipefail\n\n";
   std::string LastReason;
   for (const EnvVar &V : launchEnvironment(R, E, O)) {
@@ -95,8 +95,8 @@ std::string bridge::renderSbatch(const Recipe &R, const BridgeExport &E, const L
     S += comment(fmt::format("Every rank reads the same plan (write it with `moec plan ... -o {}` on a shared file "
                              "system); ranks are placed in Slurm's order, which the plan assumes.",
                              O.PlanPath));
-    S += fmt::format("srun --ntasks={} --ntasks-per-node={} --mpi=pmix --kill-on-bad-exit=1 \\\n  {}\n",
-                     R.WorldSize, PerNode, quoteAll(Cmd));
+    S += fmt::format("srun --ntasks={} --ntasks-per-node={} --mpi=pmix --kill-on-bad-exit=1 \\\n  {}\n", R.WorldSize,
+                     PerNode, quoteAll(Cmd));
     return S;
   }
   for (const NotExported &D : E.Dropped)
@@ -107,9 +107,10 @@ std::string bridge::renderSbatch(const Recipe &R, const BridgeExport &E, const L
   for (size_t I = 4; I < Cmd.size(); ++I)
     S += "  " + shellQuote(Cmd[I]) + "\n";
   S += ")\n";
-  S += fmt::format("srun --ntasks={} --ntasks-per-node={} --kill-on-bad-exit=1 \\\n  {} \\\n  {} \"${{OVERRIDES[@]}}\"\n",
-                   R.WorldSize, PerNode, torchRankWrapper("SLURM_PROCID", "SLURM_LOCALID", "SLURM_NTASKS"),
-                   quoteAll({Cmd.begin(), Cmd.begin() + 4}));
+  S += fmt::format(
+      "srun --ntasks={} --ntasks-per-node={} --kill-on-bad-exit=1 \\\n  {} \\\n  {} \"${{OVERRIDES[@]}}\"\n",
+      R.WorldSize, PerNode, torchRankWrapper("SLURM_PROCID", "SLURM_LOCALID", "SLURM_NTASKS"),
+      quoteAll({Cmd.begin(), Cmd.begin() + 4}));
   return S;
 }
 

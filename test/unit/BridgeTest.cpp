@@ -227,10 +227,11 @@ TEST(BridgeImport, UnevenStagesBecomeALayout) {
   O.Gpu = "gb200_nvl72";
   O.Gpus = 64;
   O.Model = "qwen3_vl_235b_a22b";
-  ImportResult I = importBridge("train.micro_batch_size=2 train.global_batch_size=1024 model.seq_length=4096 "
-                                "model.pipeline_model_parallel_size=8 model.expert_model_parallel_size=8 "
-                                "model.num_layers_in_first_pipeline_stage=10 model.num_layers_in_last_pipeline_stage=12",
-                                O);
+  ImportResult I =
+      importBridge("train.micro_batch_size=2 train.global_batch_size=1024 model.seq_length=4096 "
+                   "model.pipeline_model_parallel_size=8 model.expert_model_parallel_size=8 "
+                   "model.num_layers_in_first_pipeline_stage=10 model.num_layers_in_last_pipeline_stage=12",
+                   O);
   ASSERT_FALSE(I.hasErrors()) << I.Messages.front().Message;
   EXPECT_NE(I.Source.find("layout = \"Et*10|(t*12|)*6t*12L\""), std::string::npos) << I.Source;
 }

@@ -34,11 +34,11 @@ cl::opt<std::string> ExportTo("to", cl::desc("Target framework (megatron-bridge)
                               cl::sub(ExportCmd));
 cl::opt<std::string> ExportRecipe("recipe", cl::desc("Export this recipe (or sweep point)"), cl::value_desc("name"),
                                   cl::sub(ExportCmd));
-cl::opt<ExportFormat> ExportFmt("format", cl::desc("Output form"), cl::init(ExportFormat::Overrides),
-                                cl::values(clEnumValN(ExportFormat::Overrides, "overrides",
-                                                      "key=value overrides on one line"),
-                                           clEnumValN(ExportFormat::YAML, "yaml", "a YAML ConfigContainer")),
-                                cl::sub(ExportCmd));
+cl::opt<ExportFormat>
+    ExportFmt("format", cl::desc("Output form"), cl::init(ExportFormat::Overrides),
+              cl::values(clEnumValN(ExportFormat::Overrides, "overrides", "key=value overrides on one line"),
+                         clEnumValN(ExportFormat::YAML, "yaml", "a YAML ConfigContainer")),
+              cl::sub(ExportCmd));
 cl::opt<std::string> ExportOutput("o", cl::desc("Write to this file (atomically) instead of stdout"),
                                   cl::value_desc("file"), cl::sub(ExportCmd));
 cl::list<std::string> ExportIncludes("I", cl::Prefix, cl::desc("Add a directory to the import search path"),
@@ -78,16 +78,18 @@ OnePoint compileOnePoint(llvm::StringRef Command, const std::string &File, const
     return P;
   }
   if (Definition.size() != Recipe.size())
-    llvm::erase_if(P.C->Recipes, [&](const std::pair<moec::Recipe, std::string> &X) { return X.first.PointName != Recipe; });
+    llvm::erase_if(P.C->Recipes,
+                   [&](const std::pair<moec::Recipe, std::string> &X) { return X.first.PointName != Recipe; });
   if (P.C->Recipes.size() != 1) {
     std::vector<std::string> Points;
     for (const auto &X : P.C->Recipes)
       Points.push_back("  " + X.first.PointName);
     llvm::errs() << "moec " << Command << ": '" << File << "' "
-                 << (P.C->Recipes.empty() ? (Definition.size() != Recipe.size() ? "has no sweep point '" + Recipe + "'"
-                                                                                 : std::string("defines no recipe"))
-                                          : fmt::format("has {} recipes (or sweep points); choose one with --recipe:\n{}",
-                                                        P.C->Recipes.size(), llvm::join(Points, "\n")))
+                 << (P.C->Recipes.empty()
+                         ? (Definition.size() != Recipe.size() ? "has no sweep point '" + Recipe + "'"
+                                                               : std::string("defines no recipe"))
+                         : fmt::format("has {} recipes (or sweep points); choose one with --recipe:\n{}",
+                                       P.C->Recipes.size(), llvm::join(Points, "\n")))
                  << "\n";
     P.Status = P.C->Recipes.empty() ? ExitErrors : ExitUsage;
     return P;
@@ -116,9 +118,11 @@ void reportDropped(const OnePoint &P, const bridge::BridgeExport &E, llvm::Strin
 
 int runExport() {
   if (ExportTo != "megatron-bridge") {
-    llvm::errs() << "moec export: " << (ExportTo.empty() ? std::string("give the target with --to megatron-bridge")
-                                                         : "unknown target '" + ExportTo + "'; the target is "
-                                                                                           "megatron-bridge")
+    llvm::errs() << "moec export: "
+                 << (ExportTo.empty() ? std::string("give the target with --to megatron-bridge")
+                                      : "unknown target '" + ExportTo +
+                                            "'; the target is "
+                                            "megatron-bridge")
                  << "\n";
     return ExitUsage;
   }

@@ -33,19 +33,20 @@ cl::opt<std::string> ImportModel("model", cl::desc("The model, when the config d
                                  cl::value_desc("name"), cl::sub(ImportCmd));
 cl::opt<std::string> ImportGpu("gpu", cl::desc("The GPU system (a ConfigContainer does not hold it)"),
                                cl::value_desc("name"), cl::sub(ImportCmd));
-cl::opt<unsigned> ImportGpus("gpus", cl::desc("GPUs in the job"), cl::init(0), cl::value_desc("N"),
-                             cl::sub(ImportCmd));
+cl::opt<unsigned> ImportGpus("gpus", cl::desc("GPUs in the job"), cl::init(0), cl::value_desc("N"), cl::sub(ImportCmd));
 cl::opt<unsigned> ImportNodes("nodes", cl::desc("Nodes in the job"), cl::init(0), cl::value_desc("N"),
                               cl::sub(ImportCmd));
-cl::opt<std::string> ImportName("name", cl::desc("The recipe's name (default: from the file)"),
-                                cl::value_desc("name"), cl::sub(ImportCmd));
+cl::opt<std::string> ImportName("name", cl::desc("The recipe's name (default: from the file)"), cl::value_desc("name"),
+                                cl::sub(ImportCmd));
 } // namespace
 
 int runImport() {
   if (ImportFrom != "megatron-bridge") {
-    llvm::errs() << "moec import: " << (ImportFrom.empty() ? std::string("give the source with --from megatron-bridge")
-                                                           : "unknown source '" + ImportFrom + "'; the source is "
-                                                                                               "megatron-bridge")
+    llvm::errs() << "moec import: "
+                 << (ImportFrom.empty() ? std::string("give the source with --from megatron-bridge")
+                                        : "unknown source '" + ImportFrom +
+                                              "'; the source is "
+                                              "megatron-bridge")
                  << "\n";
     return ExitUsage;
   }

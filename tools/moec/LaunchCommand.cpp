@@ -30,12 +30,13 @@ namespace {
 cl::opt<std::string> LaunchFile(cl::Positional, cl::desc("<file.moe | ->"), cl::sub(LaunchCmd));
 cl::opt<bool> LaunchSlurm("slurm", cl::desc("An sbatch script"), cl::sub(LaunchCmd));
 cl::opt<bool> LaunchMpirun("mpirun", cl::desc("The mpirun line"), cl::sub(LaunchCmd));
-cl::opt<bridge::Engine> LaunchEngine(
-    "engine", cl::desc("What the ranks run"), cl::init(bridge::Engine::Moerun),
-    cl::values(clEnumValN(bridge::Engine::Moerun, "moerun", "moec's runtime on the compiled plan"),
-               clEnumValN(bridge::Engine::Bridge, "bridge", "Megatron-Bridge's entry point with the exported "
-                                                            "overrides")),
-    cl::sub(LaunchCmd));
+cl::opt<bridge::Engine>
+    LaunchEngine("engine", cl::desc("What the ranks run"), cl::init(bridge::Engine::Moerun),
+                 cl::values(clEnumValN(bridge::Engine::Moerun, "moerun", "moec's runtime on the compiled plan"),
+                            clEnumValN(bridge::Engine::Bridge, "bridge",
+                                       "Megatron-Bridge's entry point with the exported "
+                                       "overrides")),
+                 cl::sub(LaunchCmd));
 cl::opt<bool> LaunchDryRun("dry-run", cl::desc("Print only, write nothing (the default without -o)"),
                            cl::sub(LaunchCmd));
 cl::opt<std::string> LaunchOutput("o", cl::desc("Write the script to this file (atomically, executable)"),
@@ -59,14 +60,13 @@ cl::opt<std::string> LaunchBridgeRecipe("bridge-recipe",
                                         cl::value_desc("name"), cl::sub(LaunchCmd));
 cl::opt<std::string> LaunchPython("python", cl::desc("bridge: the Python interpreter"), cl::init("python"),
                                   cl::value_desc("path"), cl::sub(LaunchCmd));
-cl::opt<std::string> LaunchJob("job-name", cl::desc("sbatch job name (default: the recipe's)"),
-                               cl::value_desc("name"), cl::sub(LaunchCmd));
-cl::opt<std::string> LaunchTime("time", cl::desc("sbatch time limit"), cl::init("04:00:00"),
-                                cl::value_desc("HH:MM:SS"), cl::sub(LaunchCmd));
+cl::opt<std::string> LaunchJob("job-name", cl::desc("sbatch job name (default: the recipe's)"), cl::value_desc("name"),
+                               cl::sub(LaunchCmd));
+cl::opt<std::string> LaunchTime("time", cl::desc("sbatch time limit"), cl::init("04:00:00"), cl::value_desc("HH:MM:SS"),
+                                cl::sub(LaunchCmd));
 cl::opt<std::string> LaunchPartition("partition", cl::desc("sbatch partition"), cl::value_desc("name"),
                                      cl::sub(LaunchCmd));
-cl::opt<std::string> LaunchAccount("account", cl::desc("sbatch account"), cl::value_desc("name"),
-                                   cl::sub(LaunchCmd));
+cl::opt<std::string> LaunchAccount("account", cl::desc("sbatch account"), cl::value_desc("name"), cl::sub(LaunchCmd));
 cl::list<std::string> LaunchIncludes("I", cl::Prefix, cl::desc("Add a directory to the import search path"),
                                      cl::value_desc("dir"), cl::sub(LaunchCmd));
 cl::list<std::string> LaunchWarnings("W", cl::Prefix, cl::desc("-Werror: warnings are errors; -Wno-ID: silence ID"),
@@ -128,8 +128,8 @@ int runLaunch() {
   bridge::BridgeExport E = bridge::exportOverrides(R);
   if (O.E == bridge::Engine::Bridge)
     reportDropped(P, E, "launch");
-  std::string Script = LaunchSlurm ? bridge::renderSbatch(R, E, O)
-                                   : "#!/bin/bash\nset -euo pipefail\n" + bridge::renderMpirun(R, E, O);
+  std::string Script =
+      LaunchSlurm ? bridge::renderSbatch(R, E, O) : "#!/bin/bash\nset -euo pipefail\n" + bridge::renderMpirun(R, E, O);
 
   if (!Write) {
     llvm::outs() << (LaunchSlurm ? Script : bridge::renderMpirun(R, E, O));

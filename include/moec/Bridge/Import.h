@@ -21,7 +21,7 @@ namespace bridge {
 struct ImportMessage {
   enum class Kind { Error, Warning, Note };
   Kind K = Kind::Note;
-  std::string Key;     // the Bridge field, when the message is about one
+  std::string Key; // the Bridge field, when the message is about one
   std::string Message;
   unsigned Line = 0, Column = 0; // 1-based; 0 when not tied to the text
 };
