@@ -25,8 +25,10 @@ struct StepConstants {
 /// lets sqrt vectorize without changing its result, and -ffp-contract=off,
 /// so no FMA changes a rounding): the same bits as one element at a time.
 /// On x86-64 with GCC, target_clones adds AVX-512 and AVX2 versions chosen
-/// at load time.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+/// at load time (not under ASan, whose shadow memory is not set up yet when
+/// the loader runs the clones' resolver).
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) &&          \
+    !defined(__SANITIZE_ADDRESS__)
 __attribute__((target_clones("avx512f", "avx2", "default")))
 #endif
 void updateRange(float *__restrict Param, float *__restrict M,
