@@ -330,12 +330,20 @@ bool Scope::checkValue(Value &V, const FieldSpec &F, SMRange Where) {
   // Counts have no upper bound in the schema, but the rules and the planner
   // multiply them in 64 bits (pp x vpp, 2 x cp, nodes x gpus_per_node, ...).
   // A ceiling far above any real job keeps every such product in range:
-  // 2^20 for a parallel size, 2^31 for any other count (docs/reliability.md;
-  // found by fuzz-plan). max_seq_len is only ever compared, never
-  // multiplied: any 64-bit value stays valid there.
+  // 2^20 for a parallel size and the GPUs of the job, 2^16 for layer
+  // counts (the planner keeps per-layer tables), 2^31 for any other count
+  // (docs/reliability.md; found by fuzz-plan). max_seq_len is only ever
+  // compared, never multiplied: any 64-bit value stays valid there.
   double Max = F.Max;
-  if (F.Type == FieldType::Count && Max == DBL_MAX && F.Path != "max_seq_len")
-    Max = StringRef(F.Path).startswith("parallel.") ? double(1 << 20) : double(int64_t(1) << 31);
+  if (F.Type == FieldType::Count && Max == DBL_MAX && F.Path != "max_seq_len") {
+    StringRef Path = F.Path;
+    if (Path.startswith("parallel.") || Path == "cluster.gpus")
+      Max = double(1 << 20);
+    else if (Path.contains("layers"))
+      Max = double(1 << 16);
+    else
+      Max = double(int64_t(1) << 31);
+  }
   if (X < F.Min || X > Max) {
     std::string Expected = F.Max == DBL_MAX && (X < F.Min || Max == DBL_MAX)
                                ? fmt::format("at least {}", F.Min)

@@ -276,11 +276,12 @@ llvm::Optional<Recipe> SemaImpl::lowerRecipe(Scope &Sc, std::string PointName) {
     }
   }
 
-  // nodes x gpus_per_node obeys the same ceiling as a stated count
-  // (Evaluator.cpp), so that the rules' products of the world size fit.
-  if (Out.WorldSize > (int64_t(1) << 31)) {
+  // nodes x gpus_per_node obeys the same ceiling as a stated cluster.gpus
+  // (Evaluator.cpp): the rules multiply the world size, and a plan lists
+  // every rank.
+  if (Out.WorldSize > (int64_t(1) << 20)) {
     Diags.report(diag::value_out_of_range, ClusterRange, "cluster.gpus", Out.WorldSize,
-                 fmt::format("between 1 and {}", int64_t(1) << 31));
+                 fmt::format("between 1 and {}", int64_t(1) << 20));
     Out.WorldSize = 0;
   }
 
@@ -341,6 +342,19 @@ llvm::Optional<Recipe> SemaImpl::lowerRecipe(Scope &Sc, std::string PointName) {
                        fmt::format("{} GPUs / ({} = {} x {} x {})", Out.WorldSize, A.Formula, A.A, A.B, P.PP));
       }
     }
+  }
+
+  // The planner schedules every micro batch of a step on every pipeline
+  // stage, two ops each: bounded so that a well-typed but absurd batch
+  // cannot make moec allocate billions of ops (found by fuzz-plan).
+  constexpr int64_t MaxScheduleOps = int64_t(1) << 24;
+  if (P.DP > 0 && Out.MicroBatch > 0 && Out.GlobalBatch % (Out.MicroBatch * P.DP) == 0) {
+    int64_t Microbatches = Out.GlobalBatch / (Out.MicroBatch * P.DP);
+    __int128 Ops = __int128(2) * Microbatches * P.PP * P.VPP;
+    if (Ops > MaxScheduleOps)
+      Diags.report(diag::value_out_of_range, Sc.provenance("batch.global").Range, "batch.global", Out.GlobalBatch,
+                   fmt::format("one whose pipeline schedule (2 x {} micro batches x pp {} x vpp {}) has at most {} ops",
+                               Microbatches, P.PP, P.VPP, MaxScheduleOps));
   }
 
   Out.Prec = llvm::StringSwitch<Precision>(R.name("precision"))

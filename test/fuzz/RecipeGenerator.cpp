@@ -257,7 +257,7 @@ private:
     GpuName = B.Gpu;
     ModelName = B.Model;
     auto Pow2 = [&](int Max) { return int64_t(1) << In.ConsumeIntegralInRange(0, Max); };
-    int64_t TP = Pow2(2), CP = Pow2(2), PP = Pow2(3), DP = Pow2(In.ConsumeIntegralInRange(0, 7) == 0 ? 12 : 3);
+    int64_t TP = Pow2(2), CP = Pow2(2), PP = Pow2(3), DP = Pow2(In.ConsumeIntegralInRange(0, 7) == 0 ? 6 : 3);
     int64_t World = TP * CP * PP * DP;
     // ep divides tp x cp x dp so that edp is whole.
     int64_t EP = std::min(Pow2(4), TP * CP * DP);
