@@ -130,7 +130,9 @@ void Server::handle(const json::Value &Message) {
       didChange(*ParamsObject);
     else if (*Method == "textDocument/didClose")
       didClose(*ParamsObject);
-    // initialized, $/cancelRequest, didSave, workspace/*: nothing to do.
+    else if (*Method == "textDocument/didSave")
+      didSave(*ParamsObject);
+    // initialized, $/cancelRequest, workspace/*: nothing to do.
     return;
   }
 
@@ -193,7 +195,8 @@ void Server::handle(const json::Value &Message) {
 
 json::Value Server::initializeResult() {
   json::Object Capabilities{
-      {"textDocumentSync", json::Object{{"openClose", true}, {"change", 1 /* Full */}}},
+      {"textDocumentSync",
+       json::Object{{"openClose", true}, {"change", 1 /* Full */}, {"save", json::Object{{"includeText", false}}}}},
       {"hoverProvider", true},
       {"completionProvider", json::Object{{"triggerCharacters", json::Array{".", "="}}}},
       {"definitionProvider", true},
@@ -263,6 +266,17 @@ void Server::didClose(const json::Object &Params) {
   Documents.erase(*URI);
   // Clear what the editor shows for a file that is no longer open.
   notify("textDocument/publishDiagnostics", json::Object{{"uri", *URI}, {"diagnostics", json::Array()}});
+}
+
+void Server::didSave(const json::Object &Params) {
+  // Imports are read from disk: a saved file may be imported by the other
+  // open documents, whose diagnostics then change.
+  llvm::Optional<llvm::StringRef> URI = documentURI(Params);
+  if (!URI)
+    return;
+  for (auto &Entry : Documents)
+    if (Entry.first() != *URI && Entry.second.Current)
+      analyze(Entry.second, Entry.second.Current->text().str());
 }
 
 void Server::analyze(Document &D, std::string Text) {

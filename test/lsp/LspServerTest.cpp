@@ -442,3 +442,24 @@ TEST_F(ServerTest, CompletionOfAllowIDs) {
   const json::Object *First = (*C.getAsObject()->getArray("items"))[0].getAsObject();
   EXPECT_EQ(rangeStr(json::Value(json::Object(*First->getObject("textEdit")))), "0:7-0:17");
 }
+
+TEST_F(ServerTest, SavingAnImportRechecksTheDocumentsThatImportIt) {
+  std::string Fixed = MainText;
+  Fixed.replace(Fixed.find("fp8.block"), 9, "fp8.blockwise");
+  Fixed.replace(Fixed.find("model qwen3_30b_a3b extends"), 19, "model small");
+  Fixed.replace(Fixed.find("model = qwen3_30b_a3b"), 21, "model = small");
+  open("main.moe", Fixed);
+  EXPECT_TRUE(published().empty());
+  // base.moe now sets a field that does not exist, and is saved.
+  std::string Broken = BaseText;
+  Broken.replace(Broken.find("  seq_len"), 0, "  bogus = 1\n");
+  write("base.moe", Broken);
+  open("base.moe", Broken);
+  notify("textDocument/didSave", json::Object{{"textDocument", json::Object{{"uri", uri("base.moe")}}}});
+  json::Array Diags = published();
+  ASSERT_EQ(Sent.size(), 1u); // main.moe only, not the saved file itself
+  EXPECT_EQ(*Sent[0].getAsObject()->getObject("params")->getString("uri"), uri("main.moe"));
+  ASSERT_EQ(Diags.size(), 1u) << str(json::Value(json::Array(Diags)));
+  EXPECT_EQ(Diags[0].getAsObject()->getString("code"), llvm::StringRef("unknown-field"));
+  EXPECT_EQ(rangeStr(Diags[0]), "0:0-0:17"); // on the import
+}

@@ -74,6 +74,7 @@ private:
   void didOpen(const llvm::json::Object &Params);
   void didChange(const llvm::json::Object &Params);
   void didClose(const llvm::json::Object &Params);
+  void didSave(const llvm::json::Object &Params);
   void analyze(Document &D, std::string Text);
   void publishDiagnostics(const Document &D);
   llvm::json::Value diagnosticJSON(Analysis &A, const Diagnostic &D, llvm::StringRef URI);
