@@ -258,6 +258,11 @@ private:
     ModelName = B.Model;
     auto Pow2 = [&](int Max) { return int64_t(1) << In.ConsumeIntegralInRange(0, Max); };
     int64_t TP = Pow2(2), CP = Pow2(2), PP = Pow2(3), DP = Pow2(In.ConsumeIntegralInRange(0, 7) == 0 ? 6 : 3);
+    // At most 256 ranks: a plan's cost is linear in its ranks (1024 take
+    // 0.06 s in a release build but over a second under the sanitizers,
+    // which would read as a hang); absurd sizes come from the overrides.
+    while (TP * CP * PP * DP > 256)
+      (DP > 1 ? DP : PP > 1 ? PP : CP) /= 2;
     int64_t World = TP * CP * PP * DP;
     // ep divides tp x cp x dp so that edp is whole.
     int64_t EP = std::min(Pow2(4), TP * CP * DP);
