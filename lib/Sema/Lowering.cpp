@@ -345,9 +345,11 @@ llvm::Optional<Recipe> SemaImpl::lowerRecipe(Scope &Sc, std::string PointName) {
   }
 
   // The planner schedules every micro batch of a step on every pipeline
-  // stage, two ops each: bounded so that a well-typed but absurd batch
-  // cannot make moec allocate billions of ops (found by fuzz-plan).
-  constexpr int64_t MaxScheduleOps = int64_t(1) << 24;
+  // stage, two ops each, and a plan lists them all: bounded so that a
+  // well-typed but absurd batch cannot make moec allocate billions of ops
+  // (found by fuzz-plan). 2^20 ops plan in about half a second; real jobs
+  // schedule tens of thousands.
+  constexpr int64_t MaxScheduleOps = int64_t(1) << 20;
   if (P.DP > 0 && Out.MicroBatch > 0 && Out.GlobalBatch % (Out.MicroBatch * P.DP) == 0) {
     int64_t Microbatches = Out.GlobalBatch / (Out.MicroBatch * P.DP);
     __int128 Ops = __int128(2) * Microbatches * P.PP * P.VPP;
