@@ -101,14 +101,14 @@ fuzz::PipelineResult fuzz::runPipeline(llvm::StringRef Text, llvm::StringRef Nam
         return Result;
       Failed.insert(D.Recipe);
     }
-  int64_t RankBudget = 256;
+  int64_t RankBudget = 128;
   for (const Recipe &R : Recipes) {
     // An error several points share names the recipe, not the point.
     if (Failed.count(R.PointName) || Failed.count(llvm::StringRef(R.PointName).split('[').first.str()))
       continue;
     // A plan's cost is linear in its ranks and scheduled ops: 2^17 ops take
     // 0.06 s in a release build but seconds under the sanitizers, which
-    // would read as a hang. Larger plans (256 ranks in all, over a sweep's
+    // would read as a hang. Larger plans (128 ranks in all, over a sweep's
     // points) are checked above, not built.
     int64_t Ops = R.Parallel.DP > 0 && R.GlobalBatch % (R.MicroBatch * R.Parallel.DP) == 0
                       ? 2 * R.GlobalBatch / (R.MicroBatch * R.Parallel.DP) * R.Parallel.PP * R.Parallel.VPP

@@ -84,7 +84,9 @@ for t in "${targets[@]}"; do
     if ((left_runs > 0)); then left_runs=$((left_runs - n)); fi
     last=$(ls -t "$artifacts" 2>/dev/null | grep -v '^load-timeouts$' | head -1)
     if [[ "$last" == timeout-* ]]; then
-      ms=$("$build/test/fuzz/fuzz-$t" "$artifacts$last" 2>&1 | sed -n 's/^Executed .* in \([0-9]*\) ms$/\1/p')
+      # The faster of two reruns: the machine's load varies too.
+      ms=$(for _ in 1 2; do "$build/test/fuzz/fuzz-$t" "$artifacts$last" 2>&1 |
+        sed -n 's/^Executed .* in \([0-9]*\) ms$/\1/p'; done | sort -n | head -1)
       if [ -n "$ms" ] && ((ms < 1000)); then
         echo "fuzz-$t: $last took ${ms} ms alone: a load-induced timeout; resuming" | tee -a "$log" >&2
         mkdir -p "${artifacts}load-timeouts" && mv "$artifacts$last" "${artifacts}load-timeouts/"
