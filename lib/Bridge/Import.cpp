@@ -222,9 +222,10 @@ private:
 
   void flatten(const YAML::Node &N, const std::string &Prefix) {
     for (auto It = N.begin(); It != N.end(); ++It) {
-      std::string Key = Prefix.empty() ? It->first.Scalar() : Prefix + "." + It->first.Scalar();
-      const YAML::Node &V = It->second;
-      YAML::Mark M = It->first.Mark();
+      // Copies: `It->second` lives in a proxy that ends with the statement.
+      YAML::Node K = It->first, V = It->second;
+      std::string Key = Prefix.empty() ? K.Scalar() : Prefix + "." + K.Scalar();
+      YAML::Mark M = K.Mark();
       if (V.IsMap()) {
         flatten(V, Key);
         continue;
