@@ -9,7 +9,7 @@
 //===----------------------------------------------------------------------===//
 #include "moec/Diag/DiagnosticEngine.h"
 #include "moec/Report/HtmlReport.h"
-#include "moec/Report/Sweep.h"
+#include "moec/Emit/Sweep.h"
 #include "moec/Report/Timeline.h"
 #include "moec/Rules/RuleEngine.h"
 #include "moec/Sema/Sema.h"
@@ -282,7 +282,7 @@ TEST(ReportPage, EscapesRecipeText) {
 
 TEST(ReportSweep, PointsAsMoecSweepDecidesThem) {
   std::unique_ptr<Compiled> C = compile(Sweep, true);
-  std::vector<SweepPoint> Points = evaluateSweep(C->Points, C->Diags.finish());
+  std::vector<SweepPoint> Points = evaluateSweep(C->Points, C->Diags.finish(), /*PredictMemoryPruned=*/true);
   ASSERT_EQ(Points.size(), 3u);
   EXPECT_EQ(Points[0].Name, "s[ep=8]");
   EXPECT_TRUE(Points[0].Feasible);
@@ -312,7 +312,7 @@ TEST(ReportSweep, PointsAsMoecSweepDecidesThem) {
 
 TEST(ReportSweep, PageHasTheFifthFigure) {
   std::unique_ptr<Compiled> C = compile(Sweep, true);
-  std::vector<SweepPoint> Points = evaluateSweep(C->Points, C->Diags.finish());
+  std::vector<SweepPoint> Points = evaluateSweep(C->Points, C->Diags.finish(), /*PredictMemoryPruned=*/true);
   auto Best =
       std::find_if(C->Points.begin(), C->Points.end(), [](const auto &P) { return P.first.PointName == "s[ep=8]"; });
   ASSERT_NE(Best, C->Points.end());

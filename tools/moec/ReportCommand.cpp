@@ -13,7 +13,7 @@
 #include "moec/Diag/DiagnosticRenderers.h"
 #include "moec/Emit/Plan.h"
 #include "moec/Report/HtmlReport.h"
-#include "moec/Report/Sweep.h"
+#include "moec/Emit/Sweep.h"
 #include "llvm/Support/raw_ostream.h"
 #include <fmt/format.h>
 #include <set>
@@ -69,7 +69,7 @@ int runReport() {
     return writeReport(*P, {});
   }
 
-  std::vector<SweepPoint> Points = evaluateSweep(C->Recipes, Final);
+  std::vector<SweepPoint> Points = evaluateSweep(C->Recipes, Final, /*PredictMemoryPruned=*/true);
   // The figures draw the fastest feasible point, else the first one the
   // planner could predict (feasible points come first).
   const SweepPoint *Shown = nullptr;

@@ -17,7 +17,7 @@
 #define MOEC_REPORT_HTMLREPORT_H
 
 #include "moec/Emit/Plan.h"
-#include "moec/Report/Sweep.h"
+#include "moec/Emit/Sweep.h"
 #include "llvm/ADT/ArrayRef.h"
 #include "llvm/Support/raw_ostream.h"
 #include <string>

@@ -1,6 +1,7 @@
 //===- Sweep.cpp - Evaluating the points of a sweep -----------------------===//
-#include "moec/Report/Sweep.h"
+#include "moec/Emit/Sweep.h"
 #include "moec/Emit/Plan.h"
+#include "llvm/ADT/StringRef.h"
 
 #include <algorithm>
 #include <fmt/format.h>
@@ -18,7 +19,7 @@ struct Verdict {
 } // namespace
 
 std::vector<SweepPoint> moec::evaluateSweep(llvm::ArrayRef<std::pair<Recipe, std::string>> Points,
-                                            llvm::ArrayRef<Diagnostic> Final) {
+                                            llvm::ArrayRef<Diagnostic> Final, bool PredictMemoryPruned) {
   std::map<std::string, Verdict> Errors;
   for (const Diagnostic &D : Final) {
     if (D.Sev != Severity::Error || D.Recipe.empty())
@@ -38,10 +39,12 @@ std::vector<SweepPoint> moec::evaluateSweep(llvm::ArrayRef<std::pair<Recipe, std
     SweepPoint S;
     S.Name = R.PointName;
     auto It = Errors.find(R.PointName);
+    if (It == Errors.end()) // an error all points share, reported for the recipe
+      It = Errors.find(llvm::StringRef(R.PointName).split('[').first.str());
     bool Structural = It != Errors.end() && It->second.Structural;
     if (It != Errors.end())
       S.Reason = It->second.Reason;
-    if (!Structural) {
+    if (!Structural && (S.Reason.empty() || PredictMemoryPruned)) {
       llvm::Expected<Plan> P = buildPlan(R, File, Opts);
       if (!P) {
         S.Reason = llvm::toString(P.takeError());

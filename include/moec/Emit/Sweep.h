@@ -1,13 +1,14 @@
 //===- Sweep.h - Evaluating the points of a sweep ----------------*- C++ -*-===//
 //
 // What `moec sweep` decides for each point, as data: feasible or not (and
-// why), and the planner's prediction where one exists. The report's scatter
-// draws it; points pruned only for memory still carry their prediction so
-// they can be drawn (marked infeasible) next to the ones that fit.
+// why), and the planner's prediction where one exists. `moec sweep` prints
+// it as a ranking; `moec report`'s scatter draws it, and asks for the
+// prediction of points pruned only for memory so they can be drawn (marked
+// infeasible) next to the ones that fit.
 //
 //===----------------------------------------------------------------------===//
-#ifndef MOEC_REPORT_SWEEP_H
-#define MOEC_REPORT_SWEEP_H
+#ifndef MOEC_EMIT_SWEEP_H
+#define MOEC_EMIT_SWEEP_H
 
 #include "moec/Diag/DiagnosticEngine.h"
 #include "moec/Sema/Recipe.h"
@@ -36,9 +37,13 @@ struct SweepPoint {
 /// structural error over a memory one), a point whose plan does not fit
 /// its HBM is infeasible, the rest are feasible. Feasible points come first,
 /// fastest first (ties in source order), then the infeasible ones by name.
-/// Errors outside any point are the caller's to report.
+/// An error that several points share is reported once, for the recipe
+/// ("r", not "r[micro=2]"; DiagnosticEngine::finish): it prunes each of its
+/// points. Errors outside any point are the caller's to report. With
+/// PredictMemoryPruned, points whose only errors are memory ones are planned
+/// too (Predicted) so they can be drawn.
 std::vector<SweepPoint> evaluateSweep(llvm::ArrayRef<std::pair<Recipe, std::string>> Points,
-                                      llvm::ArrayRef<Diagnostic> Final);
+                                      llvm::ArrayRef<Diagnostic> Final, bool PredictMemoryPruned = false);
 
 } // namespace moec
 
