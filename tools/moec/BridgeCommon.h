@@ -13,16 +13,8 @@
 
 namespace moec::driver {
 
-struct OnePoint {
-  std::unique_ptr<Compilation> C;
-  const Recipe *R = nullptr;
-  std::string File;
-  int Status = ExitOK; // nonzero: stop with it
-};
-
-/// Checks File (rules included) as `moec check` does, prints the
-/// diagnostics, and returns its one recipe point (--recipe chooses among
-/// several). A recipe with errors is refused: nothing is exported from it.
+/// compileOnePoint (Driver.h) on this command's own file, --recipe, -I and -W
+/// options. A recipe with errors is refused: nothing is written from it.
 OnePoint compileOnePoint(llvm::StringRef Command, const std::string &File, const std::string &Recipe,
                          const std::vector<std::string> &Includes, const std::vector<std::string> &Warnings);
 

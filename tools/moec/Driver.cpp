@@ -1,6 +1,10 @@
 //===- Driver.cpp - Loading, checking and reporting recipes ---------------===//
 #include "Driver.h"
 
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/StringExtras.h"
+#include <fmt/format.h>
+
 #include "moec/Diag/DiagnosticRenderers.h"
 #include "moec/Rules/RuleEngine.h"
 #include "llvm/Support/FormatVariadic.h"
@@ -98,6 +102,51 @@ void renderDiagnostics(Compilation &C, Format F) {
     llvm::outs() << llvm::formatv("{0:2}", renderSARIF(Final, C.SM, MOEC_VERSION)) << "\n";
     break;
   }
+}
+
+OnePoint compileOnePoint(llvm::StringRef Command, llvm::StringRef Refusal) {
+  OnePoint P;
+  if (CheckFiles.size() != 1) {
+    llvm::errs() << "moec " << Command << ": expected one recipe file (use - for standard input)\n";
+    P.Status = ExitUsage;
+    return P;
+  }
+  // A sweep point is named `recipe[field=value, ...]`: check the recipe,
+  // then keep the point.
+  std::string Point = RecipeName;
+  llvm::StringRef Definition = llvm::StringRef(Point).split('[').first;
+  RecipeName = Definition.str();
+  P.C = compile(/*RunRules=*/true);
+  renderDiagnostics(*P.C, Format::Text);
+  if (P.C->Unreadable) {
+    P.Status = ExitUsage;
+    return P;
+  }
+  if (P.C->Diags->hasErrors()) {
+    llvm::errs() << "moec " << Command << ": the recipe has errors; " << Refusal << "\n";
+    P.Status = ExitErrors;
+    return P;
+  }
+  if (Definition.size() != Point.size())
+    llvm::erase_if(P.C->Recipes,
+                   [&](const std::pair<moec::Recipe, std::string> &X) { return X.first.PointName != Point; });
+  if (P.C->Recipes.size() != 1) {
+    std::vector<std::string> Points;
+    for (const auto &X : P.C->Recipes)
+      Points.push_back("  " + X.first.PointName);
+    llvm::errs() << "moec " << Command << ": '" << CheckFiles.front() << "' "
+                 << (P.C->Recipes.empty()
+                         ? (Definition.size() != Point.size() ? "has no sweep point '" + Point + "'"
+                                                              : std::string("defines no recipe"))
+                         : fmt::format("has {} recipes (or sweep points); choose one with --recipe:\n{}",
+                                       P.C->Recipes.size(), llvm::join(Points, "\n")))
+                 << "\n";
+    P.Status = P.C->Recipes.empty() ? ExitErrors : ExitUsage;
+    return P;
+  }
+  P.R = &P.C->Recipes.front().first;
+  P.File = P.C->Recipes.front().second;
+  return P;
 }
 
 } // namespace moec::driver

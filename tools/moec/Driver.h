@@ -29,6 +29,21 @@ struct Compilation {
 /// --recipe); with RunRules the rule catalog runs over every recipe.
 std::unique_ptr<Compilation> compile(bool RunRules, bool CapErrors = true);
 
+/// One checked recipe point, for the commands that act on one (run, export,
+/// launch). Status nonzero: stop with it (the message is printed).
+struct OnePoint {
+  std::unique_ptr<Compilation> C;
+  const Recipe *R = nullptr;
+  std::string File;
+  int Status = ExitOK;
+};
+
+/// Checks the command line's one file (rules included) as `moec check` does,
+/// prints the diagnostics and returns its one recipe point: --recipe chooses
+/// a recipe or a sweep point (`name[field=value, ...]`). A file with errors
+/// gives no point ("the recipe has errors; " + Refusal).
+OnePoint compileOnePoint(llvm::StringRef Command, llvm::StringRef Refusal);
+
 /// Prints the diagnostics collected so far in the chosen format.
 void renderDiagnostics(Compilation &C, Format F);
 

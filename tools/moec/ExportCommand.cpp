@@ -49,54 +49,21 @@ cl::list<std::string> ExportWarnings("W", cl::Prefix, cl::desc("-Werror: warning
 
 OnePoint compileOnePoint(llvm::StringRef Command, const std::string &File, const std::string &Recipe,
                          const std::vector<std::string> &Includes, const std::vector<std::string> &Warns) {
-  OnePoint P;
   if (File.empty()) {
     llvm::errs() << "moec " << Command << ": expected one recipe file (use - for standard input)\n";
+    OnePoint P;
     P.Status = ExitUsage;
     return P;
   }
   // The shared driver reads the shared options: hand it this command's.
   CheckFiles.clear();
   CheckFiles.push_back(File);
-  // A sweep point is named `recipe[field=value, ...]`: check the recipe,
-  // then keep the point.
-  llvm::StringRef Definition = llvm::StringRef(Recipe).split('[').first;
-  RecipeName = Definition.str();
+  RecipeName = Recipe;
   for (const std::string &I : Includes)
     IncludeDirs.push_back(I);
   for (const std::string &W : Warns)
     Warnings.push_back(W);
-  P.C = compile(/*RunRules=*/true);
-  renderDiagnostics(*P.C, Format::Text);
-  if (P.C->Unreadable) {
-    P.Status = ExitUsage;
-    return P;
-  }
-  if (P.C->Diags->hasErrors()) {
-    llvm::errs() << "moec " << Command << ": the recipe has errors; nothing is written\n";
-    P.Status = ExitErrors;
-    return P;
-  }
-  if (Definition.size() != Recipe.size())
-    llvm::erase_if(P.C->Recipes,
-                   [&](const std::pair<moec::Recipe, std::string> &X) { return X.first.PointName != Recipe; });
-  if (P.C->Recipes.size() != 1) {
-    std::vector<std::string> Points;
-    for (const auto &X : P.C->Recipes)
-      Points.push_back("  " + X.first.PointName);
-    llvm::errs() << "moec " << Command << ": '" << File << "' "
-                 << (P.C->Recipes.empty()
-                         ? (Definition.size() != Recipe.size() ? "has no sweep point '" + Recipe + "'"
-                                                               : std::string("defines no recipe"))
-                         : fmt::format("has {} recipes (or sweep points); choose one with --recipe:\n{}",
-                                       P.C->Recipes.size(), llvm::join(Points, "\n")))
-                 << "\n";
-    P.Status = P.C->Recipes.empty() ? ExitErrors : ExitUsage;
-    return P;
-  }
-  P.R = &P.C->Recipes.front().first;
-  P.File = P.C->Recipes.front().second;
-  return P;
+  return compileOnePoint(Command, "nothing is written");
 }
 
 void reportDropped(const OnePoint &P, const bridge::BridgeExport &E, llvm::StringRef Command) {

@@ -34,27 +34,12 @@ std::string findMoerun(const char *Argv0) {
 }
 
 int runRun(const char *Argv0) {
-  if (CheckFiles.size() != 1) {
-    llvm::errs() << "moec run: expected one recipe file\n";
-    return ExitUsage;
-  }
   // The same path as `moec plan -o`: a plan only for a recipe that checks.
-  std::unique_ptr<Compilation> C = compile(/*RunRules=*/true);
-  renderDiagnostics(*C, Format::Text);
-  if (C->Unreadable)
-    return ExitUsage;
-  if (C->Diags->hasErrors())
-    return ExitErrors;
-  if (C->Recipes.size() != 1) {
-    llvm::errs() << "moec run: '" << CheckFiles.front() << "' "
-                 << (C->Recipes.empty() ? std::string("defines no recipe")
-                                        : fmt::format("has {} recipes (or sweep points); choose one with --recipe, "
-                                                      "or use `moec plan` and mpirun per point",
-                                                      C->Recipes.size()))
-                 << "\n";
-    return ExitUsage;
-  }
-  auto &[R, File] = C->Recipes.front();
+  OnePoint Point = compileOnePoint("run", "nothing is run");
+  if (Point.Status)
+    return Point.Status;
+  const Recipe &R = *Point.R;
+  const std::string &File = Point.File;
   llvm::Expected<Plan> P = buildPlan(R, File);
   if (!P) {
     llvm::errs() << "moec run: " << R.PointName << ": " << llvm::toString(P.takeError()) << "\n";
