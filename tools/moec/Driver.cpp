@@ -13,11 +13,8 @@
 
 namespace moec::driver {
 
-std::unique_ptr<Compilation> compile(bool RunRules, bool CapErrors) {
-  auto C = std::make_unique<Compilation>();
-  DiagnosticOptions Opts;
-  Opts.ErrorLimit = CapErrors ? unsigned(ErrorLimit) : 0;
-  std::vector<std::string> UnknownWarnings;
+std::vector<std::string> applyWarningFlags(DiagnosticOptions &Opts) {
+  std::vector<std::string> Unknown;
   for (const std::string &W : Warnings) {
     llvm::StringRef Flag(W);
     if (Flag == "error")
@@ -26,17 +23,26 @@ std::unique_ptr<Compilation> compile(bool RunRules, bool CapErrors) {
       if (auto ID = lookupDiagID(Flag))
         Opts.Disabled.insert(*ID);
       else
-        UnknownWarnings.push_back(Flag.str());
+        Unknown.push_back(W);
     } else {
-      UnknownWarnings.push_back(W);
+      Unknown.push_back(W);
     }
   }
+  return Unknown;
+}
+
+std::unique_ptr<Compilation> compile(bool RunRules, bool CapErrors) {
+  auto C = std::make_unique<Compilation>();
+  DiagnosticOptions Opts;
+  Opts.ErrorLimit = CapErrors ? unsigned(ErrorLimit) : 0;
+  std::vector<std::string> UnknownWarnings = applyWarningFlags(Opts);
   C->Diags = std::make_unique<DiagnosticEngine>(C->SM, Opts);
   DiagnosticEngine &Diags = *C->Diags;
-  for (const std::string &W : UnknownWarnings) {
+  for (llvm::StringRef W : UnknownWarnings) {
     std::vector<llvm::StringRef> Known;
     for (const DiagInfo &I : allDiagInfos())
       Known.push_back(I.Id);
+    W.consume_front("no-");
     Diags.report(diag::unknown_diagnostic, llvm::SMRange(), W, didYouMean(W, Known));
   }
 

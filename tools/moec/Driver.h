@@ -25,6 +25,10 @@ struct Compilation {
 };
 
 
+/// Applies -Werror and -Wno-ID to Opts; returns the flags (as given after
+/// -W) that name no diagnostic, for the caller to report.
+std::vector<std::string> applyWarningFlags(DiagnosticOptions &Opts);
+
 /// Parses and checks the files of the command line (CheckFiles, -I, -W,
 /// --recipe); with RunRules the rule catalog runs over every recipe.
 std::unique_ptr<Compilation> compile(bool RunRules, bool CapErrors = true);

@@ -5,6 +5,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "Commands.h"
+#include "Driver.h"
 #include "Options.h"
 
 #include "moec/Lsp/Server.h"
@@ -18,18 +19,12 @@ namespace moec::driver {
 int runLsp() {
   lsp::ServerOptions Opts;
   Opts.Version = MOEC_VERSION;
-  Opts.Analysis.IncludeDirs.assign(LspIncludeDirs.begin(), LspIncludeDirs.end());
-  Opts.Analysis.UsePlanner = !LspNoPlanner;
-  for (const std::string &W : LspWarnings) {
-    llvm::StringRef Flag(W);
-    if (Flag == "error") {
-      Opts.Analysis.Diagnostics.WarningsAsErrors = true;
-    } else if (Flag.consume_front("no-") && lookupDiagID(Flag)) {
-      Opts.Analysis.Diagnostics.Disabled.insert(*lookupDiagID(Flag));
-    } else {
-      llvm::errs() << "moec lsp: unknown diagnostic flag -W" << W << "\n";
-      return ExitUsage;
-    }
+  Opts.Analysis.IncludeDirs.assign(IncludeDirs.begin(), IncludeDirs.end());
+  Opts.Analysis.UsePlanner = !NoPlanner;
+  // The server has no document to report a bad flag in: refuse to start.
+  for (const std::string &Flag : applyWarningFlags(Opts.Analysis.Diagnostics)) {
+    llvm::errs() << "moec lsp: unknown diagnostic flag -W" << Flag << "\n";
+    return ExitUsage;
   }
   if (!LspCatalogDir.empty()) {
     Opts.CatalogDir = LspCatalogDir;

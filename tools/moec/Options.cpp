@@ -9,6 +9,7 @@ cl::SubCommand SchemaCmd("schema", "Print the field tables of the language (Mark
 cl::SubCommand RuleIndexCmd("rule-index", "Print the rule index (Markdown) for docs/rules.md");
 cl::SubCommand PlanCmd("plan", "Lower a recipe to a launch plan (rank layout, schedule, memory, speed)");
 cl::SubCommand SweepCmd("sweep", "Expand sweeps, prune infeasible points, rank the rest by predicted speed");
+cl::SubCommand LspCmd("lsp", "Serve the Language Server Protocol on stdin/stdout (docs/editors.md)");
 cl::SubCommand RunCmd("run", "Compile a recipe to a plan and run it on this machine with mpirun and moerun");
 cl::SubCommand ReportCmd("report", "Draw a recipe's plan (memory, schedule, ranks, step time, sweep) "
                          "as an HTML page");
@@ -23,10 +24,10 @@ cl::opt<Format> OutputFormat("format", cl::desc("Diagnostic output format"), cl:
                              cl::sub(CheckCmd));
 cl::list<std::string> Warnings("W", cl::Prefix, cl::desc("-Werror: warnings are errors; -Wno-ID: silence ID"),
                                cl::value_desc("error|no-ID"), cl::sub(CheckCmd), cl::sub(PlanCmd), cl::sub(SweepCmd),
-                               cl::sub(RunCmd), cl::sub(ReportCmd));
+                               cl::sub(RunCmd), cl::sub(LspCmd), cl::sub(ReportCmd));
 cl::list<std::string> IncludeDirs("I", cl::Prefix, cl::desc("Add a directory to the import search path"),
                                   cl::value_desc("dir"), cl::sub(CheckCmd), cl::sub(PlanCmd), cl::sub(SweepCmd),
-                                  cl::sub(RunCmd), cl::sub(ReportCmd));
+                                  cl::sub(RunCmd), cl::sub(LspCmd), cl::sub(ReportCmd));
 cl::opt<ColorMode> Color("color", cl::desc("Colour text diagnostics"), cl::init(ColorMode::Auto),
                          cl::values(clEnumValN(ColorMode::Auto, "auto", "when stderr is a terminal"),
                                     clEnumValN(ColorMode::Always, "always", "always"),
@@ -37,7 +38,7 @@ cl::opt<bool> DumpRecipe("dump-recipe", cl::desc("Print each typed recipe with p
 cl::opt<bool> NoPlanner("no-planner",
                         cl::desc("Skip the checks that need the planner's memory model (memory-exceeds-hbm, "
                                  "memory-headroom)"),
-                        cl::sub(CheckCmd));
+                        cl::sub(CheckCmd), cl::sub(LspCmd));
 cl::opt<bool> ListRules("list-rules", cl::desc("List every diagnostic ID with its severity"), cl::sub(CheckCmd));
 cl::opt<unsigned> ErrorLimit("error-limit", cl::desc("Stop after this many errors (0: no limit)"), cl::init(50),
                              cl::sub(CheckCmd), cl::sub(PlanCmd), cl::sub(SweepCmd));
@@ -86,13 +87,6 @@ cl::opt<bool> FmtCheck("check", cl::desc("Print a diff for each file that is not
 cl::opt<bool> FmtWrite("write", cl::desc("Rewrite the files that are not formatted (atomically)"),
                        cl::sub(FmtCmd));
 
-cl::SubCommand LspCmd("lsp", "Serve the Language Server Protocol on stdin/stdout (docs/editors.md)");
-cl::list<std::string> LspIncludeDirs("I", cl::Prefix, cl::desc("Add a directory to the import search path"),
-                                     cl::value_desc("dir"), cl::sub(LspCmd));
-cl::list<std::string> LspWarnings("W", cl::Prefix, cl::desc("-Werror: warnings are errors; -Wno-ID: silence ID"),
-                                  cl::value_desc("error|no-ID"), cl::sub(LspCmd));
-cl::opt<bool> LspNoPlanner("no-planner", cl::desc("Skip the checks that need the planner's memory model"),
-                           cl::sub(LspCmd));
 cl::opt<std::string> LspCatalogDir("catalog-dir",
                                    cl::desc("Where go-to-definition finds the built-in catalog: a read-only copy "
                                             "is written there (default: <tmp>/moec-<version>-catalog)"),

@@ -61,9 +61,6 @@ extern cl::opt<bool> FmtCheck;
 extern cl::opt<bool> FmtWrite;
 
 extern cl::SubCommand LspCmd;
-extern cl::list<std::string> LspIncludeDirs;
-extern cl::list<std::string> LspWarnings;
-extern cl::opt<bool> LspNoPlanner;
 extern cl::opt<std::string> LspCatalogDir;
 
 extern cl::SubCommand ReportCmd;
