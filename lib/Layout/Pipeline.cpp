@@ -7,6 +7,8 @@
 //===----------------------------------------------------------------------===//
 #include "moec/Layout/Pipeline.h"
 
+#include "llvm/ADT/STLExtras.h"
+
 #include <algorithm>
 #include <fmt/format.h>
 
@@ -149,6 +151,32 @@ int64_t peakInFlight(const std::vector<ScheduledOp> &Ops) {
   return Peak;
 }
 
+std::vector<std::vector<int64_t>> inFlightMixes(const std::vector<ScheduledOp> &Ops, int64_t VPP) {
+  std::vector<std::vector<int64_t>> Mixes;
+  std::vector<int64_t> Held(size_t(VPP), 0);
+  auto dominatedBy = [](const std::vector<int64_t> &A, const std::vector<int64_t> &B) {
+    for (size_t I = 0; I < A.size(); ++I)
+      if (A[I] > B[I])
+        return false;
+    return true;
+  };
+  for (size_t I = 0; I < Ops.size(); ++I) {
+    const ScheduledOp &Op = Ops[I];
+    if (Op.Chunk < 0 || Op.Chunk >= VPP)
+      continue;
+    Held[size_t(Op.Chunk)] += Op.K == ScheduledOp::Forward ? 1 : -1;
+    // Only the last forward of a run of forwards can be a peak.
+    bool RunEnds = I + 1 == Ops.size() || Ops[I + 1].K != ScheduledOp::Forward;
+    if (Op.K != ScheduledOp::Forward || !RunEnds)
+      continue;
+    if (llvm::any_of(Mixes, [&](const std::vector<int64_t> &M) { return dominatedBy(Held, M); }))
+      continue;
+    llvm::erase_if(Mixes, [&](const std::vector<int64_t> &M) { return dominatedBy(M, Held); });
+    Mixes.push_back(Held);
+  }
+  return Mixes;
+}
+
 } // namespace
 
 llvm::Expected<PipelinePlan> moec::planPipeline(const PipelineInput &In) {
@@ -210,8 +238,11 @@ llvm::Expected<PipelinePlan> moec::planPipeline(const PipelineInput &In) {
   }
 
   P.PeakInFlight.reserve(size_t(PP));
-  for (const std::vector<ScheduledOp> &Ops : P.Schedule)
+  P.InFlightMixes.reserve(size_t(PP));
+  for (const std::vector<ScheduledOp> &Ops : P.Schedule) {
     P.PeakInFlight.push_back(peakInFlight(Ops));
+    P.InFlightMixes.push_back(inFlightMixes(Ops, VPP));
+  }
   P.BubbleFraction = double(PP - 1) / double(VPP * M + PP - 1);
   return P;
 }

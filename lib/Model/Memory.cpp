@@ -140,6 +140,7 @@ private:
   // Borrowed from the plan (it outlives the model, which lives for one
   // estimateMemory call); schedules are large and copying them dominated.
   const std::vector<std::vector<ScheduledOp>> *Schedule = nullptr;
+  const std::vector<std::vector<std::vector<int64_t>>> *Mixes = nullptr;
   std::vector<int64_t> PeakInFlight;
   int64_t Microbatches = 1;
 
@@ -170,6 +171,7 @@ void MemoryModel::buildPlan(const PipelinePlan &P) {
     VPP = std::max<int64_t>(P.VPP, 1);
     FirstLayer = P.FirstLayer;
     Schedule = &P.Schedule;
+    Mixes = &P.InFlightMixes;
     PeakInFlight = P.PeakInFlight;
     Microbatches = std::max<int64_t>(P.Microbatches, 1);
   } else {
@@ -462,6 +464,16 @@ double MemoryModel::peakInFlight(int64_t Rank, const std::vector<double> &Bytes)
   auto chunkBytes = [&](int64_t Chunk) {
     return Chunk >= 0 && Chunk < int64_t(Bytes.size()) ? Bytes[size_t(Chunk)] : 0.0;
   };
+  if (Mixes && size_t(Rank) < Mixes->size() && !(*Mixes)[size_t(Rank)].empty()) {
+    double Peak = 0;
+    for (const std::vector<int64_t> &Mix : (*Mixes)[size_t(Rank)]) {
+      double Held = 0;
+      for (size_t Chunk = 0; Chunk < Mix.size(); ++Chunk)
+        Held += double(Mix[Chunk]) * chunkBytes(int64_t(Chunk));
+      Peak = std::max(Peak, Held);
+    }
+    return Peak;
+  }
   if (Schedule && size_t(Rank) < Schedule->size() && !(*Schedule)[size_t(Rank)].empty()) {
     double Held = 0, Peak = 0;
     for (const ScheduledOp &Op : (*Schedule)[size_t(Rank)]) {

@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <random>
+#include <tuple>
 #include <set>
 #include <string>
 
@@ -408,4 +410,42 @@ TEST(PipelineSchedule, Invariants) {
         EXPECT_TRUE(runsWithoutDeadlock(P)) << Where;
       }
   EXPECT_GT(Checked, 300);
+}
+
+// The in-flight mixes stand in for a walk of the schedule: for any
+// non-negative bytes per model chunk, the largest mix-weighted sum must be
+// the most bytes the walk ever holds.
+TEST(PipelineSchedule, InFlightMixesGiveTheWalksPeak) {
+  // Rank 0 of the golden schedule above holds chunk counts (3, 2) after its
+  // warm-up and (4, 1) after F(3, 0); every later peak is held within one.
+  EXPECT_EQ(plan(input(8, 2, 2, 4)).InFlightMixes[0], (std::vector<std::vector<int64_t>>{{3, 2}, {4, 1}}));
+  std::mt19937_64 Rng(7);
+  std::uniform_real_distribution<double> Size(0.0, 10.0);
+  for (auto [PP, VPP, M] : {std::tuple<int64_t, int64_t, int64_t>{4, 1, 3}, {4, 1, 16}, {2, 2, 4},
+                            {4, 2, 8}, {4, 3, 12}, {8, 4, 64}, {3, 5, 9}}) {
+    PipelinePlan P = plan(input(PP * VPP * 2, PP, VPP, M));
+    ASSERT_EQ(P.InFlightMixes.size(), size_t(PP));
+    for (int Trial = 0; Trial < 20; ++Trial) {
+      std::vector<double> Bytes;
+      for (int64_t C = 0; C < VPP; ++C)
+        Bytes.push_back(Trial == 0 ? 1.0 : Size(Rng));
+      for (int64_t Rank = 0; Rank < PP; ++Rank) {
+        double Held = 0, Walk = 0;
+        for (const ScheduledOp &Op : P.Schedule[size_t(Rank)]) {
+          Held += (Op.K == ScheduledOp::Forward ? 1 : -1) * Bytes[size_t(Op.Chunk)];
+          Walk = std::max(Walk, Held);
+        }
+        double Mixed = 0;
+        for (const std::vector<int64_t> &Mix : P.InFlightMixes[size_t(Rank)]) {
+          double Sum = 0;
+          for (int64_t C = 0; C < VPP; ++C)
+            Sum += double(Mix[size_t(C)]) * Bytes[size_t(C)];
+          Mixed = std::max(Mixed, Sum);
+        }
+        EXPECT_NEAR(Mixed, Walk, 1e-9) << "PP " << PP << " VPP " << VPP << " M " << M << " rank " << Rank;
+        if (Trial == 0)
+          EXPECT_EQ(int64_t(Mixed), P.PeakInFlight[size_t(Rank)]);
+      }
+    }
+  }
 }

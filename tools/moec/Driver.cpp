@@ -72,6 +72,7 @@ std::unique_ptr<Compilation> compile(bool RunRules, bool CapErrors) {
   bool SomeFileDefines = !RecipeName.empty() && llvm::any_of(C->Units, [&](const std::unique_ptr<Sema> &S) {
                            return S->mainFile() && Defines(*S);
                          });
+  std::vector<std::pair<std::vector<Recipe>, std::string>> FoundPerFile;
   for (size_t I = 0; I < C->Units.size(); ++I) {
     Sema &S = *C->Units[I];
     if (!S.mainFile() || (SomeFileDefines && !Defines(S)))
@@ -86,9 +87,17 @@ std::unique_ptr<Compilation> compile(bool RunRules, bool CapErrors) {
     if (DumpRecipe)
       for (const Recipe &R : Found)
         printRecipe(R, C->SM, llvm::outs());
-    for (Recipe &R : Found)
-      C->Recipes.push_back({std::move(R), CheckFiles[I]});
+    FoundPerFile.push_back({std::move(Found), CheckFiles[I]});
   }
+  // Recipe's move constructor is not noexcept (StringMap), so a growing
+  // vector would copy every recipe it holds: reserve once, then move.
+  size_t Total = 0;
+  for (const auto &F : FoundPerFile)
+    Total += F.first.size();
+  C->Recipes.reserve(Total);
+  for (auto &F : FoundPerFile)
+    for (Recipe &R : F.first)
+      C->Recipes.push_back({std::move(R), F.second});
   return C;
 }
 
