@@ -79,6 +79,10 @@ std::string moec::planToTOML(const Plan &P) {
         insertValue(Root, K, V);
     }
   std::ostringstream OS;
-  OS << "# moec launch plan (docs/plan-format.md)\n" << Root << "\n";
+  // Plans are ASCII: non-ASCII characters in strings (a data path, a
+  // recipe name) are written as \u escapes, which the reader requires.
+  OS << "# moec launch plan (docs/plan-format.md)\n"
+     << toml::toml_formatter{Root, toml::toml_formatter::default_flags & ~toml::format_flags::allow_unicode_strings}
+     << "\n";
   return OS.str();
 }

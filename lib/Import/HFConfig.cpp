@@ -3,6 +3,7 @@
 
 #include "llvm/ADT/StringSet.h"
 #include "llvm/Support/JSON.h"
+#include "llvm/Support/MathExtras.h"
 #include <cmath>
 #include <fmt/format.h>
 
@@ -163,7 +164,11 @@ llvm::Expected<HFImport> moec::importHFConfig(llvm::StringRef JsonText, llvm::St
     llvm::Optional<int64_t> Shared = C.integer({"n_shared_experts"});
     llvm::Optional<int64_t> SharedFfn = C.integer({"shared_expert_intermediate_size"});
     if (Shared && *Shared > 0) {
-      Line(fmt::format("  shared_experts = {}; shared_ffn_hidden = {}", *Shared, *Shared * ExpertFfn));
+      int64_t SharedHidden;
+      if (llvm::MulOverflow(*Shared, ExpertFfn, SharedHidden))
+        return fail(fmt::format("config's n_shared_experts x expert FFN size ({} x {}) overflows a 64-bit integer",
+                                *Shared, ExpertFfn));
+      Line(fmt::format("  shared_experts = {}; shared_ffn_hidden = {}", *Shared, SharedHidden));
     } else if (SharedFfn && *SharedFfn > 0) {
       Line(fmt::format("  shared_experts = 1; shared_ffn_hidden = {}", *SharedFfn));
     }

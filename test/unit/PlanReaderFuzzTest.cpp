@@ -72,21 +72,22 @@ protected:
   std::string Good;
 };
 
-TEST_F(FuzzFound, NonAsciiOutsideStringsIsLocated) {
+TEST_F(FuzzFound, NonAsciiIsLocated) {
   // The first input found: two bytes, U+047B.
-  EXPECT_EQ(errorOf("\xd1\xbb"), "plan.toml:1:1: unexpected non-ASCII character outside a string or a comment");
+  const std::string Msg = ": non-ASCII character in a plan; plans are ASCII, write it as a \\uXXXX escape in a string";
+  EXPECT_EQ(errorOf("\xd1\xbb"), "plan.toml:1:1" + Msg);
   size_t Lines = std::count(Good.begin(), Good.end(), '\n');
-  EXPECT_EQ(errorOf(Good + "x = 1 \xc3\xb3\n"),
-            "plan.toml:" + std::to_string(Lines + 1) + ":7: unexpected non-ASCII character outside a string or a "
-                                                       "comment");
-  // After a multi-line string that ends in extra quotes.
-  EXPECT_EQ(errorOf("a = \"\"\"x\"\"\"\"\"\xd1\xbb\n"),
-            "plan.toml:1:14: unexpected non-ASCII character outside a string or a comment");
+  EXPECT_EQ(errorOf(Good + "x = 1 \xc3\xb3\n"), "plan.toml:" + std::to_string(Lines + 1) + ":7" + Msg);
+  // The second: U+FEFB after a key of four quotes, which toml++ and a
+  // scanner of strings read differently; raw non-ASCII is refused anywhere.
+  EXPECT_EQ(errorOf(" \"\"\"\"e#], [e \"a \\\n\n\xef\xbb\xbb[aeed= byteh;]"), "plan.toml:3:1" + Msg);
+  EXPECT_EQ(errorOf("recipe = 't\xc3\xafny'\n"), "plan.toml:1:12" + Msg);
+  EXPECT_EQ(errorOf("# \xd1\xbb\n"), "plan.toml:1:3" + Msg);
 }
 
-TEST_F(FuzzFound, NonAsciiInStringsAndCommentsIsRead) {
-  std::string Doc = replacedAll(Good, "recipe = 'tiny'", "recipe = 't\xc3\xafny' # \xd1\xbb");
-  Doc = replacedAll(Doc, "source = 'tiny.moe'", "source = \"\xd1\xbb\\\"\xd1\xbb\"\nnote = '''\n\xd1\xbb'''");
+TEST_F(FuzzFound, EscapedNonAsciiIsRead) {
+  std::string Doc = replacedAll(Good, "recipe = 'tiny'", "recipe = \"t\\u00efny\"");
+  Doc = replacedAll(Doc, "source = 'tiny.moe'", "source = \"\\u047b\\\"\\u047B\"");
   llvm::Expected<LaunchPlan> L = parsePlan(Doc, "plan.toml");
   ASSERT_TRUE(bool(L)) << llvm::toString(L.takeError());
   EXPECT_EQ(L->Recipe, "t\xc3\xafny");

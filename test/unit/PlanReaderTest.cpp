@@ -180,6 +180,18 @@ TEST(PlanReader, RoundTripsInterleaved) {
   EXPECT_TRUE(L.Stages.back().Loss);
 }
 
+// Plans are ASCII (the reader refuses raw non-ASCII bytes, see
+// PlanReaderFuzzTest): a data path outside ASCII is written as \u escapes
+// and reads back as the same UTF-8 path.
+TEST(PlanReader, NonAsciiPathIsEscapedAndReadBack) {
+  std::string Text = replaced(TinyMoE, "seq_len = 64", "seq_len = 64\n  data { source = real(\"/data/donn\xc3\xa9" "es/\xd1\xbb\") }");
+  std::string Doc = planToTOML(planOf(Text.c_str()));
+  EXPECT_TRUE(llvm::all_of(Doc, [](char C) { return (unsigned char)C < 0x80; }));
+  EXPECT_NE(Doc.find("donn\\u00E9es/\\u047B"), std::string::npos) << Doc;
+  LaunchPlan L = read(Doc);
+  EXPECT_EQ(L.Data.Path, "/data/donn\xc3\xa9" "es/\xd1\xbb");
+}
+
 class Damaged : public ::testing::Test {
 protected:
   void SetUp() override { Good = planToTOML(planOf(TinyMoE)); }
