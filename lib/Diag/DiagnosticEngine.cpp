@@ -117,7 +117,7 @@ DiagnosticBuilder DiagnosticEngine::add(diag::ID ID, llvm::SMRange Range, std::s
     if (!It->second)
       return DiagnosticBuilder(&Diags, llvm::None);
   }
-  Diags.push_back({ID, Info.DefaultSeverity, std::move(Message), Range, RecipeContext, {}, {}});
+  Diags.push_back({ID, Info.DefaultSeverity, std::move(Message), Range, RecipeContext, {}, {}, {}});
   return DiagnosticBuilder(&Diags, Diags.size() - 1);
 }
 
@@ -161,7 +161,7 @@ const std::vector<Diagnostic> &DiagnosticEngine::finish() {
       Kept.push_back({diag::allow_unused, Severity::Remark,
                       fmt::format(runtimeFormat(getDiagInfo(diag::allow_unused).Format),
                                   getDiagInfo(A.ID).Id.str()),
-                      A.Annotation, "", {}, {}});
+                      A.Annotation, "", {}, {}, {}});
 
   // Stable order: by buffer position where known (buffers are compared by
   // address, which groups each file), keeping report order otherwise.
@@ -180,10 +180,14 @@ const std::vector<Diagnostic> &DiagnosticEngine::finish() {
     auto [It, Inserted] =
         Seen.try_emplace({D.ID, D.Range.Start.getPointer(), D.Range.End.getPointer(), D.Message}, Unique.size());
     if (Inserted) {
+      if (!D.Recipe.empty())
+        D.Points.push_back(D.Recipe);
       Unique.push_back(std::move(D));
       continue;
     }
     Diagnostic &First = Unique[It->second];
+    if (!D.Recipe.empty() && (First.Points.empty() || First.Points.back() != D.Recipe))
+      First.Points.push_back(D.Recipe);
     if (First.Recipe != D.Recipe)
       First.Recipe = llvm::StringRef(First.Recipe).split('[').first.str();
   }
@@ -196,7 +200,7 @@ const std::vector<Diagnostic> &DiagnosticEngine::finish() {
   if (NumDroppedErrors) {
     Kept.push_back({diag::too_many_errors, Severity::Error,
                     fmt::format(runtimeFormat(getDiagInfo(diag::too_many_errors).Format), Opts.ErrorLimit),
-                    llvm::SMRange(), "", {}, {}});
+                    llvm::SMRange(), "", {}, {}, {}});
     Kept.back().Notes.push_back(
         {llvm::SMRange(), fmt::format(runtimeFormat(NoteTable[diag::note_errors_capped]), NumDroppedErrors)});
   }

@@ -25,10 +25,14 @@ std::vector<SweepPoint> moec::evaluateSweep(llvm::ArrayRef<std::pair<Recipe, std
     if (D.Sev != Severity::Error || D.Recipe.empty())
       continue;
     bool Memory = isMemoryDiag(D.ID);
-    auto It = Errors.find(D.Recipe);
-    // A structural error explains a point better than the memory it would need.
-    if (It == Errors.end() || (!It->second.Structural && !Memory))
-      Errors[D.Recipe] = {D.Message + " [" + getDiagInfo(D.ID).Id.str() + "]", !Memory};
+    // A message several points share is shown once, for the recipe; it
+    // still fails only the points that have it.
+    for (const std::string &Point : D.Points.empty() ? std::vector<std::string>{D.Recipe} : D.Points) {
+      auto It = Errors.find(Point);
+      // A structural error explains a point better than the memory it would need.
+      if (It == Errors.end() || (!It->second.Structural && !Memory))
+        Errors[Point] = {D.Message + " [" + getDiagInfo(D.ID).Id.str() + "]", !Memory};
+    }
   }
 
   std::vector<SweepPoint> Feasible;
@@ -39,7 +43,7 @@ std::vector<SweepPoint> moec::evaluateSweep(llvm::ArrayRef<std::pair<Recipe, std
     SweepPoint S;
     S.Name = R.PointName;
     auto It = Errors.find(R.PointName);
-    if (It == Errors.end()) // an error all points share, reported for the recipe
+    if (It == Errors.end()) // an error of the recipe itself, before its sweeps expand
       It = Errors.find(llvm::StringRef(R.PointName).split('[').first.str());
     bool Structural = It != Errors.end() && It->second.Structural;
     if (It != Errors.end())

@@ -99,11 +99,12 @@ fuzz::PipelineResult fuzz::runPipeline(llvm::StringRef Text, llvm::StringRef Nam
     if (D.Sev == Severity::Error) {
       if (D.Recipe.empty())
         return Result;
-      Failed.insert(D.Recipe);
+      Failed.insert(D.Points.begin(), D.Points.end());
     }
   int64_t RankBudget = 32;
   for (const Recipe &R : Recipes) {
-    // An error several points share names the recipe, not the point.
+    // An error several points share names the recipe, not a point, and
+    // lists its points; one of the recipe itself fails every point.
     if (Failed.count(R.PointName) || Failed.count(llvm::StringRef(R.PointName).split('[').first.str()))
       continue;
     // A plan's cost is linear in its ranks and scheduled ops: 2^17 ops take

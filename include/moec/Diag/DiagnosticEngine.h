@@ -83,6 +83,10 @@ struct Diagnostic {
   std::string Recipe; // the recipe (or sweep point) being checked, if any
   std::vector<DiagNote> Notes;
   std::vector<FixIt> FixIts;
+  /// Every recipe or sweep point this diagnostic was reported for: a sweep
+  /// checks each point, and the same message at the same place is shown once
+  /// (Recipe then names the recipe, not a point), but only these points have it.
+  std::vector<std::string> Points;
 };
 
 struct DiagnosticOptions {
