@@ -168,6 +168,10 @@ json::Value moec::renderJSON(llvm::ArrayRef<Diagnostic> Diags, llvm::SourceMgr &
     O["severity"] = severityName(D.Sev);
     O["message"] = D.Message;
     O["recipe"] = D.Recipe.empty() ? json::Value(nullptr) : json::Value(D.Recipe);
+    json::Array Points;
+    for (const std::string &P : D.Points)
+      Points.push_back(P);
+    O["points"] = std::move(Points);
     json::Array Notes;
     for (const DiagNote &N : D.Notes) {
       json::Object NO = locationFields(positionOf(SM, N.Range));
