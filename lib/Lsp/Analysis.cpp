@@ -4,6 +4,7 @@
 #include "moec/Catalog/Catalog.h"
 #include "moec/Rules/RuleEngine.h"
 #include "llvm/Support/FileSystem.h"
+#include "llvm/Support/FileUtilities.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/raw_ostream.h"
@@ -31,17 +32,10 @@ llvm::Optional<std::string> CatalogFiles::pathFor(llvm::StringRef BufferName) {
       auto Old = llvm::MemoryBuffer::getFile(P);
       if (Old && (*Old)->getBuffer() == C.Text)
         continue;
-      llvm::sys::fs::remove(P);
-      std::error_code EC;
-      llvm::raw_fd_ostream OS(P, EC);
-      if (EC) {
-        WriteFailed = true;
-        break;
-      }
-      OS << C.Text;
-      OS.close();
-      if (OS.has_error()) {
-        OS.clear_error();
+      // Written to a temporary file and renamed, as every file moec writes,
+      // so that an editor never opens half a catalog.
+      if (llvm::Error E = llvm::writeFileAtomically(std::string(P.str()) + ".tmp-%%%%%%", P, C.Text)) {
+        llvm::consumeError(std::move(E));
         WriteFailed = true;
         break;
       }
