@@ -348,10 +348,13 @@ llvm::Optional<Recipe> SemaImpl::lowerRecipe(Scope &Sc, std::string PointName) {
   // stage, two ops each, and a plan lists them all: bounded so that a
   // well-typed but absurd batch cannot make moec allocate billions of ops
   // (found by fuzz-plan). 2^20 ops plan in about half a second; real jobs
-  // schedule tens of thousands.
+  // schedule tens of thousands. The memory model plans a global batch that
+  // does not divide (gbs-divisible) with the whole micro batches it holds,
+  // so the bound applies to those too (found by fuzz-plan again).
+  // The same bound as planPipeline's (include/moec/Layout/Pipeline.h).
   constexpr int64_t MaxScheduleOps = int64_t(1) << 20;
-  if (P.DP > 0 && Out.MicroBatch > 0 && Out.GlobalBatch % (Out.MicroBatch * P.DP) == 0) {
-    int64_t Microbatches = Out.GlobalBatch / (Out.MicroBatch * P.DP);
+  if (P.DP > 0 && Out.MicroBatch > 0) {
+    int64_t Microbatches = std::max<int64_t>(Out.GlobalBatch / (Out.MicroBatch * P.DP), 1);
     __int128 Ops = __int128(2) * Microbatches * P.PP * P.VPP;
     if (Ops > MaxScheduleOps)
       Diags.report(diag::value_out_of_range, Sc.provenance("batch.global").Range, "batch.global", Out.GlobalBatch,
