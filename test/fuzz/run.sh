@@ -12,7 +12,10 @@
 # build-fuzz/logs/TARGET.log. Exit status 1 if any target found something.
 #
 # Environment: MOEC_FUZZ_BUILD_DIR (default build-fuzz), MOEC_FUZZ_JOBS
-# (parallel build jobs, default 2), MOEC_FUZZ_FLAGS (extra libFuzzer flags).
+# (parallel build jobs, default 2), MOEC_FUZZ_FLAGS (extra libFuzzer flags),
+# MOEC_FUZZ_WORKER (a name for a second run of the same target on another
+# core: it shares the corpus, which libFuzzer rereads, and logs to
+# logs/TARGET-NAME.log; the executions of the runs add up).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 build="${MOEC_FUZZ_BUILD_DIR:-$root/build-fuzz}"
@@ -63,7 +66,7 @@ for t in "${targets[@]}"; do
     # took a quarter of the target's time.
     plan) flags+=(-max_len=4096 -entropic=0) ;;
   esac
-  log="$build/logs/$t.log"
+  log="$build/logs/$t${MOEC_FUZZ_WORKER:+-$MOEC_FUZZ_WORKER}.log"
   : >"$log"
   echo "fuzz-$t: ${seconds}s, runs ${runs}; log $log" >&2
   # libFuzzer's -timeout is wall-clock time: on a loaded machine at nice 19 an
