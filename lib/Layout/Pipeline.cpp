@@ -7,9 +7,8 @@
 //===----------------------------------------------------------------------===//
 #include "moec/Layout/Pipeline.h"
 
-#include "llvm/ADT/STLExtras.h"
-
 #include <algorithm>
+#include <set>
 #include <fmt/format.h>
 
 using namespace moec;
@@ -151,27 +150,41 @@ int64_t peakInFlight(const std::vector<ScheduledOp> &Ops) {
   return Peak;
 }
 
+/// SplitMix64: well-spread 64-bit weights for the chunks.
+uint64_t chunkWeight(uint64_t Chunk, uint64_t Seed) {
+  uint64_t Z = Chunk * 0x9E3779B97F4A7C15ull + Seed;
+  Z = (Z ^ (Z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  Z = (Z ^ (Z >> 27)) * 0x94D049BB133111EBull;
+  return Z ^ (Z >> 31);
+}
+
+/// The distinct mixes of held chunks after each run of forwards, or none
+/// when there are more than MaxMixes (the memory model then walks the
+/// schedule). Two rolling hashes of the held counts, updated in O(1) per op,
+/// tell mixes apart without comparing vectors, so the cost is linear in the
+/// ops whatever VPP is (comparing vectors was quadratic: found by fuzz-plan
+/// with VPP 254).
 std::vector<std::vector<int64_t>> inFlightMixes(const std::vector<ScheduledOp> &Ops, int64_t VPP) {
+  constexpr size_t MaxMixes = 64;
   std::vector<std::vector<int64_t>> Mixes;
   std::vector<int64_t> Held(size_t(VPP), 0);
-  auto dominatedBy = [](const std::vector<int64_t> &A, const std::vector<int64_t> &B) {
-    for (size_t I = 0; I < A.size(); ++I)
-      if (A[I] > B[I])
-        return false;
-    return true;
-  };
+  std::set<std::pair<uint64_t, uint64_t>> Seen;
+  uint64_t H1 = 0, H2 = 0;
   for (size_t I = 0; I < Ops.size(); ++I) {
     const ScheduledOp &Op = Ops[I];
     if (Op.Chunk < 0 || Op.Chunk >= VPP)
       continue;
-    Held[size_t(Op.Chunk)] += Op.K == ScheduledOp::Forward ? 1 : -1;
+    bool Forward = Op.K == ScheduledOp::Forward;
+    Held[size_t(Op.Chunk)] += Forward ? 1 : -1;
+    uint64_t W1 = chunkWeight(uint64_t(Op.Chunk), 1), W2 = chunkWeight(uint64_t(Op.Chunk), 2);
+    H1 = Forward ? H1 + W1 : H1 - W1;
+    H2 = Forward ? H2 + W2 : H2 - W2;
     // Only the last forward of a run of forwards can be a peak.
     bool RunEnds = I + 1 == Ops.size() || Ops[I + 1].K != ScheduledOp::Forward;
-    if (Op.K != ScheduledOp::Forward || !RunEnds)
+    if (!Forward || !RunEnds || !Seen.insert({H1, H2}).second)
       continue;
-    if (llvm::any_of(Mixes, [&](const std::vector<int64_t> &M) { return dominatedBy(Held, M); }))
-      continue;
-    llvm::erase_if(Mixes, [&](const std::vector<int64_t> &M) { return dominatedBy(M, Held); });
+    if (Mixes.size() == MaxMixes)
+      return {};
     Mixes.push_back(Held);
   }
   return Mixes;

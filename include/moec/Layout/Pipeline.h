@@ -80,11 +80,12 @@ struct PipelinePlan {
   /// at once (forwards done, backward not yet).
   std::vector<int64_t> PeakInFlight;
   /// Per pipeline rank, the candidate peaks of held activations: after each
-  /// forward, how many micro batches of each model chunk are held, with
-  /// duplicates and mixes held within another removed. For any non-negative
-  /// per-chunk sizes, the most bytes held at once is the largest dot product
-  /// with one of these, so the memory model need not walk the schedule once
-  /// per size vector (the schedule has 2 x M x VPP ops per rank).
+  /// run of forwards, how many micro batches of each model chunk are held,
+  /// each distinct mix once. For any non-negative per-chunk sizes, the most
+  /// bytes held at once is the largest dot product with one of these, so the
+  /// memory model need not walk the schedule once per size vector (the
+  /// schedule has 2 x M x VPP ops per rank). Empty for a rank with more than
+  /// 64 distinct mixes, where walking the schedule is as cheap.
   std::vector<std::vector<std::vector<int64_t>>> InFlightMixes;
   /// Idle fraction of the pipeline: (PP - 1) / (VPP x M + PP - 1) for 1F1B
   /// and its interleaved form, with equal stage times.
