@@ -54,7 +54,7 @@ status=0
 mkdir -p "$build/logs"
 for t in "${targets[@]}"; do
   corpus="$build/corpus/$t"
-  artifacts="$build/artifacts/$t/"
+  artifacts="$build/artifacts/$t/${MOEC_FUZZ_WORKER:+worker-$MOEC_FUZZ_WORKER/}"
   mkdir -p "$corpus" "$artifacts"
   seeds=("$root/test/fuzz/seeds/$t")
   [ -d "$root/test/fuzz/regressions/$t" ] && seeds+=("$root/test/fuzz/regressions/$t")
@@ -88,7 +88,7 @@ for t in "${targets[@]}"; do
     executed=$((executed + n))
     ((ok)) && break
     if ((left_runs > 0)); then left_runs=$((left_runs - n)); fi
-    last=$(ls -t "$artifacts" 2>/dev/null | grep -v '^load-timeouts$' | head -1)
+    last=$(ls -t "$artifacts" 2>/dev/null | grep -v -e '^load-timeouts$' -e '^worker-' | head -1 || true)
     if [[ "$last" == timeout-* ]]; then
       # The faster of two reruns: the machine's load varies too.
       ms=$(for _ in 1 2; do "$build/test/fuzz/fuzz-$t" "$artifacts$last" 2>&1 |
