@@ -28,6 +28,7 @@
 #include "moec/Model/Memory.h"
 #include "llvm/ADT/STLExtras.h"
 #include <algorithm>
+#include <array>
 #include <cmath>
 
 using namespace moec;
@@ -51,7 +52,11 @@ struct LayerKind {
   bool MoE = false;
   bool Mtp = false;
   bool Bf16 = false; // kept in bf16 under a low-precision recipe
+
+  /// A dense index over the 24 kinds, for per-kind caches.
+  unsigned index() const { return unsigned(Mix) * 8 + unsigned(MoE) * 4 + unsigned(Mtp) * 2 + unsigned(Bf16); }
 };
+constexpr unsigned NumLayerKinds = 24;
 
 /// Parameters of one layer (or component) as held by one rank: Dense is
 /// already divided by TP where Megatron splits it, Expert by EP x ETP.
@@ -578,6 +583,12 @@ MemoryEstimate MemoryModel::run() {
     LayerActivation Best;
     LayerKind BestKind;
   };
+  struct KindTables {
+    bool Computed = false;
+    Params P;
+    LayerActivation L;
+  };
+  std::array<KindTables, NumLayerKinds> ByKind;
   std::vector<RankState> Ranks(static_cast<size_t>(PP));
   for (RankState &RS : Ranks) {
     RS.ChunkBytes.assign(size_t(VPP), 0);
@@ -590,13 +601,22 @@ MemoryEstimate MemoryModel::run() {
     if (Chunk >= VPP)
       continue;
     RankState &RS = Ranks[size_t(Rank)];
-    std::vector<LayerActivation> Acts;
+    std::vector<const LayerActivation *> Acts;
+    Acts.reserve(size_t(S.DecoderLayers + S.MtpLayers));
     auto addLayer = [&](const LayerKind &K) {
-      Params P = layerParams(K);
+      // Layers of one kind are alike: compute each kind once (a model may
+      // have 65536 layers, and the rules evaluate memory several times).
+      KindTables &T = ByKind[K.index()];
+      if (!T.Computed) {
+        T.P = layerParams(K);
+        T.L = layerActivation(K);
+        T.Computed = true;
+      }
+      const Params &P = T.P;
       RS.Trainable += P;
       RS.MaxLayerParams = std::max(RS.MaxLayerParams, P.total());
       RS.HasMoE |= K.MoE;
-      LayerActivation L = layerActivation(K);
+      const LayerActivation &L = T.L;
       RS.MaxLayerFull = std::max(RS.MaxLayerFull, L.Full.total());
       RS.MaxRecomputed = std::max(RS.MaxRecomputed, L.Recomputed);
       if (L.Stored.total() > RS.BestLayer) {
@@ -604,7 +624,7 @@ MemoryEstimate MemoryModel::run() {
         RS.Best = L;
         RS.BestKind = K;
       }
-      Acts.push_back(L);
+      Acts.push_back(&L);
     };
     for (int64_t I = 0; I < S.DecoderLayers; ++I)
       addLayer(kindOf(FirstLayer[size_t(VS)] + I));
@@ -616,7 +636,7 @@ MemoryEstimate MemoryModel::run() {
     double Bytes = 0, Captured = 0;
     int64_t N = int64_t(Acts.size());
     for (int64_t I = 0; I < N; ++I) {
-      const LayerActivation &L = Acts[size_t(I)];
+      const LayerActivation &L = *Acts[size_t(I)];
       if (Full) {
         bool Checkpointed = R.Recompute.Method == RecomputeMethod::Uniform || I < RecomputeN;
         if (!Checkpointed)
