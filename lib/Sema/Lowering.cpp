@@ -1,5 +1,6 @@
 //===- Lowering.cpp - Checked values to the typed Recipe IR ---------------===//
 #include "SemaImpl.h"
+#include "moec/Layout/Pipeline.h"
 
 #include <deque>
 
@@ -351,8 +352,7 @@ llvm::Optional<Recipe> SemaImpl::lowerRecipe(Scope &Sc, std::string PointName) {
   // schedule tens of thousands. The memory model plans a global batch that
   // does not divide (gbs-divisible) with the whole micro batches it holds,
   // so the bound applies to those too (found by fuzz-plan again).
-  // The same bound as planPipeline's (include/moec/Layout/Pipeline.h).
-  constexpr int64_t MaxScheduleOps = int64_t(1) << 20;
+  // The bound is planPipeline's own.
   if (P.DP > 0 && Out.MicroBatch > 0) {
     int64_t Microbatches = std::max<int64_t>(Out.GlobalBatch / (Out.MicroBatch * P.DP), 1);
     __int128 Ops = __int128(2) * Microbatches * P.PP * P.VPP;

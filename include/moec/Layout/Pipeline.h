@@ -105,7 +105,7 @@ struct PipelinePlan {
 llvm::Expected<PipelinePlan> planPipeline(const PipelineInput &In);
 
 /// planPipeline refuses schedules with more ops than this over all ranks
-/// (2 x PP x VPP x M); Sema refuses recipes past the same bound
+/// (2 x PP x VPP x M); Sema refuses recipes past this bound
 /// (lib/Sema/Lowering.cpp), so that no caller builds a larger one.
 constexpr int64_t MaxScheduleOps = int64_t(1) << 20;
 
