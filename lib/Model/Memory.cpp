@@ -26,6 +26,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "moec/Model/Memory.h"
+#include "llvm/ADT/ArrayRef.h"
 #include "llvm/ADT/STLExtras.h"
 #include <algorithm>
 #include <array>
@@ -161,7 +162,7 @@ private:
   double mtpExtraActivation() const;
   /// The chunk instances in flight at the rank's peak, weighted by Bytes
   /// (indexed by the rank's chunk).
-  double peakInFlight(int64_t Rank, const std::vector<double> &Bytes) const;
+  double peakInFlight(int64_t Rank, llvm::ArrayRef<double> Bytes) const;
   double dispatcherBuffers() const;
   bool recomputes(RecomputeModule Mod) const {
     return R.Recompute.Kind == RecomputeKind::Selective && llvm::is_contained(R.Recompute.Modules, Mod);
@@ -465,7 +466,7 @@ double MemoryModel::mtpExtraActivation() const {
   return 2 * Act * H * SeqTokens + GemmIn * 2 * H * SeqTokens + lossActivation();
 }
 
-double MemoryModel::peakInFlight(int64_t Rank, const std::vector<double> &Bytes) const {
+double MemoryModel::peakInFlight(int64_t Rank, llvm::ArrayRef<double> Bytes) const {
   auto chunkBytes = [&](int64_t Chunk) {
     return Chunk >= 0 && Chunk < int64_t(Bytes.size()) ? Bytes[size_t(Chunk)] : 0.0;
   };
@@ -574,7 +575,6 @@ MemoryEstimate MemoryModel::run() {
   struct RankState {
     Params Trainable, Frozen;
     double MaxLayerParams = 0;
-    std::vector<double> ChunkBytes, ChunkCaptured;
     double MaxLayerFull = 0, MaxRecomputed = 0;
     bool HasMoE = false;
     int64_t Layers = 0;
@@ -589,11 +589,17 @@ MemoryEstimate MemoryModel::run() {
     LayerActivation L;
   };
   std::array<KindTables, NumLayerKinds> ByKind;
+  // A model may have 65536 pipeline ranks, and the rules evaluate memory
+  // several times per sweep point: the per-chunk bytes of all ranks live in
+  // two flat arrays (rank-major, VPP chunks each) and one buffer of layer
+  // activations is reused across stages, so an evaluation allocates a fixed
+  // number of times rather than a few times per rank.
   std::vector<RankState> Ranks(static_cast<size_t>(PP));
-  for (RankState &RS : Ranks) {
-    RS.ChunkBytes.assign(size_t(VPP), 0);
-    RS.ChunkCaptured.assign(size_t(VPP), 0);
-  }
+  std::vector<double> ChunkBytes(size_t(PP * VPP), 0.0), ChunkCaptured(size_t(PP * VPP), 0.0);
+  auto chunksOf = [&](const std::vector<double> &All, int64_t Rank) {
+    return llvm::ArrayRef<double>(All).slice(size_t(Rank * VPP), size_t(VPP));
+  };
+  std::vector<const LayerActivation *> Acts;
 
   for (int64_t VS = 0; VS < NumStages; ++VS) {
     const LayoutStage &S = Stages[size_t(VS)];
@@ -601,8 +607,7 @@ MemoryEstimate MemoryModel::run() {
     if (Chunk >= VPP)
       continue;
     RankState &RS = Ranks[size_t(Rank)];
-    std::vector<const LayerActivation *> Acts;
-    Acts.reserve(size_t(S.DecoderLayers + S.MtpLayers));
+    Acts.clear();
     auto addLayer = [&](const LayerKind &K) {
       // Layers of one kind are alike: compute each kind once (a model may
       // have 65536 layers, and the rules evaluate memory several times).
@@ -659,8 +664,8 @@ MemoryEstimate MemoryModel::run() {
     }
     if (S.Loss)
       RS.Trainable.Dense += V * H / double(TP) + H; // untied output layer, final norm
-    RS.ChunkBytes[size_t(Chunk)] += Bytes;
-    RS.ChunkCaptured[size_t(Chunk)] += Captured;
+    ChunkBytes[size_t(Rank * VPP + Chunk)] += Bytes;
+    ChunkCaptured[size_t(Rank * VPP + Chunk)] += Captured;
   }
   // Megatron builds an embedding on the MTP stage too (its input).
   for (int64_t Rank = 0; Rank < PP; ++Rank) {
@@ -690,7 +695,7 @@ MemoryEstimate MemoryModel::run() {
       B.Gradients += RS.MaxLayerParams * C.GradBytes;
     }
 
-    double Held = peakInFlight(Rank, RS.ChunkBytes);
+    double Held = peakInFlight(Rank, chunksOf(ChunkBytes, Rank));
     if (R.OffloadActivations && RS.Layers > 0) {
       // cpu_offloading: the offloaded layers' activations leave the GPU,
       // one layer stays staged.
@@ -709,7 +714,7 @@ MemoryEstimate MemoryModel::run() {
     if (captures(GraphScope::FullIteration))
       B.CudaGraphPools = C.CudaGraphFullIterationFraction * (B.Activations + B.DispatcherBuffers);
     else if (!R.CudaGraph.empty())
-      B.CudaGraphPools = C.CudaGraphPoolFraction * peakInFlight(Rank, RS.ChunkCaptured);
+      B.CudaGraphPools = C.CudaGraphPoolFraction * peakInFlight(Rank, chunksOf(ChunkCaptured, Rank));
 
     // Fragmentation scales with what is allocated and freed every step.
     B.Reserve =
