@@ -79,8 +79,17 @@ for t in "${targets[@]}"; do
     left=$((deadline - SECONDS))
     ((left > 0)) || break
     # shellcheck disable=SC2086
-    nice -n 19 "$build/test/fuzz/fuzz-$t" "${flags[@]}" -max_total_time="$left" -runs="$left_runs" \
-      ${MOEC_FUZZ_FLAGS:-} "$corpus" "${seeds[@]}" >>"$log" 2>&1 && ok=1 || ok=0
+    # libFuzzer's timeout handler allocates inside a signal handler, and if
+    # the alarm lands inside ASan's allocator the process deadlocks (seen
+    # once, under CI load): a fuzzer still alive a minute past its time is
+    # killed, so the script always ends.
+    rc=0
+    timeout -s KILL $((left + 60)) nice -n 19 "$build/test/fuzz/fuzz-$t" "${flags[@]}" -max_total_time="$left" \
+      -runs="$left_runs" ${MOEC_FUZZ_FLAGS:-} "$corpus" "${seeds[@]}" >>"$log" 2>&1 || rc=$?
+    ((rc == 0)) && ok=1 || ok=0
+    if ((rc == 137)) && ((SECONDS >= deadline + 60)); then
+      echo "fuzz-$t: the fuzzer stopped responding and was killed at its deadline (see $log)" | tee -a "$log" >&2
+    fi
     n=0
     if (($(grep -c '^stat::number_of_executed_units' "$log" || true) > before)); then
       n=$(grep '^stat::number_of_executed_units' "$log" | tail -1 | awk '{print $2}')
