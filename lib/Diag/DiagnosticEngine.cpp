@@ -102,9 +102,10 @@ DiagnosticBuilder &DiagnosticBuilder::fixit(llvm::SMRange Range, std::string Rep
   return *this;
 }
 
-DiagnosticBuilder DiagnosticEngine::add(diag::ID ID, llvm::SMRange Range, std::string Message) {
-  const DiagInfo &Info = getDiagInfo(ID);
-  if (Info.DefaultSeverity == Severity::Error) {
+DiagnosticBuilder DiagnosticEngine::add(diag::ID ID, llvm::SMRange Range, std::string Message,
+                                        llvm::Optional<Severity> Sev) {
+  Severity Level = Sev.getValueOr(getDiagInfo(ID).DefaultSeverity);
+  if (Level == Severity::Error) {
     ++NumErrors;
     auto [It, New] =
         ErrorsSeen.try_emplace({ID, Range.Start.getPointer(), Range.End.getPointer(), Message}, true);
@@ -117,7 +118,7 @@ DiagnosticBuilder DiagnosticEngine::add(diag::ID ID, llvm::SMRange Range, std::s
     if (!It->second)
       return DiagnosticBuilder(&Diags, llvm::None);
   }
-  Diags.push_back({ID, Info.DefaultSeverity, std::move(Message), Range, RecipeContext, {}, {}, {}});
+  Diags.push_back({ID, Level, std::move(Message), Range, RecipeContext, {}, {}, {}});
   return DiagnosticBuilder(&Diags, Diags.size() - 1);
 }
 

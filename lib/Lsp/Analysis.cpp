@@ -69,6 +69,7 @@ std::unique_ptr<Analysis> Analysis::run(std::string Path, std::string Text, cons
   A->Diags = std::make_unique<DiagnosticEngine>(A->SM, Opts.Diagnostics);
   SemaOptions SOpts;
   SOpts.IncludeDirs = Opts.IncludeDirs;
+  SOpts.TargetOverride = Opts.TargetOverride;
   SOpts.Catalog = BuiltinCatalog::parse(*A->Diags, SOpts.Limits);
   A->S = std::make_unique<Sema>(*A->Diags, SOpts);
   // Sema adds the main file's buffer first, after the catalog's.

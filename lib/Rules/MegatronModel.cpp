@@ -153,13 +153,15 @@ void check_linear_attention_heads_divisible(RuleContext &C) {
     return;
   }
   const ParallelConfig &P = C.R.Parallel;
+  // Before 0.20 linear-attention-cp refuses every cp > 1.
+  bool SplitsOverCp = C.coreMinor() >= 20;
   for (auto [Kind, Heads] : {std::pair<const char *, int64_t>{"key", L.KeyHeads}, {"value", L.ValueHeads}}) {
     if (Heads % P.TP != 0) {
       C.report(diag::linear_attention_heads_divisible, "parallel.tp",
                fmt::format("{} linear-attention {} heads do not divide over tp = {}", Heads, Kind, P.TP));
       return;
     }
-    if ((Heads / P.TP) % P.CP != 0) {
+    if (SplitsOverCp && (Heads / P.TP) % P.CP != 0) {
       C.report(diag::linear_attention_heads_divisible, "parallel.cp",
                fmt::format("{} linear-attention {} heads per tensor-parallel rank ({} / tp {}) do not divide over "
                            "cp = {}",
@@ -169,7 +171,40 @@ void check_linear_attention_heads_divisible(RuleContext &C) {
   }
 }
 
+void check_linear_attention_cp(RuleContext &C) {
+  const Recipe &R = C.R;
+  if (R.Model.LinearAttention && R.Parallel.CP > 1 && C.coreMinor() < 20) {
+    auto B = C.report(diag::linear_attention_cp, "parallel.cp", R.Model.Name, R.Parallel.CP);
+    C.fixit(B, "parallel.cp", "1");
+  }
+}
+
+void check_gdn_fp8_alignment(RuleContext &C) {
+  const Recipe &R = C.R;
+  bool FP8 = R.Prec == Precision::FP8Delayed || R.Prec == Precision::FP8Tensorwise ||
+             R.Prec == Precision::FP8Blockwise || R.Prec == Precision::MXFP8;
+  if (!R.Model.LinearAttention || !FP8)
+    return;
+  const LinearAttentionSpec &L = *R.Model.LinearAttention;
+  int64_t InProj = 2 * L.KeyHeads * L.HeadDim + 2 * L.ValueHeads * L.HeadDim + 2 * L.ValueHeads;
+  int64_t Align = R.Prec == Precision::MXFP8 ? 32 : 16;
+  if (InProj % Align != 0)
+    C.report(diag::gdn_fp8_alignment, "precision", R.Model.Name, InProj, Align, precisionName(R.Prec));
+}
+
 //--- Context parallel -------------------------------------------------------------
+
+void check_mla_cp_comm(RuleContext &C) {
+  const Recipe &R = C.R;
+  const ParallelConfig &P = R.Parallel;
+  if (!R.Model.MLA || P.CP <= 1 || (P.CpCommKind != CpComm::A2A && P.CpCommKind != CpComm::AllGather))
+    return;
+  const MLASpec &M = *R.Model.MLA;
+  if (M.QkHeadDim + M.QkRopeHeadDim == M.VHeadDim)
+    return;
+  auto B = C.report(diag::mla_cp_comm, "parallel.cp_comm", P.CpCommKind == CpComm::A2A ? "a2a" : "allgather");
+  C.fixit(B, "parallel.cp_comm", "p2p");
+}
 
 void check_cp_hierarchy_product(RuleContext &C) {
   const ParallelConfig &P = C.R.Parallel;

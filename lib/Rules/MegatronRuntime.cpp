@@ -30,9 +30,11 @@ bool recomputes(const Recipe &R, RecomputeModule M) {
 /// Per-layer CUDA graphs: scopes other than full_iteration (which is the
 /// full-iteration implementation, not a module list).
 bool perLayerGraphs(const Recipe &R) { return !R.CudaGraph.empty() && !has(R.CudaGraph, GraphScope::FullIteration); }
-/// Megatron's cpu_offloading: on when stated, and when a positive layer count is.
+/// Megatron's cpu_offloading: on when stated; Megatron-LM's validate_args
+/// also turns it on for a positive layer count, Megatron-Bridge does not.
 bool activationOffload(const Recipe &R) {
-  return R.OffloadActivations || (R.OffloadActivationLayers && *R.OffloadActivationLayers > 0);
+  return R.OffloadActivations || (getTargetInfo(R.Tgt).RunsValidateArgs && R.OffloadActivationLayers &&
+                                  *R.OffloadActivationLayers > 0);
 }
 const char *activationOffloadPath(const Recipe &R) {
   return R.OffloadActivations ? "offload.activations" : "offload.activation_layers";
@@ -177,8 +179,9 @@ void check_deepep_pad_to_capacity(RuleContext &C) {
 
 void check_deepep_needs_ep(RuleContext &C) {
   const Recipe &R = C.R;
-  if (C.isMoE() && R.Dispatch == Dispatcher::DeepEP && R.Parallel.TP * R.Parallel.EP == 1) {
-    auto B = C.report(diag::deepep_needs_ep, "dispatcher");
+  bool Checked = R.Dispatch == Dispatcher::DeepEP || (R.Dispatch == Dispatcher::HybridEP && C.coreMinor() < 17);
+  if (C.isMoE() && Checked && R.Parallel.ETP * R.Parallel.EP == 1) {
+    auto B = C.report(diag::deepep_needs_ep, "dispatcher", dispatcherName(R.Dispatch));
     C.fixit(B, "dispatcher", "alltoall");
   }
 }
@@ -203,8 +206,11 @@ void check_router_dtype_bf16(RuleContext &C) {
 
 void check_shared_expert_overlap_dispatcher(RuleContext &C) {
   const Recipe &R = C.R;
-  if (C.isMoE() && R.MoE.SharedExpertOverlap && R.Dispatch == Dispatcher::AllGather) {
-    auto B = C.report(diag::shared_expert_overlap_dispatcher, "moe.shared_expert_overlap");
+  bool FlexOverlaps = C.coreMinor() >= 17;
+  bool Refused = R.Dispatch == Dispatcher::AllGather || (isFlex(R.Dispatch) && !FlexOverlaps);
+  if (C.isMoE() && R.Model.MoE->SharedExperts > 0 && R.MoE.SharedExpertOverlap && Refused) {
+    auto B = C.report(diag::shared_expert_overlap_dispatcher, "moe.shared_expert_overlap",
+                      FlexOverlaps ? "alltoall, deepep or hybridep" : "alltoall", dispatcherName(R.Dispatch));
     C.fixit(B, "dispatcher", "alltoall");
   }
 }
@@ -265,7 +271,7 @@ void check_ep_overlap_recompute(RuleContext &C) {
              "recompute selected modules (not 'moe') or turn the overlap off");
     return;
   }
-  if (!recomputes(R, RecomputeModule::Moe))
+  if (!recomputes(R, RecomputeModule::Moe) || C.coreMinor() < 17)
     return;
   auto B = reportToken(C, diag::ep_overlap_recompute, moduleToken(R, RecomputeModule::Moe), "recompute",
                        "recomputing 'moe'", "recompute moe_act instead, or turn the overlap off");
@@ -280,13 +286,30 @@ void check_ep_overlap_shared_expert_overlap(RuleContext &C) {
 }
 
 void check_ep_overlap_mtp(RuleContext &C) {
-  if (epOverlap(C) && C.R.Model.MtpLayers > 1)
-    C.report(diag::ep_overlap_mtp, "moe.overlap_ep_comm", C.R.Model.Name, C.R.Model.MtpLayers);
+  const Recipe &R = C.R;
+  if (!epOverlap(C) || R.Model.MtpLayers == 0)
+    return;
+  if (R.Model.MtpLayers > 1)
+    C.report(diag::ep_overlap_mtp, "moe.overlap_ep_comm",
+             fmt::format("supports at most 1 MTP layer, but {} has {}", R.Model.Name, R.Model.MtpLayers));
+  else if (C.coreMinor() < 17 && R.Parallel.PP == 1)
+    C.report(diag::ep_overlap_mtp, "moe.overlap_ep_comm",
+             fmt::format("with the MTP layer of {} needs pp > 1 in Megatron-Core 0.{}", R.Model.Name, C.coreMinor()));
 }
 
 void check_ep_overlap_graph_scope(RuleContext &C) {
   const Recipe &R = C.R;
-  if (!epOverlap(C) || !perLayerGraphs(R) || R.CudaGraphImpl != GraphImpl::TransformerEngine)
+  if (!epOverlap(C) || R.CudaGraph.empty())
+    return;
+  // Core 0.16 runs full_iteration graphs with the local implementation.
+  bool Local = R.CudaGraphImpl == GraphImpl::Local || has(R.CudaGraph, GraphScope::FullIteration);
+  if (C.coreMinor() < 17 && Local) {
+    auto B = C.report(diag::ep_overlap_graph_scope, "cuda_graph",
+                      fmt::format("local CUDA graphs ({}) in Megatron-Core 0.{}", scopeList(R.CudaGraph), C.coreMinor()));
+    replaceValue(C, B, "cuda_graph", "none");
+    return;
+  }
+  if (!perLayerGraphs(R) || R.CudaGraphImpl != GraphImpl::TransformerEngine)
     return;
   for (GraphScope S : R.CudaGraph) {
     if (S != GraphScope::Moe && S != GraphScope::Mlp)
@@ -295,7 +318,8 @@ void check_ep_overlap_graph_scope(RuleContext &C) {
     // and cuda-graph-mlp-all-moe.
     if ((S == GraphScope::Moe && !R.MoE.dropAndPad()) || (S == GraphScope::Mlp && everyLayerMoE(R)))
       continue;
-    auto B = reportToken(C, diag::ep_overlap_graph_scope, scopeToken(R, S), "cuda_graph", graphScopeName(S));
+    auto B = reportToken(C, diag::ep_overlap_graph_scope, scopeToken(R, S), "cuda_graph",
+                         fmt::format("the transformer_engine CUDA-graph scope '{}'", graphScopeName(S)));
     replaceValue(C, B, "cuda_graph", scopesWithout(R, {GraphScope::Moe, GraphScope::Mlp}));
     return;
   }
@@ -349,6 +373,8 @@ void check_recompute_module_unavailable(RuleContext &C) {
       GroupedGemmFix = true;
     } else if (Mod == RecomputeModule::MlaUpProj && !M.MLA)
       Why = fmt::format("mla_up_proj recompute needs multi-latent attention, but {} uses gqa", M.Name);
+    else if (Mod == RecomputeModule::GdnNormOut && C.coreMinor() < 19)
+      Why = fmt::format("gdn_norm_out recompute does not exist in Megatron-Core 0.{} (it came in 0.19)", C.coreMinor());
     else if (Mod == RecomputeModule::GdnNormOut && !M.LinearAttention)
       Why = fmt::format("gdn_norm_out recompute needs Gated DeltaNet (linear_attention) layers, but {} has none",
                         M.Name);
@@ -424,10 +450,19 @@ void check_cuda_graph_local_scope(RuleContext &C) {
 
 void check_cuda_graph_activation_offload(RuleContext &C) {
   const Recipe &R = C.R;
-  if (!perLayerGraphs(R) || !activationOffload(R))
+  if (R.CudaGraph.empty() || !activationOffload(R))
     return;
-  auto B = C.report(diag::cuda_graph_activation_offload, activationOffloadPath(R), scopeList(R.CudaGraph));
-  replaceValue(C, B, "cuda_graph", "[full_iteration]");
+  if (perLayerGraphs(R)) {
+    auto B = C.report(diag::cuda_graph_activation_offload, activationOffloadPath(R),
+                      fmt::format("per-layer CUDA graphs ({}); use full_iteration graphs or turn the offload off",
+                                  scopeList(R.CudaGraph)));
+    replaceValue(C, B, "cuda_graph", C.coreMinor() < 17 ? "none" : "[full_iteration]");
+  } else if (C.coreMinor() < 17) {
+    auto B = C.report(diag::cuda_graph_activation_offload, activationOffloadPath(R),
+                      fmt::format("CUDA graphs in Megatron-Core 0.{}, full_iteration included; turn one of them off",
+                                  C.coreMinor()));
+    replaceValue(C, B, "cuda_graph", "none");
+  }
 }
 
 void check_cuda_graph_router_scope(RuleContext &C) {
@@ -667,6 +702,22 @@ void check_muon_fsdp(RuleContext &C) {
   }
 }
 
+void check_muon_distributed_optimizer(RuleContext &C) {
+  const Recipe &R = C.R;
+  if (R.Optimizer.Kind == OptimizerKind::Muon && R.Optimizer.Distributed && C.coreMinor() < 17) {
+    auto B = C.report(diag::muon_distributed_optimizer, "optimizer.type", C.coreMinor());
+    C.fixit(B, "optimizer.distributed", "false");
+  }
+}
+
+void check_fsdp_rank_order(RuleContext &C) {
+  const ParallelConfig &P = C.R.Parallel;
+  if (P.FSDP && P.FsdpKind == FsdpImpl::Megatron && P.Order == RankOrder::TpCpEpPpDp) {
+    auto B = C.report(diag::fsdp_rank_order, "parallel.order");
+    C.fixit(B, "parallel.order", "tp_cp_ep_dp_pp");
+  }
+}
+
 //--- Activation offload -----------------------------------------------------
 
 void check_activation_offload_layers_range(RuleContext &C) {
@@ -683,6 +734,14 @@ void check_activation_offload_layers_implicit(RuleContext &C) {
   if (R.OffloadActivations || !R.OffloadActivationLayers || *R.OffloadActivationLayers == 0)
     return;
   auto B = C.report(diag::activation_offload_layers_implicit, "offload.activation_layers", *R.OffloadActivationLayers);
+  C.fixit(B, "offload.activations", "true");
+}
+
+void check_activation_offload_layers_ignored(RuleContext &C) {
+  const Recipe &R = C.R;
+  if (R.OffloadActivations || !R.OffloadActivationLayers || *R.OffloadActivationLayers == 0)
+    return;
+  auto B = C.report(diag::activation_offload_layers_ignored, "offload.activation_layers", *R.OffloadActivationLayers);
   C.fixit(B, "offload.activations", "true");
 }
 

@@ -1,6 +1,8 @@
 //===- RuleEngine.cpp - The registry and the context rules report through -===//
 #include "moec/Rules/RuleEngine.h"
 
+#include <vector>
+
 using namespace moec;
 
 namespace moec::rules {
@@ -15,6 +17,62 @@ static const RuleSpec Registry[] = {
 
 llvm::ArrayRef<RuleSpec> moec::allRules() { return Registry; }
 
+namespace {
+/// Off: the rule does not hold in a target.
+enum class Holds { Off, Remark, Warning, Error };
+struct TargetCell {
+  Holds H;
+  llvm::StringLiteral Mirror;
+};
+struct RuleTargetRow {
+  diag::ID ID;
+  TargetCell Cells[NumTargets];
+};
+static_assert(NumTargets == 3, "RuleTargets.def has one column per target of Targets.def");
+const RuleTargetRow TargetRows[] = {
+#define RULE_TARGETS(Enum, SevMain, MirrorMain, Sev031, Mirror031, SevLM, MirrorLM)                                   \
+  {diag::Enum, {{Holds::SevMain, MirrorMain}, {Holds::Sev031, Mirror031}, {Holds::SevLM, MirrorLM}}},
+#include "moec/Rules/RuleTargets.def"
+};
+
+/// Rows indexed by diagnostic ID (null: no entry), built once.
+const RuleTargetRow *rowFor(diag::ID ID) {
+  static const std::vector<const RuleTargetRow *> ByID = [] {
+    std::vector<const RuleTargetRow *> V(diag::NumDiags, nullptr);
+    for (const RuleTargetRow &Row : TargetRows) {
+      assert(!V[Row.ID] && "a rule has one RuleTargets.def entry");
+      V[Row.ID] = &Row;
+    }
+    return V;
+  }();
+  return ByID[ID];
+}
+} // namespace
+
+llvm::Optional<Severity> moec::ruleSeverity(diag::ID ID, Target T) {
+  const RuleTargetRow *Row = rowFor(ID);
+  if (!Row)
+    return getDiagInfo(ID).DefaultSeverity;
+  switch (Row->Cells[unsigned(T)].H) {
+  case Holds::Off:
+    return llvm::None;
+  case Holds::Remark:
+    return Severity::Remark;
+  case Holds::Warning:
+    return Severity::Warning;
+  case Holds::Error:
+    return Severity::Error;
+  }
+  llvm_unreachable("unknown Holds");
+}
+
+llvm::StringRef moec::ruleMirror(diag::ID ID, Target T) {
+  const RuleTargetRow *Row = rowFor(ID);
+  return Row ? llvm::StringRef(Row->Cells[unsigned(T)].Mirror) : llvm::StringRef();
+}
+
+bool moec::ruleHasTargets(diag::ID ID) { return rowFor(ID) != nullptr; }
+
 llvm::StringRef moec::ruleSource(diag::ID ID) {
   for (const RuleSpec &R : Registry)
     if (R.ID == ID)
@@ -26,7 +84,8 @@ void moec::runRules(const Recipe &R, DiagnosticEngine &Diags, bool UsePlanner) {
   Diags.setRecipeContext(R.PointName);
   RuleContext C(R, Diags, UsePlanner);
   for (const RuleSpec &Rule : Registry)
-    Rule.Check(C);
+    if (ruleSeverity(Rule.ID, R.Tgt))
+      Rule.Check(C);
   Diags.setRecipeContext("");
 }
 

@@ -145,9 +145,10 @@ void check_precision_unsupported(RuleContext &C) {
       Why = "microscaling formats need Blackwell tensor cores";
     break;
   case Precision::FP8Blockwise:
-    if (A != GpuArch::Hopper)
-      Why = A == GpuArch::Blackwell ? "blockwise FP8 is the Hopper recipe; use mxfp8 on Blackwell"
-                                    : "FP8 needs Hopper or newer";
+    // Transformer Engine >= 2.10 runs blockwise scaling from SM 9.0 on,
+    // Blackwell included (quantization.py check_fp8_block_scaling_support).
+    if (A != GpuArch::Hopper && A != GpuArch::Blackwell)
+      Why = "FP8 needs Hopper or newer";
     break;
   case Precision::FP8Delayed:
   case Precision::FP8Tensorwise:

@@ -232,6 +232,19 @@ llvm::Optional<Recipe> SemaImpl::lowerRecipe(Scope &Sc, std::string PointName) {
   Out.PointName = std::move(PointName);
   Out.NameRange = D.AST->NameRange;
   Out.Base = D.AST->Base;
+  if (Opts.TargetOverride) {
+    Out.Tgt = *Opts.TargetOverride;
+  } else if (const Value *T = Sc.get("target"); T && Sc.isSet("target")) {
+    if (auto Known = lookupTarget(T->Text)) {
+      Out.Tgt = *Known;
+    } else {
+      std::vector<StringRef> Names;
+      for (const TargetInfo &I : allTargets())
+        Names.push_back(I.Name);
+      Diags.report(diag::unknown_target, Sc.provenance("target").Range, T->Text, didYouMean(T->Text, Names),
+                   knownTargetList());
+    }
+  }
 
   if (const Value *M = Sc.get("model"); M && M->Ref)
     if (const ModelSpec *Spec = lowerModel(*M->Ref))

@@ -37,6 +37,7 @@ using T = FieldType;
   FIELD(Owner, Path, Count, Presence, Default, Min, NoMax, {}, Doc)
 
 const FieldSpec RecipeFields[] = {
+    FIELD(Recipe, "target", String, Default, "\"megatron-bridge@main\"", 0, 0, {}, "the Megatron release the run uses (`moec targets` lists them); --target overrides it"),
     FIELD(Recipe, "model", ModelRef, Required, "", 0, 0, {}, "the model: a catalog or user model name, or hf(\"config.json\")"),
     FIELD(Recipe, "cluster", ClusterRef, Optional, "", 0, 0, {}, "a named cluster; or give the cluster section's fields"),
     FIELD(Recipe, "cluster.gpu", GpuRef, Optional, "", 0, 0, {}, "GPU system (brings its node size and NVLink domain); required unless `cluster` names a cluster"),

@@ -13,10 +13,11 @@
 
 namespace moec::driver {
 
-/// compileOnePoint (Driver.h) on this command's own file, --recipe, -I and -W
-/// options. A recipe with errors is refused: nothing is written from it.
+/// compileOnePoint (Driver.h) on this command's own file, --recipe, -I, -W
+/// and --target options. A recipe with errors is refused: nothing is written from it.
 OnePoint compileOnePoint(llvm::StringRef Command, const std::string &File, const std::string &Recipe,
-                         const std::vector<std::string> &Includes, const std::vector<std::string> &Warnings);
+                         const std::vector<std::string> &Includes, const std::vector<std::string> &Warnings,
+                         const std::string &Target);
 
 /// `FILE:LINE:COL: note: ...` at the .moe field the setting came from, for
 /// the settings an export cannot carry.

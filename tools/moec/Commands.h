@@ -16,6 +16,7 @@ int runSweep();
 int runRun(const char *Argv0);
 int runExplain();
 int runRuleIndex();
+int runTargets();
 int runSchema();
 int runFmt();
 int runLsp();

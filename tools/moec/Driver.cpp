@@ -31,6 +31,20 @@ std::vector<std::string> applyWarningFlags(DiagnosticOptions &Opts) {
   return Unknown;
 }
 
+llvm::Optional<Target> commandLineTarget(DiagnosticEngine &Diags, bool &Bad) {
+  if (TargetName.empty())
+    return llvm::None;
+  if (llvm::Optional<Target> T = lookupTarget(TargetName))
+    return T;
+  std::vector<llvm::StringRef> Names;
+  for (const TargetInfo &I : allTargets())
+    Names.push_back(I.Name);
+  Diags.report(diag::unknown_target, llvm::SMRange(), TargetName.getValue(), didYouMean(TargetName, Names),
+               knownTargetList());
+  Bad = true;
+  return llvm::None;
+}
+
 std::unique_ptr<Compilation> compile(bool RunRules, bool CapErrors) {
   auto C = std::make_unique<Compilation>();
   DiagnosticOptions Opts;
@@ -47,6 +61,12 @@ std::unique_ptr<Compilation> compile(bool RunRules, bool CapErrors) {
   }
 
   SemaOptions SOpts;
+  bool BadTarget = false;
+  SOpts.TargetOverride = commandLineTarget(Diags, BadTarget);
+  if (BadTarget) {
+    C->Unreadable = true; // nothing was checked: exit status 2
+    return C;
+  }
   SOpts.IncludeDirs.assign(IncludeDirs.begin(), IncludeDirs.end());
   SOpts.MaxSweepPoints = MaxSweepPoints;
   SOpts.Catalog = BuiltinCatalog::parse(Diags, SOpts.Limits);

@@ -29,6 +29,10 @@ struct Compilation {
 /// -W) that name no diagnostic, for the caller to report.
 std::vector<std::string> applyWarningFlags(DiagnosticOptions &Opts);
 
+/// --target as a Target (None when not given). An unknown name is reported
+/// through Diags (no location: it is on the command line) and sets Bad.
+llvm::Optional<Target> commandLineTarget(DiagnosticEngine &Diags, bool &Bad);
+
 /// Parses and checks the files of the command line (CheckFiles, -I, -W,
 /// --recipe); with RunRules the rule catalog runs over every recipe.
 std::unique_ptr<Compilation> compile(bool RunRules, bool CapErrors = true);

@@ -43,12 +43,15 @@ cl::opt<std::string> ExportOutput("o", cl::desc("Write to this file (atomically)
                                   cl::value_desc("file"), cl::sub(ExportCmd));
 cl::list<std::string> ExportIncludes("I", cl::Prefix, cl::desc("Add a directory to the import search path"),
                                      cl::value_desc("dir"), cl::sub(ExportCmd));
+cl::opt<std::string> ExportTarget("target", cl::desc("The Megatron release to export for (moec targets lists them)"),
+                               cl::value_desc("name"), cl::sub(ExportCmd));
 cl::list<std::string> ExportWarnings("W", cl::Prefix, cl::desc("-Werror: warnings are errors; -Wno-ID: silence ID"),
                                      cl::value_desc("error|no-ID"), cl::sub(ExportCmd));
 } // namespace
 
 OnePoint compileOnePoint(llvm::StringRef Command, const std::string &File, const std::string &Recipe,
-                         const std::vector<std::string> &Includes, const std::vector<std::string> &Warns) {
+                         const std::vector<std::string> &Includes, const std::vector<std::string> &Warns,
+                         const std::string &Target) {
   if (File.empty()) {
     llvm::errs() << "moec " << Command << ": expected one recipe file (use - for standard input)\n";
     OnePoint P;
@@ -59,6 +62,7 @@ OnePoint compileOnePoint(llvm::StringRef Command, const std::string &File, const
   CheckFiles.clear();
   CheckFiles.push_back(File);
   RecipeName = Recipe;
+  TargetName = Target;
   for (const std::string &I : Includes)
     IncludeDirs.push_back(I);
   for (const std::string &W : Warns)
@@ -93,7 +97,7 @@ int runExport() {
                  << "\n";
     return ExitUsage;
   }
-  OnePoint P = compileOnePoint("export", ExportFile, ExportRecipe, ExportIncludes, ExportWarnings);
+  OnePoint P = compileOnePoint("export", ExportFile, ExportRecipe, ExportIncludes, ExportWarnings, ExportTarget);
   if (P.Status)
     return P.Status;
   bridge::ExportOptions Opts;

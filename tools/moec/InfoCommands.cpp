@@ -31,6 +31,16 @@ int runExplain() {
   llvm::outs() << Info.Id << " (" << severityName(Info.DefaultSeverity) << ")\n\n" << Info.Explanation << "\n";
   if (llvm::StringRef Source = ruleSource(*ID); !Source.empty())
     llvm::outs() << "\nSource: " << Source << "\n";
+  if (ruleHasTargets(*ID)) {
+    llvm::outs() << "\nWhere it holds:\n";
+    for (const TargetInfo &T : allTargets()) {
+      llvm::Optional<Severity> Sev = ruleSeverity(*ID, T.T);
+      llvm::outs() << "  " << llvm::formatv("{0,-26}", T.Name) << " " << llvm::formatv("{0,-8}", Sev ? severityName(*Sev) : "off")
+                   << " " << ruleMirror(*ID, T.T) << "\n";
+    }
+  } else if (!ruleSource(*ID).empty()) {
+    llvm::outs() << "\nHolds for every target.\n";
+  }
   return ExitOK;
 }
 
@@ -43,12 +53,29 @@ static llvm::StringRef firstSentence(llvm::StringRef Text) {
 }
 
 int runRuleIndex() {
-  llvm::outs() << "| ID | severity | source | what it checks |\n| --- | --- | --- | --- |\n";
+  llvm::outs() << "| ID |";
+  for (const TargetInfo &T : allTargets())
+    llvm::outs() << " " << T.Name << " |";
+  llvm::outs() << " source | what it checks |\n| --- |";
+  for (size_t I = 0; I < allTargets().size(); ++I)
+    llvm::outs() << " --- |";
+  llvm::outs() << " --- | --- |\n";
   for (const RuleSpec &R : allRules()) {
     const DiagInfo &I = getDiagInfo(R.ID);
-    llvm::outs() << "| `" << I.Id << "` | " << severityName(I.DefaultSeverity) << " | " << R.Source << " | "
-                 << firstSentence(I.Explanation) << " |\n";
+    llvm::outs() << "| `" << I.Id << "` |";
+    for (const TargetInfo &T : allTargets()) {
+      llvm::Optional<Severity> Sev = ruleSeverity(R.ID, T.T);
+      llvm::outs() << " " << (Sev ? severityName(*Sev) : "off") << " |";
+    }
+    llvm::outs() << " " << R.Source << " | " << firstSentence(I.Explanation) << " |\n";
   }
+  return ExitOK;
+}
+
+int runTargets() {
+  for (const TargetInfo &T : allTargets())
+    llvm::outs() << llvm::formatv("{0,-26}", T.Name) << " " << T.Components
+                 << (T.T == DefaultTarget ? " (the default)" : "") << "\n";
   return ExitOK;
 }
 

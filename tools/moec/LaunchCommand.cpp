@@ -69,6 +69,8 @@ cl::opt<std::string> LaunchPartition("partition", cl::desc("sbatch partition"), 
 cl::opt<std::string> LaunchAccount("account", cl::desc("sbatch account"), cl::value_desc("name"), cl::sub(LaunchCmd));
 cl::list<std::string> LaunchIncludes("I", cl::Prefix, cl::desc("Add a directory to the import search path"),
                                      cl::value_desc("dir"), cl::sub(LaunchCmd));
+cl::opt<std::string> LaunchTarget("target", cl::desc("The Megatron release to launch for (moec targets lists them)"),
+                               cl::value_desc("name"), cl::sub(LaunchCmd));
 cl::list<std::string> LaunchWarnings("W", cl::Prefix, cl::desc("-Werror: warnings are errors; -Wno-ID: silence ID"),
                                      cl::value_desc("error|no-ID"), cl::sub(LaunchCmd));
 
@@ -85,7 +87,7 @@ int runLaunch() {
     llvm::errs() << "moec launch: choose one of --slurm (an sbatch script) and --mpirun (the mpirun line)\n";
     return ExitUsage;
   }
-  OnePoint P = compileOnePoint("launch", LaunchFile, LaunchRecipe, LaunchIncludes, LaunchWarnings);
+  OnePoint P = compileOnePoint("launch", LaunchFile, LaunchRecipe, LaunchIncludes, LaunchWarnings, LaunchTarget);
   if (P.Status)
     return P.Status;
   const Recipe &R = *P.R;

@@ -26,6 +26,13 @@ int runLsp() {
     llvm::errs() << "moec lsp: unknown diagnostic flag -W" << Flag << "\n";
     return ExitUsage;
   }
+  if (!TargetName.empty()) {
+    Opts.Analysis.TargetOverride = lookupTarget(TargetName);
+    if (!Opts.Analysis.TargetOverride) {
+      llvm::errs() << "moec lsp: unknown target '" << TargetName << "'; known targets: " << knownTargetList() << "\n";
+      return ExitUsage;
+    }
+  }
   if (!LspCatalogDir.empty()) {
     Opts.CatalogDir = LspCatalogDir;
   } else {

@@ -6,6 +6,7 @@ namespace moec::driver {
 cl::SubCommand CheckCmd("check", "Parse, type-check and lint recipes");
 cl::SubCommand ExplainCmd("explain", "Explain a diagnostic ID");
 cl::SubCommand SchemaCmd("schema", "Print the field tables of the language (Markdown)");
+cl::SubCommand TargetsCmd("targets", "List the Megatron releases moec checks against, with their components");
 cl::SubCommand RuleIndexCmd("rule-index", "Print the rule index (Markdown) for docs/rules.md");
 cl::SubCommand PlanCmd("plan", "Lower a recipe to a launch plan (rank layout, schedule, memory, speed)");
 cl::SubCommand SweepCmd("sweep", "Expand sweeps, prune infeasible points, rank the rest by predicted speed");
@@ -28,6 +29,11 @@ cl::list<std::string> Warnings("W", cl::Prefix, cl::desc("-Werror: warnings are 
 cl::list<std::string> IncludeDirs("I", cl::Prefix, cl::desc("Add a directory to the import search path"),
                                   cl::value_desc("dir"), cl::sub(CheckCmd), cl::sub(PlanCmd), cl::sub(SweepCmd),
                                   cl::sub(RunCmd), cl::sub(LspCmd), cl::sub(ReportCmd));
+cl::opt<std::string> TargetName("target",
+                                cl::desc("The Megatron release to check for (moec targets lists them); "
+                                         "wins over the recipes' target field"),
+                                cl::value_desc("name"), cl::sub(CheckCmd), cl::sub(PlanCmd), cl::sub(SweepCmd),
+                                cl::sub(RunCmd), cl::sub(LspCmd), cl::sub(ReportCmd));
 cl::opt<ColorMode> Color("color", cl::desc("Colour text diagnostics"), cl::init(ColorMode::Auto),
                          cl::values(clEnumValN(ColorMode::Auto, "auto", "when stderr is a terminal"),
                                     clEnumValN(ColorMode::Always, "always", "always"),

@@ -25,6 +25,8 @@ extern cl::SubCommand CheckCmd;
 extern cl::SubCommand ExplainCmd;
 extern cl::SubCommand SchemaCmd;
 extern cl::SubCommand RuleIndexCmd;
+extern cl::SubCommand TargetsCmd;
+extern cl::opt<std::string> TargetName;
 extern cl::SubCommand PlanCmd;
 extern cl::SubCommand SweepCmd;
 extern cl::SubCommand RunCmd;

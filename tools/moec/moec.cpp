@@ -42,6 +42,8 @@ int main(int argc, char **argv) {
     return runSweep();
   if (RunCmd)
     return runRun(argv[0]);
+  if (TargetsCmd)
+    return runTargets();
   if (RuleIndexCmd)
     return runRuleIndex();
   if (SchemaCmd)
@@ -58,6 +60,6 @@ int main(int argc, char **argv) {
     return runLsp();
   if (ReportCmd)
     return runReport();
-  llvm::errs() << "moec: expected a command: check, plan, sweep, explain, schema, run, fmt, lsp, report, export, import or launch (see moec --help)\n";
+  llvm::errs() << "moec: expected a command: check, plan, sweep, explain, targets, schema, run, fmt, lsp, report, export, import or launch (see moec --help)\n";
   return ExitUsage;
 }

@@ -128,6 +128,12 @@ public:
   DiagnosticBuilder report(diag::ID ID, llvm::SMRange Range, Args &&...A) {
     return add(ID, Range, fmt::format(runtimeFormat(getDiagInfo(ID).Format), std::forward<Args>(A)...));
   }
+  /// Reports with a severity other than the ID's default: a rule's severity
+  /// follows the target it is checked for (RuleTargets.def).
+  template <typename... Args>
+  DiagnosticBuilder reportAs(diag::ID ID, Severity Sev, llvm::SMRange Range, Args &&...A) {
+    return add(ID, Range, fmt::format(runtimeFormat(getDiagInfo(ID).Format), std::forward<Args>(A)...), Sev);
+  }
   template <typename... Args> DiagnosticBuilder report(diag::ID ID, llvm::SMLoc Loc, Args &&...A) {
     return report(ID, llvm::SMRange(Loc, Loc), std::forward<Args>(A)...);
   }
@@ -149,7 +155,8 @@ public:
   const DiagnosticOptions &getOptions() const { return Opts; }
 
 private:
-  DiagnosticBuilder add(diag::ID ID, llvm::SMRange Range, std::string Message);
+  DiagnosticBuilder add(diag::ID ID, llvm::SMRange Range, std::string Message,
+                        llvm::Optional<Severity> Sev = llvm::None);
 
   struct AllowScope {
     diag::ID ID;

@@ -23,6 +23,8 @@ namespace moec::lsp {
 
 struct AnalysisOptions {
   std::vector<std::string> IncludeDirs;
+  /// --target: wins over the recipes' target field.
+  llvm::Optional<Target> TargetOverride;
   DiagnosticOptions Diagnostics;
   /// Run the checks that need the planner's memory model (as `moec check`
   /// does unless --no-planner).

@@ -15,6 +15,15 @@
 
 namespace moec {
 
+/// A rule's severity for a target, or None where the rule does not hold
+/// (RuleTargets.def; a diagnostic without an entry keeps its default).
+llvm::Optional<Severity> ruleSeverity(diag::ID ID, Target T);
+/// The check a rule mirrors in a target's source ("file:line ..."), or ""
+/// for a rule of the seeds or the planner.
+llvm::StringRef ruleMirror(diag::ID ID, Target T);
+/// True when the rule has a RuleTargets.def entry.
+bool ruleHasTargets(diag::ID ID);
+
 class RuleContext {
 public:
   RuleContext(const Recipe &R, DiagnosticEngine &Diags, bool UsePlanner = true)
@@ -22,17 +31,26 @@ public:
 
   const Recipe &R;
 
+  /// The release checked for, and facts of it rules branch on.
+  Target target() const { return R.Tgt; }
+  /// Megatron-Core's minor version in the target (0.16 -> 16).
+  unsigned coreMinor() const { return getTargetInfo(R.Tgt).CoreMinor; }
+  bool underBridge() const { return getTargetInfo(R.Tgt).Kind == Framework::Bridge; }
+
   /// Reports at the entry that set Path (or at the recipe's name when Path
   /// kept its default), with a note when the value was inherited.
+  /// The severity is the rule's for the recipe's target (RuleTargets.def);
+  /// a rule that is off for the target reports nothing.
   template <typename... Args> DiagnosticBuilder report(diag::ID ID, llvm::StringRef Path, Args &&...A) {
-    DiagnosticBuilder B = Diags.report(ID, where(Path), std::forward<Args>(A)...);
-    noteInheritance(B, Path);
-    return B;
+    return reportAt(ID, where(Path), Path, std::forward<Args>(A)...);
   }
   /// Reports at an exact range inside the entry that set Path.
   template <typename... Args>
   DiagnosticBuilder reportAt(diag::ID ID, llvm::SMRange Range, llvm::StringRef Path, Args &&...A) {
-    DiagnosticBuilder B = Diags.report(ID, Range, std::forward<Args>(A)...);
+    llvm::Optional<Severity> Sev = ruleSeverity(ID, R.Tgt);
+    if (!Sev)
+      return DiagnosticBuilder(nullptr, llvm::None);
+    DiagnosticBuilder B = Diags.reportAs(ID, *Sev, Range, std::forward<Args>(A)...);
     noteInheritance(B, Path);
     return B;
   }

@@ -8,6 +8,7 @@
 #ifndef MOEC_SEMA_RECIPE_H
 #define MOEC_SEMA_RECIPE_H
 
+#include "moec/Target/Target.h"
 #include "llvm/ADT/Optional.h"
 #include "llvm/ADT/SmallVector.h"
 #include "llvm/ADT/StringMap.h"
@@ -143,6 +144,9 @@ struct Recipe {
   std::string PointName; // "name" or "name[micro=2, recompute=full]"
   llvm::SMRange NameRange;
   std::string Base;      // the recipe it extends directly, if any
+  /// The Megatron release checked for: --target, else the recipe's target
+  /// field, else DefaultTarget.
+  Target Tgt = DefaultTarget;
 
   ModelSpec Model;
   GpuSpec Gpu;

@@ -30,6 +30,8 @@ struct SemaOptions {
   unsigned MaxSweepPoints = 10000;
   unsigned MaxImportDepth = 32;
   ParseLimits Limits;
+  /// --target: wins over every recipe's target field.
+  llvm::Optional<Target> TargetOverride;
   /// Parsed on construction when not given.
   std::shared_ptr<const BuiltinCatalog> Catalog;
 };
