@@ -25,13 +25,14 @@ TEST(Targets, OnlyMegatronLmRunsValidateArgs) {
 }
 
 // A rule that mirrors a Megatron check says where it holds in every target;
-// the seeds' practice rules and the planner's hold everywhere.
+// the seeds' practice rules and the planner's hold everywhere unless they
+// mirror a Megatron check too (gpu-count-infeasible).
 TEST(RuleTargets, EveryMegatronRuleSaysWhereItHolds) {
   for (const RuleSpec &R : allRules()) {
     llvm::StringRef Source = R.Source;
     bool Practice = Source.startswith("seed ") || Source.startswith("planner");
     const char *Id = getDiagInfo(R.ID).Id.data();
-    EXPECT_NE(ruleHasTargets(R.ID), Practice) << Id << " (source: " << Source.str() << ")";
+    EXPECT_TRUE(Practice || ruleHasTargets(R.ID)) << Id << " (source: " << Source.str() << ")";
     if (!ruleHasTargets(R.ID))
       continue;
     for (const TargetInfo &T : allTargets())
