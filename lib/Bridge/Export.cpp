@@ -6,6 +6,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "moec/Bridge/Export.h"
+#include "moec/Sema/TargetDefaults.h"
 
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringExtras.h"
@@ -81,6 +82,10 @@ private:
   const ExportOptions &Opts;
   BridgeExport E;
 
+  /// The Megatron-Core minor version of the target (0.16 -> 16): the keys
+  /// follow the release the configuration is written for.
+  unsigned coreMinor() const { return getTargetInfo(R.Tgt).CoreMinor; }
+
   void set(llvm::StringRef Key, Value V, llvm::StringRef From) {
     E.Overrides.push_back({Key.str(), std::move(V), From.str()});
   }
@@ -152,8 +157,15 @@ private:
     // Megatron takes None (not 1) for no interleaving (rule: VPP None or >= 2).
     set("model.virtual_pipeline_model_parallel_size", P.VPP > 1 ? Value::integer(P.VPP) : Value::null(),
         "parallel.vpp");
-    if (P.Layout)
+    if (P.Layout) {
       set("model.pipeline_model_parallel_layout", Value::string(*P.Layout), "parallel.layout");
+      // A layout places the embedding and the loss itself; Megatron refuses
+      // it together with the recipes' uneven-split settings.
+      set("model.account_for_embedding_in_pipeline_split", Value::boolean(false), "implied by parallel.layout");
+      set("model.account_for_loss_in_pipeline_split", Value::boolean(false), "implied by parallel.layout");
+      set("model.num_layers_in_first_pipeline_stage", Value::null(), "implied by parallel.layout");
+      set("model.num_layers_in_last_pipeline_stage", Value::null(), "implied by parallel.layout");
+    }
     set("model.context_parallel_size", Value::integer(P.CP), "parallel.cp");
     if (P.CP > 1 || P.CpCommKind != CpComm::P2P)
       set("model.cp_comm_type", Value::string(cpCommName(P.CpCommKind)), "parallel.cp_comm");
@@ -166,7 +178,9 @@ private:
     set("model.expert_model_parallel_size", Value::integer(P.EP), "parallel.ep");
     // Always explicit: Megatron's default (None) means ETP = TP, moec's is 1.
     set("model.expert_tensor_parallel_size", Value::integer(P.ETP), "parallel.etp");
-    set("model.sequence_parallel", Value::boolean(P.SequenceParallel), "parallel.sp");
+    // Megatron-Core 0.16 refuses sequence parallelism without TP (later
+    // releases turn it off): never written true at tp = 1.
+    set("model.sequence_parallel", Value::boolean(P.SequenceParallel && P.TP > 1), "parallel.sp");
     if (P.TpCommOverlap)
       set("comm_overlap.tp_comm_overlap", Value::boolean(true), "parallel.tp_comm_overlap");
     if (P.FSDP) {
@@ -180,26 +194,24 @@ private:
         set("dist.use_torch_fsdp2", Value::boolean(true), "parallel.fsdp_impl = torch");
       }
     }
+    // Bridge passes DistributedInitConfig.use_tp_pp_dp_mapping to
+    // initialize_model_parallel's order (training/initialize.py).
     if (P.Order == RankOrder::TpCpEpPpDp)
-      drop("parallel.order", "tp_cp_ep_pp_dp",
-           "the Megatron-Bridge field map names no ConfigContainer field for the rank order (Megatron-LM's flag is "
-           "--use-tp-pp-dp-mapping); set it in the Bridge recipe");
+      set("dist.use_tp_pp_dp_mapping", Value::boolean(true), "parallel.order");
   }
 
   void batch() {
     set("train.micro_batch_size", Value::integer(R.MicroBatch), "batch.micro");
     set("train.global_batch_size", Value::integer(R.GlobalBatch), "batch.global");
     set("model.seq_length", Value::integer(R.SeqLen), "seq_len");
-    // Bridge keeps the two equal and validates that they are.
-    set("dataset.seq_length", Value::integer(R.SeqLen), "seq_len");
+    // Bridge keeps the two equal and validates that they are. 0.3.1's
+    // GPTDatasetConfig field is Megatron-Core's sequence_length (seq_length
+    // is a read-only alias there).
+    set(coreMinor() < 20 ? "dataset.sequence_length" : "dataset.seq_length", Value::integer(R.SeqLen), "seq_len");
   }
 
-  /// The fp8_param_gather a Bridge preset sets by itself (rule 45: the
-  /// MXFP8 preset gathers parameters in FP8).
-  static bool presetParamGather(Precision P) { return P == Precision::MXFP8; }
-
   void precision() {
-    bool Deviates = R.Fp8ParamGather != presetParamGather(R.Prec) || R.Bf16FirstLayers || R.Bf16LastLayers;
+    bool Deviates = R.Fp8ParamGather != presetFp8ParamGather(R.Tgt, R.Prec) || R.Bf16FirstLayers || R.Bf16LastLayers;
     if (!Deviates) {
       set("mixed_precision", Value::string(mixedPrecisionPreset(R.Prec)), "precision");
       return;
@@ -277,6 +289,9 @@ private:
     switch (C.Kind) {
     case RecomputeKind::None:
       set("model.recompute_granularity", Value::null(), "recompute");
+      // A Bridge recipe's full-recompute settings would otherwise remain.
+      set("model.recompute_method", Value::null(), "recompute");
+      set("model.recompute_num_layers", Value::null(), "recompute");
       return;
     case RecomputeKind::Full:
       set("model.recompute_granularity", Value::string("full"), "recompute");
@@ -287,6 +302,8 @@ private:
       return;
     case RecomputeKind::Selective: {
       set("model.recompute_granularity", Value::string("selective"), "recompute");
+      set("model.recompute_method", Value::null(), "recompute");
+      set("model.recompute_num_layers", Value::null(), "recompute");
       std::vector<std::string> Names;
       for (RecomputeModule M : C.Modules)
         Names.push_back(recomputeModuleName(M).str());
@@ -302,16 +319,24 @@ private:
       return;
     }
     bool Full = llvm::is_contained(R.CudaGraph, GraphScope::FullIteration);
-    if (Full) {
+    std::vector<std::string> Names;
+    for (GraphScope S : R.CudaGraph)
+      Names.push_back(graphScopeName(S).str());
+    if (coreMinor() < 20) {
+      // Megatron-Core 0.16: full_iteration is a scope of the local
+      // implementation, and the key is cuda_graph_scope.
+      set("model.cuda_graph_impl",
+          Value::string(Full || R.CudaGraphImpl == GraphImpl::Local ? "local" : "transformer_engine"),
+          Full ? "cuda_graph" : "cuda_graph_impl");
+      set("model.cuda_graph_scope", Value::strings(Full ? std::vector<std::string>{"full_iteration"} : Names),
+          "cuda_graph");
+    } else if (Full) {
       set("model.cuda_graph_impl", Value::string("full_iteration"), "cuda_graph");
       // full_iteration requires an empty module list (rule 33).
       set("model.cuda_graph_modules", Value::list({}), "cuda_graph");
     } else {
       set("model.cuda_graph_impl", Value::string(R.CudaGraphImpl == GraphImpl::Local ? "local" : "transformer_engine"),
           "cuda_graph_impl");
-      std::vector<std::string> Names;
-      for (GraphScope S : R.CudaGraph)
-        Names.push_back(graphScopeName(S).str());
       set("model.cuda_graph_modules", Value::strings(Names), "cuda_graph");
     }
     // Every graph needs TE's RNG tracker (rule 35).

@@ -1,6 +1,7 @@
 //===- Lowering.cpp - Checked values to the typed Recipe IR ---------------===//
 #include "SemaImpl.h"
 #include "moec/Layout/Pipeline.h"
+#include "moec/Sema/TargetDefaults.h"
 
 #include <deque>
 
@@ -382,7 +383,9 @@ llvm::Optional<Recipe> SemaImpl::lowerRecipe(Scope &Sc, std::string PointName) {
                  .Case("mxfp8", Precision::MXFP8)
                  .Case("nvfp4", Precision::NVFP4)
                  .Default(Precision::BF16);
-  Out.Fp8ParamGather = R.boolean("fp8_param_gather");
+  Out.Fp8ParamGather =
+      Sc.isSet("fp8_param_gather") ? R.boolean("fp8_param_gather") : presetFp8ParamGather(Out.Tgt, Out.Prec);
+  Out.Fp4ParamGather = presetFp4ParamGather(Out.Tgt, Out.Prec);
   Out.Bf16FirstLayers = R.count("bf16_layers.first");
   Out.Bf16LastLayers = R.count("bf16_layers.last");
   Out.Dispatch = llvm::StringSwitch<Dispatcher>(R.name("dispatcher"))

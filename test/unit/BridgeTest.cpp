@@ -134,7 +134,23 @@ recipe q {
   EXPECT_EQ(findKey(E, "model.cuda_graph_modules")->V, Value::strings({"attn", "moe_router", "moe_preprocess"}));
   EXPECT_EQ(findKey(E, "model.use_te_rng_tracker")->V, Value::boolean(true));
   EXPECT_EQ(findKey(E, "optimizer.optimizer_offload_fraction")->V, Value::real(0.5));
-  // mxfp8 without fp8_param_gather departs from the preset: written field by field.
+  // An unset fp8_param_gather means the target's preset: the preset's name.
+  EXPECT_EQ(findKey(E, "mixed_precision")->V, Value::string("bf16_with_mxfp8_mixed"));
+  EXPECT_EQ(findKey(E, "mixed_precision.fp8_param_gather"), nullptr);
+}
+
+TEST(BridgeExport, ParamGatherAwayFromThePresetIsWrittenFieldByField) {
+  std::vector<Recipe> Rs = lower(R"(
+recipe r {
+  model = qwen3_30b_a3b; cluster { gpu = b200; nodes = 1 }
+  seq_len = 4K; batch { micro = 1; global = 8 }
+  parallel { ep = 8 }
+  precision = mxfp8
+  fp8_param_gather = false
+}
+)");
+  ASSERT_EQ(Rs.size(), 1u);
+  BridgeExport E = exportOverrides(Rs.front());
   EXPECT_EQ(findKey(E, "mixed_precision"), nullptr);
   EXPECT_EQ(findKey(E, "mixed_precision.fp8_recipe")->V, Value::string("mxfp8"));
   EXPECT_EQ(findKey(E, "mixed_precision.fp8_param_gather")->V, Value::boolean(false));

@@ -19,6 +19,10 @@ OnePoint compileOnePoint(llvm::StringRef Command, const std::string &File, const
                          const std::vector<std::string> &Includes, const std::vector<std::string> &Warnings,
                          const std::string &Target);
 
+/// False (the error printed) when the recipe's target is not a
+/// Megatron-Bridge release: there is no Bridge configuration for it.
+bool refuseNonBridgeTarget(const OnePoint &P, llvm::StringRef Command);
+
 /// `FILE:LINE:COL: note: ...` at the .moe field the setting came from, for
 /// the settings an export cannot carry.
 void reportDropped(const OnePoint &P, const bridge::BridgeExport &E, llvm::StringRef Command);

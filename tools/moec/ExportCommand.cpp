@@ -70,6 +70,17 @@ OnePoint compileOnePoint(llvm::StringRef Command, const std::string &File, const
   return compileOnePoint(Command, "nothing is written");
 }
 
+bool refuseNonBridgeTarget(const OnePoint &P, llvm::StringRef Command) {
+  if (getTargetInfo(P.R->Tgt).Kind == Framework::Bridge)
+    return true;
+  DiagnosticEngine Diags(P.C->SM);
+  const Provenance &Where = P.R->origin("target");
+  llvm::SMRange At = !TargetName.empty() || Where.IsDefault ? P.R->NameRange : Where.Range;
+  Diags.report(diag::target_not_bridge, At, Command.str(), targetName(P.R->Tgt).str());
+  renderText(Diags.finish(), P.C->SM, llvm::errs(), false);
+  return false;
+}
+
 void reportDropped(const OnePoint &P, const bridge::BridgeExport &E, llvm::StringRef Command) {
   for (const bridge::NotExported &D : E.Dropped) {
     // The field that set it, else its section (`model` for the model's).
@@ -100,6 +111,8 @@ int runExport() {
   OnePoint P = compileOnePoint("export", ExportFile, ExportRecipe, ExportIncludes, ExportWarnings, ExportTarget);
   if (P.Status)
     return P.Status;
+  if (!refuseNonBridgeTarget(P, "export"))
+    return ExitErrors;
   bridge::ExportOptions Opts;
   // YAML stands alone (it names its model); a command line goes with a
   // Bridge recipe, which brings the architecture.

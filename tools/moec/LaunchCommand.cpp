@@ -90,6 +90,8 @@ int runLaunch() {
   OnePoint P = compileOnePoint("launch", LaunchFile, LaunchRecipe, LaunchIncludes, LaunchWarnings, LaunchTarget);
   if (P.Status)
     return P.Status;
+  if (LaunchEngine == bridge::Engine::Bridge && !refuseNonBridgeTarget(P, "launch --engine bridge"))
+    return ExitErrors;
   const Recipe &R = *P.R;
   bool Write = !LaunchOutput.empty() && !LaunchDryRun;
 
