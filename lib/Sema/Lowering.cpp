@@ -229,6 +229,10 @@ llvm::Optional<Recipe> SemaImpl::lowerRecipe(Scope &Sc, std::string PointName) {
 
   Reader R{Sc};
   Recipe Out;
+  // Errors in the cluster's shape (a world size that does not divide, a
+  // stated dp that disagrees) leave a recipe the rules can still check:
+  // they must not hide the parallelism errors (DP stays 0 where unknown).
+  unsigned ShapeErrors = 0;
   Out.Name = std::string(D.name());
   Out.PointName = std::move(PointName);
   Out.NameRange = D.AST->NameRange;
@@ -271,7 +275,7 @@ llvm::Optional<Recipe> SemaImpl::lowerRecipe(Scope &Sc, std::string PointName) {
   if (G && G->Ref && !SizeFailed) {
     if (Stated("cluster.gpus") && Nodes) {
       int64_t Stated = R.count("cluster.gpus");
-      if (Stated != *Nodes * PerNode)
+      if (Stated != *Nodes * PerNode && ++ShapeErrors)
         Diags.report(diag::cluster_size_conflict, Sc.provenance("cluster.gpus").Range, *Nodes, Stated, PerNode,
                      *Nodes * PerNode);
       Out.WorldSize = Stated;
@@ -342,7 +346,7 @@ llvm::Optional<Recipe> SemaImpl::lowerRecipe(Scope &Sc, std::string PointName) {
       bool Divides = Grid > 0 && Grid <= INT64_MAX && Out.WorldSize % int64_t(Grid) == 0;
       if (!Divides) {
         // A grid larger than the job is gpu-count-infeasible (lib/Rules).
-        if (!Reported && Grid > 0 && Grid <= Out.WorldSize)
+        if (!Reported && Grid > 0 && Grid <= Out.WorldSize && ++ShapeErrors)
           Diags.report(diag::world_size, ClusterRange, Out.WorldSize, A.Formula,
                        fmt::format("{} x {} x {}", A.A, A.B, P.PP));
         Reported = true; // one message per recipe; the other axis usually follows
@@ -352,7 +356,7 @@ llvm::Optional<Recipe> SemaImpl::lowerRecipe(Scope &Sc, std::string PointName) {
       *A.Into = Derived;
       if (Sc.isSet(A.Path)) {
         int64_t Stated = R.count(A.Path);
-        if (Stated != Derived)
+        if (Stated != Derived && ++ShapeErrors)
           Diags.report(diag::stated_value_mismatch, Sc.provenance(A.Path).Range, A.Name, Stated, Derived,
                        fmt::format("{} GPUs / ({} = {} x {} x {})", Out.WorldSize, A.Formula, A.A, A.B, P.PP));
       }
@@ -462,7 +466,7 @@ llvm::Optional<Recipe> SemaImpl::lowerRecipe(Scope &Sc, std::string PointName) {
   for (const FieldSpec &F : schemaFor(ast::DefKind::Recipe))
     Out.Origins[F.Path] = Sc.provenance(F.Path);
 
-  if (Diags.errorCount() != Before)
+  if (Diags.errorCount() - Before > ShapeErrors)
     return llvm::None;
   return Out;
 }

@@ -413,7 +413,8 @@ TEST(SemaDerived, StatedValuesAreChecked) {
     EXPECT_NE(D->Message.find("edp = 2"), std::string::npos) << D->Message;
     EXPECT_NE(D->Message.find("edp = 1"), std::string::npos) << D->Message;
     EXPECT_EQ(D->Recipe, "r");
-    EXPECT_TRUE(C.Recipes.empty());
+    // A shape error does not hide the rules: the recipe still lowers.
+    EXPECT_EQ(C.Recipes.size(), 1u);
   }
   {
     Compilation C(recipeWith("deepseek_v3", "cluster { gpu = h100_sxm; nodes = 32 }",
@@ -424,7 +425,8 @@ TEST(SemaDerived, StatedValuesAreChecked) {
     // 256 GPUs do not divide into tp*cp*pp = 3*1*1.
     Compilation C(recipeWith("qwen3_30b_a3b", "cluster { gpu = h100_sxm; nodes = 32 }", "tp = 3"));
     EXPECT_EQ(C.count("world-size"), 1u) << C.summary();
-    EXPECT_TRUE(C.Recipes.empty());
+    ASSERT_EQ(C.Recipes.size(), 1u);
+    EXPECT_EQ(C.Recipes[0].Parallel.DP, 0); // unknown, and the rules know it
   }
 }
 
@@ -602,7 +604,8 @@ TEST(SemaSweep, ErrorInEveryPointIsReportedOnceForTheRecipe) {
   const Diagnostic *D = C.find("stated-value-mismatch");
   ASSERT_TRUE(D);
   EXPECT_EQ(D->Recipe, "r");
-  EXPECT_TRUE(C.Recipes.empty());
+  // A shape error does not hide the rules: every point still lowers.
+  EXPECT_FALSE(C.Recipes.empty());
 }
 
 TEST(SemaSweep, ErrorInOnePointNamesThePoint) {
@@ -616,7 +619,8 @@ TEST(SemaSweep, ErrorInOnePointNamesThePoint) {
 )moe");
   ASSERT_EQ(C.count("world-size"), 1u) << C.summary();
   EXPECT_EQ(C.find("world-size")->Recipe, "r[pp=3]");
-  EXPECT_EQ(C.pointNames(), (Strings{"r[pp=8]"})); // the good point still lowers
+  // Both points lower: the shape error does not hide the rules of r[pp=3].
+  EXPECT_EQ(C.pointNames(), (Strings{"r[pp=8]", "r[pp=3]"}));
 }
 
 TEST(SemaSweep, InheritedAndRemovedByChild) {
