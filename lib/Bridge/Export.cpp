@@ -86,6 +86,21 @@ private:
   /// follow the release the configuration is written for.
   unsigned coreMinor() const { return getTargetInfo(R.Tgt).CoreMinor; }
 
+  /// Whether the target's Bridge recipe for this model has a
+  /// CommOverlapConfig: an override of comm_overlap.* on a recipe whose
+  /// comm_overlap is None is refused (omegaconf_utils.py), and its setup
+  /// would overwrite the model.* spelling where it exists. In 0.3.1 only the
+  /// DeepSeek-V3 recipes set one (recipes/deepseek/deepseek_v3.py; Qwen3's
+  /// is commented out, recipes/qwen/qwen3_moe.py:107); main's per-GPU perf
+  /// recipes all do (recipes/qwen/h100/qwen3_moe.py and the others).
+  bool recipeHasCommOverlap() const {
+    return coreMinor() >= 20 || llvm::StringRef(R.Model.Name).startswith("deepseek_v3");
+  }
+  /// The key of a CommOverlapConfig field that Bridge copies onto the model.
+  std::string commOverlapKey(llvm::StringRef Field) const {
+    return (recipeHasCommOverlap() ? "comm_overlap." : "model.") + Field.str();
+  }
+
   void set(llvm::StringRef Key, Value V, llvm::StringRef From) {
     E.Overrides.push_back({Key.str(), std::move(V), From.str()});
   }
@@ -157,7 +172,11 @@ private:
     // Megatron takes None (not 1) for no interleaving (rule: VPP None or >= 2).
     set("model.virtual_pipeline_model_parallel_size", P.VPP > 1 ? Value::integer(P.VPP) : Value::null(),
         "parallel.vpp");
-    if (P.Layout) {
+    if (!P.Layout) {
+      // The Bridge recipe's own layout would otherwise remain (DeepSeek-V3's
+      // implies 16 stages, whatever pp the recipe says).
+      set("model.pipeline_model_parallel_layout", Value::null(), "parallel.layout");
+    } else {
       set("model.pipeline_model_parallel_layout", Value::string(*P.Layout), "parallel.layout");
       // A layout places the embedding and the loss itself; Megatron refuses
       // it together with the recipes' uneven-split settings.
@@ -182,7 +201,7 @@ private:
     // releases turn it off): never written true at tp = 1.
     set("model.sequence_parallel", Value::boolean(P.SequenceParallel && P.TP > 1), "parallel.sp");
     if (P.TpCommOverlap)
-      set("comm_overlap.tp_comm_overlap", Value::boolean(true), "parallel.tp_comm_overlap");
+      set(commOverlapKey("tp_comm_overlap"), Value::boolean(true), "parallel.tp_comm_overlap");
     if (P.FSDP) {
       if (P.FsdpKind == FsdpImpl::Megatron) {
         set("ddp.use_megatron_fsdp", Value::boolean(true), "parallel.fsdp");
@@ -280,8 +299,8 @@ private:
       set("model.moe_expert_capacity_factor", Value::real(*M.CapacityFactor), "moe.capacity_factor");
       set("model.moe_pad_expert_input_to_capacity", Value::boolean(M.PadToCapacity), "moe.pad_to_capacity");
     }
-    set("comm_overlap.overlap_moe_expert_parallel_comm", Value::boolean(M.OverlapEpComm), "moe.overlap_ep_comm");
-    set("comm_overlap.delay_wgrad_compute", Value::boolean(M.DelayWgrad), "moe.delay_wgrad");
+    set(commOverlapKey("overlap_moe_expert_parallel_comm"), Value::boolean(M.OverlapEpComm), "moe.overlap_ep_comm");
+    set(commOverlapKey("delay_wgrad_compute"), Value::boolean(M.DelayWgrad), "moe.delay_wgrad");
   }
 
   void recompute() {
@@ -365,6 +384,17 @@ private:
     set("optimizer.optimizer", Value::string(Kinds[unsigned(O.Kind)]), "optimizer.type");
     set("ddp.use_distributed_optimizer", Value::boolean(O.Distributed), "optimizer.distributed");
     set("optimizer.use_precision_aware_optimizer", Value::boolean(O.PrecisionAware), "optimizer.precision_aware");
+    // The moment and master dtypes the memory model prices (bf16 moments
+    // under the precision-aware optimizer, fp32 otherwise). Megatron-Core
+    // refuses non-fp32 dtypes without the precision-aware optimizer
+    // (optimizer_config.py), and Bridge's DeepSeek-V3 recipe sets bf16 ones;
+    // Bridge's override mechanism turns the names back into torch dtypes.
+    const char *Moments = O.PrecisionAware ? "bfloat16" : "float32";
+    set("optimizer.main_params_dtype", Value::string("float32"), "optimizer.precision_aware");
+    set("optimizer.exp_avg_dtype", Value::string(Moments), "optimizer.precision_aware");
+    set("optimizer.exp_avg_sq_dtype", Value::string(Moments), "optimizer.precision_aware");
+    if (!O.PrecisionAware)
+      set("optimizer.main_grads_dtype", Value::string("float32"), "optimizer.precision_aware");
     set("ddp.overlap_grad_reduce", Value::boolean(O.OverlapGradReduce), "optimizer.overlap_grad_reduce");
     set("ddp.overlap_param_gather", Value::boolean(O.OverlapParamGather), "optimizer.overlap_param_gather");
   }

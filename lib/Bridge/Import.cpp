@@ -1215,8 +1215,27 @@ private:
       Dist = Dist2;
     if (Dist && !*Dist)
       emit("optimizer", "distributed = false");
-    if (auto PA = flag("optimizer.use_precision_aware_optimizer"))
+    llvm::Optional<bool> PA = flag("optimizer.use_precision_aware_optimizer");
+    if (PA)
       emit("optimizer", fmt::format("precision_aware = {}", *PA ? "true" : "false"));
+    // The dtypes moec writes for its precision_aware choice (fp32 master,
+    // bf16 or fp32 moments) come back as that choice; others have no field.
+    bool Aware = PA.getValueOr(false);
+    const std::pair<const char *, const char *> Dtypes[] = {
+        {"optimizer.main_params_dtype", "float32"},
+        {"optimizer.exp_avg_dtype", Aware ? "bfloat16" : "float32"},
+        {"optimizer.exp_avg_sq_dtype", Aware ? "bfloat16" : "float32"},
+        {"optimizer.main_grads_dtype", Aware ? nullptr : "float32"}};
+    for (auto [Key, Expected] : Dtypes)
+      if (Entry *D = text(Key)) {
+        llvm::StringRef Name = llvm::StringRef(D->V.S).rsplit('.').second.empty()
+                                   ? llvm::StringRef(D->V.S)
+                                   : llvm::StringRef(D->V.S).rsplit('.').second;
+        if (!Expected || Name != Expected)
+          unmapped(*D, fmt::format("moec's optimizer keeps {} moments and fp32 master weights{}; other dtypes "
+                                   "have no .moe field",
+                                   Aware ? "bf16" : "fp32", Aware ? " under the precision-aware optimizer" : ""));
+      }
     if (auto V = flag("ddp.overlap_grad_reduce"); V && !*V)
       emit("optimizer", "overlap_grad_reduce = false");
     if (auto V = flag("ddp.overlap_param_gather"); V && !*V)

@@ -1,0 +1,253 @@
+"""Seeded random generator of MoE training configurations for the Megatron differential suite.
+
+Each configuration is drawn once as abstract choices and then written out twice,
+independently:
+  * "moe":    the `.moe` recipe text that moec checks (docs/language.md), and
+  * "bridge": the Megatron-Bridge 0.3.1 field settings the oracle applies to the Bridge
+              recipe (test/megatron/oracle.py), written from the Bridge/Megatron-Core
+              field names directly, never from `moec export`.
+The draw is biased towards valid settings (sizes that divide, layers that split over
+the pipeline) so that a good share is accepted, with a minority of deliberate
+perturbations so that each start-up check is exercised.
+"""
+
+import json
+import random
+import sys
+
+MODELS = {
+    # name: layers, has shared experts, mtp layers, linear attention
+    "qwen3_30b_a3b": dict(layers=48, shared=False, mtp=0),
+    "qwen3_235b_a22b": dict(layers=94, shared=False, mtp=0),
+    "deepseek_v3": dict(layers=61, shared=True, mtp=1),
+    "qwen3_next_80b_a3b": dict(layers=48, shared=True, mtp=1),
+}
+GPUS = ["h100_sxm", "h200_sxm", "b200", "b300", "gb200_nvl72", "gb300_nvl72"]
+PRECISIONS = {
+    "bf16": "bf16_mixed",
+    "fp8.delayed": "bf16_with_fp8_delayed_scaling_mixed",
+    "fp8.tensorwise": "bf16_with_fp8_current_scaling_mixed",
+    "fp8.blockwise": "bf16_with_fp8_subchannel_scaling_mixed",
+    "mxfp8": "bf16_with_mxfp8_mixed",
+    "nvfp4": "bf16_with_nvfp4_mixed",
+}
+DISPATCHERS = {"alltoall": ("alltoall", None), "allgather": ("allgather", None),
+               "deepep": ("flex", "deepep"), "hybridep": ("flex", "hybridep")}
+CP_COMM = {"p2p": "p2p", "a2a": "a2a", "allgather": "all_gather"}
+RECOMPUTE_MODULES = ["core_attn", "moe_act", "layernorm", "mlp", "moe", "shared_experts", "mla_up_proj"]
+GRAPH_SCOPES = ["attn", "mlp", "moe", "moe_router", "moe_preprocess"]
+
+
+def _w(r, pairs):
+    """Weighted choice from [(value, weight), ...]."""
+    tot = sum(w for _, w in pairs)
+    x = r.random() * tot
+    for v, w in pairs:
+        x -= w
+        if x <= 0:
+            return v
+    return pairs[-1][0]
+
+
+def _layout(layers, stages, mtp):
+    """An explicit Megatron-Core pipeline layout: E first, (m)L last, decoders spread evenly."""
+    base, extra = divmod(layers, stages)
+    parts = []
+    for s in range(stages):
+        n = base + (1 if s >= stages - extra else 0)
+        p = ("E" if s == 0 else "") + "t" * n + ("m" * mtp + "L" if s == stages - 1 else "")
+        parts.append(p)
+    return "|".join(parts)
+
+
+def draw(r, idx):
+    c = {}
+    c["model"] = r.choice(list(MODELS))
+    mi = MODELS[c["model"]]
+    c["gpu"] = r.choice(GPUS)
+    c["tp"] = _w(r, [(1, 4), (2, 3), (4, 2), (8, 1)])
+    c["cp"] = _w(r, [(1, 6), (2, 2), (4, 1)])
+    c["pp"] = _w(r, [(1, 4), (2, 2), (4, 2), (8, 1)])
+    c["vpp"] = _w(r, [(1, 6), (2, 2), (4, 1)]) if c["pp"] > 1 else _w(r, [(1, 19), (2, 1)])
+    dp = _w(r, [(1, 2), (2, 3), (4, 3), (8, 2), (16, 1)])
+    c["etp"] = _w(r, [(1, 6), (c["tp"], 2), (2, 1)])
+    gpus = c["tp"] * c["cp"] * c["pp"] * dp
+    # EP: a divisor of the expert-data-parallel room (gpus / (etp * pp)) most of the time
+    room = max(1, gpus // (c["etp"] * c["pp"]))
+    eps = [e for e in (1, 2, 4, 8, 16, 32, 64) if room % e == 0 and e <= room] or [1]
+    c["ep"] = r.choice(eps) if r.random() < 0.9 else r.choice([2, 4, 8, 16, 32, 64])
+    if r.random() < 0.05:
+        gpus += r.choice([-8, 8, 4])
+        gpus = max(gpus, 8)
+    c["gpus"] = gpus
+    c["seq_len"] = _w(r, [(4096, 5), (8192, 3), (32768, 1), (6144, 1), (4000, 0.3)])
+    c["micro"] = _w(r, [(1, 5), (2, 2), (4, 1)])
+    dpsz = max(1, gpus // (c["tp"] * c["cp"] * c["pp"]))
+    c["global"] = c["micro"] * dpsz * _w(r, [(1, 1), (4, 2), (16, 2), (64, 1)])
+    if r.random() < 0.07:
+        c["global"] += r.choice([1, c["micro"], 3])
+    c["sp"] = c["tp"] > 1 if r.random() < 0.85 else (not (c["tp"] > 1))
+    c["cp_comm"] = r.choice(list(CP_COMM)) if c["cp"] > 1 and r.random() < 0.6 else None
+    # Pipeline layout: DeepSeek-V3's 61 layers (and 94/48 that do not split) need one.
+    stages = c["pp"] * c["vpp"]
+    c["layout"] = None
+    if stages > 1 and (mi["layers"] % stages != 0 or mi["mtp"]) and r.random() < 0.85:
+        c["layout"] = _layout(mi["layers"], stages, mi["mtp"])
+    c["precision"] = _w(r, [("bf16", 5), ("fp8.delayed", 1), ("fp8.tensorwise", 1.5),
+                            ("fp8.blockwise", 1.5), ("mxfp8", 1.5), ("nvfp4", 1)])
+    c["dispatcher"] = _w(r, [("alltoall", 5), ("allgather", 1), ("deepep", 2), ("hybridep", 2)])
+    rc = _w(r, [("none", 3), ("full", 2), ("selective", 4)])
+    if rc == "selective":
+        c["recompute"] = ("selective", sorted(r.sample(RECOMPUTE_MODULES, r.choice([1, 1, 2, 3]))))
+    else:
+        c["recompute"] = (rc, None)
+    g = _w(r, [("none", 6), ("scoped", 3), ("full_iteration", 1)])
+    if g == "scoped":
+        c["cuda_graph"] = sorted(r.sample(GRAPH_SCOPES, r.choice([1, 1, 2, 3])))
+        c["cuda_graph_impl"] = _w(r, [("transformer_engine", 3), ("local", 1)])
+    elif g == "full_iteration":
+        c["cuda_graph"] = ["full_iteration"]
+        c["cuda_graph_impl"] = "local"
+    else:
+        c["cuda_graph"] = None
+        c["cuda_graph_impl"] = None
+    c["overlap_ep_comm"] = r.random() < 0.15
+    c["delay_wgrad"] = c["overlap_ep_comm"] and r.random() < 0.4
+    c["shared_expert_overlap"] = r.random() < (0.2 if mi["shared"] else 0.05)
+    c["offload_optimizer"] = _w(r, [(0, 8), (0.5, 1), (1.0, 1)])
+    c["offload_activations"] = r.random() < 0.07
+    c["offload_layers"] = r.choice([1, 2, 4]) if c["offload_activations"] else None
+    c["fsdp"] = r.random() < 0.08
+    return c
+
+
+def to_moe(name, c):
+    L = ["recipe %s {" % name, "  model = %s" % c["model"],
+         "  cluster { gpu = %s; gpus = %d }" % (c["gpu"], c["gpus"]),
+         "  seq_len = %d" % c["seq_len"],
+         "  batch { micro = %d; global = %d }" % (c["micro"], c["global"])]
+    p = ["tp = %d" % c["tp"], "cp = %d" % c["cp"], "ep = %d" % c["ep"], "etp = %d" % c["etp"],
+         "pp = %d" % c["pp"], "vpp = %d" % c["vpp"], "sp = %s" % str(c["sp"]).lower()]
+    if c["cp_comm"]:
+        p.append("cp_comm = %s" % c["cp_comm"])
+    if c["fsdp"]:
+        p.append("fsdp = true")
+    if c["layout"]:
+        p.append('layout = "%s"' % c["layout"])
+    L.append("  parallel { %s }" % "; ".join(p))
+    L.append("  precision = %s" % c["precision"])
+    L.append("  dispatcher = %s" % c["dispatcher"])
+    kind, mods = c["recompute"]
+    L.append("  recompute = %s" % (("selective(%s)" % ", ".join(mods)) if kind == "selective" else kind))
+    if c["cuda_graph"]:
+        L.append("  cuda_graph = [%s]" % ", ".join(c["cuda_graph"]))
+        if c["cuda_graph"] != ["full_iteration"]:
+            L.append("  cuda_graph_impl = %s" % c["cuda_graph_impl"])
+    else:
+        L.append("  cuda_graph = none")
+    moe = []
+    if c["overlap_ep_comm"]:
+        moe.append("overlap_ep_comm = true")
+    if c["delay_wgrad"]:
+        moe.append("delay_wgrad = true")
+    if c["shared_expert_overlap"]:
+        moe.append("shared_expert_overlap = true")
+    if moe:
+        L.append("  moe { %s }" % "; ".join(moe))
+    off = []
+    if c["offload_optimizer"]:
+        off.append("optimizer = %s" % c["offload_optimizer"])
+    if c["offload_activations"]:
+        off.append("activations = true; activation_layers = %d" % c["offload_layers"])
+    if off:
+        L.append("  offload { %s }" % "; ".join(off))
+    L.append("}")
+    return "\n".join(L) + "\n"
+
+
+def to_bridge(c):
+    tok, backend = DISPATCHERS[c["dispatcher"]]
+    m = {
+        "tensor_model_parallel_size": c["tp"],
+        "pipeline_model_parallel_size": c["pp"],
+        "virtual_pipeline_model_parallel_size": c["vpp"] if c["vpp"] > 1 else None,
+        "context_parallel_size": c["cp"],
+        "expert_model_parallel_size": c["ep"],
+        "expert_tensor_parallel_size": c["etp"],
+        "sequence_parallel": c["sp"],
+        "seq_length": c["seq_len"],
+        "pipeline_model_parallel_layout": c["layout"],
+        "num_layers_in_first_pipeline_stage": None,
+        "num_layers_in_last_pipeline_stage": None,
+        # .moe has no field for these: an uneven split is written as parallel.layout. Some
+        # Bridge recipes (qwen3_235b_a22b_pretrain_config) set both to True, which changes
+        # Megatron's layer-split arithmetic and forbids a layout, so they are pinned here.
+        "account_for_embedding_in_pipeline_split": False,
+        "account_for_loss_in_pipeline_split": False,
+        "moe_token_dispatcher_type": tok,
+        "moe_flex_dispatcher_backend": backend,
+        "moe_shared_expert_overlap": c["shared_expert_overlap"],
+        "cpu_offloading": c["offload_activations"],
+        "cpu_offloading_num_layers": c["offload_layers"] or 0,
+    }
+    if c["cp"] > 1:
+        m["cp_comm_type"] = CP_COMM[c["cp_comm"] or "p2p"]
+    kind, mods = c["recompute"]
+    if kind == "none":
+        m.update(recompute_granularity=None, recompute_method=None, recompute_num_layers=None,
+                 recompute_modules=None)
+    elif kind == "full":
+        m.update(recompute_granularity="full", recompute_method="uniform", recompute_num_layers=1,
+                 recompute_modules=None)
+    else:
+        m.update(recompute_granularity="selective", recompute_method=None, recompute_num_layers=None,
+                 recompute_modules=list(mods))
+    b = {"model": m, "train": {"micro_batch_size": c["micro"], "global_batch_size": c["global"]},
+         "mixed_precision": PRECISIONS[c["precision"]],
+         "optimizer": {"use_precision_aware_optimizer": bool(c["offload_optimizer"])}}
+    if c["cuda_graph"]:
+        m["cuda_graph_impl"] = c["cuda_graph_impl"]
+        m["cuda_graph_scope"] = list(c["cuda_graph"])
+        m["use_te_rng_tracker"] = True
+        b["rng"] = {"te_rng_tracker": True}
+        if c["cuda_graph"] == ["full_iteration"]:
+            b["rerun_state_machine"] = {"check_for_nan_in_loss": False}
+            b["ddp"] = {"check_for_nan_in_grad": False}
+    else:
+        m["cuda_graph_impl"] = "none"
+        m["cuda_graph_scope"] = []
+    if not c["offload_optimizer"]:
+        # Without the precision-aware optimizer Megatron-Core requires FP32 master grads and
+        # moments (its defaults); the DeepSeek-V3 recipe sets BF16 ones for its
+        # precision-aware optimizer, so turning that off means resetting them.
+        b["optimizer"].update(main_grads_dtype="torch.float32", main_params_dtype="torch.float32",
+                              exp_avg_dtype="torch.float32", exp_avg_sq_dtype="torch.float32")
+    if c["offload_optimizer"]:
+        b["optimizer"].update(optimizer_cpu_offload=True, optimizer_offload_fraction=float(c["offload_optimizer"]))
+    if c["overlap_ep_comm"] or c["delay_wgrad"]:
+        b["comm_overlap"] = {"overlap_moe_expert_parallel_comm": c["overlap_ep_comm"],
+                             "delay_wgrad_compute": c["delay_wgrad"]}
+    if c["fsdp"]:
+        b.setdefault("ddp", {}).update(use_megatron_fsdp=True, data_parallel_sharding_strategy="optim_grads_params")
+        b["checkpoint"] = {"ckpt_format": "fsdp_dtensor"}
+    return b
+
+
+def generate(count, seed):
+    r = random.Random(seed)
+    out = []
+    for i in range(count):
+        c = draw(r, i)
+        name = "cfg%05d" % i
+        out.append({"name": name, "choices": c, "moe": to_moe(name, c),
+                    "oracle": {"gpu": c["gpu"], "gpus": c["gpus"], "model_name": c["model"],
+                               "bridge": to_bridge(c)}})
+    return out
+
+
+if __name__ == "__main__":
+    n = int(sys.argv[1]) if len(sys.argv) > 1 else 3
+    s = int(sys.argv[2]) if len(sys.argv) > 2 else 1
+    for g in generate(n, s):
+        print(g["moe"])
+        print(json.dumps(g["oracle"]))

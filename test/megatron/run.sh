@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Megatron differential suite: moec vs. real Megatron-Bridge 0.3.1 / Megatron-Core 0.16.1 (CPU).
+# Usage: test/megatron/run.sh PATH/TO/moec [extra differential.py args]
+# Env: MEGATRON_DIFF_COUNT (default 2000: the whole run takes 15-20 s on 2 cores),
+#      MEGATRON_DIFF_SEED (default 1), MOEC_MEGATRON_VENV (venv location, see scripts/megatron-venv.sh).
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+root="$(cd "$here/../.." && pwd)"
+moec="${1:?usage: run.sh PATH/TO/moec}"; shift
+py="$("$root/scripts/megatron-venv.sh")"
+exec "$py" "$here/differential.py" --moec "$moec" \
+  --count "${MEGATRON_DIFF_COUNT:-2000}" --seed "${MEGATRON_DIFF_SEED:-1}" \
+  --summary "${MEGATRON_DIFF_SUMMARY:-${TMPDIR:-/tmp}/megatron-differential.json}" "$@"
