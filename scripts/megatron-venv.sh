@@ -48,6 +48,15 @@ if [[ -x "$VENV/bin/python" && -f "$STAMP" && "$(cat "$STAMP")" == "$STAMP_TEXT"
   exit 0
 fi
 
+# Two tests may ask at once (ctest -j): one builds, the other waits and reuses it.
+mkdir -p "$(dirname "$VENV")"
+exec 9>"$VENV.lock"
+flock 9
+if [[ -x "$VENV/bin/python" && -f "$STAMP" && "$(cat "$STAMP")" == "$STAMP_TEXT" ]]; then
+  echo "$VENV/bin/python"
+  exit 0
+fi
+
 {
   echo "megatron-venv: building $VENV"
   rm -rf "$VENV"
