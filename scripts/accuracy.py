@@ -469,7 +469,7 @@ def fmt(x, digits=0):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("moec")
-    ap.add_argument("--reference", default="/work/shared/reference",
+    ap.add_argument("--reference", default="shared/reference",
                     help="directory with perf_calibration.csv and published_configs.csv")
     ap.add_argument("--output", default=os.path.join(os.path.dirname(__file__), "..", "docs", "accuracy.md"))
     ap.add_argument("--json", help="also write the per-row results as JSON")
