@@ -146,7 +146,7 @@ private:
         Freq.push_back(Value::integer(L < X.DenseLayers ? 0 : 1));
       set("model.moe_layer_freq", X.DenseLayers ? Value::list(std::move(Freq)) : Value::integer(1),
           "model.moe.dense_layers");
-      set("model.moe_router_score_function", Value::string(X.RouterKind == Router::Sigmoid ? "sigmoid" : "softmax"),
+      set("model.moe_router_score_function", Value::string(enumName(X.RouterKind)),
           "model.moe.router");
       set("model.moe_router_enable_expert_bias", Value::boolean(X.ExpertBias), "model.moe.expert_bias");
       set("model.moe_router_pre_softmax", Value::boolean(X.PreSoftmax), "model.moe.pre_softmax");
@@ -283,7 +283,7 @@ private:
     case Dispatcher::HybridEP:
       // A backend alone is a no-op: it takes effect only with flex (rule 17).
       set("model.moe_token_dispatcher_type", Value::string("flex"), "dispatcher");
-      set("model.moe_flex_dispatcher_backend", Value::string(R.Dispatch == Dispatcher::DeepEP ? "deepep" : "hybridep"),
+      set("model.moe_flex_dispatcher_backend", Value::string(enumName(R.Dispatch)),
           "dispatcher");
       break;
     }
@@ -345,7 +345,7 @@ private:
       // Megatron-Core 0.16: full_iteration is a scope of the local
       // implementation, and the key is cuda_graph_scope.
       set("model.cuda_graph_impl",
-          Value::string(Full || R.CudaGraphImpl == GraphImpl::Local ? "local" : "transformer_engine"),
+          Value::string(enumName(Full ? GraphImpl::Local : R.CudaGraphImpl)),
           Full ? "cuda_graph" : "cuda_graph_impl");
       set("model.cuda_graph_scope", Value::strings(Full ? std::vector<std::string>{"full_iteration"} : Names),
           "cuda_graph");
@@ -354,7 +354,7 @@ private:
       // full_iteration requires an empty module list (rule 33).
       set("model.cuda_graph_modules", Value::list({}), "cuda_graph");
     } else {
-      set("model.cuda_graph_impl", Value::string(R.CudaGraphImpl == GraphImpl::Local ? "local" : "transformer_engine"),
+      set("model.cuda_graph_impl", Value::string(enumName(R.CudaGraphImpl)),
           "cuda_graph_impl");
       set("model.cuda_graph_modules", Value::strings(Names), "cuda_graph");
     }
@@ -380,8 +380,7 @@ private:
 
   void optimizer() {
     const OptimizerConfig &O = R.Optimizer;
-    static const char *Kinds[] = {"adam", "sgd", "muon"};
-    set("optimizer.optimizer", Value::string(Kinds[unsigned(O.Kind)]), "optimizer.type");
+    set("optimizer.optimizer", Value::string(enumName(O.Kind)), "optimizer.type");
     set("ddp.use_distributed_optimizer", Value::boolean(O.Distributed), "optimizer.distributed");
     set("optimizer.use_precision_aware_optimizer", Value::boolean(O.PrecisionAware), "optimizer.precision_aware");
     // The moment and master dtypes the memory model prices (bf16 moments

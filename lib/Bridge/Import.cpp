@@ -581,7 +581,7 @@ private:
     };
     if (!X)
       return;
-    Check("model.moe_router_score_function", Value::string(X->RouterKind == Router::Sigmoid ? "sigmoid" : "softmax"));
+    Check("model.moe_router_score_function", Value::string(enumName(X->RouterKind)));
     Check("model.moe_router_enable_expert_bias", Value::boolean(X->ExpertBias));
     Check("model.moe_router_pre_softmax", Value::boolean(X->PreSoftmax));
     if (Entry *E = get("model.moe_layer_freq")) {

@@ -77,7 +77,7 @@ json::Value moec::recipeToJSON(const Recipe &R) {
                      {"ffn_hidden", M.MoE->FfnHidden},
                      {"shared_experts", M.MoE->SharedExperts},
                      {"dense_layers", M.MoE->DenseLayers},
-                     {"router", M.MoE->RouterKind == Router::Sigmoid ? "sigmoid" : "softmax"}};
+                     {"router", enumName(M.MoE->RouterKind)}};
     if (M.MoE->SharedFfnHidden)
       MoE["shared_ffn_hidden"] = *M.MoE->SharedFfnHidden;
     Model["moe"] = std::move(MoE);

@@ -12,23 +12,6 @@ using namespace moec;
 using llvm::SMRange;
 using llvm::StringRef;
 
-llvm::StringRef moec::precisionName(Precision P) {
-  static const char *Names[] = {"bf16", "fp8.delayed", "fp8.tensorwise", "fp8.blockwise", "mxfp8", "nvfp4"};
-  return Names[unsigned(P)];
-}
-llvm::StringRef moec::dispatcherName(Dispatcher D) {
-  static const char *Names[] = {"alltoall", "allgather", "deepep", "hybridep"};
-  return Names[unsigned(D)];
-}
-llvm::StringRef moec::recomputeModuleName(RecomputeModule M) {
-  static const char *Names[] = {"core_attn", "mla_up_proj",    "layernorm",   "mlp",
-                                "moe",       "moe_act",        "shared_experts", "gdn_norm_out"};
-  return Names[unsigned(M)];
-}
-llvm::StringRef moec::graphScopeName(GraphScope S) {
-  static const char *Names[] = {"attn", "mlp", "moe", "moe_router", "moe_preprocess", "mamba", "full_iteration"};
-  return Names[unsigned(S)];
-}
 
 const Provenance &Recipe::origin(StringRef Path) const {
   static const Provenance None;
@@ -63,6 +46,14 @@ struct Reader {
   bool boolean(StringRef P) {
     const Value *V = Sc.get(P);
     return V && V->K == Value::Kind::Bool && V->Bool;
+  }
+  /// A checked enumeration value (RecipeEnums.def). Fallback stands only
+  /// for a value that failed to evaluate (reported; the recipe is dropped).
+  template <typename E> E enumValue(StringRef P, E Fallback = E(0)) {
+    std::string N = name(P);
+    llvm::Optional<E> V = parseEnum<E>(N);
+    assert((V || N.empty() || Sc.failed(P)) && "the schema accepts only RecipeEnums.def spellings");
+    return V.getValueOr(Fallback);
   }
   std::string name(StringRef P) {
     const Value *V = Sc.get(P);
@@ -142,7 +133,7 @@ const ModelSpec *SemaImpl::lowerModel(DefInfo &D) {
     S.SharedExperts = R.count("moe.shared_experts");
     S.SharedFfnHidden = R.optCount("moe.shared_ffn_hidden");
     S.DenseLayers = R.count("moe.dense_layers");
-    S.RouterKind = R.name("moe.router") == "sigmoid" ? Router::Sigmoid : Router::Softmax;
+    S.RouterKind = R.enumValue<Router>("moe.router");
     S.ExpertBias = R.boolean("moe.expert_bias");
     S.PreSoftmax = R.boolean("moe.pre_softmax");
     S.Groups = R.optCount("moe.groups");
@@ -178,11 +169,7 @@ const GpuSpec *SemaImpl::lowerGpu(DefInfo &D) {
   Reader R{Sc};
   GpuSpec G;
   G.Name = std::string(D.name());
-  G.Arch = llvm::StringSwitch<GpuArch>(R.name("arch"))
-               .Case("ampere", GpuArch::Ampere)
-               .Case("blackwell", GpuArch::Blackwell)
-               .Case("cpu", GpuArch::Cpu)
-               .Default(GpuArch::Hopper);
+  G.Arch = R.enumValue<GpuArch>("arch", GpuArch::Hopper);
   G.SM = R.count("sm");
   G.MemoryBytes = R.real("memory");
   G.HbmBytesPerSec = R.real("hbm");
@@ -317,18 +304,14 @@ llvm::Optional<Recipe> SemaImpl::lowerRecipe(Scope &Sc, std::string PointName) {
   P.VPP = R.count("parallel.vpp", 1);
   P.SequenceParallel = R.boolean("parallel.sp");
   P.FSDP = R.boolean("parallel.fsdp");
-  P.CpCommKind = llvm::StringSwitch<CpComm>(R.name("parallel.cp_comm"))
-                     .Case("a2a", CpComm::A2A)
-                     .Case("allgather", CpComm::AllGather)
-                     .Case("a2a_p2p", CpComm::A2AP2P)
-                     .Default(CpComm::P2P);
+  P.CpCommKind = R.enumValue<CpComm>("parallel.cp_comm");
   if (const Value *L = Sc.get("parallel.layout"))
     P.Layout = L->Text;
-  P.Order = R.name("parallel.order") == "tp_cp_ep_pp_dp" ? RankOrder::TpCpEpPpDp : RankOrder::TpCpEpDpPp;
+  P.Order = R.enumValue<RankOrder>("parallel.order");
   if (const Value *H = Sc.get("parallel.cp_hierarchy"))
     for (const Value &Size : H->Elements)
       P.CpHierarchy.push_back(Size.Num.getInteger());
-  P.FsdpKind = R.name("parallel.fsdp_impl") == "torch" ? FsdpImpl::Torch : FsdpImpl::Megatron;
+  P.FsdpKind = R.enumValue<FsdpImpl>("parallel.fsdp_impl");
   P.TpCommOverlap = R.boolean("parallel.tp_comm_overlap");
 
   // dp and edp: derived from the grid; a stated value is checked against it.
@@ -380,30 +363,20 @@ llvm::Optional<Recipe> SemaImpl::lowerRecipe(Scope &Sc, std::string PointName) {
                                Microbatches, P.PP, P.VPP, MaxScheduleOps));
   }
 
-  Out.Prec = llvm::StringSwitch<Precision>(R.name("precision"))
-                 .Case("fp8.delayed", Precision::FP8Delayed)
-                 .Case("fp8.tensorwise", Precision::FP8Tensorwise)
-                 .Case("fp8.blockwise", Precision::FP8Blockwise)
-                 .Case("mxfp8", Precision::MXFP8)
-                 .Case("nvfp4", Precision::NVFP4)
-                 .Default(Precision::BF16);
+  Out.Prec = R.enumValue<Precision>("precision");
   Out.Fp8ParamGather =
       Sc.isSet("fp8_param_gather") ? R.boolean("fp8_param_gather") : presetFp8ParamGather(Out.Tgt, Out.Prec);
   Out.Fp4ParamGather = presetFp4ParamGather(Out.Tgt, Out.Prec);
   Out.Bf16FirstLayers = R.count("bf16_layers.first");
   Out.Bf16LastLayers = R.count("bf16_layers.last");
-  Out.Dispatch = llvm::StringSwitch<Dispatcher>(R.name("dispatcher"))
-                     .Case("allgather", Dispatcher::AllGather)
-                     .Case("deepep", Dispatcher::DeepEP)
-                     .Case("hybridep", Dispatcher::HybridEP)
-                     .Default(Dispatcher::AllToAll);
+  Out.Dispatch = R.enumValue<Dispatcher>("dispatcher");
 
   if (const Value *RC = Sc.get("recompute")) {
     RecomputeConfig &C = Out.Recompute;
     if (RC->Text == "full") {
       C.Kind = RecomputeKind::Full;
       if (const Value *M = RC->named("method"))
-        C.Method = M->Text == "block" ? RecomputeMethod::Block : RecomputeMethod::Uniform;
+        C.Method = parseEnum<RecomputeMethod>(M->Text).getValueOr(RecomputeMethod::Uniform);
       if (const Value *L = RC->named("layers"))
         C.Layers = L->Num.getInteger();
     } else if (RC->Text == "selective") {
@@ -412,34 +385,26 @@ llvm::Optional<Recipe> SemaImpl::lowerRecipe(Scope &Sc, std::string PointName) {
         if (M.Text == "up_proj" || M.Text == "norm")
           C.Aliases.push_back({M.Text, M.Range});
         StringRef Name = M.Text == "up_proj" ? "mla_up_proj" : M.Text == "norm" ? "layernorm" : StringRef(M.Text);
-        for (unsigned I = 0; I <= unsigned(RecomputeModule::GdnNormOut); ++I)
-          if (recomputeModuleName(RecomputeModule(I)) == Name && !llvm::is_contained(C.Modules, RecomputeModule(I)))
-            C.Modules.push_back(RecomputeModule(I));
+        if (auto Mod = parseEnum<RecomputeModule>(Name); Mod && !llvm::is_contained(C.Modules, *Mod))
+          C.Modules.push_back(*Mod);
       }
     }
   }
   if (const Value *CG = Sc.get("cuda_graph"))
     for (const Value &S : CG->Elements)
-      for (unsigned I = 0; I <= unsigned(GraphScope::FullIteration); ++I)
-        if (graphScopeName(GraphScope(I)) == S.Text)
-          Out.CudaGraph.push_back(GraphScope(I));
-  Out.CudaGraphImpl = R.name("cuda_graph_impl") == "local" ? GraphImpl::Local : GraphImpl::TransformerEngine;
+      if (auto Scope = parseEnum<GraphScope>(S.Text))
+        Out.CudaGraph.push_back(*Scope);
+  Out.CudaGraphImpl = R.enumValue<GraphImpl>("cuda_graph_impl");
   MoERuntimeConfig &MC = Out.MoE;
   MC.CapacityFactor = R.optReal("moe.capacity_factor");
   MC.PadToCapacity = R.boolean("moe.pad_to_capacity");
   MC.OverlapEpComm = R.boolean("moe.overlap_ep_comm");
   MC.DelayWgrad = R.boolean("moe.delay_wgrad");
   MC.SharedExpertOverlap = R.boolean("moe.shared_expert_overlap");
-  MC.RouterPrecision = llvm::StringSwitch<RouterDtype>(R.name("moe.router_dtype"))
-                           .Case("fp64", RouterDtype::FP64)
-                           .Case("bf16", RouterDtype::BF16)
-                           .Default(RouterDtype::FP32);
+  MC.RouterPrecision = R.enumValue<RouterDtype>("moe.router_dtype");
   MC.GroupedGemm = R.boolean("moe.grouped_gemm");
   OptimizerConfig &O = Out.Optimizer;
-  O.Kind = llvm::StringSwitch<OptimizerKind>(R.name("optimizer.type"))
-               .Case("sgd", OptimizerKind::SGD)
-               .Case("muon", OptimizerKind::Muon)
-               .Default(OptimizerKind::Adam);
+  O.Kind = R.enumValue<OptimizerKind>("optimizer.type");
   O.Distributed = R.boolean("optimizer.distributed");
   O.PrecisionAware = R.boolean("optimizer.precision_aware");
   O.OverlapGradReduce = R.boolean("optimizer.overlap_grad_reduce");

@@ -39,7 +39,7 @@ void moec::printRecipe(const Recipe &R, const llvm::SourceMgr &SM, llvm::raw_ost
   if (M.MoE)
     OS << fmt::format(" moe(experts={} top_k={} ffn={} shared={} dense={} router={}{})", M.MoE->Experts, M.MoE->TopK,
                       M.MoE->FfnHidden, M.MoE->SharedExperts, M.MoE->DenseLayers,
-                      M.MoE->RouterKind == Router::Sigmoid ? "sigmoid" : "softmax", M.MoE->ExpertBias ? " bias" : "");
+                      enumName(M.MoE->RouterKind), M.MoE->ExpertBias ? " bias" : "");
   if (M.LinearAttention)
     OS << fmt::format(" linear(interval={} k={} v={} dim={})", M.LinearAttention->Interval,
                       M.LinearAttention->KeyHeads, M.LinearAttention->ValueHeads, M.LinearAttention->HeadDim);

@@ -1,5 +1,6 @@
 //===- Schema.cpp - The field tables --------------------------------------===//
 #include "moec/Sema/Schema.h"
+#include "moec/Sema/Recipe.h"
 
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringExtras.h"
@@ -12,21 +13,26 @@ using ast::DefKind;
 namespace {
 constexpr double NoMax = DBL_MAX;
 
-const llvm::StringLiteral CpCommValues[] = {"p2p", "a2a", "allgather", "a2a_p2p"};
-const llvm::StringLiteral PrecisionValues[] = {"bf16",          "fp8.delayed", "fp8.tensorwise",
-                                               "fp8.blockwise", "mxfp8",       "nvfp4"};
-const llvm::StringLiteral DispatcherValues[] = {"alltoall", "allgather", "deepep", "hybridep"};
-const llvm::StringLiteral GraphScopeValues[] = {"attn",           "mlp",   "moe",           "moe_router",
-                                                "moe_preprocess", "mamba", "full_iteration"};
-const llvm::StringLiteral ArchValues[] = {"ampere", "hopper", "blackwell", "cpu"};
-const llvm::StringLiteral RouterValues[] = {"softmax", "sigmoid"};
-const llvm::StringLiteral OrderValues[] = {"tp_cp_ep_dp_pp", "tp_cp_ep_pp_dp"};
-const llvm::StringLiteral FsdpImplValues[] = {"megatron", "torch"};
-const llvm::StringLiteral RouterDtypeValues[] = {"fp32", "fp64", "bf16"};
-const llvm::StringLiteral OptimizerValues[] = {"adam", "sgd", "muon"};
-const llvm::StringLiteral GraphImplValues[] = {"transformer_engine", "local"};
-const llvm::StringLiteral ModuleValues[] = {"core_attn", "mla_up_proj",    "layernorm",    "mlp",   "moe",
-                                            "moe_act",   "shared_experts", "gdn_norm_out", "up_proj", "norm"};
+// Enumerations come from RecipeEnums.def (Recipe.h), the one table the
+// Recipe IR, the parse and these checks share.
+const llvm::ArrayRef<llvm::StringLiteral> CpCommValues = enumNames<CpComm>();
+const llvm::ArrayRef<llvm::StringLiteral> PrecisionValues = enumNames<Precision>();
+const llvm::ArrayRef<llvm::StringLiteral> DispatcherValues = enumNames<Dispatcher>();
+const llvm::ArrayRef<llvm::StringLiteral> GraphScopeValues = enumNames<GraphScope>();
+const llvm::ArrayRef<llvm::StringLiteral> ArchValues = enumNames<GpuArch>();
+const llvm::ArrayRef<llvm::StringLiteral> RouterValues = enumNames<Router>();
+const llvm::ArrayRef<llvm::StringLiteral> OrderValues = enumNames<RankOrder>();
+const llvm::ArrayRef<llvm::StringLiteral> FsdpImplValues = enumNames<FsdpImpl>();
+const llvm::ArrayRef<llvm::StringLiteral> RouterDtypeValues = enumNames<RouterDtype>();
+const llvm::ArrayRef<llvm::StringLiteral> OptimizerValues = enumNames<OptimizerKind>();
+const llvm::ArrayRef<llvm::StringLiteral> GraphImplValues = enumNames<GraphImpl>();
+/// selective(...) also takes the seeds' shorthand (recompute-module-alias).
+const std::vector<llvm::StringLiteral> ModuleValues = [] {
+  std::vector<llvm::StringLiteral> V(enumNames<RecomputeModule>().begin(), enumNames<RecomputeModule>().end());
+  V.push_back("up_proj");
+  V.push_back("norm");
+  return V;
+}();
 
 using P = Presence;
 using T = FieldType;

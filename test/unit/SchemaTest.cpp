@@ -205,3 +205,47 @@ TEST(Schema, MarkdownListsEveryField) {
       EXPECT_NE(Text.find("| `" + F.Path.str() + "` |"), std::string::npos) << where(F);
   }
 }
+
+// RecipeEnums.def is the one table: every spelling parses back to its
+// enumerator, and the schema accepts exactly those spellings.
+template <typename E> static void expectRoundTrip(llvm::StringRef Field) {
+  llvm::ArrayRef<llvm::StringLiteral> Names = enumNames<E>();
+  ASSERT_FALSE(Names.empty());
+  for (unsigned I = 0; I < Names.size(); ++I) {
+    EXPECT_EQ(enumName(E(I)), Names[I]);
+    ASSERT_TRUE(parseEnum<E>(Names[I]).hasValue()) << Names[I].str();
+    EXPECT_EQ(unsigned(*parseEnum<E>(Names[I])), I);
+  }
+  EXPECT_FALSE(parseEnum<E>("no-such-value").hasValue());
+  if (Field.empty())
+    return;
+  const FieldSpec *F = lookupField(DefKind::Recipe, Field);
+  if (!F)
+    F = lookupField(DefKind::Model, Field);
+  if (!F)
+    F = lookupField(DefKind::Gpu, Field);
+  ASSERT_NE(F, nullptr) << Field.str();
+  ASSERT_EQ(F->EnumValues.size(), Names.size()) << Field.str();
+  for (unsigned I = 0; I < Names.size(); ++I)
+    EXPECT_EQ(F->EnumValues[I], Names[I]) << Field.str();
+}
+
+TEST(RecipeEnums, OneTableForIRParseAndSchema) {
+  expectRoundTrip<Precision>("precision");
+  expectRoundTrip<Dispatcher>("dispatcher");
+  expectRoundTrip<CpComm>("parallel.cp_comm");
+  expectRoundTrip<GpuArch>("arch");
+  expectRoundTrip<Router>("moe.router");
+  expectRoundTrip<RecomputeMethod>("");
+  expectRoundTrip<GraphScope>("cuda_graph");
+  expectRoundTrip<RankOrder>("parallel.order");
+  expectRoundTrip<FsdpImpl>("parallel.fsdp_impl");
+  expectRoundTrip<RouterDtype>("moe.router_dtype");
+  expectRoundTrip<OptimizerKind>("optimizer.type");
+  expectRoundTrip<GraphImpl>("cuda_graph_impl");
+  // selective(...) takes every module and the seeds' two aliases.
+  llvm::ArrayRef<llvm::StringLiteral> Modules = recomputeModules();
+  for (llvm::StringLiteral M : enumNames<RecomputeModule>())
+    EXPECT_TRUE(llvm::is_contained(Modules, M)) << M.str();
+  EXPECT_EQ(Modules.size(), enumNames<RecomputeModule>().size() + 2);
+}

@@ -21,26 +21,39 @@
 
 namespace moec {
 
-enum class Precision { BF16, FP8Delayed, FP8Tensorwise, FP8Blockwise, MXFP8, NVFP4 };
-enum class Dispatcher { AllToAll, AllGather, DeepEP, HybridEP };
-enum class CpComm { P2P, A2A, AllGather, A2AP2P };
-enum class GpuArch { Ampere, Hopper, Blackwell, Cpu };
-enum class Router { Softmax, Sigmoid };
+// The enumerations fields take, from RecipeEnums.def.
+#define VALUE(Enumerator, Spelling) Enumerator,
+#define RECIPE_ENUM(Type, Values) enum class Type { Values };
+#include "moec/Sema/RecipeEnums.def"
+#undef VALUE
 enum class RecomputeKind { None, Full, Selective };
-enum class RecomputeMethod { Uniform, Block };
-enum class RecomputeModule { CoreAttn, MlaUpProj, LayerNorm, Mlp, Moe, MoeAct, SharedExperts, GdnNormOut };
-enum class GraphScope { Attn, Mlp, Moe, MoeRouter, MoePreprocess, Mamba, FullIteration };
 enum class DataSourceKind { Mock, Real };
-enum class RankOrder { TpCpEpDpPp, TpCpEpPpDp };
-enum class FsdpImpl { Megatron, Torch };
-enum class RouterDtype { FP32, FP64, BF16 };
-enum class OptimizerKind { Adam, SGD, Muon };
-enum class GraphImpl { TransformerEngine, Local };
 
-llvm::StringRef precisionName(Precision P);
-llvm::StringRef dispatcherName(Dispatcher D);
-llvm::StringRef recomputeModuleName(RecomputeModule M);
-llvm::StringRef graphScopeName(GraphScope S);
+/// The .moe spellings of an enumeration, in declaration order.
+template <typename E> llvm::ArrayRef<llvm::StringLiteral> enumNames();
+#define VALUE(Enumerator, Spelling) Spelling,
+#define RECIPE_ENUM(Type, Values)                                                                                     \
+  template <> inline llvm::ArrayRef<llvm::StringLiteral> enumNames<Type>() {                                          \
+    static constexpr llvm::StringLiteral Names[] = {Values};                                                          \
+    return Names;                                                                                                      \
+  }
+#include "moec/Sema/RecipeEnums.def"
+#undef VALUE
+
+template <typename E> llvm::StringRef enumName(E V) { return enumNames<E>()[unsigned(V)]; }
+/// The value spelled Name, or None: a value the schema accepted always parses.
+template <typename E> llvm::Optional<E> parseEnum(llvm::StringRef Name) {
+  llvm::ArrayRef<llvm::StringLiteral> Names = enumNames<E>();
+  for (unsigned I = 0; I < Names.size(); ++I)
+    if (Names[I] == Name)
+      return E(I);
+  return llvm::None;
+}
+
+inline llvm::StringRef precisionName(Precision P) { return enumName(P); }
+inline llvm::StringRef dispatcherName(Dispatcher D) { return enumName(D); }
+inline llvm::StringRef recomputeModuleName(RecomputeModule M) { return enumName(M); }
+inline llvm::StringRef graphScopeName(GraphScope S) { return enumName(S); }
 
 /// Where a value came from: the range that set it (or the definition name for
 /// a default), and the definitions it was inherited through, outermost first.
