@@ -371,8 +371,11 @@ private:
   void offload() {
     bool Optim = R.OffloadOptimizer > 0;
     set("optimizer.optimizer_cpu_offload", Value::boolean(Optim), "offload.optimizer");
-    if (Optim)
+    if (Optim) {
       set("optimizer.optimizer_offload_fraction", Value::real(R.OffloadOptimizer), "offload.optimizer");
+      // OptimizerConfig.overlap_cpu_optimizer_d2h_h2d (megatron-core 0.16.1 and main).
+      set("optimizer.overlap_cpu_optimizer_d2h_h2d", Value::boolean(R.OverlapOffloadCopies), "offload.overlap_copies");
+    }
     set("model.cpu_offloading", Value::boolean(R.OffloadActivations), "offload.activations");
     if (R.OffloadActivations && R.OffloadActivationLayers)
       set("model.cpu_offloading_num_layers", Value::integer(*R.OffloadActivationLayers), "offload.activation_layers");

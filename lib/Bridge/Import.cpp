@@ -1190,6 +1190,12 @@ private:
     } else if (Fraction && *Fraction > 0) {
       unmapped(*peek("optimizer.optimizer_offload_fraction"), "inactive without optimizer.optimizer_cpu_offload");
     }
+    if (flag("optimizer.overlap_cpu_optimizer_d2h_h2d").getValueOr(false)) {
+      if (Optim)
+        emit("offload", "overlap_copies = true");
+      else
+        unmapped(*peek("optimizer.overlap_cpu_optimizer_d2h_h2d"), "inactive without optimizer.optimizer_cpu_offload");
+    }
     if (flag("model.cpu_offloading").getValueOr(false)) {
       emit("offload", "activations = true");
       if (auto N = count("model.cpu_offloading_num_layers", 0))

@@ -234,7 +234,9 @@ json::Value moec::planToJSON(const Plan &P) {
                                                                {"expert_parallel", T.ExpertParallel},
                                                                {"pipeline_p2p", T.PipelineP2P},
                                                                {"data_parallel", T.DataParallel},
-                                                               {"bubble", T.Bubble}}}};
+                                                               {"bubble", T.Bubble},
+                                                               {"host", T.Host},
+                                                               {"optimizer", T.Optimizer}}}};
   Out["flops"] = json::Object{{"decoder_per_token", P.Flops.DecoderPerToken},
                               {"vision_per_token", P.Flops.VisionPerToken},
                               {"per_step", P.Flops.PerStep}};

@@ -770,13 +770,20 @@ StepTimeBreakdown StepModel::run() {
   double Dp = dpSeconds(Dense, DP) + dpSeconds(Expert, EDP);
   B.DataParallel = Dp * (R.Optimizer.OverlapGradReduce ? 1 - C.GradOverlap : 1);
 
-  // Optimizer step: memory-bound over the locally owned shard; the
-  // CPU-offloaded part at the offloaded-Adam rate.
+  // Optimizer step: memory-bound over the locally owned shard on the GPU;
+  // the CPU-offloaded share from the host's DRAM (shared by the node's GPUs)
+  // and the CPU-GPU link, serial with the step (Calibration.h).
   double Owned = R.Optimizer.Distributed || R.Parallel.FSDP ? Dense / double(DP) + Expert / double(EDP)
                                                             : Dense + Expert;
   double Offload = std::min(std::max(R.OffloadOptimizer, 0.0), 1.0);
+  double OnHost = Offload * Owned;
+  double HostBw = (R.Gpu.HostMemoryBytesPerSec > 0 ? R.Gpu.HostMemoryBytesPerSec : C.DefaultHostMemoryBytesPerSec) *
+                  C.HostMemoryEfficiency / double(std::max<int64_t>(std::min(R.Gpu.GpusPerNode, World), 1));
+  double LinkBw = (R.Gpu.HostLinkBytesPerSec > 0 ? R.Gpu.HostLinkBytesPerSec : C.DefaultHostLinkBytesPerSec) *
+                  C.HostLinkEfficiency;
+  double HostStep = OnHost * C.HostAdamBytesPerParam / HostBw, Copies = OnHost * C.HostLinkBytesPerParam / LinkBw;
   B.Optimizer = (1 - Offload) * Owned * C.OptimizerBytesPerParam / (R.Gpu.HbmBytesPerSec * C.HbmEfficiency) +
-                Offload * Owned / C.OffloadedOptimizerParamsPerSec;
+                (R.OverlapOffloadCopies ? std::max(HostStep, Copies) : HostStep + Copies);
 
   B.StepTime = Busy + B.Bubble + B.DataParallel + B.Optimizer;
 

@@ -180,6 +180,8 @@ const GpuSpec *SemaImpl::lowerGpu(DefInfo &D) {
   G.NVLinkDomain = R.count("nvlink_domain", 1);
   G.NVLinkBytesPerSec = R.real("nvlink");
   G.NetworkBytesPerSec = R.real("network");
+  G.HostMemoryBytesPerSec = R.real("host_memory");
+  G.HostLinkBytesPerSec = R.real("host_link");
   if (Diags.errorCount() == Before)
     D.Gpu = G;
   return D.Gpu ? D.Gpu.getPointer() : nullptr;
@@ -412,6 +414,7 @@ llvm::Optional<Recipe> SemaImpl::lowerRecipe(Scope &Sc, std::string PointName) {
   Out.OffloadActivations = R.boolean("offload.activations");
   Out.OffloadActivationLayers = R.optCount("offload.activation_layers");
   Out.OffloadOptimizer = R.real("offload.optimizer");
+  Out.OverlapOffloadCopies = R.boolean("offload.overlap_copies");
   if (const Value *DS = Sc.get("data.source"); DS && DS->K == Value::Kind::Call) {
     Out.Data = DataSourceKind::Real;
     Out.DataPath = DS->Elements.empty() ? "" : DS->Elements[0].Text;

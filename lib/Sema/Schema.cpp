@@ -84,6 +84,7 @@ const FieldSpec RecipeFields[] = {
     FIELD(Recipe, "moe.router_dtype", Enum, Default, "fp32", 0, 0, RouterDtypeValues, "router computation precision"),
     FIELD(Recipe, "moe.grouped_gemm", Bool, Default, "true", 0, 0, {}, "grouped GEMM for the experts of a rank"),
     FIELD(Recipe, "offload.optimizer", Number, Default, "0", 0, 1, {}, "fraction of optimizer state kept on the CPU"),
+    FIELD(Recipe, "offload.overlap_copies", Bool, Default, "false", 0, 0, {}, "overlap the offloaded optimizer's device-host copies with its host step (Megatron overlap_cpu_optimizer_d2h_h2d)"),
     FIELD(Recipe, "offload.activations", Bool, Default, "false", 0, 0, {}, "offload layer activations to the CPU (Megatron cpu_offloading)"),
     COUNT(Recipe, "offload.activation_layers", Optional, "", 0, "layers whose activations are offloaded"),
     FIELD(Recipe, "optimizer.type", Enum, Default, "adam", 0, 0, OptimizerValues, "optimizer"),
@@ -145,6 +146,8 @@ const FieldSpec GpuFields[] = {
     COUNT(Gpu, "nvlink_domain", Required, "", 1, "GPUs in one NVLink domain"),
     FIELD(Gpu, "nvlink", Bandwidth, Required, "", 1, NoMax, {}, "NVLink bandwidth per GPU per direction"),
     FIELD(Gpu, "network", Bandwidth, Required, "", 1, NoMax, {}, "scale-out bandwidth per GPU per direction"),
+    FIELD(Gpu, "host_memory", Bandwidth, Optional, "", 1, NoMax, {}, "host DRAM bandwidth of one node, shared by its GPUs (unset: 600GB/s, a two-socket DDR5 server)"),
+    FIELD(Gpu, "host_link", Bandwidth, Optional, "", 1, NoMax, {}, "CPU-GPU link per GPU per direction (unset: 64GB/s, PCIe Gen5 x16)"),
 };
 
 const FieldSpec ClusterFields[] = {

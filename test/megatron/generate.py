@@ -33,9 +33,26 @@ PRECISIONS = {
 }
 DISPATCHERS = {"alltoall": ("alltoall", None), "allgather": ("allgather", None),
                "deepep": ("flex", "deepep"), "hybridep": ("flex", "hybridep")}
-CP_COMM = {"p2p": "p2p", "a2a": "a2a", "allgather": "all_gather"}
+CP_COMM = {"p2p": "p2p", "a2a": "a2a", "allgather": "all_gather", "a2a_p2p": "a2a+p2p"}
 RECOMPUTE_MODULES = ["core_attn", "moe_act", "layernorm", "mlp", "moe", "shared_experts", "mla_up_proj"]
 GRAPH_SCOPES = ["attn", "mlp", "moe", "moe_router", "moe_preprocess"]
+FP8_PRECISIONS = ("fp8.delayed", "fp8.tensorwise", "fp8.blockwise", "mxfp8")
+# optimizer.type -> Bridge OptimizerConfig.optimizer. Bridge 0.3.1 picks Muon by name:
+# training/optim.py:62 builds get_megatron_muon_optimizer when "muon" is in the name
+# ("dist_muon" is the layer-wise distributed variant, optim.py:76); the standard
+# distributed optimizer is use_distributed_optimizer, which Muon refuses (core muon.py:192).
+OPTIMIZERS = {"adam": "adam", "sgd": "sgd", "muon": "muon"}
+# moe.router_dtype -> TransformerConfig.moe_router_dtype (Literal['fp32', 'fp64'] or None:
+# None computes the router in the parameters' dtype, BF16 here).
+ROUTER_DTYPES = {"fp32": "fp32", "fp64": "fp64", "bf16": None}
+
+
+def _hierarchy(r, cp):
+    """parallel.cp_hierarchy: a factorisation of cp (innermost first), rarely a wrong one."""
+    if r.random() < 0.1:
+        return r.choice([[2, 4], [4, 2], [2], [3], [2, 2, 2]])
+    return r.choice({1: [[1]], 2: [[2], [1, 2], [2, 1]], 4: [[2, 2], [4], [1, 4], [4, 1]],
+                     8: [[2, 4], [4, 2], [8]]}.get(cp, [[cp]]))
 
 
 def _w(r, pairs):
@@ -118,6 +135,63 @@ def draw(r, idx):
     c["offload_activations"] = r.random() < 0.07
     c["offload_layers"] = r.choice([1, 2, 4]) if c["offload_activations"] else None
     c["fsdp"] = r.random() < 0.08
+    # ---- fields added for the independent generator's coverage (each modest probability) ----
+    c["delay_wgrad"] = c["delay_wgrad"] or r.random() < 0.03  # also without the EP overlap
+    # parallel.cp_hierarchy: with cp_comm = a2a_p2p mostly, rarely with another cp_comm or cp 1
+    c["cp_hierarchy"] = None
+    if c["cp_comm"] == "a2a_p2p" and r.random() < 0.85:
+        c["cp_hierarchy"] = _hierarchy(r, c["cp"])
+    elif r.random() < 0.03:
+        c["cp_hierarchy"] = _hierarchy(r, c["cp"])
+    c["tp_comm_overlap"] = r.random() < 0.1
+    c["order"] = _w(r, [(None, 90), ("tp_cp_ep_pp_dp", 8), ("tp_cp_ep_dp_pp", 2)])
+    c["fsdp_impl"] = None
+    if c["fsdp"]:
+        c["fsdp_impl"] = _w(r, [(None, 5), ("torch", 4), ("megatron", 1)])
+        if c["fsdp_impl"] != "torch" and r.random() < 0.3:
+            c["order"] = "tp_cp_ep_pp_dp"   # Megatron-FSDP with the tp-pp-dp mapping
+    elif r.random() < 0.02:
+        c["fsdp_impl"] = "torch"            # stated without fsdp = true: no FSDP
+    c["opt_type"] = _w(r, [(None, 85), ("adam", 3), ("sgd", 6), ("muon", 6)])
+    dist_false = 0.7 if c["opt_type"] == "muon" else 0.08
+    c["opt_distributed"] = _w(r, [(None, 1 - dist_false - 0.03), (False, dist_false), (True, 0.03)])
+    c["precision_aware"] = _w(r, [(None, 90), (True, 6), (False, 4)])
+    c["overlap_grad_reduce"] = _w(r, [(None, 90), (False, 7), (True, 3)])
+    c["overlap_param_gather"] = _w(r, [(None, 88), (False, 9), (True, 3)])
+    if c["offload_optimizer"] and r.random() < 0.3:
+        c["offload_optimizer"] = r.choice([0.25, 0.75, 0.1])
+    if c["offload_activations"] and r.random() < 0.25:
+        c["offload_layers"] = _w(r, [(None, 2), (MODELS[c["model"]]["layers"], 1),
+                                     (MODELS[c["model"]]["layers"] - 1, 1)])
+    if not c["offload_activations"] and r.random() < 0.01:
+        c["offload_layers"] = 2             # activation_layers without activations: no effect
+    c["capacity_factor"] = _w(r, [(None, 88), (1.0, 4), (1.25, 4), (2.0, 2), (0.5, 2)])
+    c["pad_to_capacity"] = ((c["capacity_factor"] is not None and r.random() < 0.5)
+                            or r.random() < 0.015)
+    c["router_dtype"] = _w(r, [(None, 88), ("fp32", 3), ("fp64", 5), ("bf16", 4)])
+    c["grouped_gemm"] = _w(r, [(None, 91), (False, 7), (True, 2)])
+    # bf16_layers.first / last (Megatron first_last_layers_bf16), mostly with an FP8 precision
+    c["bf16_first"] = c["bf16_last"] = None
+    if r.random() < (0.12 if c["precision"] in FP8_PRECISIONS else 0.02):
+        vals = [(0, 1), (1, 4), (2, 3), (4, 1), (13, 0.5), (24, 0.5)]
+        which = _w(r, [("both", 3), ("first", 1), ("last", 1)])
+        if which in ("both", "first"):
+            c["bf16_first"] = _w(r, vals)
+        if which in ("both", "last"):
+            c["bf16_last"] = _w(r, vals)
+    c["fp8_param_gather"] = None
+    if r.random() < (0.15 if c["precision"] in FP8_PRECISIONS else 0.04):
+        c["fp8_param_gather"] = r.random() < 0.5
+    # cuda_graph_impl also written for full_iteration (where .moe ignores it), or left to its default
+    c["cuda_graph_impl_written"] = c["cuda_graph"] is not None and (
+        c["cuda_graph"] != ["full_iteration"] or r.random() < 0.4)
+    if c["cuda_graph"] == ["full_iteration"] and c["cuda_graph_impl_written"]:
+        c["cuda_graph_impl_moe"] = r.choice(["transformer_engine", "local"])
+    elif c["cuda_graph_impl_written"] and c["cuda_graph_impl"] == "transformer_engine" and r.random() < 0.3:
+        c["cuda_graph_impl_written"] = False  # the default
+        c["cuda_graph_impl_moe"] = None
+    else:
+        c["cuda_graph_impl_moe"] = c["cuda_graph_impl"] if c["cuda_graph_impl_written"] else None
     return c
 
 
@@ -130,19 +204,36 @@ def to_moe(name, c):
          "pp = %d" % c["pp"], "vpp = %d" % c["vpp"], "sp = %s" % str(c["sp"]).lower()]
     if c["cp_comm"]:
         p.append("cp_comm = %s" % c["cp_comm"])
+    if c["cp_hierarchy"]:
+        p.append("cp_hierarchy = [%s]" % ", ".join(str(x) for x in c["cp_hierarchy"]))
     if c["fsdp"]:
         p.append("fsdp = true")
+    if c["fsdp_impl"]:
+        p.append("fsdp_impl = %s" % c["fsdp_impl"])
+    if c["order"]:
+        p.append("order = %s" % c["order"])
+    if c["tp_comm_overlap"]:
+        p.append("tp_comm_overlap = true")
     if c["layout"]:
         p.append('layout = "%s"' % c["layout"])
     L.append("  parallel { %s }" % "; ".join(p))
     L.append("  precision = %s" % c["precision"])
+    if c["fp8_param_gather"] is not None:
+        L.append("  fp8_param_gather = %s" % str(c["fp8_param_gather"]).lower())
+    bl = []
+    if c["bf16_first"] is not None:
+        bl.append("first = %d" % c["bf16_first"])
+    if c["bf16_last"] is not None:
+        bl.append("last = %d" % c["bf16_last"])
+    if bl:
+        L.append("  bf16_layers { %s }" % "; ".join(bl))
     L.append("  dispatcher = %s" % c["dispatcher"])
     kind, mods = c["recompute"]
     L.append("  recompute = %s" % (("selective(%s)" % ", ".join(mods)) if kind == "selective" else kind))
     if c["cuda_graph"]:
         L.append("  cuda_graph = [%s]" % ", ".join(c["cuda_graph"]))
-        if c["cuda_graph"] != ["full_iteration"]:
-            L.append("  cuda_graph_impl = %s" % c["cuda_graph_impl"])
+        if c["cuda_graph_impl_moe"]:
+            L.append("  cuda_graph_impl = %s" % c["cuda_graph_impl_moe"])
     else:
         L.append("  cuda_graph = none")
     moe = []
@@ -152,15 +243,35 @@ def to_moe(name, c):
         moe.append("delay_wgrad = true")
     if c["shared_expert_overlap"]:
         moe.append("shared_expert_overlap = true")
+    if c["capacity_factor"] is not None:
+        moe.append("capacity_factor = %r" % c["capacity_factor"])
+    if c["pad_to_capacity"]:
+        moe.append("pad_to_capacity = true")
+    if c["router_dtype"]:
+        moe.append("router_dtype = %s" % c["router_dtype"])
+    if c["grouped_gemm"] is not None:
+        moe.append("grouped_gemm = %s" % str(c["grouped_gemm"]).lower())
     if moe:
         L.append("  moe { %s }" % "; ".join(moe))
     off = []
     if c["offload_optimizer"]:
         off.append("optimizer = %s" % c["offload_optimizer"])
     if c["offload_activations"]:
-        off.append("activations = true; activation_layers = %d" % c["offload_layers"])
+        off.append("activations = true")
+    if c["offload_layers"] is not None:
+        off.append("activation_layers = %d" % c["offload_layers"])
     if off:
         L.append("  offload { %s }" % "; ".join(off))
+    opt = []
+    if c["opt_type"]:
+        opt.append("type = %s" % c["opt_type"])
+    for k, f in (("opt_distributed", "distributed"), ("precision_aware", "precision_aware"),
+                 ("overlap_grad_reduce", "overlap_grad_reduce"),
+                 ("overlap_param_gather", "overlap_param_gather")):
+        if c[k] is not None:
+            opt.append("%s = %s" % (f, str(c[k]).lower()))
+    if opt:
+        L.append("  optimizer { %s }" % "; ".join(opt))
     L.append("}")
     return "\n".join(L) + "\n"
 

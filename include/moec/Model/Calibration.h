@@ -77,10 +77,25 @@ struct Calibration {
   // backward.
   double HostForwardPerLayerSec = 2.0e-3;
   double HostBackwardPerLayerSec = 1.0e-3;
-  // Adam step of CPU-offloaded optimizer state, parameters per second per
-  // GPU including the transfers: bridge-facts.md rule 43, Qwen3-30B, 25%
-  // offload 1.9x and 100% offload 4.2x slower steps, both ~1.7e8 params/s.
-  double OffloadedOptimizerParamsPerSec = 1.7e8;
+  // CPU-offloaded optimizer (Megatron-Core optimizer/cpu_offloading/
+  // hybrid_optimizer.py): the offloaded share keeps fp32 master weights and
+  // moments on the host (param_update_in_fp32), steps them with torch's CPU
+  // Adam after the GPU part (step() blocks), and copies gradients down and
+  // parameters back over the CPU-GPU link, after the host step or, with
+  // overlap_cpu_optimizer_d2h_h2d, pipelined with it. Host DRAM is shared by
+  // the node's GPUs. Bytes of host traffic per Adam parameter: torch's
+  // multi-tensor CPU Adam streams grad, master, m and v several times (m and
+  // v updates, the denominator, the update, the fp32 copies in and out:
+  // ~14 passes of 4-8 B). Link: fp32 gradient down, fp32 parameter up.
+  // Calibrated on one anchor, the cpu-offloading skill card (Qwen3-30B,
+  // TP2 PP2 EP4, 2x8 H100: 996 ms, 4189 ms at 100% offload, 3877 ms with the
+  // overlap; bridge-facts.md §1), to within 5% of both figures.
+  double HostAdamBytesPerParam = 70.0;
+  double HostMemoryEfficiency = 0.6;
+  double HostLinkBytesPerParam = 8.0;
+  double HostLinkEfficiency = 0.6;
+  double DefaultHostMemoryBytesPerSec = 600e9; // two-socket DDR5 server
+  double DefaultHostLinkBytesPerSec = 64e9;    // PCIe Gen5 x16 per direction
   // Bytes of weight traffic per local parameter and micro batch: the
   // forward and dgrad GEMMs read the BF16 weight (2 + 2 B), the wgrad GEMM
   // accumulates into the fp32 main gradient (Megatron's

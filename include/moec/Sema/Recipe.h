@@ -74,6 +74,9 @@ struct GpuSpec {
   llvm::Optional<double> Fp8Flops, Fp4Flops;
   int64_t GpusPerNode = 1, NVLinkDomain = 1;
   double NVLinkBytesPerSec = 0, NetworkBytesPerSec = 0;
+  /// The host: DRAM bandwidth of one node (shared by its GPUs) and the
+  /// CPU-GPU link per GPU per direction; 0 when the system does not say.
+  double HostMemoryBytesPerSec = 0, HostLinkBytesPerSec = 0;
 };
 
 struct MLASpec {
@@ -177,6 +180,7 @@ struct Recipe {
   MoERuntimeConfig MoE;
   OptimizerConfig Optimizer;
   double OffloadOptimizer = 0;
+  bool OverlapOffloadCopies = false; // Megatron overlap_cpu_optimizer_d2h_h2d
   bool OffloadActivations = false;
   llvm::Optional<int64_t> OffloadActivationLayers;
   DataSourceKind Data = DataSourceKind::Mock;
