@@ -230,7 +230,15 @@ private:
   }
 
   void precision() {
-    bool Deviates = R.Fp8ParamGather != presetFp8ParamGather(R.Tgt, R.Prec) || R.Bf16FirstLayers || R.Bf16LastLayers;
+    bool Fp4Deviates = R.Fp4ParamGather != presetFp4ParamGather(R.Tgt, R.Prec);
+    if (Fp4Deviates && coreMinor() < 20) {
+      // 0.3.1's MixedPrecisionConfig has no fp4_param_gather: set the
+      // Megatron-Core field (transformer_config.py:520) on the model.
+      set("model.fp4_param", Value::boolean(R.Fp4ParamGather), "fp4_param_gather");
+      Fp4Deviates = false;
+    }
+    bool Deviates = R.Fp8ParamGather != presetFp8ParamGather(R.Tgt, R.Prec) || Fp4Deviates || R.Bf16FirstLayers ||
+                    R.Bf16LastLayers;
     if (!Deviates) {
       set("mixed_precision", Value::string(mixedPrecisionPreset(R.Prec)), "precision");
       return;
@@ -262,6 +270,8 @@ private:
     set("mixed_precision.fp4", Fp4, "precision");
     set("mixed_precision.fp4_recipe", Fp4Recipe, "precision");
     set("mixed_precision.fp8_param_gather", Value::boolean(R.Fp8ParamGather), "fp8_param_gather");
+    if (coreMinor() >= 20)
+      set("mixed_precision.fp4_param_gather", Value::boolean(R.Fp4ParamGather), "fp4_param_gather");
     bool Bf16Layers = R.Bf16FirstLayers || R.Bf16LastLayers;
     set("mixed_precision.first_last_layers_bf16", Value::boolean(Bf16Layers), "bf16_layers");
     if (Bf16Layers) {

@@ -980,6 +980,8 @@ private:
       emit("", "precision  = " + P);
     if (flag("mixed_precision.fp8_param_gather").getValueOr(false))
       emit("", "fp8_param_gather = true");
+    if (flag("mixed_precision.fp4_param_gather").getValueOr(false) || flag("model.fp4_param").getValueOr(false))
+      emit("", "fp4_param_gather = true");
     bool Bf16Layers = flag("mixed_precision.first_last_layers_bf16").getValueOr(false);
     llvm::Optional<int64_t> Start = count("mixed_precision.num_layers_at_start_in_bf16", 0);
     llvm::Optional<int64_t> End = count("mixed_precision.num_layers_at_end_in_bf16", 0);

@@ -553,9 +553,10 @@ MemoryEstimate MemoryModel::run() {
 
   // Bytes per parameter.
   bool Fsdp = R.Parallel.FSDP;
-  double WeightB = R.Fp8ParamGather && isFp8(R.Prec) ? C.Fp8ParamBytes : C.WeightBytes;
+  bool LowPrecParams = (R.Fp8ParamGather && isFp8(R.Prec)) || (R.Fp4ParamGather && R.Prec == Precision::NVFP4);
+  double WeightB = !LowPrecParams ? C.WeightBytes : R.Prec == Precision::NVFP4 ? C.Fp4ParamBytes : C.Fp8ParamBytes;
   double CopyB = 0;
-  if (!Fsdp && !R.Fp8ParamGather)
+  if (!Fsdp && !LowPrecParams)
     CopyB = isFp8(R.Prec) ? C.Fp8WeightCopyBytes : R.Prec == Precision::NVFP4 ? C.Fp4WeightCopyBytes : 0;
   double OptB = C.MasterWeightBytes;
   if (R.Optimizer.Kind == OptimizerKind::Adam)

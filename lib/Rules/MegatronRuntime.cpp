@@ -622,12 +622,22 @@ void check_fp8_param_gather_invalid(RuleContext &C) {
   std::string Why;
   if (!isFP8(R.Prec))
     Why = fmt::format("an FP8 precision, but precision = {}", precisionName(R.Prec));
-  else if (!R.Optimizer.Distributed && !R.Parallel.FSDP)
+  // The sharding half is validate_args only (arguments.py:655): a
+  // Megatron-Bridge run gathers FP8 parameters without it.
+  else if (!R.Optimizer.Distributed && !R.Parallel.FSDP && getTargetInfo(R.Tgt).RunsValidateArgs)
     Why = "the distributed optimizer or FSDP, but optimizer.distributed = false";
   else
     return;
   auto B = C.report(diag::fp8_param_gather_invalid, "fp8_param_gather", Why);
   C.fixit(B, "fp8_param_gather", "false");
+}
+
+void check_fp4_param_gather_invalid(RuleContext &C) {
+  const Recipe &R = C.R;
+  if (R.Fp4ParamGather && R.Prec != Precision::NVFP4) {
+    auto B = C.report(diag::fp4_param_gather_invalid, "fp4_param_gather", precisionName(R.Prec));
+    C.fixit(B, "fp4_param_gather", "false");
+  }
 }
 
 //--- Optimizer --------------------------------------------------------------

@@ -368,7 +368,8 @@ llvm::Optional<Recipe> SemaImpl::lowerRecipe(Scope &Sc, std::string PointName) {
   Out.Prec = R.enumValue<Precision>("precision");
   Out.Fp8ParamGather =
       Sc.isSet("fp8_param_gather") ? R.boolean("fp8_param_gather") : presetFp8ParamGather(Out.Tgt, Out.Prec);
-  Out.Fp4ParamGather = presetFp4ParamGather(Out.Tgt, Out.Prec);
+  Out.Fp4ParamGather =
+      Sc.isSet("fp4_param_gather") ? R.boolean("fp4_param_gather") : presetFp4ParamGather(Out.Tgt, Out.Prec);
   Out.Bf16FirstLayers = R.count("bf16_layers.first");
   Out.Bf16LastLayers = R.count("bf16_layers.last");
   Out.Dispatch = R.enumValue<Dispatcher>("dispatcher");

@@ -71,6 +71,7 @@ const FieldSpec RecipeFields[] = {
     FIELD(Recipe, "precision", Enum, Default, "bf16", 0, 0, PrecisionValues, "training precision recipe"),
     FIELD(Recipe, "dispatcher", Enum, Default, "alltoall", 0, 0, DispatcherValues, "MoE token dispatcher"),
     FIELD(Recipe, "fp8_param_gather", Bool, Derived, "the target's preset: true for fp8.delayed, fp8.tensorwise and mxfp8 under Megatron-Bridge, else false", 0, 0, {}, "keep parameters in FP8 and all-gather them in FP8 (Megatron fp8_param_gather; needs an FP8 precision)"),
+    FIELD(Recipe, "fp4_param_gather", Bool, Derived, "the target's preset: true for nvfp4 under megatron-bridge@main, else false", 0, 0, {}, "keep parameters in FP4 and all-gather them in FP4 (Megatron fp4_param; needs nvfp4)"),
     COUNT(Recipe, "bf16_layers.first", Default, "0", 0, "leading decoder layers kept in BF16 under an FP8/FP4 precision (Megatron first_last_layers_bf16)"),
     COUNT(Recipe, "bf16_layers.last", Default, "0", 0, "trailing decoder layers kept in BF16 under an FP8/FP4 precision (Megatron first_last_layers_bf16)"),
     FIELD(Recipe, "recompute", Recompute, Default, "none", 0, 0, ModuleValues, "activation recomputation: none, full, full(method = uniform, layers = N), selective(MODULE, ...)"),

@@ -300,6 +300,12 @@ def to_bridge(c):
         "moe_shared_expert_overlap": c["shared_expert_overlap"],
         "cpu_offloading": c["offload_activations"],
         "cpu_offloading_num_layers": c["offload_layers"] or 0,
+        "hierarchical_context_parallel_sizes": list(c["cp_hierarchy"]) if c["cp_hierarchy"] else None,
+        "moe_expert_capacity_factor": c["capacity_factor"],
+        "moe_pad_expert_input_to_capacity": c["pad_to_capacity"],
+        # .moe defaults: router_dtype fp32, grouped_gemm true (some recipes leave the dtype None)
+        "moe_router_dtype": ROUTER_DTYPES[c["router_dtype"] or "fp32"],
+        "moe_grouped_gemm": True if c["grouped_gemm"] is None else c["grouped_gemm"],
     }
     if c["cp"] > 1:
         m["cp_comm_type"] = CP_COMM[c["cp_comm"] or "p2p"]
@@ -313,11 +319,16 @@ def to_bridge(c):
     else:
         m.update(recompute_granularity="selective", recompute_method=None, recompute_num_layers=None,
                  recompute_modules=list(mods))
+    # optimizer.precision_aware: stated, or derived as offload.optimizer > 0 (docs/language.md)
+    pao = bool(c["offload_optimizer"]) if c["precision_aware"] is None else c["precision_aware"]
     b = {"model": m, "train": {"micro_batch_size": c["micro"], "global_batch_size": c["global"]},
          "mixed_precision": PRECISIONS[c["precision"]],
-         "optimizer": {"use_precision_aware_optimizer": bool(c["offload_optimizer"])}}
+         "optimizer": {"use_precision_aware_optimizer": pao,
+                       "optimizer": OPTIMIZERS[c["opt_type"] or "adam"]}}
     if c["cuda_graph"]:
-        m["cuda_graph_impl"] = c["cuda_graph_impl"]
+        # full_iteration is captured by the local implementation whatever cuda_graph_impl says
+        # (.moe ignores the impl there; Megatron-Core's TE impl refuses full_iteration)
+        m["cuda_graph_impl"] = "local" if c["cuda_graph"] == ["full_iteration"] else c["cuda_graph_impl"]
         m["cuda_graph_scope"] = list(c["cuda_graph"])
         m["use_te_rng_tracker"] = True
         b["rng"] = {"te_rng_tracker": True}
@@ -327,7 +338,7 @@ def to_bridge(c):
     else:
         m["cuda_graph_impl"] = "none"
         m["cuda_graph_scope"] = []
-    if not c["offload_optimizer"]:
+    if not pao:
         # Without the precision-aware optimizer Megatron-Core requires FP32 master grads and
         # moments (its defaults); the DeepSeek-V3 recipe sets BF16 ones for its
         # precision-aware optimizer, so turning that off means resetting them.
@@ -335,12 +346,44 @@ def to_bridge(c):
                               exp_avg_dtype="torch.float32", exp_avg_sq_dtype="torch.float32")
     if c["offload_optimizer"]:
         b["optimizer"].update(optimizer_cpu_offload=True, optimizer_offload_fraction=float(c["offload_optimizer"]))
-    if c["overlap_ep_comm"] or c["delay_wgrad"]:
+    if c["opt_distributed"] is not None:
+        # Bridge keeps the two in sync, turning both on if either is on (config.py:1888-1900)
+        b["optimizer"]["use_distributed_optimizer"] = c["opt_distributed"]
+        b.setdefault("ddp", {})["use_distributed_optimizer"] = c["opt_distributed"]
+    overlaps = {k: c[k] for k in ("overlap_grad_reduce", "overlap_param_gather") if c[k] is not None}
+    b.setdefault("ddp", {}).update(overlaps)
+    if c["overlap_ep_comm"] or c["delay_wgrad"] or c["tp_comm_overlap"]:
+        # CommOverlapConfig is Bridge's user-facing switch for these (training/comm_overlap.py)
         b["comm_overlap"] = {"overlap_moe_expert_parallel_comm": c["overlap_ep_comm"],
-                             "delay_wgrad_compute": c["delay_wgrad"]}
-    if c["fsdp"]:
+                             "delay_wgrad_compute": c["delay_wgrad"],
+                             "tp_comm_overlap": c["tp_comm_overlap"]}
+    if overlaps and ("comm_overlap" in b or c["model"] == "deepseek_v3"):
+        # A CommOverlapConfig (deepseek_v3.py:168 sets one) overwrites ddp.overlap_* with its
+        # own dp-dependent defaults unless they are given to it (comm_overlap.py:527-549).
+        b.setdefault("comm_overlap", {}).update(overlaps)
+    if not b["ddp"]:
+        del b["ddp"]
+    if c["fsdp"] and c["fsdp_impl"] == "torch":
+        b["dist"] = {"use_torch_fsdp2": True}
+    elif c["fsdp"]:
         b.setdefault("ddp", {}).update(use_megatron_fsdp=True, data_parallel_sharding_strategy="optim_grads_params")
         b["checkpoint"] = {"ckpt_format": "fsdp_dtensor"}
+    if c["order"]:
+        b.setdefault("dist", {})["use_tp_pp_dp_mapping"] = c["order"] == "tp_cp_ep_pp_dp"
+    mp = {}
+    if c["fp8_param_gather"] is not None:
+        # unset: the preset's own value (Bridge presets: true for delayed, tensorwise, mxfp8)
+        mp["fp8_param_gather"] = c["fp8_param_gather"]
+        if c["precision"] == "mxfp8" and not c["fp8_param_gather"]:
+            # the mxfp8 preset's reuse_grad_buf_for_mxfp8_param_ag only applies to FP8
+            # parameters (core distributed_data_parallel_config.py:153-154 requires them)
+            mp["reuse_grad_buf_for_mxfp8_param_ag"] = False
+    if c["bf16_first"] is not None or c["bf16_last"] is not None:
+        first, last = c["bf16_first"] or 0, c["bf16_last"] or 0
+        mp.update(first_last_layers_bf16=(first + last) > 0, num_layers_at_start_in_bf16=first,
+                  num_layers_at_end_in_bf16=last)
+    if mp:
+        b["mixed_precision_fields"] = mp
     return b
 
 

@@ -686,3 +686,21 @@ TEST(MemoryRecipes, PlannedPipelinesAgree) {
   }
   EXPECT_GE(Compared, 50u);
 }
+
+// Low-precision parameters replace the bf16 copy: FP8 (fp8_param_gather)
+// weights take 1 B per parameter, FP4 (fp4_param_gather, NVFP4) 0.5625 B,
+// against 2 B of bf16 plus the cached quantized copy.
+TEST(MemoryKnobs, LowPrecisionParametersReplaceTheBf16Copy) {
+  Recipe R = knobMoE();
+  R.Prec = Precision::NVFP4;
+  double Bf16Params = peak(estimate(R)).Weights;
+  R.Fp4ParamGather = true;
+  double Fp4Params = peak(estimate(R)).Weights;
+  EXPECT_LT(Fp4Params, Bf16Params);
+  EXPECT_NEAR(Fp4Params / Bf16Params, 0.5625 / (2.0 + 0.5625), 0.2);
+  // FP4 parameters mean nothing under an FP8 recipe; FP8 ones do.
+  R.Prec = Precision::MXFP8;
+  double Mx = peak(estimate(R)).Weights;
+  R.Fp8ParamGather = true;
+  EXPECT_LT(peak(estimate(R)).Weights, Mx);
+}

@@ -146,6 +146,9 @@ struct Calibration {
   double Fp8WeightCopyBytes = 1.0;
   double Fp4WeightCopyBytes = 0.5625;
   double Fp8ParamBytes = 1.0;
+  // With fp4_param_gather (NVFP4) the parameter itself is FP4: 0.5 B of data
+  // and one FP8 scale per 16 values; no bf16 copy is kept.
+  double Fp4ParamBytes = 0.5625;
   // Gradient buffer: bf16. Every Bridge perf recipe in S5 sets
   // ddp.grad_reduce_in_fp32 = False (e.g. set_deepseek_v3_common_configs);
   // Megatron's own default (and the Bridge library recipes) is fp32, 4 B.

@@ -171,7 +171,7 @@ struct Recipe {
   ParallelConfig Parallel;
   Precision Prec = Precision::BF16;
   bool Fp8ParamGather = false; // stated, else the target's preset (TargetDefaults.h)
-  bool Fp4ParamGather = false; // the target's NVFP4 preset (no .moe field)
+  bool Fp4ParamGather = false; // stated, else the target's NVFP4 preset
   int64_t Bf16FirstLayers = 0, Bf16LastLayers = 0; // Megatron first_last_layers_bf16
   Dispatcher Dispatch = Dispatcher::AllToAll;
   RecomputeConfig Recompute;
