@@ -414,6 +414,7 @@ private:
   void model() {
     if (!R.Model.isVLM())
       return;
+    set("model.freeze_language_model", Value::boolean(R.LanguageFrozen), "language.frozen");
     set("model.freeze_vision_model", Value::boolean(R.VisionFrozen), "vision.frozen");
     set("model.freeze_vision_projection", Value::boolean(R.VisionFrozen), "vision.frozen");
     if (R.ImagesPerSample != 1 || R.ImageSize != 448)

@@ -1251,6 +1251,12 @@ private:
   }
 
   void vision() {
+    if (flag("model.freeze_language_model").getValueOr(false)) {
+      if (Model && !Model->isVLM())
+        unmapped(*peek("model.freeze_language_model"), "language.frozen is for VLMs: nothing else would train");
+      else
+        emit("language", "frozen = true");
+    }
     llvm::Optional<bool> VM = flag("model.freeze_vision_model");
     llvm::Optional<bool> VP = flag("model.freeze_vision_projection");
     if (!VM && !VP)

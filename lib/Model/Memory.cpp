@@ -619,7 +619,7 @@ MemoryEstimate MemoryModel::run() {
         T.Computed = true;
       }
       const Params &P = T.P;
-      RS.Trainable += P;
+      (R.LanguageFrozen ? RS.Frozen : RS.Trainable) += P;
       RS.MaxLayerParams = std::max(RS.MaxLayerParams, P.total());
       RS.HasMoE |= K.MoE;
       const LayerActivation &L = T.L;
@@ -659,12 +659,12 @@ MemoryEstimate MemoryModel::run() {
       Bytes += lossActivation();
     if (S.Embedding) {
       Bytes += visionActivation();
-      RS.Trainable.Dense += V * H / double(TP);
+      (R.LanguageFrozen ? RS.Frozen : RS.Trainable).Dense += V * H / double(TP);
       if (M.Vision)
         (R.VisionFrozen ? RS.Frozen : RS.Trainable) += visionParams();
     }
     if (S.Loss)
-      RS.Trainable.Dense += V * H / double(TP) + H; // untied output layer, final norm
+      (R.LanguageFrozen ? RS.Frozen : RS.Trainable).Dense += V * H / double(TP) + H; // untied output layer, final norm
     ChunkBytes[size_t(Rank * VPP + Chunk)] += Bytes;
     ChunkCaptured[size_t(Rank * VPP + Chunk)] += Captured;
   }
@@ -676,7 +676,7 @@ MemoryEstimate MemoryModel::run() {
       HasEmb |= Stages[size_t(VS)].Embedding;
     }
     if (HasMtp && !HasEmb)
-      Ranks[size_t(Rank)].Trainable.Dense += V * H / double(TP);
+      (R.LanguageFrozen ? Ranks[size_t(Rank)].Frozen : Ranks[size_t(Rank)].Trainable).Dense += V * H / double(TP);
   }
 
   double Dispatch = dispatcherBuffers();

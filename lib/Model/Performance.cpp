@@ -661,7 +661,13 @@ StepTimeBreakdown StepModel::run() {
     LayerMemory E = layerMemory(M, S, R);
     LayerTime T = layerTime(S, F, E);
     double N = TokensPerGpu;
-    double GpuF = T.GpuFwd * N, GpuB = 2 * T.GpuFwd * N, Rec = T.Recompute * N;
+    // Backward: data and weight gradients (2x the forward); a frozen
+    // language model computes no weight gradients, so its GEMMs run once
+    // more and its attention core twice.
+    double Bwd = 2;
+    if (R.LanguageFrozen && F.gemm() + F.AttnCore > 0)
+      Bwd = (F.gemm() + 2 * F.AttnCore) / (F.gemm() + F.AttnCore);
+    double GpuF = T.GpuFwd * N, GpuB = Bwd * T.GpuFwd * N, Rec = T.Recompute * N;
     // Communication of the layer, one micro batch, and what stays exposed.
     double Tp = tpSeconds(S) * TpExposed;
     double Hide = 0;
@@ -705,7 +711,7 @@ StepTimeBreakdown StepModel::run() {
       // Output layer (BF16 in Megatron: not a TE module) and cross entropy.
       double N = TokensPerGpu;
       double Logits = 2 * double(M.Hidden) * Vocab / (PeakBf16 * C.Bf16GemmEfficiency);
-      RT.Compute += FlopsFactor * N * Logits + N * 3 * Vocab * ActBytes / Hbm;
+      RT.Compute += (R.LanguageFrozen ? 2 : FlopsFactor) * N * Logits + N * 3 * Vocab * ActBytes / Hbm;
     }
     if (S.Embedding && Images > 0) {
       double PerGpu = Mbs * Images / double(TP);
@@ -811,7 +817,9 @@ FlopCount countFlopsWith(const Recipe &R, const Calibration &C) {
   double Forward = 2 * double(M.Hidden) * Vocab; // final logits
   for (int64_t I = 0; I < M.Layers + M.MtpLayers; ++I)
     Forward += layerFlops(M, shapeOf(M, I, nullptr), Seq, Vocab, C).total();
-  F.DecoderPerToken = 3 * Forward;
+  // A frozen language model runs no weight-gradient GEMMs: forward and data
+  // gradients only (its attention core's second backward pass is not counted).
+  F.DecoderPerToken = (R.LanguageFrozen ? 2 : 3) * Forward;
 
   double Images = 0, Patches = 0, ImageTokens = 0;
   imagePayload(R, Images, Patches, ImageTokens);

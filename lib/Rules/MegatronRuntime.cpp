@@ -550,11 +550,23 @@ void check_cuda_graph_moe_drop_and_pad(RuleContext &C) {
 
 void check_cuda_graph_preprocess_capacity(RuleContext &C) {
   const Recipe &R = C.R;
-  if (!C.isMoE() || !perLayerGraphs(R) || !has(R.CudaGraph, GraphScope::MoePreprocess) || preprocessScopeAllowed(R))
+  // The local implementation captures moe_preprocess with moe_router by
+  // itself (transformer_config.py:1725 in 0.16.1).
+  bool Local = R.CudaGraphImpl == GraphImpl::Local;
+  bool Preprocess =
+      has(R.CudaGraph, GraphScope::MoePreprocess) || (Local && has(R.CudaGraph, GraphScope::MoeRouter));
+  if (!C.isMoE() || !perLayerGraphs(R) || !Preprocess || preprocessScopeAllowed(R))
     return;
-  auto B = reportToken(C, diag::cuda_graph_preprocess_capacity, scopeToken(R, GraphScope::MoePreprocess),
-                       "cuda_graph", *R.MoE.CapacityFactor);
-  replaceValue(C, B, "cuda_graph", scopesWithout(R, {GraphScope::MoePreprocess}));
+  GraphScope Named = has(R.CudaGraph, GraphScope::MoePreprocess) ? GraphScope::MoePreprocess : GraphScope::MoeRouter;
+  bool Implied = Named == GraphScope::MoeRouter;
+  auto B = reportToken(C, diag::cuda_graph_preprocess_capacity, scopeToken(R, Named), "cuda_graph",
+                       Implied ? "'moe_router' (cuda_graph_impl = local captures moe_preprocess with it)"
+                               : "'moe_preprocess'",
+                       *R.MoE.CapacityFactor,
+                       Implied ? "drop moe_router or capture with transformer_engine" : "drop moe_preprocess");
+  replaceValue(C, B, "cuda_graph",
+               Local ? scopesWithout(R, {GraphScope::MoePreprocess, GraphScope::MoeRouter})
+                     : scopesWithout(R, {GraphScope::MoePreprocess}));
 }
 
 void check_cuda_graph_full_recompute(RuleContext &C) {

@@ -424,6 +424,7 @@ llvm::Optional<Recipe> SemaImpl::lowerRecipe(Scope &Sc, std::string PointName) {
   Out.ImagesPerSample = R.count("data.images_per_sample", 1);
   Out.ImageSize = R.count("data.image_size", 448);
   Out.VisionFrozen = R.boolean("vision.frozen");
+  Out.LanguageFrozen = R.boolean("language.frozen");
   Out.SweptFields.assign(D.SweepPaths.begin(), D.SweepPaths.end());
   if (DefInfo *Base = D.AST->Base.empty() ? nullptr : lookup(D.AST->Base);
       Base && Base != &D && Base->kind() == ast::DefKind::Recipe && resolve(*Base)) {

@@ -81,4 +81,5 @@ void moec::printRecipe(const Recipe &R, const llvm::SourceMgr &SM, llvm::raw_ost
   Field("data.variable_length", R.VariableLength ? "true" : "false");
   if (R.Model.isVLM())
     Field("vision.frozen", R.VisionFrozen ? "true" : "false");
+    Field("language.frozen", R.LanguageFrozen ? "true" : "false");
 }

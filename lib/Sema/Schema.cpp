@@ -98,6 +98,7 @@ const FieldSpec RecipeFields[] = {
     COUNT(Recipe, "data.images_per_sample", Default, "1", 0, "images per training sample (VLM only; mock data carries none)"),
     COUNT(Recipe, "data.image_size", Default, "448", 1, "image side in pixels after resizing (VLM only)"),
     FIELD(Recipe, "vision.frozen", Bool, Default, "false", 0, 0, {}, "VLM only: freeze the vision encoder and projector"),
+    FIELD(Recipe, "language.frozen", Bool, Default, "false", 0, 0, {}, "VLM only: freeze the language model (decoder, embedding, output layer): no gradients, optimizer state or weight-gradient GEMMs for it"),
 };
 
 const FieldSpec ModelFields[] = {

@@ -704,3 +704,16 @@ TEST(MemoryKnobs, LowPrecisionParametersReplaceTheBf16Copy) {
   R.Fp8ParamGather = true;
   EXPECT_LT(peak(estimate(R)).Weights, Mx);
 }
+
+// A frozen language model keeps its weights but has no gradients and no
+// optimizer state (Megatron-Bridge freeze_language_model).
+TEST(MemoryKnobs, FrozenLanguageModelHasNoGradientsOrOptimizerState) {
+  Recipe R = knobMoE();
+  MemoryBreakdown Trained = peak(estimate(R));
+  R.LanguageFrozen = true;
+  MemoryBreakdown Frozen = peak(estimate(R));
+  EXPECT_EQ(Frozen.Gradients, 0);
+  EXPECT_EQ(Frozen.OptimizerState, 0);
+  EXPECT_GT(Frozen.Weights, 0);
+  EXPECT_LT(Frozen.total(), Trained.total());
+}

@@ -408,3 +408,13 @@ TEST(PerfStepTime, OffloadedOptimizerFromTheHost) {
                 .Optimizer,
             Serial);
 }
+
+// A frozen language model runs no weight-gradient GEMMs: a faster step, and
+// fewer model FLOPs per token.
+TEST(PerfStepTime, FrozenLanguageModelSkipsWeightGradients) {
+  std::string Base = std::string(Shape) + "  parallel { ep = 8 }\n";
+  Recipe Trained = one(recipe("qwen3_30b_a3b", "h100_sxm", 8, Base));
+  Recipe Frozen = one(recipe("qwen3_30b_a3b", "h100_sxm", 8, Base + "  language { frozen = true }"));
+  EXPECT_LT(predict(Frozen).Compute, predict(Trained).Compute);
+  EXPECT_NEAR(countFlops(Frozen).DecoderPerToken / countFlops(Trained).DecoderPerToken, 2.0 / 3.0, 1e-9);
+}

@@ -189,6 +189,8 @@ struct Recipe {
   /// VLM image payload: images per sample and their side in pixels.
   int64_t ImagesPerSample = 1, ImageSize = 448;
   bool VisionFrozen = false;
+  /// VLM: the language model is frozen (Megatron-Bridge freeze_language_model).
+  bool LanguageFrozen = false;
   /// The seq_len of the recipe this one extends, when that is a recipe.
   llvm::Optional<int64_t> BaseSeqLen;
   /// Fields that take several values across this recipe's sweep points.
