@@ -183,18 +183,22 @@ def main():
             overrides = shlex.split(r.stdout)
             env = dict(m.groups() for m in map(ENV_NOTE.match, r.stderr.splitlines()) if m)
             fn, note = bridge_recipe(point, model, base)
-            saved = {k: os.environ.get(k) for k in env}
-            os.environ.update(env)
-            try:
-                v = oracle.run({"gpu": gpu, "gpus": gpus, "model_name": base, "bridge": None},
-                               recipe=("megatron.bridge.recipes", fn),
-                               apply=lambda cfg: process_config_with_overrides(cfg, cli_overrides=overrides))
-            finally:
-                for k, old in saved.items():
-                    if old is None:
-                        os.environ.pop(k, None)
-                    else:
-                        os.environ[k] = old
+            def validate(with_overrides):
+                """The oracle on the Bridge recipe with these overrides, in the export's environment."""
+                saved = {k: os.environ.get(k) for k in env}
+                os.environ.update(env)
+                try:
+                    return oracle.run({"gpu": gpu, "gpus": gpus, "model_name": base, "bridge": None},
+                                      recipe=("megatron.bridge.recipes", fn),
+                                      apply=lambda cfg: process_config_with_overrides(cfg, cli_overrides=with_overrides))
+                finally:
+                    for k, old in saved.items():
+                        if old is None:
+                            os.environ.pop(k, None)
+                        else:
+                            os.environ[k] = old
+
+            v = validate(overrides)
             head = "%s: %s on %s x %d, recipe %s%s" % (label, model, gpu, gpus, fn, note)
             if v["verdict"] == "accept":
                 passed += 1
@@ -209,18 +213,7 @@ def main():
                     bad = bad_overrides(base, fn, gpu, overrides)
                     for o, msg in bad:
                         print("    override refused: %s: %s" % (o, msg))
-                    rest = [o for o in overrides if o not in dict(bad)]
-                    os.environ.update(env)
-                    try:
-                        v2 = oracle.run({"gpu": gpu, "gpus": gpus, "model_name": base, "bridge": None},
-                                        recipe=("megatron.bridge.recipes", fn),
-                                        apply=lambda cfg: process_config_with_overrides(cfg, cli_overrides=rest))
-                    finally:
-                        for k, old in saved.items():
-                            if old is None:
-                                os.environ.pop(k, None)
-                            else:
-                                os.environ[k] = old
+                    v2 = validate([o for o in overrides if o not in dict(bad)])
                     if v2["verdict"] == "accept":
                         print("    without them: accepted")
                     else:

@@ -2,7 +2,7 @@
 # Megatron differential suite: moec vs. real Megatron-Bridge 0.3.1 / Megatron-Core 0.16.1 (CPU).
 # Usage: test/megatron/run.sh PATH/TO/moec [extra differential.py args]
 #        test/megatron/run.sh --exports PATH/TO/moec   (every example's export, test/megatron/exports.py)
-# Env: MEGATRON_DIFF_COUNT (default 2000: the whole run takes 15-20 s on 2 cores),
+# Env: MEGATRON_DIFF_COUNT (default 2000: the whole run takes 30-40 s on 2 cores),
 #      MEGATRON_DIFF_SEED (default 1), MOEC_MEGATRON_VENV (venv location, see scripts/megatron-venv.sh).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
