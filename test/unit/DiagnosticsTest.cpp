@@ -520,3 +520,16 @@ TEST(DiagRender, SARIFHasEveryRule) {
   EXPECT_EQ(R->getString("ruleId").getValueOr(""), "unknown-annotation");
   EXPECT_EQ(R->getString("level").getValueOr(""), "warning");
 }
+
+// Diagnostic arguments are counted at compile time from the message format
+// (report() static_asserts the count): the counting itself.
+static_assert(diag::detail::formatArity("no arguments") == 0, "");
+static_assert(diag::detail::formatArity("{0} and {1}") == 2, "");
+static_assert(diag::detail::formatArity("{2} only") == 3, "");
+static_assert(diag::detail::formatArity("{{0}} is literal") == 0, "");
+static_assert(diag::detail::formatArity("{0:02x}") == 1, "");
+static_assert(diag::Tag<diag::detail::unknown_target>::Arity == 3, "");
+TEST(DiagnosticArity, EveryFormatHasAnArity) {
+  for (unsigned I = 0; I < diag::NumDiags; ++I)
+    EXPECT_EQ(diag::detail::Arities[I], diag::detail::formatArity(getDiagInfo(diag::ID(I)).Format.data()));
+}

@@ -35,11 +35,50 @@ namespace moec {
 inline auto runtimeFormat(llvm::StringRef S) { return fmt::runtime(fmt::string_view(S.data(), S.size())); }
 
 namespace diag {
+namespace detail {
 enum ID : unsigned {
 #define DIAG(Enum, Id, Severity, Format, Explanation) Enum,
 #include "moec/Diag/Diagnostics.def"
   NumDiags
 };
+
+/// The highest positional argument a format uses, plus one ("{0} and {2}"
+/// takes 3); "{{" is a literal brace. Evaluated at compile time.
+constexpr unsigned formatArity(const char *F) {
+  unsigned Arity = 0;
+  for (unsigned I = 0; F[I]; ++I) {
+    if (F[I] == '{' && F[I + 1] == '{') {
+      ++I;
+      continue;
+    }
+    if (F[I] != '{')
+      continue;
+    unsigned N = 0;
+    unsigned J = I + 1;
+    while (F[J] >= '0' && F[J] <= '9')
+      N = N * 10 + unsigned(F[J++] - '0');
+    if (J > I + 1 && N + 1 > Arity)
+      Arity = N + 1;
+  }
+  return Arity;
+}
+constexpr unsigned Arities[] = {
+#define DIAG(Enum, Id, Severity, Format, Explanation) formatArity(Format),
+#include "moec/Diag/Diagnostics.def"
+};
+} // namespace detail
+
+using ID = detail::ID;
+constexpr unsigned NumDiags = detail::NumDiags;
+
+/// A diagnostic named in code: diag::X is a Tag, so that report() knows at
+/// compile time which message it formats and checks the argument count.
+template <ID N> struct Tag {
+  constexpr operator ID() const { return N; }
+  static constexpr unsigned Arity = detail::Arities[N];
+};
+#define DIAG(Enum, Id, Severity, Format, Explanation) inline constexpr Tag<detail::Enum> Enum{};
+#include "moec/Diag/Diagnostics.def"
 enum NoteID : unsigned {
 #define NOTE(Enum, Format) Enum,
 #include "moec/Diag/Diagnostics.def"
@@ -128,8 +167,19 @@ public:
   DiagnosticBuilder report(diag::ID ID, llvm::SMRange Range, Args &&...A) {
     return add(ID, Range, fmt::format(runtimeFormat(getDiagInfo(ID).Format), std::forward<Args>(A)...));
   }
+  /// A diagnostic named in code: its message's argument count is checked
+  /// when this compiles.
+  template <diag::ID N, typename... Args>
+  DiagnosticBuilder report(diag::Tag<N> T, llvm::SMRange Range, Args &&...A) {
+    static_assert(sizeof...(Args) == diag::Tag<N>::Arity, "wrong number of arguments for this diagnostic's message");
+    return report(diag::ID(T), Range, std::forward<Args>(A)...);
+  }
   /// Reports with a severity other than the ID's default: a rule's severity
   /// follows the target it is checked for (RuleTargets.def).
+  template <diag::ID N, typename... Args>
+  DiagnosticBuilder report(diag::Tag<N> T, llvm::SMLoc Loc, Args &&...A) {
+    return report(T, llvm::SMRange(Loc, Loc), std::forward<Args>(A)...);
+  }
   template <typename... Args>
   DiagnosticBuilder reportAs(diag::ID ID, Severity Sev, llvm::SMRange Range, Args &&...A) {
     return add(ID, Range, fmt::format(runtimeFormat(getDiagInfo(ID).Format), std::forward<Args>(A)...), Sev);

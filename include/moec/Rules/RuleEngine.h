@@ -44,6 +44,17 @@ public:
   template <typename... Args> DiagnosticBuilder report(diag::ID ID, llvm::StringRef Path, Args &&...A) {
     return reportAt(ID, where(Path), Path, std::forward<Args>(A)...);
   }
+  /// A rule named in code: the argument count is checked at compile time.
+  template <diag::ID N, typename... Args>
+  DiagnosticBuilder report(diag::Tag<N> T, llvm::StringRef Path, Args &&...A) {
+    static_assert(sizeof...(Args) == diag::Tag<N>::Arity, "wrong number of arguments for this rule's message");
+    return reportAt(diag::ID(T), where(Path), Path, std::forward<Args>(A)...);
+  }
+  template <diag::ID N, typename... Args>
+  DiagnosticBuilder reportAt(diag::Tag<N> T, llvm::SMRange Range, llvm::StringRef Path, Args &&...A) {
+    static_assert(sizeof...(Args) == diag::Tag<N>::Arity, "wrong number of arguments for this rule's message");
+    return reportAt(diag::ID(T), Range, Path, std::forward<Args>(A)...);
+  }
   /// Reports at an exact range inside the entry that set Path.
   template <typename... Args>
   DiagnosticBuilder reportAt(diag::ID ID, llvm::SMRange Range, llvm::StringRef Path, Args &&...A) {
