@@ -469,8 +469,8 @@ def fmt(x, digits=0):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("moec")
-    ap.add_argument("--reference", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "reference"),
-                    help="directory with perf_calibration.csv and published_configs.csv (default: the shared/reference folder beside the checkout)")
+    ap.add_argument("--reference", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench", "reference"),
+                    help="directory with perf_calibration.csv and published_configs.csv (default: the copies vendored in bench/reference)")
     ap.add_argument("--output", default=os.path.join(os.path.dirname(__file__), "..", "docs", "accuracy.md"))
     ap.add_argument("--json", help="also write the per-row results as JSON")
     ap.add_argument("--keep", help="keep the generated recipes in this directory")
@@ -582,7 +582,9 @@ def write_report(args, results, skipped):
     w("")
     w("`moec plan` predicts step time, tokens/s/GPU, model TFLOP/s/GPU and MFU before a job is queued. "
       "This page compares those predictions with every measured run in "
-      "`perf_calibration.csv` that the language can express. Regenerate it with")
+      "`perf_calibration.csv` (vendored in `bench/reference/`) that the language can express. "
+      "Regenerate it with the command below; `test/lit/meta/accuracy-page.test` fails when the page "
+      "is stale.")
     w("")
     w("```sh")
     w("scripts/accuracy.py build/tools/moec/moec")
