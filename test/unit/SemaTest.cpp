@@ -833,7 +833,7 @@ struct Lowered {
 };
 } // namespace
 
-// Figures from shared/reference/models.csv.
+// Figures from bench/reference/models.csv.
 TEST(SemaCatalog, ModelFiguresMatchReference) {
   {
     Lowered L("deepseek_v3");
@@ -932,7 +932,7 @@ TEST(SemaCatalog, ModelFiguresMatchReference) {
   }
 }
 
-// Figures from shared/reference/hardware.csv (dense rates, per GPU, per direction).
+// Figures from bench/reference/hardware.csv (dense rates, per GPU, per direction).
 TEST(SemaCatalog, GpuFiguresMatchReference) {
   struct Gpu {
     const char *Name;
