@@ -226,7 +226,10 @@ private:
     // Bridge keeps the two equal and validates that they are. 0.3.1's
     // GPTDatasetConfig field is Megatron-Core's sequence_length (seq_length
     // is a read-only alias there).
-    set(coreMinor() < 20 ? "dataset.sequence_length" : "dataset.seq_length", Value::integer(R.SeqLen), "seq_len");
+    // The VL recipes' HFDatasetConversationProvider names it seq_length in
+    // 0.3.1 too (data/vlm_datasets/hf_provider.py:49).
+    set(coreMinor() < 20 && !R.Model.isVLM() ? "dataset.sequence_length" : "dataset.seq_length",
+        Value::integer(R.SeqLen), "seq_len");
   }
 
   void precision() {

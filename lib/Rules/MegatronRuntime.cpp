@@ -740,6 +740,14 @@ void check_fsdp_rank_order(RuleContext &C) {
   }
 }
 
+void check_vlm_interleaved_pipeline(RuleContext &C) {
+  const Recipe &R = C.R;
+  if (R.Model.isVLM() && R.Parallel.VPP > 1) {
+    auto B = C.report(diag::vlm_interleaved_pipeline, "parallel.vpp", R.Model.Name, R.Parallel.VPP);
+    C.fixit(B, "parallel.vpp", "1");
+  }
+}
+
 //--- Activation offload -----------------------------------------------------
 
 void check_activation_offload_layers_range(RuleContext &C) {

@@ -2,7 +2,9 @@
 """Do moec's Megatron-Bridge exports of examples/ start on the real Megatron-Bridge 0.3.1?
 
 For every recipe (and sweep point) of every .moe file under examples/ whose model has a
-Bridge 0.3.1 recipe this suite can build offline (test/megatron/oracle.py: RECIPES), this
+Bridge 0.3.1 recipe this suite can build offline (test/megatron/oracle.py: RECIPES; the
+Qwen3-VL MoE models map to recipes/qwen_vl/qwen3_vl.py, whose recipe reads only the
+config.json in the oracle's offline HF cache), this
   1. runs `moec export --to megatron-bridge --target megatron-bridge@0.3.1 FILE --recipe NAME`
      (the overrides line; `--format yaml` once more, only to read its `# moec:` header for
      the GPU and GPU count), and collects the `environment NAME=VALUE` notes;

@@ -58,6 +58,43 @@ if STUBS not in sys.path:
 
 _HF_HOME = None
 
+
+
+def _qwen3_vl_moe_config(hidden_size, intermediate_size, moe_intermediate_size,
+                         num_hidden_layers, num_attention_heads, out_hidden_size):
+    """config.json of a Qwen3-VL MoE Instruct checkpoint; the two published ones differ only
+    in these six values (vision tower: same 27-layer ViT, projected to the text width)."""
+    return {
+        "architectures": ["Qwen3VLMoeForConditionalGeneration"], "model_type": "qwen3_vl_moe",
+        "image_token_id": 151655, "video_token_id": 151656,
+        "vision_start_token_id": 151652, "vision_end_token_id": 151653,
+        "tie_word_embeddings": False,
+        "text_config": {
+            "model_type": "qwen3_vl_moe_text", "attention_bias": False, "attention_dropout": 0.0,
+            "bos_token_id": 151643, "eos_token_id": 151645, "decoder_sparse_step": 1,
+            "dtype": "bfloat16", "head_dim": 128, "hidden_act": "silu",
+            "hidden_size": hidden_size, "initializer_range": 0.02,
+            "intermediate_size": intermediate_size, "max_position_embeddings": 262144,
+            "mlp_only_layers": [], "moe_intermediate_size": moe_intermediate_size,
+            "norm_topk_prob": True, "num_attention_heads": num_attention_heads,
+            "num_experts": 128, "num_experts_per_tok": 8,
+            "num_hidden_layers": num_hidden_layers, "num_key_value_heads": 4,
+            "rms_norm_eps": 1e-6,
+            "rope_scaling": {"mrope_interleaved": True, "mrope_section": [24, 20, 20],
+                             "rope_type": "default"},
+            "rope_theta": 5000000, "router_aux_loss_coef": 0.001, "use_cache": True,
+            "vocab_size": 151936,
+        },
+        "vision_config": {
+            "model_type": "qwen3_vl_moe", "deepstack_visual_indexes": [8, 16, 24], "depth": 27,
+            "hidden_act": "gelu_pytorch_tanh", "hidden_size": 1152, "in_channels": 3,
+            "initializer_range": 0.02, "intermediate_size": 4304, "num_heads": 16,
+            "num_position_embeddings": 2304, "out_hidden_size": out_hidden_size,
+            "patch_size": 16, "spatial_merge_size": 2, "temporal_patch_size": 2,
+        },
+    }
+
+
 # Public Hugging Face config.json values of the catalog models the oracle supports.
 HF_CONFIGS = {
     "Qwen/Qwen3-30B-A3B": {
@@ -109,6 +146,19 @@ HF_CONFIGS = {
         "router_aux_loss_coef": 0.001, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
         "hidden_act": "silu", "attention_bias": False,
     },
+    # Qwen3-VL MoE (model_type qwen3_vl_moe: text_config + vision_config). Transcribed from
+    # the published Qwen/Qwen3-VL-*-A*B-Instruct config.json files (not downloaded here);
+    # the dimensions agree with lib/Catalog/models.moe (qwen3_vl_30b_a3b / qwen3_vl_235b_a22b).
+    # Bridge's Qwen3VLMoEBridge.provider_bridge (models/qwen_vl/qwen3_vl_bridge.py) reads
+    # text_config (through hf_config_to_provider_kwargs) and hands vision_config to the
+    # provider; the recipe loads nothing else at config time (processor / tokenizer of
+    # PreTrainedVLM are lazy, the dataset provider only stores hf_processor_path).
+    "Qwen/Qwen3-VL-30B-A3B-Instruct": _qwen3_vl_moe_config(
+        hidden_size=2048, intermediate_size=6144, moe_intermediate_size=768,
+        num_hidden_layers=48, num_attention_heads=32, out_hidden_size=2048),
+    "Qwen/Qwen3-VL-235B-A22B-Instruct": _qwen3_vl_moe_config(
+        hidden_size=4096, intermediate_size=12288, moe_intermediate_size=1536,
+        num_hidden_layers=94, num_attention_heads=64, out_hidden_size=4096),
 }
 
 # moec catalog model -> (recipe module, recipe function, HF id it loads)
@@ -117,6 +167,8 @@ RECIPES = {
     "qwen3_235b_a22b": ("megatron.bridge.recipes.qwen.qwen3_moe", "qwen3_235b_a22b_pretrain_config", "Qwen/Qwen3-235B-A22B"),
     "deepseek_v3": ("megatron.bridge.recipes.deepseek.deepseek_v3", "deepseek_v3_pretrain_config", "deepseek-ai/DeepSeek-V3"),
     "qwen3_next_80b_a3b": ("megatron.bridge.recipes.qwen.qwen3_next", "qwen3_next_80b_a3b_pretrain_config", "Qwen/Qwen3-Next-80B-A3B-Instruct"),
+    "qwen3_vl_30b_a3b": ("megatron.bridge.recipes.qwen_vl.qwen3_vl", "qwen3_vl_30b_a3b_pretrain_config", "Qwen/Qwen3-VL-30B-A3B-Instruct"),
+    "qwen3_vl_235b_a22b": ("megatron.bridge.recipes.qwen_vl.qwen3_vl", "qwen3_vl_235b_a22b_pretrain_config", "Qwen/Qwen3-VL-235B-A22B-Instruct"),
 }
 
 # What torch.cuda.get_device_properties(0) reports on each catalog GPU (name, major, minor).
@@ -273,14 +325,21 @@ def _model_build_layers(m):
     from megatron.core.transformer.transformer_layer import get_transformer_layer_offset
     from megatron.bridge.models.gpt_provider import mtp_block_spec
 
+    from megatron.bridge.models.qwen_vl.qwen3_vl_provider import (
+        Qwen3VLModelProvider, Qwen3VLMoEModelProvider)
+
     pp = m.pipeline_model_parallel_size
     vp = m.virtual_pipeline_model_parallel_size
     stages = list(range(vp)) if (pp > 1 and vp is not None) else [None]
+    qwen3_vl = isinstance(m, (Qwen3VLModelProvider, Qwen3VLMoEModelProvider))
     try:
         for r in range(pp):
             ps.set_pipeline_model_parallel_rank(r)
             for v in stages:
                 ps.set_virtual_pipeline_model_parallel_rank(v)
+                if qwen3_vl:
+                    _qwen3_vl_build_layers(m, r)
+                    continue
                 spec = m.transformer_layer_spec
                 if not isinstance(spec, ModuleSpec):
                     if "vp_stage" in inspect.signature(spec).parameters:
@@ -293,6 +352,37 @@ def _model_build_layers(m):
     finally:
         ps.set_pipeline_model_parallel_rank(None)
         ps.set_virtual_pipeline_model_parallel_rank(None)
+
+
+def _qwen3_vl_build_layers(m, r):
+    """_model_build_layers for a Qwen3-VL provider on pipeline rank r (any virtual stage).
+
+    Qwen3VL{,MoE}ModelProvider.provide(pre_process, post_process, vp_stage)
+    (bridge/models/qwen_vl/qwen3_vl_provider.py) does NOT go through GPTModelProvider.provide:
+    it takes the layer spec from get_gpt_layer_with_transformer_engine_spec(num_experts,
+    moe_grouped_gemm, qk_layernorm, fp8=False) -- not the provider's transformer_layer_spec --
+    and builds Qwen3VLModel (modelling_qwen3_vl/model.py), which does not take vp_stage: its
+    Qwen3VLGPTModel -> GPTModel / Qwen3VLTransformerBlock are built with vp_stage=None for
+    every virtual stage (modelling_qwen3_vl/text_model.py), and with no MTP block. So the
+    real functions are called as that path calls them: spec as provide() makes it,
+    _get_block_submodules(config, spec, None, r) and get_transformer_layer_offset(config,
+    None, r). Neither the GPT provider's inline VP assertion (gpt_provider.py:226-234) nor
+    mtp_block_spec is on this path. Not run: Qwen3VLModel.__init__'s inline assertion
+    (model.py:124) that the first pipeline stage holds at least len(deepstack_visual_indexes)
+    decoder layers; it is not callable on its own (see docs/megatron-agreement.md)."""
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_with_transformer_engine_spec
+    from megatron.core.transformer.transformer_block import _get_block_submodules
+    from megatron.core.transformer.transformer_layer import get_transformer_layer_offset
+    from megatron.bridge.models.qwen_vl.qwen3_vl_provider import Qwen3VLMoEModelProvider
+
+    if isinstance(m, Qwen3VLMoEModelProvider):
+        spec = get_gpt_layer_with_transformer_engine_spec(
+            num_experts=m.num_moe_experts, moe_grouped_gemm=True, qk_layernorm=m.qk_layernorm, fp8=False)
+    else:
+        spec = get_gpt_layer_with_transformer_engine_spec(
+            num_experts=None, moe_grouped_gemm=False, qk_layernorm=m.qk_layernorm, fp8=False)
+    _get_block_submodules(m, spec, None, r)
+    get_transformer_layer_offset(m, None, r)
 
 
 def _model_build_dispatcher(m):
