@@ -96,6 +96,15 @@ private:
   bool recipeHasCommOverlap() const {
     return coreMinor() >= 20 || llvm::StringRef(R.Model.Name).startswith("deepseek_v3");
   }
+  /// Whether the target's Bridge recipe for this model sets a
+  /// MixedPrecisionConfig rather than a preset name. Overrides cannot edit a
+  /// name field by field: Hydra refuses `mixed_precision.X=...` on a string,
+  /// and a whole mapping stays a dict that Bridge cannot finalize
+  /// (test/megatron/exports.py finds both). Only the DeepSeek-V3 recipes
+  /// build the object (0.3.1 recipes/deepseek/deepseek_v3.py:146; main
+  /// recipes/deepseek/h100/deepseek_v3.py:206); the others inherit
+  /// "bf16_mixed" (0.3.1 recipes/common.py:124, main recipes/common.py:130).
+  bool recipeHasMixedPrecisionConfig() const { return llvm::StringRef(R.Model.Name).startswith("deepseek_v3"); }
   /// The key of a CommOverlapConfig field that Bridge copies onto the model.
   std::string commOverlapKey(llvm::StringRef Field) const {
     return (recipeHasCommOverlap() ? "comm_overlap." : "model.") + Field.str();
@@ -122,6 +131,7 @@ private:
     set("model.kv_channels", Value::integer(M.HeadDim), "model.head_dim");
     set("model.vocab_size", Value::integer(M.Vocab), "model.vocab");
     set("model.mtp_num_layers", M.MtpLayers ? Value::integer(M.MtpLayers) : Value::null(), "model.mtp_layers");
+    set("model.qk_layernorm", Value::boolean(M.QkNorm), "model.qk_norm");
     if (M.MaxSeqLen)
       set("model.max_position_embeddings", Value::integer(*M.MaxSeqLen), "model.max_seq_len");
     if (M.MLA) {
@@ -242,6 +252,22 @@ private:
     }
     bool Deviates = R.Fp8ParamGather != presetFp8ParamGather(R.Tgt, R.Prec) || Fp4Deviates || R.Bf16FirstLayers ||
                     R.Bf16LastLayers;
+    if (Deviates && !recipeHasMixedPrecisionConfig()) {
+      set("mixed_precision", Value::string(mixedPrecisionPreset(R.Prec)), "precision");
+      auto Why = [](llvm::StringRef Fields) {
+        return fmt::format("the model's Bridge recipe names a mixed-precision preset, which overrides cannot edit "
+                           "field by field; set {} in the recipe's Python",
+                           Fields.str());
+      };
+      if (R.Fp8ParamGather != presetFp8ParamGather(R.Tgt, R.Prec))
+        drop("fp8_param_gather", R.Fp8ParamGather ? "true" : "false", Why("cfg.mixed_precision.fp8_param_gather"));
+      if (Fp4Deviates)
+        drop("fp4_param_gather", R.Fp4ParamGather ? "true" : "false", Why("cfg.mixed_precision.fp4_param_gather"));
+      if (R.Bf16FirstLayers || R.Bf16LastLayers)
+        drop("bf16_layers", fmt::format("{{ first = {}; last = {} }}", R.Bf16FirstLayers, R.Bf16LastLayers),
+             Why("cfg.mixed_precision.first_last_layers_bf16 and num_layers_at_start/end_in_bf16"));
+      return;
+    }
     if (!Deviates) {
       set("mixed_precision", Value::string(mixedPrecisionPreset(R.Prec)), "precision");
       return;

@@ -11,6 +11,7 @@
 #include "moec/Bridge/Export.h"
 #include "moec/Diag/DiagnosticEngine.h"
 #include "moec/Sema/Sema.h"
+#include "moec/Sema/TargetDefaults.h"
 
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringExtras.h"
@@ -579,6 +580,7 @@ private:
         unmapped(*E, fmt::format("differs from the catalog model '{}' ({}); the recipe keeps the catalog's value",
                                  ModelName, renderPlain(Expected)));
     };
+    Check("model.qk_layernorm", Value::boolean(Model->QkNorm));
     if (!X)
       return;
     Check("model.moe_router_score_function", Value::string(enumName(X->RouterKind)));
@@ -978,8 +980,11 @@ private:
     }
     if (!P.empty())
       emit("", "precision  = " + P);
-    if (flag("mixed_precision.fp8_param_gather").getValueOr(false))
+    llvm::Optional<bool> Fp8Params = flag("mixed_precision.fp8_param_gather");
+    if (Fp8Params.getValueOr(false))
       emit("", "fp8_param_gather = true");
+    else if (Fp8Params && !P.empty() && presetFp8ParamGather(DefaultTarget, parseEnum<Precision>(P).getValueOr(Precision::BF16)))
+      emit("", "fp8_param_gather = false"); // the imported recipe's target would turn it on
     if (flag("mixed_precision.fp4_param_gather").getValueOr(false) || flag("model.fp4_param").getValueOr(false))
       emit("", "fp4_param_gather = true");
     bool Bf16Layers = flag("mixed_precision.first_last_layers_bf16").getValueOr(false);

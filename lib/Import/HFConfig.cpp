@@ -151,6 +151,11 @@ llvm::Expected<HFImport> moec::importHFConfig(llvm::StringRef JsonText, llvm::St
   } else if (auto HeadDim = C.integer({"head_dim"})) {
     Line(fmt::format("head_dim = {}", *HeadDim));
   }
+  // HF configs carry no flag: the Qwen3 modeling code (qwen3, qwen3_moe,
+  // qwen3_next, qwen3_vl*, qwen3_5*) always normalises q and k.
+  llvm::Optional<llvm::StringRef> Type = Root->getString("model_type");
+  if (Type && Type->startswith("qwen3"))
+    Line("qk_norm = true");
 
   if (Experts && *Experts > 0) {
     auto TopK = C.required({"num_experts_per_tok", "moe_top_k"});

@@ -26,6 +26,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "moec/Model/Memory.h"
+#include "moec/Model/LayerShape.h"
 #include "llvm/ADT/ArrayRef.h"
 #include "llvm/ADT/STLExtras.h"
 #include <algorithm>
@@ -46,18 +47,9 @@ std::vector<std::pair<const char *, double>> MemoryBreakdown::items() const {
 
 namespace {
 
-enum class Mixer { Attention, MLA, GatedDeltaNet };
-
-struct LayerKind {
-  Mixer Mix = Mixer::Attention;
-  bool MoE = false;
-  bool Mtp = false;
-  bool Bf16 = false; // kept in bf16 under a low-precision recipe
-
-  /// A dense index over the 24 kinds, for per-kind caches.
-  unsigned index() const { return unsigned(Mix) * 8 + unsigned(MoE) * 4 + unsigned(Mtp) * 2 + unsigned(Bf16); }
-};
-constexpr unsigned NumLayerKinds = 24;
+using LayerKind = LayerShape;
+using Mixer = MixerKind;
+constexpr unsigned NumLayerKinds = LayerShape::NumKinds;
 
 /// Parameters of one layer (or component) as held by one rank: Dense is
 /// already divided by TP where Megatron splits it, Expert by EP x ETP.
@@ -85,6 +77,7 @@ struct LayerActivation {
   double Recomputed = 0; // Full - Stored: regenerated in backward
   double Input = 0;      // the layer input, all full recompute keeps
   double Captured = 0;   // bytes inside TE CUDA-graph scopes (of Stored)
+  double GraphOutputs = 0; // static output buffers of the layer's TE graphs
 };
 
 bool isFp8(Precision P) {
@@ -96,12 +89,11 @@ class MemoryModel {
 public:
   MemoryModel(const Recipe &R, const PipelinePlan &P, const Calibration &C) : R(R), M(R.Model), C(C) {
     const ParallelConfig &Par = R.Parallel;
-    TP = std::max<int64_t>(Par.TP, 1);
-    CP = std::max<int64_t>(Par.CP, 1);
-    EP = std::max<int64_t>(Par.EP, 1);
-    ETP = std::max<int64_t>(Par.ETP, 1);
-    PP = std::max<int64_t>(Par.PP, 1);
-    VPP = std::max<int64_t>(Par.VPP, 1);
+    ParallelSizes Sizes = ParallelSizes::of(R);
+    TP = Sizes.TP;
+    CP = Sizes.CP;
+    EP = Sizes.EP;
+    ETP = Sizes.ETP;
     H = double(M.Hidden);
     V = double(M.Vocab);
     Heads = double(std::max<int64_t>(M.Heads, 1));
@@ -122,9 +114,9 @@ public:
     Act = C.ActivationBytes;
     LowPrec = isFp8(R.Prec) || R.Prec == Precision::NVFP4;
     GemmIn = isFp8(R.Prec) ? C.Fp8SavedInputBytes : R.Prec == Precision::NVFP4 ? C.Fp4SavedInputBytes : Act;
-    DenseShards = double(std::max<int64_t>(Par.DP, 1) * CP);
-    ExpertShards = double(std::max<int64_t>(Par.EDP, 1));
-    buildPlan(P);
+    DenseShards = double(Sizes.DP * CP);
+    ExpertShards = double(Sizes.EDP);
+    buildPlan(P, Sizes);
   }
 
   MemoryEstimate run();
@@ -150,9 +142,9 @@ private:
   std::vector<int64_t> PeakInFlight;
   int64_t Microbatches = 1;
 
-  void buildPlan(const PipelinePlan &P);
+  void buildPlan(const PipelinePlan &P, const ParallelSizes &Sizes);
+  /// Layer counts decoder layers, then MTP layers.
   LayerKind kindOf(int64_t Layer) const;
-  LayerKind mtpKind() const;
   Params layerParams(const LayerKind &K) const;
   Params visionParams() const;
   double routedTokens() const;
@@ -170,72 +162,34 @@ private:
   bool captures(GraphScope S) const { return llvm::is_contained(R.CudaGraph, S); }
 };
 
-void MemoryModel::buildPlan(const PipelinePlan &P) {
+void MemoryModel::buildPlan(const PipelinePlan &P, const ParallelSizes &Sizes) {
+  StageSplit Split = stageSplitOf(R, P);
+  Stages = std::move(Split.Stages);
+  FirstLayer = std::move(Split.FirstLayer);
+  PP = Split.PP;
+  VPP = Split.VPP;
   if (!P.VirtualStages.empty()) {
-    Stages = P.VirtualStages;
-    PP = std::max<int64_t>(P.PP, 1);
-    VPP = std::max<int64_t>(P.VPP, 1);
-    FirstLayer = P.FirstLayer;
     Schedule = &P.Schedule;
     Mixes = &P.InFlightMixes;
     PeakInFlight = P.PeakInFlight;
     Microbatches = std::max<int64_t>(P.Microbatches, 1);
   } else {
-    // No plan: the recipe's layout, or the balanced split Megatron-Core uses.
-    PipelineLayout Layout;
-    LayoutError Err;
-    std::string Text = R.Parallel.Layout ? *R.Parallel.Layout : balancedPipelineLayout(M.Layers, M.MtpLayers, PP * VPP);
-    if (!Text.empty() && parsePipelineLayout(Text, Layout, Err) && int64_t(Layout.Stages.size()) == PP * VPP) {
-      Stages = Layout.Stages;
-    } else {
-      Stages.assign(size_t(PP * VPP), LayoutStage());
-      for (int64_t I = 0; I < M.Layers; ++I)
-        Stages[size_t(I * PP * VPP / std::max<int64_t>(M.Layers, 1))].DecoderLayers++;
-      Stages.front().Embedding = true;
-      Stages.back().Loss = true;
-      Stages.back().MtpLayers = M.MtpLayers;
-    }
-    int64_t DP = std::max<int64_t>(R.Parallel.DP, 1);
-    Microbatches = std::max<int64_t>(R.GlobalBatch / std::max<int64_t>(R.MicroBatch * DP, 1), 1);
-  }
-  if (FirstLayer.size() != Stages.size()) {
-    FirstLayer.clear();
-    int64_t Next = 0;
-    for (const LayoutStage &S : Stages) {
-      FirstLayer.push_back(Next);
-      Next += S.DecoderLayers;
-    }
+    Microbatches = std::max<int64_t>(R.GlobalBatch / std::max<int64_t>(R.MicroBatch * Sizes.DP, 1), 1);
   }
 }
 
-LayerKind MemoryModel::kindOf(int64_t Layer) const {
-  LayerKind K;
-  if (M.MLA)
-    K.Mix = Mixer::MLA;
-  else if (M.LinearAttention && M.LinearAttention->Interval > 0 && (Layer + 1) % M.LinearAttention->Interval != 0)
-    K.Mix = Mixer::GatedDeltaNet;
-  K.MoE = M.MoE && Layer >= M.MoE->DenseLayers;
-  K.Bf16 = Layer < R.Bf16FirstLayers || Layer >= M.Layers - R.Bf16LastLayers;
-  return K;
-}
-
-LayerKind MemoryModel::mtpKind() const {
-  // Megatron: an MTP layer is a full-attention transformer layer, MoE when
-  // the last decoder layer is.
-  LayerKind K = kindOf(M.Layers - 1);
-  if (K.Mix == Mixer::GatedDeltaNet)
-    K.Mix = Mixer::Attention;
-  K.Mtp = true;
-  return K;
-}
+LayerKind MemoryModel::kindOf(int64_t Layer) const { return layerShape(M, Layer, &R); }
 
 Params MemoryModel::layerParams(const LayerKind &K) const {
   double T = double(TP);
   double Split = 0, Replicated = H; // input norm
-  switch (K.Mix) {
+  switch (K.Mixer) {
   case Mixer::Attention:
-    // q and o are H x (heads*d); k and v scale by the query groups.
-    Split += 2 * H * Heads * HeadDim + 2 * H * Groups * HeadDim;
+    // q and o are H x (heads*d); k and v scale by the query groups; the
+    // output gate doubles q's projection.
+    Split += 2 * H * Heads * HeadDim + 2 * H * Groups * HeadDim + (K.OutputGate ? H * Heads * HeadDim : 0);
+    if (K.QkNorm)
+      Replicated += 2 * HeadDim;
     break;
   case Mixer::MLA: {
     const MLASpec &L = *M.MLA;
@@ -325,12 +279,17 @@ LayerActivation MemoryModel::layerActivation(const LayerKind &K) const {
   if (recomputes(RecomputeModule::LayerNorm))
     Drop.Norms += InNormOut + PreNormOut;
   double OutCopy = LowPrec ? GemmIn : 0; // the proj GEMM's quantized copy of O
-  switch (K.Mix) {
+  switch (K.Mixer) {
   case Mixer::Attention: {
     double Qkv = Act * (Heads + 2 * Groups) * HeadDim * HeadTokens;
+    // QK norm saves its inputs (the normalised q and k are the core's).
+    double QkNormIn = K.QkNorm ? Act * (Heads + Groups) * HeadDim * HeadTokens : 0;
+    // The output gate saves sigmoid(gate); the ungated core output is O,
+    // which flash attention keeps anyway.
+    double Gate = K.OutputGate ? Act * Heads * HeadDim * HeadTokens : 0;
     double Out = (Act + OutCopy) * Heads * HeadDim * HeadTokens;
     double Lse = C.SoftmaxStatBytes * Heads * HeadTokens;
-    F.Mixer = Qkv + Out + Lse;
+    F.Mixer = Qkv + QkNormIn + Gate + Out + Lse;
     // Flash attention keeps only O and the logsumexp inside core attention;
     // the checkpoint's inputs (q, k, v) stay saved.
     if (recomputes(RecomputeModule::CoreAttn))
@@ -424,6 +383,22 @@ LayerActivation MemoryModel::layerActivation(const LayerKind &K) const {
   else if (K.MoE && captures(GraphScope::MoeRouter))
     Captured += L.Stored.Router + (captures(GraphScope::MoePreprocess) ? C.RoutingMetadataBytes * Routed : 0);
   L.Captured = Captured;
+
+  // Each captured graph returns its outputs in static buffers that stay
+  // allocated until the graph's backward ran (TE make_graphed_callables, one
+  // graph per layer and micro batch; _reuse_graph_input_output_buffers lets
+  // the next graph reuse a buffer only once it is free).
+  double Hidden = Act * H * SeqTokens;
+  double Outputs = 0;
+  if (captures(GraphScope::Attn))
+    Outputs += Hidden;
+  if (!K.MoE && captures(GraphScope::Mlp))
+    Outputs += Hidden;
+  if (K.MoE && captures(GraphScope::Moe))
+    Outputs += Hidden;
+  else if (K.MoE && captures(GraphScope::MoeRouter))
+    Outputs += C.RouterGraphOutputBytesPerExpert * Experts * SeqTokens; // probabilities and routing map
+  L.GraphOutputs = Outputs;
   return L;
 }
 
@@ -431,13 +406,12 @@ double MemoryModel::visionActivation() const {
   if (!M.Vision || R.VisionFrozen)
     return 0; // a frozen encoder keeps nothing for backward
   const VisionSpec &Vs = *M.Vision;
-  // Encoder patches of one micro batch: images_per_sample images of
-  // (image_size / patch_size)^2 patches per sample. Counted whatever the
-  // data source (mock data carries no images, but the fit check stays
-  // conservative).
-  double Side = double(R.ImageSize / std::max<int64_t>(Vs.PatchSize, 1));
-  double Patches = double(std::max<int64_t>(R.ImagesPerSample, 0)) * Side * Side *
-                   double(std::max<int64_t>(R.MicroBatch, 1));
+  // Encoder patches of one micro batch (none on mock data, as the step
+  // model prices it).
+  ImagePayload Payload = imagePayloadOf(R);
+  double Patches = Payload.Images * Payload.PatchesPerImage * double(std::max<int64_t>(R.MicroBatch, 1));
+  if (Patches <= 0)
+    return 0;
   double Hv = double(Vs.Hidden), Fv = double(Vs.FfnHidden), Hh = double(std::max<int64_t>(Vs.Heads, 1));
   double T = double(TP);
   double PerLayer;
@@ -568,7 +542,6 @@ MemoryEstimate MemoryModel::run() {
   double DenseOptShard = ShardOpt ? DenseShards : 1, ExpertOptShard = ShardOpt ? ExpertShards : 1;
   double DenseShard = Fsdp ? DenseShards : 1, ExpertShard = Fsdp ? ExpertShards : 1;
 
-  LayerKind Mtp = mtpKind();
   int64_t NumStages = int64_t(Stages.size());
   bool Full = R.Recompute.Kind == RecomputeKind::Full;
   int64_t RecomputeN = std::max<int64_t>(R.Recompute.Layers.getValueOr(1), 1);
@@ -596,7 +569,8 @@ MemoryEstimate MemoryModel::run() {
   // activations is reused across stages, so an evaluation allocates a fixed
   // number of times rather than a few times per rank.
   std::vector<RankState> Ranks(static_cast<size_t>(PP));
-  std::vector<double> ChunkBytes(size_t(PP * VPP), 0.0), ChunkCaptured(size_t(PP * VPP), 0.0);
+  std::vector<double> ChunkBytes(size_t(PP * VPP), 0.0), ChunkCaptured(size_t(PP * VPP), 0.0),
+      ChunkGraphOutputs(size_t(PP * VPP), 0.0);
   auto chunksOf = [&](const std::vector<double> &All, int64_t Rank) {
     return llvm::ArrayRef<double>(All).slice(size_t(Rank * VPP), size_t(VPP));
   };
@@ -635,11 +609,11 @@ MemoryEstimate MemoryModel::run() {
     for (int64_t I = 0; I < S.DecoderLayers; ++I)
       addLayer(kindOf(FirstLayer[size_t(VS)] + I));
     for (int64_t I = 0; I < S.MtpLayers; ++I)
-      addLayer(Mtp);
+      addLayer(kindOf(M.Layers + I));
     RS.Layers += int64_t(Acts.size());
 
     // Saved bytes of one micro batch of this chunk.
-    double Bytes = 0, Captured = 0;
+    double Bytes = 0, Captured = 0, GraphOutputs = 0;
     int64_t N = int64_t(Acts.size());
     for (int64_t I = 0; I < N; ++I) {
       const LayerActivation &L = *Acts[size_t(I)];
@@ -652,6 +626,7 @@ MemoryEstimate MemoryModel::run() {
       } else {
         Bytes += L.Stored.total();
         Captured += L.Captured;
+        GraphOutputs += L.GraphOutputs;
       }
     }
     Bytes += double(S.MtpLayers) * mtpExtraActivation();
@@ -667,6 +642,7 @@ MemoryEstimate MemoryModel::run() {
       (R.LanguageFrozen ? RS.Frozen : RS.Trainable).Dense += V * H / double(TP) + H; // untied output layer, final norm
     ChunkBytes[size_t(Rank * VPP + Chunk)] += Bytes;
     ChunkCaptured[size_t(Rank * VPP + Chunk)] += Captured;
+    ChunkGraphOutputs[size_t(Rank * VPP + Chunk)] += GraphOutputs;
   }
   // Megatron builds an embedding on the MTP stage too (its input).
   for (int64_t Rank = 0; Rank < PP; ++Rank) {
@@ -715,7 +691,12 @@ MemoryEstimate MemoryModel::run() {
     if (captures(GraphScope::FullIteration))
       B.CudaGraphPools = C.CudaGraphFullIterationFraction * (B.Activations + B.DispatcherBuffers);
     else if (!R.CudaGraph.empty())
-      B.CudaGraphPools = C.CudaGraphPoolFraction * peakInFlight(Rank, chunksOf(ChunkCaptured, Rank));
+      // One pool shared by all graphs (captured in execution order): the
+      // captured modules' saved tensors live in it (counted in activations),
+      // plus the graphs' static outputs in flight, plus the pool's own
+      // fragmentation: eager allocations cannot reuse its free blocks.
+      B.CudaGraphPools = peakInFlight(Rank, chunksOf(ChunkGraphOutputs, Rank)) +
+                         C.CudaGraphPoolFragmentation * peakInFlight(Rank, chunksOf(ChunkCaptured, Rank));
 
     // Fragmentation scales with what is allocated and freed every step.
     B.Reserve =
@@ -736,7 +717,7 @@ MemoryEstimate MemoryModel::run() {
     } else {
       const Modules &S = L.Stored;
       Out.push_back({"norms", S.Norms});
-      Out.push_back({Peak.BestKind.Mix == Mixer::GatedDeltaNet ? "linear_attention" : "attention", S.Mixer});
+      Out.push_back({Peak.BestKind.Mixer == Mixer::GatedDeltaNet ? "linear_attention" : "attention", S.Mixer});
       if (Peak.BestKind.MoE) {
         Out.push_back({"router", S.Router});
         Out.push_back({"moe", S.Experts});

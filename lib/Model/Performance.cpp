@@ -35,6 +35,7 @@
 #include "moec/Model/Performance.h"
 
 #include "moec/Layout/PipelineLayout.h"
+#include "moec/Model/LayerShape.h"
 #include "llvm/ADT/STLExtras.h"
 #include <algorithm>
 #include <cmath>
@@ -54,17 +55,7 @@ double paddedVocab(const ModelSpec &M, int64_t TP) {
   return double((M.Vocab + Multiple - 1) / Multiple * Multiple);
 }
 
-enum class AttnKind { Standard, Mla, Linear };
-
-/// What one decoder or MTP layer is made of.
-struct LayerShape {
-  AttnKind Attn = AttnKind::Standard;
-  bool Gated = false; // attention output gate (Qwen3-Next / Qwen3.5 family)
-  bool MoE = false;   // routed (+ shared) experts, else a dense MLP
-  bool Mtp = false;   // an MTP layer: adds its projection and logits
-  bool Bf16 = false;  // GEMMs stay in BF16 under a low-precision recipe
-};
-
+using AttnKind = MixerKind;
 /// Forward FLOPs per token of one layer, by module (Megatron's counting).
 struct LayerFlops {
   double AttnProj = 0; // projections (MLA: down projections and norms)
@@ -96,39 +87,18 @@ int64_t sharedFfn(const ModelSpec &M) {
 }
 int64_t denseFfn(const ModelSpec &M) { return M.FfnHidden ? *M.FfnHidden : 4 * M.Hidden; }
 
-/// Layer Index counts the decoder layers, then the MTP layers.
-LayerShape shapeOf(const ModelSpec &M, int64_t Index, const Recipe *R) {
-  LayerShape S;
-  int64_t L = M.Layers;
-  // Megatron's pattern runs over decoder + MTP layers: every Interval-th
-  // layer (1-based) is standard attention, the others are linear.
-  if (M.LinearAttention && M.LinearAttention->Interval > 0 && (Index + 1) % M.LinearAttention->Interval != 0)
-    S.Attn = AttnKind::Linear;
-  else
-    S.Attn = M.MLA ? AttnKind::Mla : AttnKind::Standard;
-  S.Gated = M.LinearAttention.hasValue();
-  S.Mtp = Index >= L;
-  if (M.MoE) {
-    bool LastIsMoE = L - 1 >= M.MoE->DenseLayers;
-    S.MoE = S.Mtp ? LastIsMoE : Index >= M.MoE->DenseLayers;
-  }
-  if (R && R->Prec != Precision::BF16 && !S.Mtp)
-    S.Bf16 = Index < R->Bf16FirstLayers || Index >= L - R->Bf16LastLayers;
-  return S;
-}
-
 LayerFlops layerFlops(const ModelSpec &M, const LayerShape &S, double Seq, double Vocab, const Calibration &C) {
   LayerFlops F;
   double H = double(M.Hidden);
-  switch (S.Attn) {
-  case AttnKind::Standard: {
+  switch (S.Mixer) {
+  case AttnKind::Attention: {
     double Q = double(M.Heads * M.HeadDim), KV = double(M.KvHeads * M.HeadDim);
-    double Gate = S.Gated ? Q : 0;
+    double Gate = S.OutputGate ? Q : 0;
     F.AttnProj = 2 * (H * (Q + 2 * KV + Gate) + Q * H);
     F.AttnCore = 2 * (Q * Seq / 2 * 2);
     break;
   }
-  case AttnKind::Mla: {
+  case AttnKind::MLA: {
     const MLASpec &A = *M.MLA;
     double Heads = double(M.Heads), QK = double(A.QkHeadDim), Rope = double(A.QkRopeHeadDim),
            V = double(A.VHeadDim);
@@ -142,7 +112,7 @@ LayerFlops layerFlops(const ModelSpec &M, const LayerShape &S, double Seq, doubl
     F.AttnCore = 2 * (Seq * Heads * (QK + Rope) / 2 + Seq * Heads * V / 2);
     break;
   }
-  case AttnKind::Linear: {
+  case AttnKind::GatedDeltaNet: {
     const LinearAttentionSpec &A = *M.LinearAttention;
     double QK = double(A.KeyHeads * A.HeadDim), V = double(A.ValueHeads * A.HeadDim), NV = double(A.ValueHeads);
     double Conv = double(C.GdnConvKernel);
@@ -171,23 +141,25 @@ LayerMemory layerMemory(const ModelSpec &M, const LayerShape &S, const Recipe &R
   double GemmInputs = 0; // elements quantized before a GEMM (low precision)
   E.Norm = 2 * 2 * H;    // two RMSNorms: read + write
   E.Other = 2 * 3 * H;   // two residual adds
-  switch (S.Attn) {
-  case AttnKind::Standard: {
+  switch (S.Mixer) {
+  case AttnKind::Attention: {
     double Q = double(M.Heads * M.HeadDim), KV = double(M.KvHeads * M.HeadDim);
     E.Other += 2 * (Q + KV); // RoPE on q and k
-    if (S.Gated)
+    if (S.QkNorm)
+      E.Norm += 2 * (Q + KV); // RMSNorm on q and k: read + write
+    if (S.OutputGate)
       E.Other += 3 * Q; // sigmoid output gate
     GemmInputs += H + Q;
     break;
   }
-  case AttnKind::Mla: {
+  case AttnKind::MLA: {
     const MLASpec &A = *M.MLA;
     E.Norm += 2 * double(A.QLoraRank + A.KvLoraRank);
     E.Other += 2 * double(M.Heads * A.QkRopeHeadDim + A.QkRopeHeadDim);
     GemmInputs += H + double(A.QLoraRank + A.KvLoraRank + M.Heads * A.VHeadDim);
     break;
   }
-  case AttnKind::Linear: {
+  case AttnKind::GatedDeltaNet: {
     const LinearAttentionSpec &A = *M.LinearAttention;
     double QK = double(A.KeyHeads * A.HeadDim), V = double(A.ValueHeads * A.HeadDim);
     E.Other += 2 * (2 * QK + V) + 3 * V; // conv activation, output gate
@@ -260,22 +232,11 @@ VisionFlops visionFlopsPerImage(const ModelSpec &M, double Patches, const Calibr
   return F;
 }
 
-/// Images per sample, encoder patches per image and image tokens per sample
-/// (after the spatial merge, entering the decoder), from the recipe's
-/// data.images_per_sample and data.image_size. Mock data carries no images
-/// (bridge-facts.md: mock VLM data without images runs about 2x faster).
 void imagePayload(const Recipe &R, double &Images, double &Patches, double &ImageTokens) {
-  Images = Patches = ImageTokens = 0;
-  if (!R.Model.Vision || R.Data != DataSourceKind::Real || R.ImagesPerSample <= 0)
-    return;
-  const VisionSpec &V = *R.Model.Vision;
-  int64_t Patch = std::max<int64_t>(V.PatchSize, 1), Merge = std::max<int64_t>(V.SpatialMerge, 1);
-  double Side = double(R.ImageSize / Patch), MergedSide = double(R.ImageSize / (Patch * Merge));
-  if (Side <= 0)
-    return;
-  Images = double(R.ImagesPerSample);
-  Patches = Side * Side;
-  ImageTokens = Images * MergedSide * MergedSide;
+  ImagePayload P = imagePayloadOf(R);
+  Images = P.Images;
+  Patches = P.PatchesPerImage;
+  ImageTokens = P.ImageTokens;
 }
 
 //===----------------------------------------------------------------------===//
@@ -295,15 +256,15 @@ FlopCount countFlopsWith(const Recipe &R, const Calibration &C);
 class StepModel {
 public:
   StepModel(const Recipe &R, const PipelinePlan &P, const Calibration &C) : R(R), P(P), C(C), M(R.Model) {
-    const ParallelConfig &Par = R.Parallel;
-    TP = std::max<int64_t>(Par.TP, 1);
-    CP = std::max<int64_t>(Par.CP, 1);
-    EP = std::max<int64_t>(Par.EP, 1);
-    ETP = std::max<int64_t>(Par.ETP, 1);
-    PP = std::max<int64_t>(Par.PP, 1);
-    World = std::max<int64_t>(R.WorldSize, 1);
-    DP = Par.DP > 0 ? Par.DP : std::max<int64_t>(World / (TP * CP * PP), 1);
-    EDP = Par.EDP > 0 ? Par.EDP : std::max<int64_t>(World / (ETP * EP * PP), 1);
+    ParallelSizes Sizes = ParallelSizes::of(R);
+    TP = Sizes.TP;
+    CP = Sizes.CP;
+    EP = Sizes.EP;
+    ETP = Sizes.ETP;
+    PP = Sizes.PP;
+    World = Sizes.World;
+    DP = Sizes.DP;
+    EDP = Sizes.EDP;
     Seq = double(std::max<int64_t>(R.SeqLen, 1));
     Mbs = double(std::max<int64_t>(R.MicroBatch, 1));
     Vocab = paddedVocab(M, TP);
@@ -350,7 +311,6 @@ private:
   double epExchangeSeconds() const;  // one dispatch (or combine), one micro batch
   double tpSeconds(const LayerShape &S) const; // all TP traffic of a layer, one micro batch
   double cpSeconds(const LayerShape &S, double &Hideable) const;
-  void stagesOf(std::vector<LayoutStage> &Stages, std::vector<int64_t> &First) const;
   void paramsOf(const std::vector<LayoutStage> &Stages, const std::vector<int64_t> &First, int64_t Rank,
                 double &Dense, double &Expert) const;
 };
@@ -517,16 +477,16 @@ double StepModel::cpSeconds(const LayerShape &S, double &Hideable) const {
   if (CP <= 1)
     return 0;
   double KV = 0, QO = 0;
-  switch (S.Attn) {
-  case AttnKind::Standard:
+  switch (S.Mixer) {
+  case AttnKind::Attention:
     KV = 2.0 * double(M.KvHeads * M.HeadDim);
     QO = 2.0 * double(M.Heads * M.HeadDim);
     break;
-  case AttnKind::Mla:
+  case AttnKind::MLA:
     KV = double(M.Heads * (M.MLA->QkHeadDim + M.MLA->QkRopeHeadDim + M.MLA->VHeadDim));
     QO = double(M.Heads * (M.MLA->QkHeadDim + M.MLA->QkRopeHeadDim + M.MLA->VHeadDim));
     break;
-  case AttnKind::Linear: {
+  case AttnKind::GatedDeltaNet: {
     // Gated DeltaNet under CP exchanges heads with all-to-alls.
     const LinearAttentionSpec &A = *M.LinearAttention;
     double Elems = double(2 * A.KeyHeads * A.HeadDim + 2 * A.ValueHeads * A.HeadDim);
@@ -569,43 +529,16 @@ double StepModel::cpSeconds(const LayerShape &S, double &Hideable) const {
   return 0;
 }
 
-void StepModel::stagesOf(std::vector<LayoutStage> &Stages, std::vector<int64_t> &First) const {
-  int64_t VPP = std::max<int64_t>(P.VPP, 1);
-  if (int64_t(P.VirtualStages.size()) == P.PP * VPP && P.PP == PP && !P.VirtualStages.empty()) {
-    Stages = P.VirtualStages;
-  } else if (R.Parallel.Layout) {
-    PipelineLayout Layout;
-    LayoutError Err;
-    if (parsePipelineLayout(*R.Parallel.Layout, Layout, Err) && int64_t(Layout.Stages.size()) % PP == 0)
-      Stages = Layout.Stages;
-  }
-  if (Stages.empty()) {
-    int64_t N = PP * std::max<int64_t>(R.Parallel.VPP, 1);
-    Stages.assign(size_t(N), LayoutStage());
-    for (int64_t I = 0; I < N; ++I)
-      Stages[size_t(I)].DecoderLayers = M.Layers / N + (I < M.Layers % N ? 1 : 0);
-    Stages.front().Embedding = true;
-    Stages.back().Loss = true;
-    Stages.back().MtpLayers = M.MtpLayers;
-  }
-  First.clear();
-  int64_t Next = 0;
-  for (const LayoutStage &S : Stages) {
-    First.push_back(Next);
-    Next += S.DecoderLayers;
-  }
-}
-
 void StepModel::paramsOf(const std::vector<LayoutStage> &Stages, const std::vector<int64_t> &First, int64_t Rank,
                          double &Dense, double &Expert) const {
   Dense = Expert = 0;
   double H = double(M.Hidden);
   auto layer = [&](int64_t Index) {
-    LayerShape S = shapeOf(M, Index, &R);
+    LayerShape S = layerShape(M, Index, &R);
     LayerFlops F = layerFlops(M, S, 0, Vocab, C);
     // Forward FLOPs per token of a GEMM = 2 x its parameters.
     double Attn = (F.AttnProj + F.MlaUp) / 2;
-    if (S.Attn == AttnKind::Linear)
+    if (S.Mixer == AttnKind::GatedDeltaNet)
       Attn += double(C.GdnConvKernel) * double(2 * M.LinearAttention->KeyHeads * M.LinearAttention->HeadDim +
                                                M.LinearAttention->ValueHeads * M.LinearAttention->HeadDim);
     Dense += Attn + F.DenseMlp / 2 + F.Shared / 2 + F.MtpProj / 2 + 2 * H;
@@ -633,15 +566,15 @@ void StepModel::paramsOf(const std::vector<LayoutStage> &Stages, const std::vect
 
 StepTimeBreakdown StepModel::run() {
   StepTimeBreakdown B;
-  int64_t VPP = std::max<int64_t>(P.VPP, 1);
   int64_t PerStep = std::max<int64_t>(R.MicroBatch, 1) * DP;
   int64_t Mb = P.PP == PP && P.Microbatches > 0 ? P.Microbatches
                                                 : std::max<int64_t>(R.GlobalBatch / std::max<int64_t>(PerStep, 1), 1);
   B.Microbatches = Mb;
 
-  std::vector<LayoutStage> Stages;
-  std::vector<int64_t> First;
-  stagesOf(Stages, First);
+  StageSplit Split = stageSplitOf(R, P);
+  const std::vector<LayoutStage> &Stages = Split.Stages;
+  const std::vector<int64_t> &First = Split.FirstLayer;
+  const int64_t VPP = Split.VPP;
 
   const double Ep = epExchangeSeconds();
   const double EpExposed = R.MoE.OverlapEpComm ? 1 - C.CommOverlap : 1;
@@ -656,7 +589,7 @@ StepTimeBreakdown StepModel::run() {
   double FlopsFactor = 3; // forward + backward in units of the forward
 
   auto addLayer = [&](RankTime &RT, int64_t Index) {
-    LayerShape S = shapeOf(M, Index, &R);
+    LayerShape S = layerShape(M, Index, &R);
     LayerFlops F = layerFlops(M, S, Seq, Vocab, C);
     LayerMemory E = layerMemory(M, S, R);
     LayerTime T = layerTime(S, F, E);
@@ -816,7 +749,7 @@ FlopCount countFlopsWith(const Recipe &R, const Calibration &C) {
   double Vocab = paddedVocab(M, R.Parallel.TP);
   double Forward = 2 * double(M.Hidden) * Vocab; // final logits
   for (int64_t I = 0; I < M.Layers + M.MtpLayers; ++I)
-    Forward += layerFlops(M, shapeOf(M, I, nullptr), Seq, Vocab, C).total();
+    Forward += layerFlops(M, layerShape(M, I, nullptr, LayerView::MegatronFlops), Seq, Vocab, C).total();
   // A frozen language model runs no weight-gradient GEMMs: forward and data
   // gradients only (its attention core's second backward pass is not counted).
   F.DecoderPerToken = (R.LanguageFrozen ? 2 : 3) * Forward;

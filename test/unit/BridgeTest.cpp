@@ -140,6 +140,27 @@ recipe q {
 }
 
 TEST(BridgeExport, ParamGatherAwayFromThePresetIsWrittenFieldByField) {
+  // DeepSeek-V3's Bridge recipe builds a MixedPrecisionConfig: its fields
+  // take overrides.
+  std::vector<Recipe> Rs = lower(R"(
+recipe r {
+  model = deepseek_v3; cluster { gpu = b200; nodes = 32 }
+  seq_len = 4K; batch { micro = 1; global = 256 }
+  parallel { ep = 32 }
+  precision = mxfp8
+  fp8_param_gather = false
+}
+)");
+  ASSERT_EQ(Rs.size(), 1u);
+  BridgeExport E = exportOverrides(Rs.front());
+  EXPECT_EQ(findKey(E, "mixed_precision"), nullptr);
+  EXPECT_EQ(findKey(E, "mixed_precision.fp8_recipe")->V, Value::string("mxfp8"));
+  EXPECT_EQ(findKey(E, "mixed_precision.fp8_param_gather")->V, Value::boolean(false));
+}
+
+TEST(BridgeExport, ParamGatherAwayFromANamedPresetIsReportedNotExported) {
+  // Qwen3's Bridge recipe names the preset "bf16_mixed": overrides cannot
+  // edit a name field by field, so the export keeps the preset and says so.
   std::vector<Recipe> Rs = lower(R"(
 recipe r {
   model = qwen3_30b_a3b; cluster { gpu = b200; nodes = 1 }
@@ -151,9 +172,11 @@ recipe r {
 )");
   ASSERT_EQ(Rs.size(), 1u);
   BridgeExport E = exportOverrides(Rs.front());
-  EXPECT_EQ(findKey(E, "mixed_precision"), nullptr);
-  EXPECT_EQ(findKey(E, "mixed_precision.fp8_recipe")->V, Value::string("mxfp8"));
-  EXPECT_EQ(findKey(E, "mixed_precision.fp8_param_gather")->V, Value::boolean(false));
+  ASSERT_NE(findKey(E, "mixed_precision"), nullptr);
+  EXPECT_EQ(findKey(E, "mixed_precision")->V, Value::string("bf16_with_mxfp8_mixed"));
+  EXPECT_EQ(findKey(E, "mixed_precision.fp8_param_gather"), nullptr);
+  bool Reported = llvm::any_of(E.Dropped, [](const auto &D) { return D.Field == "fp8_param_gather"; });
+  EXPECT_TRUE(Reported);
 }
 
 TEST(BridgeImport, ExportedYAMLComesBackEquivalent) {

@@ -516,6 +516,11 @@ TEST(MemoryKnobs, VisionEncoderOnFirstStage) {
   V.PatchSize = 16;
   V.SpatialMerge = 2;
   R.Model.Vision = V;
+  // Mock data carries no images: the encoder's weights, no activations.
+  MemoryEstimate Mock = estimate(R);
+  EXPECT_GT(Mock.PerStage[0].Weights, Text.PerStage[0].Weights);
+  EXPECT_DOUBLE_EQ(Mock.PerStage[0].Activations, Text.PerStage[0].Activations);
+  R.Data = DataSourceKind::Real;
   MemoryEstimate Vlm = estimate(R);
   EXPECT_GT(Vlm.PerStage[0].Weights, Text.PerStage[0].Weights);
   EXPECT_GT(Vlm.PerStage[0].Activations, Text.PerStage[0].Activations);
@@ -626,6 +631,42 @@ TEST(MemoryRecipes, VlmExamplesFit) {
   unsigned Checked = 0;
   checkFiles(moeFiles(repoRoot() + "/examples/vlm"), Checked);
   EXPECT_GE(Checked, 2u);
+}
+
+// bridge-facts.md rule 39: TE-scoped graphs cost "a few GB" at PP = 1 and
+// "over 10 GB with PP > 1".
+TEST(MemoryRecipes, GraphPoolAnchors) {
+  Recipes Rs;
+  ASSERT_TRUE(Rs.loadText(R"(
+recipe q30_pp1 {
+  model      = qwen3_30b_a3b
+  cluster    { gpu = h100_sxm; gpus = 16 }
+  seq_len    = 4K
+  batch      { micro = 1; global = 1024 }
+  parallel   { tp = 1; cp = 1; ep = 16; etp = 1; pp = 1 }
+  dispatcher = hybridep
+  cuda_graph = [attn, moe_router, moe_preprocess]
+  data       { source = mock }
+}
+recipe dsv3_pp4 {
+  model      = deepseek_v3
+  cluster    { gpu = b200; gpus = 256 }
+  seq_len    = 4K
+  batch      { micro = 1; global = 2048 }
+  parallel   { tp = 1; cp = 1; ep = 32; etp = 1; pp = 4; vpp = 4; layout = "Et*4|(tttt|)*14tmL" }
+  precision  = mxfp8
+  dispatcher = deepep
+  recompute  = selective(mla_up_proj, moe_act)
+  cuda_graph = [attn, moe_router, moe_preprocess]
+  data       { source = mock }
+}
+)"));
+  ASSERT_EQ(Rs.All.size(), 2u);
+  double Pp1 = peak(estimate(Rs.All[0])).CudaGraphPools, Pp4 = peak(estimate(Rs.All[1])).CudaGraphPools;
+  std::printf("graph pools: PP1 %.2f GB, PP4 %.2f GB\n", Pp1 / 1e9, Pp4 / 1e9);
+  EXPECT_GT(Pp1, 1e9);
+  EXPECT_LT(Pp1, 6e9);
+  EXPECT_GT(Pp4, 10e9);
 }
 
 TEST(MemoryRecipes, FromText) {

@@ -122,12 +122,19 @@ struct Calibration {
   // context, NCCL communicator buffers and cuBLAS/TE workspaces.
   double FragmentationFraction = 0.05;
   double FixedReserveBytes = 3.0e9;
-  // TE per-module CUDA graphs (attn, mlp, moe, moe_router, ...): the graphs'
-  // private pool cannot be reused by eager allocations, which costs this
-  // fraction of the in-flight activations of the captured modules. Chosen so
-  // that S2 rule 39 holds: "a few GB" for TE scopes at PP = 1 (Qwen3-30B,
-  // 48 layers: ~2.5 GB) and "over 10 GB with PP > 1" (DeepSeek-V3 PP4 VPP4).
-  double CudaGraphPoolFraction = 0.5;
+  // TE per-module CUDA graphs (attn, mlp, moe, moe_router, ...) share one
+  // private pool (Megatron-Core cuda_graphs.py TECudaGraphHelper, TE
+  // graph.py make_graphed_callables): it holds the captured modules' saved
+  // tensors (counted as activations) and the graphs' static outputs (priced
+  // from the shapes), and its free blocks serve no eager allocation: this
+  // fraction of the captured bytes in flight is lost to that fragmentation.
+  // Chosen so that bridge-facts.md rule 39 holds: "a few GB" for TE scopes
+  // at PP = 1 and "over 10 GB with PP > 1" (test/unit/MemoryTest.cpp,
+  // MemoryKnobs.GraphPoolAnchors).
+  double CudaGraphPoolFragmentation = 0.25;
+  // The moe_router graph returns fp32 probabilities and a bool routing map
+  // per token and expert.
+  double RouterGraphOutputBytesPerExpert = 5.0;
   // Full-iteration graphs: S2 rule 39 puts them at 1.5-2x the TE-scope
   // cost. TE scopes (attn + moe_router) hold about a third of an MoE layer's
   // activations, so 1.5 x 0.5 x 1/3 = 0.25 of the in-flight activations and
