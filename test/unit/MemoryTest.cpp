@@ -6,6 +6,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "moec/Model/Memory.h"
+#include "moec/Model/LayerShape.h"
 #include "moec/Diag/DiagnosticEngine.h"
 #include "moec/Layout/PipelineLayout.h"
 #include "moec/Sema/Sema.h"
@@ -631,6 +632,58 @@ TEST(MemoryRecipes, VlmExamplesFit) {
   unsigned Checked = 0;
   checkFiles(moeFiles(repoRoot() + "/examples/vlm"), Checked);
   EXPECT_GE(Checked, 2u);
+}
+
+// The memory model, the step model and the FLOPs count read one layerShape.
+TEST(LayerShape, MtpLayerRunsFullAttentionButMegatronCountsThePattern) {
+  Recipes Rs;
+  ASSERT_TRUE(Rs.loadText(R"(
+recipe next {
+  model = qwen3_next_80b_a3b; cluster { gpu = b200; nodes = 1 }
+  seq_len = 4K; batch { micro = 1; global = 8 }
+  parallel { ep = 8 }
+  precision = mxfp8
+  bf16_layers { first = 1; last = 1 }
+}
+)"));
+  const Recipe &R = Rs.All.front();
+  const ModelSpec &M = R.Model;
+  ASSERT_EQ(M.MtpLayers, 1);
+  // Every 4th layer (1-based) is full attention, with QK norm and the gate.
+  EXPECT_EQ(layerShape(M, 0, &R).Mixer, MixerKind::GatedDeltaNet);
+  LayerShape Full = layerShape(M, 3, &R);
+  EXPECT_EQ(Full.Mixer, MixerKind::Attention);
+  EXPECT_TRUE(Full.QkNorm);
+  EXPECT_TRUE(Full.OutputGate);
+  EXPECT_FALSE(layerShape(M, 0, &R).QkNorm); // no q/k norm in a DeltaNet layer
+  // Index 48 is the MTP layer: (48 + 1) % 4 != 0, yet Megatron builds it
+  // with standard attention, MoE like the last decoder layer, not in BF16.
+  LayerShape Mtp = layerShape(M, M.Layers, &R);
+  EXPECT_TRUE(Mtp.Mtp);
+  EXPECT_EQ(Mtp.Mixer, MixerKind::Attention);
+  EXPECT_TRUE(Mtp.MoE);
+  EXPECT_FALSE(Mtp.Bf16);
+  EXPECT_TRUE(layerShape(M, M.Layers - 1, &R).Bf16);
+  EXPECT_EQ(layerShape(M, M.Layers, &R, LayerView::MegatronFlops).Mixer, MixerKind::GatedDeltaNet);
+}
+
+TEST(LayerShape, StageSplitIsThePlansOrMegatronsEvenSplit) {
+  Recipe R = knobMoE();
+  R.Model.Layers = 8;
+  R.Model.MtpLayers = 1;
+  R.Parallel.PP = 2;
+  R.Parallel.DP = 4;
+  R.GlobalBatch = 32;
+  StageSplit S = stageSplitOf(R, PipelinePlan());
+  ASSERT_EQ(S.Stages.size(), 2u);
+  EXPECT_EQ(S.Stages[0].DecoderLayers, 4);
+  EXPECT_EQ(S.Stages[1].MtpLayers, 1);
+  EXPECT_EQ(S.FirstLayer[1], 4);
+  // A split Megatron refuses (7 over 2) still gets an estimate.
+  R.Model.Layers = 7;
+  S = stageSplitOf(R, PipelinePlan());
+  ASSERT_EQ(S.Stages.size(), 2u);
+  EXPECT_EQ(S.Stages[0].DecoderLayers + S.Stages[1].DecoderLayers, 7);
 }
 
 // bridge-facts.md rule 39: TE-scoped graphs cost "a few GB" at PP = 1 and
