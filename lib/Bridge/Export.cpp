@@ -418,6 +418,18 @@ private:
     set("model.cpu_offloading", Value::boolean(R.OffloadActivations), "offload.activations");
     if (R.OffloadActivations && R.OffloadActivationLayers)
       set("model.cpu_offloading_num_layers", Value::integer(*R.OffloadActivationLayers), "offload.activation_layers");
+    bool FineGrained = !R.OffloadModules.empty();
+    set("model.fine_grained_activation_offloading", Value::boolean(FineGrained), "offload.activations");
+    if (FineGrained) {
+      std::vector<std::string> Names;
+      for (OffloadModule M : R.OffloadModules)
+        Names.push_back(enumName(M).str());
+      set("model.offload_modules", Value::strings(Names), "offload.activations");
+      // Bridge (training/config.py _validate_fine_grained_activation_offloading)
+      // and Megatron-LM (arguments.py) refuse to start without it on TE >= 2.10.
+      env("NVTE_CPU_OFFLOAD_V1", "1",
+          "fine-grained activation offload on Transformer Engine 2.10 or later: without it TE offloads weights too");
+    }
   }
 
   void optimizer() {

@@ -334,13 +334,8 @@ StringRef knownReason(StringRef Key) {
             "forced load-balanced routing is for benchmarks; moec plans natural dropless routing")
       .Cases("model.moe_flex_dispatcher_num_sms", "model.moe_hybridep_num_sms", "model.moe_deepep_num_sms",
              "SMs given to the dispatcher kernels: a kernel tuning knob moec does not model")
-      .Cases("model.fine_grained_activation_offloading", "model.offload_modules",
-             "fine-grained (per-module) activation offloading has no .moe field; offload.activations is "
-             "Megatron's cpu_offloading, a different mechanism")
       .Cases("model.moe_paged_stash", "model.moe_expert_rank_capacity_factor",
              "paged stash and per-rank expert capacity have no .moe field")
-      .Case("model.freeze_language_model",
-            "a frozen language model has no .moe field (vision.frozen freezes the vision side only)")
       .Cases("model.moe_permute_fusion", "model.moe_router_fusion", "model.apply_rope_fusion",
              "a kernel-fusion switch moec does not model")
       .Case("model.cuda_graph_warmup_steps", "graph warm-up steps are not part of a .moe recipe")
@@ -1209,6 +1204,32 @@ private:
         emit("offload", fmt::format("activation_layers = {}", *N));
     } else if (Entry *E = get("model.cpu_offloading_num_layers"); E && E->V.K != Value::Kind::Null) {
       unmapped(*E, "inactive without model.cpu_offloading");
+    }
+    bool FineGrained = flag("model.fine_grained_activation_offloading").getValueOr(false);
+    Entry *Modules = get("model.offload_modules");
+    if (Modules && Modules->V.K != Value::Kind::Null && !(Modules->V.K == Value::Kind::List && Modules->V.Items.empty())) {
+      auto N = names(Modules);
+      if (!N)
+        return;
+      if (!FineGrained) {
+        unmapped(*Modules, "inactive without model.fine_grained_activation_offloading");
+        return;
+      }
+      for (const std::string &M : *N)
+        if (!parseEnum<OffloadModule>(M)) {
+          error(*Modules, "'" + M + "' is not an offload module (" +
+                              llvm::join(enumNames<OffloadModule>().begin(), enumNames<OffloadModule>().end(), ", ") +
+                              ")");
+          return;
+        }
+      if (flag("model.cpu_offloading").getValueOr(false))
+        error(*Modules, "fine-grained activation offloading cannot be enabled with cpu_offloading "
+                        "(transformer_config.py)");
+      else
+        emit("offload", "activations = [" + llvm::join(*N, ", ") + "]");
+    } else if (FineGrained) {
+      error(*peek("model.fine_grained_activation_offloading"),
+            "fine-grained activation offloading needs a non-empty model.offload_modules");
     }
   }
 

@@ -236,6 +236,7 @@ json::Value moec::planToJSON(const Plan &P) {
                                                                {"data_parallel", T.DataParallel},
                                                                {"bubble", T.Bubble},
                                                                {"host", T.Host},
+                                                               {"activation_offload", T.ActivationOffload},
                                                                {"optimizer", T.Optimizer}}}};
   Out["flops"] = json::Object{{"decoder_per_token", P.Flops.DecoderPerToken},
                               {"vision_per_token", P.Flops.VisionPerToken},

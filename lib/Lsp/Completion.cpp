@@ -276,6 +276,12 @@ void addValues(Items &Out, const FieldSpec &F, const Context &C, const Analysis 
     Out.add("true", KindKeyword, "bool");
     Out.add("false", KindKeyword, "bool");
     break;
+  case FieldType::FlagOrList:
+    Out.add("true", KindKeyword, "bool");
+    Out.add("false", KindKeyword, "bool");
+    for (StringRef V : F.EnumValues)
+      Out.add(V, KindEnumMember, F.Path);
+    break;
   case FieldType::ModelRef:
     addNames(Out, Names, ast::DefKind::Model);
     Out.add("hf", KindClass, "hf(\"config.json\"): import a Hugging Face config");

@@ -78,6 +78,7 @@ struct LayerActivation {
   double Input = 0;      // the layer input, all full recompute keeps
   double Captured = 0;   // bytes inside TE CUDA-graph scopes (of Stored)
   double GraphOutputs = 0; // static output buffers of the layer's TE graphs
+  double Offloaded = 0;    // stored bytes of offload.activations' modules (on the host)
 };
 
 bool isFp8(Precision P) {
@@ -160,6 +161,7 @@ private:
     return R.Recompute.Kind == RecomputeKind::Selective && llvm::is_contained(R.Recompute.Modules, Mod);
   }
   bool captures(GraphScope S) const { return llvm::is_contained(R.CudaGraph, S); }
+  bool offloads(OffloadModule Mod) const { return llvm::is_contained(R.OffloadModules, Mod); }
 };
 
 void MemoryModel::buildPlan(const PipelinePlan &P, const ParallelSizes &Sizes) {
@@ -279,6 +281,11 @@ LayerActivation MemoryModel::layerActivation(const LayerKind &K) const {
   if (recomputes(RecomputeModule::LayerNorm))
     Drop.Norms += InNormOut + PreNormOut;
   double OutCopy = LowPrec ? GemmIn : 0; // the proj GEMM's quantized copy of O
+  // Inputs of the modules fine-grained activation offload can move to the
+  // host (Megatron-Core attention.py, transformer_layer.py, moe/experts.py):
+  // only what the layer stores. Gated DeltaNet layers offload none of the
+  // attention ones.
+  double CoreIn = 0, ProjIn = 0, Fc1In = 0, ActIn = 0, ActOutStored = 0;
   switch (K.Mixer) {
   case Mixer::Attention: {
     double Qkv = Act * (Heads + 2 * Groups) * HeadDim * HeadTokens;
@@ -290,6 +297,8 @@ LayerActivation MemoryModel::layerActivation(const LayerKind &K) const {
     double Out = (Act + OutCopy) * Heads * HeadDim * HeadTokens;
     double Lse = C.SoftmaxStatBytes * Heads * HeadTokens;
     F.Mixer = Qkv + QkNormIn + Gate + Out + Lse;
+    CoreIn = Qkv;
+    ProjIn = Out;
     // Flash attention keeps only O and the logsumexp inside core attention;
     // the checkpoint's inputs (q, k, v) stay saved.
     if (recomputes(RecomputeModule::CoreAttn))
@@ -308,6 +317,8 @@ LayerActivation MemoryModel::layerActivation(const LayerKind &K) const {
     double Out = (Act + OutCopy) * Heads * Dv * HeadTokens;
     double Lse = C.SoftmaxStatBytes * Heads * HeadTokens;
     F.Mixer = LatentIn + LatentOut + Qkv + Out + Lse;
+    CoreIn = recomputes(RecomputeModule::MlaUpProj) ? 0 : Qkv;
+    ProjIn = Out;
     if (recomputes(RecomputeModule::MlaUpProj))
       Drop.Mixer += LatentOut + Qkv;
     if (recomputes(RecomputeModule::CoreAttn))
@@ -340,6 +351,9 @@ LayerActivation MemoryModel::layerActivation(const LayerKind &K) const {
     // SwiGLU input, 2 x F), SwiGLU output (fc2 input), routing metadata.
     double ActOut = GemmIn * Fe * Routed;
     F.Experts = (GemmIn * H + Act * 2 * Fe) * Routed + ActOut + C.RoutingMetadataBytes * Routed;
+    Fc1In = GemmIn * H * Routed;
+    ActIn = Act * 2 * Fe * Routed;
+    ActOutStored = recomputes(RecomputeModule::MoeAct) ? 0 : ActOut;
     if (SharedFfn > 0) {
       double SharedAct = GemmIn * SharedFfn * HeadTokens;
       F.Shared = (LowPrec ? GemmIn * H * SeqTokens : 0) + Act * 2 * SharedFfn * HeadTokens + SharedAct;
@@ -383,6 +397,28 @@ LayerActivation MemoryModel::layerActivation(const LayerKind &K) const {
   else if (K.MoE && captures(GraphScope::MoeRouter))
     Captured += L.Stored.Router + (captures(GraphScope::MoePreprocess) ? C.RoutingMetadataBytes * Routed : 0);
   L.Captured = Captured;
+
+  // Fine-grained activation offload moves these inputs to the host; a
+  // module checkpointed whole (recompute moe) keeps only its input.
+  bool MoeStored = K.MoE && !recomputes(RecomputeModule::Moe);
+  double Off = 0;
+  if (offloads(OffloadModule::AttnNorm))
+    Off += InNormIn;
+  if (offloads(OffloadModule::QkvLinear) && K.Mixer != Mixer::GatedDeltaNet && !recomputes(RecomputeModule::LayerNorm))
+    Off += InNormOut;
+  if (offloads(OffloadModule::CoreAttn))
+    Off += CoreIn;
+  if (offloads(OffloadModule::AttnProj))
+    Off += ProjIn;
+  if (offloads(OffloadModule::MlpNorm))
+    Off += PreNormIn;
+  if (MoeStored && (offloads(OffloadModule::ExpertFc1) || offloads(OffloadModule::FusedGroupMlp)))
+    Off += Fc1In;
+  if (MoeStored && (offloads(OffloadModule::MoeAct) || offloads(OffloadModule::FusedGroupMlp)))
+    Off += ActIn;
+  if (MoeStored && offloads(OffloadModule::FusedGroupMlp))
+    Off += ActOutStored;
+  L.Offloaded = std::min(Off, L.Stored.total());
 
   // Each captured graph returns its outputs in static buffers that stay
   // allocated until the graph's backward ran (TE make_graphed_callables, one
@@ -549,7 +585,7 @@ MemoryEstimate MemoryModel::run() {
   struct RankState {
     Params Trainable, Frozen;
     double MaxLayerParams = 0;
-    double MaxLayerFull = 0, MaxRecomputed = 0;
+    double MaxLayerFull = 0, MaxRecomputed = 0, MaxLayerOffloaded = 0;
     bool HasMoE = false;
     int64_t Layers = 0;
     // The largest stored layer, for ActivationPerLayerByModule.
@@ -570,7 +606,7 @@ MemoryEstimate MemoryModel::run() {
   // number of times rather than a few times per rank.
   std::vector<RankState> Ranks(static_cast<size_t>(PP));
   std::vector<double> ChunkBytes(size_t(PP * VPP), 0.0), ChunkCaptured(size_t(PP * VPP), 0.0),
-      ChunkGraphOutputs(size_t(PP * VPP), 0.0);
+      ChunkGraphOutputs(size_t(PP * VPP), 0.0), ChunkOffloaded(size_t(PP * VPP), 0.0);
   auto chunksOf = [&](const std::vector<double> &All, int64_t Rank) {
     return llvm::ArrayRef<double>(All).slice(size_t(Rank * VPP), size_t(VPP));
   };
@@ -613,7 +649,7 @@ MemoryEstimate MemoryModel::run() {
     RS.Layers += int64_t(Acts.size());
 
     // Saved bytes of one micro batch of this chunk.
-    double Bytes = 0, Captured = 0, GraphOutputs = 0;
+    double Bytes = 0, Captured = 0, GraphOutputs = 0, Offloaded = 0;
     int64_t N = int64_t(Acts.size());
     for (int64_t I = 0; I < N; ++I) {
       const LayerActivation &L = *Acts[size_t(I)];
@@ -624,9 +660,11 @@ MemoryEstimate MemoryModel::run() {
         else if (R.Recompute.Method == RecomputeMethod::Block || I % RecomputeN == 0)
           Bytes += L.Input; // one input per checkpointed group of N layers
       } else {
-        Bytes += L.Stored.total();
+        Bytes += L.Stored.total() - L.Offloaded;
         Captured += L.Captured;
         GraphOutputs += L.GraphOutputs;
+        Offloaded += L.Offloaded;
+        RS.MaxLayerOffloaded = std::max(RS.MaxLayerOffloaded, L.Offloaded);
       }
     }
     Bytes += double(S.MtpLayers) * mtpExtraActivation();
@@ -643,6 +681,7 @@ MemoryEstimate MemoryModel::run() {
     ChunkBytes[size_t(Rank * VPP + Chunk)] += Bytes;
     ChunkCaptured[size_t(Rank * VPP + Chunk)] += Captured;
     ChunkGraphOutputs[size_t(Rank * VPP + Chunk)] += GraphOutputs;
+    ChunkOffloaded[size_t(Rank * VPP + Chunk)] += Offloaded;
   }
   // Megatron builds an embedding on the MTP stage too (its input).
   for (int64_t Rank = 0; Rank < PP; ++Rank) {
@@ -657,6 +696,10 @@ MemoryEstimate MemoryModel::run() {
 
   double Dispatch = dispatcherBuffers();
   Est.PerStage.resize(size_t(PP));
+  Est.OffloadedPerMicrobatch.assign(size_t(PP), 0.0);
+  for (int64_t Rank = 0; Rank < PP; ++Rank)
+    for (double B : chunksOf(ChunkOffloaded, Rank))
+      Est.OffloadedPerMicrobatch[size_t(Rank)] += B;
   for (int64_t Rank = 0; Rank < PP; ++Rank) {
     RankState &RS = Ranks[size_t(Rank)];
     MemoryBreakdown &B = Est.PerStage[size_t(Rank)];
@@ -680,6 +723,11 @@ MemoryEstimate MemoryModel::run() {
       Off = std::min(Off, double(RS.Layers));
       Held *= 1 - std::max(Off - 1, 0.0) / double(RS.Layers);
     }
+    // Fine-grained offload keeps the last layer's groups on the GPU (the
+    // offload margin of fine_grained_activation_offload.py) and reloads
+    // the next layer's while one is differentiated.
+    if (!R.OffloadModules.empty() && !Full)
+      Held += C.OffloadResidentLayers * RS.MaxLayerOffloaded;
     double Working = C.GradTemporaryLayers * RS.MaxLayerFull;
     if (Full)
       Working += double(R.Recompute.Method == RecomputeMethod::Uniform ? RecomputeN : 1) * RS.MaxLayerFull;

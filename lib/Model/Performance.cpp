@@ -36,6 +36,7 @@
 
 #include "moec/Layout/PipelineLayout.h"
 #include "moec/Model/LayerShape.h"
+#include "moec/Model/Memory.h"
 #include "llvm/ADT/STLExtras.h"
 #include <algorithm>
 #include <cmath>
@@ -582,8 +583,9 @@ StepTimeBreakdown StepModel::run() {
 
   // Per pipeline rank, one micro batch.
   struct RankTime {
-    double Compute = 0, Recompute = 0, TP = 0, CP = 0, EP = 0, PP = 0, Host = 0;
-    double total() const { return Compute + Recompute + TP + CP + EP + PP + Host; }
+    double Compute = 0, Recompute = 0, TP = 0, CP = 0, EP = 0, PP = 0, Host = 0, Offload = 0;
+    double DeviceFwd = 0, DeviceBwd = 0; // what the offload copies can hide behind
+    double total() const { return Compute + Recompute + TP + CP + EP + PP + Host + Offload; }
   };
   std::vector<RankTime> Ranks(static_cast<size_t>(PP));
   double FlopsFactor = 3; // forward + backward in units of the forward
@@ -626,6 +628,8 @@ StepTimeBreakdown StepModel::run() {
     RT.CP += Cp;
     RT.EP += EpT + EpRec;
     RT.Host += std::max(0.0, HostF - DevF) + std::max(0.0, HostB - DevB);
+    RT.DeviceFwd += DevF;
+    RT.DeviceBwd += DevB;
   };
 
   // Vision encoder on the first stage, once per micro batch.
@@ -663,6 +667,20 @@ StepTimeBreakdown StepModel::run() {
     }
   }
 
+  // Fine-grained activation offload: the listed modules' inputs go to the
+  // host during the forward and come back during the backward, on their
+  // own streams (fine_grained_activation_offload.py); only what the copies
+  // take beyond the pass they overlap is exposed.
+  if (!R.OffloadModules.empty()) {
+    MemoryEstimate Mem = estimateMemory(R, P, C);
+    double LinkBw = (R.Gpu.HostLinkBytesPerSec > 0 ? R.Gpu.HostLinkBytesPerSec : C.DefaultHostLinkBytesPerSec) *
+                    C.HostLinkEfficiency;
+    for (size_t I = 0; I < Ranks.size() && I < Mem.OffloadedPerMicrobatch.size(); ++I) {
+      double Copy = Mem.OffloadedPerMicrobatch[I] / LinkBw;
+      Ranks[I].Offload = std::max(0.0, Copy - Ranks[I].DeviceFwd) + std::max(0.0, Copy - Ranks[I].DeviceBwd);
+    }
+  }
+
   // Weight traffic of every micro batch: each GEMM reads its weights in
   // forward and in dgrad, and wgrad accumulates into the fp32 main gradient.
   std::vector<double> DenseParams(Ranks.size()), ExpertParams(Ranks.size());
@@ -685,6 +703,7 @@ StepTimeBreakdown StepModel::run() {
   B.ExpertParallel = Mbd * RT.EP;
   B.PipelineP2P = Mbd * RT.PP;
   B.Host = Mbd * RT.Host;
+  B.ActivationOffload = Mbd * RT.Offload;
   double Busy = Mbd * RT.total();
   double Bubble = PP > 1 ? (P.PP == PP && P.BubbleFraction > 0
                                 ? P.BubbleFraction

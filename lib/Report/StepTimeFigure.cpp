@@ -21,6 +21,7 @@ std::vector<Part> partsOf(const StepTimeBreakdown &T) {
           {"expert_parallel", "expert-parallel comm.", "#e15759", T.ExpertParallel},
           {"pipeline_p2p", "pipeline sends", "#ff9d9a", T.PipelineP2P},
           {"host", "host (kernel issue)", "#b07aa1", T.Host},
+          {"activation_offload", "activation offload copies", "#9c755f", T.ActivationOffload},
           {"bubble", "pipeline bubble", "#bab0ac", T.Bubble},
           {"data_parallel", "data-parallel comm.", "#59a14f", T.DataParallel},
           {"optimizer", "optimizer step", "#edc948", T.Optimizer}};

@@ -23,7 +23,7 @@ bool isFP8(Precision P) {
   return P == Precision::FP8Delayed || P == Precision::FP8Tensorwise || P == Precision::FP8Blockwise ||
          P == Precision::MXFP8;
 }
-bool has(const llvm::SmallVectorImpl<GraphScope> &L, GraphScope S) { return llvm::is_contained(L, S); }
+template <typename E> bool has(const llvm::SmallVectorImpl<E> &L, E S) { return llvm::is_contained(L, S); }
 bool recomputes(const Recipe &R, RecomputeModule M) {
   return R.Recompute.Kind == RecomputeKind::Selective && llvm::is_contained(R.Recompute.Modules, M);
 }
@@ -773,6 +773,57 @@ void check_activation_offload_layers_ignored(RuleContext &C) {
     return;
   auto B = C.report(diag::activation_offload_layers_ignored, "offload.activation_layers", *R.OffloadActivationLayers);
   C.fixit(B, "offload.activations", "true");
+}
+
+/// The offload list with core_attn added (the fix-it of attn_proj alone).
+std::string offloadListWith(const Recipe &R, OffloadModule Extra) {
+  std::vector<std::string> Names;
+  for (OffloadModule M : R.OffloadModules) {
+    if (M == OffloadModule::AttnProj)
+      Names.push_back(enumName(Extra).str());
+    Names.push_back(enumName(M).str());
+  }
+  return "[" + llvm::join(Names, ", ") + "]";
+}
+
+void check_activation_offload_attn_proj_alone(RuleContext &C) {
+  const Recipe &R = C.R;
+  if (!has(R.OffloadModules, OffloadModule::AttnProj) || has(R.OffloadModules, OffloadModule::CoreAttn))
+    return;
+  auto B = C.report(diag::activation_offload_attn_proj_alone, "offload.activations");
+  C.fixit(B, "offload.activations", offloadListWith(R, OffloadModule::CoreAttn));
+}
+
+void check_activation_offload_module_release(RuleContext &C) {
+  const Recipe &R = C.R;
+  if (C.coreMinor() >= 20 || !has(R.OffloadModules, OffloadModule::FusedGroupMlp))
+    return;
+  C.report(diag::activation_offload_module_release, "offload.activations", enumName(OffloadModule::FusedGroupMlp),
+           C.coreMinor());
+}
+
+void check_activation_offload_recomputed_moe(RuleContext &C) {
+  const Recipe &R = C.R;
+  if (R.Recompute.Kind != RecomputeKind::Selective || !has(R.Recompute.Modules, RecomputeModule::Moe))
+    return;
+  std::vector<std::string> Inside;
+  for (OffloadModule M : {OffloadModule::ExpertFc1, OffloadModule::MoeAct, OffloadModule::FusedGroupMlp})
+    if (has(R.OffloadModules, M))
+      Inside.push_back(enumName(M).str());
+  if (!Inside.empty())
+    C.report(diag::activation_offload_recomputed_moe, "offload.activations", llvm::join(Inside, ", "));
+}
+
+void check_activation_offload_local_graphs(RuleContext &C) {
+  const Recipe &R = C.R;
+  if (!perLayerGraphs(R) || R.CudaGraphImpl != GraphImpl::Local)
+    return;
+  std::vector<std::string> Outside;
+  for (OffloadModule M : R.OffloadModules)
+    if (M != OffloadModule::ExpertFc1 && M != OffloadModule::MoeAct && M != OffloadModule::FusedGroupMlp)
+      Outside.push_back(enumName(M).str());
+  if (!Outside.empty())
+    C.report(diag::activation_offload_local_graphs, "offload.activations", llvm::join(Outside, ", "));
 }
 
 void check_activation_offload_pipeline(RuleContext &C) {

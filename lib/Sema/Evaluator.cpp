@@ -148,6 +148,7 @@ llvm::Optional<Value> Scope::compute(StringRef Path) {
     return Value::number(Q ? *Q : Quantity(), Where);
   }
   case FieldType::Bool:
+  case FieldType::FlagOrList:
     return Value::boolean(F->DefaultText == "true", Where);
   case FieldType::ScopeList:
   case FieldType::CountList: {
@@ -274,6 +275,12 @@ llvm::Optional<Value> Scope::evalField(const ast::Expr &E, const FieldSpec &F, S
     }
     return List;
   }
+  case FieldType::FlagOrList:
+    if (E.getKind() == ast::Expr::Kind::Bool)
+      V = Value::boolean(llvm::cast<ast::BoolLit>(E).Value, E.getRange());
+    else
+      V = evalNamed(E, F);
+    break;
   case FieldType::Enum:
   case FieldType::ScopeList:
   case FieldType::ModelRef:
@@ -635,6 +642,32 @@ llvm::Optional<Value> Scope::evalNamed(const ast::Expr &E, const FieldSpec &F) {
       return V;
     }
     auto N = EnumName(E, Allowed, "CUDA-graph scope");
+    if (!N)
+      return llvm::None;
+    V.Elements.push_back(*N);
+    return V;
+  }
+  case FieldType::FlagOrList: {
+    // A list of modules (a bare name is a list of one); true/false were
+    // taken before.
+    Value V;
+    V.K = Value::Kind::List;
+    V.Range = E.getRange();
+    const auto *L = llvm::dyn_cast<ast::ListExpr>(&E);
+    if (L && E.getKind() == ast::Expr::Kind::List) {
+      for (const ast::ExprPtr &X : L->Elements) {
+        auto N = EnumName(*X, Allowed, "offload module");
+        if (!N)
+          return llvm::None;
+        V.Elements.push_back(*N);
+      }
+      if (V.Elements.empty()) {
+        S.Diags.report(diag::type_mismatch, E.getRange(), F.Path, describeType(F), "an empty list");
+        return llvm::None;
+      }
+      return V;
+    }
+    auto N = EnumName(E, Allowed, "offload module");
     if (!N)
       return llvm::None;
     V.Elements.push_back(*N);

@@ -414,6 +414,10 @@ llvm::Optional<Recipe> SemaImpl::lowerRecipe(Scope &Sc, std::string PointName) {
   O.OverlapGradReduce = R.boolean("optimizer.overlap_grad_reduce");
   O.OverlapParamGather = R.boolean("optimizer.overlap_param_gather");
   Out.OffloadActivations = R.boolean("offload.activations");
+  if (const Value *A = Sc.get("offload.activations"); A && A->K == Value::Kind::List)
+    for (const Value &M : A->Elements)
+      if (auto Mod = parseEnum<OffloadModule>(M.Text); Mod && !llvm::is_contained(Out.OffloadModules, *Mod))
+        Out.OffloadModules.push_back(*Mod);
   Out.OffloadActivationLayers = R.optCount("offload.activation_layers");
   Out.OffloadOptimizer = R.real("offload.optimizer");
   Out.OverlapOffloadCopies = R.boolean("offload.overlap_copies");

@@ -26,6 +26,7 @@ const llvm::ArrayRef<llvm::StringLiteral> FsdpImplValues = enumNames<FsdpImpl>()
 const llvm::ArrayRef<llvm::StringLiteral> RouterDtypeValues = enumNames<RouterDtype>();
 const llvm::ArrayRef<llvm::StringLiteral> OptimizerValues = enumNames<OptimizerKind>();
 const llvm::ArrayRef<llvm::StringLiteral> GraphImplValues = enumNames<GraphImpl>();
+const llvm::ArrayRef<llvm::StringLiteral> OffloadModuleValues = enumNames<OffloadModule>();
 /// selective(...) also takes the seeds' shorthand (recompute-module-alias).
 const std::vector<llvm::StringLiteral> ModuleValues = [] {
   std::vector<llvm::StringLiteral> V(enumNames<RecomputeModule>().begin(), enumNames<RecomputeModule>().end());
@@ -86,7 +87,7 @@ const FieldSpec RecipeFields[] = {
     FIELD(Recipe, "moe.grouped_gemm", Bool, Default, "true", 0, 0, {}, "grouped GEMM for the experts of a rank"),
     FIELD(Recipe, "offload.optimizer", Number, Default, "0", 0, 1, {}, "fraction of optimizer state kept on the CPU"),
     FIELD(Recipe, "offload.overlap_copies", Bool, Default, "false", 0, 0, {}, "overlap the offloaded optimizer's device-host copies with its host step (Megatron overlap_cpu_optimizer_d2h_h2d)"),
-    FIELD(Recipe, "offload.activations", Bool, Default, "false", 0, 0, {}, "offload layer activations to the CPU (Megatron cpu_offloading)"),
+    FIELD(Recipe, "offload.activations", FlagOrList, Default, "false", 0, 0, OffloadModuleValues, "offload activations to the CPU: true offloads whole layers (Megatron cpu_offloading); a list offloads the inputs of those modules in every layer (fine_grained_activation_offloading with offload_modules)"),
     COUNT(Recipe, "offload.activation_layers", Optional, "", 0, "layers whose activations are offloaded"),
     FIELD(Recipe, "optimizer.type", Enum, Default, "adam", 0, 0, OptimizerValues, "optimizer"),
     FIELD(Recipe, "optimizer.distributed", Bool, Default, "true", 0, 0, {}, "shard optimizer state over data-parallel ranks (distributed optimizer)"),
@@ -212,6 +213,8 @@ std::string moec::describeType(const FieldSpec &F) {
     return "one of " + llvm::join(F.EnumValues.begin(), F.EnumValues.end(), ", ");
   case T::ScopeList:
     return "none or a list of " + llvm::join(F.EnumValues.begin(), F.EnumValues.end(), ", ");
+  case T::FlagOrList:
+    return "true, false or a list of " + llvm::join(F.EnumValues.begin(), F.EnumValues.end(), ", ");
   case T::CountList:
     return "a list of counts";
   case T::ModelRef:

@@ -164,6 +164,14 @@ private:
         S += ", " + nameOf(F.EnumValues);
       return S + "]";
     }
+    case FieldType::FlagOrList: {
+      if (chance(2))
+        return In.ConsumeBool() ? "true" : "false";
+      std::string S = "[" + nameOf(F.EnumValues);
+      for (unsigned I = In.ConsumeIntegralInRange(0, 3); I > 0; --I)
+        S += ", " + nameOf(F.EnumValues);
+      return S + "]";
+    }
     case FieldType::CountList: {
       std::string S = "[" + countText(1);
       for (unsigned I = In.ConsumeIntegralInRange(0, 3); I > 0; --I)

@@ -375,12 +375,13 @@ static const char *Shape = "  seq_len = 4K\n  batch { micro = 1; global = 64 }\n
 
 TEST(PerfStepTime, BreakdownAddsUpToTheStep) {
   const char *Bodies[] = {"", "  offload { optimizer = 1.0 }", "  offload { optimizer = 0.5; overlap_copies = true }",
-                          "  parallel { ep = 4; pp = 2; vpp = 2 }\n  recompute = full"};
+                          "  parallel { ep = 4; pp = 2; vpp = 2 }\n  recompute = full",
+                          "  offload { activations = [core_attn, attn_proj, expert_fc1, moe_act] }"};
   for (const char *Body : Bodies) {
     std::string Text = std::string(Shape) + Body;
     StepTimeBreakdown B = predict(one(recipe("qwen3_30b_a3b", "h100_sxm", 16, Text)));
     double Sum = B.Compute + B.Recompute + B.TensorParallel + B.ContextParallel + B.ExpertParallel + B.PipelineP2P +
-                 B.DataParallel + B.Bubble + B.Host + B.Optimizer;
+                 B.DataParallel + B.Bubble + B.Host + B.ActivationOffload + B.Optimizer;
     EXPECT_GT(B.StepTime, 0) << Body;
     EXPECT_NEAR(Sum, B.StepTime, 1e-9 * B.StepTime) << Body;
   }

@@ -190,6 +190,13 @@ struct Calibration {
   // about the largest module's saved bytes (the MoE or the attention block),
   // half a layer. Counted once per rank, in layers.
   double GradTemporaryLayers = 0.5;
+  // Fine-grained activation offload (offload.activations = [modules]): the
+  // offloaded inputs of this many layers are on the GPU at a rank's peak:
+  // the group Megatron never offloads (its offload margin, the last group
+  // of each name: pipeline_parallel/fine_grained_activation_offload.py
+  // post_warmup_callback) and the next layer's, reloaded ahead of its
+  // backward.
+  double OffloadResidentLayers = 2.0;
   // Megatron-FSDP keeps this many layers' parameters unsharded (current and
   // prefetched) and one layer's gradients before the reduce-scatter.
   double FsdpUnshardedLayers = 2.0;

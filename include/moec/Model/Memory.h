@@ -33,6 +33,10 @@ struct MemoryEstimate {
   /// Activation bytes per layer of one micro batch on the peak stage, by
   /// module (attention, moe, mlp, norms, ...), for the runtime to compare.
   std::vector<std::pair<std::string, double>> ActivationPerLayerByModule;
+  /// Bytes fine-grained activation offload moves to the host per micro
+  /// batch (each way), by pipeline rank; zero without offload.activations
+  /// = [modules].
+  std::vector<double> OffloadedPerMicrobatch;
 };
 
 /// The pipeline placement and schedule of a recipe (micro batches per step

@@ -43,6 +43,9 @@ struct StepTimeBreakdown {
   double Compute = 0, TensorParallel = 0, ContextParallel = 0, ExpertParallel = 0, PipelineP2P = 0,
          DataParallel = 0, Bubble = 0, Recompute = 0;
   double Host = 0, Optimizer = 0;
+  /// Exposed copies of fine-grained activation offload (offload.activations
+  /// = [modules]): the time they take beyond the passes they overlap.
+  double ActivationOffload = 0;
   double StepTime = 0; // seconds
   double TokensPerSecPerGpu = 0;
   double UsefulTokensPerSecPerGpu = 0; // text tokens (VLM: without image tokens)

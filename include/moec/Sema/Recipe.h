@@ -182,7 +182,10 @@ struct Recipe {
   OptimizerConfig Optimizer;
   double OffloadOptimizer = 0;
   bool OverlapOffloadCopies = false; // Megatron overlap_cpu_optimizer_d2h_h2d
-  bool OffloadActivations = false;
+  bool OffloadActivations = false; // whole layers (cpu_offloading)
+  /// Modules whose inputs are offloaded in every layer (Megatron's
+  /// fine_grained_activation_offloading with offload_modules); empty: none.
+  llvm::SmallVector<OffloadModule, 4> OffloadModules;
   llvm::Optional<int64_t> OffloadActivationLayers;
   DataSourceKind Data = DataSourceKind::Mock;
   std::string DataPath;

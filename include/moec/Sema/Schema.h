@@ -25,6 +25,7 @@ enum class FieldType {
   FlopRate,   // TFLOPS
   Enum,       // one bare name of EnumValues
   ScopeList,  // `none` or a list of names of EnumValues
+  FlagOrList, // true, false, or a list of names of EnumValues
   CountList,  // a list of counts: [2, 4]
   ModelRef,   // a model name, or hf("config.json")
   GpuRef,
