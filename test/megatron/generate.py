@@ -192,6 +192,13 @@ def draw(r, idx):
         c["cuda_graph_impl_moe"] = None
     else:
         c["cuda_graph_impl_moe"] = c["cuda_graph_impl"] if c["cuda_graph_impl_written"] else None
+    # offload.activations = [modules] (fine-grained activation offload), drawn last so that
+    # the earlier fields of every case keep their values; never with cpu_offloading.
+    c["offload_modules"] = None
+    if not c["offload_activations"] and r.random() < 0.06:
+        pool = ["attn_norm", "qkv_linear", "core_attn", "attn_proj", "mlp_norm", "expert_fc1",
+                "moe_act", "fused_group_mlp"]
+        c["offload_modules"] = [m for m in pool if r.random() < 0.3] or [r.choice(pool)]
     return c
 
 
@@ -258,6 +265,8 @@ def to_moe(name, c):
         off.append("optimizer = %s" % c["offload_optimizer"])
     if c["offload_activations"]:
         off.append("activations = true")
+    elif c["offload_modules"]:
+        off.append("activations = [%s]" % ", ".join(c["offload_modules"]))
     if c["offload_layers"] is not None:
         off.append("activation_layers = %d" % c["offload_layers"])
     if off:
@@ -300,6 +309,8 @@ def to_bridge(c):
         "moe_shared_expert_overlap": c["shared_expert_overlap"],
         "cpu_offloading": c["offload_activations"],
         "cpu_offloading_num_layers": c["offload_layers"] or 0,
+        "fine_grained_activation_offloading": bool(c["offload_modules"]),
+        "offload_modules": list(c["offload_modules"] or []),
         "hierarchical_context_parallel_sizes": list(c["cp_hierarchy"]) if c["cp_hierarchy"] else None,
         "moe_expert_capacity_factor": c["capacity_factor"],
         "moe_pad_expert_input_to_capacity": c["pad_to_capacity"],

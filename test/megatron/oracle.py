@@ -206,6 +206,9 @@ def _setup_hf_cache():
     os.environ["HF_HOME"] = _HF_HOME
     os.environ["HF_HUB_OFFLINE"] = "1"
     os.environ["TRANSFORMERS_OFFLINE"] = "1"
+    # moec's export and launch set it whenever offload.activations lists modules
+    # (Bridge's _validate_fine_grained_activation_offloading requires it on TE >= 2.10).
+    os.environ["NVTE_CPU_OFFLOAD_V1"] = "1"
 
 
 _initialized = False
