@@ -26,9 +26,10 @@ How a row becomes a recipe (the mapping of examples/published/*.moe):
     CUDA graphs, recompute and EP overlap of that release's perf scripts
     where they are known (RELEASE_SETTINGS).
   - a pipeline layout is written when the layers do not split evenly over
-    PP x VPP: the recipe's own layout when its stage count matches, else
-    Bridge's account-for-embedding-and-loss split (embedding and loss count
-    as one layer each).
+    PP x VPP: the recipe's own layout when its stage count matches, else the
+    one moec proposes (the fix-it of its layers-split diagnostic: Bridge's
+    account-for-embedding-and-loss split, embedding and loss counting as one
+    layer each); the script never splits layers itself.
   - rows marked "(w/o MTP)" drop DeepSeek-V3's MTP layer; token-drop rows
     use capacity factor 1 with padding.
 
@@ -120,26 +121,6 @@ def config_precision(text):
 
 def family(prec):
     return "fp8" if prec in ("mxfp8", "fp8.tensorwise", "fp8") else prec
-
-
-def balanced_layout(layers, mtp, stages):
-    """Bridge's account_for_embedding/loss split: E and L count as one layer
-    each; MTP layers stay with the loss on the last stage."""
-    total = layers + 2
-    base, extra = divmod(total, stages)
-    # The heavier stages in the middle, as Bridge's examples do.
-    sizes = [base] * stages
-    for i in sorted(range(stages), key=lambda i: abs(i - (stages - 1) / 2))[:extra]:
-        sizes[i] += 1
-    items = ["E"] + ["t"] * layers + ["L"]
-    out, pos = [], 0
-    for size in sizes:
-        out.append(items[pos:pos + size])
-        pos += size
-    out[-1] = out[-1][:-1] + ["m"] * mtp + ["L"]
-    if any(not chunk for chunk in out):
-        return None
-    return "|".join("".join(chunk) for chunk in out)
 
 
 def layout_stages(layout):
@@ -352,13 +333,8 @@ def recipe_text(row, cfg, name):
     stages = pp * vpp
     if layout and (layout_stages(layout) != stages or (mtp == 0 and "m" in layout) or (mtp and "m" not in layout)):
         layout = None
-    if layout is None and (layers % stages != 0 or mtp):
-        if mtp == 0 and layers % stages == 0:
-            layout = None
-        else:
-            layout = balanced_layout(layers, mtp, stages)
-            if layout is None:
-                return None, f"no pipeline layout of {layers} layers over {stages} stages"
+    # Without a layout of its own the recipe gets moec's (layers-split's
+    # fix-it, added by plan_row): the script does not split layers itself.
 
     capacity = ""
     if "tokendrop" in notes or "token-drop" in notes:
@@ -431,10 +407,33 @@ def error_ids(stderr):
     return re.findall(r"error: .*\[([a-z0-9-]+)\]", stderr)
 
 
+def moec_layout(moec, path):
+    """The pipeline layout moec proposes for a recipe whose layers do not
+    split evenly: the fix-it of its layers-split diagnostic (Megatron-Bridge's
+    account-for-embedding-and-loss split, lib/Layout/PipelineLayout.cpp)."""
+    proc = subprocess.run([moec, "check", "--no-planner", "--format", "json", path], capture_output=True, text=True)
+    try:
+        diags = json.loads(proc.stdout or "[]")
+    except json.JSONDecodeError:
+        return None
+    for d in diags:
+        if d.get("id") == "layers-split":
+            for fix in d.get("fixits", []):
+                m = re.search(r'layout = "([^"]+)"', fix.get("replacement", ""))
+                if m:
+                    return m.group(1)
+    return None
+
+
 def plan_row(moec, text, name, gpu, workdir):
     path = os.path.join(workdir, f"{name}.moe")
     with open(path, "w") as f:
         f.write(text)
+    layout = moec_layout(moec, path) if "layout =" not in text else None
+    if layout:
+        text = re.sub(r"(  parallel   \{ [^}]*?)( \})", lambda m: f'{m.group(1)}; layout = "{layout}"{m.group(2)}', text, count=1)
+        with open(path, "w") as f:
+            f.write(text)
     plan, err = run_plan(moec, path)
     if plan is not None:
         return plan, None, None

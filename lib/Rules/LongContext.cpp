@@ -1,6 +1,6 @@
 //===- LongContext.cpp - Practice rules of the long-context seed ----------===//
 //
-// From ../shared/seeds/moe-long-context.fr.txt: size CP for ~4K-token
+// From bench/reference/seeds/moe-long-context.fr.txt: size CP for ~4K-token
 // shards, keep DP alive, prefer selective recompute, avoid attention
 // recompute at very long context, and the pitfalls around CUDA graphs.
 //

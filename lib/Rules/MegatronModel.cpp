@@ -1,6 +1,6 @@
 //===- MegatronModel.cpp - Megatron-Core start-up rules ---------------===//
 //
-// Sections 1-6 of ../shared/reference/megatron-rules.md (parallel
+// Sections 1-6 of bench/reference/megatron-rules.md (parallel
 // decomposition, model shape, pipeline, batch, context parallel, MoE core
 // and router) that Structural.cpp and Sema do not already cover, and the
 // checks Megatron leaves to model build or the first forward (top-k, expert

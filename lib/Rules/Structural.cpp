@@ -1,6 +1,6 @@
 //===- Structural.cpp - What Megatron-Core refuses at start-up ------------===//
 //
-// The rules with fixed IDs in ../shared/reference/rules.md: divisibility of
+// The rules with fixed IDs in bench/reference/rules.md: divisibility of
 // experts, heads, sequence, layers and batch by the parallel sizes, pipeline
 // layouts, and what the hardware supports.
 //

@@ -1,6 +1,6 @@
 //===- Vlm.cpp - Practice rules of the VLM MoE seed -----------------------===//
 //
-// From ../shared/seeds/moe-vlm-training.fr.txt: FSDP first, real data,
+// From bench/reference/seeds/moe-vlm-training.fr.txt: FSDP first, real data,
 // frozen vision for decoder work, ETP only when EP is not enough, HybridEP on
 // GB200-class systems, safe CUDA-graph scopes, coupled recompute and graphs.
 //

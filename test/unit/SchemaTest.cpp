@@ -150,7 +150,7 @@ TEST(Schema, IsSection) {
 }
 
 TEST(Schema, ContractRecipeFieldsExist) {
-  // docs: shared/design/language.md, "Recipe fields (v0)".
+  // docs: bench/reference/design/language.md, "Recipe fields (v0)".
   for (StringRef P : {"model", "cluster.gpu", "cluster.nodes", "cluster.gpus", "seq_len", "batch.micro", "batch.global",
                       "parallel.tp", "parallel.cp", "parallel.ep", "parallel.etp", "parallel.pp", "parallel.vpp",
                       "parallel.dp", "parallel.edp", "parallel.sp", "parallel.fsdp", "parallel.cp_comm",

@@ -15,7 +15,7 @@ namespace moec {
 
 struct Calibration {
   //===--- Step-time model (lib/Model/Performance.cpp) ------------------===//
-  // Sources: A = shared/reference/perf-anchors.md (section numbers),
+  // Sources: A = bench/reference/perf-anchors.md (section numbers),
   // H = hardware.csv. docs/accuracy.md lists each constant with its source;
   // none is fitted to a row of perf_calibration.csv.
   //
@@ -106,7 +106,7 @@ struct Calibration {
   double OptimizerBytesPerParam = 30.0;
 
   //===--- Memory model (lib/Model/Memory.cpp) ---------------------------===//
-  // Sources: S1 = shared/reference/megatron-memory.md part A (Megatron
+  // Sources: S1 = bench/reference/megatron-memory.md part A (Megatron
   // theoretical_memory_usage.py and its listed gaps); S2 = bridge-facts.md;
   // S3 = perf-anchors.md; S4 = DeepEP / Hybrid-EP buffer allocation code
   // (deep_ep Config::get_nvl_buffer_size_hint, hybrid_ep
