@@ -52,12 +52,19 @@ std::unique_ptr<Compilation> compile(bool RunRules, bool CapErrors) {
   std::vector<std::string> UnknownWarnings = applyWarningFlags(Opts);
   C->Diags = std::make_unique<DiagnosticEngine>(C->SM, Opts);
   DiagnosticEngine &Diags = *C->Diags;
-  for (llvm::StringRef W : UnknownWarnings) {
-    std::vector<llvm::StringRef> Known;
+  if (!UnknownWarnings.empty()) {
+    // A command line that cannot mean what it says checks nothing (exit 2).
+    std::vector<std::string> Spellings = {"error"};
     for (const DiagInfo &I : allDiagInfos())
-      Known.push_back(I.Id);
-    W.consume_front("no-");
-    Diags.report(diag::unknown_diagnostic, llvm::SMRange(), W, didYouMean(W, Known));
+      Spellings.push_back("no-" + I.Id.str());
+    std::vector<llvm::StringRef> Known(Spellings.begin(), Spellings.end());
+    for (llvm::StringRef W : UnknownWarnings) {
+      auto Best = closestMatch(W, Known);
+      Diags.report(diag::unknown_warning_option, llvm::SMRange(), W,
+                   Best ? fmt::format("; did you mean '-W{}'?", Best->str()) : std::string());
+    }
+    C->Unreadable = true;
+    return C;
   }
 
   SemaOptions SOpts;
