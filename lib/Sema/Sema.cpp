@@ -307,10 +307,29 @@ public:
   std::string describeDef() const { return (ast::defKindName(Kind) + " '" + D.name() + "'").str(); }
 
   void unknownField(const std::string &Path, SMRange R) {
+    // Fields and the sections that hold them (`paralel { ... }` is a
+    // misspelt section).
     std::vector<StringRef> Candidates;
-    for (const FieldSpec &F : schemaFor(Kind))
+    for (const FieldSpec &F : schemaFor(Kind)) {
       Candidates.push_back(F.Path);
-    S.Diags.report(diag::unknown_field, R, Path, describeDef(), didYouMean(Path, Candidates));
+      StringRef Section = F.Path.split('.').first;
+      if (Section != F.Path && !llvm::is_contained(Candidates, Section))
+        Candidates.push_back(Section);
+    }
+    auto Best = closestMatch(Path, Candidates);
+    auto B = S.Diags.report(diag::unknown_field, R, Path, describeDef(),
+                            Best ? fmt::format("; did you mean '{}'?", Best->str()) : std::string());
+    // The fix-it rewrites what the range covers: the whole path, or its last
+    // component when the entry sits inside its section.
+    if (!Best || !R.Start.isValid() || !R.End.isValid())
+      return;
+    StringRef Written(R.Start.getPointer(), size_t(R.End.getPointer() - R.Start.getPointer()));
+    StringRef Want = *Best, Have = Path;
+    if (Written == Have)
+      B.fixit(R, Want.str());
+    else if (Have.endswith(Written) && Want.size() > Have.size() - Written.size() &&
+             Want.take_front(Have.size() - Written.size()) == Have.drop_back(Written.size()))
+      B.fixit(R, Want.drop_front(Have.size() - Written.size()).str());
   }
 
   SemaImpl &S;

@@ -24,12 +24,36 @@
 #include "Commands.h"
 #include "Options.h"
 
+#include "moec/Diag/DiagnosticEngine.h"
+#include "llvm/ADT/STLExtras.h"
 #include "llvm/Support/raw_ostream.h"
 
 using namespace moec::driver;
 
+/// `moec chek f.moe`: LLVM's parser would report every argument as unknown;
+/// name the command that was probably meant instead.
+static bool unknownCommand(int argc, char **argv) {
+  if (argc < 2 || argv[1][0] == '-' || argv[1][0] == '\0')
+    return false;
+  llvm::StringRef Word(argv[1]);
+  std::vector<llvm::StringRef> Names;
+  for (cl::SubCommand *S : cl::getRegisteredSubcommands())
+    if (!S->getName().empty())
+      Names.push_back(S->getName());
+  if (llvm::is_contained(Names, Word))
+    return false;
+  if (Word.endswith(".moe"))
+    llvm::errs() << "moec: '" << Word << "' is not a moec command; to check it, run 'moec check " << Word << "'\n";
+  else
+    llvm::errs() << "moec: '" << Word << "' is not a moec command" << moec::didYouMean(Word, Names)
+                 << " (moec --help lists them)\n";
+  return true;
+}
+
 int main(int argc, char **argv) {
   cl::SetVersionPrinter([](llvm::raw_ostream &OS) { OS << "moec " << MOEC_VERSION << "\n"; });
+  if (unknownCommand(argc, argv))
+    return ExitUsage;
   if (!cl::ParseCommandLineOptions(argc, argv, "moec: a compiler for MoE training recipes\n", &llvm::errs()))
     return ExitUsage;
   if (CheckCmd)
