@@ -81,6 +81,17 @@ private:
   bool Colors;
 };
 
+/// The source line as it may go to a terminal: control bytes (a binary
+/// file, an escape sequence) become '?', one column each, so that the
+/// caret still lines up and nothing reaches the terminal uninterpreted.
+std::string printable(llvm::StringRef Line) {
+  std::string Out(Line);
+  for (char &C : Out)
+    if ((static_cast<unsigned char>(C) < 0x20 && C != '\t') || C == 0x7f)
+      C = '?';
+  return Out;
+}
+
 void printLocated(llvm::raw_ostream &OS, llvm::SourceMgr &SM, llvm::SMRange Range,
                   llvm::SourceMgr::DiagKind Kind, llvm::StringRef Message, bool Colors) {
   Position P = positionOf(SM, Range);
@@ -102,7 +113,7 @@ void printLocated(llvm::raw_ostream &OS, llvm::SourceMgr &SM, llvm::SMRange Rang
     size_t Start = Col > Before ? Col - Before : 0;
     size_t End = std::min(Line.size(), Start + MaxShown);
     std::string Lead = Start > 0 ? "..." : "";
-    OS << Lead << Line.slice(Start, End) << (End < Line.size() ? "..." : "") << "\n";
+    OS << Lead << printable(Line.slice(Start, End)) << (End < Line.size() ? "..." : "") << "\n";
     std::string Caret(Lead.size() + Col - Start, ' ');
     Caret += '^';
     size_t Width = Range.End.isValid() ? size_t(std::max<std::ptrdiff_t>(
@@ -114,9 +125,10 @@ void printLocated(llvm::raw_ostream &OS, llvm::SourceMgr &SM, llvm::SMRange Rang
     return;
   }
   // SourceMgr names stdin "-"; users expect "<stdin>".
-  if (D.getFilename() == "-")
-    D = llvm::SMDiagnostic(SM, D.getLoc(), "<stdin>", D.getLineNo(), D.getColumnNo(), D.getKind(),
-                           D.getMessage(), D.getLineContents(), D.getRanges());
+  std::string Shown = printable(D.getLineContents());
+  if (D.getFilename() == "-" || Shown != D.getLineContents())
+    D = llvm::SMDiagnostic(SM, D.getLoc(), D.getFilename() == "-" ? "<stdin>" : D.getFilename(), D.getLineNo(),
+                           D.getColumnNo(), D.getKind(), D.getMessage(), Shown, D.getRanges());
   std::string Buffer;
   ColorableStringStream Out(Buffer, Colors);
   D.print(nullptr, Out, Colors);
