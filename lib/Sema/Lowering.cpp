@@ -452,6 +452,22 @@ std::vector<Recipe> SemaImpl::analyze(llvm::Optional<StringRef> OnlyRecipe) {
   std::deque<Recipe> Recipes;
   if (!Main)
     return {};
+  // `name[field=value, ...]` selects one sweep point of recipe `name`.
+  llvm::Optional<std::string> OnlyPoint;
+  std::string WrittenPoint;
+  auto Squeeze = [](StringRef S) {
+    std::string Out;
+    for (char C : S)
+      if (C != ' ' && C != '\t')
+        Out += C;
+    return Out;
+  };
+  if (OnlyRecipe && OnlyRecipe->contains('[')) {
+    WrittenPoint = OnlyRecipe->str();
+    OnlyPoint = Squeeze(*OnlyRecipe);
+    OnlyRecipe = OnlyRecipe->split('[').first.rtrim();
+  }
+  std::vector<std::string> PointsSeen;
   if (OnlyRecipe) {
     DefInfo *D = UserDefs.lookup(*OnlyRecipe);
     bool InMain = D && D->kind() == ast::DefKind::Recipe &&
@@ -512,11 +528,16 @@ std::vector<Recipe> SemaImpl::analyze(llvm::Optional<StringRef> OnlyRecipe) {
         }
         Name += "[" + llvm::join(Labels, ", ") + "]";
       }
-      Diags.setRecipeContext(Name);
-      Scope Sc(*this, *D, Choice);
-      if (auto R = lowerRecipe(Sc, Name))
-        Recipes.push_back(std::move(*R));
-      Diags.setRecipeContext("");
+      bool Selected = !OnlyPoint || Squeeze(Name) == *OnlyPoint;
+      if (OnlyPoint)
+        PointsSeen.push_back(Name);
+      if (Selected) {
+        Diags.setRecipeContext(Name);
+        Scope Sc(*this, *D, Choice);
+        if (auto R = lowerRecipe(Sc, Name))
+          Recipes.push_back(std::move(*R));
+        Diags.setRecipeContext("");
+      }
       // Advance the odometer.
       for (size_t I = Dims.size(); I-- > 0;) {
         if (++Index[I] < Dims[I].second)
@@ -524,6 +545,17 @@ std::vector<Recipe> SemaImpl::analyze(llvm::Optional<StringRef> OnlyRecipe) {
         Index[I] = 0;
       }
     }
+  }
+  if (OnlyPoint && !PointsSeen.empty() && !llvm::any_of(PointsSeen, [&](const std::string &N) {
+        return Squeeze(N) == *OnlyPoint;
+      })) {
+    std::vector<StringRef> Names(PointsSeen.begin(), PointsSeen.end());
+    std::vector<std::string> Shown(PointsSeen.begin(), PointsSeen.begin() + std::min<size_t>(PointsSeen.size(), 6));
+    if (PointsSeen.size() > Shown.size())
+      Shown.push_back(fmt::format("... ({} in all)", PointsSeen.size()));
+    const DefInfo *D = UserDefs.lookup(*OnlyRecipe);
+    Diags.report(diag::unknown_sweep_point, D && D->AST ? D->AST->NameRange : SMRange(), OnlyRecipe->str(),
+                 WrittenPoint, didYouMean(WrittenPoint, Names), llvm::join(Shown, ", "));
   }
   std::vector<Recipe> Out;
   Out.reserve(Recipes.size());

@@ -91,9 +91,11 @@ std::unique_ptr<Compilation> compile(bool RunRules, bool CapErrors) {
   }
   // With several files, --recipe names a recipe of one of them: the files
   // that do not define it are not analyzed rather than reported.
+  // --recipe names a recipe, or one of its sweep points: name[field=value, ...].
+  llvm::StringRef RecipeDefinition = llvm::StringRef(RecipeName.getValue()).split('[').first.rtrim();
   auto Defines = [&](const Sema &S) {
     return llvm::any_of(S.mainFile()->Definitions, [&](const ast::Definition &D) {
-      return D.Kind == ast::DefKind::Recipe && D.Name == RecipeName.getValue();
+      return D.Kind == ast::DefKind::Recipe && D.Name == RecipeDefinition;
     });
   };
   bool SomeFileDefines = !RecipeName.empty() && llvm::any_of(C->Units, [&](const std::unique_ptr<Sema> &S) {
@@ -153,11 +155,10 @@ OnePoint compileOnePoint(llvm::StringRef Command, llvm::StringRef Refusal) {
     P.Status = ExitUsage;
     return P;
   }
-  // A sweep point is named `recipe[field=value, ...]`: check the recipe,
-  // then keep the point.
+  // A sweep point is named `recipe[field=value, ...]`: Sema lowers and the
+  // rules check that point alone.
   std::string Point = RecipeName;
   llvm::StringRef Definition = llvm::StringRef(Point).split('[').first;
-  RecipeName = Definition.str();
   P.C = compile(/*RunRules=*/true);
   renderDiagnostics(*P.C, Format::Text);
   if (P.C->Unreadable) {
@@ -169,9 +170,6 @@ OnePoint compileOnePoint(llvm::StringRef Command, llvm::StringRef Refusal) {
     P.Status = ExitErrors;
     return P;
   }
-  if (Definition.size() != Point.size())
-    llvm::erase_if(P.C->Recipes,
-                   [&](const std::pair<moec::Recipe, std::string> &X) { return X.first.PointName != Point; });
   if (P.C->Recipes.size() != 1) {
     std::vector<std::string> Points;
     for (const auto &X : P.C->Recipes)
