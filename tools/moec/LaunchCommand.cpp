@@ -31,7 +31,7 @@ cl::opt<std::string> LaunchFile(cl::Positional, cl::desc("<file.moe | ->"), cl::
 cl::opt<bool> LaunchSlurm("slurm", cl::desc("An sbatch script"), cl::sub(LaunchCmd));
 cl::opt<bool> LaunchMpirun("mpirun", cl::desc("The mpirun line"), cl::sub(LaunchCmd));
 cl::opt<bridge::Engine>
-    LaunchEngine("engine", cl::desc("What the ranks run"), cl::init(bridge::Engine::Moerun),
+    LaunchEngine("engine", cl::desc("What the ranks run (default: bridge for a GPU recipe under a Megatron-Bridge target, else moerun)"), cl::init(bridge::Engine::Moerun),
                  cl::values(clEnumValN(bridge::Engine::Moerun, "moerun", "moec's runtime on the compiled plan"),
                             clEnumValN(bridge::Engine::Bridge, "bridge",
                                        "Megatron-Bridge's entry point with the exported "
@@ -90,13 +90,31 @@ int runLaunch() {
   OnePoint P = compileOnePoint("launch", LaunchFile, LaunchRecipe, LaunchIncludes, LaunchWarnings, LaunchTarget);
   if (P.Status)
     return P.Status;
-  if (LaunchEngine == bridge::Engine::Bridge && !refuseNonBridgeTarget(P, "launch --engine bridge"))
-    return ExitErrors;
   const Recipe &R = *P.R;
+  // Unless told, the engine is one that can use the cluster's GPUs: moerun
+  // trains on its CPU backend only (docs/runtime.md), so a GPU recipe under
+  // a Megatron-Bridge target runs Bridge's entry point.
+  bool OnGpus = R.Gpu.Arch != GpuArch::Cpu;
+  bool BridgeTarget = getTargetInfo(R.Tgt).Kind == Framework::Bridge;
+  bridge::Engine Chosen = LaunchEngine;
+  if (!LaunchEngine.getNumOccurrences())
+    Chosen = OnGpus && BridgeTarget ? bridge::Engine::Bridge : bridge::Engine::Moerun;
+  if (Chosen == bridge::Engine::Bridge && !refuseNonBridgeTarget(P, "launch --engine bridge"))
+    return ExitErrors;
+  if (Chosen == bridge::Engine::Moerun && OnGpus)
+    llvm::errs() << fmt::format("moec launch: warning: engine moerun trains on its CPU backend; the {} {} GPUs of "
+                                "this job stay idle{}\n",
+                                R.WorldSize, R.Gpu.Name,
+                                BridgeTarget ? " (--engine bridge runs Megatron-Bridge on them)" : "");
+  else
+    llvm::errs() << fmt::format("moec launch: engine {} ({})\n", Chosen == bridge::Engine::Bridge ? "bridge" : "moerun",
+                                Chosen == bridge::Engine::Bridge
+                                    ? "Megatron-Bridge's entry point with the exported overrides"
+                                    : "moec's runtime on the compiled plan");
   bool Write = !LaunchOutput.empty() && !LaunchDryRun;
 
   bridge::LaunchOptions O;
-  O.E = LaunchEngine;
+  O.E = Chosen;
   O.Steps = LaunchSteps;
   O.StepLog = LaunchLog;
   O.Moerun = LaunchMoerun;
