@@ -70,7 +70,7 @@ cl::opt<bool> DumpLayout("dump-layout",
                          cl::sub(PlanCmd));
 cl::opt<bool> SweepCSV("csv", cl::desc("Print the ranking as CSV"), cl::sub(SweepCmd));
 
-cl::opt<unsigned> RunRanks("np", cl::desc("Number of ranks (must equal the plan's world size)"), cl::Required,
+cl::opt<unsigned> RunRanks("np", cl::desc("Number of ranks (default: the recipe's world size, which it must equal)"),
                            cl::value_desc("N"), cl::sub(RunCmd));
 cl::opt<unsigned> RunSteps("steps", cl::desc("Training steps"), cl::init(1), cl::value_desc("K"), cl::sub(RunCmd));
 cl::opt<std::string> RunLog("log", cl::desc("Write one JSON line per step to this file"), cl::value_desc("file"),

@@ -4,7 +4,7 @@
 //                      [-Wno-ID] [-I DIR] [--color auto|always|never]
 //   moec plan FILE [--recipe NAME] [--format toml|json] [-o FILE] [--dump-layout]
 //   moec sweep FILE [--csv]
-//   moec run FILE [--recipe NAME] --np N [--steps K] [--log FILE] [--moerun PATH]
+//   moec run FILE [--recipe NAME] [--np N] [--steps K] [--log FILE] [--moerun PATH]
 //                 [--seed S] [--lr X] [--timeout SECONDS] [--dry-run]
 //   moec fmt FILE... [--check | --write]
 //   moec export --to megatron-bridge FILE [--recipe NAME] [--format overrides|yaml]
