@@ -137,9 +137,22 @@ void printLocated(llvm::raw_ostream &OS, llvm::SourceMgr &SM, llvm::SMRange Rang
 }
 } // namespace
 
-void moec::renderText(llvm::ArrayRef<Diagnostic> Diags, llvm::SourceMgr &SM, llvm::raw_ostream &OS,
-                      bool Colors) {
+void moec::renderText(llvm::ArrayRef<Diagnostic> Diags, llvm::SourceMgr &SM, llvm::raw_ostream &OS, bool Colors,
+                      bool ShowRemarks) {
+  // Hidden remarks by ID, in order of first appearance.
+  std::vector<std::pair<llvm::StringRef, unsigned>> Hidden;
+  unsigned HiddenCount = 0;
   for (const Diagnostic &D : Diags) {
+    if (!ShowRemarks && D.Sev == Severity::Remark) {
+      llvm::StringRef Id = getDiagInfo(D.ID).Id;
+      auto It = llvm::find_if(Hidden, [&](const auto &X) { return X.first == Id; });
+      if (It == Hidden.end())
+        Hidden.push_back({Id, 1});
+      else
+        ++It->second;
+      ++HiddenCount;
+      continue;
+    }
     std::string Message = D.Message + " [" + getDiagInfo(D.ID).Id.str() + "]";
     printLocated(OS, SM, D.Range, kindOf(D.Sev), Message, Colors);
     for (const DiagNote &N : D.Notes) {
@@ -151,6 +164,15 @@ void moec::renderText(llvm::ArrayRef<Diagnostic> Diags, llvm::SourceMgr &SM, llv
       else
         printLocated(OS, SM, N.Range, llvm::SourceMgr::DK_Note, N.Message, Colors);
     }
+  }
+  if (HiddenCount) {
+    std::vector<std::string> Ids;
+    for (const auto &[Id, N] : Hidden)
+      Ids.push_back(N > 1 ? fmt::format("{} x{}", Id.str(), N) : Id.str());
+    printHeaderOnly(OS, Position(), llvm::SourceMgr::DK_Remark,
+                    fmt::format("{} remark{} not shown ({}); --remarks prints them", HiddenCount,
+                                HiddenCount == 1 ? "" : "s", llvm::join(Ids, ", ")),
+                    Colors);
   }
 }
 

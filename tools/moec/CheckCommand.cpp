@@ -31,7 +31,7 @@ int runCheck() {
     std::string Report;
     llvm::raw_string_ostream OS(Report);
     if (OutputFormat == Format::Text)
-      renderText(Final, C->SM, OS, /*Colors=*/false);
+      renderText(Final, C->SM, OS, /*Colors=*/false, ShowRemarks);
     else if (OutputFormat == Format::JSON)
       OS << llvm::formatv("{0:2}", renderJSON(Final, C->SM)) << "\n";
     else

@@ -136,7 +136,7 @@ void renderDiagnostics(Compilation &C, Format F) {
   case Format::Text: {
     bool Colors = Color == ColorMode::Always ||
                   (Color == ColorMode::Auto && llvm::sys::Process::StandardErrHasColors());
-    renderText(Final, C.SM, llvm::errs(), Colors);
+    renderText(Final, C.SM, llvm::errs(), Colors, ShowRemarks);
     break;
   }
   case Format::JSON:

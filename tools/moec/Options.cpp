@@ -39,6 +39,11 @@ cl::opt<ColorMode> Color("color", cl::desc("Colour text diagnostics"), cl::init(
                                     clEnumValN(ColorMode::Always, "always", "always"),
                                     clEnumValN(ColorMode::Never, "never", "never")),
                          cl::sub(CheckCmd), cl::sub(PlanCmd), cl::sub(SweepCmd), cl::sub(ReportCmd));
+cl::opt<bool> ShowRemarks("remarks",
+                          cl::desc("Print every remark (by default text output summarises them in one line; JSON "
+                                   "and SARIF always carry them)"),
+                          cl::sub(CheckCmd), cl::sub(PlanCmd), cl::sub(SweepCmd), cl::sub(ReportCmd),
+                          cl::sub(RunCmd));
 cl::opt<bool> DumpAST("dump-ast", cl::desc("Print the syntax tree as canonical source"), cl::sub(CheckCmd));
 cl::opt<bool> DumpRecipe("dump-recipe", cl::desc("Print each typed recipe with provenance"), cl::sub(CheckCmd));
 cl::opt<bool> NoPlanner("no-planner",

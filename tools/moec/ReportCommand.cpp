@@ -45,7 +45,7 @@ int runReport() {
   bool Sweep = Recipes.size() == 1 && C->Recipes.size() > 1;
   // One recipe reports like `moec plan`: only when it checks.
   if (Fatal || C->Unreadable || (!Sweep && C->Diags->hasErrors())) {
-    renderText(Final, C->SM, llvm::errs(), false);
+    renderText(Final, C->SM, llvm::errs(), false, ShowRemarks);
     return C->Unreadable ? ExitUsage : ExitErrors;
   }
   if (Recipes.empty()) {
@@ -59,7 +59,7 @@ int runReport() {
   }
 
   if (!Sweep) {
-    renderText(Final, C->SM, llvm::errs(), false); // warnings
+    renderText(Final, C->SM, llvm::errs(), false, ShowRemarks); // warnings
     auto &[R, File] = C->Recipes.front();
     llvm::Expected<Plan> P = buildPlan(R, File);
     if (!P) {
@@ -79,7 +79,7 @@ int runReport() {
       break;
     }
   if (!Shown) {
-    renderText(Final, C->SM, llvm::errs(), false);
+    renderText(Final, C->SM, llvm::errs(), false, ShowRemarks);
     llvm::errs() << "moec report: no point of the sweep has a plan to draw\n";
     return ExitErrors;
   }

@@ -22,7 +22,7 @@ int runSweep() {
     return ExitUsage;
   // Errors outside any recipe point (syntax, names) stop the sweep.
   if (llvm::any_of(Final, [](const Diagnostic &D) { return D.Sev == Severity::Error && D.Recipe.empty(); })) {
-    renderText(Final, C->SM, llvm::errs(), false);
+    renderText(Final, C->SM, llvm::errs(), false, ShowRemarks);
     return ExitErrors;
   }
   std::vector<SweepPoint> Points = evaluateSweep(C->Recipes, Final);

@@ -9,9 +9,11 @@
 namespace moec {
 
 /// Clang-style: `file:line:col: severity: message [id]`, the source line, a
-/// caret and range underline, then notes and fix-its.
-void renderText(llvm::ArrayRef<Diagnostic> Diags, llvm::SourceMgr &SM, llvm::raw_ostream &OS,
-                bool Colors);
+/// caret and range underline, then notes and fix-its. Without ShowRemarks,
+/// remarks are summarised in one closing line (their count and IDs), so that
+/// advice does not drown the errors and warnings.
+void renderText(llvm::ArrayRef<Diagnostic> Diags, llvm::SourceMgr &SM, llvm::raw_ostream &OS, bool Colors,
+                bool ShowRemarks = true);
 
 /// One JSON array of objects with id, severity, message, file, line, column,
 /// end_line, end_column, recipe, notes, fixits (docs/diagnostics.md).
