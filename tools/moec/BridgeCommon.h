@@ -25,7 +25,7 @@ bool refuseNonBridgeTarget(const OnePoint &P, llvm::StringRef Command);
 
 /// `FILE:LINE:COL: note: ...` at the .moe field the setting came from, for
 /// the settings an export cannot carry.
-void reportDropped(const OnePoint &P, const bridge::BridgeExport &E, llvm::StringRef Command);
+void reportDropped(const OnePoint &P, const bridge::BridgeExport &E);
 
 } // namespace moec::driver
 

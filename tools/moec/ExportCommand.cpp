@@ -81,21 +81,21 @@ bool refuseNonBridgeTarget(const OnePoint &P, llvm::StringRef Command) {
   return false;
 }
 
-void reportDropped(const OnePoint &P, const bridge::BridgeExport &E, llvm::StringRef Command) {
+void reportDropped(const OnePoint &P, const bridge::BridgeExport &E) {
+  if (E.Dropped.empty())
+    return;
+  DiagnosticOptions Opts;
+  applyWarningFlags(Opts); // -Wno-not-exported, -Werror (unknown ones were refused already)
+  DiagnosticEngine Diags(P.C->SM, Opts);
   for (const bridge::NotExported &D : E.Dropped) {
     // The field that set it, else its section (`model` for the model's).
     llvm::StringRef Field = llvm::StringRef(D.Field).split(',').first;
     llvm::SMRange Where = P.R->origin(Field).Range;
     if (!Where.isValid())
       Where = P.R->origin(Field.split('.').first).Range;
-    std::string Loc = "moec " + Command.str();
-    if (Where.isValid()) {
-      auto [Line, Col] = P.C->SM.getLineAndColumn(Where.Start);
-      unsigned Buf = P.C->SM.FindBufferContainingLoc(Where.Start);
-      Loc = fmt::format("{}:{}:{}", P.C->SM.getMemoryBuffer(Buf)->getBufferIdentifier().str(), Line, Col);
-    }
-    llvm::errs() << fmt::format("{}: warning: not exported: {} = {}: {}\n", Loc, D.Field, D.Value, D.Reason);
+    Diags.report(diag::not_exported, Where, D.Field, D.Value, D.Reason);
   }
+  renderText(Diags.finish(), P.C->SM, llvm::errs(), false);
 }
 
 int runExport() {
@@ -122,7 +122,7 @@ int runExport() {
   if (ExportFmt == ExportFormat::Overrides)
     for (const bridge::EnvVar &V : E.Env)
       llvm::errs() << fmt::format("moec export: note: environment {}={} ({})\n", V.Name, V.Value, V.Reason);
-  reportDropped(P, E, "export");
+  reportDropped(P, E);
   if (ExportOutput.empty()) {
     llvm::outs() << Out;
     return ExitOK;

@@ -149,7 +149,7 @@ int runLaunch() {
 
   bridge::BridgeExport E = bridge::exportOverrides(R);
   if (O.E == bridge::Engine::Bridge)
-    reportDropped(P, E, "launch");
+    reportDropped(P, E);
   std::string Script =
       LaunchSlurm ? bridge::renderSbatch(R, E, O) : "#!/bin/bash\nset -euo pipefail\n" + bridge::renderMpirun(R, E, O);
 

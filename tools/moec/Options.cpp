@@ -105,7 +105,9 @@ cl::opt<std::string> LspCatalogDir("catalog-dir",
 cl::opt<bool> LspStdio("stdio", cl::desc("Accepted for clients that pass it: stdio is the only transport"),
                        cl::sub(LspCmd));
 
-cl::opt<std::string> ReportOutput("o", cl::desc("Write the report to this file (atomically)"),
-                                  cl::value_desc("report.html"), cl::Required, cl::sub(ReportCmd));
+cl::opt<std::string> ReportOutput("o",
+                                  cl::desc("Write the report to this file, atomically (default: the recipe file's "
+                                           "name with .html, in the current directory)"),
+                                  cl::value_desc("report.html"), cl::sub(ReportCmd));
 
 } // namespace moec::driver

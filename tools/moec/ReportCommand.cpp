@@ -1,6 +1,6 @@
 //===- ReportCommand.cpp - moec report ------------------------------------===//
 //
-// moec report FILE [--recipe NAME] -o report.html
+// moec report FILE [--recipe NAME] [-o report.html]
 //
 // One recipe: its plan drawn (lib/Report). A recipe with sweeps: every point
 // decided as `moec sweep` decides it, the scatter of all of them, and the
@@ -14,6 +14,7 @@
 #include "moec/Emit/Plan.h"
 #include "moec/Report/HtmlReport.h"
 #include "moec/Emit/Sweep.h"
+#include "llvm/Support/Path.h"
 #include "llvm/Support/raw_ostream.h"
 #include <fmt/format.h>
 #include <set>
@@ -21,11 +22,27 @@
 namespace moec::driver {
 
 namespace {
+/// -o, else FILE.moe -> FILE.html in the current directory (standard input:
+/// report.html).
+std::string outputPath() {
+  if (!ReportOutput.empty())
+    return ReportOutput;
+  llvm::StringRef In = CheckFiles.front();
+  if (In == "-")
+    return "report.html";
+  llvm::SmallString<128> Name(llvm::sys::path::filename(In));
+  llvm::sys::path::replace_extension(Name, "html");
+  return std::string(Name);
+}
+
 int writeReport(const Plan &P, llvm::ArrayRef<SweepPoint> Sweep) {
-  if (llvm::Error E = writeFileAtomically(ReportOutput, renderHtmlReport(P, Sweep))) {
+  std::string Out = outputPath();
+  if (llvm::Error E = writeFileAtomically(Out, renderHtmlReport(P, Sweep))) {
     llvm::errs() << "moec report: " << llvm::toString(std::move(E)) << "\n";
     return ExitUsage;
   }
+  if (ReportOutput.empty())
+    llvm::errs() << "moec report: wrote " << Out << "\n";
   return ExitOK;
 }
 } // namespace
