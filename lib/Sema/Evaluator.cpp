@@ -213,6 +213,18 @@ llvm::Optional<Value> Scope::derive(StringRef Path) {
       auto TP = Count("parallel.tp");
       return Value::boolean(TP && *TP > 1, Where);
     }
+    if (Path == "optimizer.overlap_param_gather") {
+      const Value *Distributed = get("optimizer.distributed");
+      return Value::boolean(!Distributed || Distributed->K != Value::Kind::Bool || Distributed->Bool, Where);
+    }
+    if (Path == "optimizer.distributed") {
+      // torch FSDP2 refuses Megatron's distributed optimizer (it shards the
+      // optimizer state itself): off there unless stated.
+      const Value *Fsdp = get("parallel.fsdp");
+      const Value *Impl = get("parallel.fsdp_impl");
+      bool Torch = Fsdp && Fsdp->K == Value::Kind::Bool && Fsdp->Bool && Impl && Impl->Text == "torch";
+      return Value::boolean(!Torch, Where);
+    }
     if (Path == "parallel.dp" || Path == "parallel.edp") {
       bool Dense = Path == "parallel.dp";
       auto W = Count("cluster.gpus");

@@ -357,11 +357,17 @@ def to_bridge(c):
                               exp_avg_dtype="torch.float32", exp_avg_sq_dtype="torch.float32")
     if c["offload_optimizer"]:
         b["optimizer"].update(optimizer_cpu_offload=True, optimizer_offload_fraction=float(c["offload_optimizer"]))
-    if c["opt_distributed"] is not None:
+    # optimizer.distributed: stated, or derived: off under torch FSDP2, else on; and
+    # optimizer.overlap_param_gather follows it unless stated (docs/language.md).
+    torch_fsdp = bool(c["fsdp"]) and c["fsdp_impl"] == "torch"
+    distributed = c["opt_distributed"] if c["opt_distributed"] is not None else not torch_fsdp
+    if c["opt_distributed"] is not None or torch_fsdp:
         # Bridge keeps the two in sync, turning both on if either is on (config.py:1888-1900)
-        b["optimizer"]["use_distributed_optimizer"] = c["opt_distributed"]
-        b.setdefault("ddp", {})["use_distributed_optimizer"] = c["opt_distributed"]
+        b["optimizer"]["use_distributed_optimizer"] = distributed
+        b.setdefault("ddp", {})["use_distributed_optimizer"] = distributed
     overlaps = {k: c[k] for k in ("overlap_grad_reduce", "overlap_param_gather") if c[k] is not None}
+    if c["overlap_param_gather"] is None and not distributed:
+        overlaps["overlap_param_gather"] = False
     b.setdefault("ddp", {}).update(overlaps)
     if c["overlap_ep_comm"] or c["delay_wgrad"] or c["tp_comm_overlap"]:
         # CommOverlapConfig is Bridge's user-facing switch for these (training/comm_overlap.py)
