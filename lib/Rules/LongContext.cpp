@@ -40,10 +40,15 @@ void check_cp_shard_size(RuleContext &C) {
   int64_t Shard = C.shardTokens();
   if (Shard <= 2 * ShardTarget && Shard >= ShardTarget / 2)
     return;
+  // Small shards without CP come from TP (sequence parallel): CP cannot help.
+  if (Shard < ShardTarget / 2 && R.Parallel.CP <= 1)
+    return;
   int64_t TPSplit = R.Parallel.SequenceParallel ? R.Parallel.TP : 1;
   int64_t Suggested = roundToPowerOfTwo(double(R.SeqLen) / ShardTarget / TPSplit);
   auto B = C.report(diag::cp_shard_size, "parallel.cp", R.Parallel.CP, tokens(Shard), Suggested);
-  if (Suggested != R.Parallel.CP)
+  Recipe V = R;
+  V.Parallel.CP = Suggested;
+  if (Suggested != R.Parallel.CP && C.variantAcceptable(V))
     C.fixit(B, "parallel.cp", std::to_string(Suggested));
 }
 

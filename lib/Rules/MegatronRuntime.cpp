@@ -275,7 +275,18 @@ void check_ep_overlap_recompute(RuleContext &C) {
     return;
   auto B = reportToken(C, diag::ep_overlap_recompute, moduleToken(R, RecomputeModule::Moe), "recompute",
                        "recomputing 'moe'", "recompute moe_act instead, or turn the overlap off");
-  replaceValue(C, B, "recompute", recomputeWithout(R, {RecomputeModule::Moe}));
+  // moe_act keeps most of what recomputing the whole block saved.
+  Recipe V = R;
+  llvm::erase_value(V.Recompute.Modules, RecomputeModule::Moe);
+  if (R.MoE.GroupedGemm && !llvm::is_contained(V.Recompute.Modules, RecomputeModule::MoeAct))
+    V.Recompute.Modules.insert(V.Recompute.Modules.begin(), RecomputeModule::MoeAct);
+  std::vector<std::string> Names;
+  for (RecomputeModule M : V.Recompute.Modules)
+    Names.push_back(recomputeModuleName(M).str());
+  if (Names.empty())
+    V.Recompute.Kind = RecomputeKind::None;
+  if (C.variantAcceptable(V))
+    replaceValue(C, B, "recompute", Names.empty() ? "none" : "selective(" + llvm::join(Names, ", ") + ")");
 }
 
 void check_ep_overlap_shared_expert_overlap(RuleContext &C) {
@@ -720,7 +731,10 @@ void check_muon_fsdp(RuleContext &C) {
   const Recipe &R = C.R;
   if (R.Optimizer.Kind == OptimizerKind::Muon && R.Parallel.FSDP) {
     auto B = C.report(diag::muon_fsdp, "optimizer.type");
-    C.fixit(B, "optimizer.type", "adam");
+    Recipe V = R;
+    V.Optimizer.Kind = OptimizerKind::Adam;
+    if (C.variantAcceptable(V)) // Adam keeps a second moment: it may not fit
+      C.fixit(B, "optimizer.type", "adam");
   }
 }
 

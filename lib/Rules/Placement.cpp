@@ -21,12 +21,14 @@ void check_tp_outside_nvlink(RuleContext &C) {
     return;
   auto B = C.report(diag::tp_outside_nvlink, "parallel.tp", TP, Domain, R.Gpu.Name);
   // The largest TP inside the domain that the attention heads still divide.
-  for (int64_t T = std::min(TP, Domain); T > 1; --T)
-    if (Domain % T == 0 && R.Model.Heads % T == 0 &&
-        (R.Model.KvHeads % T == 0 || T % std::max<int64_t>(R.Model.KvHeads, 1) == 0)) {
+  for (int64_t T = std::min(TP, Domain); T > 1; --T) {
+    Recipe V = R;
+    V.Parallel.TP = T;
+    if (Domain % T == 0 && C.variantAcceptable(V)) {
       C.fixit(B, "parallel.tp", std::to_string(T));
       return;
     }
+  }
 }
 
 void check_ep_outside_nvlink(RuleContext &C) {
@@ -36,11 +38,14 @@ void check_ep_outside_nvlink(RuleContext &C) {
     return;
   auto B = C.report(diag::ep_outside_nvlink, "parallel.ep", Span, Domain, R.Gpu.Name);
   // The largest EP whose all-to-all stays in the domain and still divides the experts.
-  for (int64_t E = Domain / std::max<int64_t>(R.Parallel.ETP, 1); E > 1; --E)
-    if (R.Model.MoE->Experts % E == 0) {
+  for (int64_t E = Domain / std::max<int64_t>(R.Parallel.ETP, 1); E > 1; --E) {
+    Recipe V = R;
+    V.Parallel.EP = E;
+    if (C.variantAcceptable(V)) {
       C.fixit(B, "parallel.ep", std::to_string(E));
       return;
     }
+  }
 }
 
 void check_cp_ring_across_domains(RuleContext &C) {

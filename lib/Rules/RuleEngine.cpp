@@ -129,6 +129,34 @@ llvm::Optional<MemoryEstimate> RuleContext::memoryOf(const Recipe &Variant) cons
   return estimateMemory(Variant, **P);
 }
 
+bool RuleContext::variantAcceptable(Recipe V) const {
+  ParallelConfig &P = V.Parallel;
+  int64_t W = V.WorldSize;
+  int64_t Dense = P.TP * P.CP * P.PP, Expert = P.ETP * P.EP * P.PP;
+  if (W <= 0 || Dense <= 0 || Expert <= 0 || W % Dense != 0 || W % Expert != 0)
+    return false;
+  P.DP = W / Dense;
+  P.EDP = W / Expert;
+  if (V.MicroBatch <= 0 || V.GlobalBatch % (V.MicroBatch * P.DP) != 0)
+    return false;
+  const ModelSpec &M = V.Model;
+  if (M.MoE && M.MoE->Experts % P.EP != 0)
+    return false;
+  int64_t Groups = std::max<int64_t>(M.KvHeads, 1);
+  if (M.Heads % P.TP != 0 || !(Groups % P.TP == 0 || P.TP % Groups == 0))
+    return false;
+  if (!P.CpHierarchy.empty()) {
+    int64_t Product = 1;
+    for (int64_t X : P.CpHierarchy)
+      Product *= X;
+    if (Product != P.CP)
+      return false;
+  }
+  if (llvm::Optional<MemoryEstimate> E = memoryOf(V); E && !E->fits())
+    return false;
+  return true;
+}
+
 int64_t RuleContext::microbatches() const {
   int64_t PerStep = R.MicroBatch * R.Parallel.DP;
   if (PerStep <= 0 || R.GlobalBatch % PerStep != 0)

@@ -510,8 +510,28 @@ llvm::Optional<Quantity> Scope::evalNumber(const ast::Expr &E, StringRef FromPat
     } else {
       const char *UnitStart = E.getRange().Start.getPointer() + N.Digits.size();
       SMRange UnitRange(llvm::SMLoc::getFromPointer(UnitStart), E.getRange().End);
-      auto Fix = closestMatch(N.Unit, Quantity::knownUnits());
-      auto D = S.Diags.report(diag::unknown_unit, UnitRange, N.Unit, didYouMean(N.Unit, Quantity::knownUnits()));
+      // Suggest only units of the field's dimension: `seq_len = 4kb` means
+      // 4K tokens, not 4KB (a type error the fix-it would bring).
+      std::vector<StringRef> Units;
+      const FieldSpec *F = lookupField(Def.kind(), FromPath);
+      for (StringRef U : Quantity::knownUnits()) {
+        QuantityError UnitErr = QuantityError::None;
+        llvm::Optional<Quantity> One = Quantity::fromLiteral("1", U, UnitErr);
+        Dimension Want = !F                                  ? (One ? One->getDimension() : Dimension())
+                         : F->Type == FieldType::Bytes       ? Dimension::byteCount()
+                         : F->Type == FieldType::Bandwidth   ? Dimension::bandwidth()
+                         : F->Type == FieldType::FlopRate    ? Dimension::flopRate()
+                                                             : Dimension::none();
+        if (One && One->getDimension() == Want)
+          Units.push_back(U);
+      }
+      auto Fix = closestMatch(N.Unit, Units);
+      // `4kb` for a count: the longest unit that begins the written one, case aside.
+      for (StringRef U : Units)
+        if (!Fix && N.Unit.size() > U.size() && StringRef(N.Unit).take_front(U.size()).equals_insensitive(U))
+          Fix = U;
+      auto D = S.Diags.report(diag::unknown_unit, UnitRange, N.Unit,
+                              Fix ? fmt::format("; did you mean '{}'?", Fix->str()) : std::string());
       if (Fix)
         D.fixit(UnitRange, Fix->str());
     }

@@ -44,6 +44,10 @@ cl::opt<bool> ShowRemarks("remarks",
                                    "and SARIF always carry them)"),
                           cl::sub(CheckCmd), cl::sub(PlanCmd), cl::sub(SweepCmd), cl::sub(ReportCmd),
                           cl::sub(RunCmd));
+cl::opt<bool> ApplyFixIts("fix",
+                          cl::desc("Apply the fix-its of errors and warnings to the files in place (atomically); "
+                                   "remarks' suggestions are left alone"),
+                          cl::sub(CheckCmd));
 cl::opt<bool> DumpAST("dump-ast", cl::desc("Print the syntax tree as canonical source"), cl::sub(CheckCmd));
 cl::opt<bool> DumpRecipe("dump-recipe", cl::desc("Print each typed recipe with provenance"), cl::sub(CheckCmd));
 cl::opt<bool> NoPlanner("no-planner",

@@ -40,6 +40,7 @@ extern cl::opt<bool> DumpAST;
 extern cl::opt<bool> DumpRecipe;
 extern cl::opt<bool> NoPlanner;
 extern cl::opt<bool> ShowRemarks;
+extern cl::opt<bool> ApplyFixIts;
 extern cl::opt<bool> ListRules;
 extern cl::opt<unsigned> ErrorLimit;
 extern cl::opt<unsigned> MaxSweepPoints;

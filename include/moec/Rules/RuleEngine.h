@@ -80,6 +80,11 @@ public:
   const MemoryEstimate *memory();
   /// The memory estimate of a variant of this recipe (e.g. another recompute).
   llvm::Optional<MemoryEstimate> memoryOf(const Recipe &Variant) const;
+  /// Whether a variant a fix-it would make is a recipe that still checks:
+  /// its sizes divide the world, the global batch, the experts, the heads
+  /// and the cp_hierarchy, and (with the planner) it fits in memory. A
+  /// fix-it that trades one error for another is not offered.
+  bool variantAcceptable(Recipe Variant) const;
   /// An NVL72-class system: an NVLink domain that spans several nodes.
   bool isNVL72() const { return R.Gpu.NVLinkDomain > R.Gpu.GpusPerNode; }
 
