@@ -109,7 +109,10 @@ DiagnosticBuilder DiagnosticEngine::add(diag::ID ID, llvm::SMRange Range, std::s
     ++NumErrors;
     auto [It, New] =
         ErrorsSeen.try_emplace({ID, Range.Start.getPointer(), Range.End.getPointer(), Message}, true);
-    if (New && Opts.ErrorLimit && NumShownErrors >= Opts.ErrorLimit) {
+    // --error-limit keeps the first errors by position (finish()); this
+    // only bounds what a runaway input can make the engine hold.
+    constexpr unsigned HeldErrorCap = 100000;
+    if (New && NumShownErrors >= HeldErrorCap) {
       It->second = false;
       ++NumDroppedErrors;
     } else if (New) {
@@ -198,6 +201,20 @@ const std::vector<Diagnostic> &DiagnosticEngine::finish() {
     if (llvm::StringRef(D.Recipe).endswith("]"))
       D.Notes.push_back({llvm::SMRange(), fmt::format(runtimeFormat(NoteTable[diag::note_in_point]), D.Recipe)});
 
+  // The first ErrorLimit errors in file order are shown, the others counted.
+  if (Opts.ErrorLimit) {
+    unsigned Errors = 0;
+    std::vector<Diagnostic> Limited;
+    Limited.reserve(Kept.size());
+    for (Diagnostic &D : Kept) {
+      if (D.Sev == Severity::Error && ++Errors > Opts.ErrorLimit) {
+        ++NumDroppedErrors;
+        continue;
+      }
+      Limited.push_back(std::move(D));
+    }
+    Kept = std::move(Limited);
+  }
   if (NumDroppedErrors) {
     Kept.push_back({diag::too_many_errors, Severity::Error,
                     fmt::format(runtimeFormat(getDiagInfo(diag::too_many_errors).Format), Opts.ErrorLimit),

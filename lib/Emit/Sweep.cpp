@@ -36,7 +36,8 @@ std::vector<SweepPoint> moec::evaluateSweep(llvm::ArrayRef<std::pair<Recipe, std
   }
 
   std::vector<SweepPoint> Feasible;
-  std::map<std::string, SweepPoint> Infeasible;
+  // In the sweep's own order (its odometer: micro = 2 before micro = 10).
+  std::vector<SweepPoint> Infeasible;
   PlanOptions Opts;
   Opts.WithRanks = false;
   for (const auto &[R, File] : Points) {
@@ -68,14 +69,14 @@ std::vector<SweepPoint> moec::evaluateSweep(llvm::ArrayRef<std::pair<Recipe, std
     if (S.Feasible)
       Feasible.push_back(std::move(S));
     else
-      Infeasible.emplace(S.Name, std::move(S));
+      Infeasible.push_back(std::move(S));
   }
   std::stable_sort(Feasible.begin(), Feasible.end(), [](const SweepPoint &A, const SweepPoint &B) {
     return A.TokensPerSecPerGpu > B.TokensPerSecPerGpu;
   });
   for (size_t I = 0; I < Feasible.size(); ++I)
     Feasible[I].Rank = int(I + 1);
-  for (auto &[Name, S] : Infeasible)
+  for (SweepPoint &S : Infeasible)
     Feasible.push_back(std::move(S));
   return Feasible;
 }
