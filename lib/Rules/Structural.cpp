@@ -94,8 +94,11 @@ void check_layout_invalid(RuleContext &C) {
   if (Stages % P.PP != 0)
     return Bad(fmt::format("the layout has {} stages, not a multiple of pp = {}", Stages, P.PP));
   if (Stages / P.PP != P.VPP)
-    return Bad(fmt::format("the layout has {} stages = pp {} x {} virtual stages, but vpp = {}", Stages, P.PP,
-                           Stages / P.PP, P.VPP));
+    // Stated as a relation: a sweep of pp (or vpp) against one layout is
+    // the usual way to get here, and either side may be the one to change.
+    return Bad(fmt::format("the layout has {} stages, but pp x vpp = {} x {} = {}: each stage of a layout is one "
+                           "virtual pipeline stage; change the layout or make pp x vpp = {}",
+                           Stages, P.PP, P.VPP, P.PP * P.VPP, Stages));
   int64_t Embeddings = 0, Losses = 0;
   for (const LayoutStage &S : Layout.Stages) {
     Embeddings += S.Embedding;
