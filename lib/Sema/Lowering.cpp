@@ -484,10 +484,25 @@ std::vector<Recipe> SemaImpl::analyze(llvm::Optional<StringRef> OnlyRecipe) {
     }
   }
 
+  // A definition the parser recovered inside (a syntax error there is
+  // reported) is not checked, nor what extends it: its skipped entry would
+  // only be reported again as missing.
+  auto Damaged = [&](const ast::Definition &X) {
+    const ast::Definition *Cur = &X;
+    for (unsigned Depth = 0; Cur && Depth < 256; ++Depth) {
+      if (Cur->Damaged)
+        return true;
+      DefInfo *Base = Cur->Base.empty() ? nullptr : UserDefs.lookup(Cur->Base);
+      Cur = Base ? Base->AST : nullptr;
+    }
+    return false;
+  };
   for (const ast::Definition &AST : Main->Definitions) {
     DefInfo *D = UserDefs.lookup(AST.Name);
     if (!D || D->AST != &AST)
       continue; // a duplicate, already reported
+    if (Damaged(AST))
+      continue;
     if (AST.Kind != ast::DefKind::Recipe) {
       checkDefinition(*D);
       continue;

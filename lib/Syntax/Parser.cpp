@@ -197,15 +197,18 @@ std::string describeExpected(const antlr4::misc::IntervalSet &Set, const antlr4:
 /// Turns ANTLR's recognition errors into diagnostics that name what was
 /// found, what could come instead, and which block is left open.
 ///
-/// Only the first syntax error is reported, and parsing stops there: what
-/// ANTLR's recovery finds after it is mostly the same mistake seen again
-/// (`recipe recipe {}` would also complain about the '{'), and a parse that
-/// goes on after an error is no longer bounded by the token pass's nesting
-/// and operator counts.
+/// Only the first syntax error of a parse is reported, and that parse stops
+/// there: what ANTLR's recovery finds after it is mostly the same mistake
+/// seen again (`recipe recipe {}` would also complain about the '{'), and a
+/// parse that goes on after an error is no longer bounded by the token pass's
+/// nesting and operator counts. parseBuffer recovers by itself instead: it
+/// blanks the entry that holds the error and parses again.
 class DiagnosingErrorStrategy : public antlr4::DefaultErrorStrategy {
 public:
   DiagnosingErrorStrategy(DiagnosticEngine &Diags, const Locator &Loc) : Diags(Diags), Loc(Loc) {}
   unsigned NumErrors = 0;
+  /// The token the first error was found at (its index in the stream), or -1.
+  ssize_t OffendingIndex = -1;
 
 protected:
   void reportNoViableAlternative(antlr4::Parser *P, const antlr4::NoViableAltException &E) override {
@@ -248,6 +251,8 @@ private:
 
   void report(antlr4::Parser *P, Token *Offending, const antlr4::misc::IntervalSet &Expected) {
     ++NumErrors;
+    if (Offending)
+      OffendingIndex = ssize_t(Offending->getTokenIndex());
     reportFirst(P, Offending, Expected);
     throw antlr4::ParseCancellationException();
   }
@@ -666,6 +671,48 @@ private:
 
 class SilentListener : public antlr4::BaseErrorListener {};
 
+/// The byte range of the entry that holds token K, for syntax-error
+/// recovery: from the first token of its line (or after a ';' or brace) at
+/// K's brace depth to the last before the next line, ';' or closing brace.
+/// Empty when K is outside every block (a broken definition header has no
+/// entry to skip).
+std::pair<size_t, size_t> entryAround(const std::vector<Token *> &Toks, size_t K) {
+  std::vector<int> Depth(Toks.size(), 0);
+  int D = 0;
+  for (size_t I = 0; I < Toks.size(); ++I) {
+    if (Toks[I]->getType() == MoeLexer::RBRACE)
+      --D;
+    Depth[I] = D;
+    if (Toks[I]->getType() == MoeLexer::LBRACE)
+      ++D;
+  }
+  // Unbalanced braces (a block left open) leave no entry to skip that would
+  // not misplace every brace after it.
+  if (D != 0 || K >= Toks.size() || Toks[K]->getType() == Token::EOF || Depth[K] <= 0)
+    return {0, 0};
+  auto Separator = [&](size_t I) {
+    unsigned T = Toks[I]->getType();
+    return T == MoeLexer::LBRACE || T == MoeLexer::RBRACE || Toks[I]->getText() == ";";
+  };
+  size_t Begin = K;
+  if (Toks[K]->getType() == MoeLexer::RBRACE) { // the entry before it is the broken one
+    if (K == 0 || Separator(K - 1))
+      return {0, 0};
+    Begin = K - 1;
+  }
+  size_t Last = Begin;
+  while (Begin > 0 && !Separator(Begin - 1) &&
+         !(Toks[Begin - 1]->getLine() != Toks[Begin]->getLine() && Depth[Begin] == Depth[K]))
+    --Begin;
+  while (Last + 1 < Toks.size() && Toks[Last + 1]->getType() != Token::EOF &&
+         !(Toks[Last + 1]->getText() == ";" || Toks[Last + 1]->getType() == MoeLexer::RBRACE) &&
+         !(Toks[Last + 1]->getLine() != Toks[Last]->getLine() && Depth[Last + 1] <= Depth[K]))
+    ++Last;
+  if (Toks[Last]->getType() == MoeLexer::RBRACE)
+    return {0, 0};
+  return {size_t(Toks[Begin]->getStartIndex()), size_t(Toks[Last]->getStopIndex()) + 1};
+}
+
 } // namespace
 
 std::unique_ptr<ast::File> moec::parseBuffer(unsigned BufferID, DiagnosticEngine &Diags,
@@ -677,45 +724,75 @@ std::unique_ptr<ast::File> moec::parseBuffer(unsigned BufferID, DiagnosticEngine
 
   unsigned ErrorsBefore = Diags.errorCount();
   try {
-    antlr4::ANTLRInputStream Input(Text.data(), Text.size());
-    Locator Loc(Text, Input.size());
-    MoeLexer Lexer(&Input);
-    SilentListener Silent;
-    Lexer.removeErrorListeners();
-    Lexer.addErrorListener(&Silent);
-    BoundedTokenStream Tokens(&Lexer);
-    if (!Tokens.fillAtMost(MaxTokens)) {
-      Diags.report(diag::too_many_tokens, Loc.range(Tokens.get(MaxTokens)), MaxTokens);
-      return nullptr;
-    }
-    if (!checkTokens(Tokens, Loc, Diags, Limits))
-      return nullptr;
+    // Syntax-error recovery parses again with the broken entry blanked (its
+    // bytes made spaces, newlines kept), so that the file's later errors
+    // still show. Offsets, and so every location, are those of the original
+    // text; a file with non-ASCII bytes keeps to the first error (a blanked
+    // multi-byte character would shift ANTLR's code-point indices).
+    constexpr unsigned MaxRecoveries = 20;
+    bool Ascii = llvm::all_of(Text, [](char C) { return (unsigned char)C < 0x80; });
+    std::string Work = Text.str();
+    std::vector<std::pair<size_t, size_t>> Blanked;
+    for (unsigned Round = 0;; ++Round) {
+      antlr4::ANTLRInputStream Input(Work.data(), Work.size());
+      Locator Loc(Text, Input.size());
+      MoeLexer Lexer(&Input);
+      SilentListener Silent;
+      Lexer.removeErrorListeners();
+      Lexer.addErrorListener(&Silent);
+      BoundedTokenStream Tokens(&Lexer);
+      if (!Tokens.fillAtMost(MaxTokens)) {
+        Diags.report(diag::too_many_tokens, Loc.range(Tokens.get(MaxTokens)), MaxTokens);
+        return nullptr;
+      }
+      if (Round == 0 && !checkTokens(Tokens, Loc, Diags, Limits))
+        return nullptr;
 
-    MoeParser Parser(&Tokens);
-    Parser.removeErrorListeners();
-    Parser.addErrorListener(&Silent);
-    auto Strategy = std::make_shared<DiagnosingErrorStrategy>(Diags, Loc);
-    Parser.setErrorHandler(Strategy);
-    Parser.getInterpreter<antlr4::atn::ParserATNSimulator>()->setPredictionMode(
-        antlr4::atn::PredictionMode::SLL);
-    MoeParser::FileContext *Tree = nullptr;
-    try {
-      Tree = Parser.file();
-    } catch (const antlr4::ParseCancellationException &) {
-      // The first syntax error was reported; see DiagnosingErrorStrategy.
+      MoeParser Parser(&Tokens);
+      Parser.removeErrorListeners();
+      Parser.addErrorListener(&Silent);
+      auto Strategy = std::make_shared<DiagnosingErrorStrategy>(Diags, Loc);
+      Parser.setErrorHandler(Strategy);
+      Parser.getInterpreter<antlr4::atn::ParserATNSimulator>()->setPredictionMode(
+          antlr4::atn::PredictionMode::SLL);
+      MoeParser::FileContext *Tree = nullptr;
+      try {
+        Tree = Parser.file();
+      } catch (const antlr4::ParseCancellationException &) {
+        // The first syntax error was reported; see DiagnosingErrorStrategy.
+      }
+      if (Tree && !Strategy->NumErrors) {
+        if (Blanked.empty() && Diags.errorCount() != ErrorsBefore)
+          return nullptr;
+        ASTBuilder Builder(Loc, Diags);
+        // A missing ';' is reported but does not hide the file's other errors.
+        auto F = Builder.build(Tree, BufferID);
+        for (ast::Definition &D : F->Definitions) {
+          size_t Begin = size_t(D.Range.Start.getPointer() - Text.data()),
+                 End = size_t(D.Range.End.getPointer() - Text.data());
+          for (auto [B, E] : Blanked)
+            D.Damaged |= B < End && E > Begin;
+        }
+        if (F->Imports.empty() && F->Definitions.empty()) {
+          if (!Blanked.empty())
+            return nullptr; // everything was broken: the syntax errors say why
+          llvm::SMLoc Start = llvm::SMLoc::getFromPointer(Text.data());
+          Diags.report(diag::empty_file, llvm::SMRange(Start, Start));
+          return nullptr;
+        }
+        return F;
+      }
+      if (!Ascii || Round >= MaxRecoveries || Strategy->OffendingIndex < 0)
+        return nullptr;
+      std::vector<Token *> Toks = Tokens.getTokens();
+      auto [B, E] = entryAround(Toks, size_t(Strategy->OffendingIndex));
+      if (B >= E)
+        return nullptr;
+      for (size_t I = B; I < E && I < Work.size(); ++I)
+        if (Work[I] != '\n')
+          Work[I] = ' ';
+      Blanked.push_back({B, E});
     }
-    if (!Tree || Strategy->NumErrors || Diags.errorCount() != ErrorsBefore)
-      return nullptr;
-
-    ASTBuilder Builder(Loc, Diags);
-    // A missing ';' is reported but does not hide the file's other errors.
-    auto F = Builder.build(Tree, BufferID);
-    if (F->Imports.empty() && F->Definitions.empty()) {
-      llvm::SMLoc Start = llvm::SMLoc::getFromPointer(Text.data());
-      Diags.report(diag::empty_file, llvm::SMRange(Start, Start));
-      return nullptr;
-    }
-    return F;
   } catch (const std::exception &E) {
     // ANTLR recovers from recognition errors itself; anything else escaping
     // is reported rather than allowed to terminate the tool.

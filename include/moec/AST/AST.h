@@ -144,6 +144,9 @@ struct Definition {
   llvm::SMRange BaseRange;
   std::vector<Entry> Entries;
   llvm::SMRange Range;
+  /// A syntax error was recovered from inside it (an entry was skipped):
+  /// its name resolves, but it is not checked, nor what extends it.
+  bool Damaged = false;
 };
 
 struct Import {
