@@ -290,13 +290,15 @@ TEST(ParserRoundTrip, RangesPointIntoTheSource) {
 
 namespace {
 /// Text must give at least one error (ExpectedId among them, if given) and,
-/// unless MayKeepTree, no tree.
+/// unless MayKeepTree, no tree, or one whose definitions the parser
+/// recovered in are marked damaged (it skipped the broken entry).
 void expectRejected(StringRef Text, StringRef ExpectedId = "", ParseLimits Limits = {}, bool MayKeepTree = false) {
   std::unique_ptr<Parsed> P;
   EXPECT_NO_THROW(P = std::make_unique<Parsed>(Text, "bad.moe", Limits)) << Text.str();
   ASSERT_TRUE(P);
-  if (!MayKeepTree) {
-    EXPECT_EQ(P->File, nullptr) << Text.str();
+  if (!MayKeepTree && P->File) {
+    EXPECT_TRUE(llvm::any_of(P->File->Definitions, [](const ast::Definition &D) { return D.Damaged; }))
+        << Text.str();
   }
   EXPECT_TRUE(P->hasError()) << Text.str();
   for (const Diagnostic &D : P->Final) {
@@ -334,6 +336,20 @@ TEST(ParserErrors, SyntaxErrorsAreDiagnostics) {
   expectRejected("recipe r { s = \"a\\qb\" }\n", "invalid-escape");
   expectRejected("recipe r { a = 1 $ }", "stray-character");
   expectRejected("recipe r { a = 1 ` }", "stray-character");
+}
+
+TEST(ParserErrors, RecoveryGoesOnAfterABrokenEntry) {
+  Parsed P("recipe a { x = = 1 }\nrecipe b { y = 2 }\n");
+  ASSERT_TRUE(P.File) << P.summary();
+  ASSERT_EQ(P.File->Definitions.size(), 2u);
+  EXPECT_TRUE(P.File->Definitions[0].Damaged);
+  EXPECT_TRUE(P.File->Definitions[0].Entries.empty());
+  EXPECT_FALSE(P.File->Definitions[1].Damaged);
+  ASSERT_EQ(P.File->Definitions[1].Entries.size(), 1u);
+  EXPECT_TRUE(P.hasError());
+  // An open block is not recovered from.
+  Parsed Open("recipe a { x = 1\nrecipe b { y = 2 }\n");
+  EXPECT_EQ(Open.File, nullptr);
 }
 
 TEST(ParserErrors, EncodingAndEmptyInput) {
