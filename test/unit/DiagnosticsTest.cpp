@@ -341,7 +341,7 @@ TEST(DiagEngine, ErrorCap) {
   EXPECT_EQ(Cap.Sev, Severity::Error);
   EXPECT_EQ(Cap.Message, "too many errors emitted (3); stopping now");
   ASSERT_EQ(Cap.Notes.size(), 1u);
-  EXPECT_EQ(Cap.Notes[0].Message, "2 more errors were not shown");
+  EXPECT_EQ(Cap.Notes[0].Message, "errors not shown: 2 more");
   EXPECT_FALSE(Cap.Range.Start.isValid());
 }
 

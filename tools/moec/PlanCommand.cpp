@@ -5,6 +5,7 @@
 #include "moec/Diag/DiagnosticRenderers.h"
 #include "moec/Emit/Plan.h"
 #include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/Process.h"
 #include "llvm/Support/raw_ostream.h"
 #include <fmt/format.h>
 
@@ -61,6 +62,11 @@ int runPlan() {
       llvm::errs() << "moec plan: " << llvm::toString(std::move(E)) << "\n";
       return ExitUsage;
     }
+  } else if (llvm::sys::Process::StandardOutIsDisplayed() && !PlanFormat.getNumOccurrences()) {
+    // At a terminal the document (tens of KB of TOML) would bury the summary:
+    // say how to get it instead. A pipe or file still gets the document.
+    llvm::errs() << "moec plan: the plan itself is not printed to a terminal; write it with -o plan.toml, or "
+                    "pass --format toml|json to print it\n";
   } else {
     llvm::outs() << Document;
   }
