@@ -317,11 +317,42 @@ void moec::printPlanSummary(const Plan &P, llvm::raw_ostream &OS) {
     OS << fmt::format("            {:.0f} useful (text) tokens/s/GPU\n", T.UsefulTokensPerSecPerGpu);
 }
 
+/// `[0 1]`, and runs of three or more consecutive ranks as `[32-63]`.
 static std::string rankList(const std::vector<int64_t> &Ranks) {
   std::vector<std::string> Parts;
-  for (int64_t R : Ranks)
-    Parts.push_back(std::to_string(R));
+  for (size_t I = 0; I < Ranks.size();) {
+    size_t J = I;
+    while (J + 1 < Ranks.size() && Ranks[J + 1] == Ranks[J] + 1)
+      ++J;
+    if (J - I >= 2) {
+      Parts.push_back(fmt::format("{}-{}", Ranks[I], Ranks[J]));
+    } else {
+      for (size_t K = I; K <= J; ++K)
+        Parts.push_back(std::to_string(Ranks[K]));
+    }
+    I = J + 1;
+  }
   return "[" + llvm::join(Parts, " ") + "]";
+}
+
+/// Head, then Items separated by spaces, wrapped before column Width with
+/// continuation lines indented under the first item: a 256-rank group list
+/// or a 512-micro-batch schedule stays readable in a terminal.
+static void printWrapped(llvm::raw_ostream &OS, const std::string &Head, llvm::ArrayRef<std::string> Items,
+                         size_t Width = 100) {
+  std::string Line = Head;
+  std::string Indent(Head.size(), ' ');
+  bool First = true;
+  for (const std::string &Item : Items) {
+    if (!First && Line.size() + 1 + Item.size() > Width) {
+      OS << Line << "\n";
+      Line = Indent + Item;
+    } else {
+      Line += (First ? "" : " ") + Item;
+    }
+    First = false;
+  }
+  OS << Line << "\n";
 }
 
 void moec::printLayout(const Plan &P, llvm::raw_ostream &OS) {
@@ -338,7 +369,7 @@ void moec::printLayout(const Plan &P, llvm::raw_ostream &OS) {
       std::vector<std::string> Parts;
       for (const std::vector<int64_t> &G : P.Grid->groups(Name))
         Parts.push_back(rankList(G));
-      OS << fmt::format("    {:<9}{}\n", Name.str(), llvm::join(Parts, " "));
+      printWrapped(OS, fmt::format("    {:<9}", Name.str()), Parts);
     };
     for (llvm::StringRef Name : ProcessGrid::denseGroupNames())
       PrintKind(Name);
@@ -370,7 +401,7 @@ void moec::printLayout(const Plan &P, llvm::raw_ostream &OS) {
     std::vector<std::string> Ops;
     for (const ScheduledOp &Op : PL.Schedule[Rank])
       Ops.push_back(fmt::format("{}{}.{}", Op.K == ScheduledOp::Forward ? 'F' : 'B', Op.Microbatch, Op.Chunk));
-    OS << fmt::format("    pp rank {} (peak {} in flight): {}\n", Rank, PL.PeakInFlight[Rank], llvm::join(Ops, " "));
+    printWrapped(OS, fmt::format("    pp rank {} (peak {} in flight): ", Rank, PL.PeakInFlight[Rank]), Ops);
   }
   if (!P.Grid)
     return;
