@@ -98,7 +98,25 @@ void writeFacts(const Plan &P, llvm::ArrayRef<SweepPoint> Sweep, llvm::raw_ostre
 }
 } // namespace
 
-std::string moec::renderHtmlReport(const Plan &P, llvm::ArrayRef<SweepPoint> Sweep) {
+namespace {
+void writeDiagnostics(llvm::ArrayRef<ReportDiagnostic> Diagnostics, llvm::raw_ostream &OS) {
+  OS << "<section id=\"diagnostics\">\n<h2>Diagnostics</h2>\n";
+  if (Diagnostics.empty()) {
+    OS << "<p>moec check reports nothing for this recipe.</p>\n</section>\n";
+    return;
+  }
+  OS << "<table class=\"diagnostics\"><tr><th>severity</th><th>where</th><th>message</th><th>id</th></tr>";
+  for (const ReportDiagnostic &D : Diagnostics)
+    OS << "<tr class=\"" << escapeHtml(D.Severity) << "\" data-id=\"" << escapeHtml(D.Id) << "\"><td>"
+       << escapeHtml(D.Severity) << "</td><td>" << escapeHtml(D.Where) << "</td><td>" << escapeHtml(D.Message)
+       << (D.Point.empty() ? std::string() : " (" + escapeHtml(D.Point) + ")") << "</td><td>" << escapeHtml(D.Id)
+       << "</td></tr>";
+  OS << "</table>\n</section>\n";
+}
+} // namespace
+
+std::string moec::renderHtmlReport(const Plan &P, llvm::ArrayRef<SweepPoint> Sweep,
+                                   llvm::ArrayRef<ReportDiagnostic> Diagnostics) {
   std::string Page;
   llvm::raw_string_ostream OS(Page);
   std::string Title = "moec report: " + (P.R.PointName.empty() ? P.R.Name : P.R.PointName);
@@ -115,6 +133,7 @@ std::string moec::renderHtmlReport(const Plan &P, llvm::ArrayRef<SweepPoint> Swe
   writeStepTimeFigure(P, OS);
   if (!Sweep.empty())
     writeSweepFigure(Sweep, P.R.PointName, OS);
+  writeDiagnostics(Diagnostics, OS);
   OS << "</body>\n</html>\n";
   return std::move(OS.str());
 }

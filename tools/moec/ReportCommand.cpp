@@ -35,9 +35,30 @@ std::string outputPath() {
   return std::string(Name);
 }
 
-int writeReport(const Plan &P, llvm::ArrayRef<SweepPoint> Sweep) {
+/// The diagnostics as the page lists them: every one moec check shows,
+/// remarks included.
+std::vector<ReportDiagnostic> pageDiagnostics(const Compilation &C, llvm::ArrayRef<Diagnostic> Final) {
+  std::vector<ReportDiagnostic> Out;
+  for (const Diagnostic &D : Final) {
+    ReportDiagnostic R;
+    R.Severity = severityName(D.Sev).str();
+    R.Id = getDiagInfo(D.ID).Id.str();
+    R.Message = D.Message;
+    R.Point = llvm::StringRef(D.Recipe).endswith("]") ? D.Recipe : "";
+    if (D.Range.Start.isValid()) {
+      unsigned Buf = C.SM.FindBufferContainingLoc(D.Range.Start);
+      auto [Line, Col] = C.SM.getLineAndColumn(D.Range.Start, Buf);
+      R.Where = fmt::format("{}:{}:{}", llvm::sys::path::filename(C.SM.getMemoryBuffer(Buf)->getBufferIdentifier()).str(),
+                            Line, Col);
+    }
+    Out.push_back(std::move(R));
+  }
+  return Out;
+}
+
+int writeReport(const Plan &P, llvm::ArrayRef<SweepPoint> Sweep, llvm::ArrayRef<ReportDiagnostic> Diagnostics) {
   std::string Out = outputPath();
-  if (llvm::Error E = writeFileAtomically(Out, renderHtmlReport(P, Sweep))) {
+  if (llvm::Error E = writeFileAtomically(Out, renderHtmlReport(P, Sweep, Diagnostics))) {
     llvm::errs() << "moec report: " << llvm::toString(std::move(E)) << "\n";
     return ExitUsage;
   }
@@ -83,7 +104,7 @@ int runReport() {
       llvm::errs() << "moec report: " << R.PointName << ": " << llvm::toString(P.takeError()) << "\n";
       return ExitErrors;
     }
-    return writeReport(*P, {});
+    return writeReport(*P, {}, pageDiagnostics(*C, Final));
   }
 
   std::vector<SweepPoint> Points = evaluateSweep(C->Recipes, Final, /*PredictMemoryPruned=*/true);
@@ -111,7 +132,7 @@ int runReport() {
     size_t Feasible = llvm::count_if(Points, [](const SweepPoint &S) { return S.Feasible; });
     llvm::errs() << fmt::format("moec report: {} points, {} feasible; the figures draw {}\n", Points.size(), Feasible,
                                 Shown->Name);
-    return writeReport(*P, Points);
+    return writeReport(*P, Points, pageDiagnostics(*C, Final));
   }
   llvm::errs() << "moec report: lost sweep point " << Shown->Name << "\n";
   return ExitErrors;

@@ -7,7 +7,8 @@
 //   * #schedule — the pipeline schedule in time per stage (Timeline.h),
 //   * #grid     — the rank grid coloured by tp, cp, ep, dp and pp group,
 //   * #time     — the predicted step time by cause,
-//   * #sweep    — for sweeps, predicted tokens/s against peak memory.
+//   * #sweep    — for sweeps, predicted tokens/s against peak memory,
+// then the recipe's diagnostics (<section id="diagnostics">).
 // Elements carry classes and data- attributes (stage, rank, op kind) so that
 // tests and other tools can read the page back. Every piece of text from
 // the recipe is escaped.
@@ -38,9 +39,16 @@ void writeStepTimeFigure(const Plan &P, llvm::raw_ostream &OS);
 /// figures draw.
 void writeSweepFigure(llvm::ArrayRef<SweepPoint> Points, llvm::StringRef Shown, llvm::raw_ostream &OS);
 
+/// A diagnostic as the page lists it (the engine's text, already located).
+struct ReportDiagnostic {
+  std::string Severity, Id, Message, Where, Point;
+};
+
 /// The whole page for P; with Sweep non-empty the sweep figure follows and
-/// the header says that P is one of its points.
-std::string renderHtmlReport(const Plan &P, llvm::ArrayRef<SweepPoint> Sweep = {});
+/// the header says that P is one of its points. Diagnostics (what `moec
+/// check` says of the recipe) are listed in a <section id="diagnostics">.
+std::string renderHtmlReport(const Plan &P, llvm::ArrayRef<SweepPoint> Sweep = {},
+                             llvm::ArrayRef<ReportDiagnostic> Diagnostics = {});
 
 /// Figures past these sizes are summarised in text rather than drawn: the
 /// page stays small enough for a browser.
