@@ -50,6 +50,7 @@ svg text.axis-label { fill: #666; }
 svg text.op-label { fill: #111; font-size: 10px; pointer-events: none; }
 svg text.rank-label { font-size: 9px; pointer-events: none; }
 svg text.hbm-label { fill: #d62728; }
+svg text.bar-value { font-size: 10px; fill: #333; pointer-events: none; }
 line.gridline { stroke: #eee; }
 line.hbm { stroke: #d62728; stroke-width: 2; stroke-dasharray: 6 3; }
 g.stage rect.over-outline { stroke: #d62728; stroke-width: 2; }

@@ -70,6 +70,10 @@ void moec::writeMemoryFigure(const Plan &P, llvm::raw_ostream &OS) {
     }
     if (Over)
       rect(OS, X, Y(Base), BarW, Y(0) - Y(Base), "over-outline", "none");
+    // The total on the bar itself, so that a saved or printed page (no
+    // hover) still says it, where the bars are wide enough to hold it.
+    if (S % LabelEvery == 0)
+      text(OS, X + BarW / 2, Y(Base) - 4, fmt::format("{:.1f}", B.total() / 1e9), "bar-value", "middle");
     OS << "</g>";
     if (S % LabelEvery == 0)
       text(OS, X + BarW / 2, TopPad + Height + 16, std::to_string(S), "tick", "middle");
