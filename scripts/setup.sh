@@ -12,6 +12,7 @@ packages=(
   libopenmpi-dev openmpi-bin libopenblas-dev
   clang-14 libclang-rt-14-dev
   chromium
+  procps   # pgrep, for the moec run interruption test
 )
 
 missing=()

@@ -233,12 +233,6 @@ VisionFlops visionFlopsPerImage(const ModelSpec &M, double Patches, const Calibr
   return F;
 }
 
-void imagePayload(const Recipe &R, double &Images, double &Patches, double &ImageTokens) {
-  ImagePayload P = imagePayloadOf(R);
-  Images = P.Images;
-  Patches = P.PatchesPerImage;
-  ImageTokens = P.ImageTokens;
-}
 
 //===----------------------------------------------------------------------===//
 // Step time
@@ -256,7 +250,8 @@ FlopCount countFlopsWith(const Recipe &R, const Calibration &C);
 
 class StepModel {
 public:
-  StepModel(const Recipe &R, const PipelinePlan &P, const Calibration &C) : R(R), P(P), C(C), M(R.Model) {
+  StepModel(const Recipe &R, const PipelinePlan &P, const Calibration &C, const MemoryEstimate *Memory)
+      : R(R), P(P), C(C), M(R.Model), Memory(Memory) {
     ParallelSizes Sizes = ParallelSizes::of(R);
     TP = Sizes.TP;
     CP = Sizes.CP;
@@ -289,6 +284,7 @@ private:
   const PipelinePlan &P;
   const Calibration &C;
   const ModelSpec &M;
+  const MemoryEstimate *Memory; // the plan's, when the caller has it
   int64_t TP, CP, EP, ETP, PP, World, DP, EDP, Domain;
   double Seq, Mbs, Vocab, PeakBf16, PeakLow, EffLow, Hbm, NVL, Net, TokensPerGpu;
   double HostUncapturedDense = 1, HostUncapturedMoE = 1;
@@ -633,8 +629,8 @@ StepTimeBreakdown StepModel::run() {
   };
 
   // Vision encoder on the first stage, once per micro batch.
-  double Images = 0, Patches = 0, ImageTokens = 0;
-  imagePayload(R, Images, Patches, ImageTokens);
+  ImagePayload Payload = imagePayloadOf(R);
+  double Images = Payload.Images, Patches = Payload.PatchesPerImage;
   VisionFlops VF = visionFlopsPerImage(M, Patches, C);
 
   for (size_t V = 0; V < Stages.size(); ++V) {
@@ -672,7 +668,10 @@ StepTimeBreakdown StepModel::run() {
   // own streams (fine_grained_activation_offload.py); only what the copies
   // take beyond the pass they overlap is exposed.
   if (!R.OffloadModules.empty()) {
-    MemoryEstimate Mem = estimateMemory(R, P, C);
+    llvm::Optional<MemoryEstimate> Own;
+    if (!Memory)
+      Own = estimateMemory(R, P, C);
+    const MemoryEstimate &Mem = Memory ? *Memory : *Own;
     double LinkBw = (R.Gpu.HostLinkBytesPerSec > 0 ? R.Gpu.HostLinkBytesPerSec : C.DefaultHostLinkBytesPerSec) *
                     C.HostLinkEfficiency;
     for (size_t I = 0; I < Ranks.size() && I < Mem.OffloadedPerMicrobatch.size(); ++I) {
@@ -773,8 +772,8 @@ FlopCount countFlopsWith(const Recipe &R, const Calibration &C) {
   // gradients only (its attention core's second backward pass is not counted).
   F.DecoderPerToken = (R.LanguageFrozen ? 2 : 3) * Forward;
 
-  double Images = 0, Patches = 0, ImageTokens = 0;
-  imagePayload(R, Images, Patches, ImageTokens);
+  ImagePayload Payload = imagePayloadOf(R);
+  double Images = Payload.Images, Patches = Payload.PatchesPerImage, ImageTokens = Payload.ImageTokens;
   if (Images > 0) {
     VisionFlops V = visionFlopsPerImage(M, Patches, C);
     double Encoder = (R.VisionFrozen ? 1 : 3) * (V.EncoderGemm + V.EncoderCore);
@@ -788,6 +787,7 @@ FlopCount countFlopsWith(const Recipe &R, const Calibration &C) {
 
 FlopCount moec::countFlops(const Recipe &R) { return countFlopsWith(R, Calibration::defaults()); }
 
-StepTimeBreakdown moec::predictStepTime(const Recipe &R, const PipelinePlan &P, const Calibration &C) {
-  return StepModel(R, P, C).run();
+StepTimeBreakdown moec::predictStepTime(const Recipe &R, const PipelinePlan &P, const Calibration &C,
+                                        const MemoryEstimate *Memory) {
+  return StepModel(R, P, C, Memory).run();
 }

@@ -658,51 +658,34 @@ llvm::Optional<Value> Scope::evalNamed(const ast::Expr &E, const FieldSpec &F) {
     return EnumName(E, {"gqa"}, "attention (gqa or mla(...))");
   case FieldType::Recompute:
     return EnumName(E, {"none", "full"}, "recompute setting (none, full, full(...) or selective(...))");
-  case FieldType::ScopeList: {
-    Value V;
-    V.K = Value::Kind::List;
-    V.Range = E.getRange();
-    if (const auto *P = llvm::dyn_cast<ast::PathExpr>(&E); P && P->joined() == "none")
-      return V;
-    if (const auto *L = llvm::dyn_cast<ast::ListExpr>(&E); L && E.getKind() == ast::Expr::Kind::List) {
-      for (const ast::ExprPtr &X : L->Elements) {
-        auto N = EnumName(*X, Allowed, "CUDA-graph scope");
-        if (!N)
-          return llvm::None;
-        V.Elements.push_back(*N);
-      }
-      return V;
-    }
-    auto N = EnumName(E, Allowed, "CUDA-graph scope");
-    if (!N)
-      return llvm::None;
-    V.Elements.push_back(*N);
-    return V;
-  }
+  case FieldType::ScopeList:
   case FieldType::FlagOrList: {
-    // A list of modules (a bare name is a list of one); true/false were
-    // taken before.
+    // `none` (scopes only), a list of names, or a bare name (a list of
+    // one); a flag's true/false were taken before.
+    bool Scopes = F.Type == FieldType::ScopeList;
+    StringRef What = Scopes ? "CUDA-graph scope" : "offload module";
     Value V;
     V.K = Value::Kind::List;
     V.Range = E.getRange();
-    const auto *L = llvm::dyn_cast<ast::ListExpr>(&E);
-    if (L && E.getKind() == ast::Expr::Kind::List) {
-      for (const ast::ExprPtr &X : L->Elements) {
-        auto N = EnumName(*X, Allowed, "offload module");
-        if (!N)
-          return llvm::None;
-        V.Elements.push_back(*N);
-      }
-      if (V.Elements.empty()) {
+    if (const auto *P = llvm::dyn_cast<ast::PathExpr>(&E); Scopes && P && P->joined() == "none")
+      return V;
+    std::vector<const ast::Expr *> Items;
+    if (const auto *L = llvm::dyn_cast<ast::ListExpr>(&E); L && E.getKind() == ast::Expr::Kind::List) {
+      for (const ast::ExprPtr &X : L->Elements)
+        Items.push_back(X.get());
+      if (Items.empty() && !Scopes) {
         S.Diags.report(diag::type_mismatch, E.getRange(), F.Path, describeType(F), "an empty list");
         return llvm::None;
       }
-      return V;
+    } else {
+      Items.push_back(&E);
     }
-    auto N = EnumName(E, Allowed, "offload module");
-    if (!N)
-      return llvm::None;
-    V.Elements.push_back(*N);
+    for (const ast::Expr *X : Items) {
+      auto N = EnumName(*X, Allowed, What);
+      if (!N)
+        return llvm::None;
+      V.Elements.push_back(*N);
+    }
     return V;
   }
   default:

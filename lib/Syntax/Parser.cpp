@@ -208,7 +208,7 @@ public:
   DiagnosingErrorStrategy(DiagnosticEngine &Diags, const Locator &Loc) : Diags(Diags), Loc(Loc) {}
   unsigned NumErrors = 0;
   /// The token the first error was found at (its index in the stream), or -1.
-  ssize_t OffendingIndex = -1;
+  int64_t OffendingIndex = -1;
 
 protected:
   void reportNoViableAlternative(antlr4::Parser *P, const antlr4::NoViableAltException &E) override {
@@ -252,7 +252,7 @@ private:
   void report(antlr4::Parser *P, Token *Offending, const antlr4::misc::IntervalSet &Expected) {
     ++NumErrors;
     if (Offending)
-      OffendingIndex = ssize_t(Offending->getTokenIndex());
+      OffendingIndex = int64_t(Offending->getTokenIndex());
     reportFirst(P, Offending, Expected);
     throw antlr4::ParseCancellationException();
   }

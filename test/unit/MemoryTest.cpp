@@ -719,7 +719,6 @@ recipe dsv3_pp4 {
 )"));
   ASSERT_EQ(Rs.All.size(), 2u);
   double Pp1 = peak(estimate(Rs.All[0])).CudaGraphPools, Pp4 = peak(estimate(Rs.All[1])).CudaGraphPools;
-  std::printf("graph pools: PP1 %.2f GB, PP4 %.2f GB\n", Pp1 / 1e9, Pp4 / 1e9);
   EXPECT_GT(Pp1, 1e9);
   EXPECT_LT(Pp1, 6e9);
   EXPECT_GT(Pp4, 10e9);

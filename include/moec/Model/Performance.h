@@ -15,6 +15,7 @@
 
 #include "moec/Layout/Pipeline.h"
 #include "moec/Model/Calibration.h"
+#include "moec/Model/Memory.h"
 #include "moec/Sema/Recipe.h"
 
 namespace moec {
@@ -60,8 +61,12 @@ struct StepTimeBreakdown {
   int64_t Microbatches = 0;  // per step per data-parallel rank
   int64_t SlowestStage = 0;  // pipeline rank that sets the pace
 };
+/// Memory, when given, is the estimate for the same recipe and plan (the
+/// step model reads the bytes fine-grained activation offload moves); when
+/// null it is computed here if the recipe offloads modules.
 StepTimeBreakdown predictStepTime(const Recipe &R, const PipelinePlan &P,
-                                  const Calibration &C = Calibration::defaults());
+                                  const Calibration &C = Calibration::defaults(),
+                                  const MemoryEstimate *Memory = nullptr);
 
 } // namespace moec
 
