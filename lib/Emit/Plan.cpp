@@ -238,6 +238,13 @@ json::Value moec::planToJSON(const Plan &P) {
                                                                {"host", T.Host},
                                                                {"activation_offload", T.ActivationOffload},
                                                                {"optimizer", T.Optimizer}}}};
+  json::Array StageForward, StageBackward;
+  for (double Sec : T.StageForwardSec)
+    StageForward.push_back(Sec);
+  for (double Sec : T.StageBackwardSec)
+    StageBackward.push_back(Sec);
+  Out["predicted"].getAsObject()->try_emplace(
+      "virtual_stage_s", json::Object{{"forward", std::move(StageForward)}, {"backward", std::move(StageBackward)}});
   Out["flops"] = json::Object{{"decoder_per_token", P.Flops.DecoderPerToken},
                               {"vision_per_token", P.Flops.VisionPerToken},
                               {"per_step", P.Flops.PerStep}};
@@ -282,6 +289,18 @@ json::Value moec::planToJSON(const Plan &P) {
                                    {"dense", std::move(Dense)},
                                    {"expert", std::move(Expert)},
                                    {"groups", std::move(RankGroups[Rank])}});
+    }
+    // Hierarchical CP (parallel.cp_hierarchy): the groups of each level.
+    auto Levels = hierarchicalGroups(G.groups("cp"), R.Parallel.CpHierarchy);
+    if (!Levels.empty()) {
+      json::Array ByLevel;
+      for (const auto &Level : Levels) {
+        json::Array Arr;
+        for (const auto &Members : Level)
+          Arr.push_back(json::Array(Members));
+        ByLevel.push_back(std::move(Arr));
+      }
+      Out["cp_hierarchy_groups"] = std::move(ByLevel);
     }
     Out["groups"] = std::move(Groups);
     Out["ranks"] = std::move(Ranks);

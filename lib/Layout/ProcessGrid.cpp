@@ -115,3 +115,31 @@ std::vector<int64_t> ProcessGrid::groupOf(int64_t Rank, llvm::StringRef Name) co
   auto [IsExpert, Mask] = expertMask(Name);
   return IsExpert ? Expert.groupOf(Rank, Mask) : Dense.groupOf(Rank, Mask);
 }
+
+std::vector<std::vector<std::vector<int64_t>>>
+moec::hierarchicalGroups(const std::vector<std::vector<int64_t>> &Groups, llvm::ArrayRef<int64_t> Sizes) {
+  int64_t Product = 1;
+  for (int64_t S : Sizes) {
+    if (S < 1)
+      return {};
+    Product *= S;
+  }
+  for (const std::vector<int64_t> &G : Groups)
+    if (int64_t(G.size()) != Product)
+      return {};
+  std::vector<std::vector<std::vector<int64_t>>> Levels(Sizes.size());
+  int64_t Inner = 1; // members apart at this level
+  for (size_t L = 0; L < Sizes.size(); ++L) {
+    const int64_t Size = Sizes[L], Outer = Product / (Inner * Size);
+    for (const std::vector<int64_t> &G : Groups)
+      for (int64_t O = 0; O < Outer; ++O)
+        for (int64_t U = 0; U < Inner; ++U) {
+          std::vector<int64_t> Sub;
+          for (int64_t S = 0; S < Size; ++S)
+            Sub.push_back(G[size_t(O * Size * Inner + S * Inner + U)]);
+          Levels[L].push_back(std::move(Sub));
+        }
+    Inner *= Size;
+  }
+  return Levels;
+}

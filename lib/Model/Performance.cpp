@@ -584,9 +584,12 @@ StepTimeBreakdown StepModel::run() {
     double total() const { return Compute + Recompute + TP + CP + EP + PP + Host + Offload; }
   };
   std::vector<RankTime> Ranks(static_cast<size_t>(PP));
+  // The same seconds by virtual stage and pass, for the schedule's drawing:
+  // per rank they add up to RankTime::total().
+  std::vector<double> StageFwd(Stages.size()), StageBwd(Stages.size());
   double FlopsFactor = 3; // forward + backward in units of the forward
 
-  auto addLayer = [&](RankTime &RT, int64_t Index) {
+  auto addLayer = [&](RankTime &RT, size_t Virtual, int64_t Index) {
     LayerShape S = layerShape(M, Index, &R);
     LayerFlops F = layerFlops(M, S, Seq, Vocab, C);
     LayerMemory E = layerMemory(M, S, R);
@@ -626,6 +629,8 @@ StepTimeBreakdown StepModel::run() {
     RT.Host += std::max(0.0, HostF - DevF) + std::max(0.0, HostB - DevB);
     RT.DeviceFwd += DevF;
     RT.DeviceBwd += DevB;
+    StageFwd[Virtual] += std::max(DevF, HostF);
+    StageBwd[Virtual] += std::max(DevB, HostB);
   };
 
   // Vision encoder on the first stage, once per micro batch.
@@ -637,22 +642,30 @@ StepTimeBreakdown StepModel::run() {
     RankTime &RT = Ranks[V % size_t(PP)];
     const LayoutStage &S = Stages[V];
     for (int64_t I = 0; I < S.DecoderLayers; ++I)
-      addLayer(RT, First[V] + I);
+      addLayer(RT, V, First[V] + I);
     for (int64_t I = 0; I < S.MtpLayers; ++I)
-      addLayer(RT, M.Layers + I);
+      addLayer(RT, V, M.Layers + I);
     if (S.Loss) {
       // Output layer (BF16 in Megatron: not a TE module) and cross entropy.
       double N = TokensPerGpu;
       double Logits = 2 * double(M.Hidden) * Vocab / (PeakBf16 * C.Bf16GemmEfficiency);
-      RT.Compute += (R.LanguageFrozen ? 2 : FlopsFactor) * N * Logits + N * 3 * Vocab * ActBytes / Hbm;
+      double Passes = R.LanguageFrozen ? 2 : FlopsFactor, Loss = N * 3 * Vocab * ActBytes / Hbm;
+      RT.Compute += Passes * N * Logits + Loss;
+      StageFwd[V] += N * Logits + Loss / 3;
+      StageBwd[V] += (Passes - 1) * N * Logits + 2 * Loss / 3;
     }
     if (S.Embedding && Images > 0) {
       double PerGpu = Mbs * Images / double(TP);
       double Enc = R.VisionFrozen ? 1 : FlopsFactor;
       double Rate = R.Prec == Precision::BF16 ? PeakBf16 * C.Bf16GemmEfficiency : PeakLow * EffLow;
-      RT.Compute += PerGpu * (Enc * VF.EncoderGemm / Rate +
-                              Enc * VF.EncoderCore / (PeakBf16 * C.AttentionEfficiency) +
-                              FlopsFactor * VF.Projector / Rate);
+      double Vision = PerGpu * (Enc * VF.EncoderGemm / Rate +
+                                Enc * VF.EncoderCore / (PeakBf16 * C.AttentionEfficiency) +
+                                FlopsFactor * VF.Projector / Rate);
+      RT.Compute += Vision;
+      double VisionFwd = PerGpu * (VF.EncoderGemm / Rate + VF.EncoderCore / (PeakBf16 * C.AttentionEfficiency) +
+                                   VF.Projector / Rate);
+      StageFwd[V] += VisionFwd;
+      StageBwd[V] += Vision - VisionFwd;
     }
     // Pipeline sends: activations forward, gradients backward, per chunk.
     if (PP > 1) {
@@ -660,8 +673,17 @@ StepTimeBreakdown StepModel::run() {
       double BW = World <= Domain ? NVL * C.NVLinkEfficiency : Net * C.NetworkEfficiency;
       double Exposed = VPP > 1 ? 1 - C.CommOverlap : 1;
       RT.PP += 2 * Bytes / BW * Exposed;
+      StageFwd[V] += Bytes / BW * Exposed;
+      StageBwd[V] += Bytes / BW * Exposed;
     }
   }
+  // Per-rank costs below are shared by the rank's chunks alike.
+  auto spreadOverChunks = [&](size_t Rank, double Fwd, double Bwd) {
+    for (size_t V = Rank; V < Stages.size(); V += size_t(PP)) {
+      StageFwd[V] += Fwd / double(VPP);
+      StageBwd[V] += Bwd / double(VPP);
+    }
+  };
 
   // Fine-grained activation offload: the listed modules' inputs go to the
   // host during the forward and come back during the backward, on their
@@ -676,7 +698,9 @@ StepTimeBreakdown StepModel::run() {
                     C.HostLinkEfficiency;
     for (size_t I = 0; I < Ranks.size() && I < Mem.OffloadedPerMicrobatch.size(); ++I) {
       double Copy = Mem.OffloadedPerMicrobatch[I] / LinkBw;
-      Ranks[I].Offload = std::max(0.0, Copy - Ranks[I].DeviceFwd) + std::max(0.0, Copy - Ranks[I].DeviceBwd);
+      double Out = std::max(0.0, Copy - Ranks[I].DeviceFwd), In = std::max(0.0, Copy - Ranks[I].DeviceBwd);
+      Ranks[I].Offload = Out + In;
+      spreadOverChunks(I, Out, In);
     }
   }
 
@@ -685,8 +709,15 @@ StepTimeBreakdown StepModel::run() {
   std::vector<double> DenseParams(Ranks.size()), ExpertParams(Ranks.size());
   for (size_t I = 0; I < Ranks.size(); ++I) {
     paramsOf(Stages, First, int64_t(I), DenseParams[I], ExpertParams[I]);
-    Ranks[I].Compute += (DenseParams[I] + ExpertParams[I]) * C.WeightBytesPerMicrobatch / Hbm;
+    double Traffic = (DenseParams[I] + ExpertParams[I]) * C.WeightBytesPerMicrobatch / Hbm;
+    Ranks[I].Compute += Traffic;
+    // The forward reads the weights once (2 of the 12 bytes); dgrad and
+    // wgrad do the rest.
+    spreadOverChunks(I, Traffic * 2 / C.WeightBytesPerMicrobatch,
+                     Traffic * (1 - 2 / C.WeightBytesPerMicrobatch));
   }
+  B.StageForwardSec = std::move(StageFwd);
+  B.StageBackwardSec = std::move(StageBwd);
 
   size_t Slowest = 0;
   for (size_t I = 1; I < Ranks.size(); ++I)

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cmath>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 using namespace moec;
 using namespace moec::report;
@@ -20,10 +21,11 @@ namespace {
 constexpr int64_t MaxRows = 32;
 const char *const AloneFill = "#d9d9d9";
 
-void writePanel(const Plan &P, llvm::StringRef Kind, llvm::raw_ostream &OS) {
+/// One panel: Kind names the groups (data-group), Title heads the panel.
+void writePanel(const Plan &P, llvm::StringRef Kind, llvm::StringRef Title,
+                const std::vector<std::vector<int64_t>> &Groups, llvm::raw_ostream &OS) {
   const ProcessGrid &G = *P.Grid;
   const int64_t World = G.Dense.worldSize();
-  std::vector<std::vector<int64_t>> Groups = G.groups(Kind);
   std::vector<int64_t> GroupOf(size_t(World), -1);
   for (size_t I = 0; I < Groups.size(); ++I)
     for (int64_t Rank : Groups[I])
@@ -42,7 +44,7 @@ void writePanel(const Plan &P, llvm::StringRef Kind, llvm::raw_ostream &OS) {
   auto X = [&](int64_t Col) { return double(Col) * Cell + double(Col / PerNode) * NodeGap; };
   const double W = X(Cols - 1) + Cell, H = double(Rows) * Cell;
 
-  OS << "<div class=\"panel\"><h3>" << escapeHtml(Kind) << " = " << Size << "</h3>";
+  OS << "<div class=\"panel\"><h3>" << escapeHtml(Title) << " = " << Size << "</h3>";
   OS << "<svg class=\"grid-panel\" data-group=\"" << escapeHtml(Kind) << "\" width=\"" << num(W) << "\" height=\""
      << num(H) << "\" viewBox=\"0 0 " << num(W) << " " << num(H) << "\">";
   for (int64_t Rank = 0; Rank < World; ++Rank) {
@@ -79,13 +81,28 @@ void moec::writeGridFigure(const Plan &P, llvm::raw_ostream &OS) {
     return;
   }
   OS << "<div class=\"panels\">\n";
-  for (llvm::StringRef Kind : {"tp", "cp", "ep", "dp", "pp"})
-    writePanel(P, Kind, OS);
+  for (llvm::StringRef Kind : {"tp", "cp", "ep", "dp", "pp"}) {
+    writePanel(P, Kind, Kind, P.Grid->groups(Kind), OS);
+    if (Kind != "cp")
+      continue;
+    // Hierarchical CP: a panel per level, next to the cp groups they split.
+    const ParallelConfig &Par = P.R.Parallel;
+    auto Levels = hierarchicalGroups(P.Grid->groups("cp"), Par.CpHierarchy);
+    for (size_t L = 0; L < Levels.size(); ++L) {
+      const char *How = Par.CpCommKind != CpComm::A2AP2P ? "" : L == 0 ? " (a2a)" : " (p2p ring)";
+      writePanel(P, fmt::format("cp.{}", L), fmt::format("cp level {}{}", L, How), Levels[L], OS);
+    }
+  }
   OS << "</div>\n<figcaption>"
      << escapeHtml(fmt::format("{} ranks on {} node{} of {} GPUs, one cell per rank in rank order, whole nodes "
                                "to a row (a gap between nodes); ranks of one group share a colour (ep groups "
-                               "are the expert grid's). Grey: groups of one rank. Order: {}.",
+                               "are the expert grid's). Grey: groups of one rank.{} Order: {}.",
                                World, P.R.Nodes, P.R.Nodes == 1 ? "" : "s", P.R.Gpu.GpusPerNode,
+                               P.R.Parallel.CpHierarchy.empty()
+                                   ? std::string()
+                                   : fmt::format(" The cp levels are the hierarchical context-parallel groups "
+                                                 "(cp_hierarchy = [{}], innermost first).",
+                                                 fmt::join(P.R.Parallel.CpHierarchy, ", ")),
                                P.R.Parallel.Order == RankOrder::TpCpEpDpPp ? "tp-cp-ep-dp-pp" : "tp-cp-ep-pp-dp"))
      << "</figcaption>\n</figure>\n";
 }

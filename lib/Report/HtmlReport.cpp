@@ -66,7 +66,10 @@ ul.legend { list-style: none; padding: 0; margin: 6px 0; display: flex; flex-wra
 table.parts, table.points { border-collapse: collapse; margin-top: 8px; }
 table.parts td, table.parts th, table.points td, table.points th { padding: 2px 10px; text-align: left; border-bottom: 1px solid #eee; }
 table.points tr.infeasible { color: #a33; }
-table.points td:nth-child(-n+6) { white-space: nowrap; }
+table.points td:nth-child(-n+6), table.points th { white-space: nowrap; }
+table.points td:nth-child(7) { overflow-wrap: anywhere; min-width: 280px; }
+path.axis-break { stroke: #444; stroke-width: 1.5; fill: none; }
+g.steady rect { stroke: #fff; stroke-width: 0.5; }
 svg text.pt-label { font-size: 10px; fill: #555; }
 )css";
 

@@ -13,6 +13,12 @@ struct Part {
   double Seconds;
 };
 
+/// "1.23 s", "45 ms": three figures in the unit that suits.
+std::string seconds(double S) {
+  return S >= 1 ? fmt::format("{:.3g} s", S) : S >= 1e-3 ? fmt::format("{:.3g} ms", S * 1e3)
+                                                         : fmt::format("{:.3g} us", S * 1e6);
+}
+
 std::vector<Part> partsOf(const StepTimeBreakdown &T) {
   return {{"compute", "compute", "#4e79a7", T.Compute},
           {"recompute", "recompute", "#a0cbe8", T.Recompute},
@@ -48,8 +54,13 @@ void moec::writeStepTimeFigure(const Plan &P, llvm::raw_ostream &OS) {
     OS << "<g class=\"part\" data-part=\"" << Pt.Key << "\">";
     rect(OS, X, 4, W, BarH, "box", Pt.Colour,
          fmt::format("{}: {:.3f} s ({:.1f}%)", Pt.Label, Pt.Seconds, 100 * Pt.Seconds / Sum));
-    if (W >= 44)
-      text(OS, X + W / 2, 4 + BarH / 2 + 4, fmt::format("{:.0f}%", 100 * Pt.Seconds / Sum), "op-label", "middle");
+    // The value on the part when it fits, seconds and share, else the share.
+    std::string Both = fmt::format("{} · {:.0f}%", seconds(Pt.Seconds), 100 * Pt.Seconds / Sum);
+    std::string Share = fmt::format("{:.0f}%", 100 * Pt.Seconds / Sum);
+    if (W >= 6.2 * double(Both.size()) + 8)
+      text(OS, X + W / 2, 4 + BarH / 2 + 4, Both, "op-label", "middle");
+    else if (W >= 6.2 * double(Share.size()) + 6)
+      text(OS, X + W / 2, 4 + BarH / 2 + 4, Share, "op-label", "middle");
     OS << "</g>";
     X += W;
   }

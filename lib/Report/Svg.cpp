@@ -20,10 +20,12 @@ std::string report::num(double V) {
 
 std::string report::gigabytes(double Bytes) { return fmt::format("{:.1f} GB", Bytes / 1e9); }
 
-std::vector<double> report::ticks(double Max, int Count) {
-  if (!(Max > 0) || !std::isfinite(Max))
-    return {0};
-  double Raw = Max / std::max(Count, 1);
+std::vector<double> report::ticks(double Max, int Count) { return ticks(0, Max, Count); }
+
+std::vector<double> report::ticks(double Lo, double Hi, int Count) {
+  if (!std::isfinite(Lo) || !std::isfinite(Hi) || !(Hi > Lo))
+    return {std::isfinite(Lo) ? Lo : 0};
+  double Raw = (Hi - Lo) / std::max(Count, 1);
   double Pow = std::pow(10.0, std::floor(std::log10(Raw)));
   double Step = Pow;
   for (double F : {1.0, 2.0, 5.0, 10.0})
@@ -32,8 +34,8 @@ std::vector<double> report::ticks(double Max, int Count) {
       break;
     }
   std::vector<double> Out;
-  Out.push_back(0);
-  while (Out.back() < Max * (1 - 1e-9))
+  Out.push_back(std::floor(Lo / Step + 1e-9) * Step);
+  while (Out.back() < Hi - (Hi - Lo) * 1e-9)
     Out.push_back(Out.back() + Step);
   return Out;
 }

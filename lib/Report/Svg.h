@@ -24,6 +24,8 @@ std::string gigabytes(double Bytes);
 /// Tick values from 0 up to the first at or past Max, about Count of them,
 /// at 1, 2 or 5 times a power of ten.
 std::vector<double> ticks(double Max, int Count);
+/// The same from the last tick at or below Lo.
+std::vector<double> ticks(double Lo, double Hi, int Count);
 
 /// Writes <rect> with the given class and fill; Title (already plain text,
 /// escaped here) becomes a <title> child when non-empty. Extra is written

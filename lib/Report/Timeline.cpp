@@ -6,10 +6,10 @@
 
 using namespace moec;
 
-OpDurations OpDurations::uniform(int64_t PP) {
+OpDurations OpDurations::uniform(int64_t VirtualStages) {
   OpDurations D;
-  D.Forward.assign(size_t(std::max<int64_t>(PP, 1)), 1.0);
-  D.Backward.assign(size_t(std::max<int64_t>(PP, 1)), 2.0);
+  D.Forward.assign(size_t(std::max<int64_t>(VirtualStages, 1)), 1.0);
+  D.Backward.assign(size_t(std::max<int64_t>(VirtualStages, 1)), 2.0);
   return D;
 }
 
@@ -18,9 +18,10 @@ llvm::Expected<Timeline> moec::layOutSchedule(const PipelinePlan &P, const OpDur
   if (PP < 1 || P.VPP < 1 || M < 1 || int64_t(P.Schedule.size()) != PP)
     return llvm::createStringError(llvm::inconvertibleErrorCode(), "the plan has no schedule for its %lld ranks",
                                    (long long)PP);
-  if (int64_t(D.Forward.size()) != PP || int64_t(D.Backward.size()) != PP)
-    return llvm::createStringError(llvm::inconvertibleErrorCode(), "op durations for %zu ranks, the plan has %lld",
-                                   D.Forward.size(), (long long)PP);
+  if (int64_t(D.Forward.size()) != V || int64_t(D.Backward.size()) != V)
+    return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                   "op durations for %zu virtual stages, the plan has %lld", D.Forward.size(),
+                                   (long long)V);
   // Finish times of (micro batch, virtual stage); negative: not run yet.
   std::vector<double> FwdDone(size_t(M * V), -1), BwdDone(size_t(M * V), -1);
   auto Slot = [&](int64_t Mb, int64_t VS) { return size_t(Mb * V + VS); };
@@ -57,7 +58,7 @@ llvm::Expected<Timeline> moec::layOutSchedule(const PipelinePlan &P, const OpDur
         if (Ready < 0)
           break; // waits for another rank
         double Start = std::max(Free[size_t(R)], Ready);
-        double End = Start + (Op.K == ScheduledOp::Forward ? D.Forward[size_t(R)] : D.Backward[size_t(R)]);
+        double End = Start + (Op.K == ScheduledOp::Forward ? D.Forward[size_t(VS)] : D.Backward[size_t(VS)]);
         (Op.K == ScheduledOp::Forward ? FwdDone : BwdDone)[Slot(Op.Microbatch, VS)] = End;
         Free[size_t(R)] = End;
         T.PerRank[size_t(R)].push_back({Op, Start, End});

@@ -387,6 +387,30 @@ TEST(PerfStepTime, BreakdownAddsUpToTheStep) {
   }
 }
 
+// The per-virtual-stage times the report draws are the slowest rank's busy
+// time split by chunk and pass: over its chunks, times the micro batches,
+// they are every part of the breakdown but the bubble, DP and optimizer.
+TEST(PerfStepTime, StageTimesAddUpToTheBusyRank) {
+  const char *Bodies[] = {"", "  parallel { ep = 4; pp = 2; vpp = 2 }\n  recompute = full",
+                          "  parallel { pp = 4 }\n  offload { activations = [core_attn, attn_proj] }"};
+  for (const char *Body : Bodies) {
+    std::string Text = std::string(Shape) + Body;
+    Recipe R = one(recipe("qwen3_30b_a3b", "h100_sxm", 16, Text));
+    StepTimeBreakdown B = predict(R);
+    int64_t PP = std::max<int64_t>(R.Parallel.PP, 1), VPP = std::max<int64_t>(R.Parallel.VPP, 1);
+    ASSERT_EQ(B.StageForwardSec.size(), size_t(PP * VPP)) << Body;
+    ASSERT_EQ(B.StageBackwardSec.size(), size_t(PP * VPP)) << Body;
+    double Rank = 0;
+    for (size_t V = size_t(B.SlowestStage); V < B.StageForwardSec.size(); V += size_t(PP)) {
+      EXPECT_GT(B.StageBackwardSec[V], B.StageForwardSec[V]) << Body << " virtual stage " << V;
+      Rank += B.StageForwardSec[V] + B.StageBackwardSec[V];
+    }
+    double Busy = B.Compute + B.Recompute + B.TensorParallel + B.ContextParallel + B.ExpertParallel +
+                  B.PipelineP2P + B.Host + B.ActivationOffload;
+    EXPECT_NEAR(Rank * double(B.Microbatches), Busy, 1e-9 * Busy) << Body;
+  }
+}
+
 // The offloaded optimizer is priced from the host (Calibration.h): on the
 // cpu-offloading card's layout (Qwen3-30B, TP2 PP2 EP4, 2x8 H100) 100%
 // offload adds 3.19 s serially and 2.88 s with the copies overlapped; the

@@ -66,3 +66,20 @@ TEST(ProcessGrid, PipelineBeforeDataOrder) {
   EXPECT_EQ(G.groups("pp"), (Groups{{0, 2}, {1, 3}, {4, 6}, {5, 7}}));
   EXPECT_EQ(G.groups("dp"), (Groups{{0, 4}, {1, 5}, {2, 6}, {3, 7}}));
 }
+
+TEST(ProcessGrid, HierarchicalGroupsFollowMegatronsDocstring) {
+  // parallel_state.py create_hierarchical_groups: 16 GPUs, sizes [2, 2, 4].
+  std::vector<int64_t> G(16);
+  for (int64_t I = 0; I < 16; ++I)
+    G[size_t(I)] = 100 + I; // members are ranks, not positions
+  auto Levels = hierarchicalGroups({G}, {2, 2, 4});
+  ASSERT_EQ(Levels.size(), 3u);
+  EXPECT_EQ(Levels[0], (Groups{{100, 101}, {102, 103}, {104, 105}, {106, 107},
+                               {108, 109}, {110, 111}, {112, 113}, {114, 115}}));
+  EXPECT_EQ(Levels[1], (Groups{{100, 102}, {101, 103}, {104, 106}, {105, 107},
+                               {108, 110}, {109, 111}, {112, 114}, {113, 115}}));
+  EXPECT_EQ(Levels[2], (Groups{{100, 104, 108, 112}, {101, 105, 109, 113},
+                               {102, 106, 110, 114}, {103, 107, 111, 115}}));
+  // Sizes that do not multiply to the group's size give nothing.
+  EXPECT_TRUE(hierarchicalGroups({G}, {2, 4}).empty());
+}

@@ -99,6 +99,16 @@ llvm::StringRef section(llvm::StringRef Page, llvm::StringRef Open, llvm::String
   return From.take_front(From.find(Close)); // all of it when Close is missing
 }
 
+/// The value of the first attribute Name="..." in Text.
+llvm::StringRef attribute(llvm::StringRef Text, llvm::StringRef Name) {
+  std::string Open = Name.str() + "=\"";
+  size_t At = Text.find(Open);
+  if (At == llvm::StringRef::npos)
+    return "";
+  llvm::StringRef Value = Text.drop_front(At + Open.size());
+  return Value.take_front(Value.find('"'));
+}
+
 std::string figure(void (*Write)(const Plan &, llvm::raw_ostream &), const Plan &P) {
   std::string Out;
   llvm::raw_string_ostream OS(Out);
@@ -141,7 +151,7 @@ TEST(ReportTimeline, OneF1BByHand) {
 TEST(ReportTimeline, PlannedSchedulesRunToTheEnd) {
   for (const char *Text : {OneF1B, Interleaved}) {
     Plan P = planOf(Text);
-    llvm::Expected<Timeline> T = layOutSchedule(P.Pipeline, OpDurations::uniform(P.Pipeline.PP));
+    llvm::Expected<Timeline> T = layOutSchedule(P.Pipeline, OpDurations::uniform(P.Pipeline.PP * P.Pipeline.VPP));
     ASSERT_TRUE(bool(T)) << llvm::toString(T.takeError());
     for (size_t R = 0; R < T->PerRank.size(); ++R) {
       ASSERT_EQ(T->PerRank[R].size(), P.Pipeline.Schedule[R].size());
@@ -200,13 +210,14 @@ TEST(ReportFigures, ScheduleHasARowPerRankWithItsOps) {
       EXPECT_EQ(occurrences(Row, "class=\"op fwd\""), Fwd) << "rank " << R;
       EXPECT_EQ(occurrences(Row, "class=\"op bwd\""), Bwd) << "rank " << R;
     }
-    // 1F1B with PP = 2 idles on both ranks; the drawing says which units.
+    // 1F1B with PP = 2 idles on both ranks; the drawing says whose times.
     EXPECT_GT(occurrences(Fig, "class=\"bubble\""), 0u);
-    EXPECT_NE(Fig.find("equal units"), std::string::npos);
+    EXPECT_NE(Fig.find("the planner&#39;s per stage and chunk"), std::string::npos);
+    EXPECT_EQ(occurrences(Fig, "class=\"steady\""), 0u); // few ops: every one drawn
   }
 }
 
-TEST(ReportFigures, LargeSchedulesLoseDetailThenAreSummarised) {
+TEST(ReportFigures, LargeSchedulesDrawTheirSteadyStateAsABand) {
   Plan P = planOf(OneF1B);
   PipelineInput In;
   In.DecoderLayers = 4;
@@ -219,10 +230,45 @@ TEST(ReportFigures, LargeSchedulesLoseDetailThenAreSummarised) {
     P.Pipeline = std::move(*Pipe);
     std::string Fig = figure(writeScheduleFigure, P);
     bool Drawn = size_t(4 * M) <= MaxDrawnScheduleOps;
-    EXPECT_EQ(occurrences(Fig, "class=\"op fwd\""), Drawn ? size_t(2 * M) : 0u) << M;
-    EXPECT_EQ(occurrences(Fig, "<title>"), 0u) << M;
     EXPECT_EQ(Fig.find("more than this page draws") != std::string::npos, !Drawn) << M;
+    if (!Drawn)
+      continue;
+    // Warm-up and cool-down keep their boxes; the rest of each rank is one
+    // band whose op count makes up the schedule.
+    ASSERT_EQ(occurrences(Fig, "<g class=\"steady\""), 2u) << M;
+    for (int64_t R = 0; R < 2; ++R) {
+      llvm::StringRef Row = section(Fig, "data-rank=\"" + std::to_string(R) + "\"", "</g>\n");
+      size_t Boxes = occurrences(Row, "class=\"op fwd\"") + occurrences(Row, "class=\"op bwd\"");
+      EXPECT_LT(Boxes, 16u) << "rank " << R;
+      llvm::StringRef Ops = attribute(Row, "data-ops");
+      size_t Banded = 0;
+      ASSERT_FALSE(Ops.getAsInteger(10, Banded)) << Ops.str();
+      EXPECT_EQ(Boxes + Banded, P.Pipeline.Schedule[size_t(R)].size()) << "rank " << R;
+    }
+    // Ops lose their hover text; the two bands keep theirs.
+    EXPECT_EQ(occurrences(Fig, "<title>"), 2u) << M;
   }
+}
+
+TEST(ReportFigures, ScheduleBoxesTakeThePlannersStageTimes) {
+  Plan P = planOf(OneF1B);
+  const StepTimeBreakdown &T = P.Time;
+  ASSERT_EQ(T.StageForwardSec.size(), 2u);
+  // Over the ranks' chunks the stage times are the rank's busy time.
+  std::string Fig = figure(writeScheduleFigure, P);
+  EXPECT_EQ(Fig.find("equal units"), std::string::npos);
+  // The last stage's backward box is as much wider than its forward box as
+  // the planner's times say (first op of rank 1 is F0, then B0).
+  llvm::StringRef Row = section(Fig, "data-rank=\"1\"", "</g>\n");
+  auto widthOf = [](llvm::StringRef Op) {
+    llvm::StringRef W = attribute(Op, "width");
+    double D = 0;
+    EXPECT_FALSE(W.getAsDouble(D)) << W.str();
+    return D;
+  };
+  double Fwd = widthOf(section(Row, "class=\"op fwd\"", "</g>"));
+  double Bwd = widthOf(section(Row, "class=\"op bwd\"", "</g>"));
+  EXPECT_NEAR(Bwd / Fwd, T.StageBackwardSec[1] / T.StageForwardSec[1], 0.05);
 }
 
 TEST(ReportFigures, GridHasACellPerRankInEveryPanel) {

@@ -66,6 +66,16 @@ struct ProcessGrid {
   std::vector<int64_t> groupOf(int64_t Rank, llvm::StringRef Name) const;
 };
 
+/// The levels of hierarchical groups inside each of Groups (Megatron-Core
+/// 0.16.1 parallel_state.py:360 create_hierarchical_groups, used for
+/// hierarchical_context_parallel_sizes): level L groups Sizes[L] members
+/// of a group that are prod(Sizes[0..L)) apart. With Sizes [8, 4] over a
+/// cp group of 32, level 0 is 4 groups of 8 consecutive members, level 1 is
+/// 8 groups of members 8 apart. Empty when the product of Sizes is not the
+/// groups' size.
+std::vector<std::vector<std::vector<int64_t>>>
+hierarchicalGroups(const std::vector<std::vector<int64_t>> &Groups, llvm::ArrayRef<int64_t> Sizes);
+
 } // namespace moec
 
 #endif

@@ -60,6 +60,11 @@ struct StepTimeBreakdown {
   double MFUNative = 0;
   int64_t Microbatches = 0;  // per step per data-parallel rank
   int64_t SlowestStage = 0;  // pipeline rank that sets the pace
+  /// Seconds of one micro batch's forward and backward pass of each virtual
+  /// stage (the layers of one model chunk on one pipeline rank, with their
+  /// exposed communication and host time), in virtual-stage order. Over a
+  /// rank's chunks they add up to its busy time per micro batch.
+  std::vector<double> StageForwardSec, StageBackwardSec;
 };
 /// Memory, when given, is the estimate for the same recipe and plan (the
 /// step model reads the bytes fine-grained activation offload moves); when

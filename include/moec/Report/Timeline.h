@@ -31,13 +31,13 @@ struct Timeline {
   double IdleFraction = 0;
 };
 
-/// Op durations per pipeline rank, for one chunk's forward and backward of
-/// one micro batch.
+/// Op durations per virtual stage (rank r's chunk c is virtual stage
+/// c x PP + r), for one micro batch's forward and backward.
 struct OpDurations {
   std::vector<double> Forward, Backward;
-  /// The same on every rank: forward 1, backward 2 (the backward pass does
-  /// twice the forward's matrix products).
-  static OpDurations uniform(int64_t PP);
+  /// The same on every virtual stage: forward 1, backward 2 (the backward
+  /// pass does twice the forward's matrix products).
+  static OpDurations uniform(int64_t VirtualStages);
 };
 
 /// Times every op of P.Schedule. Fails when the schedule waits on an op that

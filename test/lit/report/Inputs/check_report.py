@@ -41,6 +41,7 @@ def check(cond, message):
 class Node:
     def __init__(self, tag, attrs, parent):
         self.tag, self.attrs, self.parent, self.children = tag, dict(attrs), parent, []
+        self.text = ""
 
     def classes(self):
         return set((self.attrs.get("class") or "").split())
@@ -72,6 +73,9 @@ class Tree(html.parser.HTMLParser):
         self.cur.children.append(n)
         if tag not in VOID:
             self.cur = n
+
+    def handle_data(self, data):
+        self.cur.text += data
 
     def handle_startendtag(self, tag, attrs):
         self.cur.children.append(Node(tag, attrs, self.cur))
@@ -175,24 +179,43 @@ def check_schedule(fig, plan):
     rows = list(fig.find_all("g", "pp-rank"))
     sched = plan["pipeline"]["schedule"]
     check(len(rows) == plan["pipeline"]["pp"] == len(sched), f"schedule: {len(rows)} rows for pp {plan['pipeline']['pp']}")
+    bands = 0
     for row, want in zip(rows, sched):
+        # Ops in drawing order; a steady-state band stands for data-ops ops
+        # from data-first-op on.
         got = []
-        for op in row.find_all("g", "op"):
-            kind = "F" if "fwd" in op.classes() else "B" if "bwd" in op.classes() else "?"
-            got.append(f"{kind}{op.attrs.get('data-mb')}.{op.attrs.get('data-chunk')}")
+        for node in row.walk():
+            if node.tag != "g":
+                continue
+            if "op" in node.classes():
+                kind = "F" if "fwd" in node.classes() else "B" if "bwd" in node.classes() else "?"
+                got.append(f"{kind}{node.attrs.get('data-mb')}.{node.attrs.get('data-chunk')}")
+            elif "steady" in node.classes():
+                bands += 1
+                first, count = int(node.attrs.get("data-first-op", -1)), int(node.attrs.get("data-ops", 0))
+                check(first == len(got) and count > 0,
+                      f"schedule rank {want['rank']}: band of {count} ops at op {first}, after {len(got)} drawn")
+                got.extend(want["ops"][first:first + count] if first == len(got) else ["?"] * count)
         check(got == want["ops"], f"schedule rank {want['rank']}: drawn {got[:6]}..., plan {want['ops'][:6]}...")
     check(any(True for _ in fig.find_all("rect", "bubble")) == (plan["pipeline"]["pp"] > 1),
           "schedule: bubbles drawn iff pp > 1")
+    check(bands in (0, len(rows)), f"schedule: {bands} steady-state bands for {len(rows)} stages")
+    return bands
 
 
 def check_grid(fig, plan):
     panels = {p.attrs.get("data-group"): p for p in fig.find_all("svg", "grid-panel")}
-    check(sorted(panels) == ["cp", "dp", "ep", "pp", "tp"], f"grid: panels {sorted(panels)}")
+    # Hierarchical CP: a panel per level (cp.0, cp.1, ...) beside cp.
+    groups = dict(plan["groups"])
+    for level, level_groups in enumerate(plan.get("cp_hierarchy_groups", [])):
+        groups[f"cp.{level}"] = level_groups
+    want = sorted(["cp", "dp", "ep", "pp", "tp"] + [k for k in groups if k.startswith("cp.")])
+    check(sorted(panels) == want, f"grid: panels {sorted(panels)}, expected {want}")
     world = plan["world_size"]
     for kind, panel in panels.items():
         cells = list(panel.find_all("rect", "rank"))
         check(len(cells) == world, f"grid {kind}: {len(cells)} cells for {world} ranks")
-        index = {r: i for i, g in enumerate(plan["groups"][kind]) for r in g}
+        index = {r: i for i, g in enumerate(groups.get(kind, [])) for r in g}
         wrong = [c.attrs.get("data-rank") for c in cells
                  if int(c.attrs.get("data-group-index", -2)) != index.get(int(c.attrs.get("data-rank", -1)))]
         check(not wrong, f"grid {kind}: ranks {wrong[:5]} coloured by the wrong group")
@@ -224,6 +247,23 @@ def check_sweep(fig, rows):
     table = list(fig.find_all("tr", "feasible")) + list(fig.find_all("tr", "infeasible"))
     check(len(table) == len(rows), f"sweep: table has {len(table)} rows, csv {len(rows)}")
     check(len(list(fig.find_all("line", "hbm"))) >= 1, "sweep: no HBM line")
+    # Scaled to the data: the markers span most of the plot's height when
+    # their speeds differ (an axis from zero squeezes close points together).
+    ys = [float(n.attrs["cy"]) for p in pts for n in p.find_all("circle") if "ring" not in n.classes()]
+    grid = [float(n.attrs["y1"]) for n in fig.find_all("line", "gridline")]
+    speeds = {r["tokens_per_s_per_gpu"] for r in rows if r.get("tokens_per_s_per_gpu")}
+    if len(ys) >= 2 and len(speeds) >= 2 and grid:
+        span = (max(ys) - min(ys)) / (max(grid) - min(grid))
+        check(span >= 0.5, f"sweep: markers span {100 * span:.0f}% of the plot's height")
+    # Legible: no two point labels overlap (10-pixel font, ~5.6 pixels a character).
+    boxes = []
+    for t in fig.find_all("text", "pt-label"):
+        x, y, w = float(t.attrs["x"]), float(t.attrs["y"]), 5.6 * len(t.text)
+        x0 = x if t.attrs.get("text-anchor", "start") == "start" else x - w if t.attrs["text-anchor"] == "end" else x - w / 2
+        boxes.append((x0, y - 10, x0 + w, y + 2))
+    overlapping = [(a, b) for i, a in enumerate(boxes) for b in boxes[i + 1:]
+                   if a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]]
+    check(not overlapping, f"sweep: {len(overlapping)} pairs of overlapping point labels")
     return len(pts), len(infeasible)
 
 
@@ -246,13 +286,16 @@ def main():
     check(sorted(figures) == sorted(want), f"figures {sorted(figures)}, expected {sorted(want)}")
     if "memory" in figures:
         check_memory(figures["memory"], plan)
+    bands = 0
     if "schedule" in figures:
-        check_schedule(figures["schedule"], plan)
+        bands = check_schedule(figures["schedule"], plan)
     if "grid" in figures:
         check_grid(figures["grid"], plan)
     if "time" in figures:
         check_time(figures["time"], plan)
     summary = f"figures: {', '.join(sorted(figures))}"
+    if bands:
+        summary += f"; schedule: steady state banded on {bands} stages"
     if a.sweep and "sweep" in figures:
         rows = list(csv.DictReader(open(a.sweep)))
         plotted, crosses = check_sweep(figures["sweep"], rows)
