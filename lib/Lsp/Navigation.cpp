@@ -151,6 +151,24 @@ std::string definitionSummary(const Analysis &A, const ast::Definition &D) {
   std::string Comment = leadingComment(A, D);
   if (!Comment.empty())
     S += "\n\n" + Comment;
+  // A user's definition: what it sets itself, then (models and GPUs) the
+  // figures it ends up with after `extends`.
+  if (!isBuiltin(A, D) && !D.Entries.empty()) {
+    std::vector<std::string> Own;
+    for (const ast::Entry &E : D.Entries)
+      Own.push_back("`" + A.sourceText(E.Range) + "`");
+    S += fmt::format("\n\nSets {}{}", llvm::join(Own, ", "), D.Base.empty() ? "" : " (over its base)");
+  }
+  std::string Figures;
+  llvm::raw_string_ostream OS(Figures);
+  if (const ModelSpec *M = A.sema().loweredModel(&D))
+    printModelSummary(*M, OS);
+  else if (const GpuSpec *G = A.sema().loweredGpu(&D))
+    printGpuSummary(*G, OS);
+  else if ((D.Kind == ast::DefKind::Model || D.Kind == ast::DefKind::Gpu) && !isBuiltin(A, D))
+    S += "\n\nIts values are unknown: the definition did not check.";
+  if (!OS.str().empty())
+    S += "\n\n```\n" + OS.str() + "\n```";
   return S;
 }
 

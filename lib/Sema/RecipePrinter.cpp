@@ -21,15 +21,8 @@ static std::string where(const Provenance &P, const llvm::SourceMgr &SM) {
   return S;
 }
 
-void moec::printRecipe(const Recipe &R, const llvm::SourceMgr &SM, llvm::raw_ostream &OS) {
-  auto Field = [&](llvm::StringRef Path, const std::string &Value) {
-    OS << "  " << Path << " = " << Value << "  # " << where(R.origin(Path), SM) << "\n";
-  };
-  auto Count = [](int64_t N) { return Quantity::integer(N).format() + (N >= 1024 ? fmt::format(" ({})", N) : ""); };
-  OS << "recipe " << R.PointName << "\n";
-  Field("model", R.Model.Name);
-  const ModelSpec &M = R.Model;
-  OS << fmt::format("  model: layers={} hidden={} heads={} kv_heads={} head_dim={} vocab={} mtp={}", M.Layers, M.Hidden,
+void moec::printModelSummary(const ModelSpec &M, llvm::raw_ostream &OS) {
+  OS << fmt::format("layers={} hidden={} heads={} kv_heads={} head_dim={} vocab={} mtp={}", M.Layers, M.Hidden,
                     M.Heads, M.KvHeads, M.HeadDim, M.Vocab, M.MtpLayers);
   if (M.FfnHidden)
     OS << fmt::format(" ffn={}", *M.FfnHidden);
@@ -46,6 +39,30 @@ void moec::printRecipe(const Recipe &R, const llvm::SourceMgr &SM, llvm::raw_ost
   if (M.Vision)
     OS << fmt::format(" vision(layers={} hidden={} heads={} patch={})", M.Vision->Layers, M.Vision->Hidden,
                       M.Vision->Heads, M.Vision->PatchSize);
+}
+
+void moec::printGpuSummary(const GpuSpec &G, llvm::raw_ostream &OS) {
+  auto Tera = [](double F) { return fmt::format("{:g}", F / 1e12); };
+  OS << fmt::format("memory={:g}GB hbm={:g}TB/s bf16={}TF", G.MemoryBytes / 1e9, G.HbmBytesPerSec / 1e12,
+                    Tera(G.Bf16Flops));
+  if (G.Fp8Flops)
+    OS << " fp8=" << Tera(*G.Fp8Flops) << "TF";
+  if (G.Fp4Flops)
+    OS << " fp4=" << Tera(*G.Fp4Flops) << "TF";
+  OS << fmt::format(" gpus_per_node={} nvlink_domain={} nvlink={:g}GB/s network={:g}GB/s", G.GpusPerNode,
+                    G.NVLinkDomain, G.NVLinkBytesPerSec / 1e9, G.NetworkBytesPerSec / 1e9);
+}
+
+void moec::printRecipe(const Recipe &R, const llvm::SourceMgr &SM, llvm::raw_ostream &OS) {
+  auto Field = [&](llvm::StringRef Path, const std::string &Value) {
+    OS << "  " << Path << " = " << Value << "  # " << where(R.origin(Path), SM) << "\n";
+  };
+  auto Count = [](int64_t N) { return Quantity::integer(N).format() + (N >= 1024 ? fmt::format(" ({})", N) : ""); };
+  OS << "recipe " << R.PointName << "\n";
+  Field("model", R.Model.Name);
+  const ModelSpec &M = R.Model;
+  OS << "  model: ";
+  printModelSummary(R.Model, OS);
   OS << "\n";
   Field("cluster.gpu", R.Gpu.Name);
   OS << "  cluster: " << R.Nodes << " nodes, " << R.WorldSize << " GPUs\n";

@@ -50,6 +50,20 @@ std::vector<Sema::DefinitionRef> Sema::definitions() const {
   return Refs;
 }
 
+const ModelSpec *Sema::loweredModel(const ast::Definition *D) const {
+  for (const DefInfo &Info : Impl->Defs)
+    if (Info.AST == D)
+      return Info.Model ? Info.Model.getPointer() : nullptr;
+  return nullptr;
+}
+
+const GpuSpec *Sema::loweredGpu(const ast::Definition *D) const {
+  for (const DefInfo &Info : Impl->Defs)
+    if (Info.AST == D)
+      return Info.Gpu ? Info.Gpu.getPointer() : nullptr;
+  return nullptr;
+}
+
 std::shared_ptr<const BuiltinCatalog> BuiltinCatalog::parse(DiagnosticEngine &Diags, const ParseLimits &Limits) {
   auto Catalog = std::make_shared<BuiltinCatalog>();
   for (const CatalogFile &C : builtinCatalogFiles()) {

@@ -20,7 +20,11 @@ class Locator {
 public:
   /// InputSize is the number of code points ANTLR's input stream holds: it
   /// silently drops a leading byte-order mark, so its indices start after it.
-  Locator(llvm::StringRef Text, size_t InputSize) : Text(Text) {
+  /// Inserted: offsets in the parsed text of characters that syntax-error
+  /// recovery added (sorted); they map to the end of the line before the
+  /// one they were added to.
+  Locator(llvm::StringRef Text, size_t InputSize, std::vector<size_t> Inserted = {})
+      : Text(Text), Inserted(std::move(Inserted)) {
     if (llvm::all_of(Text, [](char C) { return (unsigned char)C < 0x80; }))
       return;
     for (size_t I = 0; I < Text.size(); ++I)
@@ -31,6 +35,13 @@ public:
       Dropped = CodePointToByte.size() - 1 - InputSize;
   }
   llvm::SMLoc at(size_t CodePoint) const {
+    auto It = std::lower_bound(Inserted.begin(), Inserted.end(), CodePoint);
+    bool Added = It != Inserted.end() && *It == CodePoint;
+    CodePoint -= size_t(It - Inserted.begin());
+    // An added brace sits at the end of the line before the one it was
+    // added to: the entries around it stay on separate lines.
+    if (Added && CodePoint > 0)
+      --CodePoint;
     CodePoint += Dropped;
     size_t Byte = CodePointToByte.empty() ? CodePoint
                   : CodePoint < CodePointToByte.size() ? CodePointToByte[CodePoint]
@@ -64,6 +75,7 @@ public:
 
 private:
   llvm::StringRef Text;
+  std::vector<size_t> Inserted;
   std::vector<size_t> CodePointToByte;
   size_t Dropped = 0;
 };
@@ -713,6 +725,54 @@ std::pair<size_t, size_t> entryAround(const std::vector<Token *> &Toks, size_t K
   return {size_t(Toks[Begin]->getStartIndex()), size_t(Toks[Last]->getStopIndex()) + 1};
 }
 
+/// For syntax-error recovery of a block left open: where to insert the
+/// missing '}' (and a line break), or npos. A block's closing brace is
+/// expected before the first later line that starts at or left of the
+/// column its opening line starts at (`  cluster { gpu = h100_sxm` closes
+/// before the next line at two spaces); of the blocks left open that way,
+/// the one whose line comes first (the innermost). The brace goes at the
+/// start of that line, so that the line keeps its columns. A block left
+/// open at the end of the file is not closed: nothing after it is left to
+/// check.
+/// Count: how many blocks close there (a section and its definition both
+/// left open before the next definition).
+size_t missingCloseAt(const std::vector<Token *> &Toks, llvm::StringRef Work, size_t &Count) {
+  auto LineIndent = [&](size_t I) {
+    size_t J = I;
+    while (J > 0 && Toks[J - 1]->getLine() == Toks[I]->getLine())
+      --J;
+    return Toks[J]->getCharPositionInLine();
+  };
+  size_t BestToken = Toks.size();
+  std::vector<size_t> MissingAt; // per block left open, the token it closes before
+  for (size_t O = 0; O < Toks.size(); ++O) {
+    if (Toks[O]->getType() != MoeLexer::LBRACE)
+      continue;
+    const size_t Indent = LineIndent(O);
+    int Depth = 0;
+    for (size_t I = O + 1; I < Toks.size() && Toks[I]->getType() != Token::EOF; ++I) {
+      Token *T = Toks[I];
+      bool StartsLine = T->getLine() != Toks[I - 1]->getLine();
+      if (StartsLine && T->getCharPositionInLine() <= Indent && T->getType() != MoeLexer::RBRACE) {
+        BestToken = std::min(BestToken, I);
+        MissingAt.push_back(I);
+        break;
+      }
+      if (T->getType() == MoeLexer::LBRACE)
+        ++Depth;
+      else if (T->getType() == MoeLexer::RBRACE && Depth-- == 0)
+        break; // closed
+    }
+  }
+  if (BestToken >= Toks.size())
+    return llvm::StringRef::npos;
+  Count = size_t(llvm::count(MissingAt, BestToken));
+  size_t At = size_t(Toks[BestToken]->getStartIndex());
+  while (At > 0 && Work[At - 1] != '\n')
+    --At;
+  return At;
+}
+
 } // namespace
 
 std::unique_ptr<ast::File> moec::parseBuffer(unsigned BufferID, DiagnosticEngine &Diags,
@@ -732,10 +792,17 @@ std::unique_ptr<ast::File> moec::parseBuffer(unsigned BufferID, DiagnosticEngine
     constexpr unsigned MaxRecoveries = 20;
     bool Ascii = llvm::all_of(Text, [](char C) { return (unsigned char)C < 0x80; });
     std::string Work = Text.str();
+    // Byte ranges of the original text that recovery blanked or closed a
+    // block in, and the offsets (in Work) of the characters it inserted.
     std::vector<std::pair<size_t, size_t>> Blanked;
+    std::vector<size_t> Inserted;
+    std::vector<size_t> ClosedAt; // where an added brace closes a definition's block
+    auto Original = [&](size_t WorkOffset) {
+      return WorkOffset - size_t(std::lower_bound(Inserted.begin(), Inserted.end(), WorkOffset) - Inserted.begin());
+    };
     for (unsigned Round = 0;; ++Round) {
       antlr4::ANTLRInputStream Input(Work.data(), Work.size());
-      Locator Loc(Text, Input.size());
+      Locator Loc(Text, Input.size(), Inserted);
       MoeLexer Lexer(&Input);
       SilentListener Silent;
       Lexer.removeErrorListeners();
@@ -762,7 +829,7 @@ std::unique_ptr<ast::File> moec::parseBuffer(unsigned BufferID, DiagnosticEngine
         // The first syntax error was reported; see DiagnosingErrorStrategy.
       }
       if (Tree && !Strategy->NumErrors) {
-        if (Blanked.empty() && Diags.errorCount() != ErrorsBefore)
+        if (Blanked.empty() && ClosedAt.empty() && Diags.errorCount() != ErrorsBefore)
           return nullptr;
         ASTBuilder Builder(Loc, Diags);
         // A missing ';' is reported but does not hide the file's other errors.
@@ -772,9 +839,11 @@ std::unique_ptr<ast::File> moec::parseBuffer(unsigned BufferID, DiagnosticEngine
                  End = size_t(D.Range.End.getPointer() - Text.data());
           for (auto [B, E] : Blanked)
             D.Damaged |= B < End && E > Begin;
+          for (size_t At : ClosedAt)
+            D.Damaged |= Begin <= At && At <= End;
         }
         if (F->Imports.empty() && F->Definitions.empty()) {
-          if (!Blanked.empty())
+          if (!Blanked.empty() || !ClosedAt.empty())
             return nullptr; // everything was broken: the syntax errors say why
           llvm::SMLoc Start = llvm::SMLoc::getFromPointer(Text.data());
           Diags.report(diag::empty_file, llvm::SMRange(Start, Start));
@@ -786,12 +855,33 @@ std::unique_ptr<ast::File> moec::parseBuffer(unsigned BufferID, DiagnosticEngine
         return nullptr;
       std::vector<Token *> Toks = Tokens.getTokens();
       auto [B, E] = entryAround(Toks, size_t(Strategy->OffendingIndex));
-      if (B >= E)
-        return nullptr;
+      if (B >= E) {
+        // A block left open: close it where its indentation ends and parse
+        // again; the definition it is in counts as damaged.
+        size_t Count = 0;
+        size_t At = missingCloseAt(Toks, Work, Count);
+        if (At == llvm::StringRef::npos || At == 0)
+          return nullptr;
+        size_t Where = Original(At);
+        std::string Braces;
+        std::vector<size_t> Added;
+        for (size_t I = 0; I < Count; ++I) {
+          Added.push_back(At + Braces.size());
+          Added.push_back(At + Braces.size() + 1);
+          Braces += "}\n";
+        }
+        Work.insert(At, Braces);
+        for (size_t &I : Inserted)
+          if (I >= At)
+            I += Braces.size();
+        Inserted.insert(std::upper_bound(Inserted.begin(), Inserted.end(), At), Added.begin(), Added.end());
+        ClosedAt.push_back(Where - 1);
+        continue;
+      }
       for (size_t I = B; I < E && I < Work.size(); ++I)
         if (Work[I] != '\n')
           Work[I] = ' ';
-      Blanked.push_back({B, E});
+      Blanked.push_back({Original(B), Original(E)});
     }
   } catch (const std::exception &E) {
     // ANTLR recovers from recognition errors itself; anything else escaping

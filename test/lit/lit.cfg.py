@@ -11,6 +11,12 @@ config.test_source_root = os.path.dirname(__file__)
 config.test_exec_root = os.path.join(config.moec_obj_root, "test", "lit")
 
 moec = os.path.join(config.moec_obj_root, "tools", "moec", "moec")
+# The one way a test states an exit status: %expect-exit STATUS CMD... fails
+# unless CMD exits with exactly STATUS (moec's 0 clean, 1 errors, 2 could not
+# run are told apart, which lit's `not` does not), without a signal, a hang
+# or crash text (Inputs/expect-exit.py).
+config.substitutions.append(
+    ("%expect-exit", '"%s" "%s"' % (sys.executable, os.path.join(os.path.dirname(__file__), "Inputs", "expect-exit.py"))))
 config.substitutions.append(("%moec", moec))
 config.substitutions.append(("%examples", os.path.join(config.moec_src_root, "examples")))
 config.substitutions.append(("%srcroot", config.moec_src_root))

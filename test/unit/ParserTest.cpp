@@ -61,6 +61,10 @@ struct Parsed {
     }
     return Out.empty() ? "(no diagnostics)" : Out;
   }
+  StringRef text() const { return SM.getMemoryBuffer(SM.getMainFileID())->getBuffer(); }
+  size_t errors() const {
+    return size_t(llvm::count_if(Final, [](const Diagnostic &D) { return D.Sev == Severity::Error; }));
+  }
   bool hasError() const {
     return llvm::any_of(Final, [](const Diagnostic &D) { return D.Sev == Severity::Error; });
   }
@@ -347,9 +351,33 @@ TEST(ParserErrors, RecoveryGoesOnAfterABrokenEntry) {
   EXPECT_FALSE(P.File->Definitions[1].Damaged);
   ASSERT_EQ(P.File->Definitions[1].Entries.size(), 1u);
   EXPECT_TRUE(P.hasError());
-  // An open block is not recovered from.
-  Parsed Open("recipe a { x = 1\nrecipe b { y = 2 }\n");
-  EXPECT_EQ(Open.File, nullptr);
+}
+
+TEST(ParserErrors, AnOpenBlockClosesWhereItsIndentationEnds) {
+  // The section's brace is missing: it closes before the next line at its
+  // indentation, and the second recipe keeps its entries and locations.
+  const char *Text = "recipe a {\n  s { x = 1\n  y = 2\n}\nrecipe b { z = 3 }\n";
+  Parsed P(Text);
+  ASSERT_TRUE(P.File) << P.summary();
+  ASSERT_EQ(P.File->Definitions.size(), 2u);
+  EXPECT_TRUE(P.File->Definitions[0].Damaged);
+  EXPECT_EQ(P.File->Definitions[0].Entries.size(), 2u); // s { x }, y
+  const ast::Definition &B = P.File->Definitions[1];
+  EXPECT_FALSE(B.Damaged);
+  ASSERT_EQ(B.Entries.size(), 1u);
+  EXPECT_EQ(B.Entries[0].Range.Start.getPointer() - P.text().data(), llvm::StringRef(Text).find("z = 3"));
+  EXPECT_TRUE(P.hasError());
+  // A section and its definition both left open before the next
+  // definition: one error, the next definition intact.
+  Parsed Both("recipe a {\n  s { x = 1\nrecipe b { y = 2 }\n");
+  ASSERT_TRUE(Both.File) << Both.summary();
+  ASSERT_EQ(Both.File->Definitions.size(), 2u);
+  EXPECT_EQ(Both.errors(), 1u) << Both.summary();
+  EXPECT_TRUE(Both.File->Definitions[0].Damaged);
+  EXPECT_FALSE(Both.File->Definitions[1].Damaged);
+  // Open at the end of the file: nothing after it to check, no tree.
+  Parsed AtEnd("recipe a {\n  x = 1\n");
+  EXPECT_EQ(AtEnd.File, nullptr);
 }
 
 TEST(ParserErrors, EncodingAndEmptyInput) {

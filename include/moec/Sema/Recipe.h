@@ -208,6 +208,11 @@ struct Recipe {
 /// Prints a recipe as indented text with the provenance of every value that
 /// was set (not defaulted), for --dump-recipe and tests.
 void printRecipe(const Recipe &R, const llvm::SourceMgr &SM, llvm::raw_ostream &OS);
+/// One line of a model's figures (`layers=24 hidden=2048 ... moe(...)`), as
+/// --dump-recipe and the language server's hover show them.
+void printModelSummary(const ModelSpec &M, llvm::raw_ostream &OS);
+/// One line of a GPU's figures (memory, peaks, links).
+void printGpuSummary(const GpuSpec &G, llvm::raw_ostream &OS);
 
 } // namespace moec
 

@@ -68,6 +68,10 @@ public:
   /// imported files' and the main file's, in load order (a duplicate that was
   /// rejected is not listed).
   std::vector<DefinitionRef> definitions() const;
+  /// What analyze() made of a model or GPU definition (its values after
+  /// `extends`), or null when it was not lowered or had errors.
+  const ModelSpec *loweredModel(const ast::Definition *D) const;
+  const GpuSpec *loweredGpu(const ast::Definition *D) const;
 
 private:
   std::unique_ptr<SemaImpl> Impl;
