@@ -11,101 +11,57 @@
 #include "data/IndexedDataset.h"
 #include "data/SyntheticCorpus.h"
 
-#include <cerrno>
+#include "llvm/Support/CommandLine.h"
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <string>
 
 using namespace moert;
+namespace cl = llvm::cl;
 
 namespace {
+cl::OptionCategory MkdataCategory("moerun-mkdata options");
+cl::opt<std::string> Out("out", cl::desc("Write PREFIX.bin and PREFIX.idx"), cl::value_desc("PREFIX"), cl::Required,
+                         cl::cat(MkdataCategory));
+cl::opt<int64_t> Vocab("vocab", cl::desc("Token ids are below this (the model's vocabulary)"), cl::value_desc("V"),
+                       cl::Required, cl::cat(MkdataCategory));
+cl::opt<int64_t> Tokens("tokens", cl::desc("Tokens to write"), cl::value_desc("N"), cl::Required,
+                        cl::cat(MkdataCategory));
+cl::opt<uint64_t> Seed("seed", cl::desc("Seed of the Markov chain"), cl::value_desc("S"), cl::init(1),
+                       cl::cat(MkdataCategory));
+cl::opt<int64_t> MinDoc("min-doc", cl::desc("Shortest document, in tokens"), cl::value_desc("L"),
+                        cl::cat(MkdataCategory));
+cl::opt<int64_t> MaxDoc("max-doc", cl::desc("Longest document, in tokens"), cl::value_desc("L"),
+                        cl::cat(MkdataCategory));
 
-void usage(std::FILE *To) {
-  std::fprintf(To, "usage: moerun-mkdata --out PREFIX --vocab V --tokens N "
-                   "[--seed S] [--min-doc L] [--max-doc L]\n");
+int fail(const std::string &Message) {
+  std::fprintf(stderr, "moerun-mkdata: error: %s\n", Message.c_str());
+  return 1;
 }
-
-/// A whole-string base-10 integer.
-bool parseInt(const char *S, long long &Out) {
-  errno = 0;
-  char *End = nullptr;
-  Out = std::strtoll(S, &End, 10);
-  return errno == 0 && End != S && *End == '\0';
-}
-
 } // namespace
 
 int main(int Argc, char **Argv) {
-  std::string Out;
+  cl::HideUnrelatedOptions(MkdataCategory);
+  if (!cl::ParseCommandLineOptions(Argc, Argv, "moerun-mkdata: writes a small synthetic training corpus\n"))
+    return 1;
   MarkovCorpusOptions O;
-  bool HaveVocab = false, HaveTokens = false;
-  for (int I = 1; I < Argc; ++I) {
-    std::string Arg = Argv[I];
-    if (Arg == "-h" || Arg == "--help") {
-      usage(stdout);
-      return 0;
-    }
-    if (I + 1 >= Argc) {
-      std::fprintf(stderr, "moerun-mkdata: error: '%s' needs a value\n",
-                   Arg.c_str());
-      usage(stderr);
-      return 1;
-    }
-    const char *Value = Argv[++I];
-    if (Arg == "--out") {
-      Out = Value;
-      continue;
-    }
-    long long N = 0;
-    if (Arg != "--vocab" && Arg != "--tokens" && Arg != "--seed" &&
-        Arg != "--min-doc" && Arg != "--max-doc") {
-      std::fprintf(stderr, "moerun-mkdata: error: unknown option '%s'\n",
-                   Arg.c_str());
-      usage(stderr);
-      return 1;
-    }
-    if (!parseInt(Value, N) || N < 0) {
-      std::fprintf(stderr,
-                   "moerun-mkdata: error: '%s' needs a non-negative integer, "
-                   "got '%s'\n",
-                   Arg.c_str(), Value);
-      return 1;
-    }
-    if (Arg == "--vocab") {
-      O.Vocab = N;
-      HaveVocab = true;
-    } else if (Arg == "--tokens") {
-      O.Tokens = N;
-      HaveTokens = true;
-    } else if (Arg == "--seed") {
-      O.Seed = uint64_t(N);
-    } else if (Arg == "--min-doc") {
-      O.MinDocTokens = N;
-    } else {
-      O.MaxDocTokens = N;
-    }
-  }
-  if (Out.empty() || !HaveVocab || !HaveTokens) {
-    std::fprintf(stderr,
-                 "moerun-mkdata: error: --out, --vocab and --tokens are "
-                 "required\n");
-    usage(stderr);
-    return 1;
-  }
+  for (auto [Opt, Name] : {std::pair{&Vocab, "--vocab"}, {&Tokens, "--tokens"}, {&MinDoc, "--min-doc"},
+                           {&MaxDoc, "--max-doc"}})
+    if (*Opt < 0)
+      return fail(std::string(Name) + " needs a non-negative integer, got " + std::to_string(int64_t(*Opt)));
+  O.Vocab = Vocab;
+  O.Tokens = Tokens;
+  O.Seed = Seed;
+  if (MinDoc.getNumOccurrences())
+    O.MinDocTokens = MinDoc;
+  if (MaxDoc.getNumOccurrences())
+    O.MaxDocTokens = MaxDoc;
   std::string Error;
-  if (!writeMarkovCorpus(Out, O, Error)) {
-    std::fprintf(stderr, "moerun-mkdata: error: %s\n", Error.c_str());
-    return 1;
-  }
+  if (!writeMarkovCorpus(Out, O, Error))
+    return fail(Error);
   // Read it back: the tool never leaves a corpus the runtime would reject.
   auto D = IndexedDataset::open(Out, O.Vocab, Error);
-  if (!D) {
-    std::fprintf(stderr,
-                 "moerun-mkdata: error: written corpus unreadable: %s\n",
-                 Error.c_str());
-    return 1;
-  }
+  if (!D)
+    return fail("written corpus unreadable: " + Error);
   std::printf("wrote %s.bin and %s.idx: %lld tokens in %lld documents, "
               "vocabulary %lld, %s\n",
               Out.c_str(), Out.c_str(), (long long)D->numTokens(),

@@ -21,10 +21,11 @@
 #include "RunSteps.h"
 #include "comm/mpi/MpiComm.h"
 
+#include "llvm/Support/CommandLine.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/xxhash.h"
 #include <algorithm>
-#include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <fmt/format.h>
@@ -38,77 +39,61 @@ namespace {
 
 constexpr int ExitOK = 0, ExitPlan = 1, ExitUsage = 2;
 
-const char *Usage = "usage: moerun PLAN.toml [--steps K] [--log FILE] [--seed S] [--lr X] [--timeout SECONDS] "
-                    "[--dry-run]\n";
+namespace cl = llvm::cl;
+cl::OptionCategory MoerunCategory("moerun options");
+cl::opt<std::string> PlanPath(cl::Positional, cl::desc("<plan.toml>"), cl::cat(MoerunCategory));
+cl::opt<int64_t> Steps("steps", cl::desc("Training steps to run (at least 1)"), cl::value_desc("K"), cl::init(1),
+                       cl::cat(MoerunCategory));
+cl::opt<std::string> LogPath("log", cl::desc("Write one JSON line per step to this file (rank 0)"),
+                             cl::value_desc("FILE"), cl::cat(MoerunCategory));
+cl::opt<uint64_t> Seed("seed", cl::desc("Seed of the weights and the data order"), cl::value_desc("S"),
+                       cl::init(1234), cl::cat(MoerunCategory));
+cl::opt<double> LearningRate("lr", cl::desc("Learning rate (positive)"), cl::value_desc("X"), cl::init(1e-3),
+                             cl::cat(MoerunCategory));
+cl::opt<double> TimeoutSeconds("timeout", cl::desc("End the job after this long without progress (0: never)"),
+                               cl::value_desc("SECONDS"), cl::init(300), cl::cat(MoerunCategory));
+cl::opt<bool> DryRun("dry-run", cl::desc("Check the plan and exercise every group instead of training"),
+                     cl::cat(MoerunCategory));
 
-/// Parses the command line; false with Error set on a usage error.
-bool parseOptions(int Argc, char **Argv, RunOptions &Opts, std::string &Error, bool &Help) {
-  auto Value = [&](int &I, llvm::StringRef Arg, llvm::StringRef Name, std::string &Out) {
-    if (Arg.consume_front(Name)) {
-      if (Arg.consume_front("=")) {
-        Out = Arg.str();
-        return true;
-      }
-      if (!Arg.empty())
-        return false;
-      if (I + 1 >= Argc) {
-        Error = fmt::format("{} needs a value", Name.str());
-        return true;
-      }
-      Out = Argv[++I];
-      return true;
+const char *Usage = "usage: moerun PLAN.toml [--steps K] [--log FILE] [--seed S] [--lr X] [--timeout SECONDS] "
+                    "[--dry-run] (--help lists them)\n";
+
+/// Parses the command line (llvm::cl, as moec does) without exiting:
+/// false with Error set on a usage error, which every rank reports once MPI
+/// is up so that the whole job exits with the same status. --help prints
+/// and exits before MPI starts.
+bool parseOptions(int Argc, char **Argv, RunOptions &Opts, std::string &Error) {
+  cl::HideUnrelatedOptions(MoerunCategory);
+  llvm::raw_string_ostream Errors(Error);
+  if (!cl::ParseCommandLineOptions(Argc, Argv, "moerun: runs a launch plan on an MPI job\n", &Errors)) {
+    Errors.flush();
+    // llvm::cl names the program on each line; the caller names it and the
+    // rank. A bad option value it prints itself, before this returns.
+    llvm::SmallVector<llvm::StringRef, 4> Lines;
+    llvm::StringRef(Error).trim().split(Lines, '\n');
+    std::string Joined;
+    for (llvm::StringRef Line : Lines) {
+      Line.consume_front("moerun: ");
+      Joined += (Joined.empty() ? "" : " ") + Line.trim().str();
     }
+    Error = Joined.empty() ? "an option has an invalid value (above)" : Joined;
     return false;
-  };
-  auto Number = [&](const std::string &Text, const char *Name, double &Out) {
-    char *End = nullptr;
-    errno = 0;
-    Out = std::strtod(Text.c_str(), &End);
-    if (Text.empty() || *End || errno)
-      Error = fmt::format("{}: '{}' is not a number", Name, Text);
-    return Error.empty();
-  };
-  auto Integer = [&](const std::string &Text, const char *Name, int64_t Min, int64_t &Out) {
-    long long V = 0;
-    if (llvm::StringRef(Text).getAsInteger(10, V) || V < Min)
-      Error = fmt::format("{}: expected an integer of at least {}, got '{}'", Name, Min, Text);
-    Out = V;
-    return Error.empty();
-  };
-  for (int I = 1; I < Argc && Error.empty(); ++I) {
-    llvm::StringRef Arg(Argv[I]);
-    std::string V;
-    if (Arg == "--help" || Arg == "-h") {
-      Help = true;
-      return true;
-    }
-    if (Arg == "--dry-run") {
-      Opts.DryRun = true;
-    } else if (Value(I, Arg, "--steps", V)) {
-      if (Error.empty())
-        Integer(V, "--steps", 1, Opts.Steps);
-    } else if (Value(I, Arg, "--log", V)) {
-      Opts.LogPath = V;
-    } else if (Value(I, Arg, "--seed", V)) {
-      int64_t S = 0;
-      if (Error.empty() && Integer(V, "--seed", 0, S))
-        Opts.Seed = uint64_t(S);
-    } else if (Value(I, Arg, "--lr", V)) {
-      if (Error.empty() && Number(V, "--lr", Opts.LearningRate) && !(Opts.LearningRate > 0))
-        Error = fmt::format("--lr must be positive, got {}", V);
-    } else if (Value(I, Arg, "--timeout", V)) {
-      if (Error.empty() && Number(V, "--timeout", Opts.TimeoutSeconds) && Opts.TimeoutSeconds < 0)
-        Error = fmt::format("--timeout must be 0 (no watchdog) or positive, got {}", V);
-    } else if (Arg.startswith("-") && Arg != "-") {
-      Error = fmt::format("unknown option '{}'", Arg.str());
-    } else if (Opts.PlanPath.empty()) {
-      Opts.PlanPath = Arg.str();
-    } else {
-      Error = fmt::format("unexpected argument '{}' (one plan per job)", Arg.str());
-    }
   }
-  if (Error.empty() && Opts.PlanPath.empty())
+  if (PlanPath.empty())
     Error = "no plan given";
+  else if (Steps < 1)
+    Error = fmt::format("--steps: expected an integer of at least 1, got '{}'", int64_t(Steps));
+  else if (!(LearningRate > 0))
+    Error = fmt::format("--lr must be positive, got {}", double(LearningRate));
+  else if (TimeoutSeconds < 0 || !std::isfinite(TimeoutSeconds))
+    Error = fmt::format("--timeout must be 0 (no watchdog) or positive, got {}", double(TimeoutSeconds));
+  Opts.PlanPath = PlanPath;
+  Opts.Steps = Steps;
+  Opts.LogPath = LogPath;
+  Opts.Seed = Seed;
+  Opts.LearningRate = LearningRate;
+  Opts.TimeoutSeconds = TimeoutSeconds;
+  Opts.DryRun = DryRun;
   return Error.empty();
 }
 
@@ -220,12 +205,7 @@ void printLayout(const moec::LaunchPlan &Plan, moert::CommWorld &World,
 int run(int Argc, char **Argv) {
   RunOptions Opts;
   std::string UsageError;
-  bool Help = false;
-  bool OptionsOK = parseOptions(Argc, Argv, Opts, UsageError, Help);
-  if (Help) {
-    std::printf("%s", Usage);
-    return ExitOK;
-  }
+  bool OptionsOK = parseOptions(Argc, Argv, Opts, UsageError);
   // Started before MPI_Init, which hangs when a process of the job never starts.
   Watchdog Dog(OptionsOK ? Opts.TimeoutSeconds : 300, "starting MPI");
   std::unique_ptr<moert::CommWorld> World = moert::createMpiWorld(&Argc, &Argv);

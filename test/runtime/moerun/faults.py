@@ -167,6 +167,23 @@ elif CASE == "usage":
     rc, out, _ = per_rank(2, [good, "--steps", "0"])
     expect_every_rank_exits(2, 2, out)
     expect_in("--steps: expected an integer of at least 1, got '0'", out)
+    # llvm::cl parses the options: a misspelt one is refused with a hint.
+    rc, out, _ = per_rank(2, [good, "--stpes=2"])
+    expect_every_rank_exits(2, 2, out)
+    expect_in("Unknown command line argument '--stpes=2'", out)
+    expect_in("Did you mean '--steps=2'?", out)
+    # --help lists the options without starting MPI, and exits 0.
+    r = subprocess.run([MOERUN, "--help"], capture_output=True, text=True, timeout=30)
+    if r.returncode != 0 or "--dry-run" not in r.stdout or "--timeout=<SECONDS>" not in r.stdout:
+        fail("moerun --help does not list the options", r.stdout + r.stderr)
+    # moerun-mkdata: the required options named, a negative size refused.
+    r = subprocess.run([MKDATA, "--vocab", "8"], capture_output=True, text=True, timeout=30)
+    if r.returncode != 1 or "--out option: must be specified" not in r.stderr:
+        fail("moerun-mkdata without --out is not refused", r.stderr)
+    r = subprocess.run([MKDATA, "--out", os.path.join(WORK, "neg"), "--vocab", "8", "--tokens", "-5"],
+                       capture_output=True, text=True, timeout=30)
+    if r.returncode != 1 or "--tokens needs a non-negative integer, got -5" not in r.stderr:
+        fail("moerun-mkdata takes a negative token count", r.stderr)
 
 elif CASE == "watchdog":
     # One process of the job never starts MPI: without the watchdog, rank 0
