@@ -11,6 +11,7 @@ packages=(
   googletest libgtest-dev
   libopenmpi-dev openmpi-bin libopenblas-dev
   clang-14 libclang-rt-14-dev
+  clang-format-14   # the house style (.clang-format), checked by the style.clang-format test
   chromium
   procps   # pgrep, for the moec run interruption test
 )

@@ -85,8 +85,7 @@ std::vector<int64_t> unevenRows(int64_t Experts, int64_t Total, uint64_t Seed) {
   return Rows;
 }
 
-void benchGemm(std::vector<Row> &Rows, int64_t Experts, int64_t Tokens,
-               int64_t K, int64_t N, int Runs) {
+void benchGemm(std::vector<Row> &Rows, int64_t Experts, int64_t Tokens, int64_t K, int64_t N, int Runs) {
   BlasHandle H;
   std::vector<int64_t> Counts = unevenRows(Experts, Tokens, 7);
   auto X = randomDevice(size_t(Tokens * K), 1);
@@ -94,77 +93,48 @@ void benchGemm(std::vector<Row> &Rows, int64_t Experts, int64_t Tokens,
   DeviceBuffer<bf16> Y(size_t(Tokens * N));
   double Flops = 2.0 * double(Tokens) * double(N) * double(K);
   std::ostringstream Shape;
-  Shape << Experts << " experts, " << Tokens << " rows (uneven) x " << K
-        << " -> " << N;
+  Shape << Experts << " experts, " << Tokens << " rows (uneven) x " << K << " -> " << N;
   double Dense = timeMs(
-      [&] {
-        gemm(H, false, false, Tokens, N, K, 1.0f, X.data(), W.data(), 0.0f,
-             Y.data(), OutType::BF16);
-      },
-      Runs);
-  Rows.push_back({"dense GEMM (cuBLAS, same M N K)", Shape.str(), Dense,
-                  Flops / Dense / 1e9, "reference"});
+      [&] { gemm(H, false, false, Tokens, N, K, 1.0f, X.data(), W.data(), 0.0f, Y.data(), OutType::BF16); }, Runs);
+  Rows.push_back({"dense GEMM (cuBLAS, same M N K)", Shape.str(), Dense, Flops / Dense / 1e9, "reference"});
   for (GroupedMode Mode : {GroupedMode::Batched, GroupedMode::Loop}) {
     double T = timeMs(
-        [&] {
-          groupedGemm(H, Mode, Counts, N, K, X.data(), W.data(), false, 0.0f,
-                      Y.data(), OutType::BF16);
-        },
-        Runs);
+        [&] { groupedGemm(H, Mode, Counts, N, K, X.data(), W.data(), false, 0.0f, Y.data(), OutType::BF16); }, Runs);
     bool Batched = Mode == GroupedMode::Batched;
     std::ostringstream Note;
     Note.precision(2);
     Note << std::fixed << T / Dense << "x dense time";
     if (Batched && H.batchedUnsupported())
       Note << "; cublasGemmGroupedBatchedEx unsupported, ran as loop";
-    Rows.push_back({Batched ? "grouped GEMM (cublasGemmGroupedBatchedEx)"
-                            : "grouped GEMM (loop of cublasGemmEx)",
+    Rows.push_back({Batched ? "grouped GEMM (cublasGemmGroupedBatchedEx)" : "grouped GEMM (loop of cublasGemmEx)",
                     Shape.str(), T, Flops / T / 1e9, Note.str()});
   }
 }
 
-void benchAttention(std::vector<Row> &Rows, int64_t Seq, int64_t QHeads,
-                    int64_t KvHeads, int64_t HeadDim, int Runs) {
-  DeviceAttentionShape S{1,
-                         Seq,
-                         Seq,
-                         QHeads,
-                         KvHeads,
-                         HeadDim,
-                         float(1.0 / std::sqrt(double(HeadDim)))};
-  size_t QN = size_t(Seq * QHeads * HeadDim),
-         KN = size_t(Seq * KvHeads * HeadDim);
-  auto Q = randomDevice(QN, 3), K = randomDevice(KN, 4),
-       V = randomDevice(KN, 5);
+void benchAttention(std::vector<Row> &Rows, int64_t Seq, int64_t QHeads, int64_t KvHeads, int64_t HeadDim, int Runs) {
+  DeviceAttentionShape S{1, Seq, Seq, QHeads, KvHeads, HeadDim, float(1.0 / std::sqrt(double(HeadDim)))};
+  size_t QN = size_t(Seq * QHeads * HeadDim), KN = size_t(Seq * KvHeads * HeadDim);
+  auto Q = randomDevice(QN, 3), K = randomDevice(KN, 4), V = randomDevice(KN, 5);
   auto DOut = randomDevice(QN, 6);
   std::vector<int32_t> P(Seq);
   std::iota(P.begin(), P.end(), 0);
   DeviceBuffer<int32_t> Pos;
   Pos.upload(P);
-  DeviceBuffer<float> Out(QN), Lse(size_t(QHeads * Seq)), Delta(Lse.size()),
-      DQ(QN), DK(KN), DV(KN);
+  DeviceBuffer<float> Out(QN), Lse(size_t(QHeads * Seq)), Delta(Lse.size()), DQ(QN), DK(KN), DV(KN);
   double Flops = causalAttentionFlops(S);
   std::ostringstream Shape;
-  Shape << "seq " << Seq << ", " << QHeads << " q / " << KvHeads
-        << " kv heads, head dim " << HeadDim;
+  Shape << "seq " << Seq << ", " << QHeads << " q / " << KvHeads << " kv heads, head dim " << HeadDim;
   double F = timeMs(
-      [&] {
-        causalAttentionForward(S, Q.data(), K.data(), V.data(), Pos.data(),
-                               Out.data(), Lse.data(), nullptr);
-      },
+      [&] { causalAttentionForward(S, Q.data(), K.data(), V.data(), Pos.data(), Out.data(), Lse.data(), nullptr); },
       Runs);
-  Rows.push_back({"causal attention forward", Shape.str(), F, Flops / F / 1e9,
-                  "CUDA cores, fp32 accumulation"});
+  Rows.push_back({"causal attention forward", Shape.str(), F, Flops / F / 1e9, "CUDA cores, fp32 accumulation"});
   double B = timeMs(
       [&] {
-        causalAttentionBackward(S, Q.data(), K.data(), V.data(), Pos.data(),
-                                Out.data(), Lse.data(), DOut.data(),
-                                Delta.data(), DQ.data(), DK.data(), DV.data(),
-                                nullptr);
+        causalAttentionBackward(S, Q.data(), K.data(), V.data(), Pos.data(), Out.data(), Lse.data(), DOut.data(),
+                                Delta.data(), DQ.data(), DK.data(), DV.data(), nullptr);
       },
       Runs);
-  Rows.push_back({"causal attention backward", Shape.str(), B,
-                  2.5 * Flops / B / 1e9, "FLOPs counted as 2.5x forward"});
+  Rows.push_back({"causal attention backward", Shape.str(), B, 2.5 * Flops / B / 1e9, "FLOPs counted as 2.5x forward"});
 }
 
 } // namespace

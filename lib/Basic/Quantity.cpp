@@ -125,8 +125,7 @@ llvm::Optional<Quantity> Quantity::fromNumber(llvm::StringRef Digits, QuantityEr
   return real(V);
 }
 
-llvm::Optional<Quantity> Quantity::fromLiteral(llvm::StringRef Digits, llvm::StringRef Unit,
-                                               QuantityError &Err) {
+llvm::Optional<Quantity> Quantity::fromLiteral(llvm::StringRef Digits, llvm::StringRef Unit, QuantityError &Err) {
   const UnitSpec *Spec = llvm::find_if(Units, [&](const UnitSpec &U) { return U.Name == Unit; });
   if (Spec == std::end(Units))
     return llvm::None;

@@ -156,8 +156,7 @@ private:
         Freq.push_back(Value::integer(L < X.DenseLayers ? 0 : 1));
       set("model.moe_layer_freq", X.DenseLayers ? Value::list(std::move(Freq)) : Value::integer(1),
           "model.moe.dense_layers");
-      set("model.moe_router_score_function", Value::string(enumName(X.RouterKind)),
-          "model.moe.router");
+      set("model.moe_router_score_function", Value::string(enumName(X.RouterKind)), "model.moe.router");
       set("model.moe_router_enable_expert_bias", Value::boolean(X.ExpertBias), "model.moe.expert_bias");
       set("model.moe_router_pre_softmax", Value::boolean(X.PreSoftmax), "model.moe.pre_softmax");
       if (X.Groups)
@@ -250,8 +249,8 @@ private:
       set("model.fp4_param", Value::boolean(R.Fp4ParamGather), "fp4_param_gather");
       Fp4Deviates = false;
     }
-    bool Deviates = R.Fp8ParamGather != presetFp8ParamGather(R.Tgt, R.Prec) || Fp4Deviates || R.Bf16FirstLayers ||
-                    R.Bf16LastLayers;
+    bool Deviates =
+        R.Fp8ParamGather != presetFp8ParamGather(R.Tgt, R.Prec) || Fp4Deviates || R.Bf16FirstLayers || R.Bf16LastLayers;
     if (Deviates && !recipeHasMixedPrecisionConfig()) {
       set("mixed_precision", Value::string(mixedPrecisionPreset(R.Prec)), "precision");
       auto Why = [](llvm::StringRef Fields) {
@@ -322,8 +321,7 @@ private:
     case Dispatcher::HybridEP:
       // A backend alone is a no-op: it takes effect only with flex (rule 17).
       set("model.moe_token_dispatcher_type", Value::string("flex"), "dispatcher");
-      set("model.moe_flex_dispatcher_backend", Value::string(enumName(R.Dispatch)),
-          "dispatcher");
+      set("model.moe_flex_dispatcher_backend", Value::string(enumName(R.Dispatch)), "dispatcher");
       break;
     }
     set("model.moe_shared_expert_overlap", Value::boolean(M.SharedExpertOverlap), "moe.shared_expert_overlap");
@@ -383,8 +381,7 @@ private:
     if (coreMinor() < 20) {
       // Megatron-Core 0.16: full_iteration is a scope of the local
       // implementation, and the key is cuda_graph_scope.
-      set("model.cuda_graph_impl",
-          Value::string(enumName(Full ? GraphImpl::Local : R.CudaGraphImpl)),
+      set("model.cuda_graph_impl", Value::string(enumName(Full ? GraphImpl::Local : R.CudaGraphImpl)),
           Full ? "cuda_graph" : "cuda_graph_impl");
       set("model.cuda_graph_scope", Value::strings(Full ? std::vector<std::string>{"full_iteration"} : Names),
           "cuda_graph");
@@ -393,8 +390,7 @@ private:
       // full_iteration requires an empty module list (rule 33).
       set("model.cuda_graph_modules", Value::list({}), "cuda_graph");
     } else {
-      set("model.cuda_graph_impl", Value::string(enumName(R.CudaGraphImpl)),
-          "cuda_graph_impl");
+      set("model.cuda_graph_impl", Value::string(enumName(R.CudaGraphImpl)), "cuda_graph_impl");
       set("model.cuda_graph_modules", Value::strings(Names), "cuda_graph");
     }
     // Every graph needs TE's RNG tracker (rule 35).

@@ -978,7 +978,8 @@ private:
     llvm::Optional<bool> Fp8Params = flag("mixed_precision.fp8_param_gather");
     if (Fp8Params.getValueOr(false))
       emit("", "fp8_param_gather = true");
-    else if (Fp8Params && !P.empty() && presetFp8ParamGather(DefaultTarget, parseEnum<Precision>(P).getValueOr(Precision::BF16)))
+    else if (Fp8Params && !P.empty() &&
+             presetFp8ParamGather(DefaultTarget, parseEnum<Precision>(P).getValueOr(Precision::BF16)))
       emit("", "fp8_param_gather = false"); // the imported recipe's target would turn it on
     if (flag("mixed_precision.fp4_param_gather").getValueOr(false) || flag("model.fp4_param").getValueOr(false))
       emit("", "fp4_param_gather = true");
@@ -1207,7 +1208,8 @@ private:
     }
     bool FineGrained = flag("model.fine_grained_activation_offloading").getValueOr(false);
     Entry *Modules = get("model.offload_modules");
-    if (Modules && Modules->V.K != Value::Kind::Null && !(Modules->V.K == Value::Kind::List && Modules->V.Items.empty())) {
+    if (Modules && Modules->V.K != Value::Kind::Null &&
+        !(Modules->V.K == Value::Kind::List && Modules->V.Items.empty())) {
       auto N = names(Modules);
       if (!N)
         return;

@@ -47,8 +47,7 @@ llvm::Optional<diag::ID> moec::lookupDiagID(llvm::StringRef KebabID) {
   return It->second;
 }
 
-llvm::Optional<llvm::StringRef> moec::closestMatch(llvm::StringRef Typo,
-                                                   llvm::ArrayRef<llvm::StringRef> Candidates) {
+llvm::Optional<llvm::StringRef> moec::closestMatch(llvm::StringRef Typo, llvm::ArrayRef<llvm::StringRef> Candidates) {
   for (llvm::StringRef C : Candidates)
     if (C.equals_insensitive(Typo) && C != Typo)
       return C; // a case slip: gb for GB
@@ -107,8 +106,7 @@ DiagnosticBuilder DiagnosticEngine::add(diag::ID ID, llvm::SMRange Range, std::s
   Severity Level = Sev.getValueOr(getDiagInfo(ID).DefaultSeverity);
   if (Level == Severity::Error) {
     ++NumErrors;
-    auto [It, New] =
-        ErrorsSeen.try_emplace({ID, Range.Start.getPointer(), Range.End.getPointer(), Message}, true);
+    auto [It, New] = ErrorsSeen.try_emplace({ID, Range.Start.getPointer(), Range.End.getPointer(), Message}, true);
     // --error-limit keeps the first errors by position (finish()); this
     // only bounds what a runaway input can make the engine hold.
     constexpr unsigned HeldErrorCap = 100000;
@@ -162,10 +160,14 @@ const std::vector<Diagnostic> &DiagnosticEngine::finish() {
   }
   for (const AllowScope &A : Allows)
     if (!A.Used && !Opts.Disabled.count(diag::allow_unused))
-      Kept.push_back({diag::allow_unused, Severity::Remark,
-                      fmt::format(runtimeFormat(getDiagInfo(diag::allow_unused).Format),
-                                  getDiagInfo(A.ID).Id.str()),
-                      A.Annotation, "", {}, {}, {}});
+      Kept.push_back({diag::allow_unused,
+                      Severity::Remark,
+                      fmt::format(runtimeFormat(getDiagInfo(diag::allow_unused).Format), getDiagInfo(A.ID).Id.str()),
+                      A.Annotation,
+                      "",
+                      {},
+                      {},
+                      {}});
 
   // Stable order: by buffer position where known (buffers are compared by
   // address, which groups each file), keeping report order otherwise.
@@ -216,9 +218,14 @@ const std::vector<Diagnostic> &DiagnosticEngine::finish() {
     Kept = std::move(Limited);
   }
   if (NumDroppedErrors) {
-    Kept.push_back({diag::too_many_errors, Severity::Error,
+    Kept.push_back({diag::too_many_errors,
+                    Severity::Error,
                     fmt::format(runtimeFormat(getDiagInfo(diag::too_many_errors).Format), Opts.ErrorLimit),
-                    llvm::SMRange(), "", {}, {}, {}});
+                    llvm::SMRange(),
+                    "",
+                    {},
+                    {},
+                    {}});
     Kept.back().Notes.push_back(
         {llvm::SMRange(), fmt::format(runtimeFormat(NoteTable[diag::note_errors_capped]), NumDroppedErrors)});
   }

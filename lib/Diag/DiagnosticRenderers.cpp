@@ -44,8 +44,8 @@ Position positionOf(llvm::SourceMgr &SM, llvm::SMRange R) {
 
 std::string displayName(llvm::StringRef File) { return File == "-" ? "<stdin>" : File.str(); }
 
-void printHeaderOnly(llvm::raw_ostream &OS, const Position &P, llvm::SourceMgr::DiagKind Kind,
-                     llvm::StringRef Message, bool Colors) {
+void printHeaderOnly(llvm::raw_ostream &OS, const Position &P, llvm::SourceMgr::DiagKind Kind, llvm::StringRef Message,
+                     bool Colors) {
   llvm::ColorMode Mode = Colors ? llvm::ColorMode::Enable : llvm::ColorMode::Disable;
   {
     llvm::WithColor Bold(OS, llvm::raw_ostream::SAVEDCOLOR, true, false, Mode);
@@ -72,9 +72,7 @@ void printHeaderOnly(llvm::raw_ostream &OS, const Position &P, llvm::SourceMgr::
 /// A string stream whose colours are decided by --color, not by isatty.
 class ColorableStringStream : public llvm::raw_string_ostream {
 public:
-  ColorableStringStream(std::string &S, bool Colors) : raw_string_ostream(S), Colors(Colors) {
-    enable_colors(Colors);
-  }
+  ColorableStringStream(std::string &S, bool Colors) : raw_string_ostream(S), Colors(Colors) { enable_colors(Colors); }
   bool has_colors() const override { return Colors; }
 
 private:
@@ -92,8 +90,8 @@ std::string printable(llvm::StringRef Line) {
   return Out;
 }
 
-void printLocated(llvm::raw_ostream &OS, llvm::SourceMgr &SM, llvm::SMRange Range,
-                  llvm::SourceMgr::DiagKind Kind, llvm::StringRef Message, bool Colors) {
+void printLocated(llvm::raw_ostream &OS, llvm::SourceMgr &SM, llvm::SMRange Range, llvm::SourceMgr::DiagKind Kind,
+                  llvm::StringRef Message, bool Colors) {
   Position P = positionOf(SM, Range);
   if (!P.Valid) {
     printHeaderOnly(OS, P, Kind, Message, Colors);
@@ -116,9 +114,9 @@ void printLocated(llvm::raw_ostream &OS, llvm::SourceMgr &SM, llvm::SMRange Rang
     OS << Lead << printable(Line.slice(Start, End)) << (End < Line.size() ? "..." : "") << "\n";
     std::string Caret(Lead.size() + Col - Start, ' ');
     Caret += '^';
-    size_t Width = Range.End.isValid() ? size_t(std::max<std::ptrdiff_t>(
-                                              0, Range.End.getPointer() - Range.Start.getPointer()))
-                                       : 0;
+    size_t Width = Range.End.isValid()
+                       ? size_t(std::max<std::ptrdiff_t>(0, Range.End.getPointer() - Range.Start.getPointer()))
+                       : 0;
     for (size_t I = 1; I < Width && Col + I < End; ++I)
       Caret += '~';
     OS << Caret << "\n";
@@ -238,28 +236,24 @@ static llvm::StringRef sarifLevel(Severity S) {
 }
 
 static json::Object sarifRegion(const Position &P) {
-  return json::Object{{"startLine", P.Line},
-                      {"startColumn", P.Column},
-                      {"endLine", P.EndLine},
-                      {"endColumn", P.EndColumn}};
+  return json::Object{
+      {"startLine", P.Line}, {"startColumn", P.Column}, {"endLine", P.EndLine}, {"endColumn", P.EndColumn}};
 }
 
 static json::Object sarifLocation(const Position &P) {
-  return json::Object{{"physicalLocation",
-                       json::Object{{"artifactLocation", json::Object{{"uri", displayName(P.File)}}},
-                                    {"region", sarifRegion(P)}}}};
+  return json::Object{
+      {"physicalLocation",
+       json::Object{{"artifactLocation", json::Object{{"uri", displayName(P.File)}}}, {"region", sarifRegion(P)}}}};
 }
 
-json::Value moec::renderSARIF(llvm::ArrayRef<Diagnostic> Diags, llvm::SourceMgr &SM,
-                              llvm::StringRef ToolVersion) {
+json::Value moec::renderSARIF(llvm::ArrayRef<Diagnostic> Diags, llvm::SourceMgr &SM, llvm::StringRef ToolVersion) {
   json::Array Rules;
   for (const DiagInfo &Info : allDiagInfos())
-    Rules.push_back(json::Object{
-        {"id", Info.Id},
-        {"shortDescription", json::Object{{"text", Info.Id}}},
-        {"fullDescription", json::Object{{"text", Info.Explanation}}},
-        {"defaultConfiguration", json::Object{{"level", sarifLevel(Info.DefaultSeverity)}}},
-        {"helpUri", "https://moec.dev/rules#" + Info.Id.str()}});
+    Rules.push_back(json::Object{{"id", Info.Id},
+                                 {"shortDescription", json::Object{{"text", Info.Id}}},
+                                 {"fullDescription", json::Object{{"text", Info.Explanation}}},
+                                 {"defaultConfiguration", json::Object{{"level", sarifLevel(Info.DefaultSeverity)}}},
+                                 {"helpUri", "https://moec.dev/rules#" + Info.Id.str()}});
 
   json::Array Results;
   for (const Diagnostic &D : Diags) {
@@ -303,13 +297,12 @@ json::Value moec::renderSARIF(llvm::ArrayRef<Diagnostic> Diags, llvm::SourceMgr 
     Results.push_back(std::move(R));
   }
 
-  return json::Object{
-      {"$schema", "https://json.schemastore.org/sarif-2.1.0.json"},
-      {"version", "2.1.0"},
-      {"runs", json::Array{json::Object{
-                   {"tool", json::Object{{"driver", json::Object{{"name", "moec"},
-                                                                 {"version", ToolVersion},
-                                                                 {"informationUri", "https://moec.dev"},
-                                                                 {"rules", std::move(Rules)}}}}},
-                   {"results", std::move(Results)}}}}};
+  return json::Object{{"$schema", "https://json.schemastore.org/sarif-2.1.0.json"},
+                      {"version", "2.1.0"},
+                      {"runs", json::Array{json::Object{
+                                   {"tool", json::Object{{"driver", json::Object{{"name", "moec"},
+                                                                                 {"version", ToolVersion},
+                                                                                 {"informationUri", "https://moec.dev"},
+                                                                                 {"rules", std::move(Rules)}}}}},
+                                   {"results", std::move(Results)}}}}};
 }

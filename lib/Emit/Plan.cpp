@@ -60,9 +60,9 @@ llvm::Expected<Plan> moec::buildPlan(const Recipe &R, llvm::StringRef SourceFile
 
 json::Value moec::recipeToJSON(const Recipe &R) {
   const ModelSpec &M = R.Model;
-  json::Object Model{{"name", M.Name},         {"layers", M.Layers},     {"hidden", M.Hidden},
-                     {"heads", M.Heads},       {"kv_heads", M.KvHeads},  {"head_dim", M.HeadDim},
-                     {"vocab", M.Vocab},       {"mtp_layers", M.MtpLayers}};
+  json::Object Model{{"name", M.Name},   {"layers", M.Layers},       {"hidden", M.Hidden},
+                     {"heads", M.Heads}, {"kv_heads", M.KvHeads},    {"head_dim", M.HeadDim},
+                     {"vocab", M.Vocab}, {"mtp_layers", M.MtpLayers}};
   if (M.FfnHidden)
     Model["ffn_hidden"] = *M.FfnHidden;
   if (M.MLA)
@@ -72,12 +72,9 @@ json::Value moec::recipeToJSON(const Recipe &R) {
                                 {"qk_rope_head_dim", M.MLA->QkRopeHeadDim},
                                 {"v_head_dim", M.MLA->VHeadDim}};
   if (M.MoE) {
-    json::Object MoE{{"experts", M.MoE->Experts},
-                     {"top_k", M.MoE->TopK},
-                     {"ffn_hidden", M.MoE->FfnHidden},
-                     {"shared_experts", M.MoE->SharedExperts},
-                     {"dense_layers", M.MoE->DenseLayers},
-                     {"router", enumName(M.MoE->RouterKind)}};
+    json::Object MoE{{"experts", M.MoE->Experts},          {"top_k", M.MoE->TopK},
+                     {"ffn_hidden", M.MoE->FfnHidden},     {"shared_experts", M.MoE->SharedExperts},
+                     {"dense_layers", M.MoE->DenseLayers}, {"router", enumName(M.MoE->RouterKind)}};
     if (M.MoE->SharedFfnHidden)
       MoE["shared_ffn_hidden"] = *M.MoE->SharedFfnHidden;
     Model["moe"] = std::move(MoE);
@@ -88,8 +85,8 @@ json::Value moec::recipeToJSON(const Recipe &R) {
                                              {"value_heads", M.LinearAttention->ValueHeads},
                                              {"head_dim", M.LinearAttention->HeadDim}};
   if (M.Vision)
-    Model["vision"] = json::Object{{"layers", M.Vision->Layers},       {"hidden", M.Vision->Hidden},
-                                   {"heads", M.Vision->Heads},         {"ffn_hidden", M.Vision->FfnHidden},
+    Model["vision"] = json::Object{{"layers", M.Vision->Layers},        {"hidden", M.Vision->Hidden},
+                                   {"heads", M.Vision->Heads},          {"ffn_hidden", M.Vision->FfnHidden},
                                    {"patch_size", M.Vision->PatchSize}, {"spatial_merge", M.Vision->SpatialMerge}};
 
   const GpuSpec &G = R.Gpu;
@@ -102,9 +99,16 @@ json::Value moec::recipeToJSON(const Recipe &R) {
                    {"network_bytes_per_s", G.NetworkBytesPerSec}};
 
   const ParallelConfig &P = R.Parallel;
-  json::Object Parallel{{"tp", P.TP},   {"cp", P.CP},   {"ep", P.EP},   {"etp", P.ETP},
-                        {"pp", P.PP},   {"vpp", P.VPP}, {"dp", P.DP},   {"edp", P.EDP},
-                        {"sp", P.SequenceParallel},     {"fsdp", P.FSDP},
+  json::Object Parallel{{"tp", P.TP},
+                        {"cp", P.CP},
+                        {"ep", P.EP},
+                        {"etp", P.ETP},
+                        {"pp", P.PP},
+                        {"vpp", P.VPP},
+                        {"dp", P.DP},
+                        {"edp", P.EDP},
+                        {"sp", P.SequenceParallel},
+                        {"fsdp", P.FSDP},
                         {"order", P.Order == RankOrder::TpCpEpDpPp ? "tp-cp-ep-dp-pp" : "tp-cp-ep-pp-dp"}};
   if (P.Layout)
     Parallel["layout"] = *P.Layout;
@@ -162,15 +166,9 @@ static json::Object breakdownJSON(const MemoryBreakdown &B) {
 
 json::Value moec::planToJSON(const Plan &P) {
   const Recipe &R = P.R;
-  json::Object Out{{"plan_version", PlanVersion},
-                   {"recipe", R.PointName},
-                   {"recipe_hash", P.RecipeHash},
-                   {"source", P.SourceFile},
-                   {"world_size", R.WorldSize},
-                   {"nodes", R.Nodes},
-                   {"dp", R.Parallel.DP},
-                   {"edp", R.Parallel.EDP},
-                   {"config", recipeToJSON(R)}};
+  json::Object Out{{"plan_version", PlanVersion}, {"recipe", R.PointName},     {"recipe_hash", P.RecipeHash},
+                   {"source", P.SourceFile},      {"world_size", R.WorldSize}, {"nodes", R.Nodes},
+                   {"dp", R.Parallel.DP},         {"edp", R.Parallel.EDP},     {"config", recipeToJSON(R)}};
 
   const PipelinePlan &PL = P.Pipeline;
   json::Array Stages;
@@ -212,14 +210,14 @@ json::Value moec::planToJSON(const Plan &P) {
   json::Object ByModule;
   for (auto &[Name, Bytes] : Mem.ActivationPerLayerByModule)
     ByModule[Name] = Bytes;
-  Out["memory"] = json::Object{
-      {"peak_bytes", Mem.PeakBytes},
-      {"capacity_bytes", Mem.CapacityBytes},
-      {"fits", Mem.fits()},
-      {"peak_stage", Mem.PeakStage},
-      {"breakdown", Mem.PerStage.empty() ? json::Object() : breakdownJSON(Mem.PerStage[Mem.PeakStage])},
-      {"activation_per_layer_by_module", std::move(ByModule)},
-      {"per_stage", std::move(PerStage)}};
+  Out["memory"] =
+      json::Object{{"peak_bytes", Mem.PeakBytes},
+                   {"capacity_bytes", Mem.CapacityBytes},
+                   {"fits", Mem.fits()},
+                   {"peak_stage", Mem.PeakStage},
+                   {"breakdown", Mem.PerStage.empty() ? json::Object() : breakdownJSON(Mem.PerStage[Mem.PeakStage])},
+                   {"activation_per_layer_by_module", std::move(ByModule)},
+                   {"per_stage", std::move(PerStage)}};
 
   const StepTimeBreakdown &T = P.Time;
   Out["predicted"] = json::Object{{"step_time_s", T.StepTime},
@@ -444,8 +442,7 @@ llvm::Error moec::writeFileAtomically(llvm::StringRef Path, llvm::StringRef Cont
   int FD;
   llvm::SmallString<256> Temp;
   if (std::error_code EC = llvm::sys::fs::createUniqueFile(Model, FD, Temp))
-    return llvm::createStringError(EC, "cannot create a temporary file in '%s': %s", Dir.c_str(),
-                                   EC.message().c_str());
+    return llvm::createStringError(EC, "cannot create a temporary file in '%s': %s", Dir.c_str(), EC.message().c_str());
   // Interrupted by a signal (Ctrl-C, a CI timeout's SIGTERM), leave no
   // temporary behind; SIGKILL leaves it, but never a partial Path.
   llvm::sys::RemoveFileOnSignal(Temp);

@@ -96,8 +96,7 @@ private:
     Out = *V;
     return true;
   }
-  bool readBool(const toml::table &T, const std::string &Prefix, llvm::StringRef Key, bool &Out,
-                bool Required = true) {
+  bool readBool(const toml::table &T, const std::string &Prefix, llvm::StringRef Key, bool &Out, bool Required = true) {
     const toml::node *N = field(T, Prefix, Key, Required);
     if (!N)
       return !Required;
@@ -128,8 +127,7 @@ private:
     }
     return fail(join(Prefix, Key), fmt::format("'{}' is not one of {}", Out, List));
   }
-  const toml::table *table(const toml::table &T, const std::string &Prefix, llvm::StringRef Key,
-                           bool Required = true) {
+  const toml::table *table(const toml::table &T, const std::string &Prefix, llvm::StringRef Key, bool Required = true) {
     const toml::node *N = field(T, Prefix, Key, Required);
     if (!N)
       return nullptr;
@@ -213,11 +211,11 @@ bool PlanParser::readParallel(const toml::table &Config) {
   if (!T)
     return false;
   LaunchParallel &Par = P.Parallel;
-  if (!readInt(*T, Pre, "tp", Par.TP, 1) || !readInt(*T, Pre, "cp", Par.CP, 1) ||
-      !readInt(*T, Pre, "ep", Par.EP, 1) || !readInt(*T, Pre, "etp", Par.ETP, 1) ||
-      !readInt(*T, Pre, "pp", Par.PP, 1) || !readInt(*T, Pre, "vpp", Par.VPP, 1) ||
-      !readInt(*T, Pre, "dp", Par.DP, 1) || !readInt(*T, Pre, "edp", Par.EDP, 1) ||
-      !readBool(*T, Pre, "sp", Par.SequenceParallel) || !readBool(*T, Pre, "fsdp", Par.FSDP) ||
+  if (!readInt(*T, Pre, "tp", Par.TP, 1) || !readInt(*T, Pre, "cp", Par.CP, 1) || !readInt(*T, Pre, "ep", Par.EP, 1) ||
+      !readInt(*T, Pre, "etp", Par.ETP, 1) || !readInt(*T, Pre, "pp", Par.PP, 1) ||
+      !readInt(*T, Pre, "vpp", Par.VPP, 1) || !readInt(*T, Pre, "dp", Par.DP, 1) ||
+      !readInt(*T, Pre, "edp", Par.EDP, 1) || !readBool(*T, Pre, "sp", Par.SequenceParallel) ||
+      !readBool(*T, Pre, "fsdp", Par.FSDP) ||
       !readOneOf(*T, Pre, "order", Par.Order, {"tp-cp-ep-dp-pp", "tp-cp-ep-pp-dp"}))
     return false;
   std::optional<int64_t> Dense = product({Par.TP, Par.CP, Par.DP, Par.PP}),
@@ -226,8 +224,8 @@ bool PlanParser::readParallel(const toml::table &Config) {
     return fail(Pre, fmt::format("tp x cp x dp x pp = {} x {} x {} x {} = {}, but world_size is {}", Par.TP, Par.CP,
                                  Par.DP, Par.PP, showProduct(Dense), P.WorldSize));
   if (Expert != P.WorldSize)
-    return fail(Pre, fmt::format("etp x ep x edp x pp = {} x {} x {} x {} = {}, but world_size is {}", Par.ETP,
-                                 Par.EP, Par.EDP, Par.PP, showProduct(Expert), P.WorldSize));
+    return fail(Pre, fmt::format("etp x ep x edp x pp = {} x {} x {} x {} = {}, but world_size is {}", Par.ETP, Par.EP,
+                                 Par.EDP, Par.PP, showProduct(Expert), P.WorldSize));
   return true;
 }
 
@@ -298,8 +296,8 @@ bool PlanParser::readStages(const toml::table &Pipeline) {
     return false;
   const int64_t PP = P.Parallel.PP, VPP = P.Parallel.VPP;
   if (product({PP, VPP}) != int64_t(Stages->size()))
-    return fail("pipeline.stages",
-                fmt::format("expected pp x vpp = {} stages, found {}", showProduct(product({PP, VPP})), Stages->size()));
+    return fail("pipeline.stages", fmt::format("expected pp x vpp = {} stages, found {}",
+                                               showProduct(product({PP, VPP})), Stages->size()));
   int64_t NextLayer = 0;
   for (size_t I = 0; I < Stages->size(); ++I) {
     std::string Pre = index("pipeline.stages", I);
@@ -316,15 +314,15 @@ bool PlanParser::readStages(const toml::table &Pipeline) {
     if (S.VirtualStage != V)
       return fail(Pre + ".virtual_stage", fmt::format("expected {} (stages are listed in model order)", V));
     if (S.Rank != V % PP || S.Chunk != V / PP)
-      return fail(Pre, fmt::format("virtual stage {} must be rank {} chunk {}, not rank {} chunk {}", V, V % PP,
-                                   V / PP, S.Rank, S.Chunk));
+      return fail(Pre, fmt::format("virtual stage {} must be rank {} chunk {}, not rank {} chunk {}", V, V % PP, V / PP,
+                                   S.Rank, S.Chunk));
     if (S.FirstLayer != NextLayer)
       return fail(Pre + ".first_layer", fmt::format("expected {} (the layers after the previous stage)", NextLayer));
     if (__builtin_add_overflow(NextLayer, S.DecoderLayers, &NextLayer))
       return fail(Pre + ".decoder_layers", "the layers of the stages add up past 2^63");
     if (S.Embedding != (V == 0))
-      return fail(Pre + ".embedding", V == 0 ? "the first stage must hold the embedding"
-                                             : "only the first stage holds the embedding");
+      return fail(Pre + ".embedding",
+                  V == 0 ? "the first stage must hold the embedding" : "only the first stage holds the embedding");
     if (S.Loss != (V == PP * VPP - 1))
       return fail(Pre + ".loss", S.Loss ? "only the last stage holds the loss" : "the last stage must hold the loss");
     P.Stages.push_back(S);
@@ -346,8 +344,8 @@ std::optional<LaunchOp> parseOp(llvm::StringRef Text) {
     return std::nullopt;
   auto [Mb, Chunk] = Text.split('.');
   unsigned long long M = 0, C = 0;
-  if (Mb.empty() || Chunk.empty() || Mb.getAsInteger(10, M) || Chunk.getAsInteger(10, C) ||
-      M > uint64_t(INT64_MAX) || C > uint64_t(INT64_MAX))
+  if (Mb.empty() || Chunk.empty() || Mb.getAsInteger(10, M) || Chunk.getAsInteger(10, C) || M > uint64_t(INT64_MAX) ||
+      C > uint64_t(INT64_MAX))
     return std::nullopt;
   Op.Microbatch = int64_t(M);
   Op.Chunk = int64_t(C);
@@ -360,8 +358,8 @@ bool PlanParser::readSchedule(const toml::table &Pipeline) {
     return false;
   const int64_t PP = P.Parallel.PP, VPP = P.Parallel.VPP, M = P.Microbatches;
   if (int64_t(Schedule->size()) != PP)
-    return fail("pipeline.schedule", fmt::format("expected one entry per pipeline rank ({}), found {}", PP,
-                                                 Schedule->size()));
+    return fail("pipeline.schedule",
+                fmt::format("expected one entry per pipeline rank ({}), found {}", PP, Schedule->size()));
   for (size_t R = 0; R < Schedule->size(); ++R) {
     std::string Pre = index("pipeline.schedule", R);
     const toml::table *T = (*Schedule)[R].as_table();
@@ -387,7 +385,8 @@ bool PlanParser::readSchedule(const toml::table &Pipeline) {
       if (!Op)
         return fail(OpField, fmt::format("'{}' is not F<microbatch>.<chunk> or B<microbatch>.<chunk>", *Text));
       if (Op->Microbatch >= M)
-        return fail(OpField, fmt::format("'{}': micro batch {} is past the {} micro batches", *Text, Op->Microbatch, M));
+        return fail(OpField,
+                    fmt::format("'{}': micro batch {} is past the {} micro batches", *Text, Op->Microbatch, M));
       if (Op->Chunk >= VPP)
         return fail(OpField, fmt::format("'{}': chunk {} is past vpp = {}", *Text, Op->Chunk, VPP));
       if (!Seen.insert({Op->K, Op->Microbatch, Op->Chunk}).second)
@@ -420,8 +419,8 @@ bool PlanParser::readPipeline(const toml::table &Root) {
   std::optional<int64_t> Expected = product({P.MicroBatch, P.Microbatches, P.Parallel.DP});
   if (Expected != P.GlobalBatch)
     return fail("pipeline.microbatches",
-                fmt::format("micro_batch x microbatches x dp = {} x {} x {} = {}, but global_batch is {}",
-                            P.MicroBatch, P.Microbatches, P.Parallel.DP, showProduct(Expected), P.GlobalBatch));
+                fmt::format("micro_batch x microbatches x dp = {} x {} x {} = {}, but global_batch is {}", P.MicroBatch,
+                            P.Microbatches, P.Parallel.DP, showProduct(Expected), P.GlobalBatch));
   return readStages(*T) && readSchedule(*T);
 }
 
@@ -438,10 +437,15 @@ bool PlanParser::readGroups(const toml::table &Root) {
     return fail("ranks", fmt::format("expected one entry per rank ({}), found {}", P.WorldSize, Ranks->size()));
   const LaunchParallel &Par = P.Parallel;
   // The kinds the runtime builds communicators for, with their group sizes.
-  const std::map<std::string, int64_t> Required = {
-      {"tp", Par.TP},       {"cp", Par.CP},           {"dp", Par.DP},   {"dp-cp", Par.DP * Par.CP},
-      {"tp-cp", Par.TP * Par.CP}, {"pp", Par.PP},     {"ep", Par.EP},   {"etp", Par.ETP},
-      {"edp", Par.EDP}};
+  const std::map<std::string, int64_t> Required = {{"tp", Par.TP},
+                                                   {"cp", Par.CP},
+                                                   {"dp", Par.DP},
+                                                   {"dp-cp", Par.DP * Par.CP},
+                                                   {"tp-cp", Par.TP * Par.CP},
+                                                   {"pp", Par.PP},
+                                                   {"ep", Par.EP},
+                                                   {"etp", Par.ETP},
+                                                   {"edp", Par.EDP}};
   for (const auto &[Kind, Size] : Required)
     if (!T->contains(Kind))
       return fail("groups." + Kind, "missing");

@@ -74,9 +74,7 @@ const char *start(const ast::Argument &A) {
 
 class Printer {
 public:
-  Printer(StringRef Text, const FormatOptions &Opts) : Text(Text), Opts(Opts) {
-    Comments = findComments(Text);
-  }
+  Printer(StringRef Text, const FormatOptions &Opts) : Text(Text), Opts(Opts) { Comments = findComments(Text); }
 
   std::string print(const ast::File &F);
 
@@ -92,9 +90,7 @@ private:
         ++N;
     return N;
   }
-  bool sameLine(const char *A, const char *B) const {
-    return A >= B || std::none_of(A, B, isLineBreak);
-  }
+  bool sameLine(const char *A, const char *B) const { return A >= B || std::none_of(A, B, isLineBreak); }
   bool inComment(const char *P) const {
     size_t Offset = P - Text.data();
     auto It = llvm::upper_bound(Comments, Offset, [](size_t O, const CommentSpan &C) { return O < C.Begin; });
@@ -206,8 +202,8 @@ private:
   /// Elements between brackets: on one line, or one per line with a
   /// trailing comma when the source spread them over lines.
   template <typename T, typename Fn>
-  void printSequence(const std::vector<T> &Items, const char *Open, const char *Close, char OpenChar,
-                     char CloseChar, Fn PrintItem);
+  void printSequence(const std::vector<T> &Items, const char *Open, const char *Close, char OpenChar, char CloseChar,
+                     Fn PrintItem);
   void printArgs(const std::vector<ast::Argument> &Args, const char *Open, const char *Close, bool InAnnotation);
   static bool isKebab(const ast::Expr &E);
 
@@ -253,9 +249,7 @@ std::string Printer::print(const ast::File &F) {
 
   for (size_t I = 0; I < Items.size(); ++I) {
     // Definitions are set apart by one blank line; imports keep the source's.
-    Blank B = I == 0                               ? Blank::Drop
-              : (Items[I].Def || Items[I - 1].Def) ? Blank::Force
-                                                   : Blank::Keep;
+    Blank B = I == 0 ? Blank::Drop : (Items[I].Def || Items[I - 1].Def) ? Blank::Force : Blank::Keep;
     if (const ast::Import *Imp = Items[I].Import) {
       newLine(0, Imp->Range.Start.getPointer(), B);
       Cur.Text = "import " + quote(Imp->Path);
@@ -419,7 +413,6 @@ void Printer::printSequence(const std::vector<T> &Items, const char *Open, const
   Cur.Text += CloseChar;
   consumed(Close + 1);
 }
-
 
 void Printer::printArgs(const std::vector<ast::Argument> &Args, const char *Open, const char *Close,
                         bool InAnnotation) {

@@ -55,8 +55,8 @@ std::vector<Op> myers(llvm::ArrayRef<StringRef> A, llvm::ArrayRef<StringRef> B) 
   for (long D = 0; D <= Max && D <= MaxEdits; ++D) {
     Trace.emplace_back(V.begin() + (Offset - D - 1), V.begin() + (Offset + D + 2));
     for (long K = -D; K <= D; K += 2) {
-      long X = (K == -D || (K != D && V[Offset + K - 1] < V[Offset + K + 1])) ? V[Offset + K + 1]
-                                                                               : V[Offset + K - 1] + 1;
+      long X =
+          (K == -D || (K != D && V[Offset + K - 1] < V[Offset + K + 1])) ? V[Offset + K + 1] : V[Offset + K - 1] + 1;
       long Y = X - K;
       while (X < N && Y < M && A[X] == B[Y])
         ++X, ++Y;
@@ -112,8 +112,7 @@ void printRange(llvm::raw_ostream &OS, size_t Start, size_t Count) {
 
 } // namespace
 
-std::string moec::unifiedDiff(StringRef Old, StringRef New, StringRef OldName, StringRef NewName,
-                              unsigned Context) {
+std::string moec::unifiedDiff(StringRef Old, StringRef New, StringRef OldName, StringRef NewName, unsigned Context) {
   if (Old == New)
     return "";
   std::vector<StringRef> A = splitLines(Old), B = splitLines(New);

@@ -8,16 +8,14 @@
 #include "moec/Layout/Pipeline.h"
 
 #include <algorithm>
-#include <set>
 #include <fmt/format.h>
+#include <set>
 
 using namespace moec;
 
 namespace {
 
-llvm::Error makeError(std::string Message) {
-  return llvm::createStringError(llvm::inconvertibleErrorCode(), Message);
-}
+llvm::Error makeError(std::string Message) { return llvm::createStringError(llvm::inconvertibleErrorCode(), Message); }
 
 /// Fills P.VirtualStages (and P.VPP, where the layout decides it).
 llvm::Error placeLayers(const PipelineInput &In, PipelinePlan &P) {
@@ -31,14 +29,14 @@ llvm::Error placeLayers(const PipelineInput &In, PipelinePlan &P) {
       return makeError(fmt::format("pipeline layout has {} stages, not a multiple of PP = {}", Stages, In.PP));
     int64_t LayoutVPP = Stages / In.PP;
     if (In.VPP != 1 && In.VPP != LayoutVPP)
-      return makeError(fmt::format("pipeline layout has {} stages, {} per pipeline rank, but VPP = {}", Stages,
-                                   LayoutVPP, In.VPP));
+      return makeError(
+          fmt::format("pipeline layout has {} stages, {} per pipeline rank, but VPP = {}", Stages, LayoutVPP, In.VPP));
     if (Layout.decoderLayers() != In.DecoderLayers)
       return makeError(fmt::format("pipeline layout places {} decoder layers, but the model has {}",
                                    Layout.decoderLayers(), In.DecoderLayers));
     if (Layout.mtpLayers() != In.MtpLayers)
-      return makeError(fmt::format("pipeline layout places {} MTP layers, but the model has {}", Layout.mtpLayers(),
-                                   In.MtpLayers));
+      return makeError(
+          fmt::format("pipeline layout places {} MTP layers, but the model has {}", Layout.mtpLayers(), In.MtpLayers));
     for (int64_t V = 0; V < Stages; ++V) {
       const LayoutStage &S = Layout.Stages[size_t(V)];
       if (S.Embedding != (V == 0))

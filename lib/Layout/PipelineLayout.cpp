@@ -86,8 +86,7 @@ private:
         Item.push_back(C);
         ++Pos;
       } else {
-        return fail(Err, Pos,
-                    fmt::format("unexpected '{}' in pipeline layout; expected E, t, m, L, |, '(' or ')'", C));
+        return fail(Err, Pos, fmt::format("unexpected '{}' in pipeline layout; expected E, t, m, L, |, '(' or ')'", C));
       }
       int64_t N;
       if (!repeatCount(N, Err))

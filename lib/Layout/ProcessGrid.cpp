@@ -116,8 +116,8 @@ std::vector<int64_t> ProcessGrid::groupOf(int64_t Rank, llvm::StringRef Name) co
   return IsExpert ? Expert.groupOf(Rank, Mask) : Dense.groupOf(Rank, Mask);
 }
 
-std::vector<std::vector<std::vector<int64_t>>>
-moec::hierarchicalGroups(const std::vector<std::vector<int64_t>> &Groups, llvm::ArrayRef<int64_t> Sizes) {
+std::vector<std::vector<std::vector<int64_t>>> moec::hierarchicalGroups(const std::vector<std::vector<int64_t>> &Groups,
+                                                                        llvm::ArrayRef<int64_t> Sizes) {
   int64_t Product = 1;
   for (int64_t S : Sizes) {
     if (S < 1)

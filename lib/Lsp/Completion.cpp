@@ -20,8 +20,15 @@ using llvm::StringRef;
 
 namespace {
 
-enum CompletionKind { KindClass = 7, KindModule = 9, KindValue = 12, KindKeyword = 14, KindField = 5,
-                      KindReference = 18, KindEnumMember = 20 };
+enum CompletionKind {
+  KindClass = 7,
+  KindModule = 9,
+  KindValue = 12,
+  KindKeyword = 14,
+  KindField = 5,
+  KindReference = 18,
+  KindEnumMember = 20
+};
 
 struct Token {
   enum Kind { Ident, Number, String, Punct } K;
@@ -74,9 +81,9 @@ std::vector<Token> withoutAnnotations(const std::vector<Token> &Ts) {
 struct Context {
   bool Suppressed = false; // in a comment or a string
   std::vector<Frame> Frames;
-  std::vector<Token> Entry; // the current entry's tokens, before the word
+  std::vector<Token> Entry;       // the current entry's tokens, before the word
   std::vector<std::string> Calls; // open calls, innermost last ("" for '[')
-  size_t WordStart = 0;     // the word being typed (with dots) starts here
+  size_t WordStart = 0;           // the word being typed (with dots) starts here
 };
 
 Context scan(StringRef Text, size_t Offset) {
@@ -185,7 +192,7 @@ Context scan(StringRef Text, size_t Offset) {
     case '[':
       ++Depth;
       C.Calls.push_back(Ch == '(' && !C.Entry.empty() && C.Entry.back().K == Token::Ident ? C.Entry.back().Text.str()
-                                                                                           : std::string());
+                                                                                          : std::string());
       break;
     case ')':
     case ']':
@@ -210,9 +217,8 @@ public:
   void add(StringRef Label, int Kind, StringRef Detail, StringRef Doc = "") {
     if (!Labels.insert(Label).second)
       return;
-    json::Object Item{{"label", Label},
-                      {"kind", Kind},
-                      {"textEdit", json::Object{{"range", Range}, {"newText", Label}}}};
+    json::Object Item{
+        {"label", Label}, {"kind", Kind}, {"textEdit", json::Object{{"range", Range}, {"newText", Label}}}};
     if (!Detail.empty())
       Item["detail"] = jsonString(Detail);
     if (!Doc.empty())

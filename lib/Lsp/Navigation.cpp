@@ -68,8 +68,8 @@ std::pair<size_t, SMRange> pathComponentAt(const ast::Entry &E, const char *P) {
       ++I;
     ++Index;
     if (WordStart <= P && P <= I)
-      return {std::min(Index, E.Path.size()), SMRange(llvm::SMLoc::getFromPointer(WordStart),
-                                                       llvm::SMLoc::getFromPointer(I))};
+      return {std::min(Index, E.Path.size()),
+              SMRange(llvm::SMLoc::getFromPointer(WordStart), llvm::SMLoc::getFromPointer(I))};
   }
   return Best;
 }
@@ -200,8 +200,8 @@ std::string provenanceText(const Analysis &A, const Recipe &R, StringRef Path, c
   }
   std::string S = fmt::format("`{}`", A.sourceText(O.Range));
   if (O.Chain.size() > 1)
-    S += fmt::format(", set in recipe `{}` ({}) and inherited through {}", O.Chain.front(),
-                     A.describe(O.Range.Start), llvm::join(O.Chain.begin() + 1, O.Chain.end(), " -> "));
+    S += fmt::format(", set in recipe `{}` ({}) and inherited through {}", O.Chain.front(), A.describe(O.Range.Start),
+                     llvm::join(O.Chain.begin() + 1, O.Chain.end(), " -> "));
   else
     S += fmt::format(", set at {}", A.describe(O.Range.Start));
   return S;
@@ -227,7 +227,8 @@ std::string fieldHover(const Analysis &A, const ast::Definition &Def, StringRef 
         R = &Candidate;
     if (Def.Kind != ast::DefKind::Recipe || !R)
       return S;
-    S += fmt::format("\n\n---\nIn recipe `{}`{}:", R->PointName, R->PointName != Def.Name ? " (first sweep point)" : "");
+    S +=
+        fmt::format("\n\n---\nIn recipe `{}`{}:", R->PointName, R->PointName != Def.Name ? " (first sweep point)" : "");
     for (const FieldSpec &F : schemaFor(Def.Kind))
       if (StringRef(F.Path).startswith((Path + ".").str()) && !R->origin(F.Path).IsDefault &&
           R->origin(F.Path).Range.Start.isValid())

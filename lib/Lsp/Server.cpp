@@ -11,17 +11,15 @@ using namespace moec;
 using namespace moec::lsp;
 namespace json = llvm::json;
 
-Server::Server(ServerOptions O, Sender Send)
-    : Opts(std::move(O)), Send(std::move(Send)), Catalog(Opts.CatalogDir) {}
+Server::Server(ServerOptions O, Sender Send) : Opts(std::move(O)), Send(std::move(Send)), Catalog(Opts.CatalogDir) {}
 
 void Server::reply(const json::Value &ID, json::Value Result) {
   Send(json::Object{{"jsonrpc", "2.0"}, {"id", ID}, {"result", std::move(Result)}});
 }
 
 void Server::replyError(const json::Value &ID, ErrorCode Code, llvm::StringRef Message) {
-  Send(json::Object{{"jsonrpc", "2.0"},
-                    {"id", ID},
-                    {"error", json::Object{{"code", int(Code)}, {"message", jsonString(Message)}}}});
+  Send(json::Object{
+      {"jsonrpc", "2.0"}, {"id", ID}, {"error", json::Object{{"code", int(Code)}, {"message", jsonString(Message)}}}});
 }
 
 void Server::notify(llvm::StringRef Method, json::Value Params) {
@@ -328,9 +326,9 @@ json::Value Server::diagnosticJSON(Analysis &A, const Diagnostic &D, llvm::Strin
   json::Array Related;
   for (const DiagNote &N : D.Notes) {
     if (auto L = A.locate(N.Range, URI, Catalog))
-      Related.push_back(json::Object{
-          {"location", json::Object{{"uri", L->URI}, {"range", rangeJSON(L->Start, L->End)}}},
-          {"message", jsonString(N.Message)}});
+      Related.push_back(
+          json::Object{{"location", json::Object{{"uri", L->URI}, {"range", rangeJSON(L->Start, L->End)}}},
+                       {"message", jsonString(N.Message)}});
     else
       Message += "\nnote: " + N.Message;
   }
@@ -386,9 +384,7 @@ json::Value Server::definition(const json::Object &Params, llvm::Optional<Reques
 }
 
 static bool overlaps(Position AS, Position AE, Position BS, Position BE) {
-  auto Less = [](Position X, Position Y) {
-    return X.Line < Y.Line || (X.Line == Y.Line && X.Character < Y.Character);
-  };
+  auto Less = [](Position X, Position Y) { return X.Line < Y.Line || (X.Line == Y.Line && X.Character < Y.Character); };
   return !Less(AE, BS) && !Less(BE, AS);
 }
 

@@ -72,11 +72,11 @@ struct Modules {
 };
 
 struct LayerActivation {
-  Modules Full;          // nothing recomputed
-  Modules Stored;        // under the recipe's selective recompute (or Full)
-  double Recomputed = 0; // Full - Stored: regenerated in backward
-  double Input = 0;      // the layer input, all full recompute keeps
-  double Captured = 0;   // bytes inside TE CUDA-graph scopes (of Stored)
+  Modules Full;            // nothing recomputed
+  Modules Stored;          // under the recipe's selective recompute (or Full)
+  double Recomputed = 0;   // Full - Stored: regenerated in backward
+  double Input = 0;        // the layer input, all full recompute keeps
+  double Captured = 0;     // bytes inside TE CUDA-graph scopes (of Stored)
   double GraphOutputs = 0; // static output buffers of the layer's TE graphs
   double Offloaded = 0;    // stored bytes of offload.activations' modules (on the host)
 };

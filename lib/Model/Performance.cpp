@@ -71,8 +71,8 @@ struct LayerFlops {
 
 /// Forward memory-bound elements (BF16 reads + writes) per token of a layer.
 struct LayerMemory {
-  double Norm = 0;   // RMSNorms (recompute module layernorm)
-  double MoeAct = 0; // SwiGLU of the routed experts (moe_act)
+  double Norm = 0;     // RMSNorms (recompute module layernorm)
+  double MoeAct = 0;   // SwiGLU of the routed experts (moe_act)
   double MoeOther = 0; // router, permutation, unpermutation, shared act
   double MlpAct = 0;   // SwiGLU of a dense MLP
   double GdnNorm = 0;  // GDN output norm (gdn_norm_out)
@@ -101,8 +101,7 @@ LayerFlops layerFlops(const ModelSpec &M, const LayerShape &S, double Seq, doubl
   }
   case AttnKind::MLA: {
     const MLASpec &A = *M.MLA;
-    double Heads = double(M.Heads), QK = double(A.QkHeadDim), Rope = double(A.QkRopeHeadDim),
-           V = double(A.VHeadDim);
+    double Heads = double(M.Heads), QK = double(A.QkHeadDim), Rope = double(A.QkRopeHeadDim), V = double(A.VHeadDim);
     double QTerm = A.QLoraRank ? double(A.QLoraRank) * (H + Heads * (QK + Rope) + 1) : H * Heads * (QK + Rope);
     double QUp = A.QLoraRank ? double(A.QLoraRank) * Heads * (QK + Rope) : 0;
     double KVTerm = double(A.KvLoraRank) * (H + Heads * (QK + V) + 1);
@@ -233,7 +232,6 @@ VisionFlops visionFlopsPerImage(const ModelSpec &M, double Patches, const Calibr
   return F;
 }
 
-
 //===----------------------------------------------------------------------===//
 // Step time
 //===----------------------------------------------------------------------===//
@@ -305,11 +303,11 @@ private:
     return PeakLow * EffLow;
   }
   LayerTime layerTime(const LayerShape &S, const LayerFlops &F, const LayerMemory &E) const;
-  double epExchangeSeconds() const;  // one dispatch (or combine), one micro batch
+  double epExchangeSeconds() const;            // one dispatch (or combine), one micro batch
   double tpSeconds(const LayerShape &S) const; // all TP traffic of a layer, one micro batch
   double cpSeconds(const LayerShape &S, double &Hideable) const;
-  void paramsOf(const std::vector<LayoutStage> &Stages, const std::vector<int64_t> &First, int64_t Rank,
-                double &Dense, double &Expert) const;
+  void paramsOf(const std::vector<LayoutStage> &Stages, const std::vector<int64_t> &First, int64_t Rank, double &Dense,
+                double &Expert) const;
 };
 
 void StepModel::hostCapture() {
@@ -345,8 +343,8 @@ LayerTime StepModel::layerTime(const LayerShape &S, const LayerFlops &F, const L
   double CoreRate = PeakBf16 * C.AttentionEfficiency;
   auto mem = [&](double Elements) { return Elements * ActBytes / Hbm; };
 
-  double Gemm = (F.AttnProj + F.MlaUp + F.DenseMlp + F.Shared + F.MtpProj) / Rate + F.Experts / ExpertRate +
-                F.Logits / Bf16Rate;
+  double Gemm =
+      (F.AttnProj + F.MlaUp + F.DenseMlp + F.Shared + F.MtpProj) / Rate + F.Experts / ExpertRate + F.Logits / Bf16Rate;
   double Core = F.AttnCore / CoreRate;
   double Mem = mem(E.total()) + (S.Mtp ? mem(3 * Vocab) : 0);
   LayerTime T;
@@ -509,8 +507,8 @@ double StepModel::cpSeconds(const LayerShape &S, double &Hideable) const {
     int64_t Inner = R.Parallel.CpHierarchy.empty() ? 1 : std::max<int64_t>(R.Parallel.CpHierarchy.front(), 1);
     Inner = std::min(Inner, CP);
     int64_t Outer = CP / Inner;
-    double A2A = Inner > 1 ? 3 * Mbs * (Seq / double(CP)) * (KV + QO) / double(TP) * ActBytes *
-                                 double(Inner - 1) / double(Inner) / groupBandwidth(TP * Inner)
+    double A2A = Inner > 1 ? 3 * Mbs * (Seq / double(CP)) * (KV + QO) / double(TP) * ActBytes * double(Inner - 1) /
+                                 double(Inner) / groupBandwidth(TP * Inner)
                            : 0;
     double Ring = 3 * double(Outer - 1) * Chunk / BW;
     Hideable = Ring > 0 ? Ring / (Ring + A2A) : 0;
@@ -658,12 +656,12 @@ StepTimeBreakdown StepModel::run() {
       double PerGpu = Mbs * Images / double(TP);
       double Enc = R.VisionFrozen ? 1 : FlopsFactor;
       double Rate = R.Prec == Precision::BF16 ? PeakBf16 * C.Bf16GemmEfficiency : PeakLow * EffLow;
-      double Vision = PerGpu * (Enc * VF.EncoderGemm / Rate +
-                                Enc * VF.EncoderCore / (PeakBf16 * C.AttentionEfficiency) +
-                                FlopsFactor * VF.Projector / Rate);
+      double Vision =
+          PerGpu * (Enc * VF.EncoderGemm / Rate + Enc * VF.EncoderCore / (PeakBf16 * C.AttentionEfficiency) +
+                    FlopsFactor * VF.Projector / Rate);
       RT.Compute += Vision;
-      double VisionFwd = PerGpu * (VF.EncoderGemm / Rate + VF.EncoderCore / (PeakBf16 * C.AttentionEfficiency) +
-                                   VF.Projector / Rate);
+      double VisionFwd =
+          PerGpu * (VF.EncoderGemm / Rate + VF.EncoderCore / (PeakBf16 * C.AttentionEfficiency) + VF.Projector / Rate);
       StageFwd[V] += VisionFwd;
       StageBwd[V] += Vision - VisionFwd;
     }
@@ -713,8 +711,7 @@ StepTimeBreakdown StepModel::run() {
     Ranks[I].Compute += Traffic;
     // The forward reads the weights once (2 of the 12 bytes); dgrad and
     // wgrad do the rest.
-    spreadOverChunks(I, Traffic * 2 / C.WeightBytesPerMicrobatch,
-                     Traffic * (1 - 2 / C.WeightBytesPerMicrobatch));
+    spreadOverChunks(I, Traffic * 2 / C.WeightBytesPerMicrobatch, Traffic * (1 - 2 / C.WeightBytesPerMicrobatch));
   }
   B.StageForwardSec = std::move(StageFwd);
   B.StageBackwardSec = std::move(StageBwd);
@@ -735,10 +732,8 @@ StepTimeBreakdown StepModel::run() {
   B.Host = Mbd * RT.Host;
   B.ActivationOffload = Mbd * RT.Offload;
   double Busy = Mbd * RT.total();
-  double Bubble = PP > 1 ? (P.PP == PP && P.BubbleFraction > 0
-                                ? P.BubbleFraction
-                                : double(PP - 1) / double(VPP * Mb + PP - 1))
-                         : 0;
+  double Bubble =
+      PP > 1 ? (P.PP == PP && P.BubbleFraction > 0 ? P.BubbleFraction : double(PP - 1) / double(VPP * Mb + PP - 1)) : 0;
   Bubble = std::min(Bubble, 0.99);
   B.Bubble = Busy * Bubble / (1 - Bubble);
 
@@ -761,14 +756,14 @@ StepTimeBreakdown StepModel::run() {
   // Optimizer step: memory-bound over the locally owned shard on the GPU;
   // the CPU-offloaded share from the host's DRAM (shared by the node's GPUs)
   // and the CPU-GPU link, serial with the step (Calibration.h).
-  double Owned = R.Optimizer.Distributed || R.Parallel.FSDP ? Dense / double(DP) + Expert / double(EDP)
-                                                            : Dense + Expert;
+  double Owned =
+      R.Optimizer.Distributed || R.Parallel.FSDP ? Dense / double(DP) + Expert / double(EDP) : Dense + Expert;
   double Offload = std::min(std::max(R.OffloadOptimizer, 0.0), 1.0);
   double OnHost = Offload * Owned;
   double HostBw = (R.Gpu.HostMemoryBytesPerSec > 0 ? R.Gpu.HostMemoryBytesPerSec : C.DefaultHostMemoryBytesPerSec) *
                   C.HostMemoryEfficiency / double(std::max<int64_t>(std::min(R.Gpu.GpusPerNode, World), 1));
-  double LinkBw = (R.Gpu.HostLinkBytesPerSec > 0 ? R.Gpu.HostLinkBytesPerSec : C.DefaultHostLinkBytesPerSec) *
-                  C.HostLinkEfficiency;
+  double LinkBw =
+      (R.Gpu.HostLinkBytesPerSec > 0 ? R.Gpu.HostLinkBytesPerSec : C.DefaultHostLinkBytesPerSec) * C.HostLinkEfficiency;
   double HostStep = OnHost * C.HostAdamBytesPerParam / HostBw, Copies = OnHost * C.HostLinkBytesPerParam / LinkBw;
   B.Optimizer = (1 - Offload) * Owned * C.OptimizerBytesPerParam / (R.Gpu.HbmBytesPerSec * C.HbmEfficiency) +
                 (R.OverlapOffloadCopies ? std::max(HostStep, Copies) : HostStep + Copies);

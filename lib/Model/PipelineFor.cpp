@@ -22,8 +22,8 @@ llvm::Expected<PipelinePlan> moec::pipelineFor(const Recipe &R) { return planPip
 
 llvm::Expected<std::shared_ptr<const PipelinePlan>> moec::sharedPipelineFor(const Recipe &R) {
   PipelineInput In = pipelineInputOf(R);
-  std::string Key = fmt::format("{}/{}/{}/{}/{}/{}/{}", In.DecoderLayers, In.MtpLayers, In.PP, In.VPP,
-                                In.Microbatches, In.MicrobatchGroupSize, In.Layout ? *In.Layout : "-");
+  std::string Key = fmt::format("{}/{}/{}/{}/{}/{}/{}", In.DecoderLayers, In.MtpLayers, In.PP, In.VPP, In.Microbatches,
+                                In.MicrobatchGroupSize, In.Layout ? *In.Layout : "-");
   // moec is single-threaded; a bounded cache keeps sweeps of many distinct
   // pipelines from growing without limit.
   static llvm::StringMap<std::shared_ptr<const PipelinePlan>> Cache;

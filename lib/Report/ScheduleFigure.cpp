@@ -61,10 +61,10 @@ struct Window {
 Window steadyState(const Timeline &T) {
   Window W{0, T.Makespan};
   for (const std::vector<TimedOp> &Ops : T.PerRank) {
-    auto FirstBwd = std::find_if(Ops.begin(), Ops.end(),
-                                 [](const TimedOp &O) { return O.Op.K == ScheduledOp::Backward; });
-    auto LastFwd = std::find_if(Ops.rbegin(), Ops.rend(),
-                                [](const TimedOp &O) { return O.Op.K == ScheduledOp::Forward; });
+    auto FirstBwd =
+        std::find_if(Ops.begin(), Ops.end(), [](const TimedOp &O) { return O.Op.K == ScheduledOp::Backward; });
+    auto LastFwd =
+        std::find_if(Ops.rbegin(), Ops.rend(), [](const TimedOp &O) { return O.Op.K == ScheduledOp::Forward; });
     if (FirstBwd == Ops.end() || LastFwd == Ops.rend())
       return {};
     W.From = std::max(W.From, FirstBwd->End);

@@ -15,8 +15,9 @@ struct Part {
 
 /// "1.23 s", "45 ms": three figures in the unit that suits.
 std::string seconds(double S) {
-  return S >= 1 ? fmt::format("{:.3g} s", S) : S >= 1e-3 ? fmt::format("{:.3g} ms", S * 1e3)
-                                                         : fmt::format("{:.3g} us", S * 1e6);
+  return S >= 1      ? fmt::format("{:.3g} s", S)
+         : S >= 1e-3 ? fmt::format("{:.3g} ms", S * 1e3)
+                     : fmt::format("{:.3g} us", S * 1e6);
 }
 
 std::vector<Part> partsOf(const StepTimeBreakdown &T) {

@@ -61,9 +61,9 @@ void moec::writeSweepFigure(llvm::ArrayRef<SweepPoint> Points, llvm::StringRef S
     const double Left = 72, TopPad = 16, PlotW = 640, PlotH = 320, Bottom = 44, Right = 160;
     auto PX = [&](double GB) { return Left + PlotW * (GB - X0) / (X1 - X0); };
     auto PY = [&](double Tps) { return TopPad + PlotH * (1 - (Tps - Y0) / (Y1 - Y0)); };
-    OS << "<svg class=\"chart\" width=\"" << num(Left + PlotW + Right) << "\" height=\""
-       << num(TopPad + PlotH + Bottom) << "\" viewBox=\"0 0 " << num(Left + PlotW + Right) << " "
-       << num(TopPad + PlotH + Bottom) << "\" role=\"img\" aria-label=\"sweep scatter\">\n";
+    OS << "<svg class=\"chart\" width=\"" << num(Left + PlotW + Right) << "\" height=\"" << num(TopPad + PlotH + Bottom)
+       << "\" viewBox=\"0 0 " << num(Left + PlotW + Right) << " " << num(TopPad + PlotH + Bottom)
+       << "\" role=\"img\" aria-label=\"sweep scatter\">\n";
     for (double T : YT) {
       OS << "<line class=\"gridline\" x1=\"" << num(Left) << "\" x2=\"" << num(Left + PlotW) << "\" y1=\"" << num(PY(T))
          << "\" y2=\"" << num(PY(T)) << "\"/>";
@@ -118,8 +118,8 @@ void moec::writeSweepFigure(llvm::ArrayRef<SweepPoint> Points, llvm::StringRef S
         };
         // Clear of the marker, or of its ring for the point drawn above.
         const double Off = S.Name == Shown ? 14 : 10;
-        for (const Spot &At : {Spot{X + Off, Y + 4, "start"}, Spot{X - Off, Y + 4, "end"},
-                               Spot{X, Y - Off, "middle"}, Spot{X, Y + Off + 8, "middle"}}) {
+        for (const Spot &At : {Spot{X + Off, Y + 4, "start"}, Spot{X - Off, Y + 4, "end"}, Spot{X, Y - Off, "middle"},
+                               Spot{X, Y + Off + 8, "middle"}}) {
           double BX0 = llvm::StringRef(At.Anchor) == "start" ? At.X
                        : llvm::StringRef(At.Anchor) == "end" ? At.X - W
                                                              : At.X - W / 2;
@@ -127,9 +127,8 @@ void moec::writeSweepFigure(llvm::ArrayRef<SweepPoint> Points, llvm::StringRef S
           if (B.X0 < 0 || B.X1 > Left + PlotW + Right || B.Y0 < 0 || B.Y1 > TopPad + PlotH + 4)
             continue;
           // The point's own marker is not in the way of its label.
-          if (std::any_of(Taken.begin(), Taken.end(), [&](const Box &O) {
-                return B.overlaps(O) && !(O.X0 == X - 6 && O.Y0 == Y - 6);
-              }))
+          if (std::any_of(Taken.begin(), Taken.end(),
+                          [&](const Box &O) { return B.overlaps(O) && !(O.X0 == X - 6 && O.Y0 == Y - 6); }))
             continue;
           text(OS, At.X, At.Y, Label, "pt-label", At.Anchor);
           Taken.push_back(B);

@@ -141,8 +141,8 @@ void check_gpu_count_infeasible(RuleContext &C) {
     Path = Expert >= Dense ? (P.EP >= P.ETP ? "parallel.ep" : "parallel.etp")
                            : (P.CP >= P.TP ? "parallel.cp" : "parallel.tp");
   C.report(diag::gpu_count_infeasible, Path, int64_t(std::min<__int128>(Needed, INT64_MAX)), P.PP,
-           int64_t(std::min<__int128>(Dense, INT64_MAX)), int64_t(std::min<__int128>(Expert, INT64_MAX)),
-           R.WorldSize, Fits);
+           int64_t(std::min<__int128>(Dense, INT64_MAX)), int64_t(std::min<__int128>(Expert, INT64_MAX)), R.WorldSize,
+           Fits);
 }
 
 void check_cuda_graph_dynamic_shapes(RuleContext &C) {

@@ -79,9 +79,9 @@ void check_torch_fsdp_unsupported(RuleContext &C) {
                          "fsdp_impl = megatron)",
                          P.PP));
   if (P.EP > 1)
-    C.report(diag::torch_fsdp_unsupported, "parallel.ep",
-             fmt::format("torch FSDP2 does not support expert parallelism, but ep = {} (use fsdp_impl = megatron)",
-                         P.EP));
+    C.report(
+        diag::torch_fsdp_unsupported, "parallel.ep",
+        fmt::format("torch FSDP2 does not support expert parallelism, but ep = {} (use fsdp_impl = megatron)", P.EP));
   if (R.Optimizer.Distributed) {
     auto B = C.report(diag::torch_fsdp_unsupported, "optimizer.distributed",
                       "torch FSDP2 shards the optimizer state itself and refuses Megatron's distributed optimizer "
@@ -307,8 +307,7 @@ void check_expert_groups_invalid(RuleContext &C) {
              fmt::format("the {} experts of {} do not divide into moe.groups = {}", S.Experts, Name, *S.Groups));
   else if (*S.GroupTopK > *S.Groups)
     C.report(diag::expert_groups_invalid, "model",
-             fmt::format("{} sets moe.group_top_k = {}, more than its moe.groups = {}", Name, *S.GroupTopK,
-                         *S.Groups));
+             fmt::format("{} sets moe.group_top_k = {}, more than its moe.groups = {}", Name, *S.GroupTopK, *S.Groups));
 }
 
 namespace {

@@ -33,8 +33,8 @@ bool perLayerGraphs(const Recipe &R) { return !R.CudaGraph.empty() && !has(R.Cud
 /// Megatron's cpu_offloading: on when stated; Megatron-LM's validate_args
 /// also turns it on for a positive layer count, Megatron-Bridge does not.
 bool activationOffload(const Recipe &R) {
-  return R.OffloadActivations || (getTargetInfo(R.Tgt).RunsValidateArgs && R.OffloadActivationLayers &&
-                                  *R.OffloadActivationLayers > 0);
+  return R.OffloadActivations ||
+         (getTargetInfo(R.Tgt).RunsValidateArgs && R.OffloadActivationLayers && *R.OffloadActivationLayers > 0);
 }
 const char *activationOffloadPath(const Recipe &R) {
   return R.OffloadActivations ? "offload.activations" : "offload.activation_layers";
@@ -83,8 +83,7 @@ llvm::SMRange scopeToken(const Recipe &R, GraphScope S) {
 
 /// Reports at Token when the recipe's text holds it, else at the entry of Path.
 template <typename... Args>
-DiagnosticBuilder reportToken(RuleContext &C, diag::ID ID, llvm::SMRange Token, llvm::StringRef Path,
-                              Args &&...A) {
+DiagnosticBuilder reportToken(RuleContext &C, diag::ID ID, llvm::SMRange Token, llvm::StringRef Path, Args &&...A) {
   if (Token.Start.isValid())
     return C.reportAt(ID, Token, Path, std::forward<Args>(A)...);
   return C.report(ID, Path, std::forward<Args>(A)...);
@@ -315,8 +314,9 @@ void check_ep_overlap_graph_scope(RuleContext &C) {
   // Core 0.16 runs full_iteration graphs with the local implementation.
   bool Local = R.CudaGraphImpl == GraphImpl::Local || has(R.CudaGraph, GraphScope::FullIteration);
   if (C.coreMinor() < 17 && Local) {
-    auto B = C.report(diag::ep_overlap_graph_scope, "cuda_graph",
-                      fmt::format("local CUDA graphs ({}) in Megatron-Core 0.{}", scopeList(R.CudaGraph), C.coreMinor()));
+    auto B =
+        C.report(diag::ep_overlap_graph_scope, "cuda_graph",
+                 fmt::format("local CUDA graphs ({}) in Megatron-Core 0.{}", scopeList(R.CudaGraph), C.coreMinor()));
     replaceValue(C, B, "cuda_graph", "none");
     return;
   }
@@ -387,8 +387,8 @@ void check_recompute_module_unavailable(RuleContext &C) {
     else if (Mod == RecomputeModule::GdnNormOut && C.coreMinor() < 19)
       Why = fmt::format("gdn_norm_out recompute does not exist in Megatron-Core 0.{} (it came in 0.19)", C.coreMinor());
     else if (Mod == RecomputeModule::GdnNormOut && !M.LinearAttention)
-      Why = fmt::format("gdn_norm_out recompute needs Gated DeltaNet (linear_attention) layers, but {} has none",
-                        M.Name);
+      Why =
+          fmt::format("gdn_norm_out recompute needs Gated DeltaNet (linear_attention) layers, but {} has none", M.Name);
     else
       continue;
     auto B = reportToken(C, diag::recompute_module_unavailable, moduleToken(R, Mod), "recompute", Why);
@@ -403,8 +403,8 @@ void check_recompute_mlp_no_dense(RuleContext &C) {
   const Recipe &R = C.R;
   if (!everyLayerMoE(R) || !recomputes(R, RecomputeModule::Mlp))
     return;
-  auto B = reportToken(C, diag::recompute_mlp_no_dense, moduleToken(R, RecomputeModule::Mlp), "recompute",
-                       R.Model.Name);
+  auto B =
+      reportToken(C, diag::recompute_mlp_no_dense, moduleToken(R, RecomputeModule::Mlp), "recompute", R.Model.Name);
   replaceValue(C, B, "recompute", recomputeWithout(R, {RecomputeModule::Mlp}));
 }
 
@@ -446,8 +446,7 @@ void check_cuda_graph_full_iteration_alone(RuleContext &C) {
   const Recipe &R = C.R;
   if (!has(R.CudaGraph, GraphScope::FullIteration) || R.CudaGraph.size() == 1)
     return;
-  auto B = C.report(diag::cuda_graph_full_iteration_alone, "cuda_graph",
-                    scopesWithout(R, {GraphScope::FullIteration}));
+  auto B = C.report(diag::cuda_graph_full_iteration_alone, "cuda_graph", scopesWithout(R, {GraphScope::FullIteration}));
   replaceValue(C, B, "cuda_graph", "[full_iteration]");
 }
 
@@ -469,9 +468,9 @@ void check_cuda_graph_activation_offload(RuleContext &C) {
                                   scopeList(R.CudaGraph)));
     replaceValue(C, B, "cuda_graph", C.coreMinor() < 17 ? "none" : "[full_iteration]");
   } else if (C.coreMinor() < 17) {
-    auto B = C.report(diag::cuda_graph_activation_offload, activationOffloadPath(R),
-                      fmt::format("CUDA graphs in Megatron-Core 0.{}, full_iteration included; turn one of them off",
-                                  C.coreMinor()));
+    auto B = C.report(
+        diag::cuda_graph_activation_offload, activationOffloadPath(R),
+        fmt::format("CUDA graphs in Megatron-Core 0.{}, full_iteration included; turn one of them off", C.coreMinor()));
     replaceValue(C, B, "cuda_graph", "none");
   }
 }
@@ -538,8 +537,8 @@ void check_cuda_graph_moe_drop_and_pad(RuleContext &C) {
   if (!C.isMoE() || R.Model.MoE->Experts <= 1 || !perLayerGraphs(R) || !has(R.CudaGraph, GraphScope::Moe) ||
       R.MoE.dropAndPad())
     return;
-  std::string Why = !R.MoE.CapacityFactor ? "moe.capacity_factor is unset (dropless routing)"
-                                          : "moe.pad_to_capacity is false";
+  std::string Why =
+      !R.MoE.CapacityFactor ? "moe.capacity_factor is unset (dropless routing)" : "moe.pad_to_capacity is false";
   auto B = reportToken(C, diag::cuda_graph_moe_drop_and_pad, scopeToken(R, GraphScope::Moe), "cuda_graph", Why);
   // The safe MoE scope, as far as this recipe's routing and recompute allow it.
   llvm::SmallVector<GraphScope, 4> Fixed;
@@ -564,17 +563,15 @@ void check_cuda_graph_preprocess_capacity(RuleContext &C) {
   // The local implementation captures moe_preprocess with moe_router by
   // itself (transformer_config.py:1725 in 0.16.1).
   bool Local = R.CudaGraphImpl == GraphImpl::Local;
-  bool Preprocess =
-      has(R.CudaGraph, GraphScope::MoePreprocess) || (Local && has(R.CudaGraph, GraphScope::MoeRouter));
+  bool Preprocess = has(R.CudaGraph, GraphScope::MoePreprocess) || (Local && has(R.CudaGraph, GraphScope::MoeRouter));
   if (!C.isMoE() || !perLayerGraphs(R) || !Preprocess || preprocessScopeAllowed(R))
     return;
   GraphScope Named = has(R.CudaGraph, GraphScope::MoePreprocess) ? GraphScope::MoePreprocess : GraphScope::MoeRouter;
   bool Implied = Named == GraphScope::MoeRouter;
-  auto B = reportToken(C, diag::cuda_graph_preprocess_capacity, scopeToken(R, Named), "cuda_graph",
-                       Implied ? "'moe_router' (cuda_graph_impl = local captures moe_preprocess with it)"
-                               : "'moe_preprocess'",
-                       *R.MoE.CapacityFactor,
-                       Implied ? "drop moe_router or capture with transformer_engine" : "drop moe_preprocess");
+  auto B = reportToken(
+      C, diag::cuda_graph_preprocess_capacity, scopeToken(R, Named), "cuda_graph",
+      Implied ? "'moe_router' (cuda_graph_impl = local captures moe_preprocess with it)" : "'moe_preprocess'",
+      *R.MoE.CapacityFactor, Implied ? "drop moe_router or capture with transformer_engine" : "drop moe_preprocess");
   replaceValue(C, B, "cuda_graph",
                Local ? scopesWithout(R, {GraphScope::MoePreprocess, GraphScope::MoeRouter})
                      : scopesWithout(R, {GraphScope::MoePreprocess}));

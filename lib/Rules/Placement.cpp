@@ -63,8 +63,8 @@ void check_cp_ring_across_domains(RuleContext &C) {
     if (CP % Inner != 0 || HeadsPerRank % Inner != 0 || KvHeadsPerRank % Inner != 0)
       continue;
     int64_t Domains = (TP * CP + Domain - 1) / Domain;
-    C.report(diag::cp_ring_across_domains, "parallel.cp", TP * CP, Domains, CP - 1,
-             Inner, CP / Inner, fmt::format("{} ring steps", CP / Inner - 1));
+    C.report(diag::cp_ring_across_domains, "parallel.cp", TP * CP, Domains, CP - 1, Inner, CP / Inner,
+             fmt::format("{} ring steps", CP / Inner - 1));
     return;
   }
 }

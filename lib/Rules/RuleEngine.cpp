@@ -30,7 +30,7 @@ struct RuleTargetRow {
 };
 static_assert(NumTargets == 3, "RuleTargets.def has one column per target of Targets.def");
 const RuleTargetRow TargetRows[] = {
-#define RULE_TARGETS(Enum, SevMain, MirrorMain, Sev031, Mirror031, SevLM, MirrorLM)                                   \
+#define RULE_TARGETS(Enum, SevMain, MirrorMain, Sev031, Mirror031, SevLM, MirrorLM)                                    \
   {diag::Enum, {{Holds::SevMain, MirrorMain}, {Holds::Sev031, Mirror031}, {Holds::SevLM, MirrorLM}}},
 #include "moec/Rules/RuleTargets.def"
 };

@@ -38,9 +38,9 @@ void check_seq_divisible(RuleContext &C) {
   const Recipe &R = C.R;
   const ParallelConfig &P = R.Parallel;
   if (P.CP > 1 && R.SeqLen % (2 * P.CP) != 0) {
-    C.report(diag::seq_divisible, "seq_len",
-             fmt::format("seq_len {} is not a multiple of 2 x cp = {} (load-balanced causal chunks)", R.SeqLen,
-                         2 * P.CP));
+    C.report(
+        diag::seq_divisible, "seq_len",
+        fmt::format("seq_len {} is not a multiple of 2 x cp = {} (load-balanced causal chunks)", R.SeqLen, 2 * P.CP));
     return;
   }
   if (P.SequenceParallel && P.TP > 1 && (R.SeqLen / P.CP) % P.TP != 0)

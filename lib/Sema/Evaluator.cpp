@@ -198,8 +198,7 @@ llvm::Optional<Value> Scope::derive(StringRef Path) {
       return llvm::None;
     const Value *PerNode = S.sharedScope(*Gpu->Ref).get("gpus_per_node");
     int64_t W;
-    if (!PerNode || !PerNode->Num.isInteger() ||
-        __builtin_mul_overflow(*Nodes, PerNode->Num.getInteger(), &W))
+    if (!PerNode || !PerNode->Num.isInteger() || __builtin_mul_overflow(*Nodes, PerNode->Num.getInteger(), &W))
       return llvm::None;
     return Int(W);
   }
@@ -341,8 +340,7 @@ bool Scope::checkValue(Value &V, const FieldSpec &F, SMRange Where) {
   if (V.K != Value::Kind::Number || V.Num.getDimension() != Want)
     return Mismatch();
   if (F.Type == FieldType::Count && !V.Num.isInteger()) {
-    S.Diags.report(diag::type_mismatch, Where, F.Path, describeType(F),
-                   "not a whole number (" + V.Num.format() + ")");
+    S.Diags.report(diag::type_mismatch, Where, F.Path, describeType(F), "not a whole number (" + V.Num.format() + ")");
     return false;
   }
   double X = V.Num.getReal();
@@ -501,8 +499,8 @@ llvm::Optional<Quantity> Scope::evalNumber(const ast::Expr &E, StringRef FromPat
   case ast::Expr::Kind::Quantity: {
     const auto &N = llvm::cast<ast::NumberLit>(E);
     QuantityError Err = QuantityError::None;
-    llvm::Optional<Quantity> Q = N.Unit.empty() ? Quantity::fromNumber(N.Digits, Err)
-                                                : Quantity::fromLiteral(N.Digits, N.Unit, Err);
+    llvm::Optional<Quantity> Q =
+        N.Unit.empty() ? Quantity::fromNumber(N.Digits, Err) : Quantity::fromLiteral(N.Digits, N.Unit, Err);
     if (Q)
       return Q;
     if (Err == QuantityError::Overflow) {
@@ -517,11 +515,11 @@ llvm::Optional<Quantity> Scope::evalNumber(const ast::Expr &E, StringRef FromPat
       for (StringRef U : Quantity::knownUnits()) {
         QuantityError UnitErr = QuantityError::None;
         llvm::Optional<Quantity> One = Quantity::fromLiteral("1", U, UnitErr);
-        Dimension Want = !F                                  ? (One ? One->getDimension() : Dimension())
-                         : F->Type == FieldType::Bytes       ? Dimension::byteCount()
-                         : F->Type == FieldType::Bandwidth   ? Dimension::bandwidth()
-                         : F->Type == FieldType::FlopRate    ? Dimension::flopRate()
-                                                             : Dimension::none();
+        Dimension Want = !F                                ? (One ? One->getDimension() : Dimension())
+                         : F->Type == FieldType::Bytes     ? Dimension::byteCount()
+                         : F->Type == FieldType::Bandwidth ? Dimension::bandwidth()
+                         : F->Type == FieldType::FlopRate  ? Dimension::flopRate()
+                                                           : Dimension::none();
         if (One && One->getDimension() == Want)
           Units.push_back(U);
       }
@@ -583,8 +581,7 @@ llvm::Optional<Quantity> Scope::evalNumber(const ast::Expr &E, StringRef FromPat
       S.Diags.report(diag::arithmetic_overflow, E.getRange(), S.sourceText(E.getRange()));
       break;
     case QuantityError::InexactDivision:
-      S.Diags.report(diag::inexact_division, E.getRange(), L->format(), R->format(),
-                     L->getInteger() % R->getInteger());
+      S.Diags.report(diag::inexact_division, E.getRange(), L->format(), R->format(), L->getInteger() % R->getInteger());
       break;
     case QuantityError::DivisionByZero:
       S.Diags.report(diag::division_by_zero, B.RHS->getRange());
@@ -796,7 +793,8 @@ llvm::Optional<Value> Scope::evalCall(const ast::Expr &E, const FieldSpec &F) {
   };
   auto OneString = [&]() -> bool {
     if (C.Args.size() != 1 || !C.Args[0].Name.empty() || !llvm::isa<ast::StringLit>(C.Args[0].Value.get())) {
-      S.Diags.report(diag::bad_call, E.getRange(), fmt::format("{}() takes one string: {}(\"path\")", C.Callee, C.Callee));
+      S.Diags.report(diag::bad_call, E.getRange(),
+                     fmt::format("{}() takes one string: {}(\"path\")", C.Callee, C.Callee));
       return false;
     }
     Value Str;

@@ -12,7 +12,6 @@ using namespace moec;
 using llvm::SMRange;
 using llvm::StringRef;
 
-
 const Provenance &Recipe::origin(StringRef Path) const {
   static const Provenance None;
   auto It = Origins.find(Path);
@@ -142,9 +141,9 @@ const ModelSpec *SemaImpl::lowerModel(DefInfo &D) {
     M.MoE = S;
   }
   if (HasSection("linear_attention"))
-    M.LinearAttention = LinearAttentionSpec{R.count("linear_attention.interval"), R.count("linear_attention.key_heads"),
-                                            R.count("linear_attention.value_heads"),
-                                            R.count("linear_attention.head_dim")};
+    M.LinearAttention =
+        LinearAttentionSpec{R.count("linear_attention.interval"), R.count("linear_attention.key_heads"),
+                            R.count("linear_attention.value_heads"), R.count("linear_attention.head_dim")};
   if (HasSection("vision")) {
     VisionSpec S;
     S.Layers = R.count("vision.layers");
@@ -561,9 +560,8 @@ std::vector<Recipe> SemaImpl::analyze(llvm::Optional<StringRef> OnlyRecipe) {
       }
     }
   }
-  if (OnlyPoint && !PointsSeen.empty() && !llvm::any_of(PointsSeen, [&](const std::string &N) {
-        return Squeeze(N) == *OnlyPoint;
-      })) {
+  if (OnlyPoint && !PointsSeen.empty() &&
+      !llvm::any_of(PointsSeen, [&](const std::string &N) { return Squeeze(N) == *OnlyPoint; })) {
     std::vector<StringRef> Names(PointsSeen.begin(), PointsSeen.end());
     std::vector<std::string> Shown(PointsSeen.begin(), PointsSeen.begin() + std::min<size_t>(PointsSeen.size(), 6));
     if (PointsSeen.size() > Shown.size())

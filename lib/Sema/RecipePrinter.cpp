@@ -22,8 +22,8 @@ static std::string where(const Provenance &P, const llvm::SourceMgr &SM) {
 }
 
 void moec::printModelSummary(const ModelSpec &M, llvm::raw_ostream &OS) {
-  OS << fmt::format("layers={} hidden={} heads={} kv_heads={} head_dim={} vocab={} mtp={}", M.Layers, M.Hidden,
-                    M.Heads, M.KvHeads, M.HeadDim, M.Vocab, M.MtpLayers);
+  OS << fmt::format("layers={} hidden={} heads={} kv_heads={} head_dim={} vocab={} mtp={}", M.Layers, M.Hidden, M.Heads,
+                    M.KvHeads, M.HeadDim, M.Vocab, M.MtpLayers);
   if (M.FfnHidden)
     OS << fmt::format(" ffn={}", *M.FfnHidden);
   if (M.MLA)
@@ -31,11 +31,11 @@ void moec::printModelSummary(const ModelSpec &M, llvm::raw_ostream &OS) {
                       M.MLA->QkHeadDim, M.MLA->QkRopeHeadDim, M.MLA->VHeadDim);
   if (M.MoE)
     OS << fmt::format(" moe(experts={} top_k={} ffn={} shared={} dense={} router={}{})", M.MoE->Experts, M.MoE->TopK,
-                      M.MoE->FfnHidden, M.MoE->SharedExperts, M.MoE->DenseLayers,
-                      enumName(M.MoE->RouterKind), M.MoE->ExpertBias ? " bias" : "");
+                      M.MoE->FfnHidden, M.MoE->SharedExperts, M.MoE->DenseLayers, enumName(M.MoE->RouterKind),
+                      M.MoE->ExpertBias ? " bias" : "");
   if (M.LinearAttention)
-    OS << fmt::format(" linear(interval={} k={} v={} dim={})", M.LinearAttention->Interval,
-                      M.LinearAttention->KeyHeads, M.LinearAttention->ValueHeads, M.LinearAttention->HeadDim);
+    OS << fmt::format(" linear(interval={} k={} v={} dim={})", M.LinearAttention->Interval, M.LinearAttention->KeyHeads,
+                      M.LinearAttention->ValueHeads, M.LinearAttention->HeadDim);
   if (M.Vision)
     OS << fmt::format(" vision(layers={} hidden={} heads={} patch={})", M.Vision->Layers, M.Vision->Hidden,
                       M.Vision->Heads, M.Vision->PatchSize);
@@ -98,5 +98,5 @@ void moec::printRecipe(const Recipe &R, const llvm::SourceMgr &SM, llvm::raw_ost
   Field("data.variable_length", R.VariableLength ? "true" : "false");
   if (R.Model.isVLM())
     Field("vision.frozen", R.VisionFrozen ? "true" : "false");
-    Field("language.frozen", R.LanguageFrozen ? "true" : "false");
+  Field("language.frozen", R.LanguageFrozen ? "true" : "false");
 }

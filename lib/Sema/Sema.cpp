@@ -18,8 +18,9 @@ Sema::Sema(DiagnosticEngine &Diags, SemaOptions Opts) : Impl(std::make_unique<Se
 Sema::~Sema() = default;
 
 Sema::LoadResult Sema::loadFile(StringRef Path) {
-  auto Buffer = Path == "-" ? llvm::MemoryBuffer::getSTDIN() : llvm::MemoryBuffer::getFile(Path, /*IsText=*/false,
-                                                                                           /*RequiresNullTerminator=*/true);
+  auto Buffer = Path == "-" ? llvm::MemoryBuffer::getSTDIN()
+                            : llvm::MemoryBuffer::getFile(Path, /*IsText=*/false,
+                                                          /*RequiresNullTerminator=*/true);
   if (!Buffer) {
     Impl->Diags.report(diag::file_unreadable, SMRange(), Path.str(), Buffer.getError().message());
     return LoadResult::Unreadable;
@@ -190,8 +191,7 @@ void SemaImpl::registerDefinitions(const ast::File &F, bool Builtin) {
     It->second = &Info;
     if (!Builtin) {
       if (DefInfo *B = BuiltinDefs.lookup(D.Name))
-        Diags.report(diag::shadows_builtin, D.NameRange, ast::defKindName(D.Kind), D.Name,
-                     ast::defKindName(B->kind()))
+        Diags.report(diag::shadows_builtin, D.NameRange, ast::defKindName(D.Kind), D.Name, ast::defKindName(B->kind()))
             .note(diag::note_builtin, B->AST->NameRange, ast::defKindName(B->kind()));
       processAnnotations(D.Annotations, D.Range);
     }
@@ -386,8 +386,9 @@ bool SemaImpl::resolve(DefInfo &D) {
       return false;
     }
     if (Base->kind() != AST.Kind) {
-      Diags.report(diag::extends_kind, AST.BaseRange, ast::defKindName(AST.Kind), AST.Name,
-                   ast::defKindName(Base->kind()), AST.Base)
+      Diags
+          .report(diag::extends_kind, AST.BaseRange, ast::defKindName(AST.Kind), AST.Name,
+                  ast::defKindName(Base->kind()), AST.Base)
           .note(diag::note_defined_here, Base->AST->NameRange, AST.Base);
       D.St = DefInfo::State::Failed;
       return false;
@@ -488,13 +489,14 @@ DefInfo *SemaImpl::importHF(StringRef Path, SMRange CallRange) {
     return nullptr;
   }
   if ((*Buffer)->getBufferSize() > Opts.Limits.MaxFileBytes) {
-    Diags.report(diag::hf_unsupported, CallRange, fmt::format("'{}' is larger than {} bytes", Found, Opts.Limits.MaxFileBytes));
+    Diags.report(diag::hf_unsupported, CallRange,
+                 fmt::format("'{}' is larger than {} bytes", Found, Opts.Limits.MaxFileBytes));
     return nullptr;
   }
   // The definition's name: hf_<file stem>, made an identifier.
   std::string Name = "hf_";
   StringRef Stem = llvm::sys::path::stem(llvm::sys::path::parent_path(Real).empty() ? StringRef(Real)
-                                                                                     : llvm::sys::path::filename(Real));
+                                                                                    : llvm::sys::path::filename(Real));
   for (char C : Stem)
     Name.push_back(llvm::isAlnum(C) ? C : '_');
   if (HFModels.size())

@@ -80,8 +80,8 @@ public:
   /// Fields that are set but whose value was rejected while flattening (an
   /// empty or misplaced sweep, already reported): neither missing nor unset.
   llvm::StringSet<> Rejected;
-  std::unique_ptr<Scope> Shared;       // for models, GPUs, clusters
-  llvm::Optional<ModelSpec> Model;     // lowered once
+  std::unique_ptr<Scope> Shared;   // for models, GPUs, clusters
+  llvm::Optional<ModelSpec> Model; // lowered once
   llvm::Optional<GpuSpec> Gpu;
   bool Lowered = false;
 
@@ -96,8 +96,7 @@ public:
   // Loading (Sema.cpp).
   void loadCatalog();
   Sema::LoadResult loadMain(std::unique_ptr<llvm::MemoryBuffer> Buffer);
-  const ast::File *loadBuffer(std::unique_ptr<llvm::MemoryBuffer> Buffer, unsigned Depth,
-                              llvm::SMRange ImportedFrom);
+  const ast::File *loadBuffer(std::unique_ptr<llvm::MemoryBuffer> Buffer, unsigned Depth, llvm::SMRange ImportedFrom);
   void loadImports(const ast::File &F, unsigned Depth);
   void registerDefinitions(const ast::File &F, bool Builtin);
   void processAnnotations(const std::vector<ast::Annotation> &As, llvm::SMRange Scope);

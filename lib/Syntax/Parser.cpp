@@ -43,7 +43,7 @@ public:
     if (Added && CodePoint > 0)
       --CodePoint;
     CodePoint += Dropped;
-    size_t Byte = CodePointToByte.empty() ? CodePoint
+    size_t Byte = CodePointToByte.empty()              ? CodePoint
                   : CodePoint < CodePointToByte.size() ? CodePointToByte[CodePoint]
                                                        : Text.size();
     return llvm::SMLoc::getFromPointer(Text.data() + std::min(Byte, Text.size()));
@@ -250,8 +250,7 @@ private:
   /// `seq_len 4K` that is what may begin an entry ('@' or a name), not the
   /// '=' that is missing before `4K`. The configurations prediction reached
   /// just before the offending token know what could have come there.
-  static antlr4::misc::IntervalSet expectedAtOffendingToken(antlr4::Parser *P,
-                                                            const antlr4::NoViableAltException &E) {
+  static antlr4::misc::IntervalSet expectedAtOffendingToken(antlr4::Parser *P, const antlr4::NoViableAltException &E) {
     antlr4::misc::IntervalSet Set;
     if (antlr4::atn::ATNConfigSet *Configs = E.getDeadEndConfigs())
       for (const auto &Config : Configs->configs)
@@ -271,8 +270,7 @@ private:
 
   void reportFirst(antlr4::Parser *P, Token *Offending, const antlr4::misc::IntervalSet &Expected) {
     // The lexer pass already reported stray characters and broken strings.
-    if (Offending && (Offending->getType() == MoeLexer::STRAY ||
-                      Offending->getType() == MoeLexer::UNTERMINATED_STRING))
+    if (Offending && (Offending->getType() == MoeLexer::STRAY || Offending->getType() == MoeLexer::UNTERMINATED_STRING))
       return;
     llvm::SMRange Where = where(P, Offending);
     // End of file, an import or what starts a definition (`recipe s {`,
@@ -282,16 +280,14 @@ private:
     antlr4::TokenStream *In = P->getTokenStream();
     Token *Next = P->getCurrentToken();
     auto IsDefinitionKeyword = [](size_t Type) {
-      return Type == MoeLexer::RECIPE || Type == MoeLexer::MODEL || Type == MoeLexer::GPU ||
-             Type == MoeLexer::CLUSTER;
+      return Type == MoeLexer::RECIPE || Type == MoeLexer::MODEL || Type == MoeLexer::GPU || Type == MoeLexer::CLUSTER;
     };
     auto *Entry = dynamic_cast<MoeParser::EntryContext *>(P->getContext());
     bool CouldClose = P->getExpectedTokens().contains(size_t(MoeLexer::RBRACE)) ||
                       (Entry && Entry->getStart() == Next); // `recipe` may name a field
     if (Next && CouldClose &&
         (Next->getType() == Token::EOF || Next->getType() == MoeLexer::IMPORT ||
-         (IsDefinitionKeyword(Next->getType()) && In->LA(2) == MoeLexer::IDENT &&
-          In->LT(3)->getText() != "="))) {
+         (IsDefinitionKeyword(Next->getType()) && In->LA(2) == MoeLexer::IDENT && In->LT(3)->getText() != "="))) {
       if (reportUnclosed(P, where(P, Next)))
         return;
     }
@@ -329,8 +325,7 @@ private:
                (Def->defName ? Def->defName->getText() : std::string("?")) + "'";
       else
         continue;
-      Diags.report(diag::unclosed_block, Where, What)
-          .note(diag::note_opened_here, Loc.range(Block->getStart()), What);
+      Diags.report(diag::unclosed_block, Where, What).note(diag::note_opened_here, Loc.range(Block->getStart()), What);
       return true;
     }
     return false;
@@ -346,8 +341,7 @@ std::string describeStray(const std::string &Text) {
   const llvm::UTF8 *Begin = reinterpret_cast<const llvm::UTF8 *>(Text.data());
   llvm::UTF32 CodePoint = 0;
   if (Text.size() < 2 ||
-      llvm::convertUTF8Sequence(&Begin, Begin + Text.size(), &CodePoint, llvm::strictConversion) !=
-          llvm::conversionOK)
+      llvm::convertUTF8Sequence(&Begin, Begin + Text.size(), &CodePoint, llvm::strictConversion) != llvm::conversionOK)
     return Text;
   bool Invisible = CodePoint == 0xA0 || CodePoint == 0xAD || (CodePoint >= 0x2000 && CodePoint <= 0x200F) ||
                    (CodePoint >= 0x2028 && CodePoint <= 0x202F) || (CodePoint >= 0x205F && CodePoint <= 0x206F) ||
@@ -463,7 +457,7 @@ bool checkTokens(antlr4::CommonTokenStream &Tokens, const Locator &Loc, Diagnost
       } else if (Text == "=" || Text == ",") {
         Operators = OperatorsAtOpen.empty() ? 0 : OperatorsAtOpen.back();
       } else if (Text.size() == 1 && llvm::StringRef("+-*/%").contains(Text[0]) &&
-               ++Operators > Limits.MaxOperatorsPerExpression) {
+                 ++Operators > Limits.MaxOperatorsPerExpression) {
         Diags.report(diag::expression_too_long, Loc.range(T), Limits.MaxOperatorsPerExpression);
         return false;
       }
@@ -775,8 +769,7 @@ size_t missingCloseAt(const std::vector<Token *> &Toks, llvm::StringRef Work, si
 
 } // namespace
 
-std::unique_ptr<ast::File> moec::parseBuffer(unsigned BufferID, DiagnosticEngine &Diags,
-                                             const ParseLimits &Limits) {
+std::unique_ptr<ast::File> moec::parseBuffer(unsigned BufferID, DiagnosticEngine &Diags, const ParseLimits &Limits) {
   llvm::SourceMgr &SM = Diags.getSourceMgr();
   llvm::StringRef Text = SM.getMemoryBuffer(BufferID)->getBuffer();
   if (!checkEncoding(Text, Diags, Limits))
@@ -820,8 +813,7 @@ std::unique_ptr<ast::File> moec::parseBuffer(unsigned BufferID, DiagnosticEngine
       Parser.addErrorListener(&Silent);
       auto Strategy = std::make_shared<DiagnosingErrorStrategy>(Diags, Loc);
       Parser.setErrorHandler(Strategy);
-      Parser.getInterpreter<antlr4::atn::ParserATNSimulator>()->setPredictionMode(
-          antlr4::atn::PredictionMode::SLL);
+      Parser.getInterpreter<antlr4::atn::ParserATNSimulator>()->setPredictionMode(antlr4::atn::PredictionMode::SLL);
       MoeParser::FileContext *Tree = nullptr;
       try {
         Tree = Parser.file();

@@ -7,7 +7,7 @@
 using namespace moec;
 
 static const TargetInfo TargetTable[] = {
-#define TARGET(Enum, Name, Kind, RunsValidateArgs, CoreMinor, Components, Sources)                                                \
+#define TARGET(Enum, Name, Kind, RunsValidateArgs, CoreMinor, Components, Sources)                                     \
   {Target::Enum, Name, Framework::Kind, RunsValidateArgs, CoreMinor, Components, Sources},
 #include "moec/Target/Targets.def"
 };
@@ -24,5 +24,6 @@ llvm::Optional<Target> moec::lookupTarget(llvm::StringRef Name) {
 }
 
 std::string moec::knownTargetList() {
-  return llvm::join(llvm::map_range(llvm::makeArrayRef(TargetTable), [](const TargetInfo &I) { return I.Name.str(); }), ", ");
+  return llvm::join(llvm::map_range(llvm::makeArrayRef(TargetTable), [](const TargetInfo &I) { return I.Name.str(); }),
+                    ", ");
 }

@@ -25,16 +25,10 @@ public:
   int size() const override { return 1; }
   const std::string &name() const override { return Name; }
   void allReduceSum(float *, size_t) override {}
-  void reduceScatterSum(const float *In, float *Out, size_t Count) override {
-    copy(In, Out, Count);
-  }
-  void allGather(const float *In, float *Out, size_t Count) override {
-    copy(In, Out, Count);
-  }
-  void allToAllV(const float *Send, const std::vector<size_t> &SendCounts,
-                 const std::vector<size_t> &SendOffsets, float *Recv,
-                 const std::vector<size_t> &RecvCounts,
-                 const std::vector<size_t> &RecvOffsets) override {
+  void reduceScatterSum(const float *In, float *Out, size_t Count) override { copy(In, Out, Count); }
+  void allGather(const float *In, float *Out, size_t Count) override { copy(In, Out, Count); }
+  void allToAllV(const float *Send, const std::vector<size_t> &SendCounts, const std::vector<size_t> &SendOffsets,
+                 float *Recv, const std::vector<size_t> &RecvCounts, const std::vector<size_t> &RecvOffsets) override {
     if (SendCounts[0] != RecvCounts[0])
       fail("allToAllV: send and receive counts differ");
     copy(Send + SendOffsets[0], Recv + RecvOffsets[0], SendCounts[0]);
@@ -43,26 +37,19 @@ public:
     if (Count)
       std::memmove(Recv, Send, Count * sizeof(int64_t));
   }
-  void sendRecv(const float *Send, size_t SendCount, int Dest, float *Recv,
-                size_t RecvCount, int Source) override {
+  void sendRecv(const float *Send, size_t SendCount, int Dest, float *Recv, size_t RecvCount, int Source) override {
     if (Dest < 0 && Source < 0)
       return;
     if (Dest != 0 || Source != 0 || SendCount != RecvCount)
       fail("sendRecv: a group of one can only exchange with itself");
     copy(Send, Recv, SendCount);
   }
-  void send(const float *, size_t, int) override {
-    fail("send: a group of one has no peer");
-  }
-  void recv(float *, size_t, int) override {
-    fail("recv: a group of one has no peer");
-  }
+  void send(const float *, size_t, int) override { fail("send: a group of one has no peer"); }
+  void recv(float *, size_t, int) override { fail("recv: a group of one has no peer"); }
   std::unique_ptr<Request> isend(const float *, size_t, int, int) override {
     fail("isend: a group of one has no peer");
   }
-  std::unique_ptr<Request> irecv(float *, size_t, int, int) override {
-    fail("irecv: a group of one has no peer");
-  }
+  std::unique_ptr<Request> irecv(float *, size_t, int, int) override { fail("irecv: a group of one has no peer"); }
   void broadcast(void *, size_t, int) override {}
   void barrier() override {}
 
@@ -72,8 +59,7 @@ private:
       std::memmove(Out, In, Count * sizeof(float));
   }
   [[noreturn]] void fail(const char *What) {
-    std::fprintf(stderr, "moerun: internal error in group '%s': %s\n",
-                 Name.c_str(), What);
+    std::fprintf(stderr, "moerun: internal error in group '%s': %s\n", Name.c_str(), What);
     std::abort();
   }
   std::string Name;

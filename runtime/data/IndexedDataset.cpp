@@ -54,8 +54,7 @@ std::string tokenDTypeName(uint8_t Code) {
   return "code " + std::to_string(unsigned(Code));
 }
 
-std::unique_ptr<MappedFile> MappedFile::open(const std::string &Path,
-                                             std::string &Error) {
+std::unique_ptr<MappedFile> MappedFile::open(const std::string &Path, std::string &Error) {
   int Fd = ::open(Path.c_str(), O_RDONLY | O_CLOEXEC);
   if (Fd < 0) {
     Error = "cannot open '" + Path + "': " + std::strerror(errno);
@@ -120,9 +119,7 @@ int64_t loadToken(TokenDType DType, const unsigned char *At) {
 
 } // namespace
 
-std::unique_ptr<IndexedDataset> IndexedDataset::open(const std::string &Prefix,
-                                                     int64_t Vocab,
-                                                     std::string &Error) {
+std::unique_ptr<IndexedDataset> IndexedDataset::open(const std::string &Prefix, int64_t Vocab, std::string &Error) {
   const std::string IdxPath = Prefix + ".idx", BinPath = Prefix + ".bin";
   std::unique_ptr<IndexedDataset> D(new IndexedDataset());
   D->Idx = MappedFile::open(IdxPath, Error);
@@ -136,39 +133,32 @@ std::unique_ptr<IndexedDataset> IndexedDataset::open(const std::string &Prefix,
   };
 
   if (IdxSize < IndexHeaderBytes)
-    return Fail(IdxPath, "truncated index: " + std::to_string(IdxSize) +
-                             " bytes, the header alone needs " +
+    return Fail(IdxPath, "truncated index: " + std::to_string(IdxSize) + " bytes, the header alone needs " +
                              std::to_string(IndexHeaderBytes));
   if (std::memcmp(I, IndexMagic, sizeof(IndexMagic)) != 0)
     return Fail(IdxPath, "bad magic: not a Megatron MMIDIDX index");
   uint64_t Version = load<uint64_t>(I + 9);
   if (Version != 1)
-    return Fail(IdxPath, "unsupported index version " +
-                             std::to_string(Version) + " (expected 1)");
+    return Fail(IdxPath, "unsupported index version " + std::to_string(Version) + " (expected 1)");
   uint8_t Code = I[17];
   std::optional<size_t> TokenBytes = tokenDTypeSize(Code);
   if (!TokenBytes)
-    return Fail(IdxPath, "unsupported token dtype " + tokenDTypeName(Code) +
-                             " (code " + std::to_string(unsigned(Code)) +
-                             "); token ids must be an integer type");
+    return Fail(IdxPath, "unsupported token dtype " + tokenDTypeName(Code) + " (code " +
+                             std::to_string(unsigned(Code)) + "); token ids must be an integer type");
   D->DType = TokenDType(Code);
   D->TokenBytes = *TokenBytes;
   uint64_t S = load<uint64_t>(I + 18), DocEntries = load<uint64_t>(I + 26);
 
   // Exact size the arrays need, without overflow: 12 bytes per sequence and
   // 8 per document entry, plus an optional int8 mode per sequence.
-  unsigned __int128 Need = (unsigned __int128)IndexHeaderBytes +
-                           (unsigned __int128)S * 12 +
-                           (unsigned __int128)DocEntries * 8;
+  unsigned __int128 Need =
+      (unsigned __int128)IndexHeaderBytes + (unsigned __int128)S * 12 + (unsigned __int128)DocEntries * 8;
   if (Need > IdxSize)
-    return Fail(IdxPath, "truncated index: " + std::to_string(S) +
-                             " sequences and " + std::to_string(DocEntries) +
-                             " document entries need more than the file's " +
-                             std::to_string(IdxSize) + " bytes");
+    return Fail(IdxPath, "truncated index: " + std::to_string(S) + " sequences and " + std::to_string(DocEntries) +
+                             " document entries need more than the file's " + std::to_string(IdxSize) + " bytes");
   size_t Trailing = IdxSize - size_t(Need);
   if (Trailing != 0 && Trailing != S)
-    return Fail(IdxPath, std::to_string(Trailing) +
-                             " unexpected bytes after the document index");
+    return Fail(IdxPath, std::to_string(Trailing) + " unexpected bytes after the document index");
   D->NumSequences = int64_t(S);
   D->NumDocIndices = int64_t(DocEntries);
   D->Lengths = I + IndexHeaderBytes;
@@ -178,18 +168,13 @@ std::unique_ptr<IndexedDataset> IndexedDataset::open(const std::string &Prefix,
   if (DocEntries == 0)
     return Fail(IdxPath, "empty document index (it must start with 0)");
   if (D->documentIndex(0) != 0)
-    return Fail(IdxPath, "document index starts at " +
-                             std::to_string(D->documentIndex(0)) +
-                             " instead of 0");
+    return Fail(IdxPath, "document index starts at " + std::to_string(D->documentIndex(0)) + " instead of 0");
   for (int64_t K = 1; K < D->NumDocIndices; ++K)
     if (D->documentIndex(K) < D->documentIndex(K - 1))
-      return Fail(IdxPath,
-                  "document index decreases at entry " + std::to_string(K));
+      return Fail(IdxPath, "document index decreases at entry " + std::to_string(K));
   if (D->documentIndex(D->NumDocIndices - 1) != D->NumSequences)
-    return Fail(IdxPath,
-                "document index ends at " +
-                    std::to_string(D->documentIndex(D->NumDocIndices - 1)) +
-                    " instead of the sequence count " + std::to_string(S));
+    return Fail(IdxPath, "document index ends at " + std::to_string(D->documentIndex(D->NumDocIndices - 1)) +
+                             " instead of the sequence count " + std::to_string(S));
 
   D->Bin = MappedFile::open(BinPath, Error);
   if (!D->Bin)
@@ -198,31 +183,24 @@ std::unique_ptr<IndexedDataset> IndexedDataset::open(const std::string &Prefix,
   for (int64_t K = 0; K < D->NumSequences; ++K) {
     int64_t Len = D->sequenceLength(K), Ptr = D->sequencePointer(K);
     if (Len < 0)
-      return Fail(IdxPath, "sequence " + std::to_string(K) +
-                               " has negative length " + std::to_string(Len));
+      return Fail(IdxPath, "sequence " + std::to_string(K) + " has negative length " + std::to_string(Len));
     // Len < 2^31 and TokenBytes <= 8: the product cannot overflow.
-    if (Ptr < 0 || uint64_t(Ptr) > BinSize ||
-        uint64_t(Len) * D->TokenBytes > BinSize - uint64_t(Ptr))
-      return Fail(BinPath, "sequence " + std::to_string(K) + " (" +
-                               std::to_string(Len) + " tokens at byte " +
-                               std::to_string(Ptr) +
-                               ") lies beyond the end of the " +
-                               std::to_string(BinSize) + "-byte data file");
+    if (Ptr < 0 || uint64_t(Ptr) > BinSize || uint64_t(Len) * D->TokenBytes > BinSize - uint64_t(Ptr))
+      return Fail(BinPath, "sequence " + std::to_string(K) + " (" + std::to_string(Len) + " tokens at byte " +
+                               std::to_string(Ptr) + ") lies beyond the end of the " + std::to_string(BinSize) +
+                               "-byte data file");
     D->TotalTokens += Len;
   }
 
-  const int64_t Limit =
-      Vocab > 0 ? Vocab : int64_t(std::numeric_limits<int32_t>::max()) + 1;
+  const int64_t Limit = Vocab > 0 ? Vocab : int64_t(std::numeric_limits<int32_t>::max()) + 1;
   for (int64_t K = 0; K < D->NumSequences; ++K) {
     const unsigned char *At = D->Bin->data() + D->sequencePointer(K);
     for (int64_t T = 0, Len = D->sequenceLength(K); T < Len; ++T) {
       int64_t Id = loadToken(D->DType, At + T * D->TokenBytes);
       if (Id < 0 || Id >= Limit)
-        return Fail(BinPath, "token id " + std::to_string(Id) + " (sequence " +
-                                 std::to_string(K) + ", position " +
+        return Fail(BinPath, "token id " + std::to_string(Id) + " (sequence " + std::to_string(K) + ", position " +
                                  std::to_string(T) + ") is outside " +
-                                 (Vocab > 0 ? "the vocabulary [0, " +
-                                                  std::to_string(Vocab) + ")"
+                                 (Vocab > 0 ? "the vocabulary [0, " + std::to_string(Vocab) + ")"
                                             : std::string("the int32 range")));
     }
   }
@@ -249,11 +227,9 @@ int32_t IndexedDataset::token(const unsigned char *At) const {
   return int32_t(loadToken(DType, At));
 }
 
-void IndexedDataset::read(int64_t Seq, int64_t Offset, int64_t Count,
-                          int32_t *Out) const {
+void IndexedDataset::read(int64_t Seq, int64_t Offset, int64_t Count, int32_t *Out) const {
   assert(Offset >= 0 && Count >= 0 && Offset + Count <= sequenceLength(Seq));
-  const unsigned char *At =
-      Bin->data() + sequencePointer(Seq) + Offset * int64_t(TokenBytes);
+  const unsigned char *At = Bin->data() + sequencePointer(Seq) + Offset * int64_t(TokenBytes);
   for (int64_t T = 0; T < Count; ++T)
     Out[T] = token(At + T * TokenBytes);
 }

@@ -62,8 +62,7 @@ constexpr size_t IndexHeaderBytes = 9 + 8 + 1 + 8 + 8;
 /// no memory.
 class MappedFile {
 public:
-  static std::unique_ptr<MappedFile> open(const std::string &Path,
-                                          std::string &Error);
+  static std::unique_ptr<MappedFile> open(const std::string &Path, std::string &Error);
   ~MappedFile();
   MappedFile(const MappedFile &) = delete;
   MappedFile &operator=(const MappedFile &) = delete;
@@ -83,8 +82,7 @@ public:
   /// that every token id lies in [0, Vocab) (one pass over .bin); with
   /// Vocab == 0 ids are only checked to fit int32. Returns null and sets Error
   /// to a message naming the file and the problem.
-  static std::unique_ptr<IndexedDataset>
-  open(const std::string &Prefix, int64_t Vocab, std::string &Error);
+  static std::unique_ptr<IndexedDataset> open(const std::string &Prefix, int64_t Vocab, std::string &Error);
 
   TokenDType dtype() const { return DType; }
   int64_t numSequences() const { return NumSequences; }
@@ -112,8 +110,7 @@ private:
   TokenDType DType = TokenDType::Int32;
   size_t TokenBytes = 4;
   int64_t NumSequences = 0, NumDocIndices = 0, TotalTokens = 0;
-  const unsigned char *Lengths = nullptr, *Pointers = nullptr,
-                      *DocIndices = nullptr;
+  const unsigned char *Lengths = nullptr, *Pointers = nullptr, *DocIndices = nullptr;
 };
 
 } // namespace moert

@@ -22,11 +22,9 @@ bool fits(TokenDType DType, int64_t Id) {
   case TokenDType::UInt8:
     return Id >= 0 && Id <= std::numeric_limits<uint8_t>::max();
   case TokenDType::Int8:
-    return Id >= std::numeric_limits<int8_t>::min() &&
-           Id <= std::numeric_limits<int8_t>::max();
+    return Id >= std::numeric_limits<int8_t>::min() && Id <= std::numeric_limits<int8_t>::max();
   case TokenDType::Int16:
-    return Id >= std::numeric_limits<int16_t>::min() &&
-           Id <= std::numeric_limits<int16_t>::max();
+    return Id >= std::numeric_limits<int16_t>::min() && Id <= std::numeric_limits<int16_t>::max();
   case TokenDType::UInt16:
     return Id >= 0 && Id <= std::numeric_limits<uint16_t>::max();
   case TokenDType::Int32:
@@ -81,17 +79,14 @@ template <typename T> void append(std::vector<unsigned char> &Out, T V) {
 
 /// Writes Bytes to Path through a temporary file in the same directory and a
 /// rename, so Path holds either its old content or all of the new one.
-bool writeAtomically(const std::string &Path,
-                     const std::vector<unsigned char> &Bytes,
-                     std::string &Error) {
+bool writeAtomically(const std::string &Path, const std::vector<unsigned char> &Bytes, std::string &Error) {
   std::string Tmp = Path + ".tmp." + std::to_string(getpid());
   std::FILE *F = std::fopen(Tmp.c_str(), "wb");
   if (!F) {
     Error = "cannot create '" + Tmp + "': " + std::strerror(errno);
     return false;
   }
-  bool Ok = Bytes.empty() ||
-            std::fwrite(Bytes.data(), 1, Bytes.size(), F) == Bytes.size();
+  bool Ok = Bytes.empty() || std::fwrite(Bytes.data(), 1, Bytes.size(), F) == Bytes.size();
   int WriteErrno = errno;
   Ok = std::fflush(F) == 0 && Ok;
   Ok = fsync(fileno(F)) == 0 && Ok;
@@ -102,8 +97,7 @@ bool writeAtomically(const std::string &Path,
     return false;
   }
   if (std::rename(Tmp.c_str(), Path.c_str()) != 0) {
-    Error = "cannot rename '" + Tmp + "' to '" + Path +
-            "': " + std::strerror(errno);
+    Error = "cannot rename '" + Tmp + "' to '" + Path + "': " + std::strerror(errno);
     std::remove(Tmp.c_str());
     return false;
   }
@@ -112,12 +106,10 @@ bool writeAtomically(const std::string &Path,
 
 } // namespace
 
-bool IndexedDatasetWriter::finish(const std::string &Prefix,
-                                  std::string &Error) {
+bool IndexedDatasetWriter::finish(const std::string &Prefix, std::string &Error) {
   std::optional<size_t> TokenBytes = tokenDTypeSize(uint8_t(DType));
   if (!TokenBytes) {
-    Error = "cannot write token dtype " + tokenDTypeName(uint8_t(DType)) +
-            ": token ids must be an integer type";
+    Error = "cannot write token dtype " + tokenDTypeName(uint8_t(DType)) + ": token ids must be an integer type";
     return false;
   }
   if (DocIndices.back() != int64_t(Lengths.size()))
@@ -127,8 +119,7 @@ bool IndexedDatasetWriter::finish(const std::string &Prefix,
   Bin.reserve(Tokens.size() * *TokenBytes);
   for (size_t K = 0; K < Tokens.size(); ++K) {
     if (!fits(DType, Tokens[K])) {
-      Error = "token id " + std::to_string(Tokens[K]) + " does not fit " +
-              tokenDTypeName(uint8_t(DType));
+      Error = "token id " + std::to_string(Tokens[K]) + " does not fit " + tokenDTypeName(uint8_t(DType));
       return false;
     }
     storeToken(DType, Tokens[K], Bin);
@@ -149,8 +140,7 @@ bool IndexedDatasetWriter::finish(const std::string &Prefix,
   for (int64_t D : DocIndices)
     append<int64_t>(Idx, D);
 
-  return writeAtomically(Prefix + ".bin", Bin, Error) &&
-         writeAtomically(Prefix + ".idx", Idx, Error);
+  return writeAtomically(Prefix + ".bin", Bin, Error) && writeAtomically(Prefix + ".idx", Idx, Error);
 }
 
 } // namespace moert

@@ -26,9 +26,7 @@ public:
 
   /// Appends one sequence of the current document.
   void addSequence(const int32_t *Tokens, size_t Count);
-  void addSequence(const std::vector<int32_t> &Tokens) {
-    addSequence(Tokens.data(), Tokens.size());
-  }
+  void addSequence(const std::vector<int32_t> &Tokens) { addSequence(Tokens.data(), Tokens.size()); }
   /// Closes the current document (Megatron's end_document()).
   void endDocument() { DocIndices.push_back(int64_t(Lengths.size())); }
   /// A document of one sequence.

@@ -15,15 +15,11 @@ constexpr uint64_t SuccessorWeights[] = {36, 16, 8, 4};
 constexpr uint64_t WeightTotal = 64;
 } // namespace
 
-TokenDType smallestTokenDType(int64_t Vocab) {
-  return Vocab < 65500 ? TokenDType::UInt16 : TokenDType::Int32;
-}
+TokenDType smallestTokenDType(int64_t Vocab) { return Vocab < 65500 ? TokenDType::UInt16 : TokenDType::Int32; }
 
-std::vector<std::vector<int32_t>> markovCorpus(const MarkovCorpusOptions &O,
-                                               std::string &Error) {
+std::vector<std::vector<int32_t>> markovCorpus(const MarkovCorpusOptions &O, std::string &Error) {
   if (O.Vocab < 2 || O.Vocab > int64_t(INT32_MAX)) {
-    Error =
-        "vocabulary size must be in [2, 2^31), got " + std::to_string(O.Vocab);
+    Error = "vocabulary size must be in [2, 2^31), got " + std::to_string(O.Vocab);
     return {};
   }
   if (O.Tokens < 1) {
@@ -53,8 +49,7 @@ std::vector<std::vector<int32_t>> markovCorpus(const MarkovCorpusOptions &O,
         Doc.push_back(Word(Draw()));
         continue;
       }
-      uint64_t State = uint64_t(Doc[size_t(T - 2)]) * uint64_t(O.Vocab) +
-                       uint64_t(Doc[size_t(T - 1)]);
+      uint64_t State = uint64_t(Doc[size_t(T - 2)]) * uint64_t(O.Vocab) + uint64_t(Doc[size_t(T - 1)]);
       uint64_t Pick = Draw() % WeightTotal, K = 0;
       while (Pick >= SuccessorWeights[K]) {
         Pick -= SuccessorWeights[K];
@@ -69,8 +64,7 @@ std::vector<std::vector<int32_t>> markovCorpus(const MarkovCorpusOptions &O,
   return Docs;
 }
 
-bool writeMarkovCorpus(const std::string &Prefix, const MarkovCorpusOptions &O,
-                       std::string &Error) {
+bool writeMarkovCorpus(const std::string &Prefix, const MarkovCorpusOptions &O, std::string &Error) {
   std::vector<std::vector<int32_t>> Docs = markovCorpus(O, Error);
   if (Docs.empty())
     return false;

@@ -32,15 +32,13 @@ constexpr int32_t MarkovEod = 0;
 
 /// The corpus as documents, each ending with EOD; the last is shortened so
 /// the total is exactly Options.Tokens. Empty, with Error set, on bad options.
-std::vector<std::vector<int32_t>>
-markovCorpus(const MarkovCorpusOptions &Options, std::string &Error);
+std::vector<std::vector<int32_t>> markovCorpus(const MarkovCorpusOptions &Options, std::string &Error);
 
 /// Megatron's choice: uint16 below 65500 ids, int32 otherwise.
 TokenDType smallestTokenDType(int64_t Vocab);
 
 /// Writes markovCorpus() as PREFIX.{bin,idx}, one sequence per document.
-bool writeMarkovCorpus(const std::string &Prefix,
-                       const MarkovCorpusOptions &Options, std::string &Error);
+bool writeMarkovCorpus(const std::string &Prefix, const MarkovCorpusOptions &Options, std::string &Error);
 
 } // namespace moert
 

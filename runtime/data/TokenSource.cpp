@@ -24,13 +24,10 @@ uint64_t mixHash(uint64_t X) {
 
 namespace {
 /// Hash of a tuple, by chaining.
-uint64_t hash3(uint64_t A, uint64_t B, uint64_t C) {
-  return mixHash(mixHash(mixHash(A) ^ B) ^ C);
-}
+uint64_t hash3(uint64_t A, uint64_t B, uint64_t C) { return mixHash(mixHash(mixHash(A) ^ B) ^ C); }
 } // namespace
 
-MockSource::MockSource(int64_t Vocab, int64_t SeqLen, uint64_t Seed,
-                       double Noise)
+MockSource::MockSource(int64_t Vocab, int64_t SeqLen, uint64_t Seed, double Noise)
     : Vocab(Vocab), SeqLen(SeqLen), Seed(Seed) {
   assert(Vocab > 0 && SeqLen > 0 && Noise >= 0 && Noise <= 1);
   // 2^64 * Noise, saturated: Noise == 1 makes every token random.
@@ -40,8 +37,7 @@ MockSource::MockSource(int64_t Vocab, int64_t SeqLen, uint64_t Seed,
   for (int64_t I = 0; I < Vocab; ++I)
     Next[size_t(I)] = int32_t(I);
   for (int64_t I = Vocab - 1; I > 0; --I) {
-    int64_t J =
-        int64_t(hash3(Seed, 0x7065726dULL, uint64_t(I)) % uint64_t(I + 1));
+    int64_t J = int64_t(hash3(Seed, 0x7065726dULL, uint64_t(I)) % uint64_t(I + 1));
     std::swap(Next[size_t(I)], Next[size_t(J)]);
   }
 }
@@ -52,14 +48,11 @@ void MockSource::sample(int64_t Index, int32_t *Out) const {
   Out[0] = int32_t(hash3(Seed, uint64_t(Index), 0) % V);
   for (int64_t T = 1; T <= SeqLen; ++T) {
     uint64_t H = hash3(Seed, uint64_t(Index), uint64_t(T));
-    Out[T] =
-        H < NoiseThreshold ? int32_t(mixHash(H) % V) : Next[size_t(Out[T - 1])];
+    Out[T] = H < NoiseThreshold ? int32_t(mixHash(H) % V) : Next[size_t(Out[T - 1])];
   }
 }
 
-std::unique_ptr<IndexedSource> IndexedSource::open(const std::string &Prefix,
-                                                   int64_t Vocab,
-                                                   int64_t SeqLen,
+std::unique_ptr<IndexedSource> IndexedSource::open(const std::string &Prefix, int64_t Vocab, int64_t SeqLen,
                                                    std::string &Error) {
   if (SeqLen < 1) {
     Error = "sequence length must be at least 1, got " + std::to_string(SeqLen);
@@ -87,9 +80,7 @@ void IndexedSource::copyStream(int64_t Pos, int64_t Count, int32_t *Out) const {
   const int64_t Total = Start.back();
   // The sequence holding Pos: the last one starting at or before it
   // (upper_bound skips empty sequences, which start where the next does).
-  int64_t Seq = int64_t(std::upper_bound(Start.begin(), Start.end(), Pos) -
-                        Start.begin()) -
-                1;
+  int64_t Seq = int64_t(std::upper_bound(Start.begin(), Start.end(), Pos) - Start.begin()) - 1;
   while (Count > 0) {
     if (Pos == Total) {
       Pos = 0;
@@ -112,8 +103,7 @@ void IndexedSource::sample(int64_t Index, int32_t *Out) const {
   assert(Index >= 0);
   const int64_t Total = Start.back();
   // (Index * SeqLen) mod Total without overflow.
-  int64_t Pos = int64_t((unsigned __int128)uint64_t(Index) * uint64_t(SeqLen) %
-                        uint64_t(Total));
+  int64_t Pos = int64_t((unsigned __int128)uint64_t(Index) * uint64_t(SeqLen) % uint64_t(Total));
   copyStream(Pos, SeqLen + 1, Out);
 }
 

@@ -65,8 +65,7 @@ class IndexedSource final : public TokenSource {
 public:
   /// Opens PREFIX.{bin,idx} (ids checked against Vocab). Fails on any
   /// IndexedDataset error, on an empty corpus, or on SeqLen < 1.
-  static std::unique_ptr<IndexedSource> open(const std::string &Prefix,
-                                             int64_t Vocab, int64_t SeqLen,
+  static std::unique_ptr<IndexedSource> open(const std::string &Prefix, int64_t Vocab, int64_t SeqLen,
                                              std::string &Error);
   int64_t vocab() const override { return Vocab; }
   int64_t seqLen() const override { return SeqLen; }

@@ -9,12 +9,12 @@
 namespace moert::cuda {
 
 /// Out[n] = Table[Tokens[n]] (bf16 rows of Hidden).
-void embeddingForward(int64_t N, int64_t Hidden, const int32_t *Tokens,
-                      const bf16 *Table, bf16 *Out, cudaStream_t Stream);
+void embeddingForward(int64_t N, int64_t Hidden, const int32_t *Tokens, const bf16 *Table, bf16 *Out,
+                      cudaStream_t Stream);
 /// DTable[Tokens[n]] += DOut[n] in fp32 (atomic adds: rows of repeated tokens
 /// are summed in an unspecified order).
-void embeddingBackward(int64_t N, int64_t Hidden, const int32_t *Tokens,
-                       const bf16 *DOut, float *DTable, cudaStream_t Stream);
+void embeddingBackward(int64_t N, int64_t Hidden, const int32_t *Tokens, const bf16 *DOut, float *DTable,
+                       cudaStream_t Stream);
 
 } // namespace moert::cuda
 

@@ -36,8 +36,7 @@ struct ParamSlot {
 };
 
 /// "layers.L.experts.E.KIND" -> L, KIND's rank (gate 0, up 1, down 2), E.
-bool parseExpert(const std::string &Name, int64_t &Layer, int &Kind,
-                 int64_t &Expert) {
+bool parseExpert(const std::string &Name, int64_t &Layer, int &Kind, int64_t &Expert) {
   const std::string Pre = "layers.";
   if (Name.compare(0, Pre.size(), Pre) != 0)
     return false;
@@ -99,26 +98,19 @@ struct GpuModel::Impl {
   }
   bf16 *w(const std::string &Name) { return Value.data() + slot(Name).Offset; }
   float *g(const std::string &Name) { return Grad.data() + slot(Name).Offset; }
-  std::string expert(int64_t L, const char *Kind) const {
-    return "layers." + std::to_string(L) + ".experts.0." + Kind;
-  }
+  std::string expert(int64_t L, const char *Kind) const { return "layers." + std::to_string(L) + ".experts.0." + Kind; }
 
   // ---- helpers ---------------------------------------------------------
   /// Y [Rows, Out] = X [Rows, In] W.
-  void linear(const bf16 *X, int64_t Rows, int64_t In, int64_t Out,
-              const std::string &W, Buf &Y) {
+  void linear(const bf16 *X, int64_t Rows, int64_t In, int64_t Out, const std::string &W, Buf &Y) {
     Y.resize(static_cast<size_t>(Rows * Out));
-    gemm(Blas, false, false, Rows, Out, In, 1.0f, X, w(W), 0.0f, Y.data(),
-         OutType::BF16);
+    gemm(Blas, false, false, Rows, Out, In, 1.0f, X, w(W), 0.0f, Y.data(), OutType::BF16);
   }
   /// DX (fp32, scaled by Beta first) += DY W^T; dW += X^T DY.
-  void linearBackward(const bf16 *X, const bf16 *DY, int64_t Rows, int64_t In,
-                      int64_t Out, const std::string &W, float *DX,
-                      float Beta) {
-    gemm(Blas, false, true, Rows, In, Out, 1.0f, DY, w(W), Beta, DX,
-         OutType::F32);
-    gemm(Blas, true, false, In, Out, Rows, 1.0f, X, DY, 1.0f, g(W),
-         OutType::F32);
+  void linearBackward(const bf16 *X, const bf16 *DY, int64_t Rows, int64_t In, int64_t Out, const std::string &W,
+                      float *DX, float Beta) {
+    gemm(Blas, false, true, Rows, In, Out, 1.0f, DY, w(W), Beta, DX, OutType::F32);
+    gemm(Blas, true, false, In, Out, Rows, 1.0f, X, DY, 1.0f, g(W), OutType::F32);
   }
   Buf toBf(const FBuf &F) {
     Buf B(F.size());
@@ -133,26 +125,19 @@ struct GpuModel::Impl {
 
   // ---- forward ---------------------------------------------------------
   DeviceAttentionShape attnShape() const {
-    return DeviceAttentionShape{Seqs,
-                                SeqLen,
-                                SeqLen,
-                                C.Heads,
-                                C.KvHeads,
-                                C.HeadDim,
-                                float(1.0 / std::sqrt(double(C.HeadDim)))};
+    return DeviceAttentionShape{
+        Seqs, SeqLen, SeqLen, C.Heads, C.KvHeads, C.HeadDim, float(1.0 / std::sqrt(double(C.HeadDim)))};
   }
 
   double moeForward(int64_t L, LayerState &St, Buf &Y) {
     const int64_t E = C.Experts, K = C.TopK, H = C.Hidden, F = C.MoeFfnHidden;
     const std::string Pre = "layers." + std::to_string(L) + ".";
     St.Logits.resize(static_cast<size_t>(N * E));
-    gemm(Blas, false, false, N, E, H, 1.0f, St.Xn2.data(), w(Pre + "router"),
-         0.0f, St.Logits.data(), OutType::F32);
+    gemm(Blas, false, false, N, E, H, 1.0f, St.Xn2.data(), w(Pre + "router"), 0.0f, St.Logits.data(), OutType::F32);
     St.Scores.resize(static_cast<size_t>(N * E));
     St.TopIdx.resize(static_cast<size_t>(N * K));
     St.TopW.resize(static_cast<size_t>(N * K));
-    routerTopK(N, E, K, C.SigmoidRouter, St.Logits.data(), St.Scores.data(),
-               St.TopIdx.data(), St.TopW.data(), S);
+    routerTopK(N, E, K, C.SigmoidRouter, St.Logits.data(), St.Scores.data(), St.TopIdx.data(), St.TopW.data(), S);
     FBuf Stats(static_cast<size_t>(2 * E + 1));
     routerStats(N, E, K, St.Scores.data(), St.TopIdx.data(), Stats.data(), S);
     std::vector<float> HostStats = Stats.download();
@@ -167,53 +152,44 @@ struct GpuModel::Impl {
     St.Perm.resize(static_cast<size_t>(N * K));
     St.RowOfCopy.resize(static_cast<size_t>(N * K));
     St.Counts.resize(static_cast<size_t>(E));
-    buildPermutation(N, K, E, St.TopIdx.data(), St.Perm.data(),
-                     St.RowOfCopy.data(), St.Counts.data(), S);
+    buildPermutation(N, K, E, St.TopIdx.data(), St.Perm.data(), St.RowOfCopy.data(), St.Counts.data(), S);
     St.Rows = St.Counts.download();
     const int64_t NK = N * K;
     St.ExpertIn.resize(static_cast<size_t>(NK * H));
-    permuteTokens(N, K, H, St.Xn2.data(), St.Perm.data(), St.ExpertIn.data(),
-                  S);
+    permuteTokens(N, K, H, St.Xn2.data(), St.Perm.data(), St.ExpertIn.data(), S);
     St.EG.resize(static_cast<size_t>(NK * F));
     St.EU.resize(static_cast<size_t>(NK * F));
     St.EAct.resize(static_cast<size_t>(NK * F));
     St.EOut.resize(static_cast<size_t>(NK * H));
-    groupedGemm(Blas, GroupedMode::Batched, St.Rows, F, H, St.ExpertIn.data(),
-                w(expert(L, "gate")), false, 0.0f, St.EG.data(), OutType::BF16);
-    groupedGemm(Blas, GroupedMode::Batched, St.Rows, F, H, St.ExpertIn.data(),
-                w(expert(L, "up")), false, 0.0f, St.EU.data(), OutType::BF16);
+    groupedGemm(Blas, GroupedMode::Batched, St.Rows, F, H, St.ExpertIn.data(), w(expert(L, "gate")), false, 0.0f,
+                St.EG.data(), OutType::BF16);
+    groupedGemm(Blas, GroupedMode::Batched, St.Rows, F, H, St.ExpertIn.data(), w(expert(L, "up")), false, 0.0f,
+                St.EU.data(), OutType::BF16);
     swiGluForward(NK * F, St.EG.data(), St.EU.data(), St.EAct.data(), S);
-    groupedGemm(Blas, GroupedMode::Batched, St.Rows, H, F, St.EAct.data(),
-                w(expert(L, "down")), false, 0.0f, St.EOut.data(),
-                OutType::BF16);
+    groupedGemm(Blas, GroupedMode::Batched, St.Rows, H, F, St.EAct.data(), w(expert(L, "down")), false, 0.0f,
+                St.EOut.data(), OutType::BF16);
     Y.resize(static_cast<size_t>(N * H));
-    unpermuteTokens(N, K, H, St.EOut.data(), St.RowOfCopy.data(),
-                    St.TopW.data(), Y.data(), S);
+    unpermuteTokens(N, K, H, St.EOut.data(), St.RowOfCopy.data(), St.TopW.data(), Y.data(), S);
     return Aux * C.AuxLossCoeff * double(E);
   }
 
   /// One layer; St.X holds its input. Returns its output; Aux gets the
   /// layer's aux loss (0 for a dense layer).
   Buf layerForward(int64_t L, LayerState &St, double &Aux) {
-    const int64_t H = C.Hidden, QW = C.Heads * C.HeadDim,
-                  KW = C.KvHeads * C.HeadDim;
+    const int64_t H = C.Hidden, QW = C.Heads * C.HeadDim, KW = C.KvHeads * C.HeadDim;
     const std::string Pre = "layers." + std::to_string(L) + ".";
     const float Eps = float(C.RmsNormEps);
     St.Xn1.resize(static_cast<size_t>(N * H));
     St.Rstd1.resize(static_cast<size_t>(N));
-    rmsNormForward(N, H, St.X.data(), w(Pre + "attn_norm"), Eps, St.Xn1.data(),
-                   St.Rstd1.data(), S);
+    rmsNormForward(N, H, St.X.data(), w(Pre + "attn_norm"), Eps, St.Xn1.data(), St.Rstd1.data(), S);
     linear(St.Xn1.data(), N, H, QW, Pre + "attn.q", St.Q);
     linear(St.Xn1.data(), N, H, KW, Pre + "attn.k", St.K);
     linear(St.Xn1.data(), N, H, KW, Pre + "attn.v", St.V);
-    applyRope(N, C.Heads, C.HeadDim, St.Q.data(), RowPositions.data(),
-              C.RopeTheta, false, S);
-    applyRope(N, C.KvHeads, C.HeadDim, St.K.data(), RowPositions.data(),
-              C.RopeTheta, false, S);
+    applyRope(N, C.Heads, C.HeadDim, St.Q.data(), RowPositions.data(), C.RopeTheta, false, S);
+    applyRope(N, C.KvHeads, C.HeadDim, St.K.data(), RowPositions.data(), C.RopeTheta, false, S);
     St.AttnOut.resize(static_cast<size_t>(N * QW));
     St.Lse.resize(static_cast<size_t>(Seqs * C.Heads * SeqLen));
-    causalAttentionForward(attnShape(), St.Q.data(), St.K.data(), St.V.data(),
-                           SeqPositions.data(), St.AttnOut.data(),
+    causalAttentionForward(attnShape(), St.Q.data(), St.K.data(), St.V.data(), SeqPositions.data(), St.AttnOut.data(),
                            St.Lse.data(), S);
     St.AttnBf = toBf(St.AttnOut);
     Buf Y;
@@ -222,15 +198,13 @@ struct GpuModel::Impl {
     addInPlace(N * H, Y.data(), St.H.data(), S);
     St.Xn2.resize(static_cast<size_t>(N * H));
     St.Rstd2.resize(static_cast<size_t>(N));
-    rmsNormForward(N, H, St.H.data(), w(Pre + "mlp_norm"), Eps, St.Xn2.data(),
-                   St.Rstd2.data(), S);
+    rmsNormForward(N, H, St.H.data(), w(Pre + "mlp_norm"), Eps, St.Xn2.data(), St.Rstd2.data(), S);
     Aux = 0;
     if (!C.isMoeLayer(L)) {
       linear(St.Xn2.data(), N, H, C.FfnHidden, Pre + "mlp.gate", St.G);
       linear(St.Xn2.data(), N, H, C.FfnHidden, Pre + "mlp.up", St.U);
       St.Act.resize(St.G.size());
-      swiGluForward(int64_t(St.G.size()), St.G.data(), St.U.data(),
-                    St.Act.data(), S);
+      swiGluForward(int64_t(St.G.size()), St.G.data(), St.U.data(), St.Act.data(), S);
       linear(St.Act.data(), N, C.FfnHidden, H, Pre + "mlp.down", Y);
     } else {
       Aux = moeForward(L, St, Y);
@@ -239,8 +213,7 @@ struct GpuModel::Impl {
         linear(St.Xn2.data(), N, H, SF, Pre + "shared.gate", St.SG);
         linear(St.Xn2.data(), N, H, SF, Pre + "shared.up", St.SU);
         St.SAct.resize(St.SG.size());
-        swiGluForward(int64_t(St.SG.size()), St.SG.data(), St.SU.data(),
-                      St.SAct.data(), S);
+        swiGluForward(int64_t(St.SG.size()), St.SG.data(), St.SU.data(), St.SAct.data(), S);
         Buf Y2;
         linear(St.SAct.data(), N, SF, H, Pre + "shared.down", Y2);
         addInPlace(N * H, Y2.data(), Y.data(), S);
@@ -252,126 +225,97 @@ struct GpuModel::Impl {
 
   // ---- backward --------------------------------------------------------
   /// Routed experts and router: DXn2 (fp32) = the gradient through them.
-  void moeBackward(int64_t L, LayerState &St, const Buf &DY, double AuxScale,
-                   FBuf &DXn2) {
+  void moeBackward(int64_t L, LayerState &St, const Buf &DY, double AuxScale, FBuf &DXn2) {
     const int64_t E = C.Experts, K = C.TopK, H = C.Hidden, F = C.MoeFfnHidden;
     const int64_t NK = N * K;
     const std::string Pre = "layers." + std::to_string(L) + ".";
-    Buf DRows(static_cast<size_t>(NK * H)), DEAct(static_cast<size_t>(NK * F)),
-        DEG(static_cast<size_t>(NK * F)), DEU(static_cast<size_t>(NK * F));
+    Buf DRows(static_cast<size_t>(NK * H)), DEAct(static_cast<size_t>(NK * F)), DEG(static_cast<size_t>(NK * F)),
+        DEU(static_cast<size_t>(NK * F));
     FBuf DTopW(static_cast<size_t>(NK)), DInF(static_cast<size_t>(NK * H));
-    unpermuteTokensBackward(N, K, H, DY.data(), St.EOut.data(),
-                            St.RowOfCopy.data(), St.TopW.data(), DRows.data(),
+    unpermuteTokensBackward(N, K, H, DY.data(), St.EOut.data(), St.RowOfCopy.data(), St.TopW.data(), DRows.data(),
                             DTopW.data(), S);
-    groupedGemm(Blas, GroupedMode::Batched, St.Rows, F, H, DRows.data(),
-                w(expert(L, "down")), true, 0.0f, DEAct.data(), OutType::BF16);
-    groupedWeightGradGemm(Blas, GroupedMode::Batched, St.Rows, F, H,
-                          St.EAct.data(), DRows.data(), 1.0f,
+    groupedGemm(Blas, GroupedMode::Batched, St.Rows, F, H, DRows.data(), w(expert(L, "down")), true, 0.0f, DEAct.data(),
+                OutType::BF16);
+    groupedWeightGradGemm(Blas, GroupedMode::Batched, St.Rows, F, H, St.EAct.data(), DRows.data(), 1.0f,
                           g(expert(L, "down")));
-    swiGluBackward(NK * F, St.EG.data(), St.EU.data(), DEAct.data(), DEG.data(),
-                   DEU.data(), S);
+    swiGluBackward(NK * F, St.EG.data(), St.EU.data(), DEAct.data(), DEG.data(), DEU.data(), S);
     MOERT_CUDA_CHECK(cudaMemsetAsync(DInF.data(), 0, DInF.bytes(), S));
-    groupedGemm(Blas, GroupedMode::Batched, St.Rows, H, F, DEG.data(),
-                w(expert(L, "gate")), true, 1.0f, DInF.data(), OutType::F32);
-    groupedGemm(Blas, GroupedMode::Batched, St.Rows, H, F, DEU.data(),
-                w(expert(L, "up")), true, 1.0f, DInF.data(), OutType::F32);
-    groupedWeightGradGemm(Blas, GroupedMode::Batched, St.Rows, H, F,
-                          St.ExpertIn.data(), DEG.data(), 1.0f,
+    groupedGemm(Blas, GroupedMode::Batched, St.Rows, H, F, DEG.data(), w(expert(L, "gate")), true, 1.0f, DInF.data(),
+                OutType::F32);
+    groupedGemm(Blas, GroupedMode::Batched, St.Rows, H, F, DEU.data(), w(expert(L, "up")), true, 1.0f, DInF.data(),
+                OutType::F32);
+    groupedWeightGradGemm(Blas, GroupedMode::Batched, St.Rows, H, F, St.ExpertIn.data(), DEG.data(), 1.0f,
                           g(expert(L, "gate")));
-    groupedWeightGradGemm(Blas, GroupedMode::Batched, St.Rows, H, F,
-                          St.ExpertIn.data(), DEU.data(), 1.0f,
+    groupedWeightGradGemm(Blas, GroupedMode::Batched, St.Rows, H, F, St.ExpertIn.data(), DEU.data(), 1.0f,
                           g(expert(L, "up")));
     Buf DIn = toBf(DInF), DXb(static_cast<size_t>(N * H));
-    permuteTokensBackward(N, K, H, DIn.data(), St.RowOfCopy.data(), DXb.data(),
-                          S);
+    permuteTokensBackward(N, K, H, DIn.data(), St.RowOfCopy.data(), DXb.data(), S);
     DXn2.resize(static_cast<size_t>(N * H));
     castToF32(N * H, DXb.data(), DXn2.data(), S);
     // Router: routing-weight and aux-loss gradients through the scores.
     double AuxPerScore = AuxScale * C.AuxLossCoeff * double(E) / St.GroupTokens;
     FBuf DLogits(static_cast<size_t>(N * E));
-    routerBackward(N, E, K, C.SigmoidRouter, St.Scores.data(), St.TopIdx.data(),
-                   St.TopW.data(), DTopW.data(), St.Fraction.data(),
-                   float(AuxPerScore), DLogits.data(), S);
+    routerBackward(N, E, K, C.SigmoidRouter, St.Scores.data(), St.TopIdx.data(), St.TopW.data(), DTopW.data(),
+                   St.Fraction.data(), float(AuxPerScore), DLogits.data(), S);
     Buf DLb = toBf(DLogits);
-    linearBackward(St.Xn2.data(), DLb.data(), N, H, E, Pre + "router",
-                   DXn2.data(), 1.0f);
+    linearBackward(St.Xn2.data(), DLb.data(), N, H, E, Pre + "router", DXn2.data(), 1.0f);
   }
 
   /// A SwiGLU MLP's backward (dense or shared experts): DXn2 = Beta DXn2 +
   /// the gradient through it.
-  void swiGluMlpBackward(const std::string &Gate, const std::string &Up,
-                         const std::string &Down, const Buf &G, const Buf &U,
-                         const Buf &Act, const bf16 *Xn2, int64_t Ffn,
-                         const Buf &DY, FBuf &DXn2, float Beta) {
+  void swiGluMlpBackward(const std::string &Gate, const std::string &Up, const std::string &Down, const Buf &G,
+                         const Buf &U, const Buf &Act, const bf16 *Xn2, int64_t Ffn, const Buf &DY, FBuf &DXn2,
+                         float Beta) {
     const int64_t H = C.Hidden;
-    Buf DAct(static_cast<size_t>(N * Ffn)), DG(static_cast<size_t>(N * Ffn)),
-        DU(static_cast<size_t>(N * Ffn));
-    gemm(Blas, false, true, N, Ffn, H, 1.0f, DY.data(), w(Down), 0.0f,
-         DAct.data(), OutType::BF16);
-    gemm(Blas, true, false, Ffn, H, N, 1.0f, Act.data(), DY.data(), 1.0f,
-         g(Down), OutType::F32);
-    swiGluBackward(N * Ffn, G.data(), U.data(), DAct.data(), DG.data(),
-                   DU.data(), S);
+    Buf DAct(static_cast<size_t>(N * Ffn)), DG(static_cast<size_t>(N * Ffn)), DU(static_cast<size_t>(N * Ffn));
+    gemm(Blas, false, true, N, Ffn, H, 1.0f, DY.data(), w(Down), 0.0f, DAct.data(), OutType::BF16);
+    gemm(Blas, true, false, Ffn, H, N, 1.0f, Act.data(), DY.data(), 1.0f, g(Down), OutType::F32);
+    swiGluBackward(N * Ffn, G.data(), U.data(), DAct.data(), DG.data(), DU.data(), S);
     linearBackward(Xn2, DG.data(), N, H, Ffn, Gate, DXn2.data(), Beta);
     linearBackward(Xn2, DU.data(), N, H, Ffn, Up, DXn2.data(), 1.0f);
   }
 
   Buf layerBackward(int64_t L, LayerState &St, const Buf &DY, double AuxScale) {
-    const int64_t H = C.Hidden, QW = C.Heads * C.HeadDim,
-                  KW = C.KvHeads * C.HeadDim;
+    const int64_t H = C.Hidden, QW = C.Heads * C.HeadDim, KW = C.KvHeads * C.HeadDim;
     const std::string Pre = "layers." + std::to_string(L) + ".";
     FBuf DXn2f(static_cast<size_t>(N * H));
     if (!C.isMoeLayer(L)) {
-      swiGluMlpBackward(Pre + "mlp.gate", Pre + "mlp.up", Pre + "mlp.down",
-                        St.G, St.U, St.Act, St.Xn2.data(), C.FfnHidden, DY,
-                        DXn2f, 0.0f);
+      swiGluMlpBackward(Pre + "mlp.gate", Pre + "mlp.up", Pre + "mlp.down", St.G, St.U, St.Act, St.Xn2.data(),
+                        C.FfnHidden, DY, DXn2f, 0.0f);
     } else {
       moeBackward(L, St, DY, AuxScale, DXn2f);
       if (C.SharedExperts > 0)
-        swiGluMlpBackward(Pre + "shared.gate", Pre + "shared.up",
-                          Pre + "shared.down", St.SG, St.SU, St.SAct,
-                          St.Xn2.data(), C.SharedExperts * C.MoeFfnHidden, DY,
-                          DXn2f, 1.0f);
+        swiGluMlpBackward(Pre + "shared.gate", Pre + "shared.up", Pre + "shared.down", St.SG, St.SU, St.SAct,
+                          St.Xn2.data(), C.SharedExperts * C.MoeFfnHidden, DY, DXn2f, 1.0f);
     }
     Buf DXn2 = toBf(DXn2f), DH(static_cast<size_t>(N * H));
-    rmsNormBackward(N, H, St.H.data(), w(Pre + "mlp_norm"), St.Rstd2.data(),
-                    DXn2.data(), DH.data(), g(Pre + "mlp_norm"), S);
+    rmsNormBackward(N, H, St.H.data(), w(Pre + "mlp_norm"), St.Rstd2.data(), DXn2.data(), DH.data(),
+                    g(Pre + "mlp_norm"), S);
     addInPlace(N * H, DY.data(), DH.data(), S);
     // Attention branch.
     Buf DAttn(static_cast<size_t>(N * QW));
-    gemm(Blas, false, true, N, QW, H, 1.0f, DH.data(), w(Pre + "attn.o"), 0.0f,
-         DAttn.data(), OutType::BF16);
-    gemm(Blas, true, false, QW, H, N, 1.0f, St.AttnBf.data(), DH.data(), 1.0f,
-         g(Pre + "attn.o"), OutType::F32);
-    FBuf Delta(St.Lse.size()), DQ(static_cast<size_t>(N * QW)),
-        DK(static_cast<size_t>(N * KW)), DV(static_cast<size_t>(N * KW));
-    causalAttentionBackward(attnShape(), St.Q.data(), St.K.data(), St.V.data(),
-                            SeqPositions.data(), St.AttnOut.data(),
-                            St.Lse.data(), DAttn.data(), Delta.data(),
-                            DQ.data(), DK.data(), DV.data(), S);
+    gemm(Blas, false, true, N, QW, H, 1.0f, DH.data(), w(Pre + "attn.o"), 0.0f, DAttn.data(), OutType::BF16);
+    gemm(Blas, true, false, QW, H, N, 1.0f, St.AttnBf.data(), DH.data(), 1.0f, g(Pre + "attn.o"), OutType::F32);
+    FBuf Delta(St.Lse.size()), DQ(static_cast<size_t>(N * QW)), DK(static_cast<size_t>(N * KW)),
+        DV(static_cast<size_t>(N * KW));
+    causalAttentionBackward(attnShape(), St.Q.data(), St.K.data(), St.V.data(), SeqPositions.data(), St.AttnOut.data(),
+                            St.Lse.data(), DAttn.data(), Delta.data(), DQ.data(), DK.data(), DV.data(), S);
     Buf DQb = toBf(DQ), DKb = toBf(DK), DVb = toBf(DV);
-    applyRope(N, C.Heads, C.HeadDim, DQb.data(), RowPositions.data(),
-              C.RopeTheta, true, S);
-    applyRope(N, C.KvHeads, C.HeadDim, DKb.data(), RowPositions.data(),
-              C.RopeTheta, true, S);
+    applyRope(N, C.Heads, C.HeadDim, DQb.data(), RowPositions.data(), C.RopeTheta, true, S);
+    applyRope(N, C.KvHeads, C.HeadDim, DKb.data(), RowPositions.data(), C.RopeTheta, true, S);
     FBuf DXn1f(static_cast<size_t>(N * H));
-    linearBackward(St.Xn1.data(), DQb.data(), N, H, QW, Pre + "attn.q",
-                   DXn1f.data(), 0.0f);
-    linearBackward(St.Xn1.data(), DKb.data(), N, H, KW, Pre + "attn.k",
-                   DXn1f.data(), 1.0f);
-    linearBackward(St.Xn1.data(), DVb.data(), N, H, KW, Pre + "attn.v",
-                   DXn1f.data(), 1.0f);
+    linearBackward(St.Xn1.data(), DQb.data(), N, H, QW, Pre + "attn.q", DXn1f.data(), 0.0f);
+    linearBackward(St.Xn1.data(), DKb.data(), N, H, KW, Pre + "attn.k", DXn1f.data(), 1.0f);
+    linearBackward(St.Xn1.data(), DVb.data(), N, H, KW, Pre + "attn.v", DXn1f.data(), 1.0f);
     Buf DXn1 = toBf(DXn1f), DX(static_cast<size_t>(N * H));
-    rmsNormBackward(N, H, St.X.data(), w(Pre + "attn_norm"), St.Rstd1.data(),
-                    DXn1.data(), DX.data(), g(Pre + "attn_norm"), S);
+    rmsNormBackward(N, H, St.X.data(), w(Pre + "attn_norm"), St.Rstd1.data(), DXn1.data(), DX.data(),
+                    g(Pre + "attn_norm"), S);
     addInPlace(N * H, DH.data(), DX.data(), S);
     return DX;
   }
 };
 
-GpuModel::GpuModel(const ModelConfig &Config,
-                   const std::vector<Parameter *> &Params)
-    : P(std::make_unique<Impl>()) {
+GpuModel::GpuModel(const ModelConfig &Config, const std::vector<Parameter *> &Params) : P(std::make_unique<Impl>()) {
   P->C = Config;
   // Arena order: every non-expert parameter in the given order, then each
   // MoE layer's experts by kind, expert id ascending.
@@ -394,8 +338,7 @@ GpuModel::GpuModel(const ModelConfig &Config,
       return A.Group < B.Group;
     if (A.Group == 0)
       return A.Index < B.Index;
-    return std::tie(A.Layer, A.Kind, A.Expert) <
-           std::tie(B.Layer, B.Kind, B.Expert);
+    return std::tie(A.Layer, A.Kind, A.Expert) < std::tie(B.Layer, B.Kind, B.Expert);
   });
   for (const Key &K : Keys) {
     const Parameter &Src = *Params[K.Index];
@@ -413,13 +356,11 @@ GpuModel::GpuModel(const ModelConfig &Config,
     if (Config.isMoeLayer(L))
       for (const char *Kind : {"gate", "up", "down"})
         for (int64_t E = 0; E < Config.Experts; ++E) {
-          std::string Name = "layers." + std::to_string(L) + ".experts." +
-                             std::to_string(E) + "." + Kind;
+          std::string Name = "layers." + std::to_string(L) + ".experts." + std::to_string(E) + "." + Kind;
           const ParamSlot &First = P->slot(P->expert(L, Kind));
           const ParamSlot &This = P->slot(Name);
           if (This.Offset != First.Offset + E * First.Count)
-            throw std::invalid_argument("GpuModel: experts of layer " +
-                                        std::to_string(L) + " not contiguous");
+            throw std::invalid_argument("GpuModel: experts of layer " + std::to_string(L) + " not contiguous");
         }
   P->Master.resize(static_cast<size_t>(P->Total));
   P->Value.resize(static_cast<size_t>(P->Total));
@@ -428,8 +369,7 @@ GpuModel::GpuModel(const ModelConfig &Config,
   P->V.resize(static_cast<size_t>(P->Total));
   for (const Parameter *Src : Params) {
     const ParamSlot &Slot = P->slot(Src->Name);
-    MOERT_CUDA_CHECK(cudaMemcpy(P->Master.data() + Slot.Offset,
-                                Src->Value.data(), Slot.Count * sizeof(float),
+    MOERT_CUDA_CHECK(cudaMemcpy(P->Master.data() + Slot.Offset, Src->Value.data(), Slot.Count * sizeof(float),
                                 cudaMemcpyHostToDevice));
   }
   castToBf16(P->Total, P->Master.data(), P->Value.data(), P->S);
@@ -440,8 +380,7 @@ GpuModel::GpuModel(const ModelConfig &Config,
 
 GpuModel::~GpuModel() = default;
 
-GpuStepLoss GpuModel::forwardBackward(const MicroBatch &MB, double CeScale,
-                                      double AuxScale) {
+GpuStepLoss GpuModel::forwardBackward(const MicroBatch &MB, double CeScale, double AuxScale) {
   Impl &I = *P;
   const ModelConfig &C = I.C;
   I.Seqs = MB.Sequences;
@@ -449,8 +388,7 @@ GpuStepLoss GpuModel::forwardBackward(const MicroBatch &MB, double CeScale,
   I.N = MB.Sequences * MB.SeqLen;
   const int64_t N = I.N, H = C.Hidden;
   if (int64_t(MB.Tokens.size()) != N || int64_t(MB.Labels.size()) != N)
-    throw std::invalid_argument(
-        "GpuModel: tokens and labels must be [Sequences * SeqLen]");
+    throw std::invalid_argument("GpuModel: tokens and labels must be [Sequences * SeqLen]");
   I.Tokens.upload(MB.Tokens);
   I.Labels.upload(MB.Labels);
   std::vector<int32_t> Seq(MB.SeqLen), Rows(N);
@@ -475,14 +413,11 @@ GpuStepLoss GpuModel::forwardBackward(const MicroBatch &MB, double CeScale,
   I.HLast = std::move(X);
   I.XnF.resize(static_cast<size_t>(N * H));
   I.RstdF.resize(static_cast<size_t>(N));
-  rmsNormForward(N, H, I.HLast.data(), I.w("final_norm"), float(C.RmsNormEps),
-                 I.XnF.data(), I.RstdF.data(), I.S);
+  rmsNormForward(N, H, I.HLast.data(), I.w("final_norm"), float(C.RmsNormEps), I.XnF.data(), I.RstdF.data(), I.S);
   I.Logits.resize(static_cast<size_t>(N * C.Vocab));
-  gemm(I.Blas, false, false, N, C.Vocab, H, 1.0f, I.XnF.data(), I.w("output"),
-       0.0f, I.Logits.data(), OutType::F32);
+  gemm(I.Blas, false, false, N, C.Vocab, H, 1.0f, I.XnF.data(), I.w("output"), 0.0f, I.Logits.data(), OutType::F32);
   FBuf Losses(static_cast<size_t>(N));
-  crossEntropyForward(N, C.Vocab, I.Logits.data(), I.Labels.data(),
-                      Losses.data(), I.S);
+  crossEntropyForward(N, C.Vocab, I.Logits.data(), I.Labels.data(), Losses.data(), I.S);
   std::vector<float> HostLosses = Losses.download();
   for (int64_t R = 0; R < N; ++R)
     if (MB.Labels[R] >= 0) {
@@ -491,16 +426,12 @@ GpuStepLoss GpuModel::forwardBackward(const MicroBatch &MB, double CeScale,
     }
 
   // Backward.
-  Buf DLogits(static_cast<size_t>(N * C.Vocab)),
-      DXn(static_cast<size_t>(N * H)), DY(static_cast<size_t>(N * H));
-  crossEntropyBackward(N, C.Vocab, I.Logits.data(), I.Labels.data(),
-                       float(CeScale), DLogits.data(), I.S);
-  gemm(I.Blas, false, true, N, H, C.Vocab, 1.0f, DLogits.data(), I.w("output"),
-       0.0f, DXn.data(), OutType::BF16);
-  gemm(I.Blas, true, false, H, C.Vocab, N, 1.0f, I.XnF.data(), DLogits.data(),
-       1.0f, I.g("output"), OutType::F32);
-  rmsNormBackward(N, H, I.HLast.data(), I.w("final_norm"), I.RstdF.data(),
-                  DXn.data(), DY.data(), I.g("final_norm"), I.S);
+  Buf DLogits(static_cast<size_t>(N * C.Vocab)), DXn(static_cast<size_t>(N * H)), DY(static_cast<size_t>(N * H));
+  crossEntropyBackward(N, C.Vocab, I.Logits.data(), I.Labels.data(), float(CeScale), DLogits.data(), I.S);
+  gemm(I.Blas, false, true, N, H, C.Vocab, 1.0f, DLogits.data(), I.w("output"), 0.0f, DXn.data(), OutType::BF16);
+  gemm(I.Blas, true, false, H, C.Vocab, N, 1.0f, I.XnF.data(), DLogits.data(), 1.0f, I.g("output"), OutType::F32);
+  rmsNormBackward(N, H, I.HLast.data(), I.w("final_norm"), I.RstdF.data(), DXn.data(), DY.data(), I.g("final_norm"),
+                  I.S);
   for (int64_t L = C.Layers; L-- > 0;)
     DY = I.layerBackward(L, I.Layers[L], DY, AuxScale);
   embeddingBackward(N, H, I.Tokens.data(), DY.data(), I.g("embedding"), I.S);
@@ -521,8 +452,7 @@ double GpuModel::step(const GpuAdamW &O) {
   for (const ParamSlot &Slot : I.Slots) {
     double Wd = Slot.Shape.size() == 1 ? 0.0 : O.WeightDecay;
     AdamWStep C = adamWStep(O.Lr, O.Beta1, O.Beta2, O.Eps, Wd, I.Steps, Clip);
-    adamWUpdate(Slot.Count, C, I.Master.data() + Slot.Offset,
-                I.M.data() + Slot.Offset, I.V.data() + Slot.Offset,
+    adamWUpdate(Slot.Count, C, I.Master.data() + Slot.Offset, I.M.data() + Slot.Offset, I.V.data() + Slot.Offset,
                 I.Grad.data() + Slot.Offset, I.Value.data() + Slot.Offset, I.S);
   }
   MOERT_CUDA_CHECK(cudaDeviceSynchronize());
@@ -534,18 +464,16 @@ void GpuModel::zeroGrads() { P->Grad.zero(); }
 std::vector<float> GpuModel::gradient(const std::string &Name) const {
   const ParamSlot &Slot = P->slot(Name);
   std::vector<float> Out(static_cast<size_t>(Slot.Count));
-  MOERT_CUDA_CHECK(cudaMemcpy(Out.data(), P->Grad.data() + Slot.Offset,
-                              Out.size() * sizeof(float),
-                              cudaMemcpyDeviceToHost));
+  MOERT_CUDA_CHECK(
+      cudaMemcpy(Out.data(), P->Grad.data() + Slot.Offset, Out.size() * sizeof(float), cudaMemcpyDeviceToHost));
   return Out;
 }
 
 std::vector<float> GpuModel::value(const std::string &Name) const {
   const ParamSlot &Slot = P->slot(Name);
   std::vector<float> Out(static_cast<size_t>(Slot.Count));
-  MOERT_CUDA_CHECK(cudaMemcpy(Out.data(), P->Master.data() + Slot.Offset,
-                              Out.size() * sizeof(float),
-                              cudaMemcpyDeviceToHost));
+  MOERT_CUDA_CHECK(
+      cudaMemcpy(Out.data(), P->Master.data() + Slot.Offset, Out.size() * sizeof(float), cudaMemcpyDeviceToHost));
   return Out;
 }
 

@@ -50,8 +50,7 @@ public:
   /// Forward and backward of one micro batch (Sequences x SeqLen tokens, in
   /// order); gradients accumulate (+=). CeScale multiplies the CE sum and
   /// AuxScale the aux losses in the objective, as in ModelOptions.
-  GpuStepLoss forwardBackward(const MicroBatch &MB, double CeScale,
-                              double AuxScale);
+  GpuStepLoss forwardBackward(const MicroBatch &MB, double CeScale, double AuxScale);
   /// AdamW over every parameter (step counter kept here); returns the global
   /// gradient norm before clipping.
   double step(const GpuAdamW &Options);

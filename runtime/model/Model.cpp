@@ -26,8 +26,7 @@ namespace {
 struct LayerParams {
   int64_t Index = 0;
   bool Moe = false;
-  Parameter *AttnNorm = nullptr, *Q = nullptr, *K = nullptr, *V = nullptr,
-            *O = nullptr, *MlpNorm = nullptr;
+  Parameter *AttnNorm = nullptr, *Q = nullptr, *K = nullptr, *V = nullptr, *O = nullptr, *MlpNorm = nullptr;
   Parameter *Gate = nullptr, *Up = nullptr, *Down = nullptr; ///< dense MLP
   MoeWeights Routed;
   Parameter *SGate = nullptr, *SUp = nullptr, *SDown = nullptr; ///< shared
@@ -49,8 +48,7 @@ struct LayerState {
   std::map<std::string, int64_t> bytes() const {
     std::map<std::string, int64_t> B;
     B["layer_input"] = X.bytes();
-    B["layernorm"] = Xn1.bytes() + Xn2.bytes() +
-                     int64_t((Rstd1.size() + Rstd2.size()) * sizeof(float));
+    B["layernorm"] = Xn1.bytes() + Xn2.bytes() + int64_t((Rstd1.size() + Rstd2.size()) * sizeof(float));
     B["attention"] = Q.bytes() + K.bytes() + V.bytes() + H.bytes();
     B["core_attn"] = AttnOut.bytes() + Lse.bytes();
     B["mlp"] = G.bytes() + U.bytes() + Act.bytes();
@@ -72,8 +70,7 @@ struct MicroState {
   Tensor HLast, XnF, Probs;
   std::vector<float> RstdF;
   int64_t outputBytes() const {
-    return HLast.bytes() + XnF.bytes() + Probs.bytes() +
-           int64_t(RstdF.size() * sizeof(float));
+    return HLast.bytes() + XnF.bytes() + Probs.bytes() + int64_t(RstdF.size() * sizeof(float));
   }
 };
 
@@ -107,16 +104,14 @@ struct StageModel::Impl {
   std::map<std::string, int64_t> Current, Peak;
   std::set<std::string> SelectiveModules;
 
-  Impl(const ModelConfig &C, const StageSpec &S, const ParallelContext &G,
-       const ModelOptions &O)
+  Impl(const ModelConfig &C, const StageSpec &S, const ParallelContext &G, const ModelOptions &O)
       : Config(C), Stage(S), Groups(G), Options(O) {
     if (!G.Tp || !G.Cp || !G.TpCp || !G.Ep)
       fail("every group of the ParallelContext must be set");
     TpRank = G.Tp->rank();
     TpSize = G.Tp->size();
     validate();
-    static const std::set<std::string> Known = {
-        "core_attn", "layernorm", "mlp", "moe_act", "moe", "shared_experts"};
+    static const std::set<std::string> Known = {"core_attn", "layernorm", "mlp", "moe_act", "moe", "shared_experts"};
     for (const std::string &M : O.Recompute.Modules) {
       if (!Known.count(M))
         fail("unknown recompute module '" + M + "'");
@@ -127,8 +122,7 @@ struct StageModel::Impl {
 
   void validate() const {
     const ModelConfig &C = Config;
-    if (C.Hidden <= 0 || C.Heads <= 0 || C.KvHeads <= 0 || C.HeadDim <= 0 ||
-        C.Vocab <= 0 || C.HeadDim % 2)
+    if (C.Hidden <= 0 || C.Heads <= 0 || C.KvHeads <= 0 || C.HeadDim <= 0 || C.Vocab <= 0 || C.HeadDim % 2)
       fail("invalid model dimensions");
     if (C.Heads % C.KvHeads)
       fail("Heads must be a multiple of KvHeads");
@@ -137,26 +131,21 @@ struct StageModel::Impl {
     if (C.Vocab % TpSize)
       fail("Vocab must divide by the tp size");
     if (C.Experts > 0 &&
-        (C.TopK <= 0 || C.TopK > C.Experts || C.MoeFfnHidden <= 0 ||
-         (C.SharedExperts * C.MoeFfnHidden) % TpSize))
+        (C.TopK <= 0 || C.TopK > C.Experts || C.MoeFfnHidden <= 0 || (C.SharedExperts * C.MoeFfnHidden) % TpSize))
       fail("invalid MoE dimensions");
     if (C.FfnHidden % TpSize)
       fail("FfnHidden must divide by the tp size");
-    if (Stage.FirstLayer < 0 || Stage.NumLayers < 0 ||
-        Stage.FirstLayer + Stage.NumLayers > C.Layers)
+    if (Stage.FirstLayer < 0 || Stage.NumLayers < 0 || Stage.FirstLayer + Stage.NumLayers > C.Layers)
       fail("stage layers out of range");
   }
 
-  Parameter *addParam(const std::string &Name, ParamKind Kind,
-                      std::vector<int64_t> Shape, double Std, int Split) {
+  Parameter *addParam(const std::string &Name, ParamKind Kind, std::vector<int64_t> Shape, double Std, int Split) {
     // Split: 0 replicated, 1 row shard over tp, 2 column shard over tp.
     Tensor Full = initParameter(Options.Seed, Name, Shape, Std);
     auto P = std::make_unique<Parameter>();
     P->Name = Name;
     P->Kind = Kind;
-    P->Split = Split == 1   ? TpSplit::Rows
-               : Split == 2 ? TpSplit::Cols
-                            : TpSplit::None;
+    P->Split = Split == 1 ? TpSplit::Rows : Split == 2 ? TpSplit::Cols : TpSplit::None;
     P->Value = Split == 1   ? rowShard(Full, TpRank, TpSize)
                : Split == 2 ? colShard(Full, TpRank, TpSize)
                             : std::move(Full);
@@ -171,58 +160,41 @@ struct StageModel::Impl {
     // Projections that write into the residual stream start smaller, as in
     // GPT-2/Megatron, so the residual's variance does not grow with depth.
     const double OutStd = 0.02 / std::sqrt(2.0 * double(C.Layers));
-    const ParamKind Dense = ParamKind::Dense,
-                    Rep = ParamKind::SequenceParallelReplicated;
+    const ParamKind Dense = ParamKind::Dense, Rep = ParamKind::SequenceParallelReplicated;
     if (Stage.HasEmbedding)
       Embedding = addParam("embedding", Dense, {C.Vocab, C.Hidden}, Std, 1);
     if (C.Experts > 0) {
-      Dispatcher = std::make_unique<TokenDispatcher>(*Groups.Ep, C.Experts,
-                                                     C.TopK, C.Hidden);
+      Dispatcher = std::make_unique<TokenDispatcher>(*Groups.Ep, C.Experts, C.TopK, C.Hidden);
       Moe = std::make_unique<MoeBlock>(Config, *Groups.TpCp, *Dispatcher);
     }
-    for (int64_t L = Stage.FirstLayer; L < Stage.FirstLayer + Stage.NumLayers;
-         ++L) {
+    for (int64_t L = Stage.FirstLayer; L < Stage.FirstLayer + Stage.NumLayers; ++L) {
       std::string Pre = "layers." + std::to_string(L) + ".";
       LayerParams P;
       P.Index = L;
       P.Moe = C.isMoeLayer(L);
       P.AttnNorm = addParam(Pre + "attn_norm", Rep, {C.Hidden}, 0.0, 0);
-      P.Q = addParam(Pre + "attn.q", Dense, {C.Hidden, C.Heads * C.HeadDim},
-                     Std, 2);
-      P.K = addParam(Pre + "attn.k", Dense, {C.Hidden, C.KvHeads * C.HeadDim},
-                     Std, 2);
-      P.V = addParam(Pre + "attn.v", Dense, {C.Hidden, C.KvHeads * C.HeadDim},
-                     Std, 2);
-      P.O = addParam(Pre + "attn.o", Dense, {C.Heads * C.HeadDim, C.Hidden},
-                     OutStd, 1);
+      P.Q = addParam(Pre + "attn.q", Dense, {C.Hidden, C.Heads * C.HeadDim}, Std, 2);
+      P.K = addParam(Pre + "attn.k", Dense, {C.Hidden, C.KvHeads * C.HeadDim}, Std, 2);
+      P.V = addParam(Pre + "attn.v", Dense, {C.Hidden, C.KvHeads * C.HeadDim}, Std, 2);
+      P.O = addParam(Pre + "attn.o", Dense, {C.Heads * C.HeadDim, C.Hidden}, OutStd, 1);
       P.MlpNorm = addParam(Pre + "mlp_norm", Rep, {C.Hidden}, 0.0, 0);
       if (!P.Moe) {
-        P.Gate =
-            addParam(Pre + "mlp.gate", Dense, {C.Hidden, C.FfnHidden}, Std, 2);
+        P.Gate = addParam(Pre + "mlp.gate", Dense, {C.Hidden, C.FfnHidden}, Std, 2);
         P.Up = addParam(Pre + "mlp.up", Dense, {C.Hidden, C.FfnHidden}, Std, 2);
-        P.Down = addParam(Pre + "mlp.down", Dense, {C.FfnHidden, C.Hidden},
-                          OutStd, 1);
+        P.Down = addParam(Pre + "mlp.down", Dense, {C.FfnHidden, C.Hidden}, OutStd, 1);
       } else {
-        P.Routed.Router =
-            addParam(Pre + "router", Rep, {C.Hidden, C.Experts}, Std, 0);
+        P.Routed.Router = addParam(Pre + "router", Rep, {C.Hidden, C.Experts}, Std, 0);
         for (int64_t E = 0; E < Dispatcher->localExperts(); ++E) {
-          std::string EP = Pre + "experts." +
-                           std::to_string(Dispatcher->globalExpert(E)) + ".";
-          P.Routed.Gate.push_back(addParam(EP + "gate", ParamKind::Expert,
-                                           {C.Hidden, C.MoeFfnHidden}, Std, 0));
-          P.Routed.Up.push_back(addParam(EP + "up", ParamKind::Expert,
-                                         {C.Hidden, C.MoeFfnHidden}, Std, 0));
-          P.Routed.Down.push_back(addParam(EP + "down", ParamKind::Expert,
-                                           {C.MoeFfnHidden, C.Hidden}, OutStd,
-                                           0));
+          std::string EP = Pre + "experts." + std::to_string(Dispatcher->globalExpert(E)) + ".";
+          P.Routed.Gate.push_back(addParam(EP + "gate", ParamKind::Expert, {C.Hidden, C.MoeFfnHidden}, Std, 0));
+          P.Routed.Up.push_back(addParam(EP + "up", ParamKind::Expert, {C.Hidden, C.MoeFfnHidden}, Std, 0));
+          P.Routed.Down.push_back(addParam(EP + "down", ParamKind::Expert, {C.MoeFfnHidden, C.Hidden}, OutStd, 0));
         }
         if (C.SharedExperts > 0) {
           int64_t SF = C.SharedExperts * C.MoeFfnHidden;
-          P.SGate =
-              addParam(Pre + "shared.gate", Dense, {C.Hidden, SF}, Std, 2);
+          P.SGate = addParam(Pre + "shared.gate", Dense, {C.Hidden, SF}, Std, 2);
           P.SUp = addParam(Pre + "shared.up", Dense, {C.Hidden, SF}, Std, 2);
-          P.SDown =
-              addParam(Pre + "shared.down", Dense, {SF, C.Hidden}, OutStd, 1);
+          P.SDown = addParam(Pre + "shared.down", Dense, {SF, C.Hidden}, OutStd, 1);
         }
       }
       Layers.push_back(std::move(P));
@@ -242,9 +214,8 @@ struct StageModel::Impl {
     for (const auto &[Module, B] : Current)
       Peak[Module] = std::max(Peak[Module], B);
   }
-  static std::map<std::string, int64_t>
-  minus(std::map<std::string, int64_t> A,
-        const std::map<std::string, int64_t> &B) {
+  static std::map<std::string, int64_t> minus(std::map<std::string, int64_t> A,
+                                              const std::map<std::string, int64_t> &B) {
     for (const auto &[K, V] : B)
       A[K] -= V;
     return A;
@@ -265,8 +236,7 @@ struct StageModel::Impl {
     S.Xn1 = rmsNormForward(S.X, P.AttnNorm->Value, Config.RmsNormEps, S.Rstd1);
   }
   void qkv(const LayerParams &P, const MicroState &M, LayerState &S) {
-    std::vector<Tensor> Y = columnParallelForward(
-        *Groups.Tp, S.Xn1, {&P.Q->Value, &P.K->Value, &P.V->Value});
+    std::vector<Tensor> Y = columnParallelForward(*Groups.Tp, S.Xn1, {&P.Q->Value, &P.K->Value, &P.V->Value});
     applyRope(Y[0], Config.HeadDim, M.Positions, Config.RopeTheta, false);
     applyRope(Y[1], Config.HeadDim, M.Positions, Config.RopeTheta, false);
     S.Q = std::move(Y[0]);
@@ -277,22 +247,19 @@ struct StageModel::Impl {
     AttentionDims D = attentionDims(M);
     S.AttnOut = Tensor(S.Q.shape());
     S.Lse = Tensor({D.Batch, D.QHeads, M.SeqLen / Groups.Cp->size()});
-    contextParallelAttentionForward(*Groups.Cp, D, S.Q.data(), S.K.data(),
-                                    S.V.data(), S.AttnOut.data(), S.Lse.data());
+    contextParallelAttentionForward(*Groups.Cp, D, S.Q.data(), S.K.data(), S.V.data(), S.AttnOut.data(), S.Lse.data());
   }
   void mlpNorm(const LayerParams &P, LayerState &S) {
     S.Xn2 = rmsNormForward(S.H, P.MlpNorm->Value, Config.RmsNormEps, S.Rstd2);
   }
   void denseMlp(const LayerParams &P, LayerState &S) {
-    std::vector<Tensor> Y = columnParallelForward(
-        *Groups.Tp, S.Xn2, {&P.Gate->Value, &P.Up->Value});
+    std::vector<Tensor> Y = columnParallelForward(*Groups.Tp, S.Xn2, {&P.Gate->Value, &P.Up->Value});
     S.G = std::move(Y[0]);
     S.U = std::move(Y[1]);
     S.Act = swiGlu(S.G, S.U);
   }
   void sharedExperts(const LayerParams &P, LayerState &S) {
-    std::vector<Tensor> Y = columnParallelForward(
-        *Groups.Tp, S.Xn2, {&P.SGate->Value, &P.SUp->Value});
+    std::vector<Tensor> Y = columnParallelForward(*Groups.Tp, S.Xn2, {&P.SGate->Value, &P.SUp->Value});
     S.SG = std::move(Y[0]);
     S.SU = std::move(Y[1]);
     S.SAct = swiGlu(S.SG, S.SU);
@@ -300,8 +267,7 @@ struct StageModel::Impl {
 
   /// The whole layer; fills every saved activation. Returns the output and
   /// the layer's aux loss.
-  Tensor layerForward(const LayerParams &P, const MicroState &M, LayerState &S,
-                      double &Aux) {
+  Tensor layerForward(const LayerParams &P, const MicroState &M, LayerState &S, double &Aux) {
     attnNorm(P, S);
     qkv(P, M, S);
     coreAttn(M, S);
@@ -323,9 +289,7 @@ struct StageModel::Impl {
     return Y;
   }
 
-  bool selective(const char *Module) const {
-    return SelectiveModules.count(Module) != 0;
-  }
+  bool selective(const char *Module) const { return SelectiveModules.count(Module) != 0; }
 
   void dropForRecompute(LayerState &S) {
     if (Options.Recompute.Full) {
@@ -392,47 +356,37 @@ struct StageModel::Impl {
     S.Dropped.clear();
   }
 
-  Tensor layerBackward(const LayerParams &P, const MicroState &M, LayerState &S,
-                       const Tensor &DY) {
+  Tensor layerBackward(const LayerParams &P, const MicroState &M, LayerState &S, const Tensor &DY) {
     Communicator &Tp = *Groups.Tp;
     // MLP / MoE branch.
     Tensor DXn2;
     if (!P.Moe) {
-      Tensor DAct =
-          rowParallelBackward(Tp, S.Act, P.Down->Value, DY, P.Down->Grad);
+      Tensor DAct = rowParallelBackward(Tp, S.Act, P.Down->Value, DY, P.Down->Grad);
       Tensor DG, DU;
       swiGluBackward(S.G, S.U, DAct, DG, DU);
-      DXn2 = columnParallelBackward(Tp, S.Xn2, nullptr,
-                                    {&P.Gate->Value, &P.Up->Value}, {&DG, &DU},
+      DXn2 = columnParallelBackward(Tp, S.Xn2, nullptr, {&P.Gate->Value, &P.Up->Value}, {&DG, &DU},
                                     {&P.Gate->Grad, &P.Up->Grad});
     } else {
       DXn2 = Moe->backward(P.Routed, S.Xn2, S.Routed, DY, Options.AuxScale);
       if (P.SGate) {
-        Tensor DAct =
-            rowParallelBackward(Tp, S.SAct, P.SDown->Value, DY, P.SDown->Grad);
+        Tensor DAct = rowParallelBackward(Tp, S.SAct, P.SDown->Value, DY, P.SDown->Grad);
         Tensor DG, DU;
         swiGluBackward(S.SG, S.SU, DAct, DG, DU);
-        addInto(DXn2, columnParallelBackward(
-                          Tp, S.Xn2, nullptr, {&P.SGate->Value, &P.SUp->Value},
-                          {&DG, &DU}, {&P.SGate->Grad, &P.SUp->Grad}));
+        addInto(DXn2, columnParallelBackward(Tp, S.Xn2, nullptr, {&P.SGate->Value, &P.SUp->Value}, {&DG, &DU},
+                                             {&P.SGate->Grad, &P.SUp->Grad}));
       }
     }
-    Tensor DH = add(DY, rmsNormBackward(S.H, P.MlpNorm->Value, S.Rstd2, DXn2,
-                                        P.MlpNorm->Grad));
+    Tensor DH = add(DY, rmsNormBackward(S.H, P.MlpNorm->Value, S.Rstd2, DXn2, P.MlpNorm->Grad));
     // Attention branch.
     Tensor DOut = rowParallelBackward(Tp, S.AttnOut, P.O->Value, DH, P.O->Grad);
     Tensor DQ(S.Q.shape()), DK(S.K.shape()), DV(S.V.shape());
-    contextParallelAttentionBackward(*Groups.Cp, attentionDims(M), S.Q.data(),
-                                     S.K.data(), S.V.data(), S.AttnOut.data(),
-                                     S.Lse.data(), DOut.data(), DQ.data(),
-                                     DK.data(), DV.data());
+    contextParallelAttentionBackward(*Groups.Cp, attentionDims(M), S.Q.data(), S.K.data(), S.V.data(), S.AttnOut.data(),
+                                     S.Lse.data(), DOut.data(), DQ.data(), DK.data(), DV.data());
     applyRope(DQ, Config.HeadDim, M.Positions, Config.RopeTheta, true);
     applyRope(DK, Config.HeadDim, M.Positions, Config.RopeTheta, true);
-    Tensor DXn1 = columnParallelBackward(
-        Tp, S.Xn1, nullptr, {&P.Q->Value, &P.K->Value, &P.V->Value},
-        {&DQ, &DK, &DV}, {&P.Q->Grad, &P.K->Grad, &P.V->Grad});
-    return add(DH, rmsNormBackward(S.X, P.AttnNorm->Value, S.Rstd1, DXn1,
-                                   P.AttnNorm->Grad));
+    Tensor DXn1 = columnParallelBackward(Tp, S.Xn1, nullptr, {&P.Q->Value, &P.K->Value, &P.V->Value}, {&DQ, &DK, &DV},
+                                         {&P.Q->Grad, &P.K->Grad, &P.V->Grad});
+    return add(DH, rmsNormBackward(S.X, P.AttnNorm->Value, S.Rstd1, DXn1, P.AttnNorm->Grad));
   }
 
   // ---- the chunk -------------------------------------------------------
@@ -445,27 +399,23 @@ struct StageModel::Impl {
       fail("SeqLen must divide by 2 * CP");
     if (N % TpSize)
       fail("local tokens must divide by the tp size");
-    if ((Stage.HasEmbedding && int64_t(MB.Tokens.size()) != N) ||
-        (Stage.HasLoss && int64_t(MB.Labels.size()) != N))
+    if ((Stage.HasEmbedding && int64_t(MB.Tokens.size()) != N) || (Stage.HasLoss && int64_t(MB.Labels.size()) != N))
       fail("micro batch tokens or labels are not [Sequences * SeqLen / CP]");
     MicroState &M = InFlight[Id];
     M.Sequences = MB.Sequences;
     M.SeqLen = MB.SeqLen;
     M.Tokens = MB.Tokens;
     M.Labels = MB.Labels;
-    std::vector<int64_t> Local =
-        localPositions(Groups.Cp->rank(), Cp, MB.SeqLen);
+    std::vector<int64_t> Local = localPositions(Groups.Cp->rank(), Cp, MB.SeqLen);
     M.Positions.resize(N);
     for (int64_t I = 0; I < N; ++I)
       M.Positions[I] = Local[I % int64_t(Local.size())];
 
     Tensor X;
     if (Stage.HasEmbedding) {
-      X = vocabParallelEmbeddingForward(*Groups.Tp, M.Tokens, Embedding->Value,
-                                        TpRank * Embedding->Value.rows());
+      X = vocabParallelEmbeddingForward(*Groups.Tp, M.Tokens, Embedding->Value, TpRank * Embedding->Value.rows());
     } else {
-      if (!Input || Input->rows() != N / TpSize ||
-          Input->cols() != Config.Hidden)
+      if (!Input || Input->rows() != N / TpSize || Input->cols() != Config.Hidden)
         fail("stage input is not [Sequences * SeqLen / CP / TP, Hidden]");
       X = *Input;
     }
@@ -484,14 +434,11 @@ struct StageModel::Impl {
       return X;
 
     M.HLast = std::move(X);
-    M.XnF =
-        rmsNormForward(M.HLast, FinalNorm->Value, Config.RmsNormEps, M.RstdF);
-    std::vector<Tensor> Logits =
-        columnParallelForward(*Groups.Tp, M.XnF, {&Output->Value});
+    M.XnF = rmsNormForward(M.HLast, FinalNorm->Value, Config.RmsNormEps, M.RstdF);
+    std::vector<Tensor> Logits = columnParallelForward(*Groups.Tp, M.XnF, {&Output->Value});
     std::vector<double> Losses;
     int64_t VocabStart = TpRank * Output->Value.cols();
-    vocabParallelCrossEntropyForward(*Groups.Tp, Logits[0], M.Labels,
-                                     VocabStart, Losses);
+    vocabParallelCrossEntropyForward(*Groups.Tp, Logits[0], M.Labels, VocabStart, Losses);
     M.Probs = std::move(Logits[0]);
     // Every tp rank holds all N losses; each counts its own sequence shard
     // so that sums over tp x cp x dp count every token once.
@@ -509,24 +456,18 @@ struct StageModel::Impl {
   Tensor backward(int64_t Id, const Tensor *OutputGrad) {
     auto It = InFlight.find(Id);
     if (It == InFlight.end())
-      fail("backward of micro batch " + std::to_string(Id) +
-           " without its forward");
+      fail("backward of micro batch " + std::to_string(Id) + " without its forward");
     MicroState &M = It->second;
     Tensor DY;
     if (Stage.HasLoss) {
-      Tensor DLogits = vocabParallelCrossEntropyBackward(
-          M.Probs, M.Labels, TpRank * Output->Value.cols(),
-          float(Options.CeScale));
-      Tensor DXn =
-          columnParallelBackward(*Groups.Tp, M.XnF, nullptr, {&Output->Value},
-                                 {&DLogits}, {&Output->Grad});
-      DY = rmsNormBackward(M.HLast, FinalNorm->Value, M.RstdF, DXn,
-                           FinalNorm->Grad);
+      Tensor DLogits =
+          vocabParallelCrossEntropyBackward(M.Probs, M.Labels, TpRank * Output->Value.cols(), float(Options.CeScale));
+      Tensor DXn = columnParallelBackward(*Groups.Tp, M.XnF, nullptr, {&Output->Value}, {&DLogits}, {&Output->Grad});
+      DY = rmsNormBackward(M.HLast, FinalNorm->Value, M.RstdF, DXn, FinalNorm->Grad);
       charge({{"output", M.outputBytes()}}, -1);
     } else {
       int64_t Ns = M.Sequences * M.SeqLen / Groups.Cp->size() / TpSize;
-      if (!OutputGrad || OutputGrad->rows() != Ns ||
-          OutputGrad->cols() != Config.Hidden)
+      if (!OutputGrad || OutputGrad->rows() != Ns || OutputGrad->cols() != Config.Hidden)
         fail("backward of a non-loss chunk needs the output gradient "
              "[Sequences * SeqLen / CP / TP, Hidden]");
       DY = *OutputGrad;
@@ -543,8 +484,7 @@ struct StageModel::Impl {
     }
     Tensor Result;
     if (Stage.HasEmbedding)
-      vocabParallelEmbeddingBackward(*Groups.Tp, M.Tokens, DY, Embedding->Grad,
-                                     TpRank * Embedding->Value.rows());
+      vocabParallelEmbeddingBackward(*Groups.Tp, M.Tokens, DY, Embedding->Grad, TpRank * Embedding->Value.rows());
     else
       Result = std::move(DY);
     InFlight.erase(It);
@@ -552,21 +492,15 @@ struct StageModel::Impl {
   }
 };
 
-StageModel::StageModel(const ModelConfig &Config, const StageSpec &Stage,
-                       const ParallelContext &Groups,
+StageModel::StageModel(const ModelConfig &Config, const StageSpec &Stage, const ParallelContext &Groups,
                        const ModelOptions &Options)
     : P(std::make_unique<Impl>(Config, Stage, Groups, Options)) {}
 
 StageModel::~StageModel() = default;
 
-Tensor StageModel::forward(int64_t Id, const MicroBatch &MB,
-                           const Tensor *Input) {
-  return P->forward(Id, MB, Input);
-}
+Tensor StageModel::forward(int64_t Id, const MicroBatch &MB, const Tensor *Input) { return P->forward(Id, MB, Input); }
 
-Tensor StageModel::backward(int64_t Id, const Tensor *OutputGrad) {
-  return P->backward(Id, OutputGrad);
-}
+Tensor StageModel::backward(int64_t Id, const Tensor *OutputGrad) { return P->backward(Id, OutputGrad); }
 
 std::vector<Parameter *> StageModel::parameters() {
   std::vector<Parameter *> R;
@@ -577,9 +511,7 @@ std::vector<Parameter *> StageModel::parameters() {
 
 StageModel::LossTotals &StageModel::loss() { return P->Loss; }
 
-const std::map<std::string, int64_t> &StageModel::peakActivationBytes() const {
-  return P->Peak;
-}
+const std::map<std::string, int64_t> &StageModel::peakActivationBytes() const { return P->Peak; }
 
 void StageModel::resetStepStats() {
   P->Peak = P->Current;

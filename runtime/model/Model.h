@@ -88,9 +88,7 @@ struct ModelConfig {
   double RmsNormEps = 1e-5;
   double RopeTheta = 10000.0;
 
-  bool isMoeLayer(int64_t Layer) const {
-    return Experts > 0 && Layer >= DenseLayers;
-  }
+  bool isMoeLayer(int64_t Layer) const { return Experts > 0 && Layer >= DenseLayers; }
 };
 
 /// How a parameter's gradient is reduced before the optimizer step.
@@ -114,8 +112,8 @@ struct Parameter {
   std::string Name; ///< global name, e.g. "layers.3.experts.5.fc1"
   ParamKind Kind = ParamKind::Dense;
   TpSplit Split = TpSplit::None;
-  Tensor Value;     ///< this rank's shard, fp32 (the master copy)
-  Tensor Grad;      ///< same shape; backward accumulates into it
+  Tensor Value; ///< this rank's shard, fp32 (the master copy)
+  Tensor Grad;  ///< same shape; backward accumulates into it
 };
 
 /// The groups a stage computes with. Never null: unused dimensions are
@@ -169,8 +167,8 @@ struct MicroBatch {
 
 class StageModel {
 public:
-  StageModel(const ModelConfig &Config, const StageSpec &Stage,
-             const ParallelContext &Groups, const ModelOptions &Options);
+  StageModel(const ModelConfig &Config, const StageSpec &Stage, const ParallelContext &Groups,
+             const ModelOptions &Options);
   ~StageModel();
   StageModel(const StageModel &) = delete;
   StageModel &operator=(const StageModel &) = delete;

@@ -7,8 +7,7 @@
 
 namespace moert {
 
-Tensor rmsNormForward(const Tensor &X, const Tensor &W, double Eps,
-                      std::vector<float> &Rstd) {
+Tensor rmsNormForward(const Tensor &X, const Tensor &W, double Eps, std::vector<float> &Rstd) {
   int64_t N = X.rows(), H = X.cols();
   Tensor Y({N, H});
   Rstd.resize(N);
@@ -26,9 +25,7 @@ Tensor rmsNormForward(const Tensor &X, const Tensor &W, double Eps,
   return Y;
 }
 
-Tensor rmsNormBackward(const Tensor &X, const Tensor &W,
-                       const std::vector<float> &Rstd, const Tensor &DY,
-                       Tensor &DW) {
+Tensor rmsNormBackward(const Tensor &X, const Tensor &W, const std::vector<float> &Rstd, const Tensor &DY, Tensor &DW) {
   int64_t N = X.rows(), H = X.cols();
   Tensor DX({N, H});
   for (int64_t I = 0; I < N; ++I) {
@@ -48,9 +45,7 @@ Tensor rmsNormBackward(const Tensor &X, const Tensor &W,
   return DX;
 }
 
-void applyRope(Tensor &X, int64_t HeadDim,
-               const std::vector<int64_t> &Positions, double Theta,
-               bool Inverse) {
+void applyRope(Tensor &X, int64_t HeadDim, const std::vector<int64_t> &Positions, double Theta, bool Inverse) {
   int64_t N = X.rows(), Heads = X.cols() / HeadDim, Half = HeadDim / 2;
   std::vector<float> Cos(Half), Sin(Half);
   for (int64_t I = 0; I < N; ++I) {
@@ -83,8 +78,7 @@ Tensor swiGlu(const Tensor &G, const Tensor &U) {
   return A;
 }
 
-void swiGluBackward(const Tensor &G, const Tensor &U, const Tensor &DAct,
-                    Tensor &DG, Tensor &DU) {
+void swiGluBackward(const Tensor &G, const Tensor &U, const Tensor &DAct, Tensor &DG, Tensor &DU) {
   DG.resize(G.shape());
   DU.resize(G.shape());
   for (int64_t I = 0; I < G.numel(); ++I) {
@@ -94,8 +88,7 @@ void swiGluBackward(const Tensor &G, const Tensor &U, const Tensor &DAct,
   }
 }
 
-Tensor initParameter(uint64_t Seed, const std::string &Name,
-                     const std::vector<int64_t> &Shape, double Std) {
+Tensor initParameter(uint64_t Seed, const std::string &Name, const std::vector<int64_t> &Shape, double Std) {
   Tensor T(Shape);
   if (Std == 0.0) {
     std::fill(T.storage().begin(), T.storage().end(), 1.0f);

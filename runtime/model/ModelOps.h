@@ -16,33 +16,26 @@
 namespace moert {
 
 /// Y = X * rstd * W per row, rstd = 1 / sqrt(mean(X^2) + Eps); Rstd [rows].
-Tensor rmsNormForward(const Tensor &X, const Tensor &W, double Eps,
-                      std::vector<float> &Rstd);
+Tensor rmsNormForward(const Tensor &X, const Tensor &W, double Eps, std::vector<float> &Rstd);
 /// Returns DX; DW += sum over rows of DY * X * rstd.
-Tensor rmsNormBackward(const Tensor &X, const Tensor &W,
-                       const std::vector<float> &Rstd, const Tensor &DY,
-                       Tensor &DW);
+Tensor rmsNormBackward(const Tensor &X, const Tensor &W, const std::vector<float> &Rstd, const Tensor &DY, Tensor &DW);
 
 /// Rotary embedding, rotate-half convention, in place on X [N, Heads *
 /// HeadDim]: for pair i < HeadDim / 2 with angle Positions[n] * Theta^(-2i /
 /// HeadDim), (x_i, x_{i+D/2}) -> (x_i c - x_{i+D/2} s, x_{i+D/2} c + x_i s).
 /// Inverse = true applies the transposed rotation (the backward).
-void applyRope(Tensor &X, int64_t HeadDim,
-               const std::vector<int64_t> &Positions, double Theta,
-               bool Inverse);
+void applyRope(Tensor &X, int64_t HeadDim, const std::vector<int64_t> &Positions, double Theta, bool Inverse);
 
 /// Act = silu(G) * U.
 Tensor swiGlu(const Tensor &G, const Tensor &U);
 /// From DAct: DG and DU (overwritten).
-void swiGluBackward(const Tensor &G, const Tensor &U, const Tensor &DAct,
-                    Tensor &DG, Tensor &DU);
+void swiGluBackward(const Tensor &G, const Tensor &U, const Tensor &DAct, Tensor &DG, Tensor &DU);
 
 /// The full tensor of a parameter from (Seed, Name) alone: normal(0, Std)
 /// entries drawn row-major from a mt19937_64 seeded by a hash of both
 /// (Box-Muller, so the values do not depend on the standard library), or all
 /// ones when Std is 0 (norm weights).
-Tensor initParameter(uint64_t Seed, const std::string &Name,
-                     const std::vector<int64_t> &Shape, double Std);
+Tensor initParameter(uint64_t Seed, const std::string &Name, const std::vector<int64_t> &Shape, double Std);
 /// Rows [Part * R / Parts, (Part + 1) * R / Parts) of a 2-D tensor.
 Tensor rowShard(const Tensor &Full, int64_t Part, int64_t Parts);
 /// Columns [Part * C / Parts, (Part + 1) * C / Parts) of a 2-D tensor.

@@ -12,8 +12,7 @@
 namespace moert {
 
 int64_t MoeSaved::moeBytes() const {
-  int64_t B = Scores.bytes() + ExpertIn.bytes() + G.bytes() + U.bytes() +
-              Dispatch.CombinedCopies.bytes();
+  int64_t B = Scores.bytes() + ExpertIn.bytes() + G.bytes() + U.bytes() + Dispatch.CombinedCopies.bytes();
   B += int64_t((TopIdx.size() + TopW.size() + Fraction.size()) * 4);
   B += int64_t(Dispatch.Permutation.size() * 8);
   return B;
@@ -26,8 +25,7 @@ namespace {
 float *rowsAt(Tensor &T, int64_t Begin) { return T.data() + Begin * T.cols(); }
 } // namespace
 
-double MoeBlock::forward(const MoeWeights &W, const Tensor &Xn, MoeSaved &S,
-                         Tensor &Y) {
+double MoeBlock::forward(const MoeWeights &W, const Tensor &Xn, MoeSaved &S, Tensor &Y) {
   int64_t N = Xn.rows(), E = Config.Experts, K = Config.TopK;
   // Router scores.
   S.Scores = matmul(Xn, W.Router->Value);
@@ -55,16 +53,13 @@ double MoeBlock::forward(const MoeWeights &W, const Tensor &Xn, MoeSaved &S,
     const float *Row = S.Scores.row(I);
     std::iota(Order.begin(), Order.end(), 0);
     std::partial_sort(Order.begin(), Order.begin() + K, Order.end(),
-                      [Row](int32_t A, int32_t B) {
-                        return Row[A] > Row[B] || (Row[A] == Row[B] && A < B);
-                      });
+                      [Row](int32_t A, int32_t B) { return Row[A] > Row[B] || (Row[A] == Row[B] && A < B); });
     double Sum = 0;
     for (int64_t J = 0; J < K; ++J)
       Sum += Row[Order[J]];
     for (int64_t J = 0; J < K; ++J) {
       S.TopIdx[I * K + J] = Order[J];
-      S.TopW[I * K + J] =
-          Config.SigmoidRouter ? float(Row[Order[J]] / Sum) : Row[Order[J]];
+      S.TopW[I * K + J] = Config.SigmoidRouter ? float(Row[Order[J]] / Sum) : Row[Order[J]];
     }
   }
   // Load-balancing statistics over every token of the micro batch: copies
@@ -97,10 +92,8 @@ double MoeBlock::forward(const MoeWeights &W, const Tensor &Xn, MoeSaved &S,
   for (size_t L = 0; L < Counts.size(); ++L) {
     int64_t M = Counts[L];
     if (M) {
-      gemm(false, false, M, F, H, 1.0f, rowsAt(S.ExpertIn, Begin),
-           W.Gate[L]->Value.data(), 0.0f, rowsAt(S.G, Begin));
-      gemm(false, false, M, F, H, 1.0f, rowsAt(S.ExpertIn, Begin),
-           W.Up[L]->Value.data(), 0.0f, rowsAt(S.U, Begin));
+      gemm(false, false, M, F, H, 1.0f, rowsAt(S.ExpertIn, Begin), W.Gate[L]->Value.data(), 0.0f, rowsAt(S.G, Begin));
+      gemm(false, false, M, F, H, 1.0f, rowsAt(S.ExpertIn, Begin), W.Up[L]->Value.data(), 0.0f, rowsAt(S.U, Begin));
     }
     Begin += M;
   }
@@ -109,8 +102,7 @@ double MoeBlock::forward(const MoeWeights &W, const Tensor &Xn, MoeSaved &S,
   for (size_t L = 0; L < Counts.size(); ++L) {
     int64_t M = Counts[L];
     if (M)
-      gemm(false, false, M, H, F, 1.0f, rowsAt(S.Act, Begin),
-           W.Down[L]->Value.data(), 0.0f, rowsAt(Out, Begin));
+      gemm(false, false, M, H, F, 1.0f, rowsAt(S.Act, Begin), W.Down[L]->Value.data(), 0.0f, rowsAt(Out, Begin));
     Begin += M;
   }
   Y = Dispatcher.combine(Out, S.TopW, S.Dispatch);
@@ -120,8 +112,7 @@ double MoeBlock::forward(const MoeWeights &W, const Tensor &Xn, MoeSaved &S,
 
 void MoeBlock::recomputeAct(MoeSaved &S) { S.Act = swiGlu(S.G, S.U); }
 
-Tensor MoeBlock::backward(const MoeWeights &W, const Tensor &Xn, MoeSaved &S,
-                          const Tensor &DY, double AuxGradScale) {
+Tensor MoeBlock::backward(const MoeWeights &W, const Tensor &Xn, MoeSaved &S, const Tensor &DY, double AuxGradScale) {
   int64_t N = Xn.rows(), E = Config.Experts, K = Config.TopK;
   int64_t H = Config.Hidden, F = Config.MoeFfnHidden;
   std::vector<float> DW;
@@ -134,10 +125,8 @@ Tensor MoeBlock::backward(const MoeWeights &W, const Tensor &Xn, MoeSaved &S,
   for (size_t L = 0; L < Counts.size(); ++L) {
     int64_t M = Counts[L];
     if (M) {
-      gemm(false, true, M, F, H, 1.0f, rowsAt(DOut, Begin),
-           W.Down[L]->Value.data(), 0.0f, rowsAt(DAct, Begin));
-      gemm(true, false, F, H, M, 1.0f, rowsAt(S.Act, Begin),
-           rowsAt(DOut, Begin), 1.0f, W.Down[L]->Grad.data());
+      gemm(false, true, M, F, H, 1.0f, rowsAt(DOut, Begin), W.Down[L]->Value.data(), 0.0f, rowsAt(DAct, Begin));
+      gemm(true, false, F, H, M, 1.0f, rowsAt(S.Act, Begin), rowsAt(DOut, Begin), 1.0f, W.Down[L]->Grad.data());
     }
     Begin += M;
   }
@@ -148,14 +137,10 @@ Tensor MoeBlock::backward(const MoeWeights &W, const Tensor &Xn, MoeSaved &S,
   for (size_t L = 0; L < Counts.size(); ++L) {
     int64_t M = Counts[L];
     if (M) {
-      gemm(false, true, M, H, F, 1.0f, rowsAt(DG, Begin),
-           W.Gate[L]->Value.data(), 0.0f, rowsAt(DIn, Begin));
-      gemm(false, true, M, H, F, 1.0f, rowsAt(DU, Begin), W.Up[L]->Value.data(),
-           1.0f, rowsAt(DIn, Begin));
-      gemm(true, false, H, F, M, 1.0f, rowsAt(S.ExpertIn, Begin),
-           rowsAt(DG, Begin), 1.0f, W.Gate[L]->Grad.data());
-      gemm(true, false, H, F, M, 1.0f, rowsAt(S.ExpertIn, Begin),
-           rowsAt(DU, Begin), 1.0f, W.Up[L]->Grad.data());
+      gemm(false, true, M, H, F, 1.0f, rowsAt(DG, Begin), W.Gate[L]->Value.data(), 0.0f, rowsAt(DIn, Begin));
+      gemm(false, true, M, H, F, 1.0f, rowsAt(DU, Begin), W.Up[L]->Value.data(), 1.0f, rowsAt(DIn, Begin));
+      gemm(true, false, H, F, M, 1.0f, rowsAt(S.ExpertIn, Begin), rowsAt(DG, Begin), 1.0f, W.Gate[L]->Grad.data());
+      gemm(true, false, H, F, M, 1.0f, rowsAt(S.ExpertIn, Begin), rowsAt(DU, Begin), 1.0f, W.Up[L]->Grad.data());
     }
     Begin += M;
   }
@@ -165,8 +150,7 @@ Tensor MoeBlock::backward(const MoeWeights &W, const Tensor &Xn, MoeSaved &S,
   // aux loss (f_e is a constant), then through softmax or sigmoid.
   Tensor DLogits({N, E});
   std::vector<double> DScore(E);
-  double AuxPerScore =
-      AuxGradScale * Config.AuxLossCoeff * double(E) / S.GroupTokens;
+  double AuxPerScore = AuxGradScale * Config.AuxLossCoeff * double(E) / S.GroupTokens;
   for (int64_t I = 0; I < N; ++I) {
     const float *Sc = S.Scores.row(I);
     for (int64_t J = 0; J < E; ++J)

@@ -41,8 +41,7 @@ struct MoeSaved {
 
 class MoeBlock {
 public:
-  MoeBlock(const ModelConfig &Config, Communicator &TpCp,
-           TokenDispatcher &Dispatcher)
+  MoeBlock(const ModelConfig &Config, Communicator &TpCp, TokenDispatcher &Dispatcher)
       : Config(Config), TpCp(TpCp), Dispatcher(Dispatcher) {}
 
   /// Xn [Ns, Hidden] -> routed output [Ns, Hidden]; returns the aux loss
@@ -54,8 +53,7 @@ public:
   /// DY [Ns, Hidden] is the gradient of the routed output; AuxGradScale
   /// multiplies the aux loss in the objective. Returns dXn; accumulates the
   /// weights' gradients.
-  Tensor backward(const MoeWeights &W, const Tensor &Xn, MoeSaved &S,
-                  const Tensor &DY, double AuxGradScale);
+  Tensor backward(const MoeWeights &W, const Tensor &Xn, MoeSaved &S, const Tensor &DY, double AuxGradScale);
 
 private:
   const ModelConfig &Config;

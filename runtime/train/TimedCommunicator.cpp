@@ -11,12 +11,9 @@ namespace {
 /// Adds the lifetime of the scope to the clock.
 class Timed {
 public:
-  explicit Timed(CommClock &Clock)
-      : Clock(Clock), Start(std::chrono::steady_clock::now()) {}
+  explicit Timed(CommClock &Clock) : Clock(Clock), Start(std::chrono::steady_clock::now()) {}
   ~Timed() {
-    Clock.Seconds +=
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - Start)
-            .count();
+    Clock.Seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - Start).count();
     ++Clock.Calls;
   }
 
@@ -27,8 +24,7 @@ private:
 
 class TimedRequest final : public Request {
 public:
-  TimedRequest(std::unique_ptr<Request> Inner, CommClock &Clock)
-      : Inner(std::move(Inner)), Clock(Clock) {}
+  TimedRequest(std::unique_ptr<Request> Inner, CommClock &Clock) : Inner(std::move(Inner)), Clock(Clock) {}
   void wait() override {
     Timed T(Clock);
     Inner->wait();
@@ -45,32 +41,26 @@ void TimedCommunicator::allReduceSum(float *Data, size_t Count) {
   Timed T(Clock);
   Inner.allReduceSum(Data, Count);
 }
-void TimedCommunicator::reduceScatterSum(const float *In, float *Out,
-                                         size_t CountPerRank) {
+void TimedCommunicator::reduceScatterSum(const float *In, float *Out, size_t CountPerRank) {
   Timed T(Clock);
   Inner.reduceScatterSum(In, Out, CountPerRank);
 }
-void TimedCommunicator::allGather(const float *In, float *Out,
-                                  size_t CountPerRank) {
+void TimedCommunicator::allGather(const float *In, float *Out, size_t CountPerRank) {
   Timed T(Clock);
   Inner.allGather(In, Out, CountPerRank);
 }
-void TimedCommunicator::allToAllV(const float *Send,
-                                  const std::vector<size_t> &SendCounts,
-                                  const std::vector<size_t> &SendOffsets,
-                                  float *Recv,
-                                  const std::vector<size_t> &RecvCounts,
-                                  const std::vector<size_t> &RecvOffsets) {
+void TimedCommunicator::allToAllV(const float *Send, const std::vector<size_t> &SendCounts,
+                                  const std::vector<size_t> &SendOffsets, float *Recv,
+                                  const std::vector<size_t> &RecvCounts, const std::vector<size_t> &RecvOffsets) {
   Timed T(Clock);
   Inner.allToAllV(Send, SendCounts, SendOffsets, Recv, RecvCounts, RecvOffsets);
 }
-void TimedCommunicator::allToAll(const int64_t *Send, int64_t *Recv,
-                                 size_t CountPerRank) {
+void TimedCommunicator::allToAll(const int64_t *Send, int64_t *Recv, size_t CountPerRank) {
   Timed T(Clock);
   Inner.allToAll(Send, Recv, CountPerRank);
 }
-void TimedCommunicator::sendRecv(const float *Send, size_t SendCount, int Dest,
-                                 float *Recv, size_t RecvCount, int Source) {
+void TimedCommunicator::sendRecv(const float *Send, size_t SendCount, int Dest, float *Recv, size_t RecvCount,
+                                 int Source) {
   Timed T(Clock);
   Inner.sendRecv(Send, SendCount, Dest, Recv, RecvCount, Source);
 }
@@ -82,8 +72,7 @@ void TimedCommunicator::recv(float *Data, size_t Count, int Source) {
   Timed T(Clock);
   Inner.recv(Data, Count, Source);
 }
-std::unique_ptr<Request>
-TimedCommunicator::isend(const float *Data, size_t Count, int Dest, int Tag) {
+std::unique_ptr<Request> TimedCommunicator::isend(const float *Data, size_t Count, int Dest, int Tag) {
   std::unique_ptr<Request> R;
   {
     Timed T(Clock);
@@ -91,8 +80,7 @@ TimedCommunicator::isend(const float *Data, size_t Count, int Dest, int Tag) {
   }
   return std::make_unique<TimedRequest>(std::move(R), Clock);
 }
-std::unique_ptr<Request> TimedCommunicator::irecv(float *Data, size_t Count,
-                                                  int Source, int Tag) {
+std::unique_ptr<Request> TimedCommunicator::irecv(float *Data, size_t Count, int Source, int Tag) {
   std::unique_ptr<Request> R;
   {
     Timed T(Clock);

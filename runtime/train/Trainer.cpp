@@ -16,8 +16,8 @@
 
 using namespace moert;
 
-std::map<std::string, std::unique_ptr<Communicator>>
-moert::createPlanGroups(const moec::LaunchPlan &Plan, CommWorld &World) {
+std::map<std::string, std::unique_ptr<Communicator>> moert::createPlanGroups(const moec::LaunchPlan &Plan,
+                                                                             CommWorld &World) {
   std::map<std::string, std::unique_ptr<Communicator>> Groups;
   for (const auto &[Kind, Lists] : Plan.Groups)
     Groups[Kind] = World.split(Kind, Lists);
@@ -26,9 +26,7 @@ moert::createPlanGroups(const moec::LaunchPlan &Plan, CommWorld &World) {
 
 namespace {
 
-[[noreturn]] void refuse(const std::string &Message) {
-  throw std::runtime_error("trainer: " + Message);
-}
+[[noreturn]] void refuse(const std::string &Message) { throw std::runtime_error("trainer: " + Message); }
 
 ModelConfig modelConfig(const moec::LaunchPlan &Plan) {
   const moec::LaunchModel &M = Plan.Model;
@@ -55,8 +53,7 @@ ModelConfig modelConfig(const moec::LaunchPlan &Plan) {
     C.SharedExperts = M.MoE->SharedExperts;
     C.DenseLayers = M.MoE->DenseLayers;
     C.SigmoidRouter = M.MoE->SigmoidRouter;
-    if (M.MoE->SharedFfnHidden &&
-        *M.MoE->SharedFfnHidden != C.SharedExperts * C.MoeFfnHidden)
+    if (M.MoE->SharedFfnHidden && *M.MoE->SharedFfnHidden != C.SharedExperts * C.MoeFfnHidden)
       refuse("a shared-expert width other than shared_experts * moe ffn_hidden "
              "is not implemented");
   }
@@ -77,15 +74,10 @@ double cpuSeconds() {
   struct rusage U;
   if (getrusage(RUSAGE_SELF, &U) != 0)
     return 0;
-  return double(U.ru_utime.tv_sec + U.ru_stime.tv_sec) +
-         1e-6 * double(U.ru_utime.tv_usec + U.ru_stime.tv_usec);
+  return double(U.ru_utime.tv_sec + U.ru_stime.tv_sec) + 1e-6 * double(U.ru_utime.tv_usec + U.ru_stime.tv_usec);
 }
 
-double now() {
-  return std::chrono::duration<double>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
+double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 } // namespace
 
@@ -109,13 +101,12 @@ struct Trainer::Impl final : public PipelineStage {
   std::map<int64_t, MicroBatch> Batches; ///< this step's, by local micro batch
   int64_t LastPeak = 0;
 
-  Impl(const moec::LaunchPlan &Plan, CommWorld &World,
-       std::map<std::string, std::unique_ptr<Communicator>> &Groups,
+  Impl(const moec::LaunchPlan &Plan, CommWorld &World, std::map<std::string, std::unique_ptr<Communicator>> &Groups,
        const TrainerOptions &Options, std::vector<std::string> &Notes)
       : Plan(Plan), World(World), Options(Options) {
     if (Plan.WorldSize != World.size())
-      refuse("the plan is for " + std::to_string(Plan.WorldSize) +
-             " ranks, the job has " + std::to_string(World.size()));
+      refuse("the plan is for " + std::to_string(Plan.WorldSize) + " ranks, the job has " +
+             std::to_string(World.size()));
     if (Plan.Parallel.ETP != 1)
       refuse("expert tensor parallelism (etp > 1) is not implemented");
     for (auto &[Kind, Comm] : Groups)
@@ -132,13 +123,12 @@ struct Trainer::Impl final : public PipelineStage {
     CpRank = group("cp").rank();
     CpSize = group("cp").size();
     TpSize = group("tp").size();
-    if (CpSize != Plan.Parallel.CP || TpSize != Plan.Parallel.TP ||
-        group("pp").size() != Plan.Parallel.PP || group("pp").rank() != PpRank)
+    if (CpSize != Plan.Parallel.CP || TpSize != Plan.Parallel.TP || group("pp").size() != Plan.Parallel.PP ||
+        group("pp").rank() != PpRank)
       refuse("the process groups do not match the plan's layout");
 
     Config = modelConfig(Plan);
-    if (Plan.GlobalBatch <= 0 || Plan.MicroBatch <= 0 || Plan.SeqLen <= 0 ||
-        Plan.GlobalBatch % Plan.MicroBatch)
+    if (Plan.GlobalBatch <= 0 || Plan.MicroBatch <= 0 || Plan.SeqLen <= 0 || Plan.GlobalBatch % Plan.MicroBatch)
       refuse("global_batch must be a positive multiple of micro_batch");
     int64_t M = Plan.GlobalBatch / Plan.MicroBatch;
     if (M % Plan.Parallel.DP || M / Plan.Parallel.DP != Plan.Microbatches)
@@ -151,16 +141,14 @@ struct Trainer::Impl final : public PipelineStage {
       Notes.push_back("fsdp: the CPU runtime keeps whole parameter replicas "
                       "(AdamW's distributed variant shards the moments only)");
     if (!Plan.Dispatcher.empty() && Plan.Dispatcher != "alltoall")
-      Notes.push_back("dispatcher " + Plan.Dispatcher +
-                      ": the CPU runtime moves tokens by all-to-all");
+      Notes.push_back("dispatcher " + Plan.Dispatcher + ": the CPU runtime moves tokens by all-to-all");
     if (Plan.Data.VariableLength)
       Notes.push_back("variable-length data: the CPU runtime trains on fixed "
                       "seq_len windows of the corpus");
-    Notes.push_back("the CPU backend computes in fp32 (the plan's precision " +
-                    Plan.Precision + " only shapes the plan)");
+    Notes.push_back("the CPU backend computes in fp32 (the plan's precision " + Plan.Precision +
+                    " only shapes the plan)");
 
-    ParallelContext Ctx{&group("tp"), &group("cp"), &group("tp-cp"),
-                        &group("ep")};
+    ParallelContext Ctx{&group("tp"), &group("cp"), &group("tp-cp"), &group("ep")};
     for (int64_t C = 0; C < Plan.Parallel.VPP; ++C) {
       const moec::LaunchStage &S = Plan.stage(PpRank, C);
       StageSpec Spec{S.FirstLayer, S.DecoderLayers, S.Embedding, S.Loss};
@@ -170,12 +158,10 @@ struct Trainer::Impl final : public PipelineStage {
     Data = Options.Data;
     if (!Data) {
       if (Plan.Data.Mock) {
-        Data = std::make_shared<MockSource>(Config.Vocab, Plan.SeqLen,
-                                            Options.Seed);
+        Data = std::make_shared<MockSource>(Config.Vocab, Plan.SeqLen, Options.Seed);
       } else {
         std::string Error;
-        std::unique_ptr<IndexedSource> Src = IndexedSource::open(
-            Plan.Data.Path, Config.Vocab, Plan.SeqLen, Error);
+        std::unique_ptr<IndexedSource> Src = IndexedSource::open(Plan.Data.Path, Config.Vocab, Plan.SeqLen, Error);
         if (!Src)
           refuse("the plan's dataset '" + Plan.Data.Path + "': " + Error);
         Data = std::move(Src);
@@ -184,26 +170,24 @@ struct Trainer::Impl final : public PipelineStage {
     if (Data->seqLen() != Plan.SeqLen || Data->vocab() != Config.Vocab)
       refuse("the data source's seq_len or vocab differs from the plan's");
 
-    Executor = std::make_unique<PipelineExecutor>(
-        group("pp"), int(Plan.Parallel.VPP), *this);
+    Executor = std::make_unique<PipelineExecutor>(group("pp"), int(Plan.Parallel.VPP), *this);
     for (const moec::LaunchOp &Op : Plan.Schedule[size_t(PpRank)])
-      Ops.push_back({Op.K == moec::LaunchOp::Forward ? PipelineOp::Forward
-                                                     : PipelineOp::Backward,
-                     Op.Microbatch, int(Op.Chunk)});
+      Ops.push_back(
+          {Op.K == moec::LaunchOp::Forward ? PipelineOp::Forward : PipelineOp::Backward, Op.Microbatch, int(Op.Chunk)});
     AdamWOptions AOpts = Options.Optimizer;
     if (Options.OptimizerFromPlan) {
       const moec::LaunchOptimizer &O = Plan.Optimizer;
       AOpts.Distributed = O.Distributed;
       if (O.Type != "adam")
-        Notes.push_back("optimizer " + O.Type + ": the CPU runtime trains "
+        Notes.push_back("optimizer " + O.Type +
+                        ": the CPU runtime trains "
                         "with AdamW");
       if (O.OffloadFraction > 0)
         Notes.push_back("optimizer offload: the CPU runtime keeps the whole "
                         "optimizer state in (host) memory");
     }
     GradientGroups GG{&group("dp-cp"), &group("tp"), &group("edp")};
-    Optimizer = std::make_unique<AdamW>(allParameters(), GG, group("world"),
-                                        AOpts);
+    Optimizer = std::make_unique<AdamW>(allParameters(), GG, group("world"), AOpts);
   }
 
   Communicator &group(const std::string &Kind) {
@@ -221,18 +205,15 @@ struct Trainer::Impl final : public PipelineStage {
     if (R.Kind == "full") {
       MOpts.Recompute.Full = true;
       if (R.Layers > 0 && R.Layers < Config.Layers)
-        Notes.push_back(
-            "recompute = full(layers = " + std::to_string(R.Layers) +
-            "): the CPU runtime recomputes every layer");
+        Notes.push_back("recompute = full(layers = " + std::to_string(R.Layers) +
+                        "): the CPU runtime recomputes every layer");
     } else if (R.Kind == "selective") {
-      static const std::set<std::string> Known = {
-          "core_attn", "layernorm", "mlp", "moe_act", "moe", "shared_experts"};
+      static const std::set<std::string> Known = {"core_attn", "layernorm", "mlp", "moe_act", "moe", "shared_experts"};
       for (const std::string &M : R.Modules) {
         if (Known.count(M))
           MOpts.Recompute.Modules.push_back(M);
         else
-          Notes.push_back("recompute module '" + M +
-                          "' has no counterpart in the CPU model: ignored");
+          Notes.push_back("recompute module '" + M + "' has no counterpart in the CPU model: ignored");
       }
     }
   }
@@ -254,8 +235,7 @@ struct Trainer::Impl final : public PipelineStage {
     B.SeqLen = Plan.SeqLen;
     int64_t Global = DpRank * Plan.Microbatches + Mb;
     int64_t First = StepIndex * Plan.GlobalBatch + Global * Plan.MicroBatch;
-    std::vector<int64_t> Pos =
-        localPositions(int(CpRank), int(CpSize), Plan.SeqLen);
+    std::vector<int64_t> Pos = localPositions(int(CpRank), int(CpSize), Plan.SeqLen);
     std::vector<int32_t> Sample(size_t(Plan.SeqLen + 1));
     for (int64_t S = 0; S < Plan.MicroBatch; ++S) {
       Data->sample(First + S, Sample.data());
@@ -352,10 +332,7 @@ struct Trainer::Impl final : public PipelineStage {
       S.RankPeakBytes.push_back(Peak);
       S.PeakBytes = std::max(S.PeakBytes, Peak);
     }
-    S.TokensPerSecond =
-        S.StepSeconds > 0
-            ? double(Plan.GlobalBatch * Plan.SeqLen) / S.StepSeconds
-            : 0.0;
+    S.TokensPerSecond = S.StepSeconds > 0 ? double(Plan.GlobalBatch * Plan.SeqLen) / S.StepSeconds : 0.0;
     return S;
   }
 
@@ -385,8 +362,7 @@ struct Trainer::Impl final : public PipelineStage {
     Tensor Full(Shape);
     for (int64_t R = 0; R < T; ++R)
       for (int64_t I = 0; I < Rows; ++I)
-        std::copy_n(Out.data() + (R * Rows + I) * Cols, Cols,
-                    Full.data() + I * Cols * T + R * Cols);
+        std::copy_n(Out.data() + (R * Rows + I) * Cols, Cols, Full.data() + I * Cols * T + R * Cols);
     return Full;
   }
 
@@ -397,8 +373,7 @@ struct Trainer::Impl final : public PipelineStage {
     std::vector<NamedTensor> Mine;
     for (Parameter *Param : Params) {
       // Every tp rank takes part in the gather; only the owner writes.
-      Keep.push_back(
-          gatherFull(Grads ? Param->Grad : Param->Value, Param->Split));
+      Keep.push_back(gatherFull(Grads ? Param->Grad : Param->Value, Param->Split));
       if (owns(*Param))
         Mine.push_back({Param->Name, &Keep.back()});
     }
@@ -408,26 +383,20 @@ struct Trainer::Impl final : public PipelineStage {
 };
 
 Trainer::Trainer(const moec::LaunchPlan &Plan, CommWorld &World,
-                 std::map<std::string, std::unique_ptr<Communicator>> &Groups,
-                 const TrainerOptions &Options)
+                 std::map<std::string, std::unique_ptr<Communicator>> &Groups, const TrainerOptions &Options)
     : P(std::make_unique<Impl>(Plan, World, Groups, Options, Notes)) {}
 
 Trainer::~Trainer() = default;
 
-TrainStepStats Trainer::step(const std::function<void()> &OnOp) {
-  return P->step(OnOp);
-}
+TrainStepStats Trainer::step(const std::function<void()> &OnOp) { return P->step(OnOp); }
 
 std::vector<Parameter *> Trainer::parameters() { return P->allParameters(); }
 
 int64_t Trainer::localPeakBytes() const { return P->LastPeak; }
 
-void Trainer::dumpTensors(const std::string &Path, bool Grads) {
-  P->dump(Path, Grads);
-}
+void Trainer::dumpTensors(const std::string &Path, bool Grads) { P->dump(Path, Grads); }
 
-bool moert::writeTensorFile(const std::string &Path,
-                            const std::vector<NamedTensor> &Tensors) {
+bool moert::writeTensorFile(const std::string &Path, const std::vector<NamedTensor> &Tensors) {
   std::FILE *F = std::fopen(Path.c_str(), "wb");
   if (!F)
     return false;
@@ -437,8 +406,7 @@ bool moert::writeTensorFile(const std::string &Path,
     Ok &= std::fwrite(&Len, sizeof Len, 1, F) == 1;
     Ok &= std::fwrite(T.Name.data(), 1, Len, F) == Len;
     Ok &= std::fwrite(&Rank, sizeof Rank, 1, F) == 1;
-    Ok &=
-        std::fwrite(T.Value->shape().data(), sizeof(int64_t), Rank, F) == Rank;
+    Ok &= std::fwrite(T.Value->shape().data(), sizeof(int64_t), Rank, F) == Rank;
     size_t N = size_t(T.Value->numel());
     Ok &= std::fwrite(T.Value->data(), sizeof(float), N, F) == N;
   }

@@ -46,8 +46,7 @@ namespace moert {
 
 /// One communicator per group kind of the plan, split from World. Every rank
 /// calls it together (kinds in name order).
-std::map<std::string, std::unique_ptr<Communicator>>
-createPlanGroups(const moec::LaunchPlan &Plan, CommWorld &World);
+std::map<std::string, std::unique_ptr<Communicator>> createPlanGroups(const moec::LaunchPlan &Plan, CommWorld &World);
 
 struct TrainerOptions {
   /// Model initialisation and the mock data source.
@@ -63,21 +62,18 @@ struct TrainerOptions {
 
 /// One finished step, the same on every rank (reduced over the world).
 struct TrainStepStats {
-  int64_t Step = 0; ///< 1-based
-  double Loss = 0;  ///< mean cross entropy over the global batch's tokens
-  double AuxLoss =
-      0; ///< sum over micro batches and MoE layers of aux loss * AuxScale
-  int64_t Tokens = 0;     ///< tokens in the mean
-  double StepSeconds = 0; ///< slowest rank, from the step's start to its update
-  double TokensPerSecond =
-      0;                 ///< whole job: global_batch * seq_len / StepSeconds
-  int64_t PeakBytes = 0; ///< largest over the ranks of RankPeakBytes
+  int64_t Step = 0;                   ///< 1-based
+  double Loss = 0;                    ///< mean cross entropy over the global batch's tokens
+  double AuxLoss = 0;                 ///< sum over micro batches and MoE layers of aux loss * AuxScale
+  int64_t Tokens = 0;                 ///< tokens in the mean
+  double StepSeconds = 0;             ///< slowest rank, from the step's start to its update
+  double TokensPerSecond = 0;         ///< whole job: global_batch * seq_len / StepSeconds
+  int64_t PeakBytes = 0;              ///< largest over the ranks of RankPeakBytes
   std::vector<int64_t> RankPeakBytes; ///< per world rank: see localPeakBytes()
-  double CommSeconds = 0; ///< mean over ranks of time inside communicator calls
-  double ComputeSeconds = 0; ///< mean over ranks of step time minus CommSeconds
-  double BlasSeconds =
-      0; ///< mean over ranks of time inside gemm (part of compute)
-  double GradNorm = 0; ///< global gradient norm before clipping
+  double CommSeconds = 0;             ///< mean over ranks of time inside communicator calls
+  double ComputeSeconds = 0;          ///< mean over ranks of step time minus CommSeconds
+  double BlasSeconds = 0;             ///< mean over ranks of time inside gemm (part of compute)
+  double GradNorm = 0;                ///< global gradient norm before clipping
   /// Mean over ranks of the process CPU time of the step (getrusage: user +
   /// system). On a machine with other load, StepSeconds includes time the
   /// ranks waited for a core; CpuSeconds does not (but it counts MPI's busy
@@ -89,8 +85,7 @@ class Trainer {
 public:
   /// Groups: from createPlanGroups (or moerun's own, same kinds). Throws
   /// std::runtime_error when the plan asks for what this runtime cannot run.
-  Trainer(const moec::LaunchPlan &Plan, CommWorld &World,
-          std::map<std::string, std::unique_ptr<Communicator>> &Groups,
+  Trainer(const moec::LaunchPlan &Plan, CommWorld &World, std::map<std::string, std::unique_ptr<Communicator>> &Groups,
           const TrainerOptions &Options);
   ~Trainer();
   Trainer(const Trainer &) = delete;
@@ -132,8 +127,7 @@ struct NamedTensor {
   std::string Name;
   const Tensor *Value;
 };
-bool writeTensorFile(const std::string &Path,
-                     const std::vector<NamedTensor> &Tensors);
+bool writeTensorFile(const std::string &Path, const std::vector<NamedTensor> &Tensors);
 
 } // namespace moert
 

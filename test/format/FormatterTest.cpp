@@ -1,7 +1,7 @@
 //===- FormatterTest.cpp - moec fmt's layout, comments, idempotence, diffs ===//
+#include "moec/Format/Formatter.h"
 #include "moec/AST/AST.h"
 #include "moec/Diag/DiagnosticEngine.h"
-#include "moec/Format/Formatter.h"
 #include "moec/Format/UnifiedDiff.h"
 #include "moec/Syntax/Parser.h"
 #include "llvm/ADT/SmallString.h"
@@ -10,8 +10,8 @@
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
-#include <gtest/gtest.h>
 #include <algorithm>
+#include <gtest/gtest.h>
 #include <map>
 #include <random>
 
@@ -197,15 +197,16 @@ TEST(FormatLayout, BlankLinesEndAlignmentRunsAndAreKeptAtMostOne) {
 }
 
 TEST(FormatLayout, DefinitionsAreSetApartByOneBlankLine) {
-  EXPECT_EQ(fmt("import \"a.moe\"\nimport \"b.moe\"\nmodel m extends x { layers = 4 }\n\n\n\nrecipe r {}; recipe s {\n}"),
-            "import \"a.moe\"\n"
-            "import \"b.moe\"\n"
-            "\n"
-            "model m extends x { layers = 4 }\n"
-            "\n"
-            "recipe r {}\n"
-            "\n"
-            "recipe s {}\n");
+  EXPECT_EQ(
+      fmt("import \"a.moe\"\nimport \"b.moe\"\nmodel m extends x { layers = 4 }\n\n\n\nrecipe r {}; recipe s {\n}"),
+      "import \"a.moe\"\n"
+      "import \"b.moe\"\n"
+      "\n"
+      "model m extends x { layers = 4 }\n"
+      "\n"
+      "recipe r {}\n"
+      "\n"
+      "recipe s {}\n");
 }
 
 TEST(FormatLayout, EntriesSharingALineStayTogetherUnaligned) {
@@ -222,13 +223,14 @@ TEST(FormatLayout, EntriesSharingALineStayTogetherUnaligned) {
 }
 
 TEST(FormatLayout, OneOutlierKeyIsNotAlignedTo) {
-  EXPECT_EQ(fmt("recipe r {\n  model = m\n  cuda_graph = none\n  cuda_graph_impl = local\n  data { source = mock }\n}\n"),
-            "recipe r {\n"
-            "  model      = m\n"
-            "  cuda_graph = none\n"
-            "  cuda_graph_impl = local\n"
-            "  data       { source = mock }\n"
-            "}\n");
+  EXPECT_EQ(
+      fmt("recipe r {\n  model = m\n  cuda_graph = none\n  cuda_graph_impl = local\n  data { source = mock }\n}\n"),
+      "recipe r {\n"
+      "  model      = m\n"
+      "  cuda_graph = none\n"
+      "  cuda_graph_impl = local\n"
+      "  data       { source = mock }\n"
+      "}\n");
   // Within OutlierGap characters, or in a run of two, the longest key is
   // aligned to.
   EXPECT_EQ(fmt("recipe r {\n  model = m\n  cuda_graph = none\n  cuda_graph_x = none\n}\n"),
@@ -238,14 +240,13 @@ TEST(FormatLayout, OneOutlierKeyIsNotAlignedTo) {
 }
 
 TEST(FormatLayout, SectionsWrittenOnSeveralLinesStayExpanded) {
-  EXPECT_EQ(fmt("recipe r { batch { micro = 1\n global = 8 }; x { } }\n"),
-            "recipe r {\n"
-            "  batch {\n"
-            "    micro  = 1\n"
-            "    global = 8\n"
-            "  }\n"
-            "  x     {}\n"
-            "}\n");
+  EXPECT_EQ(fmt("recipe r { batch { micro = 1\n global = 8 }; x { } }\n"), "recipe r {\n"
+                                                                           "  batch {\n"
+                                                                           "    micro  = 1\n"
+                                                                           "    global = 8\n"
+                                                                           "  }\n"
+                                                                           "  x     {}\n"
+                                                                           "}\n");
 }
 
 TEST(FormatLayout, ListsAndCallsSpreadOverLinesGetOneElementPerLine) {
@@ -535,7 +536,8 @@ TEST(FormatCorpus, AnyLayoutOfTheSameTokensFormatsTheSame) {
       std::string In = perturb(Text, Rng);
       Formatted F(In, Name);
       ASSERT_TRUE(F.R.ok()) << Name << " variant " << Variant << ": status " << int(F.R.St) << " " << F.R.Message
-                            << "\n" << In;
+                            << "\n"
+                            << In;
       EXPECT_EQ(structure(F.R.Text), Tree) << Name;
       EXPECT_EQ(commentsOf(F.R.Text), commentsOf(In)) << Name;
       Formatted Again(F.R.Text, Name);

@@ -150,8 +150,7 @@ fuzz::PipelineResult fuzz::runPipeline(llvm::StringRef Text, llvm::StringRef Nam
     // What moec writes, the runtime must read.
     llvm::Expected<LaunchPlan> Read = parsePlan(TOML, "plan.toml");
     if (!Read) {
-      llvm::errs() << "the runtime's reader refuses the plan moec wrote: " << llvm::toString(Read.takeError())
-                   << "\n";
+      llvm::errs() << "the runtime's reader refuses the plan moec wrote: " << llvm::toString(Read.takeError()) << "\n";
       abort();
     }
     printPlanSummary(*P, Null);

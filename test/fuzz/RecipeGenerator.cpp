@@ -49,8 +49,19 @@ private:
 
   /// Mostly plausible sizes (small powers of two), sometimes extreme ones.
   int64_t count(int64_t Min) {
-    static const int64_t Extreme[] = {0, 1, 3, 7, 1000, 4096, 65535, 1 << 20, int64_t(1) << 31, int64_t(1) << 40,
-                                      int64_t(1) << 53, int64_t(1) << 62, INT64_MAX};
+    static const int64_t Extreme[] = {0,
+                                      1,
+                                      3,
+                                      7,
+                                      1000,
+                                      4096,
+                                      65535,
+                                      1 << 20,
+                                      int64_t(1) << 31,
+                                      int64_t(1) << 40,
+                                      int64_t(1) << 53,
+                                      int64_t(1) << 62,
+                                      INT64_MAX};
     int64_t V;
     switch (In.ConsumeIntegralInRange(0, 5)) {
     case 0:
@@ -93,7 +104,8 @@ private:
 
   std::string quantity(const char *const *Units, size_t NumUnits) {
     static const char *Magnitudes[] = {"1", "3", "80", "141", "989", "0.5", "1e6", "1e-6", "123456789"};
-    return fmt::format("{}{}", In.PickValueInArray(Magnitudes), Units[In.ConsumeIntegralInRange<size_t>(0, NumUnits - 1)]);
+    return fmt::format("{}{}", In.PickValueInArray(Magnitudes),
+                       Units[In.ConsumeIntegralInRange<size_t>(0, NumUnits - 1)]);
   }
 
   std::string nameOf(llvm::ArrayRef<llvm::StringLiteral> Values) {

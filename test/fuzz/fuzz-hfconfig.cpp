@@ -24,8 +24,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *Data, size_t Size) {
   }
   llvm::SourceMgr SM;
   DiagnosticEngine Diags(SM);
-  unsigned ID = SM.AddNewSourceBuffer(llvm::MemoryBuffer::getMemBufferCopy(Imported->MoeText, "hf.moe"),
-                                      llvm::SMLoc());
+  unsigned ID = SM.AddNewSourceBuffer(llvm::MemoryBuffer::getMemBufferCopy(Imported->MoeText, "hf.moe"), llvm::SMLoc());
   if (!parseBuffer(ID, Diags)) {
     llvm::errs() << "the imported model does not parse:\n" << Imported->MoeText << "\n";
     abort();

@@ -268,7 +268,9 @@ TEST_F(ServerTest, CompletionOfFieldsValuesAndNames) {
 
 TEST_F(ServerTest, DefinitionOfNamesExtendsAndImports) {
   open("main.moe", MainText);
-  auto Def = [&](unsigned Line, unsigned Char) { return result("textDocument/definition", at("main.moe", Line, Char)); };
+  auto Def = [&](unsigned Line, unsigned Char) {
+    return result("textDocument/definition", at("main.moe", Line, Char));
+  };
   json::Value Model = Def(3, 12);
   ASSERT_EQ(Model.getAsArray()->size(), 1u) << str(Model);
   const json::Object &L = *(*Model.getAsArray())[0].getAsObject();
@@ -297,12 +299,12 @@ TEST_F(ServerTest, CodeActionAppliesTheFixItAndChangeClearsDiagnostics) {
   open("main.moe", MainText);
   json::Array Opened = published();
   ASSERT_EQ(Opened.size(), 2u);
-  json::Value Actions = result(
-      "textDocument/codeAction",
-      json::Object{{"textDocument", json::Object{{"uri", uri("main.moe")}}},
-                   {"range", json::Object{{"start", json::Object{{"line", 4}, {"character", 16}}},
-                                          {"end", json::Object{{"line", 4}, {"character", 16}}}}},
-                   {"context", json::Object{{"diagnostics", json::Array()}}}});
+  json::Value Actions =
+      result("textDocument/codeAction",
+             json::Object{{"textDocument", json::Object{{"uri", uri("main.moe")}}},
+                          {"range", json::Object{{"start", json::Object{{"line", 4}, {"character", 16}}},
+                                                 {"end", json::Object{{"line", 4}, {"character", 16}}}}},
+                          {"context", json::Object{{"diagnostics", json::Array()}}}});
   ASSERT_EQ(Actions.getAsArray()->size(), 1u) << str(Actions);
   const json::Object &A = *(*Actions.getAsArray())[0].getAsObject();
   EXPECT_EQ(A.getString("kind"), llvm::StringRef("quickfix"));
@@ -312,20 +314,19 @@ TEST_F(ServerTest, CodeActionAppliesTheFixItAndChangeClearsDiagnostics) {
   EXPECT_EQ(rangeStr(Edits[0]), "4:14-4:23");
   EXPECT_EQ(Edits[0].getAsObject()->getString("newText"), llvm::StringRef("fp8.blockwise"));
   // No action on a line without a fix-it.
-  json::Value None = result(
-      "textDocument/codeAction",
-      json::Object{{"textDocument", json::Object{{"uri", uri("main.moe")}}},
-                   {"range", json::Object{{"start", json::Object{{"line", 6}, {"character", 0}}},
-                                          {"end", json::Object{{"line", 6}, {"character", 0}}}}},
-                   {"context", json::Object{{"diagnostics", json::Array()}}}});
+  json::Value None = result("textDocument/codeAction",
+                            json::Object{{"textDocument", json::Object{{"uri", uri("main.moe")}}},
+                                         {"range", json::Object{{"start", json::Object{{"line", 6}, {"character", 0}}},
+                                                                {"end", json::Object{{"line", 6}, {"character", 0}}}}},
+                                         {"context", json::Object{{"diagnostics", json::Array()}}}});
   EXPECT_TRUE(None.getAsArray()->empty());
   // ... unless the client lists the diagnostic as the one the action is for.
-  json::Value Listed = result(
-      "textDocument/codeAction",
-      json::Object{{"textDocument", json::Object{{"uri", uri("main.moe")}}},
-                   {"range", json::Object{{"start", json::Object{{"line", 4}, {"character", 0}}},
-                                          {"end", json::Object{{"line", 4}, {"character", 0}}}}},
-                   {"context", json::Object{{"diagnostics", json::Array{Opened[1]}}}}});
+  json::Value Listed =
+      result("textDocument/codeAction",
+             json::Object{{"textDocument", json::Object{{"uri", uri("main.moe")}}},
+                          {"range", json::Object{{"start", json::Object{{"line", 4}, {"character", 0}}},
+                                                 {"end", json::Object{{"line", 4}, {"character", 0}}}}},
+                          {"context", json::Object{{"diagnostics", json::Array{Opened[1]}}}}});
   EXPECT_EQ(Listed.getAsArray()->size(), 1u) << str(Listed);
 
   std::string Fixed = MainText;
@@ -348,11 +349,12 @@ TEST_F(ServerTest, CodeActionAppliesTheFixItAndChangeClearsDiagnostics) {
 TEST_F(ServerTest, RangedChangesAreApplied) {
   open("main.moe", MainText);
   notify("textDocument/didChange",
-         json::Object{{"textDocument", json::Object{{"uri", uri("main.moe")}, {"version", 2}}},
-                      {"contentChanges", json::Array{json::Object{
-                                             {"range", json::Object{{"start", json::Object{{"line", 4}, {"character", 14}}},
-                                                                    {"end", json::Object{{"line", 4}, {"character", 23}}}}},
-                                             {"text", "bf16"}}}}});
+         json::Object{
+             {"textDocument", json::Object{{"uri", uri("main.moe")}, {"version", 2}}},
+             {"contentChanges",
+              json::Array{json::Object{{"range", json::Object{{"start", json::Object{{"line", 4}, {"character", 14}}},
+                                                              {"end", json::Object{{"line", 4}, {"character", 23}}}}},
+                                       {"text", "bf16"}}}}});
   EXPECT_EQ(published().size(), 1u);
   EXPECT_NE(S->document(uri("main.moe"))->Current->text().str().find("precision = bf16\n"), std::string::npos);
 }
@@ -410,8 +412,8 @@ TEST_F(ServerTest, HoverOnAllowExplainsTheDiagnostic) {
   std::string H = hoverText("allow.moe", 0, 10);
   EXPECT_EQ(H.rfind("**`shadows-builtin`** (warning)\n\n", 0), 0u) << H;
   EXPECT_GT(H.size(), 40u) << H;
-  EXPECT_EQ(hoverText("allow.moe", 0, 1), H); // anywhere on the annotation
-  EXPECT_EQ(hoverText("allow.moe", 1, 0), "");  // the keyword `model`: nothing to say
+  EXPECT_EQ(hoverText("allow.moe", 0, 1), H);  // anywhere on the annotation
+  EXPECT_EQ(hoverText("allow.moe", 1, 0), ""); // the keyword `model`: nothing to say
 }
 
 TEST_F(ServerTest, DefinitionOfAGpuIsInTheCatalogCopy) {

@@ -129,9 +129,9 @@ TEST(DidYouMean, MessageText) {
 //===----------------------------------------------------------------------===//
 
 namespace {
-const char *Source = "recipe r {\n"     // line 1
-                     "  cp = 8\n"       // line 2
-                     "  tp = 2\n"       // line 3
+const char *Source = "recipe r {\n"              // line 1
+                     "  cp = 8\n"                // line 2
+                     "  tp = 2\n"                // line 3
                      "  precision = fp8.block\n" // line 4
                      "}\n";
 
@@ -237,7 +237,7 @@ TEST(DiagEngine, AllowScopes) {
   // @allow(unknown-annotation) on line 2 only.
   F.Diags.addAllowScope(diag::unknown_annotation, F.line(2), F.range("cp"));
   F.Diags.report(diag::unknown_annotation, F.range("8"), "inside");
-  F.Diags.report(diag::unknown_annotation, F.range("2"), "outside"); // line 3
+  F.Diags.report(diag::unknown_annotation, F.range("2"), "outside");           // line 3
   F.Diags.report(diag::shadows_builtin, F.range("cp"), "model", "x", "model"); // another ID
   const auto &Out = F.Diags.finish();
   ASSERT_EQ(Out.size(), 2u);
@@ -284,7 +284,7 @@ TEST(DiagEngine, DuplicatesAreDropped) {
   }
   F.Diags.setRecipeContext("");
   F.Diags.report(diag::unknown_annotation, F.range("cp"), "different message");
-  F.Diags.report(diag::unknown_annotation, F.range("tp"), "same"); // another place
+  F.Diags.report(diag::unknown_annotation, F.range("tp"), "same");             // another place
   F.Diags.report(diag::shadows_builtin, F.range("cp"), "model", "x", "model"); // another ID
   const auto &Out = F.Diags.finish();
   ASSERT_EQ(Out.size(), 4u);
@@ -327,7 +327,7 @@ TEST(DiagEngine, ErrorCap) {
   Fixture F(Opts);
   for (int I = 0; I < 5; ++I)
     F.Diags.report(diag::bad_call, F.range("8"), "error " + std::to_string(I))
-        .note(diag::note_value_set_here, F.range("cp"), "cp"); // notes on dropped errors are ignored
+        .note(diag::note_value_set_here, F.range("cp"), "cp");            // notes on dropped errors are ignored
   F.Diags.report(diag::unknown_annotation, F.range("tp"), "still-shown"); // warnings are not capped
   EXPECT_TRUE(F.Diags.hasErrors());
   EXPECT_GE(F.Diags.errorCount(), 3u);
@@ -378,8 +378,9 @@ TEST(DiagEngine, ErrorLimitZeroMeansUnlimited) {
 TEST(DiagEngine, NotesFixItsAndRecipeContext) {
   Fixture F;
   F.Diags.setRecipeContext("r[micro=2]");
-  F.Diags.report(diag::unknown_enum_value, F.range("fp8.block"), "fp8.block", "precision",
-                 "; did you mean 'fp8.blockwise'?")
+  F.Diags
+      .report(diag::unknown_enum_value, F.range("fp8.block"), "fp8.block", "precision",
+              "; did you mean 'fp8.blockwise'?")
       .note(diag::note_value_set_here, F.range("cp"), "cp")
       .fixit(F.range("fp8.block"), "fp8.blockwise");
   const auto &Out = F.Diags.finish();
@@ -411,8 +412,9 @@ TEST(DiagEngine, FinishIsIdempotent) {
 TEST(DiagRender, JSONFields) {
   Fixture F;
   F.Diags.setRecipeContext("r");
-  F.Diags.report(diag::unknown_enum_value, F.range("fp8.block"), "fp8.block", "precision",
-                 "; did you mean 'fp8.blockwise'?")
+  F.Diags
+      .report(diag::unknown_enum_value, F.range("fp8.block"), "fp8.block", "precision",
+              "; did you mean 'fp8.blockwise'?")
       .note(diag::note_value_set_here, F.range("cp = 8"), "cp")
       .fixit(F.range("fp8.block"), "fp8.blockwise");
   F.Diags.setRecipeContext("");
@@ -490,8 +492,9 @@ TEST(DiagRender, JSONMultiLineRange) {
 
 TEST(DiagRender, TextFollowsCompilerConvention) {
   Fixture F;
-  F.Diags.report(diag::unknown_enum_value, F.range("fp8.block"), "fp8.block", "precision",
-                 "; did you mean 'fp8.blockwise'?")
+  F.Diags
+      .report(diag::unknown_enum_value, F.range("fp8.block"), "fp8.block", "precision",
+              "; did you mean 'fp8.blockwise'?")
       .fixit(F.range("fp8.block"), "fp8.blockwise");
   std::string Out;
   llvm::raw_string_ostream OS(Out);

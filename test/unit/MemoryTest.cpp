@@ -6,9 +6,9 @@
 //
 //===----------------------------------------------------------------------===//
 #include "moec/Model/Memory.h"
-#include "moec/Model/LayerShape.h"
 #include "moec/Diag/DiagnosticEngine.h"
 #include "moec/Layout/PipelineLayout.h"
+#include "moec/Model/LayerShape.h"
 #include "moec/Sema/Sema.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/MemoryBuffer.h"

@@ -1,15 +1,15 @@
 //===- ParserTest.cpp - Round trips through ast::dump; errors are diagnostics -===//
+#include "moec/Syntax/Parser.h"
 #include "moec/AST/AST.h"
 #include "moec/Diag/DiagnosticEngine.h"
-#include "moec/Syntax/Parser.h"
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/SmallString.h"
 #include "llvm/Support/Casting.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
-#include <gtest/gtest.h>
 #include <algorithm>
+#include <gtest/gtest.h>
 
 using namespace moec;
 using llvm::StringRef;
@@ -301,8 +301,7 @@ void expectRejected(StringRef Text, StringRef ExpectedId = "", ParseLimits Limit
   EXPECT_NO_THROW(P = std::make_unique<Parsed>(Text, "bad.moe", Limits)) << Text.str();
   ASSERT_TRUE(P);
   if (!MayKeepTree && P->File) {
-    EXPECT_TRUE(llvm::any_of(P->File->Definitions, [](const ast::Definition &D) { return D.Damaged; }))
-        << Text.str();
+    EXPECT_TRUE(llvm::any_of(P->File->Definitions, [](const ast::Definition &D) { return D.Damaged; })) << Text.str();
   }
   EXPECT_TRUE(P->hasError()) << Text.str();
   for (const Diagnostic &D : P->Final) {

@@ -117,9 +117,9 @@ TEST(FlopGoldens, VlmDecoderIsItsTextModel) {
 }
 
 TEST(FlopGoldens, EveryCatalogModelIsPositive) {
-  for (const char *M : {"deepseek_v3", "qwen3_235b_a22b", "qwen3_30b_a3b", "qwen3_next_80b_a3b",
-                        "qwen3_vl_235b_a22b", "qwen3_vl_30b_a3b", "qwen35_vl_35b_a3b", "qwen35_vl_122b_a10b",
-                        "qwen35_vl_397b_a17b", "mixtral_8x7b", "tiny_moe"}) {
+  for (const char *M : {"deepseek_v3", "qwen3_235b_a22b", "qwen3_30b_a3b", "qwen3_next_80b_a3b", "qwen3_vl_235b_a22b",
+                        "qwen3_vl_30b_a3b", "qwen35_vl_35b_a3b", "qwen35_vl_122b_a10b", "qwen35_vl_397b_a17b",
+                        "mixtral_8x7b", "tiny_moe"}) {
     double F = gflopsPerToken(M);
     EXPECT_GT(F, 0) << M;
     EXPECT_TRUE(std::isfinite(F)) << M;
@@ -161,8 +161,8 @@ TEST(FlopCount, TinyModelByHand) {
 TEST(FlopCount, VisionEncoderOnlyWithImages) {
   const char *Body = "  seq_len = 4K\n  batch { micro = 1; global = 32 }\n  parallel { ep = 8 }";
   Recipe Mock = one(recipe("qwen3_vl_30b_a3b", "gb200_nvl72", 8, std::string(Body) + "\n  data { source = mock }"));
-  Recipe Real = one(
-      recipe("qwen3_vl_30b_a3b", "gb200_nvl72", 8, std::string(Body) + "\n  data { source = real(\"d/x\") }"));
+  Recipe Real =
+      one(recipe("qwen3_vl_30b_a3b", "gb200_nvl72", 8, std::string(Body) + "\n  data { source = real(\"d/x\") }"));
   Recipe Frozen = one(recipe("qwen3_vl_30b_a3b", "gb200_nvl72", 8,
                              std::string(Body) + "\n  data { source = real(\"d/x\") }\n  vision { frozen = true }"));
   EXPECT_EQ(countFlops(Mock).VisionPerToken, 0.0);
@@ -206,8 +206,8 @@ TEST(PerfStepTime, OutputsAreConsistent) {
   StepTimeBreakdown T = predict(R);
   ASSERT_GT(T.StepTime, 0);
   EXPECT_EQ(T.Microbatches, 16);
-  double Parts = T.Compute + T.Recompute + T.TensorParallel + T.ContextParallel + T.ExpertParallel +
-                 T.PipelineP2P + T.DataParallel + T.Bubble + T.Host + T.Optimizer;
+  double Parts = T.Compute + T.Recompute + T.TensorParallel + T.ContextParallel + T.ExpertParallel + T.PipelineP2P +
+                 T.DataParallel + T.Bubble + T.Host + T.Optimizer;
   EXPECT_NEAR(Parts, T.StepTime, 1e-9 * T.StepTime);
   // tokens/s/GPU = GBS x S / step / W; model TFLOP/s = FLOPs / step / W.
   EXPECT_NEAR(T.TokensPerSecPerGpu, 512.0 * 4096 / T.StepTime / 8, 1e-6);
@@ -327,9 +327,9 @@ TEST(PerfStepTime, ContextParallelRingHidesBehindAttention) {
   // MLA exchanges full-head K and V (128 x 320 per token): DeepSeek-V3's
   // ring over InfiniBand cannot hide behind attention.
   StepTimeBreakdown Mla = predict(one(recipe("deepseek_v3", "h100_sxm", 256,
-                                            "  seq_len = 128K\n  precision = fp8.blockwise\n  dispatcher = deepep\n"
-                                            "  batch { micro = 1; global = 8 }\n"
-                                            "  parallel { tp = 1; cp = 32; ep = 32; pp = 8 }")));
+                                             "  seq_len = 128K\n  precision = fp8.blockwise\n  dispatcher = deepep\n"
+                                             "  batch { micro = 1; global = 8 }\n"
+                                             "  parallel { tp = 1; cp = 32; ep = 32; pp = 8 }")));
   EXPECT_GT(Mla.ContextParallel, 0);
 }
 
@@ -405,8 +405,8 @@ TEST(PerfStepTime, StageTimesAddUpToTheBusyRank) {
       EXPECT_GT(B.StageBackwardSec[V], B.StageForwardSec[V]) << Body << " virtual stage " << V;
       Rank += B.StageForwardSec[V] + B.StageBackwardSec[V];
     }
-    double Busy = B.Compute + B.Recompute + B.TensorParallel + B.ContextParallel + B.ExpertParallel +
-                  B.PipelineP2P + B.Host + B.ActivationOffload;
+    double Busy = B.Compute + B.Recompute + B.TensorParallel + B.ContextParallel + B.ExpertParallel + B.PipelineP2P +
+                  B.Host + B.ActivationOffload;
     EXPECT_NEAR(Rank * double(B.Microbatches), Busy, 1e-9 * Busy) << Body;
   }
 }
@@ -428,10 +428,11 @@ TEST(PerfStepTime, OffloadedOptimizerFromTheHost) {
   EXPECT_LT(Overlapped, Serial);
   // A node's GPUs share its DRAM: the same shard on a 4-GPU tray with a
   // faster host and link steps faster.
-  EXPECT_LT(predict(one(recipe("qwen3_30b_a3b", "gb200_nvl72", 16,
-                               std::string(Shape) + "  parallel { tp = 2; pp = 2; ep = 4 }\n  offload { optimizer = 1.0 }")))
-                .Optimizer,
-            Serial);
+  EXPECT_LT(
+      predict(one(recipe("qwen3_30b_a3b", "gb200_nvl72", 16,
+                         std::string(Shape) + "  parallel { tp = 2; pp = 2; ep = 4 }\n  offload { optimizer = 1.0 }")))
+          .Optimizer,
+      Serial);
 }
 
 // A frozen language model runs no weight-gradient GEMMs: a faster step, and

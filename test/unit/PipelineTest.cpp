@@ -4,9 +4,9 @@
 
 #include <map>
 #include <random>
-#include <tuple>
 #include <set>
 #include <string>
+#include <tuple>
 
 using namespace moec;
 
@@ -20,8 +20,7 @@ ScheduledOp B(int64_t Mb, int64_t Chunk = 0) { return ScheduledOp{ScheduledOp::B
 std::string show(const Ops &O) {
   std::string S;
   for (const ScheduledOp &Op : O)
-    S += (Op.K == ScheduledOp::Forward ? " F" : " B") + std::to_string(Op.Microbatch) + "." +
-         std::to_string(Op.Chunk);
+    S += (Op.K == ScheduledOp::Forward ? " F" : " B") + std::to_string(Op.Microbatch) + "." + std::to_string(Op.Chunk);
   return S;
 }
 
@@ -200,8 +199,7 @@ TEST(PipelinePlacement, Errors) {
   // A layout that does not match the model.
   std::string Short = "Ett|ttL";
   In.Layout = &Short;
-  EXPECT_NE(planError(In).find("places 4 decoder layers, but the model has 8"), std::string::npos)
-      << planError(In);
+  EXPECT_NE(planError(In).find("places 4 decoder layers, but the model has 8"), std::string::npos) << planError(In);
   std::string NoEmbedding = "tttt|ttttL";
   In.Layout = &NoEmbedding;
   EXPECT_NE(planError(In).find("embedding"), std::string::npos) << planError(In);
@@ -275,13 +273,12 @@ TEST(PipelineSchedule, InterleavedGoldenPP2VPP2M4) {
   // Backward k: the same micro batches, chunk 1 - that:
   //   (0,1) (1,1) (0,0) (1,0) (2,1) (3,1) (2,0) (3,0)
   // Rank 0 warm-up: (2 - 0 - 1) * 2 + (2 - 1) * 2 = 4; rank 1: 0 + 2 = 2.
-  Ops Rank0 = {F(0, 0), F(1, 0), F(0, 1), F(1, 1),                                  // warm-up
-               F(2, 0), B(0, 1), F(3, 0), B(1, 1), F(2, 1), B(0, 0), F(3, 1), B(1, 0), // steady
-               B(2, 1), B(3, 1), B(2, 0), B(3, 0)};                                  // cool-down
-  Ops Rank1 = {F(0, 0), F(1, 0),                                                    // warm-up
-               F(0, 1), B(0, 1), F(1, 1), B(1, 1), F(2, 0), B(0, 0),                // steady
-               F(3, 0), B(1, 0), F(2, 1), B(2, 1), F(3, 1), B(3, 1),
-               B(2, 0), B(3, 0)}; // cool-down
+  Ops Rank0 = {F(0, 0), F(1, 0), F(0, 1), F(1, 1),                                      // warm-up
+               F(2, 0), B(0, 1), F(3, 0), B(1, 1), F(2, 1), B(0, 0), F(3, 1), B(1, 0),  // steady
+               B(2, 1), B(3, 1), B(2, 0), B(3, 0)};                                     // cool-down
+  Ops Rank1 = {F(0, 0), F(1, 0),                                                        // warm-up
+               F(0, 1), B(0, 1), F(1, 1), B(1, 1), F(2, 0), B(0, 0),                    // steady
+               F(3, 0), B(1, 0), F(2, 1), B(2, 1), F(3, 1), B(3, 1), B(2, 0), B(3, 0)}; // cool-down
   EXPECT_EQ(P.Schedule[0], Rank0) << show(P.Schedule[0]);
   EXPECT_EQ(P.Schedule[1], Rank1) << show(P.Schedule[1]);
   EXPECT_EQ(P.WarmupForwards, (std::vector<int64_t>{4, 2}));
@@ -306,8 +303,7 @@ TEST(PipelineSchedule, InterleavedGroupSize) {
   for (const ScheduledOp &Op : P.Schedule[1])
     if (Op.K == ScheduledOp::Forward)
       Forwards.push_back(Op);
-  EXPECT_EQ(Forwards, (Ops{F(0, 0), F(1, 0), F(2, 0), F(0, 1), F(1, 1), F(2, 1), F(3, 0), F(4, 0), F(3, 1),
-                           F(4, 1)}))
+  EXPECT_EQ(Forwards, (Ops{F(0, 0), F(1, 0), F(2, 0), F(0, 1), F(1, 1), F(2, 1), F(3, 0), F(4, 0), F(3, 1), F(4, 1)}))
       << show(Forwards);
   EXPECT_EQ(P.WarmupForwards, (std::vector<int64_t>{5, 3})); // (PP - r - 1) * 2 + (VPP - 1) * 3
   EXPECT_TRUE(runsWithoutDeadlock(P));
@@ -421,8 +417,15 @@ TEST(PipelineSchedule, InFlightMixesGiveTheWalksPeak) {
   EXPECT_EQ(plan(input(8, 2, 2, 4)).InFlightMixes[0], (std::vector<std::vector<int64_t>>{{3, 2}, {4, 1}}));
   std::mt19937_64 Rng(7);
   std::uniform_real_distribution<double> Size(0.0, 10.0);
-  for (auto [PP, VPP, M] : {std::tuple<int64_t, int64_t, int64_t>{4, 1, 3}, {4, 1, 16}, {2, 2, 4},
-                            {4, 2, 8}, {4, 3, 12}, {8, 4, 64}, {3, 5, 9}, {2, 40, 40}, {2, 254, 16}}) {
+  for (auto [PP, VPP, M] : {std::tuple<int64_t, int64_t, int64_t>{4, 1, 3},
+                            {4, 1, 16},
+                            {2, 2, 4},
+                            {4, 2, 8},
+                            {4, 3, 12},
+                            {8, 4, 64},
+                            {3, 5, 9},
+                            {2, 40, 40},
+                            {2, 254, 16}}) {
     PipelinePlan P = plan(input(PP * VPP * 2, PP, VPP, M));
     ASSERT_EQ(P.InFlightMixes.size(), size_t(PP));
     size_t Walked = 0; // ranks with too many mixes: the memory model walks

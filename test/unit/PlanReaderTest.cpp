@@ -184,12 +184,15 @@ TEST(PlanReader, RoundTripsInterleaved) {
 // PlanReaderFuzzTest): a data path outside ASCII is written as \u escapes
 // and reads back as the same UTF-8 path.
 TEST(PlanReader, NonAsciiPathIsEscapedAndReadBack) {
-  std::string Text = replaced(TinyMoE, "seq_len = 64", "seq_len = 64\n  data { source = real(\"/data/donn\xc3\xa9" "es/\xd1\xbb\") }");
+  std::string Text = replaced(TinyMoE, "seq_len = 64",
+                              "seq_len = 64\n  data { source = real(\"/data/donn\xc3\xa9"
+                              "es/\xd1\xbb\") }");
   std::string Doc = planToTOML(planOf(Text.c_str()));
   EXPECT_TRUE(llvm::all_of(Doc, [](char C) { return (unsigned char)C < 0x80; }));
   EXPECT_NE(Doc.find("donn\\u00E9es/\\u047B"), std::string::npos) << Doc;
   LaunchPlan L = read(Doc);
-  EXPECT_EQ(L.Data.Path, "/data/donn\xc3\xa9" "es/\xd1\xbb");
+  EXPECT_EQ(L.Data.Path, "/data/donn\xc3\xa9"
+                         "es/\xd1\xbb");
 }
 
 class Damaged : public ::testing::Test {
@@ -251,8 +254,7 @@ TEST_F(Damaged, BadScheduleOps) {
   EXPECT_EQ(E, "plan.toml: pipeline.schedule[0].ops[1]: 'X1.0' is not F<microbatch>.<chunk> or "
                "B<microbatch>.<chunk>");
   E = errorOf(replaced(Good, "'F1.0'", "'F9.0'"));
-  EXPECT_NE(E.find("pipeline.schedule[0].ops[1]: 'F9.0': micro batch 9 is past the 4 micro batches"),
-            std::string::npos)
+  EXPECT_NE(E.find("pipeline.schedule[0].ops[1]: 'F9.0': micro batch 9 is past the 4 micro batches"), std::string::npos)
       << E;
   E = errorOf(replaced(Good, "'F1.0'", "'F0.0'"));
   EXPECT_NE(E.find("pipeline.schedule[0].ops[1]: 'F0.0' appears twice"), std::string::npos) << E;

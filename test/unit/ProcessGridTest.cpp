@@ -74,12 +74,12 @@ TEST(ProcessGrid, HierarchicalGroupsFollowMegatronsDocstring) {
     G[size_t(I)] = 100 + I; // members are ranks, not positions
   auto Levels = hierarchicalGroups({G}, {2, 2, 4});
   ASSERT_EQ(Levels.size(), 3u);
-  EXPECT_EQ(Levels[0], (Groups{{100, 101}, {102, 103}, {104, 105}, {106, 107},
-                               {108, 109}, {110, 111}, {112, 113}, {114, 115}}));
-  EXPECT_EQ(Levels[1], (Groups{{100, 102}, {101, 103}, {104, 106}, {105, 107},
-                               {108, 110}, {109, 111}, {112, 114}, {113, 115}}));
-  EXPECT_EQ(Levels[2], (Groups{{100, 104, 108, 112}, {101, 105, 109, 113},
-                               {102, 106, 110, 114}, {103, 107, 111, 115}}));
+  EXPECT_EQ(Levels[0],
+            (Groups{{100, 101}, {102, 103}, {104, 105}, {106, 107}, {108, 109}, {110, 111}, {112, 113}, {114, 115}}));
+  EXPECT_EQ(Levels[1],
+            (Groups{{100, 102}, {101, 103}, {104, 106}, {105, 107}, {108, 110}, {109, 111}, {112, 114}, {113, 115}}));
+  EXPECT_EQ(Levels[2],
+            (Groups{{100, 104, 108, 112}, {101, 105, 109, 113}, {102, 106, 110, 114}, {103, 107, 111, 115}}));
   // Sizes that do not multiply to the group's size give nothing.
   EXPECT_TRUE(hierarchicalGroups({G}, {2, 4}).empty());
 }

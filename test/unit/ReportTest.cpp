@@ -8,8 +8,8 @@
 //
 //===----------------------------------------------------------------------===//
 #include "moec/Diag/DiagnosticEngine.h"
-#include "moec/Report/HtmlReport.h"
 #include "moec/Emit/Sweep.h"
+#include "moec/Report/HtmlReport.h"
 #include "moec/Report/Timeline.h"
 #include "moec/Rules/RuleEngine.h"
 #include "moec/Sema/Sema.h"

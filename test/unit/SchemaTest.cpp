@@ -1,7 +1,7 @@
 //===- SchemaTest.cpp - The field tables are complete and consistent ------===//
+#include "moec/Sema/Schema.h"
 #include "moec/Basic/Quantity.h"
 #include "moec/Sema/Recipe.h"
-#include "moec/Sema/Schema.h"
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringSet.h"
 #include <gtest/gtest.h>
@@ -151,11 +151,20 @@ TEST(Schema, IsSection) {
 
 TEST(Schema, ContractRecipeFieldsExist) {
   // docs: bench/reference/design/language.md, "Recipe fields (v0)".
-  for (StringRef P : {"model", "cluster.gpu", "cluster.nodes", "cluster.gpus", "seq_len", "batch.micro", "batch.global",
-                      "parallel.tp", "parallel.cp", "parallel.ep", "parallel.etp", "parallel.pp", "parallel.vpp",
-                      "parallel.dp", "parallel.edp", "parallel.sp", "parallel.fsdp", "parallel.cp_comm",
-                      "parallel.layout", "precision", "dispatcher", "recompute", "cuda_graph", "offload.optimizer",
-                      "data.source", "data.variable_length", "vision.frozen"})
+  for (StringRef P : {"model",           "cluster.gpu",
+                      "cluster.nodes",   "cluster.gpus",
+                      "seq_len",         "batch.micro",
+                      "batch.global",    "parallel.tp",
+                      "parallel.cp",     "parallel.ep",
+                      "parallel.etp",    "parallel.pp",
+                      "parallel.vpp",    "parallel.dp",
+                      "parallel.edp",    "parallel.sp",
+                      "parallel.fsdp",   "parallel.cp_comm",
+                      "parallel.layout", "precision",
+                      "dispatcher",      "recompute",
+                      "cuda_graph",      "offload.optimizer",
+                      "data.source",     "data.variable_length",
+                      "vision.frozen"})
     EXPECT_NE(lookupField(DefKind::Recipe, P), nullptr) << P.str();
   for (StringRef P : {"parallel.tp", "parallel.cp", "parallel.ep", "parallel.etp", "parallel.pp", "parallel.vpp"})
     EXPECT_EQ(lookupField(DefKind::Recipe, P)->DefaultText, "1") << P.str();

@@ -1,8 +1,8 @@
 //===- SemaTest.cpp - extends, provenance, derived values, sweeps, catalog -===//
+#include "moec/Sema/Sema.h"
 #include "moec/Catalog/Catalog.h"
 #include "moec/Diag/DiagnosticEngine.h"
 #include "moec/Sema/Schema.h"
-#include "moec/Sema/Sema.h"
 #include "moec/Syntax/Parser.h"
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringExtras.h"
@@ -79,8 +79,8 @@ public:
     return {};
   }
   bool within(llvm::SMRange Inner, llvm::SMRange Outer) const {
-    return Inner.Start.isValid() && Outer.Start.isValid() &&
-           Outer.Start.getPointer() <= Inner.Start.getPointer() && Inner.End.getPointer() <= Outer.End.getPointer();
+    return Inner.Start.isValid() && Outer.Start.isValid() && Outer.Start.getPointer() <= Inner.Start.getPointer() &&
+           Inner.End.getPointer() <= Outer.End.getPointer();
   }
 
   llvm::SourceMgr SM;
@@ -192,13 +192,13 @@ TEST(SemaProvenance, DefaultsAreMarked) {
   Compilation C(BaseAndChild);
   const Recipe *Child = C.recipe("child");
   ASSERT_TRUE(Child) << C.summary();
-  for (StringRef Path : {"parallel.etp", "parallel.vpp", "dispatcher", "recompute", "cuda_graph",
-                         "offload.optimizer", "data.source", "parallel.dp", "parallel.edp"}) {
+  for (StringRef Path : {"parallel.etp", "parallel.vpp", "dispatcher", "recompute", "cuda_graph", "offload.optimizer",
+                         "data.source", "parallel.dp", "parallel.edp"}) {
     const Provenance &P = Child->origin(Path);
     EXPECT_TRUE(P.IsDefault) << Path.str();
   }
-  for (StringRef Path : {"model", "cluster.gpu", "cluster.nodes", "seq_len", "batch.micro", "parallel.tp",
-                         "parallel.cp", "precision"})
+  for (StringRef Path :
+       {"model", "cluster.gpu", "cluster.nodes", "seq_len", "batch.micro", "parallel.tp", "parallel.cp", "precision"})
     EXPECT_FALSE(Child->origin(Path).IsDefault) << Path.str();
   EXPECT_EQ(Child->Parallel.ETP, 1);
   EXPECT_EQ(Child->Dispatch, Dispatcher::AllToAll);
@@ -285,8 +285,7 @@ recipe b extends a { seq_len = 2 }
 namespace {
 std::string recipeWith(StringRef Model, StringRef Cluster, StringRef Parallel, StringRef Extra = "") {
   return ("recipe r {\n  model = " + Model + "\n  " + Cluster +
-          "\n  seq_len = 4K\n  batch { micro = 1; global = 1024 }\n  parallel { " + Parallel + " }\n" + Extra +
-          "}\n")
+          "\n  seq_len = 4K\n  batch { micro = 1; global = 1024 }\n  parallel { " + Parallel + " }\n" + Extra + "}\n")
       .str();
 }
 } // namespace
@@ -378,8 +377,8 @@ recipe on_rack {
   EXPECT_EQ(Eos->Gpu.Name, "h100_sxm");
   EXPECT_EQ(Eos->WorldSize, 4608);
   EXPECT_EQ(Eos->Nodes, 576);
-  EXPECT_EQ(Eos->Parallel.DP, 288);  // 4608 / 16
-  EXPECT_EQ(Eos->Parallel.EDP, 9); // 4608 / (32 * 16)
+  EXPECT_EQ(Eos->Parallel.DP, 288); // 4608 / 16
+  EXPECT_EQ(Eos->Parallel.EDP, 9);  // 4608 / (32 * 16)
   const Recipe *Rack = C.recipe("on_rack");
   ASSERT_TRUE(Rack);
   EXPECT_EQ(Rack->Gpu.Name, "gb200_nvl72");
@@ -446,11 +445,11 @@ TEST(SemaReferences, FieldsModelAndClusterAttributes) {
   ASSERT_TRUE(C.Final.empty()) << C.summary();
   const Recipe *R = C.recipe("r");
   ASSERT_TRUE(R);
-  EXPECT_EQ(R->Parallel.CP, 32);     // 131072 / 4096
-  EXPECT_EQ(R->Parallel.PP, 4);      // 48 / 12
-  EXPECT_EQ(R->Parallel.EP, 8);      // 256 / 32
-  EXPECT_EQ(R->GlobalBatch, 80);     // 80GB / 1GB
-  EXPECT_EQ(R->Parallel.DP, 2);      // 256 / (1*32*4)
+  EXPECT_EQ(R->Parallel.CP, 32); // 131072 / 4096
+  EXPECT_EQ(R->Parallel.PP, 4);  // 48 / 12
+  EXPECT_EQ(R->Parallel.EP, 8);  // 256 / 32
+  EXPECT_EQ(R->GlobalBatch, 80); // 80GB / 1GB
+  EXPECT_EQ(R->Parallel.DP, 2);  // 256 / (1*32*4)
   EXPECT_EQ(C.text(R->origin("parallel.cp").Range), "seq_len / 4K");
 }
 
@@ -636,9 +635,9 @@ recipe fixes extends base { batch { micro = 4 } }
 recipe adds extends base { parallel { pp = sweep [4, 8] } }
 )moe");
   ASSERT_TRUE(C.Final.empty()) << C.summary();
-  EXPECT_EQ(C.pointNames(), (Strings{"base[micro=1]", "base[micro=2]", "keeps[micro=1]", "keeps[micro=2]", "fixes",
-                                     "adds[micro=1, pp=4]", "adds[micro=1, pp=8]", "adds[micro=2, pp=4]",
-                                     "adds[micro=2, pp=8]"}));
+  EXPECT_EQ(C.pointNames(),
+            (Strings{"base[micro=1]", "base[micro=2]", "keeps[micro=1]", "keeps[micro=2]", "fixes",
+                     "adds[micro=1, pp=4]", "adds[micro=1, pp=8]", "adds[micro=2, pp=4]", "adds[micro=2, pp=8]"}));
   const Recipe *Fixes = C.recipe("fixes");
   ASSERT_TRUE(Fixes);
   EXPECT_TRUE(Fixes->SweptFields.empty());
@@ -687,8 +686,7 @@ TEST(SemaSweep, LimitsAndMisuse) {
 //===----------------------------------------------------------------------===//
 
 TEST(SemaRecompute, SeedAliasesMapToMegatronModules) {
-  Compilation C(recipeWith("deepseek_v3", "cluster { gpu = h100_sxm; nodes = 32 }",
-                           "tp = 1; cp = 32; ep = 32; pp = 8",
+  Compilation C(recipeWith("deepseek_v3", "cluster { gpu = h100_sxm; nodes = 32 }", "tp = 1; cp = 32; ep = 32; pp = 8",
                            "  recompute = selective(up_proj, norm, moe, mlp)\n"));
   const Recipe *R = C.recipe("r");
   ASSERT_TRUE(R) << C.summary();
@@ -705,8 +703,7 @@ TEST(SemaRecompute, SeedAliasesMapToMegatronModules) {
 }
 
 TEST(SemaRecompute, CanonicalNamesHaveNoAliasesAndDuplicatesCollapse) {
-  Compilation C(recipeWith("deepseek_v3", "cluster { gpu = h100_sxm; nodes = 32 }",
-                           "tp = 1; cp = 32; ep = 32; pp = 8",
+  Compilation C(recipeWith("deepseek_v3", "cluster { gpu = h100_sxm; nodes = 32 }", "tp = 1; cp = 32; ep = 32; pp = 8",
                            "  recompute = selective(mla_up_proj, layernorm, up_proj, moe_act)\n"));
   const Recipe *R = C.recipe("r");
   ASSERT_TRUE(R) << C.summary();

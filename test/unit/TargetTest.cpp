@@ -1,6 +1,6 @@
 //===- TargetTest.cpp - Targets and where each rule holds -----------------===//
-#include "moec/Rules/RuleEngine.h"
 #include "moec/Target/Target.h"
+#include "moec/Rules/RuleEngine.h"
 #include "llvm/ADT/StringSet.h"
 #include <gtest/gtest.h>
 

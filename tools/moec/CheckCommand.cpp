@@ -4,11 +4,11 @@
 
 #include "moec/Diag/DiagnosticRenderers.h"
 #include "moec/Emit/Plan.h"
+#include "moec/Rules/RuleEngine.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/raw_ostream.h"
 #include <fmt/format.h>
 #include <map>
-#include "moec/Rules/RuleEngine.h"
 
 namespace moec::driver {
 
@@ -34,8 +34,8 @@ bool applyFixIts(Compilation &C, llvm::ArrayRef<Diagnostic> Final) {
       if (!Buf || Buf != C.SM.FindBufferContainingLoc(F.Range.End))
         continue;
       const char *Base = C.SM.getMemoryBuffer(Buf)->getBufferStart();
-      ByBuffer[Buf].push_back({size_t(F.Range.Start.getPointer() - Base), size_t(F.Range.End.getPointer() - Base),
-                               F.Replacement});
+      ByBuffer[Buf].push_back(
+          {size_t(F.Range.Start.getPointer() - Base), size_t(F.Range.End.getPointer() - Base), F.Replacement});
     }
   }
   bool Ok = true;

@@ -99,8 +99,8 @@ std::unique_ptr<Compilation> compile(bool RunRules, bool CapErrors) {
     });
   };
   bool SomeFileDefines = !RecipeName.empty() && llvm::any_of(C->Units, [&](const std::unique_ptr<Sema> &S) {
-                           return S->mainFile() && Defines(*S);
-                         });
+    return S->mainFile() && Defines(*S);
+  });
   std::vector<std::pair<std::vector<Recipe>, std::string>> FoundPerFile;
   for (size_t I = 0; I < C->Units.size(); ++I) {
     Sema &S = *C->Units[I];
@@ -134,8 +134,8 @@ void renderDiagnostics(Compilation &C, Format F) {
   const std::vector<Diagnostic> &Final = C.Diags->finish();
   switch (F) {
   case Format::Text: {
-    bool Colors = Color == ColorMode::Always ||
-                  (Color == ColorMode::Auto && llvm::sys::Process::StandardErrHasColors());
+    bool Colors =
+        Color == ColorMode::Always || (Color == ColorMode::Auto && llvm::sys::Process::StandardErrHasColors());
     renderText(Final, C.SM, llvm::errs(), Colors, ShowRemarks);
     break;
   }

@@ -24,7 +24,6 @@ struct Compilation {
   bool Unreadable = false;
 };
 
-
 /// Applies -Werror and -Wno-ID to Opts; returns the flags (as given after
 /// -W) that name no diagnostic, for the caller to report.
 std::vector<std::string> applyWarningFlags(DiagnosticOptions &Opts);

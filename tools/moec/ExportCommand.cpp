@@ -44,7 +44,7 @@ cl::opt<std::string> ExportOutput("o", cl::desc("Write to this file (atomically)
 cl::list<std::string> ExportIncludes("I", cl::Prefix, cl::desc("Add a directory to the import search path"),
                                      cl::value_desc("dir"), cl::sub(ExportCmd));
 cl::opt<std::string> ExportTarget("target", cl::desc("The Megatron release to export for (moec targets lists them)"),
-                               cl::value_desc("name"), cl::sub(ExportCmd));
+                                  cl::value_desc("name"), cl::sub(ExportCmd));
 cl::list<std::string> ExportWarnings("W", cl::Prefix, cl::desc("-Werror: warnings are errors; -Wno-ID: silence ID"),
                                      cl::value_desc("error|no-ID"), cl::sub(ExportCmd));
 } // namespace

@@ -4,12 +4,12 @@
 
 #include "moec/Diag/DiagnosticRenderers.h"
 #include "moec/Emit/Plan.h"
-#include "llvm/Support/FormatVariadic.h"
-#include "llvm/Support/raw_ostream.h"
-#include <fmt/format.h>
 #include "moec/Rules/RuleEngine.h"
 #include "moec/Sema/Schema.h"
+#include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/SourceMgr.h"
+#include "llvm/Support/raw_ostream.h"
+#include <fmt/format.h>
 
 namespace moec::driver {
 
@@ -35,8 +35,8 @@ int runExplain() {
     llvm::outs() << "\nWhere it holds:\n";
     for (const TargetInfo &T : allTargets()) {
       llvm::Optional<Severity> Sev = ruleSeverity(*ID, T.T);
-      llvm::outs() << "  " << llvm::formatv("{0,-26}", T.Name) << " " << llvm::formatv("{0,-8}", Sev ? severityName(*Sev) : "off")
-                   << " " << ruleMirror(*ID, T.T) << "\n";
+      llvm::outs() << "  " << llvm::formatv("{0,-26}", T.Name) << " "
+                   << llvm::formatv("{0,-8}", Sev ? severityName(*Sev) : "off") << " " << ruleMirror(*ID, T.T) << "\n";
     }
   } else if (!ruleSource(*ID).empty()) {
     llvm::outs() << "\nHolds for every target.\n";

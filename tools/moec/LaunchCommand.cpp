@@ -30,13 +30,15 @@ namespace {
 cl::opt<std::string> LaunchFile(cl::Positional, cl::desc("<file.moe | ->"), cl::sub(LaunchCmd));
 cl::opt<bool> LaunchSlurm("slurm", cl::desc("An sbatch script"), cl::sub(LaunchCmd));
 cl::opt<bool> LaunchMpirun("mpirun", cl::desc("The mpirun line"), cl::sub(LaunchCmd));
-cl::opt<bridge::Engine>
-    LaunchEngine("engine", cl::desc("What the ranks run (default: bridge for a GPU recipe under a Megatron-Bridge target, else moerun)"), cl::init(bridge::Engine::Moerun),
-                 cl::values(clEnumValN(bridge::Engine::Moerun, "moerun", "moec's runtime on the compiled plan"),
-                            clEnumValN(bridge::Engine::Bridge, "bridge",
-                                       "Megatron-Bridge's entry point with the exported "
-                                       "overrides")),
-                 cl::sub(LaunchCmd));
+cl::opt<bridge::Engine> LaunchEngine(
+    "engine",
+    cl::desc("What the ranks run (default: bridge for a GPU recipe under a Megatron-Bridge target, else moerun)"),
+    cl::init(bridge::Engine::Moerun),
+    cl::values(clEnumValN(bridge::Engine::Moerun, "moerun", "moec's runtime on the compiled plan"),
+               clEnumValN(bridge::Engine::Bridge, "bridge",
+                          "Megatron-Bridge's entry point with the exported "
+                          "overrides")),
+    cl::sub(LaunchCmd));
 cl::opt<bool> LaunchDryRun("dry-run", cl::desc("Print only, write nothing (the default without -o)"),
                            cl::sub(LaunchCmd));
 cl::opt<std::string> LaunchOutput("o", cl::desc("Write the script to this file (atomically, executable)"),
@@ -70,7 +72,7 @@ cl::opt<std::string> LaunchAccount("account", cl::desc("sbatch account"), cl::va
 cl::list<std::string> LaunchIncludes("I", cl::Prefix, cl::desc("Add a directory to the import search path"),
                                      cl::value_desc("dir"), cl::sub(LaunchCmd));
 cl::opt<std::string> LaunchTarget("target", cl::desc("The Megatron release to launch for (moec targets lists them)"),
-                               cl::value_desc("name"), cl::sub(LaunchCmd));
+                                  cl::value_desc("name"), cl::sub(LaunchCmd));
 cl::list<std::string> LaunchWarnings("W", cl::Prefix, cl::desc("-Werror: warnings are errors; -Wno-ID: silence ID"),
                                      cl::value_desc("error|no-ID"), cl::sub(LaunchCmd));
 

@@ -13,11 +13,12 @@ cl::SubCommand SweepCmd("sweep", "Expand sweeps, prune infeasible points, rank t
 cl::SubCommand LspCmd("lsp", "Serve the Language Server Protocol on stdin/stdout (docs/editors.md)");
 cl::SubCommand RunCmd("run", "Compile a recipe to a plan and run it on this machine with mpirun and moerun");
 cl::SubCommand ReportCmd("report", "Draw a recipe's plan (memory, schedule, ranks, step time, sweep) "
-                         "as an HTML page");
+                                   "as an HTML page");
 
-cl::list<std::string> CheckFiles(cl::Positional, cl::desc("<file.moe | ->..."), cl::sub(CheckCmd), cl::sub(PlanCmd), cl::sub(SweepCmd), cl::sub(RunCmd), cl::sub(ReportCmd));
-cl::opt<std::string> RecipeName("recipe", cl::desc("Check only this recipe"), cl::value_desc("name"),
-                                cl::sub(CheckCmd), cl::sub(PlanCmd), cl::sub(SweepCmd), cl::sub(RunCmd), cl::sub(ReportCmd));
+cl::list<std::string> CheckFiles(cl::Positional, cl::desc("<file.moe | ->..."), cl::sub(CheckCmd), cl::sub(PlanCmd),
+                                 cl::sub(SweepCmd), cl::sub(RunCmd), cl::sub(ReportCmd));
+cl::opt<std::string> RecipeName("recipe", cl::desc("Check only this recipe"), cl::value_desc("name"), cl::sub(CheckCmd),
+                                cl::sub(PlanCmd), cl::sub(SweepCmd), cl::sub(RunCmd), cl::sub(ReportCmd));
 cl::opt<Format> OutputFormat("format", cl::desc("Diagnostic output format"), cl::init(Format::Text),
                              cl::values(clEnumValN(Format::Text, "text", "clang-style text on stderr"),
                                         clEnumValN(Format::JSON, "json", "a JSON array on stdout"),
@@ -42,8 +43,7 @@ cl::opt<ColorMode> Color("color", cl::desc("Colour text diagnostics"), cl::init(
 cl::opt<bool> ShowRemarks("remarks",
                           cl::desc("Print every remark (by default text output summarises them in one line; JSON "
                                    "and SARIF always carry them)"),
-                          cl::sub(CheckCmd), cl::sub(PlanCmd), cl::sub(SweepCmd), cl::sub(ReportCmd),
-                          cl::sub(RunCmd));
+                          cl::sub(CheckCmd), cl::sub(PlanCmd), cl::sub(SweepCmd), cl::sub(ReportCmd), cl::sub(RunCmd));
 cl::opt<bool> ApplyFixIts("fix",
                           cl::desc("Apply the fix-its of errors and warnings to the files in place (atomically); "
                                    "remarks' suggestions are left alone"),
@@ -88,8 +88,7 @@ cl::opt<std::string> RunMoerun("moerun", cl::desc("The moerun executable (defaul
                                cl::value_desc("path"), cl::sub(RunCmd));
 cl::opt<std::string> RunSeed("seed", cl::desc("Forwarded to moerun"), cl::value_desc("S"), cl::sub(RunCmd));
 cl::opt<std::string> RunLR("lr", cl::desc("Forwarded to moerun"), cl::value_desc("X"), cl::sub(RunCmd));
-cl::opt<std::string> RunTimeout("timeout", cl::desc("Forwarded to moerun"), cl::value_desc("seconds"),
-                                cl::sub(RunCmd));
+cl::opt<std::string> RunTimeout("timeout", cl::desc("Forwarded to moerun"), cl::value_desc("seconds"), cl::sub(RunCmd));
 cl::opt<bool> RunDry("dry-run", cl::desc("Only check the plan and the process groups (moerun --dry-run)"),
                      cl::sub(RunCmd));
 
@@ -99,8 +98,7 @@ cl::SubCommand FmtCmd("fmt", "Print .moe files in the canonical layout (docs/for
 cl::list<std::string> FmtFiles(cl::Positional, cl::desc("<file.moe | ->..."), cl::OneOrMore, cl::sub(FmtCmd));
 cl::opt<bool> FmtCheck("check", cl::desc("Print a diff for each file that is not formatted; exit 1 if any"),
                        cl::sub(FmtCmd));
-cl::opt<bool> FmtWrite("write", cl::desc("Rewrite the files that are not formatted (atomically)"),
-                       cl::sub(FmtCmd));
+cl::opt<bool> FmtWrite("write", cl::desc("Rewrite the files that are not formatted (atomically)"), cl::sub(FmtCmd));
 
 cl::opt<std::string> LspCatalogDir("catalog-dir",
                                    cl::desc("Where go-to-definition finds the built-in catalog: a read-only copy "

@@ -12,8 +12,8 @@
 
 #include "moec/Diag/DiagnosticRenderers.h"
 #include "moec/Emit/Plan.h"
-#include "moec/Report/HtmlReport.h"
 #include "moec/Emit/Sweep.h"
+#include "moec/Report/HtmlReport.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/raw_ostream.h"
 #include <fmt/format.h>
@@ -48,8 +48,8 @@ std::vector<ReportDiagnostic> pageDiagnostics(const Compilation &C, llvm::ArrayR
     if (D.Range.Start.isValid()) {
       unsigned Buf = C.SM.FindBufferContainingLoc(D.Range.Start);
       auto [Line, Col] = C.SM.getLineAndColumn(D.Range.Start, Buf);
-      R.Where = fmt::format("{}:{}:{}", llvm::sys::path::filename(C.SM.getMemoryBuffer(Buf)->getBufferIdentifier()).str(),
-                            Line, Col);
+      R.Where = fmt::format(
+          "{}:{}:{}", llvm::sys::path::filename(C.SM.getMemoryBuffer(Buf)->getBufferIdentifier()).str(), Line, Col);
     }
     Out.push_back(std::move(R));
   }

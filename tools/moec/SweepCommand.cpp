@@ -48,8 +48,8 @@ int runSweep() {
   size_t Width = 5;
   for (const SweepPoint &S : Feasible)
     Width = std::max(Width, S.Name.size());
-  llvm::outs() << fmt::format("{:>4}  {:<{}}  {:>12}  {:>8}  {:>6}  {:>14}\n", "rank", "point", Width,
-                              "tokens/s/GPU", "step s", "MFU", "peak / HBM GB");
+  llvm::outs() << fmt::format("{:>4}  {:<{}}  {:>12}  {:>8}  {:>6}  {:>14}\n", "rank", "point", Width, "tokens/s/GPU",
+                              "step s", "MFU", "peak / HBM GB");
   for (const SweepPoint &S : Feasible)
     llvm::outs() << fmt::format("{:>4}  {:<{}}  {:>12.0f}  {:>8.2f}  {:>5.1f}%  {:>6.1f} / {:<6.1f}\n", S.Rank, S.Name,
                                 Width, S.TokensPerSecPerGpu, S.StepTime, 100 * S.MFU, S.PeakBytes / 1e9,

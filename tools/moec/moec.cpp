@@ -84,6 +84,7 @@ int main(int argc, char **argv) {
     return runLsp();
   if (ReportCmd)
     return runReport();
-  llvm::errs() << "moec: expected a command: check, plan, sweep, explain, targets, schema, run, fmt, lsp, report, export, import or launch (see moec --help)\n";
+  llvm::errs() << "moec: expected a command: check, plan, sweep, explain, targets, schema, run, fmt, lsp, report, "
+                  "export, import or launch (see moec --help)\n";
   return ExitUsage;
 }

@@ -44,8 +44,8 @@ int main(int Argc, char **Argv) {
   if (!cl::ParseCommandLineOptions(Argc, Argv, "moerun-mkdata: writes a small synthetic training corpus\n"))
     return 1;
   MarkovCorpusOptions O;
-  for (auto [Opt, Name] : {std::pair{&Vocab, "--vocab"}, {&Tokens, "--tokens"}, {&MinDoc, "--min-doc"},
-                           {&MaxDoc, "--max-doc"}})
+  for (auto [Opt, Name] :
+       {std::pair{&Vocab, "--vocab"}, {&Tokens, "--tokens"}, {&MinDoc, "--min-doc"}, {&MaxDoc, "--max-doc"}})
     if (*Opt < 0)
       return fail(std::string(Name) + " needs a non-negative integer, got " + std::to_string(int64_t(*Opt)));
   O.Vocab = Vocab;
@@ -64,8 +64,7 @@ int main(int Argc, char **Argv) {
     return fail("written corpus unreadable: " + Error);
   std::printf("wrote %s.bin and %s.idx: %lld tokens in %lld documents, "
               "vocabulary %lld, %s\n",
-              Out.c_str(), Out.c_str(), (long long)D->numTokens(),
-              (long long)D->numDocuments(), (long long)O.Vocab,
+              Out.c_str(), Out.c_str(), (long long)D->numTokens(), (long long)D->numDocuments(), (long long)O.Vocab,
               tokenDTypeName(uint8_t(D->dtype())).c_str());
   return 0;
 }

@@ -46,8 +46,8 @@ cl::opt<int64_t> Steps("steps", cl::desc("Training steps to run (at least 1)"), 
                        cl::cat(MoerunCategory));
 cl::opt<std::string> LogPath("log", cl::desc("Write one JSON line per step to this file (rank 0)"),
                              cl::value_desc("FILE"), cl::cat(MoerunCategory));
-cl::opt<uint64_t> Seed("seed", cl::desc("Seed of the weights and the data order"), cl::value_desc("S"),
-                       cl::init(1234), cl::cat(MoerunCategory));
+cl::opt<uint64_t> Seed("seed", cl::desc("Seed of the weights and the data order"), cl::value_desc("S"), cl::init(1234),
+                       cl::cat(MoerunCategory));
 cl::opt<double> LearningRate("lr", cl::desc("Learning rate (positive)"), cl::value_desc("X"), cl::init(1e-3),
                              cl::cat(MoerunCategory));
 cl::opt<double> TimeoutSeconds("timeout", cl::desc("End the job after this long without progress (0: never)"),
@@ -150,9 +150,9 @@ bool checkGroups(const moec::LaunchPlan &Plan, int Rank,
   for (auto &[Kind, Comm] : Groups) {
     const std::vector<int> &Members = Plan.Groups.at(Kind)[size_t(Me.Groups.at(Kind))];
     if (Comm->size() != int(Members.size()) || Members[size_t(Comm->rank())] != Rank) {
-      Error = fmt::format("the '{}' communicator has this rank at {} of {}, the plan at {} of {}", Kind,
-                          Comm->rank(), Comm->size(),
-                          std::find(Members.begin(), Members.end(), Rank) - Members.begin(), Members.size());
+      Error =
+          fmt::format("the '{}' communicator has this rank at {} of {}, the plan at {} of {}", Kind, Comm->rank(),
+                      Comm->size(), std::find(Members.begin(), Members.end(), Rank) - Members.begin(), Members.size());
       return false;
     }
     float One = 1.0f;
@@ -192,13 +192,11 @@ void printLayout(const moec::LaunchPlan &Plan, moert::CommWorld &World,
     for (int64_t C = 0; C < Par.VPP; ++C) {
       const moec::LaunchStage &S = Plan.stage(PpRank, C);
       Line += fmt::format(" | stage {}: layers {}-{}{}{}", S.VirtualStage, S.FirstLayer,
-                          S.FirstLayer + S.DecoderLayers - 1, S.Embedding ? " +embedding" : "",
-                          S.Loss ? " +loss" : "");
+                          S.FirstLayer + S.DecoderLayers - 1, S.Embedding ? " +embedding" : "", S.Loss ? " +loss" : "");
     }
     std::printf("%s\n", Line.c_str());
   }
-  std::printf("moerun: dry run: plan checks passed and all %zu group kinds answered on every rank\n",
-              Groups.size());
+  std::printf("moerun: dry run: plan checks passed and all %zu group kinds answered on every rank\n", Groups.size());
   std::fflush(stdout);
 }
 

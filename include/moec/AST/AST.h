@@ -65,8 +65,7 @@ public:
 /// Sema from the type the context expects.
 class PathExpr : public Expr {
 public:
-  PathExpr(llvm::SMRange R, llvm::SmallVector<std::string, 2> Parts)
-      : Expr(Kind::Path, R), Parts(std::move(Parts)) {}
+  PathExpr(llvm::SMRange R, llvm::SmallVector<std::string, 2> Parts) : Expr(Kind::Path, R), Parts(std::move(Parts)) {}
   llvm::SmallVector<std::string, 2> Parts;
   std::string joined() const;
   static bool classof(const Expr *E) { return E->getKind() == Kind::Path; }
@@ -74,8 +73,7 @@ public:
 
 class ListExpr : public Expr {
 public:
-  ListExpr(Kind K, llvm::SMRange R, std::vector<ExprPtr> Elements)
-      : Expr(K, R), Elements(std::move(Elements)) {}
+  ListExpr(Kind K, llvm::SMRange R, std::vector<ExprPtr> Elements) : Expr(K, R), Elements(std::move(Elements)) {}
   std::vector<ExprPtr> Elements;
   static bool classof(const Expr *E) { return E->getKind() == Kind::List || E->getKind() == Kind::Sweep; }
 };

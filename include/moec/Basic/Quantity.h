@@ -33,9 +33,7 @@ struct Dimension {
   static Dimension time() { return {0, 1, 0}; }
 
   bool isNone() const { return bytes == 0 && seconds == 0 && flops == 0; }
-  bool operator==(const Dimension &O) const {
-    return bytes == O.bytes && seconds == O.seconds && flops == O.flops;
-  }
+  bool operator==(const Dimension &O) const { return bytes == O.bytes && seconds == O.seconds && flops == O.flops; }
   bool operator!=(const Dimension &O) const { return !(*this == O); }
   Dimension operator*(const Dimension &O) const {
     return {int8_t(bytes + O.bytes), int8_t(seconds + O.seconds), int8_t(flops + O.flops)};
@@ -75,8 +73,7 @@ public:
 
   /// Parses a literal's unit suffix (`K`, `GiB`, `TB/s`, `TFLOPS`, ...) and
   /// applies it to the digits before it. Returns None for an unknown unit.
-  static llvm::Optional<Quantity> fromLiteral(llvm::StringRef Digits, llvm::StringRef Unit,
-                                              QuantityError &Err);
+  static llvm::Optional<Quantity> fromLiteral(llvm::StringRef Digits, llvm::StringRef Unit, QuantityError &Err);
   /// Parses an integer or float literal without a unit (underscores allowed).
   static llvm::Optional<Quantity> fromNumber(llvm::StringRef Digits, QuantityError &Err);
   /// The units the lexer may glue to a number, for "did you mean".

@@ -101,8 +101,7 @@ llvm::Optional<diag::ID> lookupDiagID(llvm::StringRef KebabID);
 /// "; did you mean 'x'?" for the closest candidate within a small edit
 /// distance, or "" when nothing is close. Used to build message arguments.
 std::string didYouMean(llvm::StringRef Typo, llvm::ArrayRef<llvm::StringRef> Candidates);
-llvm::Optional<llvm::StringRef> closestMatch(llvm::StringRef Typo,
-                                             llvm::ArrayRef<llvm::StringRef> Candidates);
+llvm::Optional<llvm::StringRef> closestMatch(llvm::StringRef Typo, llvm::ArrayRef<llvm::StringRef> Candidates);
 
 struct DiagNote {
   llvm::SMRange Range; // may be invalid: a note without a location
@@ -140,13 +139,10 @@ class DiagnosticEngine;
 class DiagnosticBuilder {
 public:
   /// Index is into Diags; a dropped diagnostic (past the error cap) has none.
-  DiagnosticBuilder(std::vector<Diagnostic> *Diags, llvm::Optional<size_t> Index)
-      : Diags(Diags), Index(Index) {}
-  template <typename... Args>
-  DiagnosticBuilder &note(diag::NoteID ID, llvm::SMRange Range, Args &&...A) {
+  DiagnosticBuilder(std::vector<Diagnostic> *Diags, llvm::Optional<size_t> Index) : Diags(Diags), Index(Index) {}
+  template <typename... Args> DiagnosticBuilder &note(diag::NoteID ID, llvm::SMRange Range, Args &&...A) {
     if (Index)
-      (*Diags)[*Index].Notes.push_back(
-          {Range, fmt::format(runtimeFormat(noteFormat(ID)), std::forward<Args>(A)...)});
+      (*Diags)[*Index].Notes.push_back({Range, fmt::format(runtimeFormat(noteFormat(ID)), std::forward<Args>(A)...)});
     return *this;
   }
   /// A fix-it replaces Range with Replacement; it is shown as a note too.
@@ -160,28 +156,23 @@ private:
 
 class DiagnosticEngine {
 public:
-  explicit DiagnosticEngine(llvm::SourceMgr &SM, DiagnosticOptions Opts = {})
-      : SM(SM), Opts(std::move(Opts)) {}
+  explicit DiagnosticEngine(llvm::SourceMgr &SM, DiagnosticOptions Opts = {}) : SM(SM), Opts(std::move(Opts)) {}
 
-  template <typename... Args>
-  DiagnosticBuilder report(diag::ID ID, llvm::SMRange Range, Args &&...A) {
+  template <typename... Args> DiagnosticBuilder report(diag::ID ID, llvm::SMRange Range, Args &&...A) {
     return add(ID, Range, fmt::format(runtimeFormat(getDiagInfo(ID).Format), std::forward<Args>(A)...));
   }
   /// A diagnostic named in code: its message's argument count is checked
   /// when this compiles.
-  template <diag::ID N, typename... Args>
-  DiagnosticBuilder report(diag::Tag<N> T, llvm::SMRange Range, Args &&...A) {
+  template <diag::ID N, typename... Args> DiagnosticBuilder report(diag::Tag<N> T, llvm::SMRange Range, Args &&...A) {
     static_assert(sizeof...(Args) == diag::Tag<N>::Arity, "wrong number of arguments for this diagnostic's message");
     return report(diag::ID(T), Range, std::forward<Args>(A)...);
   }
   /// Reports with a severity other than the ID's default: a rule's severity
   /// follows the target it is checked for (RuleTargets.def).
-  template <diag::ID N, typename... Args>
-  DiagnosticBuilder report(diag::Tag<N> T, llvm::SMLoc Loc, Args &&...A) {
+  template <diag::ID N, typename... Args> DiagnosticBuilder report(diag::Tag<N> T, llvm::SMLoc Loc, Args &&...A) {
     return report(T, llvm::SMRange(Loc, Loc), std::forward<Args>(A)...);
   }
-  template <typename... Args>
-  DiagnosticBuilder reportAs(diag::ID ID, Severity Sev, llvm::SMRange Range, Args &&...A) {
+  template <typename... Args> DiagnosticBuilder reportAs(diag::ID ID, Severity Sev, llvm::SMRange Range, Args &&...A) {
     return add(ID, Range, fmt::format(runtimeFormat(getDiagInfo(ID).Format), std::forward<Args>(A)...), Sev);
   }
   template <typename... Args> DiagnosticBuilder report(diag::ID ID, llvm::SMLoc Loc, Args &&...A) {

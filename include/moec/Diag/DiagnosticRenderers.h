@@ -20,8 +20,7 @@ void renderText(llvm::ArrayRef<Diagnostic> Diags, llvm::SourceMgr &SM, llvm::raw
 llvm::json::Value renderJSON(llvm::ArrayRef<Diagnostic> Diags, llvm::SourceMgr &SM);
 
 /// A SARIF 2.1.0 log with one run whose rules are every diagnostic moec knows.
-llvm::json::Value renderSARIF(llvm::ArrayRef<Diagnostic> Diags, llvm::SourceMgr &SM,
-                              llvm::StringRef ToolVersion);
+llvm::json::Value renderSARIF(llvm::ArrayRef<Diagnostic> Diags, llvm::SourceMgr &SM, llvm::StringRef ToolVersion);
 
 } // namespace moec
 

@@ -119,9 +119,7 @@ struct LaunchPlan {
   /// One per world rank, in rank order.
   std::vector<LaunchRank> Ranks;
 
-  const LaunchStage &stage(int64_t PpRank, int64_t Chunk) const {
-    return Stages[size_t(Chunk * Parallel.PP + PpRank)];
-  }
+  const LaunchStage &stage(int64_t PpRank, int64_t Chunk) const { return Stages[size_t(Chunk * Parallel.PP + PpRank)]; }
 };
 
 /// The plan versions this reader understands.

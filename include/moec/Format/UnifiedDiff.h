@@ -15,8 +15,8 @@ namespace moec {
 /// The unified diff from Old to New with Context lines around each change,
 /// headed `--- OldName` / `+++ NewName`; empty when the texts are equal. A
 /// text that does not end in a newline gets `\ No newline at end of file`.
-std::string unifiedDiff(llvm::StringRef Old, llvm::StringRef New, llvm::StringRef OldName,
-                        llvm::StringRef NewName, unsigned Context = 3);
+std::string unifiedDiff(llvm::StringRef Old, llvm::StringRef New, llvm::StringRef OldName, llvm::StringRef NewName,
+                        unsigned Context = 3);
 
 } // namespace moec
 

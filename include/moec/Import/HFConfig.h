@@ -19,8 +19,8 @@
 namespace moec {
 
 struct HFImport {
-  std::string MoeText;                // `model NAME { ... }`
-  std::vector<std::string> Ignored;   // config keys with no .moe equivalent, for a remark
+  std::string MoeText;              // `model NAME { ... }`
+  std::vector<std::string> Ignored; // config keys with no .moe equivalent, for a remark
 };
 
 /// Converts the text of a config.json. Errors name the missing or ill-typed

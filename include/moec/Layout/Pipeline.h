@@ -40,7 +40,7 @@ struct PipelineInput {
   /// layout decides VPP (#stages / PP), as Megatron derives it; a VPP > 1
   /// that disagrees with the layout is an error.
   int64_t PP = 1, VPP = 1;
-  int64_t Microbatches = 1;       // per step per data-parallel rank
+  int64_t Microbatches = 1;            // per step per data-parallel rank
   const std::string *Layout = nullptr; // explicit layout string, if any
   /// Interleaved schedule only: micro batches per group
   /// (microbatch_group_size_per_vp_stage); 0 means PP, Megatron's default.
@@ -58,9 +58,7 @@ struct ScheduledOp {
   int64_t Microbatch;
   int64_t Chunk; // model chunk (virtual stage index / PP) on this rank
 
-  bool operator==(const ScheduledOp &O) const {
-    return K == O.K && Microbatch == O.Microbatch && Chunk == O.Chunk;
-  }
+  bool operator==(const ScheduledOp &O) const { return K == O.K && Microbatch == O.Microbatch && Chunk == O.Chunk; }
   bool operator!=(const ScheduledOp &O) const { return !(*this == O); }
 };
 

@@ -41,8 +41,7 @@ struct PipelineLayout {
 
 /// Parses a layout string; on failure returns false and fills Err. Bounded:
 /// an expansion past MaxItems items is an error, not an allocation.
-bool parsePipelineLayout(llvm::StringRef Text, PipelineLayout &Out, LayoutError &Err,
-                         size_t MaxItems = 1u << 20);
+bool parsePipelineLayout(llvm::StringRef Text, PipelineLayout &Out, LayoutError &Err, size_t MaxItems = 1u << 20);
 
 /// A balanced layout of DecoderLayers decoder and MtpLayers MTP layers over
 /// Stages virtual stages, counting the embedding and the loss as one layer

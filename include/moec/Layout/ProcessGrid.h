@@ -73,8 +73,8 @@ struct ProcessGrid {
 /// cp group of 32, level 0 is 4 groups of 8 consecutive members, level 1 is
 /// 8 groups of members 8 apart. Empty when the product of Sizes is not the
 /// groups' size.
-std::vector<std::vector<std::vector<int64_t>>>
-hierarchicalGroups(const std::vector<std::vector<int64_t>> &Groups, llvm::ArrayRef<int64_t> Sizes);
+std::vector<std::vector<std::vector<int64_t>>> hierarchicalGroups(const std::vector<std::vector<int64_t>> &Groups,
+                                                                  llvm::ArrayRef<int64_t> Sizes);
 
 } // namespace moec
 

@@ -26,9 +26,9 @@ namespace moec {
 /// projections, the logits, MTP layers, and for VLMs the vision encoder and
 /// projector. Recompute is not counted.
 struct FlopCount {
-  double DecoderPerToken = 0;  // training FLOPs per decoder token (fwd + bwd)
-  double VisionPerToken = 0;   // vision encoder + projector, per decoder token
-  double PerStep = 0;          // whole job, one optimizer step
+  double DecoderPerToken = 0; // training FLOPs per decoder token (fwd + bwd)
+  double VisionPerToken = 0;  // vision encoder + projector, per decoder token
+  double PerStep = 0;         // whole job, one optimizer step
   /// Fraction of the decoder tokens that are text (VLM with images: less
   /// than 1; the rest are image tokens).
   double TextTokenFraction = 1;
@@ -41,8 +41,8 @@ FlopCount countFlops(const Recipe &R);
 /// Host is the time the GPU waits for the CPU to issue kernels; Bubble the
 /// pipeline's idle time; DataParallel and Optimizer are per step.
 struct StepTimeBreakdown {
-  double Compute = 0, TensorParallel = 0, ContextParallel = 0, ExpertParallel = 0, PipelineP2P = 0,
-         DataParallel = 0, Bubble = 0, Recompute = 0;
+  double Compute = 0, TensorParallel = 0, ContextParallel = 0, ExpertParallel = 0, PipelineP2P = 0, DataParallel = 0,
+         Bubble = 0, Recompute = 0;
   double Host = 0, Optimizer = 0;
   /// Exposed copies of fine-grained activation offload (offload.activations
   /// = [modules]): the time they take beyond the passes they overlap.
@@ -58,8 +58,8 @@ struct StepTimeBreakdown {
   /// The same over the dense peak of the recipe's precision (FP8 or FP4 rate
   /// for low-precision recipes): mfu_pct_vs_native_dense_peak.
   double MFUNative = 0;
-  int64_t Microbatches = 0;  // per step per data-parallel rank
-  int64_t SlowestStage = 0;  // pipeline rank that sets the pace
+  int64_t Microbatches = 0; // per step per data-parallel rank
+  int64_t SlowestStage = 0; // pipeline rank that sets the pace
   /// Seconds of one micro batch's forward and backward pass of each virtual
   /// stage (the layers of one model chunk on one pipeline rank, with their
   /// exposed communication and host time), in virtual-stage order. Over a

@@ -45,8 +45,7 @@ public:
     return reportAt(ID, where(Path), Path, std::forward<Args>(A)...);
   }
   /// A rule named in code: the argument count is checked at compile time.
-  template <diag::ID N, typename... Args>
-  DiagnosticBuilder report(diag::Tag<N> T, llvm::StringRef Path, Args &&...A) {
+  template <diag::ID N, typename... Args> DiagnosticBuilder report(diag::Tag<N> T, llvm::StringRef Path, Args &&...A) {
     static_assert(sizeof...(Args) == diag::Tag<N>::Arity, "wrong number of arguments for this rule's message");
     return reportAt(diag::ID(T), where(Path), Path, std::forward<Args>(A)...);
   }

@@ -32,9 +32,9 @@ enum class DataSourceKind { Mock, Real };
 /// The .moe spellings of an enumeration, in declaration order.
 template <typename E> llvm::ArrayRef<llvm::StringLiteral> enumNames();
 #define VALUE(Enumerator, Spelling) Spelling,
-#define RECIPE_ENUM(Type, Values)                                                                                     \
-  template <> inline llvm::ArrayRef<llvm::StringLiteral> enumNames<Type>() {                                          \
-    static constexpr llvm::StringLiteral Names[] = {Values};                                                          \
+#define RECIPE_ENUM(Type, Values)                                                                                      \
+  template <> inline llvm::ArrayRef<llvm::StringLiteral> enumNames<Type>() {                                           \
+    static constexpr llvm::StringLiteral Names[] = {Values};                                                           \
     return Names;                                                                                                      \
   }
 #include "moec/Sema/RecipeEnums.def"
@@ -58,9 +58,9 @@ inline llvm::StringRef graphScopeName(GraphScope S) { return enumName(S); }
 /// Where a value came from: the range that set it (or the definition name for
 /// a default), and the definitions it was inherited through, outermost first.
 struct Provenance {
-  llvm::SMRange Range;      // the value (the chosen element for a sweep)
-  llvm::SMRange EntryRange; // the whole `path = value` entry, for fix-its
-  llvm::SMRange PathRange;  // the path as written (`cp` or `parallel.cp`)
+  llvm::SMRange Range;                     // the value (the chosen element for a sweep)
+  llvm::SMRange EntryRange;                // the whole `path = value` entry, for fix-its
+  llvm::SMRange PathRange;                 // the path as written (`cp` or `parallel.cp`)
   llvm::SmallVector<std::string, 2> Chain; // e.g. {"base", "child"}: set in base
   bool IsDefault = false;
 };
@@ -160,7 +160,7 @@ struct Recipe {
   std::string Name;      // the definition's name
   std::string PointName; // "name" or "name[micro=2, recompute=full]"
   llvm::SMRange NameRange;
-  std::string Base;      // the recipe it extends directly, if any
+  std::string Base; // the recipe it extends directly, if any
   /// The Megatron release checked for: --target, else the recipe's target
   /// field, else DefaultTarget.
   Target Tgt = DefaultTarget;
@@ -171,8 +171,8 @@ struct Recipe {
   int64_t SeqLen = 0, MicroBatch = 0, GlobalBatch = 0;
   ParallelConfig Parallel;
   Precision Prec = Precision::BF16;
-  bool Fp8ParamGather = false; // stated, else the target's preset (TargetDefaults.h)
-  bool Fp4ParamGather = false; // stated, else the target's NVFP4 preset
+  bool Fp8ParamGather = false;                     // stated, else the target's preset (TargetDefaults.h)
+  bool Fp4ParamGather = false;                     // stated, else the target's NVFP4 preset
   int64_t Bf16FirstLayers = 0, Bf16LastLayers = 0; // Megatron first_last_layers_bf16
   Dispatcher Dispatch = Dispatcher::AllToAll;
   RecomputeConfig Recompute;
@@ -182,7 +182,7 @@ struct Recipe {
   OptimizerConfig Optimizer;
   double OffloadOptimizer = 0;
   bool OverlapOffloadCopies = false; // Megatron overlap_cpu_optimizer_d2h_h2d
-  bool OffloadActivations = false; // whole layers (cpu_offloading)
+  bool OffloadActivations = false;   // whole layers (cpu_offloading)
   /// Modules whose inputs are offloaded in every layer (Megatron's
   /// fine_grained_activation_offloading with offload_modules); empty: none.
   llvm::SmallVector<OffloadModule, 4> OffloadModules;

@@ -16,8 +16,8 @@
 namespace moec {
 
 enum class FieldType {
-  Count,      // exact non-negative integer, no unit (`4K` is a count)
-  Number,     // real number, no unit
+  Count,  // exact non-negative integer, no unit (`4K` is a count)
+  Number, // real number, no unit
   Bool,
   String,
   Bytes,      // a byte quantity: 80GB

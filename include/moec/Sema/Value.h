@@ -17,9 +17,9 @@ struct Value {
   Kind K = Kind::Number;
   Quantity Num;
   bool Bool = false;
-  std::string Text;           // String: contents; Name: the name; Ref/Call: the name called
-  DefInfo *Ref = nullptr;     // Ref: the definition named
-  std::vector<Value> Elements; // List elements; Call positional arguments
+  std::string Text;                                 // String: contents; Name: the name; Ref/Call: the name called
+  DefInfo *Ref = nullptr;                           // Ref: the definition named
+  std::vector<Value> Elements;                      // List elements; Call positional arguments
   std::vector<std::pair<std::string, Value>> Named; // Call named arguments
   llvm::SMRange Range;
 

@@ -21,8 +21,7 @@ struct ParseLimits {
 
 /// Parses buffer BufferID of the engine's SourceMgr. Returns null after
 /// reporting at least one error.
-std::unique_ptr<ast::File> parseBuffer(unsigned BufferID, DiagnosticEngine &Diags,
-                                       const ParseLimits &Limits = {});
+std::unique_ptr<ast::File> parseBuffer(unsigned BufferID, DiagnosticEngine &Diags, const ParseLimits &Limits = {});
 
 } // namespace moec
 

@@ -9,9 +9,6 @@
 
 namespace moert {
 
-
-
-
 namespace {
 
 class MpiRequest final : public Request {
@@ -35,16 +32,14 @@ public:
   std::abort();
 }
 
-#define MOERT_MPI(Call)                                                        \
-  do {                                                                         \
-    int Code_ = (Call);                                                        \
-    if (Code_ != MPI_SUCCESS)                                                  \
-      mpiFailed(#Call, Code_);                                                 \
+#define MOERT_MPI(Call)                                                                                                \
+  do {                                                                                                                 \
+    int Code_ = (Call);                                                                                                \
+    if (Code_ != MPI_SUCCESS)                                                                                          \
+      mpiFailed(#Call, Code_);                                                                                         \
   } while (false)
 
-void MpiRequest::wait() {
-  MOERT_MPI(MPI_Wait(&Handle, MPI_STATUS_IGNORE));
-}
+void MpiRequest::wait() { MOERT_MPI(MPI_Wait(&Handle, MPI_STATUS_IGNORE)); }
 
 int checkedCount(size_t Count) {
   if (Count > size_t(std::numeric_limits<int>::max())) {
@@ -56,8 +51,7 @@ int checkedCount(size_t Count) {
 
 class MpiCommunicator final : public Communicator {
 public:
-  MpiCommunicator(MPI_Comm Comm, std::string Name, bool Owned)
-      : Comm(Comm), Name(std::move(Name)), Owned(Owned) {
+  MpiCommunicator(MPI_Comm Comm, std::string Name, bool Owned) : Comm(Comm), Name(std::move(Name)), Owned(Owned) {
     MOERT_MPI(MPI_Comm_rank(Comm, &Rank));
     MOERT_MPI(MPI_Comm_size(Comm, &Size));
   }
@@ -75,21 +69,17 @@ public:
   void allReduceSum(float *Data, size_t Count) override {
     if (Size == 1 || Count == 0)
       return;
-    MOERT_MPI(MPI_Allreduce(MPI_IN_PLACE, Data, checkedCount(Count), MPI_FLOAT,
-                            MPI_SUM, Comm));
+    MOERT_MPI(MPI_Allreduce(MPI_IN_PLACE, Data, checkedCount(Count), MPI_FLOAT, MPI_SUM, Comm));
   }
   void reduceScatterSum(const float *In, float *Out, size_t CountPerRank) override {
-    MOERT_MPI(MPI_Reduce_scatter_block(In, Out, checkedCount(CountPerRank),
-                                       MPI_FLOAT, MPI_SUM, Comm));
+    MOERT_MPI(MPI_Reduce_scatter_block(In, Out, checkedCount(CountPerRank), MPI_FLOAT, MPI_SUM, Comm));
   }
   void allGather(const float *In, float *Out, size_t CountPerRank) override {
-    MOERT_MPI(MPI_Allgather(In, checkedCount(CountPerRank), MPI_FLOAT, Out,
-                            checkedCount(CountPerRank), MPI_FLOAT, Comm));
+    MOERT_MPI(
+        MPI_Allgather(In, checkedCount(CountPerRank), MPI_FLOAT, Out, checkedCount(CountPerRank), MPI_FLOAT, Comm));
   }
-  void allToAllV(const float *Send, const std::vector<size_t> &SendCounts,
-                 const std::vector<size_t> &SendOffsets, float *Recv,
-                 const std::vector<size_t> &RecvCounts,
-                 const std::vector<size_t> &RecvOffsets) override {
+  void allToAllV(const float *Send, const std::vector<size_t> &SendCounts, const std::vector<size_t> &SendOffsets,
+                 float *Recv, const std::vector<size_t> &RecvCounts, const std::vector<size_t> &RecvOffsets) override {
     std::vector<int> SC(Size), SD(Size), RC(Size), RD(Size);
     for (int P = 0; P < Size; ++P) {
       SC[P] = checkedCount(SendCounts[P]);
@@ -97,40 +87,31 @@ public:
       RC[P] = checkedCount(RecvCounts[P]);
       RD[P] = checkedCount(RecvOffsets[P]);
     }
-    MOERT_MPI(MPI_Alltoallv(Send, SC.data(), SD.data(), MPI_FLOAT, Recv,
-                            RC.data(), RD.data(), MPI_FLOAT, Comm));
+    MOERT_MPI(MPI_Alltoallv(Send, SC.data(), SD.data(), MPI_FLOAT, Recv, RC.data(), RD.data(), MPI_FLOAT, Comm));
   }
   void allToAll(const int64_t *Send, int64_t *Recv, size_t CountPerRank) override {
-    MOERT_MPI(MPI_Alltoall(Send, checkedCount(CountPerRank), MPI_INT64_T, Recv,
-                           checkedCount(CountPerRank), MPI_INT64_T, Comm));
+    MOERT_MPI(MPI_Alltoall(Send, checkedCount(CountPerRank), MPI_INT64_T, Recv, checkedCount(CountPerRank), MPI_INT64_T,
+                           Comm));
   }
-  void sendRecv(const float *Send, size_t SendCount, int Dest, float *Recv,
-                size_t RecvCount, int Source) override {
-    MOERT_MPI(MPI_Sendrecv(Send, checkedCount(SendCount), MPI_FLOAT,
-                           Dest < 0 ? MPI_PROC_NULL : Dest, /*tag=*/0, Recv,
-                           checkedCount(RecvCount), MPI_FLOAT,
-                           Source < 0 ? MPI_PROC_NULL : Source, 0, Comm,
+  void sendRecv(const float *Send, size_t SendCount, int Dest, float *Recv, size_t RecvCount, int Source) override {
+    MOERT_MPI(MPI_Sendrecv(Send, checkedCount(SendCount), MPI_FLOAT, Dest < 0 ? MPI_PROC_NULL : Dest, /*tag=*/0, Recv,
+                           checkedCount(RecvCount), MPI_FLOAT, Source < 0 ? MPI_PROC_NULL : Source, 0, Comm,
                            MPI_STATUS_IGNORE));
   }
   void send(const float *Data, size_t Count, int Dest) override {
     MOERT_MPI(MPI_Send(Data, checkedCount(Count), MPI_FLOAT, Dest, 0, Comm));
   }
   void recv(float *Data, size_t Count, int Source) override {
-    MOERT_MPI(MPI_Recv(Data, checkedCount(Count), MPI_FLOAT, Source, 0, Comm,
-                       MPI_STATUS_IGNORE));
+    MOERT_MPI(MPI_Recv(Data, checkedCount(Count), MPI_FLOAT, Source, 0, Comm, MPI_STATUS_IGNORE));
   }
-  std::unique_ptr<Request> isend(const float *Data, size_t Count, int Dest,
-                                 int Tag) override {
+  std::unique_ptr<Request> isend(const float *Data, size_t Count, int Dest, int Tag) override {
     auto R = std::make_unique<MpiRequest>();
-    MOERT_MPI(MPI_Isend(Data, checkedCount(Count), MPI_FLOAT, Dest, Tag, Comm,
-                        &R->Handle));
+    MOERT_MPI(MPI_Isend(Data, checkedCount(Count), MPI_FLOAT, Dest, Tag, Comm, &R->Handle));
     return R;
   }
-  std::unique_ptr<Request> irecv(float *Data, size_t Count, int Source,
-                                 int Tag) override {
+  std::unique_ptr<Request> irecv(float *Data, size_t Count, int Source, int Tag) override {
     auto R = std::make_unique<MpiRequest>();
-    MOERT_MPI(MPI_Irecv(Data, checkedCount(Count), MPI_FLOAT, Source, Tag, Comm,
-                        &R->Handle));
+    MOERT_MPI(MPI_Irecv(Data, checkedCount(Count), MPI_FLOAT, Source, Tag, Comm, &R->Handle));
     return R;
   }
   void broadcast(void *Bytes, size_t Size, int Root) override {
@@ -166,8 +147,7 @@ public:
   int size() const override { return World->size(); }
   Communicator &world() override { return *World; }
 
-  std::unique_ptr<Communicator>
-  split(const std::string &Name, const std::vector<std::vector<int>> &Groups) override {
+  std::unique_ptr<Communicator> split(const std::string &Name, const std::vector<std::vector<int>> &Groups) override {
     int Color = -1, Key = 0;
     for (size_t G = 0; G < Groups.size(); ++G)
       for (size_t I = 0; I < Groups[G].size(); ++I)
@@ -197,8 +177,6 @@ private:
 
 } // namespace
 
-std::unique_ptr<CommWorld> createMpiWorld(int *Argc, char ***Argv) {
-  return std::make_unique<MpiWorld>(Argc, Argv);
-}
+std::unique_ptr<CommWorld> createMpiWorld(int *Argc, char ***Argv) { return std::make_unique<MpiWorld>(Argc, Argv); }
 
 } // namespace moert

@@ -18,8 +18,7 @@ void toDevice(void *Device, const void *Host, size_t Bytes) {
     MOERT_CUDA_CHECK(cudaMemcpy(Device, Host, Bytes, cudaMemcpyHostToDevice));
 }
 
-size_t extent(const std::vector<size_t> &Counts,
-              const std::vector<size_t> &Offsets) {
+size_t extent(const std::vector<size_t> &Counts, const std::vector<size_t> &Offsets) {
   size_t E = 0;
   for (size_t I = 0; I < Counts.size(); ++I)
     if (Counts[I])
@@ -31,10 +30,8 @@ size_t extent(const std::vector<size_t> &Counts,
 /// when it completes. Owns the staging buffer.
 class StagedRequest : public Request {
 public:
-  StagedRequest(std::unique_ptr<Request> Inner, std::vector<float> Staging,
-                float *DeviceDest)
-      : Inner(std::move(Inner)), Staging(std::move(Staging)),
-        DeviceDest(DeviceDest) {}
+  StagedRequest(std::unique_ptr<Request> Inner, std::vector<float> Staging, float *DeviceDest)
+      : Inner(std::move(Inner)), Staging(std::move(Staging)), DeviceDest(DeviceDest) {}
   void wait() override {
     if (!Inner)
       return;
@@ -58,17 +55,14 @@ public:
   int size() const override { return Host.size(); }
   const std::string &name() const override { return Host.name(); }
   void setComputeStream(cudaStream_t S) override { Compute = S; }
-  void synchronize() override {
-    MOERT_CUDA_CHECK(cudaStreamSynchronize(Compute));
-  }
+  void synchronize() override { MOERT_CUDA_CHECK(cudaStreamSynchronize(Compute)); }
 
   void allReduceSum(float *Data, size_t Count) override {
     std::vector<float> H = fetch(Data, Count);
     Host.allReduceSum(H.data(), Count);
     toDevice(Data, H.data(), Count * sizeof(float));
   }
-  void reduceScatterSum(const float *In, float *Out,
-                        size_t CountPerRank) override {
+  void reduceScatterSum(const float *In, float *Out, size_t CountPerRank) override {
     std::vector<float> H = fetch(In, CountPerRank * size());
     std::vector<float> R(CountPerRank);
     Host.reduceScatterSum(H.data(), R.data(), CountPerRank);
@@ -80,20 +74,16 @@ public:
     Host.allGather(H.data(), R.data(), CountPerRank);
     toDevice(Out, R.data(), R.size() * sizeof(float));
   }
-  void allToAllV(const float *Send, const std::vector<size_t> &SendCounts,
-                 const std::vector<size_t> &SendOffsets, float *Recv,
-                 const std::vector<size_t> &RecvCounts,
-                 const std::vector<size_t> &RecvOffsets) override {
+  void allToAllV(const float *Send, const std::vector<size_t> &SendCounts, const std::vector<size_t> &SendOffsets,
+                 float *Recv, const std::vector<size_t> &RecvCounts, const std::vector<size_t> &RecvOffsets) override {
     std::vector<float> S = fetch(Send, extent(SendCounts, SendOffsets));
     size_t RecvExtent = extent(RecvCounts, RecvOffsets);
     // Keep the device bytes between the received slices as they were.
     std::vector<float> R = fetch(Recv, RecvExtent);
-    Host.allToAllV(S.data(), SendCounts, SendOffsets, R.data(), RecvCounts,
-                   RecvOffsets);
+    Host.allToAllV(S.data(), SendCounts, SendOffsets, R.data(), RecvCounts, RecvOffsets);
     toDevice(Recv, R.data(), RecvExtent * sizeof(float));
   }
-  void allToAll(const int64_t *Send, int64_t *Recv,
-                size_t CountPerRank) override {
+  void allToAll(const int64_t *Send, int64_t *Recv, size_t CountPerRank) override {
     size_t N = CountPerRank * size();
     std::vector<int64_t> S(N), R(N);
     sync();
@@ -101,10 +91,8 @@ public:
     Host.allToAll(S.data(), R.data(), CountPerRank);
     toDevice(Recv, R.data(), N * sizeof(int64_t));
   }
-  void sendRecv(const float *Send, size_t SendCount, int Dest, float *Recv,
-                size_t RecvCount, int Source) override {
-    std::vector<float> S =
-        Dest >= 0 ? fetch(Send, SendCount) : std::vector<float>();
+  void sendRecv(const float *Send, size_t SendCount, int Dest, float *Recv, size_t RecvCount, int Source) override {
+    std::vector<float> S = Dest >= 0 ? fetch(Send, SendCount) : std::vector<float>();
     std::vector<float> R(Source >= 0 ? RecvCount : 0);
     Host.sendRecv(S.data(), SendCount, Dest, R.data(), RecvCount, Source);
     if (Source >= 0)
@@ -119,21 +107,17 @@ public:
     Host.recv(R.data(), Count, Source);
     toDevice(Data, R.data(), Count * sizeof(float));
   }
-  std::unique_ptr<Request> isend(const float *Data, size_t Count, int Dest,
-                                 int Tag) override {
+  std::unique_ptr<Request> isend(const float *Data, size_t Count, int Dest, int Tag) override {
     std::vector<float> S = fetch(Data, Count);
     // The staging vector moves into the request: its heap buffer, which the
     // pending send reads, stays where it is.
     auto Inner = Host.isend(S.data(), Count, Dest, Tag);
-    return std::make_unique<StagedRequest>(std::move(Inner), std::move(S),
-                                           nullptr);
+    return std::make_unique<StagedRequest>(std::move(Inner), std::move(S), nullptr);
   }
-  std::unique_ptr<Request> irecv(float *Data, size_t Count, int Source,
-                                 int Tag) override {
+  std::unique_ptr<Request> irecv(float *Data, size_t Count, int Source, int Tag) override {
     std::vector<float> R(Count);
     auto Inner = Host.irecv(R.data(), Count, Source, Tag);
-    return std::make_unique<StagedRequest>(std::move(Inner), std::move(R),
-                                           Data);
+    return std::make_unique<StagedRequest>(std::move(Inner), std::move(R), Data);
   }
   void broadcast(void *Bytes, size_t Size, int Root) override {
     std::vector<char> H(Size);
@@ -162,8 +146,7 @@ private:
 
 } // namespace
 
-std::unique_ptr<DeviceCommunicator>
-createHostStagedCommunicator(Communicator &Host) {
+std::unique_ptr<DeviceCommunicator> createHostStagedCommunicator(Communicator &Host) {
   return std::make_unique<HostStagedCommunicator>(Host);
 }
 

@@ -19,8 +19,7 @@
 namespace moert {
 
 /// Host must outlive the result.
-std::unique_ptr<DeviceCommunicator>
-createHostStagedCommunicator(Communicator &Host);
+std::unique_ptr<DeviceCommunicator> createHostStagedCommunicator(Communicator &Host);
 
 } // namespace moert
 

@@ -17,8 +17,7 @@ void checkNccl(ncclResult_t R, const char *Call, const char *File, int Line) {
   if (R == ncclSuccess)
     return;
   std::ostringstream OS;
-  OS << File << ":" << Line << ": " << Call
-     << " failed: " << ncclGetErrorString(R);
+  OS << File << ":" << Line << ": " << Call << " failed: " << ncclGetErrorString(R);
   const char *Last = ncclGetLastError(nullptr);
   if (Last && *Last)
     OS << " (" << Last << ")";
@@ -30,8 +29,7 @@ void checkNccl(ncclResult_t R, const char *Call, const char *File, int Line) {
 /// the compute stream after it.
 class NcclRequest : public Request {
 public:
-  NcclRequest(cudaEvent_t Done, cudaStream_t Waiter)
-      : Done(Done), Waiter(Waiter) {}
+  NcclRequest(cudaEvent_t Done, cudaStream_t Waiter) : Done(Done), Waiter(Waiter) {}
   ~NcclRequest() override {
     if (Done)
       cudaEventDestroy(Done);
@@ -49,8 +47,7 @@ private:
 
 class NcclCommunicator : public DeviceCommunicator {
 public:
-  NcclCommunicator(std::unique_ptr<Communicator> MpiGroup, int Device)
-      : Mpi(std::move(MpiGroup)), Device(Device) {
+  NcclCommunicator(std::unique_ptr<Communicator> MpiGroup, int Device) : Mpi(std::move(MpiGroup)), Device(Device) {
     MOERT_CUDA_CHECK(cudaSetDevice(Device));
     ncclUniqueId Id;
     if (Mpi->rank() == 0)
@@ -63,8 +60,7 @@ public:
     MOERT_CUDA_CHECK(cudaStreamCreate(&SendStream));
     MOERT_CUDA_CHECK(cudaStreamCreate(&RecvStream));
     MOERT_CUDA_CHECK(cudaEventCreateWithFlags(&Ready, cudaEventDisableTiming));
-    MOERT_CUDA_CHECK(
-        cudaEventCreateWithFlags(&Finished, cudaEventDisableTiming));
+    MOERT_CUDA_CHECK(cudaEventCreateWithFlags(&Finished, cudaEventDisableTiming));
   }
 
   ~NcclCommunicator() override {
@@ -95,30 +91,24 @@ public:
 
   void allReduceSum(float *Data, size_t Count) override {
     begin(CollStream);
-    MOERT_NCCL_CHECK(
-        ncclAllReduce(Data, Data, Count, ncclFloat, ncclSum, Comm, CollStream));
+    MOERT_NCCL_CHECK(ncclAllReduce(Data, Data, Count, ncclFloat, ncclSum, Comm, CollStream));
     end(CollStream);
   }
 
-  void reduceScatterSum(const float *In, float *Out,
-                        size_t CountPerRank) override {
+  void reduceScatterSum(const float *In, float *Out, size_t CountPerRank) override {
     begin(CollStream);
-    MOERT_NCCL_CHECK(ncclReduceScatter(In, Out, CountPerRank, ncclFloat,
-                                       ncclSum, Comm, CollStream));
+    MOERT_NCCL_CHECK(ncclReduceScatter(In, Out, CountPerRank, ncclFloat, ncclSum, Comm, CollStream));
     end(CollStream);
   }
 
   void allGather(const float *In, float *Out, size_t CountPerRank) override {
     begin(CollStream);
-    MOERT_NCCL_CHECK(
-        ncclAllGather(In, Out, CountPerRank, ncclFloat, Comm, CollStream));
+    MOERT_NCCL_CHECK(ncclAllGather(In, Out, CountPerRank, ncclFloat, Comm, CollStream));
     end(CollStream);
   }
 
-  void allToAllV(const float *Send, const std::vector<size_t> &SendCounts,
-                 const std::vector<size_t> &SendOffsets, float *Recv,
-                 const std::vector<size_t> &RecvCounts,
-                 const std::vector<size_t> &RecvOffsets) override {
+  void allToAllV(const float *Send, const std::vector<size_t> &SendCounts, const std::vector<size_t> &SendOffsets,
+                 float *Recv, const std::vector<size_t> &RecvCounts, const std::vector<size_t> &RecvOffsets) override {
     checkPeers(SendCounts.size(), "allToAllV send counts");
     checkPeers(RecvCounts.size(), "allToAllV receive counts");
     begin(CollStream);
@@ -127,70 +117,54 @@ public:
       // Zero-sized transfers are skipped on both sides alike (the counts
       // agree pairwise), so no empty message is ever matched.
       if (SendCounts[P])
-        MOERT_NCCL_CHECK(ncclSend(Send + SendOffsets[P], SendCounts[P],
-                                  ncclFloat, P, Comm, CollStream));
+        MOERT_NCCL_CHECK(ncclSend(Send + SendOffsets[P], SendCounts[P], ncclFloat, P, Comm, CollStream));
       if (RecvCounts[P])
-        MOERT_NCCL_CHECK(ncclRecv(Recv + RecvOffsets[P], RecvCounts[P],
-                                  ncclFloat, P, Comm, CollStream));
+        MOERT_NCCL_CHECK(ncclRecv(Recv + RecvOffsets[P], RecvCounts[P], ncclFloat, P, Comm, CollStream));
     }
     MOERT_NCCL_CHECK(ncclGroupEnd());
     end(CollStream);
   }
 
-  void allToAll(const int64_t *Send, int64_t *Recv,
-                size_t CountPerRank) override {
+  void allToAll(const int64_t *Send, int64_t *Recv, size_t CountPerRank) override {
     begin(CollStream);
     MOERT_NCCL_CHECK(ncclGroupStart());
     for (int P = 0; P < size(); ++P) {
-      MOERT_NCCL_CHECK(ncclSend(Send + P * CountPerRank, CountPerRank,
-                                ncclInt64, P, Comm, CollStream));
-      MOERT_NCCL_CHECK(ncclRecv(Recv + P * CountPerRank, CountPerRank,
-                                ncclInt64, P, Comm, CollStream));
+      MOERT_NCCL_CHECK(ncclSend(Send + P * CountPerRank, CountPerRank, ncclInt64, P, Comm, CollStream));
+      MOERT_NCCL_CHECK(ncclRecv(Recv + P * CountPerRank, CountPerRank, ncclInt64, P, Comm, CollStream));
     }
     MOERT_NCCL_CHECK(ncclGroupEnd());
     end(CollStream);
   }
 
-  void sendRecv(const float *Send, size_t SendCount, int Dest, float *Recv,
-                size_t RecvCount, int Source) override {
+  void sendRecv(const float *Send, size_t SendCount, int Dest, float *Recv, size_t RecvCount, int Source) override {
     begin(CollStream);
     MOERT_NCCL_CHECK(ncclGroupStart());
     if (Dest >= 0)
-      MOERT_NCCL_CHECK(
-          ncclSend(Send, SendCount, ncclFloat, Dest, Comm, CollStream));
+      MOERT_NCCL_CHECK(ncclSend(Send, SendCount, ncclFloat, Dest, Comm, CollStream));
     if (Source >= 0)
-      MOERT_NCCL_CHECK(
-          ncclRecv(Recv, RecvCount, ncclFloat, Source, Comm, CollStream));
+      MOERT_NCCL_CHECK(ncclRecv(Recv, RecvCount, ncclFloat, Source, Comm, CollStream));
     MOERT_NCCL_CHECK(ncclGroupEnd());
     end(CollStream);
   }
 
-  void send(const float *Data, size_t Count, int Dest) override {
-    sendRecv(Data, Count, Dest, nullptr, 0, -1);
-  }
-  void recv(float *Data, size_t Count, int Source) override {
-    sendRecv(nullptr, 0, -1, Data, Count, Source);
-  }
+  void send(const float *Data, size_t Count, int Dest) override { sendRecv(Data, Count, Dest, nullptr, 0, -1); }
+  void recv(float *Data, size_t Count, int Source) override { sendRecv(nullptr, 0, -1, Data, Count, Source); }
 
-  std::unique_ptr<Request> isend(const float *Data, size_t Count, int Dest,
-                                 int Tag) override {
+  std::unique_ptr<Request> isend(const float *Data, size_t Count, int Dest, int Tag) override {
     begin(SendStream);
     MOERT_NCCL_CHECK(ncclSend(Data, Count, ncclFloat, Dest, Comm, SendStream));
     return request(SendStream);
   }
 
-  std::unique_ptr<Request> irecv(float *Data, size_t Count, int Source,
-                                 int Tag) override {
+  std::unique_ptr<Request> irecv(float *Data, size_t Count, int Source, int Tag) override {
     begin(RecvStream);
-    MOERT_NCCL_CHECK(
-        ncclRecv(Data, Count, ncclFloat, Source, Comm, RecvStream));
+    MOERT_NCCL_CHECK(ncclRecv(Data, Count, ncclFloat, Source, Comm, RecvStream));
     return request(RecvStream);
   }
 
   void broadcast(void *Bytes, size_t Size, int Root) override {
     begin(CollStream);
-    MOERT_NCCL_CHECK(
-        ncclBroadcast(Bytes, Bytes, Size, ncclChar, Root, Comm, CollStream));
+    MOERT_NCCL_CHECK(ncclBroadcast(Bytes, Bytes, Size, ncclChar, Root, Comm, CollStream));
     end(CollStream);
   }
 
@@ -247,9 +221,7 @@ public:
   }
   int rank() const override { return Mpi.rank(); }
   int size() const override { return Mpi.size(); }
-  std::unique_ptr<Communicator>
-  split(const std::string &Name,
-        const std::vector<std::vector<int>> &Groups) override {
+  std::unique_ptr<Communicator> split(const std::string &Name, const std::vector<std::vector<int>> &Groups) override {
     return createNcclCommunicator(Mpi.split(Name, Groups), Device);
   }
   Communicator &world() override { return *World; }
@@ -270,8 +242,7 @@ private:
 
 } // namespace
 
-std::unique_ptr<DeviceCommunicator>
-createNcclCommunicator(std::unique_ptr<Communicator> MpiGroup, int Device) {
+std::unique_ptr<DeviceCommunicator> createNcclCommunicator(std::unique_ptr<Communicator> MpiGroup, int Device) {
   return std::make_unique<NcclCommunicator>(std::move(MpiGroup), Device);
 }
 

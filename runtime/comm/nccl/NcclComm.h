@@ -64,8 +64,7 @@ std::unique_ptr<CommWorld> createNcclWorld(CommWorld &Mpi, int Device);
 
 /// One NCCL communicator over an existing MPI group: all members call this
 /// together. Used by createNcclWorld's split(), and by tests.
-std::unique_ptr<DeviceCommunicator>
-createNcclCommunicator(std::unique_ptr<Communicator> MpiGroup, int Device);
+std::unique_ptr<DeviceCommunicator> createNcclCommunicator(std::unique_ptr<Communicator> MpiGroup, int Device);
 
 } // namespace moert
 

@@ -28,20 +28,18 @@ struct AdamWStep {
 };
 
 /// The constants of step Step (1 for the first) from the options.
-AdamWStep adamWStep(double Lr, double Beta1, double Beta2, double Eps,
-                    double WeightDecay, int64_t Step, double ClipScale);
+AdamWStep adamWStep(double Lr, double Beta1, double Beta2, double Eps, double WeightDecay, int64_t Step,
+                    double ClipScale);
 
-void adamWUpdate(int64_t Count, const AdamWStep &C, float *Param, float *M,
-                 float *V, const float *Grad, bf16 *ParamBf16,
-                 cudaStream_t Stream);
+void adamWUpdate(int64_t Count, const AdamWStep &C, float *Param, float *M, float *V, const float *Grad,
+                 bf16 *ParamBf16, cudaStream_t Stream);
 
 /// Device doubles sumSquares needs as scratch.
 constexpr int64_t SumSquaresScratch = 256;
 /// Sum of squares of X in double (for the global gradient norm), written to
 /// *Result on the device: a two-level reduction in a fixed order, so the
 /// result is deterministic. Scratch holds SumSquaresScratch doubles.
-void sumSquares(int64_t Count, const float *X, double *Scratch, double *Result,
-                cudaStream_t Stream);
+void sumSquares(int64_t Count, const float *X, double *Scratch, double *Result, cudaStream_t Stream);
 
 } // namespace moert::cuda
 

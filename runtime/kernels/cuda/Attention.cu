@@ -34,27 +34,21 @@ constexpr int BwdTpr = BwdThreads / BwdTile; // threads per row (or key)
 
 __device__ inline float toF(bf16 X) { return __bfloat162float(X); }
 /// min(Tile, Remaining) for the last, partial tile.
-__device__ inline int64_t tileRows(int64_t Tile, int64_t Remaining) {
-  return Tile < Remaining ? Tile : Remaining;
-}
+__device__ inline int64_t tileRows(int64_t Tile, int64_t Remaining) { return Tile < Remaining ? Tile : Remaining; }
 
 /// Copies Rows x D bf16 values (row stride Stride elements in global memory)
 /// into shared rows of D + 2; rows past Valid are zero.
-template <int D>
-__device__ void loadTile(bf16 (*Dst)[D + 2], const bf16 *Src, int64_t Stride,
-                         int Rows, int Valid) {
+template <int D> __device__ void loadTile(bf16 (*Dst)[D + 2], const bf16 *Src, int64_t Stride, int Rows, int Valid) {
   for (int E = threadIdx.x; E < Rows * D; E += blockDim.x) {
     int R = E / D, C = E % D;
-    Dst[R][C] =
-        R < Valid ? Src[int64_t(R) * Stride + C] : __float2bfloat16(0.f);
+    Dst[R][C] = R < Valid ? Src[int64_t(R) * Stride + C] : __float2bfloat16(0.f);
   }
 }
 
 template <int D>
 __global__ void __launch_bounds__(FwdThreads)
-    forwardKernel(DeviceAttentionShape S, const bf16 *Q, const int32_t *QPos,
-                  const bf16 *K, const bf16 *V, const int32_t *KPos, float *Out,
-                  float *Lse) {
+    forwardKernel(DeviceAttentionShape S, const bf16 *Q, const int32_t *QPos, const bf16 *K, const bf16 *V,
+                  const int32_t *KPos, float *Out, float *Lse) {
   constexpr int Dpt = D / FwdTpr;
   __shared__ bf16 Qs[FwdRows][D + 2];
   __shared__ bf16 Ks[FwdKeys][D + 2];
@@ -172,16 +166,14 @@ __global__ void __launch_bounds__(FwdThreads)
   }
   // Both threads of the row have read OldLse before it is replaced. Only the
   // row's pair takes part: lanes of finished rows may have exited.
-  const unsigned PairMask = ((1u << FwdTpr) - 1)
-                            << (threadIdx.x % 32 / FwdTpr * FwdTpr);
+  const unsigned PairMask = ((1u << FwdTpr) - 1) << (threadIdx.x % 32 / FwdTpr * FwdTpr);
   __syncwarp(PairMask);
   if (Part == 0)
     *LsePtr = MergedLse;
 }
 
 /// One warp per (batch, token, head) row.
-__global__ void deltaKernel(DeviceAttentionShape S, const bf16 *DOut,
-                            const float *Out, float *Delta) {
+__global__ void deltaKernel(DeviceAttentionShape S, const bf16 *DOut, const float *Out, float *Delta) {
   const int64_t Rows = S.Batch * S.QTokens * S.QHeads;
   const int64_t R = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
   if (R >= Rows)
@@ -193,8 +185,7 @@ __global__ void deltaKernel(DeviceAttentionShape S, const bf16 *DOut,
   for (int Off = 16; Off > 0; Off >>= 1)
     Sum += __shfl_xor_sync(0xffffffffu, Sum, Off);
   if (Lane == 0) {
-    int64_t H = R % S.QHeads, T = (R / S.QHeads) % S.QTokens,
-            B = R / (S.QHeads * S.QTokens);
+    int64_t H = R % S.QHeads, T = (R / S.QHeads) % S.QTokens, B = R / (S.QHeads * S.QTokens);
     Delta[(B * S.QHeads + H) * S.QTokens + T] = Sum;
   }
 }
@@ -203,10 +194,9 @@ __global__ void deltaKernel(DeviceAttentionShape S, const bf16 *DOut,
 /// its group and every query tile.
 template <int D>
 __global__ void __launch_bounds__(BwdThreads)
-    backwardKvKernel(DeviceAttentionShape S, const bf16 *Q, const int32_t *QPos,
-                     const bf16 *K, const bf16 *V, const int32_t *KPos,
-                     const float *Lse, const float *Delta, const bf16 *DOut,
-                     float *DK, float *DV) {
+    backwardKvKernel(DeviceAttentionShape S, const bf16 *Q, const int32_t *QPos, const bf16 *K, const bf16 *V,
+                     const int32_t *KPos, const float *Lse, const float *Delta, const bf16 *DOut, float *DK,
+                     float *DV) {
   constexpr int Dpt = D / BwdTpr, RowsPerThread = BwdTile / BwdTpr;
   __shared__ bf16 Ks[BwdTile][D + 2], Vs[BwdTile][D + 2];
   __shared__ bf16 Qs[BwdTile][D + 2], DOs[BwdTile][D + 2];
@@ -275,8 +265,7 @@ __global__ void __launch_bounds__(BwdThreads)
       for (int R = 0; R < RowsPerThread; ++R) {
         int Q = R0 + R;
         // Lse is -inf only for a query that sees nothing; it is then hidden.
-        bool Visible = Key < KValid && Q < QValid && MyKPos <= QPosS[Q] &&
-                       LseS[Q] != -INFINITY;
+        bool Visible = Key < KValid && Q < QValid && MyKPos <= QPosS[Q] && LseS[Q] != -INFINITY;
         float P = Visible ? __expf(SAcc[R] * S.Scale - LseS[Q]) : 0.f;
         Ps[Key][Q] = P;
         DSs[Key][Q] = P * (PAcc[R] - DeltaS[Q]);
@@ -308,10 +297,8 @@ __global__ void __launch_bounds__(BwdThreads)
 /// dQ of 32 query rows of one (batch, query head), over every key tile.
 template <int D>
 __global__ void __launch_bounds__(BwdThreads)
-    backwardQKernel(DeviceAttentionShape S, const bf16 *Q, const int32_t *QPos,
-                    const bf16 *K, const bf16 *V, const int32_t *KPos,
-                    const float *Lse, const float *Delta, const bf16 *DOut,
-                    float *DQ) {
+    backwardQKernel(DeviceAttentionShape S, const bf16 *Q, const int32_t *QPos, const bf16 *K, const bf16 *V,
+                    const int32_t *KPos, const float *Lse, const float *Delta, const bf16 *DOut, float *DQ) {
   constexpr int Dpt = D / BwdTpr, KeysPerThread = BwdTile / BwdTpr;
   __shared__ bf16 Qs[BwdTile][D + 2], DOs[BwdTile][D + 2];
   __shared__ bf16 Ks[BwdTile][D + 2], Vs[BwdTile][D + 2];
@@ -375,8 +362,7 @@ __global__ void __launch_bounds__(BwdThreads)
 #pragma unroll
     for (int J = 0; J < KeysPerThread; ++J) {
       int Kj = J0 + J;
-      bool Visible =
-          RowValid && Kj < KValid && KPosS[Kj] <= MyQPos && MyLse != -INFINITY;
+      bool Visible = RowValid && Kj < KValid && KPosS[Kj] <= MyQPos && MyLse != -INFINITY;
       float P = Visible ? __expf(SAcc[J] * S.Scale - MyLse) : 0.f;
       DSs[Row][Kj] = P * (PAcc[J] - MyDelta);
     }
@@ -398,8 +384,7 @@ __global__ void __launch_bounds__(BwdThreads)
 }
 
 __global__ void fillKernel(float *P, int64_t N, float Value) {
-  for (int64_t I = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; I < N;
-       I += int64_t(gridDim.x) * blockDim.x)
+  for (int64_t I = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; I < N; I += int64_t(gridDim.x) * blockDim.x)
     P[I] = Value;
 }
 
@@ -412,8 +397,7 @@ void fill(float *P, int64_t N, float Value, cudaStream_t Stream) {
 }
 
 void checkShape(const DeviceAttentionShape &S) {
-  if (S.Batch < 1 || S.QTokens < 0 || S.KTokens < 0 || S.KvHeads < 1 ||
-      S.QHeads < S.KvHeads || S.QHeads % S.KvHeads)
+  if (S.Batch < 1 || S.QTokens < 0 || S.KTokens < 0 || S.KvHeads < 1 || S.QHeads < S.KvHeads || S.QHeads % S.KvHeads)
     throw std::invalid_argument("attention: QHeads must be a positive "
                                 "multiple of KvHeads, Batch >= 1");
   if (S.HeadDim != 32 && S.HeadDim != 64 && S.HeadDim != 128)
@@ -426,47 +410,34 @@ void checkShape(const DeviceAttentionShape &S) {
 }
 
 template <int D>
-void launchForward(const DeviceAttentionShape &S, const bf16 *Q,
-                   const int32_t *QPos, const bf16 *K, const bf16 *V,
-                   const int32_t *KPos, float *Out, float *Lse,
-                   cudaStream_t Stream) {
-  dim3 Grid(unsigned((S.QTokens + FwdRows - 1) / FwdRows), unsigned(S.QHeads),
-            unsigned(S.Batch));
-  forwardKernel<D>
-      <<<Grid, FwdThreads, 0, Stream>>>(S, Q, QPos, K, V, KPos, Out, Lse);
+void launchForward(const DeviceAttentionShape &S, const bf16 *Q, const int32_t *QPos, const bf16 *K, const bf16 *V,
+                   const int32_t *KPos, float *Out, float *Lse, cudaStream_t Stream) {
+  dim3 Grid(unsigned((S.QTokens + FwdRows - 1) / FwdRows), unsigned(S.QHeads), unsigned(S.Batch));
+  forwardKernel<D><<<Grid, FwdThreads, 0, Stream>>>(S, Q, QPos, K, V, KPos, Out, Lse);
   MOERT_CUDA_CHECK_LAUNCH();
 }
 
 template <int D>
-void launchBackward(const DeviceAttentionShape &S, const bf16 *Q,
-                    const int32_t *QPos, const bf16 *K, const bf16 *V,
-                    const int32_t *KPos, const float *Lse, const float *Delta,
-                    const bf16 *DOut, float *DQ, float *DK, float *DV,
-                    cudaStream_t Stream) {
-  dim3 KvGrid(unsigned((S.KTokens + BwdTile - 1) / BwdTile),
-              unsigned(S.KvHeads), unsigned(S.Batch));
-  backwardKvKernel<D><<<KvGrid, BwdThreads, 0, Stream>>>(
-      S, Q, QPos, K, V, KPos, Lse, Delta, DOut, DK, DV);
+void launchBackward(const DeviceAttentionShape &S, const bf16 *Q, const int32_t *QPos, const bf16 *K, const bf16 *V,
+                    const int32_t *KPos, const float *Lse, const float *Delta, const bf16 *DOut, float *DQ, float *DK,
+                    float *DV, cudaStream_t Stream) {
+  dim3 KvGrid(unsigned((S.KTokens + BwdTile - 1) / BwdTile), unsigned(S.KvHeads), unsigned(S.Batch));
+  backwardKvKernel<D><<<KvGrid, BwdThreads, 0, Stream>>>(S, Q, QPos, K, V, KPos, Lse, Delta, DOut, DK, DV);
   MOERT_CUDA_CHECK_LAUNCH();
-  dim3 QGrid(unsigned((S.QTokens + BwdTile - 1) / BwdTile), unsigned(S.QHeads),
-             unsigned(S.Batch));
-  backwardQKernel<D><<<QGrid, BwdThreads, 0, Stream>>>(S, Q, QPos, K, V, KPos,
-                                                       Lse, Delta, DOut, DQ);
+  dim3 QGrid(unsigned((S.QTokens + BwdTile - 1) / BwdTile), unsigned(S.QHeads), unsigned(S.Batch));
+  backwardQKernel<D><<<QGrid, BwdThreads, 0, Stream>>>(S, Q, QPos, K, V, KPos, Lse, Delta, DOut, DQ);
   MOERT_CUDA_CHECK_LAUNCH();
 }
 
 } // namespace
 
-void attentionInit(const DeviceAttentionShape &S, float *Out, float *Lse,
-                   cudaStream_t Stream) {
+void attentionInit(const DeviceAttentionShape &S, float *Out, float *Lse, cudaStream_t Stream) {
   fill(Out, S.Batch * S.QTokens * S.QHeads * S.HeadDim, 0.f, Stream);
   fill(Lse, S.Batch * S.QHeads * S.QTokens, -INFINITY, Stream);
 }
 
-void attentionForwardBlock(const DeviceAttentionShape &S, const bf16 *Q,
-                           const int32_t *QPos, const bf16 *K, const bf16 *V,
-                           const int32_t *KPos, float *Out, float *Lse,
-                           cudaStream_t Stream) {
+void attentionForwardBlock(const DeviceAttentionShape &S, const bf16 *Q, const int32_t *QPos, const bf16 *K,
+                           const bf16 *V, const int32_t *KPos, float *Out, float *Lse, cudaStream_t Stream) {
   checkShape(S);
   if (S.QTokens == 0 || S.KTokens == 0)
     return;
@@ -480,61 +451,49 @@ void attentionForwardBlock(const DeviceAttentionShape &S, const bf16 *Q,
   }
 }
 
-void attentionDelta(const DeviceAttentionShape &S, const bf16 *DOut,
-                    const float *Out, float *Delta, cudaStream_t Stream) {
+void attentionDelta(const DeviceAttentionShape &S, const bf16 *DOut, const float *Out, float *Delta,
+                    cudaStream_t Stream) {
   int64_t Rows = S.Batch * S.QTokens * S.QHeads;
   if (Rows == 0)
     return;
-  deltaKernel<<<unsigned((Rows + 7) / 8), 256, 0, Stream>>>(S, DOut, Out,
-                                                            Delta);
+  deltaKernel<<<unsigned((Rows + 7) / 8), 256, 0, Stream>>>(S, DOut, Out, Delta);
   MOERT_CUDA_CHECK_LAUNCH();
 }
 
-void attentionBackwardBlock(const DeviceAttentionShape &S, const bf16 *Q,
-                            const int32_t *QPos, const bf16 *K, const bf16 *V,
-                            const int32_t *KPos, const float *Lse,
-                            const float *Delta, const bf16 *DOut, float *DQ,
-                            float *DK, float *DV, cudaStream_t Stream) {
+void attentionBackwardBlock(const DeviceAttentionShape &S, const bf16 *Q, const int32_t *QPos, const bf16 *K,
+                            const bf16 *V, const int32_t *KPos, const float *Lse, const float *Delta, const bf16 *DOut,
+                            float *DQ, float *DK, float *DV, cudaStream_t Stream) {
   checkShape(S);
   if (S.QTokens == 0 || S.KTokens == 0)
     return;
   switch (S.HeadDim) {
   case 32:
-    return launchBackward<32>(S, Q, QPos, K, V, KPos, Lse, Delta, DOut, DQ, DK,
-                              DV, Stream);
+    return launchBackward<32>(S, Q, QPos, K, V, KPos, Lse, Delta, DOut, DQ, DK, DV, Stream);
   case 64:
-    return launchBackward<64>(S, Q, QPos, K, V, KPos, Lse, Delta, DOut, DQ, DK,
-                              DV, Stream);
+    return launchBackward<64>(S, Q, QPos, K, V, KPos, Lse, Delta, DOut, DQ, DK, DV, Stream);
   default:
-    return launchBackward<128>(S, Q, QPos, K, V, KPos, Lse, Delta, DOut, DQ, DK,
-                               DV, Stream);
+    return launchBackward<128>(S, Q, QPos, K, V, KPos, Lse, Delta, DOut, DQ, DK, DV, Stream);
   }
 }
 
-void causalAttentionForward(const DeviceAttentionShape &S, const bf16 *Q,
-                            const bf16 *K, const bf16 *V,
-                            const int32_t *Positions, float *Out, float *Lse,
-                            cudaStream_t Stream) {
+void causalAttentionForward(const DeviceAttentionShape &S, const bf16 *Q, const bf16 *K, const bf16 *V,
+                            const int32_t *Positions, float *Out, float *Lse, cudaStream_t Stream) {
   if (S.QTokens != S.KTokens)
     throw std::invalid_argument("causal attention: QTokens != KTokens");
   attentionInit(S, Out, Lse, Stream);
   attentionForwardBlock(S, Q, Positions, K, V, Positions, Out, Lse, Stream);
 }
 
-void causalAttentionBackward(const DeviceAttentionShape &S, const bf16 *Q,
-                             const bf16 *K, const bf16 *V,
-                             const int32_t *Positions, const float *Out,
-                             const float *Lse, const bf16 *DOut, float *Delta,
-                             float *DQ, float *DK, float *DV,
-                             cudaStream_t Stream) {
+void causalAttentionBackward(const DeviceAttentionShape &S, const bf16 *Q, const bf16 *K, const bf16 *V,
+                             const int32_t *Positions, const float *Out, const float *Lse, const bf16 *DOut,
+                             float *Delta, float *DQ, float *DK, float *DV, cudaStream_t Stream) {
   if (S.QTokens != S.KTokens)
     throw std::invalid_argument("causal attention: QTokens != KTokens");
   fill(DQ, S.Batch * S.QTokens * S.QHeads * S.HeadDim, 0.f, Stream);
   fill(DK, S.Batch * S.KTokens * S.KvHeads * S.HeadDim, 0.f, Stream);
   fill(DV, S.Batch * S.KTokens * S.KvHeads * S.HeadDim, 0.f, Stream);
   attentionDelta(S, DOut, Out, Delta, Stream);
-  attentionBackwardBlock(S, Q, Positions, K, V, Positions, Lse, Delta, DOut, DQ,
-                         DK, DV, Stream);
+  attentionBackwardBlock(S, Q, Positions, K, V, Positions, Lse, Delta, DOut, DQ, DK, DV, Stream);
 }
 
 double causalAttentionFlops(const DeviceAttentionShape &S) {

@@ -46,39 +46,29 @@ struct DeviceAttentionShape {
 };
 
 /// Out = 0, Lse = -inf: the state before the first block is merged.
-void attentionInit(const DeviceAttentionShape &S, float *Out, float *Lse,
-                   cudaStream_t Stream);
+void attentionInit(const DeviceAttentionShape &S, float *Out, float *Lse, cudaStream_t Stream);
 
-void attentionForwardBlock(const DeviceAttentionShape &S, const bf16 *Q,
-                           const int32_t *QPos, const bf16 *K, const bf16 *V,
-                           const int32_t *KPos, float *Out, float *Lse,
-                           cudaStream_t Stream);
+void attentionForwardBlock(const DeviceAttentionShape &S, const bf16 *Q, const int32_t *QPos, const bf16 *K,
+                           const bf16 *V, const int32_t *KPos, float *Out, float *Lse, cudaStream_t Stream);
 
 /// Delta[b, h, i] = sum_d DOut[b, i, h, d] * Out[b, i, h, d].
-void attentionDelta(const DeviceAttentionShape &S, const bf16 *DOut,
-                    const float *Out, float *Delta, cudaStream_t Stream);
+void attentionDelta(const DeviceAttentionShape &S, const bf16 *DOut, const float *Out, float *Delta,
+                    cudaStream_t Stream);
 
 /// Accumulates this K/V block's share of the gradients: DQ [like Q], DK, DV
 /// [like K] fp32, +=.
-void attentionBackwardBlock(const DeviceAttentionShape &S, const bf16 *Q,
-                            const int32_t *QPos, const bf16 *K, const bf16 *V,
-                            const int32_t *KPos, const float *Lse,
-                            const float *Delta, const bf16 *DOut, float *DQ,
-                            float *DK, float *DV, cudaStream_t Stream);
+void attentionBackwardBlock(const DeviceAttentionShape &S, const bf16 *Q, const int32_t *QPos, const bf16 *K,
+                            const bf16 *V, const int32_t *KPos, const float *Lse, const float *Delta, const bf16 *DOut,
+                            float *DQ, float *DK, float *DV, cudaStream_t Stream);
 
 /// Whole causal attention on one rank (QTokens == KTokens, shared positions):
 /// init, one forward block. Positions are the tokens' absolute positions.
-void causalAttentionForward(const DeviceAttentionShape &S, const bf16 *Q,
-                            const bf16 *K, const bf16 *V,
-                            const int32_t *Positions, float *Out, float *Lse,
-                            cudaStream_t Stream);
+void causalAttentionForward(const DeviceAttentionShape &S, const bf16 *Q, const bf16 *K, const bf16 *V,
+                            const int32_t *Positions, float *Out, float *Lse, cudaStream_t Stream);
 /// Its backward: DQ, DK, DV are overwritten; Delta is scratch [like Lse].
-void causalAttentionBackward(const DeviceAttentionShape &S, const bf16 *Q,
-                             const bf16 *K, const bf16 *V,
-                             const int32_t *Positions, const float *Out,
-                             const float *Lse, const bf16 *DOut, float *Delta,
-                             float *DQ, float *DK, float *DV,
-                             cudaStream_t Stream);
+void causalAttentionBackward(const DeviceAttentionShape &S, const bf16 *Q, const bf16 *K, const bf16 *V,
+                             const int32_t *Positions, const float *Out, const float *Lse, const bf16 *DOut,
+                             float *Delta, float *DQ, float *DK, float *DV, cudaStream_t Stream);
 
 /// Floating-point operations of a causal forward over full sequences
 /// (4 * B * H * visible pairs * D; the backward is 2.5x: two recomputes of S

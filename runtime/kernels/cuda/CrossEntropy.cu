@@ -24,8 +24,7 @@ template <bool IsMax> __device__ float blockReduce(float V) {
 }
 
 __global__ void __launch_bounds__(Threads)
-    forwardKernel(int64_t Vocab, float *Logits, const int32_t *Labels,
-                  float *Losses) {
+    forwardKernel(int64_t Vocab, float *Logits, const int32_t *Labels, float *Losses) {
   float *Row = Logits + int64_t(blockIdx.x) * Vocab;
   const int32_t Label = Labels[blockIdx.x];
   // The target logit is read before any thread can overwrite the row: the
@@ -52,8 +51,7 @@ __global__ void __launch_bounds__(Threads)
 }
 
 __global__ void __launch_bounds__(Threads)
-    backwardKernel(int64_t Vocab, const float *Probs, const int32_t *Labels,
-                   float Scale, bf16 *DLogits) {
+    backwardKernel(int64_t Vocab, const float *Probs, const int32_t *Labels, float Scale, bf16 *DLogits) {
   const int64_t Off = int64_t(blockIdx.x) * Vocab;
   const int32_t Label = Labels[blockIdx.x];
   for (int64_t J = threadIdx.x; J < Vocab; J += Threads) {
@@ -64,23 +62,19 @@ __global__ void __launch_bounds__(Threads)
 
 } // namespace
 
-void crossEntropyForward(int64_t N, int64_t Vocab, float *Logits,
-                         const int32_t *Labels, float *Losses,
+void crossEntropyForward(int64_t N, int64_t Vocab, float *Logits, const int32_t *Labels, float *Losses,
                          cudaStream_t Stream) {
   if (N == 0)
     return;
-  forwardKernel<<<unsigned(N), Threads, 0, Stream>>>(Vocab, Logits, Labels,
-                                                     Losses);
+  forwardKernel<<<unsigned(N), Threads, 0, Stream>>>(Vocab, Logits, Labels, Losses);
   MOERT_CUDA_CHECK_LAUNCH();
 }
 
-void crossEntropyBackward(int64_t N, int64_t Vocab, const float *Probs,
-                          const int32_t *Labels, float Scale, bf16 *DLogits,
-                          cudaStream_t Stream) {
+void crossEntropyBackward(int64_t N, int64_t Vocab, const float *Probs, const int32_t *Labels, float Scale,
+                          bf16 *DLogits, cudaStream_t Stream) {
   if (N == 0)
     return;
-  backwardKernel<<<unsigned(N), Threads, 0, Stream>>>(Vocab, Probs, Labels,
-                                                      Scale, DLogits);
+  backwardKernel<<<unsigned(N), Threads, 0, Stream>>>(Vocab, Probs, Labels, Scale, DLogits);
   MOERT_CUDA_CHECK_LAUNCH();
 }
 

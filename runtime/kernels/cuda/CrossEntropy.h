@@ -17,12 +17,10 @@
 
 namespace moert::cuda {
 
-void crossEntropyForward(int64_t N, int64_t Vocab, float *Logits,
-                         const int32_t *Labels, float *Losses,
+void crossEntropyForward(int64_t N, int64_t Vocab, float *Logits, const int32_t *Labels, float *Losses,
                          cudaStream_t Stream);
-void crossEntropyBackward(int64_t N, int64_t Vocab, const float *Probs,
-                          const int32_t *Labels, float Scale, bf16 *DLogits,
-                          cudaStream_t Stream);
+void crossEntropyBackward(int64_t N, int64_t Vocab, const float *Probs, const int32_t *Labels, float Scale,
+                          bf16 *DLogits, cudaStream_t Stream);
 
 } // namespace moert::cuda
 

@@ -6,11 +6,9 @@
 
 namespace moert::cuda {
 
-void throwCudaError(cudaError_t Error, const char *Call, const char *File,
-                    int Line) {
+void throwCudaError(cudaError_t Error, const char *Call, const char *File, int Line) {
   std::ostringstream OS;
-  OS << File << ":" << Line << ": " << Call
-     << " failed: " << cudaGetErrorName(Error) << " ("
+  OS << File << ":" << Line << ": " << Call << " failed: " << cudaGetErrorName(Error) << " ("
      << cudaGetErrorString(Error) << ")";
   throw std::runtime_error(OS.str());
 }

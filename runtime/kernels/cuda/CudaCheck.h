@@ -15,11 +15,9 @@
 
 namespace moert::cuda {
 
-[[noreturn]] void throwCudaError(cudaError_t Error, const char *Call,
-                                 const char *File, int Line);
+[[noreturn]] void throwCudaError(cudaError_t Error, const char *Call, const char *File, int Line);
 
-inline void checkCuda(cudaError_t Error, const char *Call, const char *File,
-                      int Line) {
+inline void checkCuda(cudaError_t Error, const char *Call, const char *File, int Line) {
   if (Error != cudaSuccess)
     throwCudaError(Error, Call, File, Line);
 }
@@ -32,8 +30,7 @@ std::string deviceDescription(int Index);
 
 } // namespace moert::cuda
 
-#define MOERT_CUDA_CHECK(Call)                                                 \
-  ::moert::cuda::checkCuda((Call), #Call, __FILE__, __LINE__)
+#define MOERT_CUDA_CHECK(Call) ::moert::cuda::checkCuda((Call), #Call, __FILE__, __LINE__)
 
 /// After a kernel launch: launch-configuration errors are reported at once.
 #define MOERT_CUDA_CHECK_LAUNCH() MOERT_CUDA_CHECK(cudaGetLastError())

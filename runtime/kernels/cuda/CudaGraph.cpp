@@ -54,13 +54,11 @@ std::string whyNotCapturable(GraphScope Scope, const GraphConditions &C) {
            "sequences (shapes change every step)";
   bool ExpertCountsDynamic = C.MoeModel && C.StaticCapacity <= 0;
   if (Scope == GraphScope::MoePreprocess && ExpertCountsDynamic && C.EpSize > 1)
-    return "CUDA-graph scope 'moe_preprocess' with EP " +
-           std::to_string(C.EpSize) +
+    return "CUDA-graph scope 'moe_preprocess' with EP " + std::to_string(C.EpSize) +
            ": the token counts per expert are exchanged and read on the host "
            "every step; set a static expert capacity (pad to capacity) or "
            "drop the scope";
-  if ((Scope == GraphScope::Moe || Scope == GraphScope::FullIteration) &&
-      ExpertCountsDynamic)
+  if ((Scope == GraphScope::Moe || Scope == GraphScope::FullIteration) && ExpertCountsDynamic)
     return "CUDA-graph scope '" + Name +
            "': the expert GEMMs run over per-expert token counts that vary "
            "every step; set a static expert capacity (pad to capacity) or "
@@ -68,8 +66,7 @@ std::string whyNotCapturable(GraphScope Scope, const GraphConditions &C) {
   return "";
 }
 
-ScopeGraph::ScopeGraph(GraphScope Scope, const GraphConditions &C)
-    : Scope(Scope) {
+ScopeGraph::ScopeGraph(GraphScope Scope, const GraphConditions &C) : Scope(Scope) {
   std::string Why = whyNotCapturable(Scope, C);
   if (!Why.empty())
     throw GraphRefused(Why);
@@ -85,23 +82,19 @@ ScopeGraph::~ScopeGraph() {
 void ScopeGraph::run(cudaStream_t Stream, const std::vector<int64_t> &ShapeKey,
                      const std::function<void(cudaStream_t)> &Body) {
   if (!Stream)
-    throw GraphRefused(std::string("CUDA-graph scope '") +
-                       graphScopeName(Scope) +
+    throw GraphRefused(std::string("CUDA-graph scope '") + graphScopeName(Scope) +
                        "': the legacy default stream cannot be captured; "
                        "run the scope on a created stream");
   if (Exec) {
     if (ShapeKey != Key)
-      throw GraphRefused(std::string("CUDA-graph scope '") +
-                         graphScopeName(Scope) + "' was captured for shapes " +
-                         keyText(Key) + " but is now run with " +
-                         keyText(ShapeKey) +
+      throw GraphRefused(std::string("CUDA-graph scope '") + graphScopeName(Scope) + "' was captured for shapes " +
+                         keyText(Key) + " but is now run with " + keyText(ShapeKey) +
                          "; replaying would use the old sizes");
     MOERT_CUDA_CHECK(cudaGraphLaunch(Exec, Stream));
     ++Replays;
     return;
   }
-  MOERT_CUDA_CHECK(
-      cudaStreamBeginCapture(Stream, cudaStreamCaptureModeThreadLocal));
+  MOERT_CUDA_CHECK(cudaStreamBeginCapture(Stream, cudaStreamCaptureModeThreadLocal));
   try {
     Body(Stream);
   } catch (...) {

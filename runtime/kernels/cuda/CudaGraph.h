@@ -37,15 +37,7 @@
 
 namespace moert::cuda {
 
-enum class GraphScope {
-  Attn,
-  Mlp,
-  Moe,
-  MoeRouter,
-  MoePreprocess,
-  Mamba,
-  FullIteration
-};
+enum class GraphScope { Attn, Mlp, Moe, MoeRouter, MoePreprocess, Mamba, FullIteration };
 
 /// The plan's spelling ("attn", "moe_router", ...); nullopt if unknown.
 std::optional<GraphScope> parseGraphScope(const std::string &Name);
@@ -83,8 +75,7 @@ public:
   /// legacy default stream) and launches it; later calls with the same
   /// ShapeKey launch the graph without calling Body. Body must not
   /// synchronize or allocate (CUDA refuses those during capture).
-  void run(cudaStream_t Stream, const std::vector<int64_t> &ShapeKey,
-           const std::function<void(cudaStream_t)> &Body);
+  void run(cudaStream_t Stream, const std::vector<int64_t> &ShapeKey, const std::function<void(cudaStream_t)> &Body);
   bool captured() const { return Exec != nullptr; }
   int64_t replays() const { return Replays; }
   GraphScope scope() const { return Scope; }

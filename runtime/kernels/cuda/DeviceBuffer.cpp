@@ -17,9 +17,7 @@ std::vector<float> fromBf16(const std::vector<bf16> &V) {
   return Out;
 }
 
-std::vector<float> roundedToBf16(const std::vector<float> &V) {
-  return fromBf16(toBf16(V));
-}
+std::vector<float> roundedToBf16(const std::vector<float> &V) { return fromBf16(toBf16(V)); }
 
 DeviceBuffer<bf16> uploadBf16(const std::vector<float> &Host) {
   DeviceBuffer<bf16> B;
@@ -33,8 +31,6 @@ DeviceBuffer<float> uploadF32(const std::vector<float> &Host) {
   return B;
 }
 
-std::vector<float> downloadBf16(const DeviceBuffer<bf16> &Buffer) {
-  return fromBf16(Buffer.download());
-}
+std::vector<float> downloadBf16(const DeviceBuffer<bf16> &Buffer) { return fromBf16(Buffer.download()); }
 
 } // namespace moert::cuda

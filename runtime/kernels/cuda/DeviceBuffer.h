@@ -29,8 +29,7 @@ public:
   ~DeviceBuffer() { release(); }
   DeviceBuffer(const DeviceBuffer &) = delete;
   DeviceBuffer &operator=(const DeviceBuffer &) = delete;
-  DeviceBuffer(DeviceBuffer &&O) noexcept
-      : Ptr(std::exchange(O.Ptr, nullptr)), Count(std::exchange(O.Count, 0)) {}
+  DeviceBuffer(DeviceBuffer &&O) noexcept : Ptr(std::exchange(O.Ptr, nullptr)), Count(std::exchange(O.Count, 0)) {}
   DeviceBuffer &operator=(DeviceBuffer &&O) noexcept {
     if (this != &O) {
       release();
@@ -46,8 +45,7 @@ public:
       return;
     release();
     if (NewCount)
-      MOERT_CUDA_CHECK(
-          cudaMalloc(reinterpret_cast<void **>(&Ptr), NewCount * sizeof(T)));
+      MOERT_CUDA_CHECK(cudaMalloc(reinterpret_cast<void **>(&Ptr), NewCount * sizeof(T)));
     Count = NewCount;
   }
   void zero() {
@@ -57,14 +55,12 @@ public:
   void upload(const std::vector<T> &Host) {
     resize(Host.size());
     if (Count)
-      MOERT_CUDA_CHECK(cudaMemcpy(Ptr, Host.data(), Count * sizeof(T),
-                                  cudaMemcpyHostToDevice));
+      MOERT_CUDA_CHECK(cudaMemcpy(Ptr, Host.data(), Count * sizeof(T), cudaMemcpyHostToDevice));
   }
   std::vector<T> download() const {
     std::vector<T> Host(Count);
     if (Count)
-      MOERT_CUDA_CHECK(cudaMemcpy(Host.data(), Ptr, Count * sizeof(T),
-                                  cudaMemcpyDeviceToHost));
+      MOERT_CUDA_CHECK(cudaMemcpy(Host.data(), Ptr, Count * sizeof(T), cudaMemcpyDeviceToHost));
     return Host;
   }
 
@@ -86,9 +82,7 @@ private:
 
 /// Host conversions (round to nearest even, as the device's __float2bfloat16).
 std::vector<bf16> toBf16(const float *Data, size_t Count);
-inline std::vector<bf16> toBf16(const std::vector<float> &V) {
-  return toBf16(V.data(), V.size());
-}
+inline std::vector<bf16> toBf16(const std::vector<float> &V) { return toBf16(V.data(), V.size()); }
 std::vector<float> fromBf16(const std::vector<bf16> &V);
 /// Each value rounded through bf16 and back: the exact inputs a bf16 kernel
 /// sees, for references computed on the host.

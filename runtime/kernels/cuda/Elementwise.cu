@@ -32,9 +32,7 @@ unsigned gridFor(int64_t Count, int Threads) {
   return unsigned(std::min<int64_t>((Count + Threads - 1) / Threads, 65535));
 }
 
-__global__ void rmsNormForwardKernel(int64_t Hidden, const bf16 *X,
-                                     const bf16 *W, float Eps, bf16 *Y,
-                                     float *Rstd) {
+__global__ void rmsNormForwardKernel(int64_t Hidden, const bf16 *X, const bf16 *W, float Eps, bf16 *Y, float *Rstd) {
   const bf16 *Row = X + int64_t(blockIdx.x) * Hidden;
   float Sq = 0.f;
   for (int64_t J = threadIdx.x; J < Hidden; J += blockDim.x) {
@@ -50,9 +48,8 @@ __global__ void rmsNormForwardKernel(int64_t Hidden, const bf16 *X,
     Out[J] = toB(toF(Row[J]) * R * toF(W[J]));
 }
 
-__global__ void rmsNormBackwardDxKernel(int64_t Hidden, const bf16 *X,
-                                        const bf16 *W, const float *Rstd,
-                                        const bf16 *DY, bf16 *DX) {
+__global__ void rmsNormBackwardDxKernel(int64_t Hidden, const bf16 *X, const bf16 *W, const float *Rstd, const bf16 *DY,
+                                        bf16 *DX) {
   int64_t Off = int64_t(blockIdx.x) * Hidden;
   float Dot = 0.f;
   for (int64_t J = threadIdx.x; J < Hidden; J += blockDim.x)
@@ -65,9 +62,8 @@ __global__ void rmsNormBackwardDxKernel(int64_t Hidden, const bf16 *X,
 }
 
 /// One thread per column, rows in order: a deterministic weight gradient.
-__global__ void rmsNormBackwardDwKernel(int64_t Rows, int64_t Hidden,
-                                        const bf16 *X, const float *Rstd,
-                                        const bf16 *DY, float *DW) {
+__global__ void rmsNormBackwardDwKernel(int64_t Rows, int64_t Hidden, const bf16 *X, const float *Rstd, const bf16 *DY,
+                                        float *DW) {
   int64_t J = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (J >= Hidden)
     return;
@@ -78,12 +74,11 @@ __global__ void rmsNormBackwardDwKernel(int64_t Rows, int64_t Hidden,
 }
 
 /// One thread per (row, pair index); loops over the heads with one angle.
-__global__ void ropeKernel(int64_t Rows, int64_t Heads, int64_t HeadDim,
-                           bf16 *X, const int32_t *Positions, double Theta,
-                           bool Inverse) {
+__global__ void ropeKernel(int64_t Rows, int64_t Heads, int64_t HeadDim, bf16 *X, const int32_t *Positions,
+                           double Theta, bool Inverse) {
   int64_t Half = HeadDim / 2;
-  for (int64_t T = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-       T < Rows * Half; T += int64_t(gridDim.x) * blockDim.x) {
+  for (int64_t T = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; T < Rows * Half;
+       T += int64_t(gridDim.x) * blockDim.x) {
     int64_t N = T / Half, J = T % Half;
     double Freq = pow(Theta, -2.0 * double(J) / double(HeadDim));
     double Angle = double(Positions[N]) * Freq;
@@ -102,20 +97,16 @@ __global__ void ropeKernel(int64_t Rows, int64_t Heads, int64_t HeadDim,
 
 __device__ inline float sigmoidF(float X) { return 1.f / (1.f + __expf(-X)); }
 
-__global__ void swiGluForwardKernel(int64_t Count, const bf16 *G, const bf16 *U,
-                                    bf16 *Act) {
-  for (int64_t I = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; I < Count;
-       I += int64_t(gridDim.x) * blockDim.x) {
+__global__ void swiGluForwardKernel(int64_t Count, const bf16 *G, const bf16 *U, bf16 *Act) {
+  for (int64_t I = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; I < Count; I += int64_t(gridDim.x) * blockDim.x) {
     float Gv = toF(G[I]);
     Act[I] = toB(Gv * sigmoidF(Gv) * toF(U[I]));
   }
 }
 
-__global__ void swiGluBackwardKernel(int64_t Count, const bf16 *G,
-                                     const bf16 *U, const bf16 *DAct, bf16 *DG,
+__global__ void swiGluBackwardKernel(int64_t Count, const bf16 *G, const bf16 *U, const bf16 *DAct, bf16 *DG,
                                      bf16 *DU) {
-  for (int64_t I = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; I < Count;
-       I += int64_t(gridDim.x) * blockDim.x) {
+  for (int64_t I = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; I < Count; I += int64_t(gridDim.x) * blockDim.x) {
     float Gv = toF(G[I]), Uv = toF(U[I]), D = toF(DAct[I]);
     float S = sigmoidF(Gv);
     DU[I] = toB(D * Gv * S);
@@ -124,78 +115,65 @@ __global__ void swiGluBackwardKernel(int64_t Count, const bf16 *G,
 }
 
 __global__ void castToBf16Kernel(int64_t Count, const float *In, bf16 *Out) {
-  for (int64_t I = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; I < Count;
-       I += int64_t(gridDim.x) * blockDim.x)
+  for (int64_t I = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; I < Count; I += int64_t(gridDim.x) * blockDim.x)
     Out[I] = toB(In[I]);
 }
 
 __global__ void castToF32Kernel(int64_t Count, const bf16 *In, float *Out) {
-  for (int64_t I = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; I < Count;
-       I += int64_t(gridDim.x) * blockDim.x)
+  for (int64_t I = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; I < Count; I += int64_t(gridDim.x) * blockDim.x)
     Out[I] = toF(In[I]);
 }
 
 __global__ void addKernel(int64_t Count, const bf16 *X, bf16 *Y) {
-  for (int64_t I = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; I < Count;
-       I += int64_t(gridDim.x) * blockDim.x)
+  for (int64_t I = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; I < Count; I += int64_t(gridDim.x) * blockDim.x)
     Y[I] = toB(toF(Y[I]) + toF(X[I]));
 }
 
 } // namespace
 
-void rmsNormForward(int64_t Rows, int64_t Hidden, const bf16 *X, const bf16 *W,
-                    float Eps, bf16 *Y, float *Rstd, cudaStream_t Stream) {
+void rmsNormForward(int64_t Rows, int64_t Hidden, const bf16 *X, const bf16 *W, float Eps, bf16 *Y, float *Rstd,
+                    cudaStream_t Stream) {
   if (Rows == 0)
     return;
-  rmsNormForwardKernel<<<unsigned(Rows), 256, 0, Stream>>>(Hidden, X, W, Eps, Y,
-                                                           Rstd);
+  rmsNormForwardKernel<<<unsigned(Rows), 256, 0, Stream>>>(Hidden, X, W, Eps, Y, Rstd);
   MOERT_CUDA_CHECK_LAUNCH();
 }
 
-void rmsNormBackward(int64_t Rows, int64_t Hidden, const bf16 *X, const bf16 *W,
-                     const float *Rstd, const bf16 *DY, bf16 *DX, float *DW,
-                     cudaStream_t Stream) {
+void rmsNormBackward(int64_t Rows, int64_t Hidden, const bf16 *X, const bf16 *W, const float *Rstd, const bf16 *DY,
+                     bf16 *DX, float *DW, cudaStream_t Stream) {
   if (Rows == 0)
     return;
-  rmsNormBackwardDxKernel<<<unsigned(Rows), 256, 0, Stream>>>(Hidden, X, W,
-                                                              Rstd, DY, DX);
+  rmsNormBackwardDxKernel<<<unsigned(Rows), 256, 0, Stream>>>(Hidden, X, W, Rstd, DY, DX);
   MOERT_CUDA_CHECK_LAUNCH();
-  rmsNormBackwardDwKernel<<<unsigned((Hidden + 127) / 128), 128, 0, Stream>>>(
-      Rows, Hidden, X, Rstd, DY, DW);
+  rmsNormBackwardDwKernel<<<unsigned((Hidden + 127) / 128), 128, 0, Stream>>>(Rows, Hidden, X, Rstd, DY, DW);
   MOERT_CUDA_CHECK_LAUNCH();
 }
 
-void applyRope(int64_t Rows, int64_t Heads, int64_t HeadDim, bf16 *X,
-               const int32_t *Positions, double Theta, bool Inverse,
-               cudaStream_t Stream) {
+void applyRope(int64_t Rows, int64_t Heads, int64_t HeadDim, bf16 *X, const int32_t *Positions, double Theta,
+               bool Inverse, cudaStream_t Stream) {
   int64_t Work = Rows * (HeadDim / 2);
   if (Work == 0)
     return;
-  ropeKernel<<<gridFor(Work, 256), 256, 0, Stream>>>(Rows, Heads, HeadDim, X,
-                                                     Positions, Theta, Inverse);
+  ropeKernel<<<gridFor(Work, 256), 256, 0, Stream>>>(Rows, Heads, HeadDim, X, Positions, Theta, Inverse);
   MOERT_CUDA_CHECK_LAUNCH();
 }
 
-void swiGluForward(int64_t Count, const bf16 *G, const bf16 *U, bf16 *Act,
-                   cudaStream_t Stream) {
+void swiGluForward(int64_t Count, const bf16 *G, const bf16 *U, bf16 *Act, cudaStream_t Stream) {
   if (Count == 0)
     return;
-  swiGluForwardKernel<<<gridFor(Count, 256), 256, 0, Stream>>>(Count, G, U,
-                                                               Act);
+  swiGluForwardKernel<<<gridFor(Count, 256), 256, 0, Stream>>>(Count, G, U, Act);
   MOERT_CUDA_CHECK_LAUNCH();
 }
 
-void swiGluBackward(int64_t Count, const bf16 *G, const bf16 *U,
-                    const bf16 *DAct, bf16 *DG, bf16 *DU, cudaStream_t Stream) {
+void swiGluBackward(int64_t Count, const bf16 *G, const bf16 *U, const bf16 *DAct, bf16 *DG, bf16 *DU,
+                    cudaStream_t Stream) {
   if (Count == 0)
     return;
-  swiGluBackwardKernel<<<gridFor(Count, 256), 256, 0, Stream>>>(Count, G, U,
-                                                                DAct, DG, DU);
+  swiGluBackwardKernel<<<gridFor(Count, 256), 256, 0, Stream>>>(Count, G, U, DAct, DG, DU);
   MOERT_CUDA_CHECK_LAUNCH();
 }
 
-void castToBf16(int64_t Count, const float *In, bf16 *Out,
-                cudaStream_t Stream) {
+void castToBf16(int64_t Count, const float *In, bf16 *Out, cudaStream_t Stream) {
   if (Count == 0)
     return;
   castToBf16Kernel<<<gridFor(Count, 256), 256, 0, Stream>>>(Count, In, Out);

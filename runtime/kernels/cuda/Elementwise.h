@@ -17,26 +17,23 @@
 namespace moert::cuda {
 
 /// Y = X * rstd * W per row, rstd = 1 / sqrt(mean(X^2) + Eps); Rstd [Rows].
-void rmsNormForward(int64_t Rows, int64_t Hidden, const bf16 *X, const bf16 *W,
-                    float Eps, bf16 *Y, float *Rstd, cudaStream_t Stream);
+void rmsNormForward(int64_t Rows, int64_t Hidden, const bf16 *X, const bf16 *W, float Eps, bf16 *Y, float *Rstd,
+                    cudaStream_t Stream);
 /// DX = rstd * (DY W - X rstd^2 mean(DY W X)); DW += sum_rows DY X rstd.
-void rmsNormBackward(int64_t Rows, int64_t Hidden, const bf16 *X, const bf16 *W,
-                     const float *Rstd, const bf16 *DY, bf16 *DX, float *DW,
-                     cudaStream_t Stream);
+void rmsNormBackward(int64_t Rows, int64_t Hidden, const bf16 *X, const bf16 *W, const float *Rstd, const bf16 *DY,
+                     bf16 *DX, float *DW, cudaStream_t Stream);
 
 /// Rotary embedding in place on X [Rows, Heads * HeadDim] (rotate-half, angle
 /// Positions[n] * Theta^(-2i / HeadDim), computed in double as on the host);
 /// Inverse applies the transposed rotation (the backward).
-void applyRope(int64_t Rows, int64_t Heads, int64_t HeadDim, bf16 *X,
-               const int32_t *Positions, double Theta, bool Inverse,
-               cudaStream_t Stream);
+void applyRope(int64_t Rows, int64_t Heads, int64_t HeadDim, bf16 *X, const int32_t *Positions, double Theta,
+               bool Inverse, cudaStream_t Stream);
 
 /// Act = silu(G) * U over Count elements.
-void swiGluForward(int64_t Count, const bf16 *G, const bf16 *U, bf16 *Act,
-                   cudaStream_t Stream);
+void swiGluForward(int64_t Count, const bf16 *G, const bf16 *U, bf16 *Act, cudaStream_t Stream);
 /// DG = DAct * U * silu'(G), DU = DAct * silu(G).
-void swiGluBackward(int64_t Count, const bf16 *G, const bf16 *U,
-                    const bf16 *DAct, bf16 *DG, bf16 *DU, cudaStream_t Stream);
+void swiGluBackward(int64_t Count, const bf16 *G, const bf16 *U, const bf16 *DAct, bf16 *DG, bf16 *DU,
+                    cudaStream_t Stream);
 
 /// Precision casts (fp32 GEMM outputs to bf16 activations and back).
 void castToBf16(int64_t Count, const float *In, bf16 *Out, cudaStream_t Stream);

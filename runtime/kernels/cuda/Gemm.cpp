@@ -13,23 +13,19 @@ void checkBlas(cublasStatus_t S, const char *Call, const char *File, int Line) {
   if (S == CUBLAS_STATUS_SUCCESS)
     return;
   std::ostringstream OS;
-  OS << File << ":" << Line << ": " << Call
-     << " failed: " << cublasGetStatusName(S) << " ("
-     << cublasGetStatusString(S) << ")";
+  OS << File << ":" << Line << ": " << Call << " failed: " << cublasGetStatusName(S) << " (" << cublasGetStatusString(S)
+     << ")";
   throw std::runtime_error(OS.str());
 }
 #define MOERT_CUBLAS_CHECK(Call) checkBlas((Call), #Call, __FILE__, __LINE__)
 
 int toInt(int64_t V, const char *What) {
   if (V < 0 || V > INT_MAX)
-    throw std::invalid_argument(std::string("GEMM ") + What +
-                                " out of cuBLAS's int range");
+    throw std::invalid_argument(std::string("GEMM ") + What + " out of cuBLAS's int range");
   return int(V);
 }
 
-cudaDataType_t cudaType(OutType T) {
-  return T == OutType::BF16 ? CUDA_R_16BF : CUDA_R_32F;
-}
+cudaDataType_t cudaType(OutType T) { return T == OutType::BF16 ? CUDA_R_16BF : CUDA_R_32F; }
 size_t elementBytes(OutType T) { return T == OutType::BF16 ? 2 : 4; }
 cublasOperation_t op(bool Trans) { return Trans ? CUBLAS_OP_T : CUBLAS_OP_N; }
 } // namespace
@@ -49,19 +45,16 @@ void BlasHandle::setStream(cudaStream_t NewStream) {
   MOERT_CUBLAS_CHECK(cublasSetStream(Handle, Stream));
 }
 
-void gemm(BlasHandle &H, bool TransA, bool TransB, int64_t M, int64_t N,
-          int64_t K, float Alpha, const bf16 *A, int64_t LdA, const bf16 *B,
-          int64_t LdB, float Beta, void *C, OutType CType, int64_t LdC) {
+void gemm(BlasHandle &H, bool TransA, bool TransB, int64_t M, int64_t N, int64_t K, float Alpha, const bf16 *A,
+          int64_t LdA, const bf16 *B, int64_t LdB, float Beta, void *C, OutType CType, int64_t LdC) {
   if (M == 0 || N == 0)
     return;
   // Row-major C[M,N] = op(A) op(B)  <=>  column-major C^T = op(B)^T op(A)^T:
   // B goes first, and each stored row-major matrix is its own transpose in
   // column-major, so the op flags carry over unchanged.
-  MOERT_CUBLAS_CHECK(cublasGemmEx(
-      H.get(), op(TransB), op(TransA), toInt(N, "N"), toInt(M, "M"),
-      toInt(K, "K"), &Alpha, B, CUDA_R_16BF, toInt(LdB, "ldb"), A, CUDA_R_16BF,
-      toInt(LdA, "lda"), &Beta, C, cudaType(CType), toInt(LdC, "ldc"),
-      CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  MOERT_CUBLAS_CHECK(cublasGemmEx(H.get(), op(TransB), op(TransA), toInt(N, "N"), toInt(M, "M"), toInt(K, "K"), &Alpha,
+                                  B, CUDA_R_16BF, toInt(LdB, "ldb"), A, CUDA_R_16BF, toInt(LdA, "lda"), &Beta, C,
+                                  cudaType(CType), toInt(LdC, "ldc"), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
 /// One grouped call: per-problem arrays in cuBLAS's (column-major) terms.
@@ -72,9 +65,8 @@ struct GroupedCall {
   std::vector<const void *> A, B;
   std::vector<void *> C;
 
-  void add(bool TransA, bool TransB, int64_t RM, int64_t RN, int64_t RK,
-           const bf16 *RA, int64_t RLdA, const bf16 *RB, int64_t RLdB,
-           float RBeta, void *RC, int64_t RLdC) {
+  void add(bool TransA, bool TransB, int64_t RM, int64_t RN, int64_t RK, const bf16 *RA, int64_t RLdA, const bf16 *RB,
+           int64_t RLdB, float RBeta, void *RC, int64_t RLdC) {
     // Row-major problem (RA, RB, RC) as the swapped column-major one.
     OpA.push_back(op(TransB));
     OpB.push_back(op(TransA));
@@ -104,17 +96,15 @@ struct GroupedCall {
       Ptrs.insert(Ptrs.end(), A.begin(), A.end());
       Ptrs.insert(Ptrs.end(), B.begin(), B.end());
       Ptrs.insert(Ptrs.end(), C.begin(), C.end());
-      MOERT_CUDA_CHECK(cudaMemcpyAsync(H.PointerScratch.data(), Ptrs.data(),
-                                       Ptrs.size() * sizeof(void *),
+      MOERT_CUDA_CHECK(cudaMemcpyAsync(H.PointerScratch.data(), Ptrs.data(), Ptrs.size() * sizeof(void *),
                                        cudaMemcpyHostToDevice, H.stream()));
       const void *const *DA = H.PointerScratch.data();
       const void *const *DB = DA + G;
       void *const *DC = const_cast<void *const *>(DA + 2 * G);
-      cublasStatus_t S = cublasGemmGroupedBatchedEx(
-          H.get(), OpA.data(), OpB.data(), M.data(), N.data(), K.data(),
-          Alpha.data(), DA, CUDA_R_16BF, LdA.data(), DB, CUDA_R_16BF,
-          LdB.data(), Beta.data(), DC, cudaType(CType), LdC.data(), int(G),
-          GroupSize.data(), CUBLAS_COMPUTE_32F);
+      cublasStatus_t S =
+          cublasGemmGroupedBatchedEx(H.get(), OpA.data(), OpB.data(), M.data(), N.data(), K.data(), Alpha.data(), DA,
+                                     CUDA_R_16BF, LdA.data(), DB, CUDA_R_16BF, LdB.data(), Beta.data(), DC,
+                                     cudaType(CType), LdC.data(), int(G), GroupSize.data(), CUBLAS_COMPUTE_32F);
       // No sync needed for the host arrays: a pageable cudaMemcpyAsync has
       // staged its source before returning, and cuBLAS reads the per-group
       // sizes and scalars on the host during the call.
@@ -122,8 +112,7 @@ struct GroupedCall {
       // version and GPU, and a refusal comes back as NOT_SUPPORTED or
       // INVALID_VALUE: fall back to the loop, whose cublasGemmEx calls still
       // report a genuinely invalid problem.
-      if (S != CUBLAS_STATUS_NOT_SUPPORTED &&
-          S != CUBLAS_STATUS_INVALID_VALUE) {
+      if (S != CUBLAS_STATUS_NOT_SUPPORTED && S != CUBLAS_STATUS_INVALID_VALUE) {
         MOERT_CUBLAS_CHECK(S);
         return;
       }
@@ -135,42 +124,35 @@ struct GroupedCall {
                    cublasGetStatusName(S));
     }
     for (size_t I = 0; I < G; ++I)
-      MOERT_CUBLAS_CHECK(cublasGemmEx(
-          H.get(), OpA[I], OpB[I], M[I], N[I], K[I], &Alpha[I], A[I],
-          CUDA_R_16BF, LdA[I], B[I], CUDA_R_16BF, LdB[I], &Beta[I], C[I],
-          cudaType(CType), LdC[I], CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+      MOERT_CUBLAS_CHECK(cublasGemmEx(H.get(), OpA[I], OpB[I], M[I], N[I], K[I], &Alpha[I], A[I], CUDA_R_16BF, LdA[I],
+                                      B[I], CUDA_R_16BF, LdB[I], &Beta[I], C[I], cudaType(CType), LdC[I],
+                                      CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
   }
 };
 
-void groupedGemm(BlasHandle &H, GroupedMode Mode,
-                 const std::vector<int64_t> &Rows, int64_t N, int64_t K,
-                 const bf16 *X, const bf16 *W, bool TransW, float Beta, void *Y,
-                 OutType YType) {
+void groupedGemm(BlasHandle &H, GroupedMode Mode, const std::vector<int64_t> &Rows, int64_t N, int64_t K, const bf16 *X,
+                 const bf16 *W, bool TransW, float Beta, void *Y, OutType YType) {
   GroupedCall Call;
   int64_t Begin = 0;
   for (size_t G = 0; G < Rows.size(); ++G) {
     int64_t M = Rows[G];
     if (M > 0)
-      Call.add(false, TransW, M, N, K, X + Begin * K, K, W + int64_t(G) * K * N,
-               TransW ? K : N, Beta,
-               static_cast<char *>(Y) + size_t(Begin * N) * elementBytes(YType),
-               N);
+      Call.add(false, TransW, M, N, K, X + Begin * K, K, W + int64_t(G) * K * N, TransW ? K : N, Beta,
+               static_cast<char *>(Y) + size_t(Begin * N) * elementBytes(YType), N);
     Begin += M;
   }
   Call.run(H, Mode, YType);
 }
 
-void groupedWeightGradGemm(BlasHandle &H, GroupedMode Mode,
-                           const std::vector<int64_t> &Rows, int64_t In,
-                           int64_t Out, const bf16 *X, const bf16 *DY,
-                           float Beta, float *DW) {
+void groupedWeightGradGemm(BlasHandle &H, GroupedMode Mode, const std::vector<int64_t> &Rows, int64_t In, int64_t Out,
+                           const bf16 *X, const bf16 *DY, float Beta, float *DW) {
   GroupedCall Call;
   int64_t Begin = 0;
   for (size_t G = 0; G < Rows.size(); ++G) {
     int64_t M = Rows[G];
     if (M > 0)
-      Call.add(true, false, In, Out, M, X + Begin * In, In, DY + Begin * Out,
-               Out, Beta, DW + int64_t(G) * In * Out, Out);
+      Call.add(true, false, In, Out, M, X + Begin * In, In, DY + Begin * Out, Out, Beta, DW + int64_t(G) * In * Out,
+               Out);
     Begin += M;
   }
   Call.run(H, Mode, OutType::F32);

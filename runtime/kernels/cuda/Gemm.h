@@ -55,16 +55,13 @@ private:
 
 /// C = Alpha * op(A) * op(B) + Beta * C with explicit leading dimensions
 /// (row widths of the stored matrices).
-void gemm(BlasHandle &H, bool TransA, bool TransB, int64_t M, int64_t N,
-          int64_t K, float Alpha, const bf16 *A, int64_t LdA, const bf16 *B,
-          int64_t LdB, float Beta, void *C, OutType CType, int64_t LdC);
+void gemm(BlasHandle &H, bool TransA, bool TransB, int64_t M, int64_t N, int64_t K, float Alpha, const bf16 *A,
+          int64_t LdA, const bf16 *B, int64_t LdB, float Beta, void *C, OutType CType, int64_t LdC);
 
 /// Dense leading dimensions.
-inline void gemm(BlasHandle &H, bool TransA, bool TransB, int64_t M, int64_t N,
-                 int64_t K, float Alpha, const bf16 *A, const bf16 *B,
-                 float Beta, void *C, OutType CType) {
-  gemm(H, TransA, TransB, M, N, K, Alpha, A, TransA ? M : K, B, TransB ? K : N,
-       Beta, C, CType, N);
+inline void gemm(BlasHandle &H, bool TransA, bool TransB, int64_t M, int64_t N, int64_t K, float Alpha, const bf16 *A,
+                 const bf16 *B, float Beta, void *C, OutType CType) {
+  gemm(H, TransA, TransB, M, N, K, Alpha, A, TransA ? M : K, B, TransB ? K : N, Beta, C, CType, N);
 }
 
 /// Expert forward / data gradient: for each group g, the Rows[g] rows of X
@@ -72,17 +69,13 @@ inline void gemm(BlasHandle &H, bool TransA, bool TransB, int64_t M, int64_t N,
 /// W holds the groups' matrices back to back, each stored [K, N] (TransW
 /// false) or [N, K] (TransW true, the data gradient dX = dY W^T). X is
 /// [sum Rows, K], Y [sum Rows, N].
-void groupedGemm(BlasHandle &H, GroupedMode Mode,
-                 const std::vector<int64_t> &Rows, int64_t N, int64_t K,
-                 const bf16 *X, const bf16 *W, bool TransW, float Beta, void *Y,
-                 OutType YType);
+void groupedGemm(BlasHandle &H, GroupedMode Mode, const std::vector<int64_t> &Rows, int64_t N, int64_t K, const bf16 *X,
+                 const bf16 *W, bool TransW, float Beta, void *Y, OutType YType);
 
 /// Expert weight gradient: DW_g = X_g^T DY_g + Beta DW_g, X [sum Rows, In],
 /// DY [sum Rows, Out], DW [groups, In, Out] fp32.
-void groupedWeightGradGemm(BlasHandle &H, GroupedMode Mode,
-                           const std::vector<int64_t> &Rows, int64_t In,
-                           int64_t Out, const bf16 *X, const bf16 *DY,
-                           float Beta, float *DW);
+void groupedWeightGradGemm(BlasHandle &H, GroupedMode Mode, const std::vector<int64_t> &Rows, int64_t In, int64_t Out,
+                           const bf16 *X, const bf16 *DY, float Beta, float *DW);
 
 } // namespace moert::cuda
 

@@ -15,13 +15,11 @@ unsigned blocksFor(int64_t Count, int Threads) {
 }
 
 /// (Score, Id) comes before (OtherScore, OtherId) in routing order.
-__device__ inline bool before(float Score, int Id, float OtherScore,
-                              int OtherId) {
+__device__ inline bool before(float Score, int Id, float OtherScore, int OtherId) {
   return Score > OtherScore || (Score == OtherScore && Id < OtherId);
 }
 
-__global__ void routerTopKKernel(int64_t N, int64_t E, int64_t K, bool Sigmoid,
-                                 const float *Logits, float *Scores,
+__global__ void routerTopKKernel(int64_t N, int64_t E, int64_t K, bool Sigmoid, const float *Logits, float *Scores,
                                  int32_t *TopIdx, float *TopW) {
   int64_t T = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (T >= N)
@@ -72,8 +70,7 @@ __global__ void routerTopKKernel(int64_t N, int64_t E, int64_t K, bool Sigmoid,
 }
 
 /// Thread e counts copies of expert e and sums its scores; thread E writes N.
-__global__ void routerStatsKernel(int64_t N, int64_t E, int64_t K,
-                                  const float *Scores, const int32_t *TopIdx,
+__global__ void routerStatsKernel(int64_t N, int64_t E, int64_t K, const float *Scores, const int32_t *TopIdx,
                                   float *Stats) {
   int64_t J = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (J > E)
@@ -91,11 +88,9 @@ __global__ void routerStatsKernel(int64_t N, int64_t E, int64_t K,
   Stats[E + J] = Sum;
 }
 
-__global__ void routerBackwardKernel(int64_t N, int64_t E, int64_t K,
-                                     bool Sigmoid, const float *Scores,
-                                     const int32_t *TopIdx, const float *TopW,
-                                     const float *DTopW, const float *Fraction,
-                                     float AuxPerScore, float *DLogits) {
+__global__ void routerBackwardKernel(int64_t N, int64_t E, int64_t K, bool Sigmoid, const float *Scores,
+                                     const int32_t *TopIdx, const float *TopW, const float *DTopW,
+                                     const float *Fraction, float AuxPerScore, float *DLogits) {
   int64_t T = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (T >= N)
     return;
@@ -131,8 +126,7 @@ __global__ void routerBackwardKernel(int64_t N, int64_t E, int64_t K,
 
 /// Thread e counts the copies routed to expert e. The placement needs every
 /// count first (its start row), hence two kernels.
-__global__ void expertCountKernel(int64_t Copies, int64_t E,
-                                  const int32_t *TopIdx, int64_t *Counts) {
+__global__ void expertCountKernel(int64_t Copies, int64_t E, const int32_t *TopIdx, int64_t *Counts) {
   int64_t J = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (J >= E)
     return;
@@ -142,8 +136,7 @@ __global__ void expertCountKernel(int64_t Copies, int64_t E,
   Counts[J] = C;
 }
 
-__global__ void placeCopiesKernel(int64_t Copies, int64_t E,
-                                  const int32_t *TopIdx, const int64_t *Counts,
+__global__ void placeCopiesKernel(int64_t Copies, int64_t E, const int32_t *TopIdx, const int64_t *Counts,
                                   int32_t *Permutation, int32_t *RowOfCopy) {
   int64_t J = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (J >= E)
@@ -160,8 +153,7 @@ __global__ void placeCopiesKernel(int64_t Copies, int64_t E,
 }
 
 /// One block per output row; threads stride over the features.
-__global__ void permuteKernel(int64_t K, int64_t H, const bf16 *X,
-                              const int32_t *Permutation, bf16 *Out) {
+__global__ void permuteKernel(int64_t K, int64_t H, const bf16 *X, const int32_t *Permutation, bf16 *Out) {
   int64_t Row = blockIdx.x;
   const bf16 *Src = X + int64_t(Permutation[Row] / K) * H;
   for (int64_t C = threadIdx.x; C < H; C += blockDim.x)
@@ -169,8 +161,7 @@ __global__ void permuteKernel(int64_t K, int64_t H, const bf16 *X,
 }
 
 /// One block per token: sums its K rows in k order.
-__global__ void gatherSumKernel(int64_t K, int64_t H, const bf16 *Rows,
-                                const int32_t *RowOfCopy, const float *W,
+__global__ void gatherSumKernel(int64_t K, int64_t H, const bf16 *Rows, const int32_t *RowOfCopy, const float *W,
                                 bf16 *Y) {
   int64_t N = blockIdx.x;
   for (int64_t C = threadIdx.x; C < H; C += blockDim.x) {
@@ -184,11 +175,8 @@ __global__ void gatherSumKernel(int64_t K, int64_t H, const bf16 *Rows,
 }
 
 /// One block per copy: the weighted row back and the weight's gradient.
-__global__ void unpermuteBackwardKernel(int64_t K, int64_t H, const bf16 *DY,
-                                        const bf16 *Rows,
-                                        const int32_t *RowOfCopy,
-                                        const float *W, bf16 *DRows,
-                                        float *DW) {
+__global__ void unpermuteBackwardKernel(int64_t K, int64_t H, const bf16 *DY, const bf16 *Rows,
+                                        const int32_t *RowOfCopy, const float *W, bf16 *DRows, float *DW) {
   __shared__ float Partial[32];
   int64_t Copy = blockIdx.x, N = Copy / K, Row = RowOfCopy[Copy];
   float Weight = W[Copy], Dot = 0.f;
@@ -212,82 +200,67 @@ __global__ void unpermuteBackwardKernel(int64_t K, int64_t H, const bf16 *DY,
 
 } // namespace
 
-void routerTopK(int64_t N, int64_t E, int64_t K, bool Sigmoid,
-                const float *Logits, float *Scores, int32_t *TopIdx,
+void routerTopK(int64_t N, int64_t E, int64_t K, bool Sigmoid, const float *Logits, float *Scores, int32_t *TopIdx,
                 float *TopW, cudaStream_t Stream) {
   if (N == 0)
     return;
-  routerTopKKernel<<<blocksFor(N, 128), 128, 0, Stream>>>(
-      N, E, K, Sigmoid, Logits, Scores, TopIdx, TopW);
+  routerTopKKernel<<<blocksFor(N, 128), 128, 0, Stream>>>(N, E, K, Sigmoid, Logits, Scores, TopIdx, TopW);
   MOERT_CUDA_CHECK_LAUNCH();
 }
 
-void routerStats(int64_t N, int64_t E, int64_t K, const float *Scores,
-                 const int32_t *TopIdx, float *Stats, cudaStream_t Stream) {
-  routerStatsKernel<<<blocksFor(E + 1, 128), 128, 0, Stream>>>(N, E, K, Scores,
-                                                               TopIdx, Stats);
+void routerStats(int64_t N, int64_t E, int64_t K, const float *Scores, const int32_t *TopIdx, float *Stats,
+                 cudaStream_t Stream) {
+  routerStatsKernel<<<blocksFor(E + 1, 128), 128, 0, Stream>>>(N, E, K, Scores, TopIdx, Stats);
   MOERT_CUDA_CHECK_LAUNCH();
 }
 
-void routerBackward(int64_t N, int64_t E, int64_t K, bool Sigmoid,
-                    const float *Scores, const int32_t *TopIdx,
-                    const float *TopW, const float *DTopW,
-                    const float *Fraction, float AuxPerScore, float *DLogits,
+void routerBackward(int64_t N, int64_t E, int64_t K, bool Sigmoid, const float *Scores, const int32_t *TopIdx,
+                    const float *TopW, const float *DTopW, const float *Fraction, float AuxPerScore, float *DLogits,
                     cudaStream_t Stream) {
   if (N == 0)
     return;
-  routerBackwardKernel<<<blocksFor(N, 128), 128, 0, Stream>>>(
-      N, E, K, Sigmoid, Scores, TopIdx, TopW, DTopW, Fraction, AuxPerScore,
-      DLogits);
+  routerBackwardKernel<<<blocksFor(N, 128), 128, 0, Stream>>>(N, E, K, Sigmoid, Scores, TopIdx, TopW, DTopW, Fraction,
+                                                              AuxPerScore, DLogits);
   MOERT_CUDA_CHECK_LAUNCH();
 }
 
-void buildPermutation(int64_t N, int64_t K, int64_t E, const int32_t *TopIdx,
-                      int32_t *Permutation, int32_t *RowOfCopy,
+void buildPermutation(int64_t N, int64_t K, int64_t E, const int32_t *TopIdx, int32_t *Permutation, int32_t *RowOfCopy,
                       int64_t *ExpertCounts, cudaStream_t Stream) {
-  expertCountKernel<<<blocksFor(E, 128), 128, 0, Stream>>>(N * K, E, TopIdx,
-                                                           ExpertCounts);
+  expertCountKernel<<<blocksFor(E, 128), 128, 0, Stream>>>(N * K, E, TopIdx, ExpertCounts);
   MOERT_CUDA_CHECK_LAUNCH();
-  placeCopiesKernel<<<blocksFor(E, 128), 128, 0, Stream>>>(
-      N * K, E, TopIdx, ExpertCounts, Permutation, RowOfCopy);
+  placeCopiesKernel<<<blocksFor(E, 128), 128, 0, Stream>>>(N * K, E, TopIdx, ExpertCounts, Permutation, RowOfCopy);
   MOERT_CUDA_CHECK_LAUNCH();
 }
 
-void permuteTokens(int64_t N, int64_t K, int64_t H, const bf16 *X,
-                   const int32_t *Permutation, bf16 *Out, cudaStream_t Stream) {
+void permuteTokens(int64_t N, int64_t K, int64_t H, const bf16 *X, const int32_t *Permutation, bf16 *Out,
+                   cudaStream_t Stream) {
   if (N * K == 0)
     return;
   permuteKernel<<<unsigned(N * K), 128, 0, Stream>>>(K, H, X, Permutation, Out);
   MOERT_CUDA_CHECK_LAUNCH();
 }
 
-void permuteTokensBackward(int64_t N, int64_t K, int64_t H, const bf16 *DRows,
-                           const int32_t *RowOfCopy, bf16 *DX,
+void permuteTokensBackward(int64_t N, int64_t K, int64_t H, const bf16 *DRows, const int32_t *RowOfCopy, bf16 *DX,
                            cudaStream_t Stream) {
   if (N == 0)
     return;
-  gatherSumKernel<<<unsigned(N), 128, 0, Stream>>>(K, H, DRows, RowOfCopy,
-                                                   nullptr, DX);
+  gatherSumKernel<<<unsigned(N), 128, 0, Stream>>>(K, H, DRows, RowOfCopy, nullptr, DX);
   MOERT_CUDA_CHECK_LAUNCH();
 }
 
-void unpermuteTokens(int64_t N, int64_t K, int64_t H, const bf16 *Rows,
-                     const int32_t *RowOfCopy, const float *W, bf16 *Y,
-                     cudaStream_t Stream) {
+void unpermuteTokens(int64_t N, int64_t K, int64_t H, const bf16 *Rows, const int32_t *RowOfCopy, const float *W,
+                     bf16 *Y, cudaStream_t Stream) {
   if (N == 0)
     return;
   gatherSumKernel<<<unsigned(N), 128, 0, Stream>>>(K, H, Rows, RowOfCopy, W, Y);
   MOERT_CUDA_CHECK_LAUNCH();
 }
 
-void unpermuteTokensBackward(int64_t N, int64_t K, int64_t H, const bf16 *DY,
-                             const bf16 *Rows, const int32_t *RowOfCopy,
-                             const float *W, bf16 *DRows, float *DW,
-                             cudaStream_t Stream) {
+void unpermuteTokensBackward(int64_t N, int64_t K, int64_t H, const bf16 *DY, const bf16 *Rows,
+                             const int32_t *RowOfCopy, const float *W, bf16 *DRows, float *DW, cudaStream_t Stream) {
   if (N * K == 0)
     return;
-  unpermuteBackwardKernel<<<unsigned(N * K), 128, 0, Stream>>>(
-      K, H, DY, Rows, RowOfCopy, W, DRows, DW);
+  unpermuteBackwardKernel<<<unsigned(N * K), 128, 0, Stream>>>(K, H, DY, Rows, RowOfCopy, W, DRows, DW);
   MOERT_CUDA_CHECK_LAUNCH();
 }
 

@@ -34,45 +34,37 @@
 namespace moert::cuda {
 
 /// Logits [N, E] -> Scores [N, E], TopIdx [N * K] (int32), TopW [N * K].
-void routerTopK(int64_t N, int64_t E, int64_t K, bool Sigmoid,
-                const float *Logits, float *Scores, int32_t *TopIdx,
+void routerTopK(int64_t N, int64_t E, int64_t K, bool Sigmoid, const float *Logits, float *Scores, int32_t *TopIdx,
                 float *TopW, cudaStream_t Stream);
 
 /// Stats [2E + 1]: copies per expert, score sums per expert, N.
-void routerStats(int64_t N, int64_t E, int64_t K, const float *Scores,
-                 const int32_t *TopIdx, float *Stats, cudaStream_t Stream);
+void routerStats(int64_t N, int64_t E, int64_t K, const float *Scores, const int32_t *TopIdx, float *Stats,
+                 cudaStream_t Stream);
 
 /// DLogits [N, E] from DTopW [N * K]; Fraction [E] are the f_e of the aux
 /// loss and AuxPerScore = AuxGradScale * AuxLossCoeff * E / GroupTokens.
-void routerBackward(int64_t N, int64_t E, int64_t K, bool Sigmoid,
-                    const float *Scores, const int32_t *TopIdx,
-                    const float *TopW, const float *DTopW,
-                    const float *Fraction, float AuxPerScore, float *DLogits,
+void routerBackward(int64_t N, int64_t E, int64_t K, bool Sigmoid, const float *Scores, const int32_t *TopIdx,
+                    const float *TopW, const float *DTopW, const float *Fraction, float AuxPerScore, float *DLogits,
                     cudaStream_t Stream);
 
 /// Permutation [N * K] (send row -> copy), RowOfCopy [N * K] (copy -> send
 /// row), ExpertCounts [E] (int64).
-void buildPermutation(int64_t N, int64_t K, int64_t E, const int32_t *TopIdx,
-                      int32_t *Permutation, int32_t *RowOfCopy,
+void buildPermutation(int64_t N, int64_t K, int64_t E, const int32_t *TopIdx, int32_t *Permutation, int32_t *RowOfCopy,
                       int64_t *ExpertCounts, cudaStream_t Stream);
 
 /// Out [N * K, H]: row j = X[Permutation[j] / K].
-void permuteTokens(int64_t N, int64_t K, int64_t H, const bf16 *X,
-                   const int32_t *Permutation, bf16 *Out, cudaStream_t Stream);
+void permuteTokens(int64_t N, int64_t K, int64_t H, const bf16 *X, const int32_t *Permutation, bf16 *Out,
+                   cudaStream_t Stream);
 /// Backward of permuteTokens: DX[n] = sum_k DRows[RowOfCopy[n K + k]].
-void permuteTokensBackward(int64_t N, int64_t K, int64_t H, const bf16 *DRows,
-                           const int32_t *RowOfCopy, bf16 *DX,
+void permuteTokensBackward(int64_t N, int64_t K, int64_t H, const bf16 *DRows, const int32_t *RowOfCopy, bf16 *DX,
                            cudaStream_t Stream);
 /// Y[n] = sum_k W[n K + k] * Rows[RowOfCopy[n K + k]].
-void unpermuteTokens(int64_t N, int64_t K, int64_t H, const bf16 *Rows,
-                     const int32_t *RowOfCopy, const float *W, bf16 *Y,
-                     cudaStream_t Stream);
+void unpermuteTokens(int64_t N, int64_t K, int64_t H, const bf16 *Rows, const int32_t *RowOfCopy, const float *W,
+                     bf16 *Y, cudaStream_t Stream);
 /// Backward of unpermuteTokens: DRows[RowOfCopy[c]] = W[c] * DY[c / K] and
 /// DW[c] = <DY[c / K], Rows[RowOfCopy[c]]>.
-void unpermuteTokensBackward(int64_t N, int64_t K, int64_t H, const bf16 *DY,
-                             const bf16 *Rows, const int32_t *RowOfCopy,
-                             const float *W, bf16 *DRows, float *DW,
-                             cudaStream_t Stream);
+void unpermuteTokensBackward(int64_t N, int64_t K, int64_t H, const bf16 *DY, const bf16 *Rows,
+                             const int32_t *RowOfCopy, const float *W, bf16 *DRows, float *DW, cudaStream_t Stream);
 
 } // namespace moert::cuda
 

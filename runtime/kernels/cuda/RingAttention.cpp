@@ -17,13 +17,10 @@ struct Ring {
   size_t KvCount;                  ///< elements of K (= of V)
   DeviceBuffer<int32_t> Positions; ///< [Size, LocalTokens]
 
-  Ring(DeviceCommunicator &Cp, const AttentionDims &Dims)
-      : Size(Cp.size()), Rank(Cp.rank()) {
-    if (Dims.QHeads <= 0 || Dims.KvHeads <= 0 ||
-        Dims.QHeads % Dims.KvHeads != 0)
-      throw std::invalid_argument(
-          "ring attention: query heads must be a positive multiple of kv "
-          "heads");
+  Ring(DeviceCommunicator &Cp, const AttentionDims &Dims) : Size(Cp.size()), Rank(Cp.rank()) {
+    if (Dims.QHeads <= 0 || Dims.KvHeads <= 0 || Dims.QHeads % Dims.KvHeads != 0)
+      throw std::invalid_argument("ring attention: query heads must be a positive multiple of kv "
+                                  "heads");
     std::vector<int32_t> All;
     for (int R = 0; R < Size; ++R)
       for (int64_t P : localPositions(R, Size, Dims.SeqLen)) // checks SeqLen
@@ -38,9 +35,7 @@ struct Ring {
     KvCount = size_t(Dims.Batch * Local * Dims.KvHeads * Dims.HeadDim);
     Positions.upload(All);
   }
-  const int32_t *positionsOf(int R) const {
-    return Positions.data() + int64_t(R) * Shape.QTokens;
-  }
+  const int32_t *positionsOf(int R) const { return Positions.data() + int64_t(R) * Shape.QTokens; }
   int prev() const { return (Rank + Size - 1) % Size; }
   int next() const { return (Rank + 1) % Size; }
 };
@@ -48,8 +43,7 @@ struct Ring {
 /// One hop: receive the previous rank's buffer, send ours to the next.
 struct Hop {
   std::unique_ptr<Request> RecvReq, SendReq;
-  Hop(DeviceCommunicator &Cp, const Ring &R, const void *Send, void *Recv,
-      size_t Floats, int Tag) {
+  Hop(DeviceCommunicator &Cp, const Ring &R, const void *Send, void *Recv, size_t Floats, int Tag) {
     RecvReq = Cp.irecv(static_cast<float *>(Recv), Floats, R.prev(), Tag);
     SendReq = Cp.isend(static_cast<const float *>(Send), Floats, R.next(), Tag);
   }
@@ -63,15 +57,13 @@ constexpr int KvTag = 11, GradTag = 12;
 
 void copyAsync(void *Dst, const void *Src, size_t Bytes, cudaStream_t Stream) {
   if (Bytes)
-    MOERT_CUDA_CHECK(
-        cudaMemcpyAsync(Dst, Src, Bytes, cudaMemcpyDeviceToDevice, Stream));
+    MOERT_CUDA_CHECK(cudaMemcpyAsync(Dst, Src, Bytes, cudaMemcpyDeviceToDevice, Stream));
 }
 
 } // namespace
 
-void ringAttentionForward(DeviceCommunicator &Cp, const AttentionDims &Dims,
-                          const bf16 *Q, const bf16 *K, const bf16 *V,
-                          float *Out, float *Lse, cudaStream_t Stream) {
+void ringAttentionForward(DeviceCommunicator &Cp, const AttentionDims &Dims, const bf16 *Q, const bf16 *K,
+                          const bf16 *V, float *Out, float *Lse, cudaStream_t Stream) {
   Ring R(Cp, Dims);
   Cp.setComputeStream(Stream);
   attentionInit(R.Shape, Out, Lse, Stream);
@@ -83,12 +75,10 @@ void ringAttentionForward(DeviceCommunicator &Cp, const AttentionDims &Dims,
   for (int Step = 0; Step < R.Size; ++Step) {
     std::unique_ptr<Hop> H;
     if (Step + 1 < R.Size)
-      H = std::make_unique<Hop>(Cp, R, Cur.data(), Next.data(), R.KvCount,
-                                KvTag);
+      H = std::make_unique<Hop>(Cp, R, Cur.data(), Next.data(), R.KvCount, KvTag);
     int Owner = (R.Rank - Step + R.Size) % R.Size;
-    attentionForwardBlock(R.Shape, Q, R.positionsOf(R.Rank), Cur.data(),
-                          Cur.data() + R.KvCount, R.positionsOf(Owner), Out,
-                          Lse, Stream);
+    attentionForwardBlock(R.Shape, Q, R.positionsOf(R.Rank), Cur.data(), Cur.data() + R.KvCount, R.positionsOf(Owner),
+                          Out, Lse, Stream);
     if (H) {
       H->wait();
       std::swap(Cur, Next);
@@ -98,11 +88,9 @@ void ringAttentionForward(DeviceCommunicator &Cp, const AttentionDims &Dims,
   MOERT_CUDA_CHECK(cudaStreamSynchronize(Stream));
 }
 
-void ringAttentionBackward(DeviceCommunicator &Cp, const AttentionDims &Dims,
-                           const bf16 *Q, const bf16 *K, const bf16 *V,
-                           const float *Out, const float *Lse, const bf16 *DOut,
-                           float *DQ, float *DK, float *DV,
-                           cudaStream_t Stream) {
+void ringAttentionBackward(DeviceCommunicator &Cp, const AttentionDims &Dims, const bf16 *Q, const bf16 *K,
+                           const bf16 *V, const float *Out, const float *Lse, const bf16 *DOut, float *DQ, float *DK,
+                           float *DV, cudaStream_t Stream) {
   Ring R(Cp, Dims);
   Cp.setComputeStream(Stream);
   const DeviceAttentionShape &S = R.Shape;
@@ -114,26 +102,21 @@ void ringAttentionBackward(DeviceCommunicator &Cp, const AttentionDims &Dims,
   bool Ringed = R.Size > 1;
   DeviceBuffer<bf16> Cur(2 * R.KvCount), Next(Ringed ? 2 * R.KvCount : 0);
   // The block's gradients so far: dK then dV in fp32.
-  DeviceBuffer<float> CurGrad(2 * R.KvCount),
-      NextGrad(Ringed ? 2 * R.KvCount : 0);
+  DeviceBuffer<float> CurGrad(2 * R.KvCount), NextGrad(Ringed ? 2 * R.KvCount : 0);
   copyAsync(Cur.data(), K, R.KvCount * sizeof(bf16), Stream);
   copyAsync(Cur.data() + R.KvCount, V, R.KvCount * sizeof(bf16), Stream);
   MOERT_CUDA_CHECK(cudaMemsetAsync(CurGrad.data(), 0, CurGrad.bytes(), Stream));
   for (int Step = 0; Step < R.Size; ++Step) {
     std::unique_ptr<Hop> KvHop, GradHop;
     if (Step + 1 < R.Size)
-      KvHop = std::make_unique<Hop>(Cp, R, Cur.data(), Next.data(), R.KvCount,
-                                    KvTag);
+      KvHop = std::make_unique<Hop>(Cp, R, Cur.data(), Next.data(), R.KvCount, KvTag);
     int Owner = (R.Rank - Step + R.Size) % R.Size;
-    attentionBackwardBlock(S, Q, R.positionsOf(R.Rank), Cur.data(),
-                           Cur.data() + R.KvCount, R.positionsOf(Owner), Lse,
-                           Delta.data(), DOut, DQ, CurGrad.data(),
-                           CurGrad.data() + R.KvCount, Stream);
+    attentionBackwardBlock(S, Q, R.positionsOf(R.Rank), Cur.data(), Cur.data() + R.KvCount, R.positionsOf(Owner), Lse,
+                           Delta.data(), DOut, DQ, CurGrad.data(), CurGrad.data() + R.KvCount, Stream);
     // After the last step the block in hand belongs to the next rank, which
     // is where this hop sends its gradients.
     if (Ringed)
-      GradHop = std::make_unique<Hop>(Cp, R, CurGrad.data(), NextGrad.data(),
-                                      2 * R.KvCount, GradTag);
+      GradHop = std::make_unique<Hop>(Cp, R, CurGrad.data(), NextGrad.data(), 2 * R.KvCount, GradTag);
     if (KvHop)
       KvHop->wait();
     if (GradHop) {

@@ -23,15 +23,12 @@
 
 namespace moert::cuda {
 
-void ringAttentionForward(DeviceCommunicator &Cp, const AttentionDims &Dims,
-                          const bf16 *Q, const bf16 *K, const bf16 *V,
-                          float *Out, float *Lse, cudaStream_t Stream);
+void ringAttentionForward(DeviceCommunicator &Cp, const AttentionDims &Dims, const bf16 *Q, const bf16 *K,
+                          const bf16 *V, float *Out, float *Lse, cudaStream_t Stream);
 
-void ringAttentionBackward(DeviceCommunicator &Cp, const AttentionDims &Dims,
-                           const bf16 *Q, const bf16 *K, const bf16 *V,
-                           const float *Out, const float *Lse, const bf16 *DOut,
-                           float *DQ, float *DK, float *DV,
-                           cudaStream_t Stream);
+void ringAttentionBackward(DeviceCommunicator &Cp, const AttentionDims &Dims, const bf16 *Q, const bf16 *K,
+                           const bf16 *V, const float *Out, const float *Lse, const bf16 *DOut, float *DQ, float *DK,
+                           float *DV, cudaStream_t Stream);
 
 } // namespace moert::cuda
 

@@ -8,22 +8,19 @@ namespace moert {
 
 static double GemmSeconds = 0;
 
-void gemmStrided(bool TransA, bool TransB, int64_t M, int64_t N, int64_t K,
-                 float Alpha, const float *A, int64_t LdA, const float *B,
-                 int64_t LdB, float Beta, float *C, int64_t LdC) {
+void gemmStrided(bool TransA, bool TransB, int64_t M, int64_t N, int64_t K, float Alpha, const float *A, int64_t LdA,
+                 const float *B, int64_t LdB, float Beta, float *C, int64_t LdC) {
   if (M == 0 || N == 0)
     return;
   auto Start = std::chrono::steady_clock::now();
-  cblas_sgemm(CblasRowMajor, TransA ? CblasTrans : CblasNoTrans,
-              TransB ? CblasTrans : CblasNoTrans, M, N, K, Alpha, A, LdA, B, LdB,
-              Beta, C, LdC);
+  cblas_sgemm(CblasRowMajor, TransA ? CblasTrans : CblasNoTrans, TransB ? CblasTrans : CblasNoTrans, M, N, K, Alpha, A,
+              LdA, B, LdB, Beta, C, LdC);
   GemmSeconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - Start).count();
 }
 
-void gemm(bool TransA, bool TransB, int64_t M, int64_t N, int64_t K, float Alpha,
-          const float *A, const float *B, float Beta, float *C) {
-  gemmStrided(TransA, TransB, M, N, K, Alpha, A, TransA ? M : K, B,
-              TransB ? K : N, Beta, C, N);
+void gemm(bool TransA, bool TransB, int64_t M, int64_t N, int64_t K, float Alpha, const float *A, const float *B,
+          float Beta, float *C) {
+  gemmStrided(TransA, TransB, M, N, K, Alpha, A, TransA ? M : K, B, TransB ? K : N, Beta, C, N);
 }
 
 void setBlasThreads(int Threads) { openblas_set_num_threads(Threads); }

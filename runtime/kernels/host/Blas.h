@@ -12,13 +12,12 @@
 namespace moert {
 
 /// C = Alpha * op(A) * op(B) + Beta * C, row-major, leading dimensions = row widths.
-void gemm(bool TransA, bool TransB, int64_t M, int64_t N, int64_t K, float Alpha,
-          const float *A, const float *B, float Beta, float *C);
+void gemm(bool TransA, bool TransB, int64_t M, int64_t N, int64_t K, float Alpha, const float *A, const float *B,
+          float Beta, float *C);
 
 /// Same with explicit leading dimensions (strided sub-blocks, e.g. one head).
-void gemmStrided(bool TransA, bool TransB, int64_t M, int64_t N, int64_t K,
-                 float Alpha, const float *A, int64_t LdA, const float *B,
-                 int64_t LdB, float Beta, float *C, int64_t LdC);
+void gemmStrided(bool TransA, bool TransB, int64_t M, int64_t N, int64_t K, float Alpha, const float *A, int64_t LdA,
+                 const float *B, int64_t LdB, float Beta, float *C, int64_t LdC);
 
 /// Pins BLAS to one thread per rank (ranks usually outnumber cores).
 void setBlasThreads(int Threads);

@@ -19,11 +19,8 @@ namespace moert {
 class Tensor {
 public:
   Tensor() = default;
-  explicit Tensor(std::vector<int64_t> Shape) : Shape(std::move(Shape)) {
-    Data.assign(numel(), 0.0f);
-  }
-  Tensor(std::initializer_list<int64_t> Shape)
-      : Tensor(std::vector<int64_t>(Shape)) {}
+  explicit Tensor(std::vector<int64_t> Shape) : Shape(std::move(Shape)) { Data.assign(numel(), 0.0f); }
+  Tensor(std::initializer_list<int64_t> Shape) : Tensor(std::vector<int64_t>(Shape)) {}
 
   int64_t numel() const {
     int64_t N = 1;

@@ -13,19 +13,14 @@ namespace moert {
 
 std::vector<TokenSpan> localSpans(int CpRank, int CpSize, int64_t SeqLen) {
   if (CpSize < 1 || CpRank < 0 || CpRank >= CpSize)
-    throw std::invalid_argument("localSpans: bad cp rank " +
-                                std::to_string(CpRank) + " of " +
-                                std::to_string(CpSize));
+    throw std::invalid_argument("localSpans: bad cp rank " + std::to_string(CpRank) + " of " + std::to_string(CpSize));
   if (CpSize == 1)
     return {TokenSpan{0, 0, SeqLen}};
   if (SeqLen % (2 * int64_t(CpSize)) != 0)
-    throw std::invalid_argument(
-        "context parallel attention: sequence length " +
-        std::to_string(SeqLen) +
-        " does not divide by 2*cp = " + std::to_string(2 * CpSize));
+    throw std::invalid_argument("context parallel attention: sequence length " + std::to_string(SeqLen) +
+                                " does not divide by 2*cp = " + std::to_string(2 * CpSize));
   int64_t Chunk = SeqLen / (2 * int64_t(CpSize));
-  return {TokenSpan{0, CpRank * Chunk, Chunk},
-          TokenSpan{Chunk, (2 * int64_t(CpSize) - 1 - CpRank) * Chunk, Chunk}};
+  return {TokenSpan{0, CpRank * Chunk, Chunk}, TokenSpan{Chunk, (2 * int64_t(CpSize) - 1 - CpRank) * Chunk, Chunk}};
 }
 
 SpanMask spanMask(const TokenSpan &QuerySpan, const TokenSpan &KeySpan) {
@@ -42,8 +37,7 @@ namespace {
 
 /// Keys 0..n-1 of KeySpan are visible to query I of QuerySpan; the mask is a
 /// prefix because both spans hold increasing positions.
-int64_t visibleKeys(SpanMask Mask, const TokenSpan &QuerySpan,
-                    const TokenSpan &KeySpan, int64_t I) {
+int64_t visibleKeys(SpanMask Mask, const TokenSpan &QuerySpan, const TokenSpan &KeySpan, int64_t I) {
   if (Mask == SpanMask::Visible)
     return KeySpan.Len;
   int64_t N = QuerySpan.PosBegin + I - KeySpan.PosBegin + 1;
@@ -56,29 +50,24 @@ struct HeadBlock {
   int64_t LdQ, LdK;
 };
 
-HeadBlock headBlock(const BlockShape &Shape, const TokenSpan &QuerySpan,
-                    const TokenSpan &KeySpan, int64_t B, int64_t H) {
+HeadBlock headBlock(const BlockShape &Shape, const TokenSpan &QuerySpan, const TokenSpan &KeySpan, int64_t B,
+                    int64_t H) {
   const AttentionDims &D = Shape.Dims;
   int64_t Group = D.QHeads / D.KvHeads;
   int64_t G = H / Group;
   HeadBlock Block;
   Block.LdQ = D.QHeads * D.HeadDim;
   Block.LdK = D.KvHeads * D.HeadDim;
-  Block.QOffset = (B * Shape.LocalTokens + QuerySpan.LocalBegin) * Block.LdQ +
-                  H * D.HeadDim;
-  Block.KOffset =
-      (B * Shape.LocalTokens + KeySpan.LocalBegin) * Block.LdK + G * D.HeadDim;
-  Block.LseOffset =
-      (B * D.QHeads + H) * Shape.LocalTokens + QuerySpan.LocalBegin;
+  Block.QOffset = (B * Shape.LocalTokens + QuerySpan.LocalBegin) * Block.LdQ + H * D.HeadDim;
+  Block.KOffset = (B * Shape.LocalTokens + KeySpan.LocalBegin) * Block.LdK + G * D.HeadDim;
+  Block.LseOffset = (B * D.QHeads + H) * Shape.LocalTokens + QuerySpan.LocalBegin;
   return Block;
 }
 
 } // namespace
 
-void attendSpanForward(const BlockShape &Shape, const float *Q,
-                       const TokenSpan &QuerySpan, const float *K,
-                       const float *V, const TokenSpan &KeySpan, float *Out,
-                       float *Lse, std::vector<float> &Scratch) {
+void attendSpanForward(const BlockShape &Shape, const float *Q, const TokenSpan &QuerySpan, const float *K,
+                       const float *V, const TokenSpan &KeySpan, float *Out, float *Lse, std::vector<float> &Scratch) {
   SpanMask Mask = spanMask(QuerySpan, KeySpan);
   if (Mask == SpanMask::Hidden)
     return;
@@ -90,8 +79,8 @@ void attendSpanForward(const BlockShape &Shape, const float *Q,
   for (int64_t B = 0; B < D.Batch; ++B) {
     for (int64_t H = 0; H < D.QHeads; ++H) {
       HeadBlock Blk = headBlock(Shape, QuerySpan, KeySpan, B, H);
-      gemmStrided(false, true, Lq, Lk, D.HeadDim, Shape.Scale, Q + Blk.QOffset,
-                  Blk.LdQ, K + Blk.KOffset, Blk.LdK, 0.0f, S, Lk);
+      gemmStrided(false, true, Lq, Lk, D.HeadDim, Shape.Scale, Q + Blk.QOffset, Blk.LdQ, K + Blk.KOffset, Blk.LdK, 0.0f,
+                  S, Lk);
       // Turn each score row into exp(S - NewLse): the block's probabilities
       // already scaled to the merged denominator, so P V adds straight onto
       // the rescaled running output.
@@ -112,8 +101,7 @@ void attendSpanForward(const BlockShape &Shape, const float *Q,
         double NewLse = BlockLse;
         if (RowLse != NegInf) {
           double Hi = std::max<double>(RowLse, BlockLse);
-          NewLse =
-              Hi + std::log(std::exp(RowLse - Hi) + std::exp(BlockLse - Hi));
+          NewLse = Hi + std::log(std::exp(RowLse - Hi) + std::exp(BlockLse - Hi));
         }
         float Keep = RowLse == NegInf ? 0.0f : float(std::exp(RowLse - NewLse));
         for (int64_t C = 0; C < D.HeadDim; ++C)
@@ -123,18 +111,15 @@ void attendSpanForward(const BlockShape &Shape, const float *Q,
         std::fill(Row + N, Row + Lk, 0.0f);
         RowLse = float(NewLse);
       }
-      gemmStrided(false, false, Lq, D.HeadDim, Lk, 1.0f, S, Lk, V + Blk.KOffset,
-                  Blk.LdK, 1.0f, Out + Blk.QOffset, Blk.LdQ);
+      gemmStrided(false, false, Lq, D.HeadDim, Lk, 1.0f, S, Lk, V + Blk.KOffset, Blk.LdK, 1.0f, Out + Blk.QOffset,
+                  Blk.LdQ);
     }
   }
 }
 
-void attendSpanBackward(const BlockShape &Shape, const float *Q,
-                        const TokenSpan &QuerySpan, const float *K,
-                        const float *V, const TokenSpan &KeySpan,
-                        const float *Lse, const float *Delta, const float *DOut,
-                        float *DQ, float *DK, float *DV,
-                        std::vector<float> &Scratch) {
+void attendSpanBackward(const BlockShape &Shape, const float *Q, const TokenSpan &QuerySpan, const float *K,
+                        const float *V, const TokenSpan &KeySpan, const float *Lse, const float *Delta,
+                        const float *DOut, float *DQ, float *DK, float *DV, std::vector<float> &Scratch) {
   SpanMask Mask = spanMask(QuerySpan, KeySpan);
   if (Mask == SpanMask::Hidden)
     return;
@@ -148,8 +133,7 @@ void attendSpanBackward(const BlockShape &Shape, const float *Q,
       HeadBlock Blk = headBlock(Shape, QuerySpan, KeySpan, B, H);
       const float *Qh = Q + Blk.QOffset, *Kh = K + Blk.KOffset;
       const float *Vh = V + Blk.KOffset, *DOh = DOut + Blk.QOffset;
-      gemmStrided(false, true, Lq, Lk, D.HeadDim, Shape.Scale, Qh, Blk.LdQ, Kh,
-                  Blk.LdK, 0.0f, P, Lk);
+      gemmStrided(false, true, Lq, Lk, D.HeadDim, Shape.Scale, Qh, Blk.LdQ, Kh, Blk.LdK, 0.0f, P, Lk);
       // The forward's probabilities, recomputed from the saved log-sum-exp.
       for (int64_t I = 0; I < Lq; ++I) {
         float *Row = P + I * Lk;
@@ -160,10 +144,8 @@ void attendSpanBackward(const BlockShape &Shape, const float *Q,
         std::fill(Row + N, Row + Lk, 0.0f);
       }
       // dV += P^T dO; dP = dO V^T.
-      gemmStrided(true, false, Lk, D.HeadDim, Lq, 1.0f, P, Lk, DOh, Blk.LdQ,
-                  1.0f, DV + Blk.KOffset, Blk.LdK);
-      gemmStrided(false, true, Lq, Lk, D.HeadDim, 1.0f, DOh, Blk.LdQ, Vh,
-                  Blk.LdK, 0.0f, DP, Lk);
+      gemmStrided(true, false, Lk, D.HeadDim, Lq, 1.0f, P, Lk, DOh, Blk.LdQ, 1.0f, DV + Blk.KOffset, Blk.LdK);
+      gemmStrided(false, true, Lq, Lk, D.HeadDim, 1.0f, DOh, Blk.LdQ, Vh, Blk.LdK, 0.0f, DP, Lk);
       // dS = P * (dP - rowsum(dO * O)); masked entries have P = 0.
       for (int64_t I = 0; I < Lq; ++I) {
         float Di = Delta[Blk.LseOffset + I];
@@ -171,10 +153,8 @@ void attendSpanBackward(const BlockShape &Shape, const float *Q,
           DP[I * Lk + J] = P[I * Lk + J] * (DP[I * Lk + J] - Di);
       }
       // dQ += scale dS K; dK += scale dS^T Q.
-      gemmStrided(false, false, Lq, D.HeadDim, Lk, Shape.Scale, DP, Lk, Kh,
-                  Blk.LdK, 1.0f, DQ + Blk.QOffset, Blk.LdQ);
-      gemmStrided(true, false, Lk, D.HeadDim, Lq, Shape.Scale, DP, Lk, Qh,
-                  Blk.LdQ, 1.0f, DK + Blk.KOffset, Blk.LdK);
+      gemmStrided(false, false, Lq, D.HeadDim, Lk, Shape.Scale, DP, Lk, Kh, Blk.LdK, 1.0f, DQ + Blk.QOffset, Blk.LdQ);
+      gemmStrided(true, false, Lk, D.HeadDim, Lq, Shape.Scale, DP, Lk, Qh, Blk.LdQ, 1.0f, DK + Blk.KOffset, Blk.LdK);
     }
   }
 }

@@ -48,20 +48,15 @@ struct BlockShape {
 /// result into Out and Lse by the log-sum-exp rule: Out holds the output
 /// normalised over every key merged so far, Lse the log of that denominator
 /// (-inf before the first visible key). Scratch is resized as needed.
-void attendSpanForward(const BlockShape &Shape, const float *Q,
-                       const TokenSpan &QuerySpan, const float *K,
-                       const float *V, const TokenSpan &KeySpan, float *Out,
-                       float *Lse, std::vector<float> &Scratch);
+void attendSpanForward(const BlockShape &Shape, const float *Q, const TokenSpan &QuerySpan, const float *K,
+                       const float *V, const TokenSpan &KeySpan, float *Out, float *Lse, std::vector<float> &Scratch);
 
 /// Backward of one span pair: recomputes the probabilities from the final Lse
 /// and accumulates into DQ (query side) and DK, DV (the travelling key block).
 /// Delta is rowsum(DOut * Out), laid out like Lse.
-void attendSpanBackward(const BlockShape &Shape, const float *Q,
-                        const TokenSpan &QuerySpan, const float *K,
-                        const float *V, const TokenSpan &KeySpan,
-                        const float *Lse, const float *Delta, const float *DOut,
-                        float *DQ, float *DK, float *DV,
-                        std::vector<float> &Scratch);
+void attendSpanBackward(const BlockShape &Shape, const float *Q, const TokenSpan &QuerySpan, const float *K,
+                        const float *V, const TokenSpan &KeySpan, const float *Lse, const float *Delta,
+                        const float *DOut, float *DQ, float *DK, float *DV, std::vector<float> &Scratch);
 
 } // namespace moert
 

@@ -35,12 +35,10 @@ constexpr int KvTag = 11;
 constexpr int GradTag = 12;
 
 BlockShape blockShape(const Communicator &Cp, const AttentionDims &Dims) {
-  if (Dims.Batch < 0 || Dims.SeqLen < 0 || Dims.QHeads <= 0 ||
-      Dims.KvHeads <= 0 || Dims.HeadDim <= 0 || Dims.QHeads % Dims.KvHeads != 0)
-    throw std::invalid_argument("attention: query heads " +
-                                std::to_string(Dims.QHeads) +
-                                " must be a positive multiple of kv heads " +
-                                std::to_string(Dims.KvHeads));
+  if (Dims.Batch < 0 || Dims.SeqLen < 0 || Dims.QHeads <= 0 || Dims.KvHeads <= 0 || Dims.HeadDim <= 0 ||
+      Dims.QHeads % Dims.KvHeads != 0)
+    throw std::invalid_argument("attention: query heads " + std::to_string(Dims.QHeads) +
+                                " must be a positive multiple of kv heads " + std::to_string(Dims.KvHeads));
   // Validates the chunking (SeqLen divisible by 2*CP) as a side effect.
   localSpans(Cp.rank(), Cp.size(), Dims.SeqLen);
   BlockShape Shape;
@@ -54,8 +52,7 @@ BlockShape blockShape(const Communicator &Cp, const AttentionDims &Dims) {
 /// the send of ours; wait() completes both.
 class RingHop {
 public:
-  RingHop(Communicator &Cp, const float *Send, float *Recv, size_t Count,
-          int Tag) {
+  RingHop(Communicator &Cp, const float *Send, float *Recv, size_t Count, int Tag) {
     int Size = Cp.size(), Rank = Cp.rank();
     RecvReq = Cp.irecv(Recv, Count, (Rank + Size - 1) % Size, Tag);
     SendReq = Cp.isend(Send, Count, (Rank + 1) % Size, Tag);
@@ -71,19 +68,14 @@ private:
 
 } // namespace
 
-void contextParallelAttentionForward(Communicator &Cp,
-                                     const AttentionDims &Dims, const float *Q,
-                                     const float *K, const float *V, float *Out,
-                                     float *Lse) {
+void contextParallelAttentionForward(Communicator &Cp, const AttentionDims &Dims, const float *Q, const float *K,
+                                     const float *V, float *Out, float *Lse) {
   BlockShape Shape = blockShape(Cp, Dims);
   int Size = Cp.size(), Rank = Cp.rank();
-  size_t QCount =
-      size_t(Dims.Batch * Shape.LocalTokens * Dims.QHeads * Dims.HeadDim);
-  size_t KvCount =
-      size_t(Dims.Batch * Shape.LocalTokens * Dims.KvHeads * Dims.HeadDim);
+  size_t QCount = size_t(Dims.Batch * Shape.LocalTokens * Dims.QHeads * Dims.HeadDim);
+  size_t KvCount = size_t(Dims.Batch * Shape.LocalTokens * Dims.KvHeads * Dims.HeadDim);
   std::fill(Out, Out + QCount, 0.0f);
-  std::fill(Lse, Lse + Dims.Batch * Dims.QHeads * Shape.LocalTokens,
-            -std::numeric_limits<float>::infinity());
+  std::fill(Lse, Lse + Dims.Batch * Dims.QHeads * Shape.LocalTokens, -std::numeric_limits<float>::infinity());
 
   std::vector<TokenSpan> QuerySpans = localSpans(Rank, Size, Dims.SeqLen);
   // The block in hand: K then V of one rank.
@@ -96,13 +88,11 @@ void contextParallelAttentionForward(Communicator &Cp,
   for (int Step = 0; Step < Size; ++Step) {
     std::unique_ptr<RingHop> Hop;
     if (Step + 1 < Size)
-      Hop = std::make_unique<RingHop>(Cp, Cur.data(), Next.data(), Cur.size(),
-                                      KvTag);
+      Hop = std::make_unique<RingHop>(Cp, Cur.data(), Next.data(), Cur.size(), KvTag);
     int Owner = (Rank - Step + Size) % Size;
     for (const TokenSpan &KeySpan : localSpans(Owner, Size, Dims.SeqLen))
       for (const TokenSpan &QuerySpan : QuerySpans)
-        attendSpanForward(Shape, Q, QuerySpan, Cur.data(), Cur.data() + KvCount,
-                          KeySpan, Out, Lse, Scratch);
+        attendSpanForward(Shape, Q, QuerySpan, Cur.data(), Cur.data() + KvCount, KeySpan, Out, Lse, Scratch);
     if (Hop) {
       Hop->wait();
       Cur.swap(Next);
@@ -110,12 +100,9 @@ void contextParallelAttentionForward(Communicator &Cp,
   }
 }
 
-void contextParallelAttentionBackward(Communicator &Cp,
-                                      const AttentionDims &Dims, const float *Q,
-                                      const float *K, const float *V,
-                                      const float *Out, const float *Lse,
-                                      const float *DOut, float *DQ, float *DK,
-                                      float *DV) {
+void contextParallelAttentionBackward(Communicator &Cp, const AttentionDims &Dims, const float *Q, const float *K,
+                                      const float *V, const float *Out, const float *Lse, const float *DOut, float *DQ,
+                                      float *DK, float *DV) {
   BlockShape Shape = blockShape(Cp, Dims);
   int Size = Cp.size(), Rank = Cp.rank();
   int64_t T = Shape.LocalTokens, Hd = Dims.HeadDim;
@@ -147,20 +134,18 @@ void contextParallelAttentionBackward(Communicator &Cp,
     // K/V leave before the compute; their gradients only after it.
     std::unique_ptr<RingHop> KvHop, GradHop;
     if (Step + 1 < Size)
-      KvHop = std::make_unique<RingHop>(Cp, Cur.data(), Next.data(),
-                                        2 * KvCount, KvTag);
+      KvHop = std::make_unique<RingHop>(Cp, Cur.data(), Next.data(), 2 * KvCount, KvTag);
     int Owner = (Rank - Step + Size) % Size;
     float *BlockK = Cur.data(), *BlockV = BlockK + KvCount;
     float *BlockDK = BlockV + KvCount, *BlockDV = BlockDK + KvCount;
     for (const TokenSpan &KeySpan : localSpans(Owner, Size, Dims.SeqLen))
       for (const TokenSpan &QuerySpan : QuerySpans)
-        attendSpanBackward(Shape, Q, QuerySpan, BlockK, BlockV, KeySpan, Lse,
-                           Delta.data(), DOut, DQ, BlockDK, BlockDV, Scratch);
+        attendSpanBackward(Shape, Q, QuerySpan, BlockK, BlockV, KeySpan, Lse, Delta.data(), DOut, DQ, BlockDK, BlockDV,
+                           Scratch);
     // After the last step the block in hand belongs to the next rank, which
     // is exactly where this hop sends its gradients.
     if (Size > 1)
-      GradHop = std::make_unique<RingHop>(
-          Cp, BlockDK, Next.data() + 2 * KvCount, 2 * KvCount, GradTag);
+      GradHop = std::make_unique<RingHop>(Cp, BlockDK, Next.data() + 2 * KvCount, 2 * KvCount, GradTag);
     if (KvHop)
       KvHop->wait();
     if (GradHop) {

@@ -52,18 +52,13 @@ struct AttentionDims {
 /// Absolute positions of this rank's LocalTokens tokens, in local order.
 std::vector<int64_t> localPositions(int CpRank, int CpSize, int64_t SeqLen);
 
-void contextParallelAttentionForward(Communicator &Cp,
-                                     const AttentionDims &Dims, const float *Q,
-                                     const float *K, const float *V, float *Out,
-                                     float *Lse);
+void contextParallelAttentionForward(Communicator &Cp, const AttentionDims &Dims, const float *Q, const float *K,
+                                     const float *V, float *Out, float *Lse);
 
 /// dQ, dK, dV are overwritten (not accumulated).
-void contextParallelAttentionBackward(Communicator &Cp,
-                                      const AttentionDims &Dims, const float *Q,
-                                      const float *K, const float *V,
-                                      const float *Out, const float *Lse,
-                                      const float *DOut, float *DQ, float *DK,
-                                      float *DV);
+void contextParallelAttentionBackward(Communicator &Cp, const AttentionDims &Dims, const float *Q, const float *K,
+                                      const float *V, const float *Out, const float *Lse, const float *DOut, float *DQ,
+                                      float *DK, float *DV);
 
 } // namespace moert
 

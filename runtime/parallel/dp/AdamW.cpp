@@ -27,8 +27,7 @@ struct StepConstants {
 /// On x86-64 with GCC, target_clones adds AVX-512 and AVX2 versions chosen
 /// at load time (not under ASan, whose shadow memory is not set up yet when
 /// the loader runs the clones' resolver).
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) &&          \
-    !defined(__SANITIZE_ADDRESS__)
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
 __attribute__((target_clones("avx512f", "avx2", "default")))
 #endif
 void updateRange(float *__restrict Param, float *__restrict M,
@@ -66,8 +65,7 @@ Overlap overlap(const GradBucket::Slot &S, size_t Begin, size_t End) {
 } // namespace
 
 struct AdamW::Impl {
-  Impl(std::vector<Parameter *> Ps, const GradientGroups &Groups,
-       Communicator &World)
+  Impl(std::vector<Parameter *> Ps, const GradientGroups &Groups, Communicator &World)
       : Params(std::move(Ps)), Reducer(Params, Groups), World(World) {}
 
   std::vector<Parameter *> Params;
@@ -80,10 +78,9 @@ struct AdamW::Impl {
   std::vector<float> DpCpM, DpCpV, EdpM, EdpV, Master;
 };
 
-AdamW::AdamW(std::vector<Parameter *> Params, const GradientGroups &Groups,
-             Communicator &World, const AdamWOptions &Options)
-    : P(std::make_unique<Impl>(std::move(Params), Groups, World)),
-      Options(Options) {
+AdamW::AdamW(std::vector<Parameter *> Params, const GradientGroups &Groups, Communicator &World,
+             const AdamWOptions &Options)
+    : P(std::make_unique<Impl>(std::move(Params), Groups, World)), Options(Options) {
   if (Options.Distributed) {
     P->DpCpM.assign(P->Reducer.dpCpBucket().shardSize(), 0.0f);
     P->DpCpV = P->DpCpM;
@@ -105,8 +102,7 @@ void AdamW::zeroGrads() {
 }
 
 int64_t AdamW::stateElements() const {
-  int64_t N = int64_t(P->DpCpM.size() + P->DpCpV.size() + P->EdpM.size() +
-                      P->EdpV.size());
+  int64_t N = int64_t(P->DpCpM.size() + P->DpCpV.size() + P->EdpM.size() + P->EdpV.size());
   for (size_t I = 0; I < P->M.size(); ++I)
     N += int64_t(P->M[I].size() + P->V[I].size());
   return N;
@@ -181,16 +177,14 @@ AdamWStepInfo AdamW::step() {
       double Decay = DecayOf(Param);
       float *Value = Param->Value.data();
       const float *Grad = Param->Grad.data();
-      updateRange(Value, P->M[I].data(), P->V[I].data(), Grad, P->M[I].size(),
-                  Decay, C);
+      updateRange(Value, P->M[I].data(), P->V[I].data(), Grad, P->M[I].size(), Decay, C);
     }
     return Info;
   }
 
   // Distributed: update this rank's shard of each bucket's master values,
   // then all-gather the shards into every replica's parameters.
-  auto UpdateShard = [&](GradBucket &B, const std::vector<float> &Grad,
-                         std::vector<float> &M, std::vector<float> &V) {
+  auto UpdateShard = [&](GradBucket &B, const std::vector<float> &Grad, std::vector<float> &M, std::vector<float> &V) {
     if (B.empty())
       return;
     if (B.Group->size() == 1) {
@@ -198,8 +192,7 @@ AdamWStepInfo AdamW::step() {
       // place, with the same arithmetic, instead of through the master copy
       // and the group's all-gather.
       for (const GradBucket::Slot &S : B.Slots)
-        updateRange(S.Param->Value.data(), M.data() + S.Offset,
-                    V.data() + S.Offset, Grad.data() + S.Offset, S.Numel,
+        updateRange(S.Param->Value.data(), M.data() + S.Offset, V.data() + S.Offset, Grad.data() + S.Offset, S.Numel,
                     DecayOf(S.Param), C);
       return;
     }
@@ -213,8 +206,7 @@ AdamWStepInfo AdamW::step() {
       const float *Value = S.Param->Value.data() + (O.Lo - S.Offset);
       size_t K = O.Lo - Begin, N = O.Hi - O.Lo;
       std::copy_n(Value, N, P->Master.data() + K);
-      updateRange(P->Master.data() + K, M.data() + K, V.data() + K,
-                  Grad.data() + K, N, Decay, C);
+      updateRange(P->Master.data() + K, M.data() + K, V.data() + K, Grad.data() + K, N, Decay, C);
     }
     B.Group->allGather(P->Master.data(), B.Flat.data(), Size);
     B.unpackValues();

@@ -59,8 +59,8 @@ struct AdamWOptions {
 };
 
 struct AdamWStepInfo {
-  int64_t Step = 0;    ///< 1 for the first step
-  double GradNorm = 0; ///< global norm of the summed gradients, before clipping
+  int64_t Step = 0;     ///< 1 for the first step
+  double GradNorm = 0;  ///< global norm of the summed gradients, before clipping
   double ClipScale = 1; ///< factor the gradients were multiplied by
 };
 
@@ -68,8 +68,8 @@ class AdamW {
 public:
   /// Params: every parameter this rank updates (all its pipeline chunks).
   /// World: every rank of the job, for the global gradient norm.
-  AdamW(std::vector<Parameter *> Params, const GradientGroups &Groups,
-        Communicator &World, const AdamWOptions &Options);
+  AdamW(std::vector<Parameter *> Params, const GradientGroups &Groups, Communicator &World,
+        const AdamWOptions &Options);
   ~AdamW();
   AdamW(const AdamW &) = delete;
   AdamW &operator=(const AdamW &) = delete;

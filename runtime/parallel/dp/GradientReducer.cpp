@@ -34,37 +34,30 @@ void finishLayout(GradBucket &B, Communicator *Group) {
 
 void GradBucket::packGrads() {
   for (const Slot &S : Slots)
-    std::memcpy(Flat.data() + S.Offset, S.Param->Grad.data(),
-                S.Numel * sizeof(float));
+    std::memcpy(Flat.data() + S.Offset, S.Param->Grad.data(), S.Numel * sizeof(float));
   std::fill(Flat.begin() + ptrdiff_t(Numel), Flat.end(), 0.0f);
 }
 
 void GradBucket::unpackGrads() {
   for (const Slot &S : Slots)
-    std::memcpy(S.Param->Grad.data(), Flat.data() + S.Offset,
-                S.Numel * sizeof(float));
+    std::memcpy(S.Param->Grad.data(), Flat.data() + S.Offset, S.Numel * sizeof(float));
 }
 
 void GradBucket::packValues() {
   for (const Slot &S : Slots)
-    std::memcpy(Flat.data() + S.Offset, S.Param->Value.data(),
-                S.Numel * sizeof(float));
+    std::memcpy(Flat.data() + S.Offset, S.Param->Value.data(), S.Numel * sizeof(float));
   std::fill(Flat.begin() + ptrdiff_t(Numel), Flat.end(), 0.0f);
 }
 
 void GradBucket::unpackValues() {
   for (const Slot &S : Slots)
-    std::memcpy(S.Param->Value.data(), Flat.data() + S.Offset,
-                S.Numel * sizeof(float));
+    std::memcpy(S.Param->Value.data(), Flat.data() + S.Offset, S.Numel * sizeof(float));
 }
 
-GradientReducer::GradientReducer(std::vector<Parameter *> Params,
-                                 const GradientGroups &Groups)
-    : Groups(Groups) {
+GradientReducer::GradientReducer(std::vector<Parameter *> Params, const GradientGroups &Groups) : Groups(Groups) {
   for (Parameter *P : Params) {
     if (P->Grad.numel() != P->Value.numel())
-      fail("parameter '" + P->Name + "' has " +
-           std::to_string(P->Value.numel()) + " values but " +
+      fail("parameter '" + P->Name + "' has " + std::to_string(P->Value.numel()) + " values but " +
            std::to_string(P->Grad.numel()) + " gradient elements");
     if (P->Value.numel() == 0)
       continue;
@@ -103,8 +96,7 @@ void reduceScatterBucket(GradBucket &B, std::vector<float> &Shard) {
     // copy (each a pass over every gradient element, every step).
     Shard.resize(B.Numel);
     for (const GradBucket::Slot &S : B.Slots)
-      std::memcpy(Shard.data() + S.Offset, S.Param->Grad.data(),
-                  S.Numel * sizeof(float));
+      std::memcpy(Shard.data() + S.Offset, S.Param->Grad.data(), S.Numel * sizeof(float));
     return;
   }
   Shard.assign(B.shardSize(), 0.0f);

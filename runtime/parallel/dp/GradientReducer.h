@@ -71,8 +71,7 @@ class GradientReducer {
 public:
   /// Params: every parameter this rank updates (all pipeline chunks it
   /// holds). Each Grad must have its Value's element count.
-  GradientReducer(std::vector<Parameter *> Params,
-                  const GradientGroups &Groups);
+  GradientReducer(std::vector<Parameter *> Params, const GradientGroups &Groups);
 
   /// Sums every Parameter::Grad in place over its group(s): at most one
   /// all-reduce on tp, one on dp-cp and one on edp.

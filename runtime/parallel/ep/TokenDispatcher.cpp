@@ -12,10 +12,8 @@ namespace {
 /// Misuse by the caller (shapes, expert ids) is a bug in the runtime, not a
 /// user error: report it and stop this rank, which ends the MPI job.
 [[noreturn]] void fail(const Communicator &Ep, const char *What) {
-  std::fprintf(
-      stderr,
-      "moerun: internal error in token dispatch (group '%s', rank %d): %s\n",
-      Ep.name().c_str(), Ep.rank(), What);
+  std::fprintf(stderr, "moerun: internal error in token dispatch (group '%s', rank %d): %s\n", Ep.name().c_str(),
+               Ep.rank(), What);
   std::abort();
 }
 
@@ -26,8 +24,7 @@ void copyRow(const float *From, float *To, int64_t Hidden) {
 
 } // namespace
 
-TokenDispatcher::TokenDispatcher(Communicator &Ep, int64_t Experts,
-                                 int64_t TopK, int64_t Hidden)
+TokenDispatcher::TokenDispatcher(Communicator &Ep, int64_t Experts, int64_t TopK, int64_t Hidden)
     : Ep(Ep), Experts(Experts), TopK(TopK), Hidden(Hidden) {
   if (Experts <= 0 || TopK <= 0 || Hidden <= 0)
     fail(Ep, "experts, top-k and hidden size must be positive");
@@ -37,13 +34,9 @@ TokenDispatcher::TokenDispatcher(Communicator &Ep, int64_t Experts,
 
 int64_t TokenDispatcher::localExperts() const { return Experts / Ep.size(); }
 
-int64_t TokenDispatcher::globalExpert(int64_t L) const {
-  return Ep.rank() * localExperts() + L;
-}
+int64_t TokenDispatcher::globalExpert(int64_t L) const { return Ep.rank() * localExperts() + L; }
 
-Tensor TokenDispatcher::dispatch(const Tensor &X,
-                                 const std::vector<int32_t> &ExpertIds,
-                                 DispatchState &S) {
+Tensor TokenDispatcher::dispatch(const Tensor &X, const std::vector<int32_t> &ExpertIds, DispatchState &S) {
   int64_t N = X.rows();
   if (N && X.cols() != Hidden)
     fail(Ep, "dispatch: X is not [N, Hidden]");
@@ -114,20 +107,17 @@ Tensor TokenDispatcher::dispatch(const Tensor &X,
   return toExperts(SendRows, S);
 }
 
-Tensor TokenDispatcher::toExperts(const Tensor &SendRows,
-                                  const DispatchState &S) {
+Tensor TokenDispatcher::toExperts(const Tensor &SendRows, const DispatchState &S) {
   int64_t Rows = int64_t(S.RecvExpertOrder.size());
   Tensor Recv({Rows, Hidden});
-  Ep.allToAllV(SendRows.data(), S.SendCounts, S.SendOffsets, Recv.data(),
-               S.RecvCounts, S.RecvOffsets);
+  Ep.allToAllV(SendRows.data(), S.SendCounts, S.SendOffsets, Recv.data(), S.RecvCounts, S.RecvOffsets);
   Tensor Out({Rows, Hidden});
   for (int64_t I = 0; I < Rows; ++I)
     copyRow(Recv.row(S.RecvExpertOrder[I]), Out.row(I), Hidden);
   return Out;
 }
 
-Tensor TokenDispatcher::toSendOrder(const Tensor &Rows,
-                                    const DispatchState &S) {
+Tensor TokenDispatcher::toSendOrder(const Tensor &Rows, const DispatchState &S) {
   int64_t N = int64_t(S.RecvExpertOrder.size());
   if (Rows.rows() != N || (N && Rows.cols() != Hidden))
     fail(Ep, "expert rows do not match the dispatch");
@@ -136,14 +126,11 @@ Tensor TokenDispatcher::toSendOrder(const Tensor &Rows,
     copyRow(Rows.row(I), Back.row(S.RecvExpertOrder[I]), Hidden);
   Tensor SendRows({S.Tokens * S.TopK, Hidden});
   // The reverse exchange: what this rank received it now sends back.
-  Ep.allToAllV(Back.data(), S.RecvCounts, S.RecvOffsets, SendRows.data(),
-               S.SendCounts, S.SendOffsets);
+  Ep.allToAllV(Back.data(), S.RecvCounts, S.RecvOffsets, SendRows.data(), S.SendCounts, S.SendOffsets);
   return SendRows;
 }
 
-Tensor TokenDispatcher::combine(const Tensor &ExpertOut,
-                                const std::vector<float> &Weights,
-                                DispatchState &S) {
+Tensor TokenDispatcher::combine(const Tensor &ExpertOut, const std::vector<float> &Weights, DispatchState &S) {
   int64_t N = S.Tokens, Copies = N * S.TopK;
   if (int64_t(Weights.size()) != Copies)
     fail(Ep, "combine: weights are not [N * TopK]");
@@ -164,9 +151,7 @@ Tensor TokenDispatcher::combine(const Tensor &ExpertOut,
   return Y;
 }
 
-Tensor TokenDispatcher::combineBackward(const Tensor &DY,
-                                        const std::vector<float> &Weights,
-                                        DispatchState &S,
+Tensor TokenDispatcher::combineBackward(const Tensor &DY, const std::vector<float> &Weights, DispatchState &S,
                                         std::vector<float> &DWeights) {
   int64_t N = S.Tokens, Copies = N * S.TopK;
   if (DY.rows() != N || (N && DY.cols() != Hidden))
@@ -196,8 +181,7 @@ Tensor TokenDispatcher::combineBackward(const Tensor &DY,
   return toExperts(SendRows, S);
 }
 
-Tensor TokenDispatcher::dispatchBackward(const Tensor &DExpertIn,
-                                         DispatchState &S) {
+Tensor TokenDispatcher::dispatchBackward(const Tensor &DExpertIn, DispatchState &S) {
   int64_t N = S.Tokens, Copies = N * S.TopK;
   Tensor SendRows = toSendOrder(DExpertIn, S);
   std::vector<int64_t> RowOfCopy(Copies);

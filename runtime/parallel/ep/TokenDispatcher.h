@@ -64,8 +64,7 @@ struct DispatchState {
 class TokenDispatcher {
 public:
   /// Experts must be a multiple of Ep.size().
-  TokenDispatcher(Communicator &Ep, int64_t Experts, int64_t TopK,
-                  int64_t Hidden);
+  TokenDispatcher(Communicator &Ep, int64_t Experts, int64_t TopK, int64_t Hidden);
 
   int64_t localExperts() const;
   /// Global id of local expert L on this rank.
@@ -73,17 +72,15 @@ public:
 
   /// X [N, Hidden]; Experts [N * TopK] global expert ids (token-major). Returns
   /// the rows for this rank's experts, [sum(TokensPerLocalExpert), Hidden].
-  Tensor dispatch(const Tensor &X, const std::vector<int32_t> &Experts,
-                  DispatchState &S);
+  Tensor dispatch(const Tensor &X, const std::vector<int32_t> &Experts, DispatchState &S);
   /// ExpertOut has dispatch()'s rows; Weights [N * TopK]. Returns Y [N,
   /// Hidden], Y[n] = sum_k Weights[n, k] * ExpertOut(copy n, k), k ascending.
-  Tensor combine(const Tensor &ExpertOut, const std::vector<float> &Weights,
-                 DispatchState &S);
+  Tensor combine(const Tensor &ExpertOut, const std::vector<float> &Weights, DispatchState &S);
   /// Backward of combine (after combine on the same S): returns dExpertOut
   /// (rows as dispatch() returned) and writes dWeights [N * TopK],
   /// dWeights[n, k] = <DY[n], ExpertOut(copy n, k)>.
-  Tensor combineBackward(const Tensor &DY, const std::vector<float> &Weights,
-                         DispatchState &S, std::vector<float> &DWeights);
+  Tensor combineBackward(const Tensor &DY, const std::vector<float> &Weights, DispatchState &S,
+                         std::vector<float> &DWeights);
   /// Backward of dispatch: returns dX [N, Hidden], summed over the TopK copies
   /// in k order.
   Tensor dispatchBackward(const Tensor &DExpertIn, DispatchState &S);

@@ -11,14 +11,12 @@ namespace moert {
 PipelineStage::~PipelineStage() = default;
 
 namespace {
-double now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 [[noreturn]] void scheduleError(const Communicator &Pp, const char *What, int64_t Mb, int Chunk) {
   // A schedule that breaks these rules would hang or corrupt data: refuse it.
-  std::fprintf(stderr, "moerun: pp rank %d: invalid pipeline schedule: %s (micro batch %lld, chunk %d)\n",
-               Pp.rank(), What, static_cast<long long>(Mb), Chunk);
+  std::fprintf(stderr, "moerun: pp rank %d: invalid pipeline schedule: %s (micro batch %lld, chunk %d)\n", Pp.rank(),
+               What, static_cast<long long>(Mb), Chunk);
   std::abort();
 }
 } // namespace
@@ -36,8 +34,8 @@ Tensor PipelineExecutor::receive(int64_t Mb, int Chunk, Direction Dir, int Peer)
   if (Peer == Rank) {
     auto It = Local.find({Mb, Chunk, Dir});
     if (It == Local.end())
-      scheduleError(Pp, Dir == Fwd ? "forward before its input was produced"
-                                   : "backward before the next stage's backward",
+      scheduleError(Pp,
+                    Dir == Fwd ? "forward before its input was produced" : "backward before the next stage's backward",
                     Mb, Chunk);
     Tensor T = std::move(It->second);
     Local.erase(It);
@@ -45,8 +43,7 @@ Tensor PipelineExecutor::receive(int64_t Mb, int Chunk, Direction Dir, int Peer)
   }
   Tensor T(Stage.activationShape(Mb, Chunk));
   double Start = now();
-  std::unique_ptr<Request> Req =
-      Pp.irecv(T.data(), size_t(T.numel()), Peer, tagFor(Mb, Chunk, Vpp, Dir == Bwd));
+  std::unique_ptr<Request> Req = Pp.irecv(T.data(), size_t(T.numel()), Peer, tagFor(Mb, Chunk, Vpp, Dir == Bwd));
   Req->wait();
   Stats.CommSeconds += now() - Start;
   return T;

@@ -34,28 +34,22 @@ Tensor matmul(const Tensor &X, const Tensor &W) {
     fail("matmul: inner dimensions differ");
   Tensor Y({X.rows(), W.cols()});
   if (Y.numel())
-    gemm(false, false, X.rows(), W.cols(), X.cols(), 1.0f, X.data(), W.data(),
-         0.0f, Y.data());
+    gemm(false, false, X.rows(), W.cols(), X.cols(), 1.0f, X.data(), W.data(), 0.0f, Y.data());
   return Y;
 }
 
-void matmulBackward(const Tensor &X, const Tensor &W, const Tensor &DY,
-                    Tensor &DW, Tensor &DX, float Beta) {
+void matmulBackward(const Tensor &X, const Tensor &W, const Tensor &DY, Tensor &DW, Tensor &DX, float Beta) {
   if (Beta == 0.0f)
     DX.resize({X.rows(), X.cols()});
   if (X.rows() == 0)
     return;
   // DW [in, out] += X^T [in, M] DY [M, out].
-  gemm(true, false, W.rows(), W.cols(), X.rows(), 1.0f, X.data(), DY.data(),
-       1.0f, DW.data());
+  gemm(true, false, W.rows(), W.cols(), X.rows(), 1.0f, X.data(), DY.data(), 1.0f, DW.data());
   // DX [M, in] = DY [M, out] W^T [out, in].
-  gemm(false, true, X.rows(), X.cols(), W.cols(), 1.0f, DY.data(), W.data(),
-       Beta, DX.data());
+  gemm(false, true, X.rows(), X.cols(), W.cols(), 1.0f, DY.data(), W.data(), Beta, DX.data());
 }
 
-std::vector<Tensor> columnParallelForward(Communicator &Tp,
-                                          const Tensor &XShard,
-                                          const std::vector<const Tensor *> &Ws,
+std::vector<Tensor> columnParallelForward(Communicator &Tp, const Tensor &XShard, const std::vector<const Tensor *> &Ws,
                                           Tensor *Full) {
   Tensor X = gatherSequence(Tp, XShard);
   std::vector<Tensor> Ys;
@@ -66,10 +60,8 @@ std::vector<Tensor> columnParallelForward(Communicator &Tp,
   return Ys;
 }
 
-Tensor columnParallelBackward(Communicator &Tp, const Tensor &XShard,
-                              const Tensor *XFull,
-                              const std::vector<const Tensor *> &Ws,
-                              const std::vector<const Tensor *> &DYs,
+Tensor columnParallelBackward(Communicator &Tp, const Tensor &XShard, const Tensor *XFull,
+                              const std::vector<const Tensor *> &Ws, const std::vector<const Tensor *> &DYs,
                               const std::vector<Tensor *> &DWs) {
   Tensor Gathered;
   if (!XFull) {
@@ -88,8 +80,7 @@ Tensor rowParallelForward(Communicator &Tp, const Tensor &X, const Tensor &W) {
   return reduceScatterSequence(Tp, matmul(X, W));
 }
 
-Tensor rowParallelBackward(Communicator &Tp, const Tensor &X, const Tensor &W,
-                           const Tensor &DYShard, Tensor &DW) {
+Tensor rowParallelBackward(Communicator &Tp, const Tensor &X, const Tensor &W, const Tensor &DYShard, Tensor &DW) {
   Tensor DY = gatherSequence(Tp, DYShard);
   Tensor DX;
   matmulBackward(X, W, DY, DW, DX);

@@ -34,30 +34,24 @@ Tensor reduceScatterSequence(Communicator &Tp, const Tensor &Partial);
 Tensor matmul(const Tensor &X, const Tensor &W);
 /// Backward of Y = X W: DW += X^T DY; DX = DY W^T (Beta = 1 accumulates into
 /// DX, which must then have the right shape).
-void matmulBackward(const Tensor &X, const Tensor &W, const Tensor &DY,
-                    Tensor &DW, Tensor &DX, float Beta = 0.0f);
+void matmulBackward(const Tensor &X, const Tensor &W, const Tensor &DY, Tensor &DW, Tensor &DX, float Beta = 0.0f);
 
 /// Column-parallel linears sharing one input: gathers XShard over tp once and
 /// returns X W_i for every weight. Full receives the gathered input when
 /// non-null (callers that keep it avoid a second gather in backward).
-std::vector<Tensor> columnParallelForward(Communicator &Tp,
-                                          const Tensor &XShard,
-                                          const std::vector<const Tensor *> &Ws,
+std::vector<Tensor> columnParallelForward(Communicator &Tp, const Tensor &XShard, const std::vector<const Tensor *> &Ws,
                                           Tensor *Full = nullptr);
 /// Backward: DW_i += X^T DY_i (X gathered again unless XFull is given) and
 /// returns the input-gradient shard, reduce-scattered sum_i DY_i W_i^T.
-Tensor columnParallelBackward(Communicator &Tp, const Tensor &XShard,
-                              const Tensor *XFull,
-                              const std::vector<const Tensor *> &Ws,
-                              const std::vector<const Tensor *> &DYs,
+Tensor columnParallelBackward(Communicator &Tp, const Tensor &XShard, const Tensor *XFull,
+                              const std::vector<const Tensor *> &Ws, const std::vector<const Tensor *> &DYs,
                               const std::vector<Tensor *> &DWs);
 
 /// Row-parallel linear: X [N, in / TP] times the row shard W [in / TP, out],
 /// reduce-scattered to [N / TP, out].
 Tensor rowParallelForward(Communicator &Tp, const Tensor &X, const Tensor &W);
 /// Backward: gathers DYShard, DW += X^T DY, returns DX = DY W^T [N, in / TP].
-Tensor rowParallelBackward(Communicator &Tp, const Tensor &X, const Tensor &W,
-                           const Tensor &DYShard, Tensor &DW);
+Tensor rowParallelBackward(Communicator &Tp, const Tensor &X, const Tensor &W, const Tensor &DYShard, Tensor &DW);
 
 } // namespace moert
 

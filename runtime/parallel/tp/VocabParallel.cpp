@@ -11,27 +11,21 @@
 namespace moert {
 
 namespace {
-bool owns(int32_t Id, int64_t Start, int64_t Count) {
-  return Id >= Start && Id < Start + Count;
-}
+bool owns(int32_t Id, int64_t Start, int64_t Count) { return Id >= Start && Id < Start + Count; }
 } // namespace
 
-Tensor vocabParallelEmbeddingForward(Communicator &Tp,
-                                     const std::vector<int32_t> &Tokens,
-                                     const Tensor &Table, int64_t VocabStart) {
+Tensor vocabParallelEmbeddingForward(Communicator &Tp, const std::vector<int32_t> &Tokens, const Tensor &Table,
+                                     int64_t VocabStart) {
   int64_t N = int64_t(Tokens.size()), H = Table.cols();
   Tensor Partial({N, H});
   for (int64_t I = 0; I < N; ++I)
     if (owns(Tokens[I], VocabStart, Table.rows()))
-      std::memcpy(Partial.row(I), Table.row(Tokens[I] - VocabStart),
-                  sizeof(float) * H);
+      std::memcpy(Partial.row(I), Table.row(Tokens[I] - VocabStart), sizeof(float) * H);
   return reduceScatterSequence(Tp, Partial);
 }
 
-void vocabParallelEmbeddingBackward(Communicator &Tp,
-                                    const std::vector<int32_t> &Tokens,
-                                    const Tensor &DShard, Tensor &DTable,
-                                    int64_t VocabStart) {
+void vocabParallelEmbeddingBackward(Communicator &Tp, const std::vector<int32_t> &Tokens, const Tensor &DShard,
+                                    Tensor &DTable, int64_t VocabStart) {
   Tensor D = gatherSequence(Tp, DShard);
   int64_t H = DTable.cols();
   for (size_t I = 0; I < Tokens.size(); ++I) {
@@ -44,10 +38,8 @@ void vocabParallelEmbeddingBackward(Communicator &Tp,
   }
 }
 
-void vocabParallelCrossEntropyForward(Communicator &Tp, Tensor &Logits,
-                                      const std::vector<int32_t> &Labels,
-                                      int64_t VocabStart,
-                                      std::vector<double> &Losses) {
+void vocabParallelCrossEntropyForward(Communicator &Tp, Tensor &Logits, const std::vector<int32_t> &Labels,
+                                      int64_t VocabStart, std::vector<double> &Losses) {
   int64_t N = Logits.rows(), V = Logits.cols(), P = Tp.size();
   // The global row max: gather every rank's local maxima (no max-reduce in
   // the Communicator, and N * TP floats are cheap).
@@ -87,9 +79,8 @@ void vocabParallelCrossEntropyForward(Communicator &Tp, Tensor &Logits,
   }
 }
 
-Tensor vocabParallelCrossEntropyBackward(const Tensor &Probs,
-                                         const std::vector<int32_t> &Labels,
-                                         int64_t VocabStart, float Scale) {
+Tensor vocabParallelCrossEntropyBackward(const Tensor &Probs, const std::vector<int32_t> &Labels, int64_t VocabStart,
+                                         float Scale) {
   int64_t N = Probs.rows(), V = Probs.cols();
   Tensor D({N, V});
   for (int64_t I = 0; I < N; ++I) {

@@ -25,27 +25,21 @@ namespace moert {
 
 /// Returns this rank's sequence shard [N / TP, Hidden] of the embeddings of
 /// Tokens [N]; Table is the local vocabulary slice [Vocab / TP, Hidden].
-Tensor vocabParallelEmbeddingForward(Communicator &Tp,
-                                     const std::vector<int32_t> &Tokens,
-                                     const Tensor &Table, int64_t VocabStart);
+Tensor vocabParallelEmbeddingForward(Communicator &Tp, const std::vector<int32_t> &Tokens, const Tensor &Table,
+                                     int64_t VocabStart);
 /// DTable += the rows of the gathered gradient for the tokens this rank owns.
-void vocabParallelEmbeddingBackward(Communicator &Tp,
-                                    const std::vector<int32_t> &Tokens,
-                                    const Tensor &DShard, Tensor &DTable,
-                                    int64_t VocabStart);
+void vocabParallelEmbeddingBackward(Communicator &Tp, const std::vector<int32_t> &Tokens, const Tensor &DShard,
+                                    Tensor &DTable, int64_t VocabStart);
 
 /// Logits [N, Vocab / TP] are replaced by the softmax probabilities of this
 /// rank's vocabulary slice; Losses[n] = -log p(Labels[n]) (double, the same on
 /// every tp rank; 0 for a negative label, which is ignored).
-void vocabParallelCrossEntropyForward(Communicator &Tp, Tensor &Logits,
-                                      const std::vector<int32_t> &Labels,
-                                      int64_t VocabStart,
-                                      std::vector<double> &Losses);
+void vocabParallelCrossEntropyForward(Communicator &Tp, Tensor &Logits, const std::vector<int32_t> &Labels,
+                                      int64_t VocabStart, std::vector<double> &Losses);
 /// Gradient of Scale * sum_n Losses[n] with respect to this rank's logits,
 /// from the probabilities forward left in Probs. Local, no communication.
-Tensor vocabParallelCrossEntropyBackward(const Tensor &Probs,
-                                         const std::vector<int32_t> &Labels,
-                                         int64_t VocabStart, float Scale);
+Tensor vocabParallelCrossEntropyBackward(const Tensor &Probs, const std::vector<int32_t> &Labels, int64_t VocabStart,
+                                         float Scale);
 
 } // namespace moert
 

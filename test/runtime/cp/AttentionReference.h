@@ -19,10 +19,8 @@ struct ReferenceAttention {
 };
 
 /// Forward and (with DOut) backward of causal attention over the full sequence.
-inline ReferenceAttention referenceAttention(const AttentionDims &D,
-                                             const std::vector<float> &Q,
-                                             const std::vector<float> &K,
-                                             const std::vector<float> &V,
+inline ReferenceAttention referenceAttention(const AttentionDims &D, const std::vector<float> &Q,
+                                             const std::vector<float> &K, const std::vector<float> &V,
                                              const std::vector<float> &DOut) {
   int64_t S = D.SeqLen, Hq = D.QHeads, Hk = D.KvHeads, Hd = D.HeadDim;
   int64_t Group = Hq / Hk;
@@ -33,12 +31,8 @@ inline ReferenceAttention referenceAttention(const AttentionDims &D,
   R.DK.assign(K.size(), 0.0);
   R.DV.assign(V.size(), 0.0);
   R.Lse.assign(size_t(D.Batch * Hq * S), 0.0);
-  auto QAt = [&](int64_t B, int64_t T, int64_t H) {
-    return ((B * S + T) * Hq + H) * Hd;
-  };
-  auto KAt = [&](int64_t B, int64_t T, int64_t G) {
-    return ((B * S + T) * Hk + G) * Hd;
-  };
+  auto QAt = [&](int64_t B, int64_t T, int64_t H) { return ((B * S + T) * Hq + H) * Hd; };
+  auto KAt = [&](int64_t B, int64_t T, int64_t G) { return ((B * S + T) * Hk + G) * Hd; };
   std::vector<double> P(static_cast<size_t>(S));
   for (int64_t B = 0; B < D.Batch; ++B)
     for (int64_t H = 0; H < Hq; ++H) {

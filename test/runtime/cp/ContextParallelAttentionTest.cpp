@@ -51,10 +51,8 @@ struct Result {
 };
 
 /// Forward and backward on the local tensors of one call.
-Result runAttention(Communicator &Cp, const AttentionDims &D,
-                    const std::vector<float> &Q, const std::vector<float> &K,
-                    const std::vector<float> &V,
-                    const std::vector<float> &DOut) {
+Result runAttention(Communicator &Cp, const AttentionDims &D, const std::vector<float> &Q, const std::vector<float> &K,
+                    const std::vector<float> &V, const std::vector<float> &DOut) {
   int64_t T = D.SeqLen / Cp.size();
   Result R;
   R.Out.assign(Q.size(), NAN);
@@ -62,17 +60,14 @@ Result runAttention(Communicator &Cp, const AttentionDims &D,
   R.DQ.assign(Q.size(), NAN);
   R.DK.assign(K.size(), NAN);
   R.DV.assign(V.size(), NAN);
-  contextParallelAttentionForward(Cp, D, Q.data(), K.data(), V.data(),
-                                  R.Out.data(), R.Lse.data());
-  contextParallelAttentionBackward(Cp, D, Q.data(), K.data(), V.data(),
-                                   R.Out.data(), R.Lse.data(), DOut.data(),
+  contextParallelAttentionForward(Cp, D, Q.data(), K.data(), V.data(), R.Out.data(), R.Lse.data());
+  contextParallelAttentionBackward(Cp, D, Q.data(), K.data(), V.data(), R.Out.data(), R.Lse.data(), DOut.data(),
                                    R.DQ.data(), R.DK.data(), R.DV.data());
   return R;
 }
 
 /// Rows [Batch, SeqLen, Width] -> the rows of Positions, per batch.
-std::vector<float> sliceTokens(const std::vector<float> &Full, int64_t Batch,
-                               int64_t SeqLen, int64_t Width,
+std::vector<float> sliceTokens(const std::vector<float> &Full, int64_t Batch, int64_t SeqLen, int64_t Width,
                                const std::vector<int64_t> &Positions) {
   std::vector<float> Out;
   for (int64_t B = 0; B < Batch; ++B)
@@ -84,8 +79,7 @@ std::vector<float> sliceTokens(const std::vector<float> &Full, int64_t Batch,
 }
 
 /// Lse [Batch, Heads, SeqLen] -> [Batch, Heads, local tokens].
-std::vector<float> sliceLse(const std::vector<float> &Full, int64_t Batch,
-                            int64_t Heads, int64_t SeqLen,
+std::vector<float> sliceLse(const std::vector<float> &Full, int64_t Batch, int64_t Heads, int64_t SeqLen,
                             const std::vector<int64_t> &Positions) {
   std::vector<float> Out;
   for (int64_t R = 0; R < Batch * Heads; ++R)
@@ -99,8 +93,7 @@ std::vector<float> sliceLse(const std::vector<float> &Full, int64_t Batch,
 /// (gradients that vanish analytically, e.g. dQ of the first token, come out
 /// of fp32 cancellation at about 1e-7 of the tensor's scale).
 template <typename T>
-void expectClose(const std::vector<float> &Got, const std::vector<T> &Want,
-                 double RelTol, const char *What) {
+void expectClose(const std::vector<float> &Got, const std::vector<T> &Want, double RelTol, const char *What) {
   ASSERT_EQ(Got.size(), Want.size()) << What;
   double MaxAbs = 0;
   for (T W : Want)
@@ -110,14 +103,12 @@ void expectClose(const std::vector<float> &Got, const std::vector<T> &Want,
   for (size_t I = 0; I < Got.size(); ++I) {
     double Tol = RelTol * (std::abs(double(Want[I])) + 0.1 * MaxAbs);
     if (!(std::abs(double(Got[I]) - double(Want[I])) <= Tol) && ++Bad <= 5)
-      ADD_FAILURE() << What << "[" << I << "] = " << Got[I] << ", expected "
-                    << Want[I];
+      ADD_FAILURE() << What << "[" << I << "] = " << Got[I] << ", expected " << Want[I];
   }
   EXPECT_EQ(Bad, 0) << What << ": elements off";
 }
 
-AttentionDims dims(int64_t Batch, int64_t SeqLen, int64_t QHeads,
-                   int64_t KvHeads, int64_t HeadDim) {
+AttentionDims dims(int64_t Batch, int64_t SeqLen, int64_t QHeads, int64_t KvHeads, int64_t HeadDim) {
   AttentionDims D;
   D.Batch = Batch;
   D.SeqLen = SeqLen;
@@ -183,8 +174,7 @@ TEST(CpAttention, SingleRankMatchesNaiveReference) {
   // An odd length: the group-of-one path does not chunk.
   Problem P(dims(2, 13, 4, 2, 8), 7);
   Result R = runAttention(*Self, P.Dims, P.Q, P.K, P.V, P.DOut);
-  test::ReferenceAttention Ref =
-      test::referenceAttention(P.Dims, P.Q, P.K, P.V, P.DOut);
+  test::ReferenceAttention Ref = test::referenceAttention(P.Dims, P.Q, P.K, P.V, P.DOut);
   expectClose(R.Out, Ref.Out, 1e-5, "Out");
   expectClose(R.Lse, Ref.Lse, 1e-5, "Lse");
   expectClose(R.DQ, Ref.DQ, 1e-5, "DQ");
@@ -200,19 +190,16 @@ TEST(CpAttention, SingleRankBackwardMatchesFiniteDifferences) {
   Problem P(dims(1, 6, 2, 1, 4), 21);
   Result R = runAttention(*Self, P.Dims, P.Q, P.K, P.V, P.DOut);
   // Loss = sum(Out * DOut), accumulated in double over the fp32 forward.
-  auto Loss = [&](const std::vector<float> &Q, const std::vector<float> &K,
-                  const std::vector<float> &V) {
+  auto Loss = [&](const std::vector<float> &Q, const std::vector<float> &K, const std::vector<float> &V) {
     std::vector<float> Out(Q.size()), Lse(size_t(2 * 6));
-    contextParallelAttentionForward(*Self, P.Dims, Q.data(), K.data(), V.data(),
-                                    Out.data(), Lse.data());
+    contextParallelAttentionForward(*Self, P.Dims, Q.data(), K.data(), V.data(), Out.data(), Lse.data());
     double L = 0;
     for (size_t I = 0; I < Out.size(); ++I)
       L += double(Out[I]) * P.DOut[I];
     return L;
   };
   const float Eps = 1e-2f;
-  auto Check = [&](std::vector<float> &X, const std::vector<float> &Grad,
-                   const char *What) {
+  auto Check = [&](std::vector<float> &X, const std::vector<float> &Grad, const char *What) {
     double MaxGrad = 0;
     for (float G : Grad)
       MaxGrad = std::max(MaxGrad, std::abs(double(G)));
@@ -225,8 +212,7 @@ TEST(CpAttention, SingleRankBackwardMatchesFiniteDifferences) {
       double Minus = Loss(P.Q, P.K, P.V);
       X[I] = Saved;
       double Numeric = (Plus - Minus) / (2 * Eps);
-      EXPECT_NEAR(Grad[I], Numeric, 2e-3 + 1e-2 * std::abs(Numeric))
-          << What << "[" << I << "]";
+      EXPECT_NEAR(Grad[I], Numeric, 2e-3 + 1e-2 * std::abs(Numeric)) << What << "[" << I << "]";
     }
   };
   Check(P.Q, R.DQ, "DQ");
@@ -238,9 +224,7 @@ TEST(CpAttention, RejectsHeadsThatDoNotGroup) {
   auto Self = createSelfCommunicator("cp");
   AttentionDims D = dims(1, 4, 3, 2, 4);
   std::vector<float> Q(4 * 3 * 4), K(4 * 2 * 4), Out(Q.size()), Lse(12);
-  EXPECT_THROW(contextParallelAttentionForward(*Self, D, Q.data(), K.data(),
-                                               K.data(), Out.data(),
-                                               Lse.data()),
+  EXPECT_THROW(contextParallelAttentionForward(*Self, D, Q.data(), K.data(), K.data(), Out.data(), Lse.data()),
                std::invalid_argument);
 }
 
@@ -261,16 +245,11 @@ void checkRingAgainstSingleRank(Communicator &Cp, const Problem &P) {
   auto DOut = sliceTokens(P.DOut, D.Batch, D.SeqLen, QW, Pos);
   Result Local = runAttention(Cp, D, Q, K, V, DOut);
 
-  expectClose(Local.Out, sliceTokens(Full.Out, D.Batch, D.SeqLen, QW, Pos),
-              1e-5, "Out");
-  expectClose(Local.Lse, sliceLse(Full.Lse, D.Batch, D.QHeads, D.SeqLen, Pos),
-              1e-5, "Lse");
-  expectClose(Local.DQ, sliceTokens(Full.DQ, D.Batch, D.SeqLen, QW, Pos), 1e-5,
-              "DQ");
-  expectClose(Local.DK, sliceTokens(Full.DK, D.Batch, D.SeqLen, KW, Pos), 1e-5,
-              "DK");
-  expectClose(Local.DV, sliceTokens(Full.DV, D.Batch, D.SeqLen, KW, Pos), 1e-5,
-              "DV");
+  expectClose(Local.Out, sliceTokens(Full.Out, D.Batch, D.SeqLen, QW, Pos), 1e-5, "Out");
+  expectClose(Local.Lse, sliceLse(Full.Lse, D.Batch, D.QHeads, D.SeqLen, Pos), 1e-5, "Lse");
+  expectClose(Local.DQ, sliceTokens(Full.DQ, D.Batch, D.SeqLen, QW, Pos), 1e-5, "DQ");
+  expectClose(Local.DK, sliceTokens(Full.DK, D.Batch, D.SeqLen, KW, Pos), 1e-5, "DK");
+  expectClose(Local.DV, sliceTokens(Full.DV, D.Batch, D.SeqLen, KW, Pos), 1e-5, "DV");
 }
 
 /// About 32 tokens, divisible by 2 * CpSize.
@@ -303,8 +282,7 @@ TEST(CpRing, SplitGroupsRunIndependentRings) {
     Groups[size_t(R % int(Groups.size()))].push_back(R);
   auto Cp = World.split("cp", Groups);
   int Color = World.rank() % int(Groups.size());
-  Problem P(dims(2, seqLenFor(Cp->size()), 4, 2, 8),
-            200 + 10 * unsigned(Color));
+  Problem P(dims(2, seqLenFor(Cp->size()), 4, 2, 8), 200 + 10 * unsigned(Color));
   checkRingAgainstSingleRank(*Cp, P);
 }
 

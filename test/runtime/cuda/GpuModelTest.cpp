@@ -72,8 +72,7 @@ struct CpuModel {
   }
 };
 
-double relativeError(const std::vector<float> &Got,
-                     const std::vector<float> &Want) {
+double relativeError(const std::vector<float> &Got, const std::vector<float> &Want) {
   double D = 0, W = 0;
   for (size_t I = 0; I < Want.size(); ++I) {
     D += (double(Got[I]) - Want[I]) * (double(Got[I]) - Want[I]);
@@ -131,8 +130,7 @@ TEST(GpuModel, AdamWStepsMakeTheLossFall) {
   // Starts near log(Vocab) (small random weights) and learns the fixed
   // next-token rule of the batch.
   EXPECT_NEAR(Losses.front(), std::log(double(C.Vocab)), 0.5);
-  EXPECT_LT(Losses.back(), 0.6 * Losses.front())
-      << "first " << Losses.front() << ", last " << Losses.back();
+  EXPECT_LT(Losses.back(), 0.6 * Losses.front()) << "first " << Losses.front() << ", last " << Losses.back();
 }
 
 } // namespace

@@ -33,11 +33,9 @@ int main(int Argc, char **Argv) {
                   Argc > 0 ? Argv[0] : "this GPU test");
     return 0;
   }
-  moert::cuda::checkCuda(cudaSetDevice(World->rank() % MinDevices),
-                         "cudaSetDevice", __FILE__, __LINE__);
+  moert::cuda::checkCuda(cudaSetDevice(World->rank() % MinDevices), "cudaSetDevice", __FILE__, __LINE__);
   if (World->rank() == 0)
-    std::printf("GPU test on %s (%d device(s), %d rank(s))\n",
-                moert::cuda::deviceDescription(0).c_str(), MinDevices,
+    std::printf("GPU test on %s (%d device(s), %d rank(s))\n", moert::cuda::deviceDescription(0).c_str(), MinDevices,
                 World->size());
   ::testing::InitGoogleTest(&Argc, Argv);
   if (World->rank() != 0) {

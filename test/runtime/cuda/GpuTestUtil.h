@@ -31,8 +31,7 @@ constexpr double AttnTol = 2e-4;
 constexpr double Bf16Tol = 8e-3;
 
 /// Normal(0, Std) values, already representable in bf16.
-inline std::vector<float> randomBf16(size_t N, uint64_t Seed,
-                                     float Std = 1.0f) {
+inline std::vector<float> randomBf16(size_t N, uint64_t Seed, float Std = 1.0f) {
   std::mt19937_64 Gen(Seed);
   std::normal_distribution<float> Dist(0.0f, Std);
   std::vector<float> V(N);
@@ -45,12 +44,10 @@ inline std::vector<float> randomBf16(size_t N, uint64_t Seed,
 /// The floor keeps an all-but-zero reference (the attention gradients of a
 /// single token vanish analytically) from demanding agreement in rounding
 /// noise.
-inline ::testing::AssertionResult near(const std::vector<float> &Got,
-                                       const std::vector<float> &Want,
-                                       double Tol, const std::string &What) {
+inline ::testing::AssertionResult near(const std::vector<float> &Got, const std::vector<float> &Want, double Tol,
+                                       const std::string &What) {
   if (Got.size() != Want.size())
-    return ::testing::AssertionFailure()
-           << What << ": " << Got.size() << " values, want " << Want.size();
+    return ::testing::AssertionFailure() << What << ": " << Got.size() << " values, want " << Want.size();
   double Scale = 1e-3;
   for (float W : Want)
     Scale = std::max(Scale, double(std::fabs(W)));
@@ -65,14 +62,11 @@ inline ::testing::AssertionResult near(const std::vector<float> &Got,
   }
   if (Worst <= Tol * Scale)
     return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure()
-         << What << ": |got - want| = " << Worst << " at " << At << " (got "
-         << Got[At] << ", want " << Want[At] << "), allowed " << Tol * Scale;
+  return ::testing::AssertionFailure() << What << ": |got - want| = " << Worst << " at " << At << " (got " << Got[At]
+                                       << ", want " << Want[At] << "), allowed " << Tol * Scale;
 }
 
-inline std::vector<float> toFloat(const std::vector<double> &V) {
-  return std::vector<float>(V.begin(), V.end());
-}
+inline std::vector<float> toFloat(const std::vector<double> &V) { return std::vector<float>(V.begin(), V.end()); }
 
 } // namespace moert::test
 

@@ -12,8 +12,7 @@ using namespace moert::cuda;
 namespace {
 
 TEST(CudaGraphPolicy, ScopeNamesRoundTrip) {
-  for (const char *N : {"attn", "mlp", "moe", "moe_router", "moe_preprocess",
-                        "mamba", "full_iteration"}) {
+  for (const char *N : {"attn", "mlp", "moe", "moe_router", "moe_preprocess", "mamba", "full_iteration"}) {
     auto S = parseGraphScope(N);
     ASSERT_TRUE(S.has_value()) << N;
     EXPECT_STREQ(graphScopeName(*S), N);

@@ -26,10 +26,8 @@ TEST(CudaGraph, AttentionScopeReplaysTheDirectResult) {
   std::iota(P.begin(), P.end(), 0);
   DeviceBuffer<int32_t> Pos;
   Pos.upload(P);
-  DeviceBuffer<float> Out(T * H * Hd), Lse(H * T), RefOut(T * H * Hd),
-      RefLse(H * T);
-  causalAttentionForward(S, Q.data(), K.data(), V.data(), Pos.data(),
-                         RefOut.data(), RefLse.data(), nullptr);
+  DeviceBuffer<float> Out(T * H * Hd), Lse(H * T), RefOut(T * H * Hd), RefLse(H * T);
+  causalAttentionForward(S, Q.data(), K.data(), V.data(), Pos.data(), RefOut.data(), RefLse.data(), nullptr);
   MOERT_CUDA_CHECK(cudaDeviceSynchronize());
 
   cudaStream_t Stream;
@@ -38,8 +36,7 @@ TEST(CudaGraph, AttentionScopeReplaysTheDirectResult) {
   int Captures = 0;
   auto Body = [&](cudaStream_t St) {
     ++Captures;
-    causalAttentionForward(S, Q.data(), K.data(), V.data(), Pos.data(),
-                           Out.data(), Lse.data(), St);
+    causalAttentionForward(S, Q.data(), K.data(), V.data(), Pos.data(), Out.data(), Lse.data(), St);
   };
   for (int Step = 0; Step < 3; ++Step) {
     // Cleared on the graph's stream, so the replay below must refill it.
@@ -52,9 +49,7 @@ TEST(CudaGraph, AttentionScopeReplaysTheDirectResult) {
   EXPECT_EQ(Captures, 1);
   EXPECT_EQ(G.replays(), 2);
   EXPECT_THROW(G.run(Stream, {T / 2, H, Hd}, Body), GraphRefused);
-  EXPECT_THROW(
-      ScopeGraph(GraphScope::Attn, GraphConditions{}).run(nullptr, {}, Body),
-      GraphRefused);
+  EXPECT_THROW(ScopeGraph(GraphScope::Attn, GraphConditions{}).run(nullptr, {}, Body), GraphRefused);
   MOERT_CUDA_CHECK(cudaStreamDestroy(Stream));
 }
 

@@ -52,25 +52,21 @@ TEST(CudaGemm, DenseMatchesHostGemmForEveryTransposeAndOutputType) {
   const int64_t M = 37, N = 53, K = 70;
   for (int TA = 0; TA < 2; ++TA)
     for (int TB = 0; TB < 2; ++TB) {
-      std::vector<float> A = randomBf16(M * K, 1 + TA),
-                         B = randomBf16(K * N, 3 + TB);
+      std::vector<float> A = randomBf16(M * K, 1 + TA), B = randomBf16(K * N, 3 + TB);
       std::vector<float> C0 = randomBf16(M * N, 5);
       std::vector<float> Want = C0;
       gemm(TA, TB, M, N, K, 0.5f, A.data(), B.data(), 0.25f, Want.data());
       auto DA = uploadBf16(A), DB = uploadBf16(B);
       auto DC = uploadF32(C0);
-      gemm(H, TA, TB, M, N, K, 0.5f, DA.data(), DB.data(), 0.25f, DC.data(),
-           OutType::F32);
+      gemm(H, TA, TB, M, N, K, 0.5f, DA.data(), DB.data(), 0.25f, DC.data(), OutType::F32);
       sync();
-      std::string Case =
-          "TA=" + std::to_string(TA) + " TB=" + std::to_string(TB);
+      std::string Case = "TA=" + std::to_string(TA) + " TB=" + std::to_string(TB);
       EXPECT_TRUE(near(DC.download(), Want, 1e-4, "fp32 C, " + Case));
       // bf16 output, Beta = 0.
       std::vector<float> Want0(M * N, 0.0f);
       gemm(TA, TB, M, N, K, 1.0f, A.data(), B.data(), 0.0f, Want0.data());
       DeviceBuffer<bf16> DC16(M * N);
-      gemm(H, TA, TB, M, N, K, 1.0f, DA.data(), DB.data(), 0.0f, DC16.data(),
-           OutType::BF16);
+      gemm(H, TA, TB, M, N, K, 1.0f, DA.data(), DB.data(), 0.0f, DC16.data(), OutType::BF16);
       sync();
       EXPECT_TRUE(near(downloadBf16(DC16), Want0, Bf16Tol, "bf16 C, " + Case));
     }
@@ -83,33 +79,25 @@ TEST_P(CudaGroupedGemm, ExpertForwardDataAndWeightGradientsMatchHostLoops) {
   const std::vector<int64_t> Rows = {5, 0, 17, 9}; // an expert with no rows
   const int64_t In = 48, Out = 40, G = int64_t(Rows.size());
   const int64_t Total = std::accumulate(Rows.begin(), Rows.end(), int64_t(0));
-  std::vector<float> X = randomBf16(Total * In, 11),
-                     W = randomBf16(G * In * Out, 12);
-  std::vector<float> DY = randomBf16(Total * Out, 13),
-                     DW0 = randomBf16(G * In * Out, 14);
+  std::vector<float> X = randomBf16(Total * In, 11), W = randomBf16(G * In * Out, 12);
+  std::vector<float> DY = randomBf16(Total * Out, 13), DW0 = randomBf16(G * In * Out, 14);
   std::vector<float> WantY(Total * Out), WantDX(Total * In), WantDW = DW0;
   int64_t Begin = 0;
   for (int64_t E = 0; E < G; ++E) {
     int64_t M = Rows[E];
     if (M) {
-      gemm(false, false, M, Out, In, 1.0f, &X[Begin * In], &W[E * In * Out],
-           0.0f, &WantY[Begin * Out]);
-      gemm(false, true, M, In, Out, 1.0f, &DY[Begin * Out], &W[E * In * Out],
-           0.0f, &WantDX[Begin * In]);
-      gemm(true, false, In, Out, M, 1.0f, &X[Begin * In], &DY[Begin * Out],
-           1.0f, &WantDW[E * In * Out]);
+      gemm(false, false, M, Out, In, 1.0f, &X[Begin * In], &W[E * In * Out], 0.0f, &WantY[Begin * Out]);
+      gemm(false, true, M, In, Out, 1.0f, &DY[Begin * Out], &W[E * In * Out], 0.0f, &WantDX[Begin * In]);
+      gemm(true, false, In, Out, M, 1.0f, &X[Begin * In], &DY[Begin * Out], 1.0f, &WantDW[E * In * Out]);
     }
     Begin += M;
   }
   auto DX = uploadBf16(X), DWt = uploadBf16(W), DDY = uploadBf16(DY);
   DeviceBuffer<bf16> Y(Total * Out), GotDX(Total * In);
   auto GotDW = uploadF32(DW0);
-  groupedGemm(H, GetParam(), Rows, Out, In, DX.data(), DWt.data(), false, 0.0f,
-              Y.data(), OutType::BF16);
-  groupedGemm(H, GetParam(), Rows, In, Out, DDY.data(), DWt.data(), true, 0.0f,
-              GotDX.data(), OutType::BF16);
-  groupedWeightGradGemm(H, GetParam(), Rows, In, Out, DX.data(), DDY.data(),
-                        1.0f, GotDW.data());
+  groupedGemm(H, GetParam(), Rows, Out, In, DX.data(), DWt.data(), false, 0.0f, Y.data(), OutType::BF16);
+  groupedGemm(H, GetParam(), Rows, In, Out, DDY.data(), DWt.data(), true, 0.0f, GotDX.data(), OutType::BF16);
+  groupedWeightGradGemm(H, GetParam(), Rows, In, Out, DX.data(), DDY.data(), 1.0f, GotDW.data());
   sync();
   EXPECT_TRUE(near(downloadBf16(Y), WantY, Bf16Tol, "expert forward"));
   EXPECT_TRUE(near(downloadBf16(GotDX), WantDX, Bf16Tol, "expert dX"));
@@ -120,9 +108,7 @@ TEST_P(CudaGroupedGemm, ExpertForwardDataAndWeightGradientsMatchHostLoops) {
     ASSERT_EQ(DWGot[In * Out + I], DW0[In * Out + I]);
 }
 
-INSTANTIATE_TEST_SUITE_P(Modes, CudaGroupedGemm,
-                         ::testing::Values(GroupedMode::Loop,
-                                           GroupedMode::Batched));
+INSTANTIATE_TEST_SUITE_P(Modes, CudaGroupedGemm, ::testing::Values(GroupedMode::Loop, GroupedMode::Batched));
 
 //===--------------------------------------------------------------------===//
 // Attention
@@ -144,30 +130,21 @@ TEST_P(CudaAttention, CausalForwardAndBackwardMatchHostAttention) {
   auto DOut = randomBf16(QN, 24);
   auto Self = createSelfCommunicator("cp");
   std::vector<float> Out(QN), Lse(LN), DQ(QN), DK(KN), DV(KN);
-  contextParallelAttentionForward(*Self, D, Q.data(), K.data(), V.data(),
-                                  Out.data(), Lse.data());
-  contextParallelAttentionBackward(*Self, D, Q.data(), K.data(), V.data(),
-                                   Out.data(), Lse.data(), DOut.data(),
+  contextParallelAttentionForward(*Self, D, Q.data(), K.data(), V.data(), Out.data(), Lse.data());
+  contextParallelAttentionBackward(*Self, D, Q.data(), K.data(), V.data(), Out.data(), Lse.data(), DOut.data(),
                                    DQ.data(), DK.data(), DV.data());
 
-  DeviceAttentionShape S{C.Batch,
-                         C.SeqLen,
-                         C.SeqLen,
-                         C.QHeads,
-                         C.KvHeads,
-                         C.HeadDim,
-                         float(1.0 / std::sqrt(double(C.HeadDim)))};
+  DeviceAttentionShape S{
+      C.Batch, C.SeqLen, C.SeqLen, C.QHeads, C.KvHeads, C.HeadDim, float(1.0 / std::sqrt(double(C.HeadDim)))};
   std::vector<int32_t> Pos(C.SeqLen);
   std::iota(Pos.begin(), Pos.end(), 0);
   auto DQb = uploadBf16(Q), DKb = uploadBf16(K), DVb = uploadBf16(V);
   auto DDO = uploadBf16(DOut);
   auto DPos = uploadVec(Pos);
   DeviceBuffer<float> GOut(QN), GLse(LN), GDelta(LN), GDQ(QN), GDK(KN), GDV(KN);
-  causalAttentionForward(S, DQb.data(), DKb.data(), DVb.data(), DPos.data(),
-                         GOut.data(), GLse.data(), nullptr);
-  causalAttentionBackward(S, DQb.data(), DKb.data(), DVb.data(), DPos.data(),
-                          GOut.data(), GLse.data(), DDO.data(), GDelta.data(),
-                          GDQ.data(), GDK.data(), GDV.data(), nullptr);
+  causalAttentionForward(S, DQb.data(), DKb.data(), DVb.data(), DPos.data(), GOut.data(), GLse.data(), nullptr);
+  causalAttentionBackward(S, DQb.data(), DKb.data(), DVb.data(), DPos.data(), GOut.data(), GLse.data(), DDO.data(),
+                          GDelta.data(), GDQ.data(), GDK.data(), GDV.data(), nullptr);
   sync();
   EXPECT_TRUE(near(GOut.download(), Out, AttnTol, "Out"));
   EXPECT_TRUE(near(GLse.download(), Lse, AttnTol, "Lse"));
@@ -176,28 +153,24 @@ TEST_P(CudaAttention, CausalForwardAndBackwardMatchHostAttention) {
   EXPECT_TRUE(near(GDV.download(), DV, 1e-3, "dV"));
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Shapes, CudaAttention,
-    ::testing::Values(AttnCase{2, 100, 4, 2, 64}, // partial tiles, GQA
-                      AttnCase{1, 70, 2, 2, 32},
-                      AttnCase{1, 129, 4, 1, 128}, // one KV head for four
-                      AttnCase{1, 1, 1, 1, 64}));
+INSTANTIATE_TEST_SUITE_P(Shapes, CudaAttention,
+                         ::testing::Values(AttnCase{2, 100, 4, 2, 64}, // partial tiles, GQA
+                                           AttnCase{1, 70, 2, 2, 32},
+                                           AttnCase{1, 129, 4, 1, 128}, // one KV head for four
+                                           AttnCase{1, 1, 1, 1, 64}));
 
 /// Rows of [Batch, Seq, Width] at the given sequence positions.
-std::vector<float> gatherRows(const std::vector<float> &Full, int64_t Batch,
-                              int64_t Seq, int64_t Width,
+std::vector<float> gatherRows(const std::vector<float> &Full, int64_t Batch, int64_t Seq, int64_t Width,
                               const std::vector<int64_t> &Positions) {
   std::vector<float> Out;
   for (int64_t B = 0; B < Batch; ++B)
     for (int64_t P : Positions)
-      Out.insert(Out.end(), Full.begin() + (B * Seq + P) * Width,
-                 Full.begin() + (B * Seq + P + 1) * Width);
+      Out.insert(Out.end(), Full.begin() + (B * Seq + P) * Width, Full.begin() + (B * Seq + P + 1) * Width);
   return Out;
 }
 
 /// Lse [Batch, Heads, Seq] at the given positions.
-std::vector<float> gatherLse(const std::vector<float> &Full, int64_t Batch,
-                             int64_t Heads, int64_t Seq,
+std::vector<float> gatherLse(const std::vector<float> &Full, int64_t Batch, int64_t Heads, int64_t Seq,
                              const std::vector<int64_t> &Positions) {
   std::vector<float> Out;
   for (int64_t B = 0; B < Batch; ++B)
@@ -215,21 +188,15 @@ TEST(CudaAttentionBlocks, CpChunkMasksMergeToFullCausalAttention) {
   for (int Cp : {2, 3}) {
     const int64_t B = 1, Seq = 96 * Cp / 2, QH = 4, KvH = 2, Hd = 64;
     AttentionDims D{B, Seq, QH, KvH, Hd};
-    auto Q = randomBf16(B * Seq * QH * Hd, 31),
-         K = randomBf16(B * Seq * KvH * Hd, 32);
-    auto V = randomBf16(B * Seq * KvH * Hd, 33),
-         DOut = randomBf16(B * Seq * QH * Hd, 34);
+    auto Q = randomBf16(B * Seq * QH * Hd, 31), K = randomBf16(B * Seq * KvH * Hd, 32);
+    auto V = randomBf16(B * Seq * KvH * Hd, 33), DOut = randomBf16(B * Seq * QH * Hd, 34);
     auto Self = createSelfCommunicator("cp");
-    std::vector<float> Out(Q.size()), Lse(B * QH * Seq), DQ(Q.size()),
-        DK(K.size()), DV(V.size());
-    contextParallelAttentionForward(*Self, D, Q.data(), K.data(), V.data(),
-                                    Out.data(), Lse.data());
-    contextParallelAttentionBackward(*Self, D, Q.data(), K.data(), V.data(),
-                                     Out.data(), Lse.data(), DOut.data(),
+    std::vector<float> Out(Q.size()), Lse(B * QH * Seq), DQ(Q.size()), DK(K.size()), DV(V.size());
+    contextParallelAttentionForward(*Self, D, Q.data(), K.data(), V.data(), Out.data(), Lse.data());
+    contextParallelAttentionBackward(*Self, D, Q.data(), K.data(), V.data(), Out.data(), Lse.data(), DOut.data(),
                                      DQ.data(), DK.data(), DV.data());
     int64_t Local = Seq / Cp;
-    DeviceAttentionShape S{
-        B, Local, Local, QH, KvH, Hd, float(1.0 / std::sqrt(double(Hd)))};
+    DeviceAttentionShape S{B, Local, Local, QH, KvH, Hd, float(1.0 / std::sqrt(double(Hd)))};
     struct RankData {
       std::vector<int64_t> Pos;
       DeviceBuffer<int32_t> DPos;
@@ -239,8 +206,7 @@ TEST(CudaAttentionBlocks, CpChunkMasksMergeToFullCausalAttention) {
     std::vector<RankData> R(Cp);
     for (int I = 0; I < Cp; ++I) {
       R[I].Pos = localPositions(I, Cp, Seq);
-      R[I].DPos =
-          uploadVec(std::vector<int32_t>(R[I].Pos.begin(), R[I].Pos.end()));
+      R[I].DPos = uploadVec(std::vector<int32_t>(R[I].Pos.begin(), R[I].Pos.end()));
       R[I].Q = uploadBf16(gatherRows(Q, B, Seq, QH * Hd, R[I].Pos));
       R[I].K = uploadBf16(gatherRows(K, B, Seq, KvH * Hd, R[I].Pos));
       R[I].V = uploadBf16(gatherRows(V, B, Seq, KvH * Hd, R[I].Pos));
@@ -260,39 +226,24 @@ TEST(CudaAttentionBlocks, CpChunkMasksMergeToFullCausalAttention) {
     for (int I = 0; I < Cp; ++I)
       for (int Step = 0; Step < Cp; ++Step) {
         int J = (I - Step + Cp) % Cp;
-        attentionForwardBlock(S, R[I].Q.data(), R[I].DPos.data(), R[J].K.data(),
-                              R[J].V.data(), R[J].DPos.data(), R[I].Out.data(),
-                              R[I].Lse.data(), nullptr);
+        attentionForwardBlock(S, R[I].Q.data(), R[I].DPos.data(), R[J].K.data(), R[J].V.data(), R[J].DPos.data(),
+                              R[I].Out.data(), R[I].Lse.data(), nullptr);
       }
     for (int I = 0; I < Cp; ++I)
-      attentionDelta(S, R[I].DOut.data(), R[I].Out.data(), R[I].Delta.data(),
-                     nullptr);
+      attentionDelta(S, R[I].DOut.data(), R[I].Out.data(), R[I].Delta.data(), nullptr);
     for (int I = 0; I < Cp; ++I)
       for (int J = 0; J < Cp; ++J)
-        attentionBackwardBlock(S, R[I].Q.data(), R[I].DPos.data(),
-                               R[J].K.data(), R[J].V.data(), R[J].DPos.data(),
-                               R[I].Lse.data(), R[I].Delta.data(),
-                               R[I].DOut.data(), R[I].DQ.data(), R[J].DK.data(),
+        attentionBackwardBlock(S, R[I].Q.data(), R[I].DPos.data(), R[J].K.data(), R[J].V.data(), R[J].DPos.data(),
+                               R[I].Lse.data(), R[I].Delta.data(), R[I].DOut.data(), R[I].DQ.data(), R[J].DK.data(),
                                R[J].DV.data(), nullptr);
     sync();
     for (int I = 0; I < Cp; ++I) {
-      std::string Rank =
-          "cp " + std::to_string(Cp) + " rank " + std::to_string(I);
-      EXPECT_TRUE(near(R[I].Out.download(),
-                       gatherRows(Out, B, Seq, QH * Hd, R[I].Pos), AttnTol,
-                       "Out, " + Rank));
-      EXPECT_TRUE(near(R[I].Lse.download(),
-                       gatherLse(Lse, B, QH, Seq, R[I].Pos), AttnTol,
-                       "Lse, " + Rank));
-      EXPECT_TRUE(near(R[I].DQ.download(),
-                       gatherRows(DQ, B, Seq, QH * Hd, R[I].Pos), 1e-3,
-                       "dQ, " + Rank));
-      EXPECT_TRUE(near(R[I].DK.download(),
-                       gatherRows(DK, B, Seq, KvH * Hd, R[I].Pos), 1e-3,
-                       "dK, " + Rank));
-      EXPECT_TRUE(near(R[I].DV.download(),
-                       gatherRows(DV, B, Seq, KvH * Hd, R[I].Pos), 1e-3,
-                       "dV, " + Rank));
+      std::string Rank = "cp " + std::to_string(Cp) + " rank " + std::to_string(I);
+      EXPECT_TRUE(near(R[I].Out.download(), gatherRows(Out, B, Seq, QH * Hd, R[I].Pos), AttnTol, "Out, " + Rank));
+      EXPECT_TRUE(near(R[I].Lse.download(), gatherLse(Lse, B, QH, Seq, R[I].Pos), AttnTol, "Lse, " + Rank));
+      EXPECT_TRUE(near(R[I].DQ.download(), gatherRows(DQ, B, Seq, QH * Hd, R[I].Pos), 1e-3, "dQ, " + Rank));
+      EXPECT_TRUE(near(R[I].DK.download(), gatherRows(DK, B, Seq, KvH * Hd, R[I].Pos), 1e-3, "dK, " + Rank));
+      EXPECT_TRUE(near(R[I].DV.download(), gatherRows(DV, B, Seq, KvH * Hd, R[I].Pos), 1e-3, "dV, " + Rank));
     }
   }
 }
@@ -303,14 +254,12 @@ TEST(CudaAttentionBlocks, BlockWithNoVisibleKeyLeavesStateUntouched) {
   std::vector<int32_t> QPos(32), KPos(32);
   std::iota(QPos.begin(), QPos.end(), 0);
   std::iota(KPos.begin(), KPos.end(), 100);
-  auto Q = uploadBf16(randomBf16(32 * 2 * 32, 41)),
-       K = uploadBf16(randomBf16(32 * 2 * 32, 42));
+  auto Q = uploadBf16(randomBf16(32 * 2 * 32, 41)), K = uploadBf16(randomBf16(32 * 2 * 32, 42));
   auto V = uploadBf16(randomBf16(32 * 2 * 32, 43));
   std::vector<float> Out0 = randomBf16(32 * 2 * 32, 44), Lse0(2 * 32, 1.5f);
   auto Out = uploadF32(Out0), Lse = uploadF32(Lse0);
   auto DQ = uploadVec(QPos), DK = uploadVec(KPos);
-  attentionForwardBlock(S, Q.data(), DQ.data(), K.data(), V.data(), DK.data(),
-                        Out.data(), Lse.data(), nullptr);
+  attentionForwardBlock(S, Q.data(), DQ.data(), K.data(), V.data(), DK.data(), Out.data(), Lse.data(), nullptr);
   sync();
   EXPECT_EQ(Out.download(), Out0);
   EXPECT_EQ(Lse.download(), Lse0);
@@ -318,8 +267,7 @@ TEST(CudaAttentionBlocks, BlockWithNoVisibleKeyLeavesStateUntouched) {
 
 TEST(CudaAttentionBlocks, RejectsUnsupportedHeadDim) {
   DeviceAttentionShape S{1, 4, 4, 2, 2, 96, 0.1f};
-  EXPECT_THROW(attentionForwardBlock(S, nullptr, nullptr, nullptr, nullptr,
-                                     nullptr, nullptr, nullptr, nullptr),
+  EXPECT_THROW(attentionForwardBlock(S, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr),
                std::invalid_argument);
 }
 
@@ -333,8 +281,7 @@ TEST(CudaElementwise, RmsNormForwardAndBackwardMatchHost) {
   std::vector<float> W = randomBf16(H, 52, 0.1f);
   for (float &Wi : W)
     Wi = float(__bfloat162float(__float2bfloat16_rn(Wi + 1.0f)));
-  Tensor TX = tensorOf({N, H}, X), TW = tensorOf({H}, W),
-         TDY = tensorOf({N, H}, DY);
+  Tensor TX = tensorOf({N, H}, X), TW = tensorOf({H}, W), TDY = tensorOf({N, H}, DY);
   std::vector<float> Rstd;
   Tensor Y = rmsNormForward(TX, TW, 1e-5, Rstd);
   Tensor DW({H});
@@ -344,10 +291,8 @@ TEST(CudaElementwise, RmsNormForwardAndBackwardMatchHost) {
   DeviceBuffer<bf16> GY(N * H), GDX(N * H);
   DeviceBuffer<float> GRstd(N), GDW(H);
   GDW.zero();
-  cuda::rmsNormForward(N, H, GX.data(), GW.data(), 1e-5f, GY.data(),
-                       GRstd.data(), nullptr);
-  cuda::rmsNormBackward(N, H, GX.data(), GW.data(), GRstd.data(), GDY.data(),
-                        GDX.data(), GDW.data(), nullptr);
+  cuda::rmsNormForward(N, H, GX.data(), GW.data(), 1e-5f, GY.data(), GRstd.data(), nullptr);
+  cuda::rmsNormBackward(N, H, GX.data(), GW.data(), GRstd.data(), GDY.data(), GDX.data(), GDW.data(), nullptr);
   sync();
   EXPECT_TRUE(near(downloadBf16(GY), Y.storage(), Bf16Tol, "Y"));
   EXPECT_TRUE(near(GRstd.download(), Rstd, F32Tol, "Rstd"));
@@ -367,26 +312,22 @@ TEST(CudaElementwise, RopeBothDirectionsMatchHost) {
     Tensor T = tensorOf({N, Heads * Hd}, X);
     moert::applyRope(T, Hd, Pos, 10000.0, Inverse);
     auto G = uploadBf16(X);
-    cuda::applyRope(N, Heads, Hd, G.data(), DPos.data(), 10000.0, Inverse,
-                    nullptr);
+    cuda::applyRope(N, Heads, Hd, G.data(), DPos.data(), 10000.0, Inverse, nullptr);
     sync();
-    EXPECT_TRUE(near(downloadBf16(G), T.storage(), Bf16Tol,
-                     Inverse ? "inverse rope" : "rope"));
+    EXPECT_TRUE(near(downloadBf16(G), T.storage(), Bf16Tol, Inverse ? "inverse rope" : "rope"));
   }
 }
 
 TEST(CudaElementwise, SwiGluForwardAndBackwardMatchHost) {
   const int64_t N = 1000;
-  auto G = randomBf16(N, 71, 2.0f), U = randomBf16(N, 72),
-       DA = randomBf16(N, 73);
+  auto G = randomBf16(N, 71, 2.0f), U = randomBf16(N, 72), DA = randomBf16(N, 73);
   Tensor TG = tensorOf({N}, G), TU = tensorOf({N}, U), TDA = tensorOf({N}, DA);
   Tensor Act = swiGlu(TG, TU), DG, DU;
   moert::swiGluBackward(TG, TU, TDA, DG, DU);
   auto GG = uploadBf16(G), GU = uploadBf16(U), GDA = uploadBf16(DA);
   DeviceBuffer<bf16> GAct(N), GDG(N), GDU(N);
   swiGluForward(N, GG.data(), GU.data(), GAct.data(), nullptr);
-  cuda::swiGluBackward(N, GG.data(), GU.data(), GDA.data(), GDG.data(),
-                       GDU.data(), nullptr);
+  cuda::swiGluBackward(N, GG.data(), GU.data(), GDA.data(), GDG.data(), GDU.data(), nullptr);
   sync();
   EXPECT_TRUE(near(downloadBf16(GAct), Act.storage(), Bf16Tol, "act"));
   EXPECT_TRUE(near(downloadBf16(GDG), DG.storage(), Bf16Tol, "dG"));
@@ -415,8 +356,7 @@ TEST(CudaElementwise, CastsRoundTripAndAddInPlace) {
 
 /// MoeBlock::forward's routing for one token row (softmax or sigmoid, top-k
 /// by score then lower id, sigmoid weights normalised).
-void hostRoute(const float *Logits, int64_t E, int64_t K, bool Sigmoid,
-               float *Scores, int32_t *Idx, float *W) {
+void hostRoute(const float *Logits, int64_t E, int64_t K, bool Sigmoid, float *Scores, int32_t *Idx, float *W) {
   if (Sigmoid) {
     for (int64_t J = 0; J < E; ++J)
       Scores[J] = 1.0f / (1.0f + std::exp(-Logits[J]));
@@ -430,8 +370,7 @@ void hostRoute(const float *Logits, int64_t E, int64_t K, bool Sigmoid,
   }
   std::vector<int32_t> Order(E);
   std::iota(Order.begin(), Order.end(), 0);
-  std::stable_sort(Order.begin(), Order.end(),
-                   [&](int32_t A, int32_t B) { return Scores[A] > Scores[B]; });
+  std::stable_sort(Order.begin(), Order.end(), [&](int32_t A, int32_t B) { return Scores[A] > Scores[B]; });
   double Sum = 0;
   for (int64_t J = 0; J < K; ++J)
     Sum += Scores[Order[J]];
@@ -451,15 +390,13 @@ TEST_P(CudaRouter, TopKStatsAndBackwardMatchHostRouting) {
   std::vector<float> Scores(N * E), TopW(N * K);
   std::vector<int32_t> TopIdx(N * K);
   for (int64_t I = 0; I < N; ++I)
-    hostRoute(&Logits[I * E], E, K, Sigmoid, &Scores[I * E], &TopIdx[I * K],
-              &TopW[I * K]);
+    hostRoute(&Logits[I * E], E, K, Sigmoid, &Scores[I * E], &TopIdx[I * K], &TopW[I * K]);
   ASSERT_EQ(TopIdx[0], 0);
   ASSERT_EQ(TopIdx[2], 2);
   auto GL = uploadF32(Logits);
   DeviceBuffer<float> GS(N * E), GW(N * K), GStats(2 * E + 1), GDL(N * E);
   DeviceBuffer<int32_t> GI(N * K);
-  routerTopK(N, E, K, Sigmoid, GL.data(), GS.data(), GI.data(), GW.data(),
-             nullptr);
+  routerTopK(N, E, K, Sigmoid, GL.data(), GS.data(), GI.data(), GW.data(), nullptr);
   routerStats(N, E, K, GS.data(), GI.data(), GStats.data(), nullptr);
   sync();
   EXPECT_TRUE(near(GS.download(), Scores, 1e-5, "scores"));
@@ -475,8 +412,7 @@ TEST_P(CudaRouter, TopKStatsAndBackwardMatchHostRouting) {
   EXPECT_TRUE(near(GStats.download(), Stats, 1e-5, "router stats"));
 
   // Backward (MoeBlock::backward's router part).
-  std::vector<float> DTopW = randomBf16(N * K, 82),
-                     Fraction = randomBf16(E, 83, 0.1f);
+  std::vector<float> DTopW = randomBf16(N * K, 82), Fraction = randomBf16(E, 83, 0.1f);
   const float AuxPerScore = 0.01f;
   std::vector<float> Want(N * E);
   for (int64_t I = 0; I < N; ++I) {
@@ -507,8 +443,8 @@ TEST_P(CudaRouter, TopKStatsAndBackwardMatchHostRouting) {
     }
   }
   auto GDTW = uploadF32(DTopW), GF = uploadF32(Fraction);
-  routerBackward(N, E, K, Sigmoid, GS.data(), GI.data(), GW.data(), GDTW.data(),
-                 GF.data(), AuxPerScore, GDL.data(), nullptr);
+  routerBackward(N, E, K, Sigmoid, GS.data(), GI.data(), GW.data(), GDTW.data(), GF.data(), AuxPerScore, GDL.data(),
+                 nullptr);
   sync();
   EXPECT_TRUE(near(GDL.download(), Want, 1e-4, "router dLogits"));
 }
@@ -543,8 +479,7 @@ TEST(CudaPermute, MatchesTokenDispatcherOnOneRank) {
   auto GIdx = uploadVec(TopIdx);
   DeviceBuffer<int32_t> Perm(N * K), RowOf(N * K);
   DeviceBuffer<int64_t> Counts(E);
-  buildPermutation(N, K, E, GIdx.data(), Perm.data(), RowOf.data(),
-                   Counts.data(), nullptr);
+  buildPermutation(N, K, E, GIdx.data(), Perm.data(), RowOf.data(), Counts.data(), nullptr);
   auto GX = uploadBf16(X);
   DeviceBuffer<bf16> GRows(N * K * H), GY(N * H), GDRows(N * K * H), GDX(N * H);
   permuteTokens(N, K, H, GX.data(), Perm.data(), GRows.data(), nullptr);
@@ -552,18 +487,15 @@ TEST(CudaPermute, MatchesTokenDispatcherOnOneRank) {
   auto GWt = uploadF32(W);
   auto GDIn = uploadBf16(DIn);
   DeviceBuffer<float> GDW(N * K);
-  unpermuteTokens(N, K, H, GEO.data(), RowOf.data(), GWt.data(), GY.data(),
-                  nullptr);
-  unpermuteTokensBackward(N, K, H, GDY.data(), GEO.data(), RowOf.data(),
-                          GWt.data(), GDRows.data(), GDW.data(), nullptr);
-  permuteTokensBackward(N, K, H, GDIn.data(), RowOf.data(), GDX.data(),
-                        nullptr);
+  unpermuteTokens(N, K, H, GEO.data(), RowOf.data(), GWt.data(), GY.data(), nullptr);
+  unpermuteTokensBackward(N, K, H, GDY.data(), GEO.data(), RowOf.data(), GWt.data(), GDRows.data(), GDW.data(),
+                          nullptr);
+  permuteTokensBackward(N, K, H, GDIn.data(), RowOf.data(), GDX.data(), nullptr);
   sync();
   EXPECT_EQ(Counts.download(), S.TokensPerLocalExpert);
   EXPECT_EQ(downloadBf16(GRows), Rows.storage()); // pure copies: exact
   EXPECT_TRUE(near(downloadBf16(GY), Y.storage(), Bf16Tol, "combine"));
-  EXPECT_TRUE(
-      near(downloadBf16(GDRows), DRows.storage(), Bf16Tol, "dExpertOut"));
+  EXPECT_TRUE(near(downloadBf16(GDRows), DRows.storage(), Bf16Tol, "dExpertOut"));
   EXPECT_TRUE(near(GDW.download(), DW, 1e-4, "dWeights"));
   EXPECT_TRUE(near(downloadBf16(GDX), DX.storage(), Bf16Tol, "dX"));
 }
@@ -600,8 +532,7 @@ TEST(CudaCrossEntropy, ForwardAndBackwardMatchVocabParallelOnOneRank) {
 
 TEST(CudaAdamW, TwoStepsMatchTheDocumentedUpdateInDouble) {
   const int64_t N = 5000;
-  std::vector<float> P = randomBf16(N, 111), G1 = randomBf16(N, 112, 0.01f),
-                     G2 = randomBf16(N, 113, 0.01f);
+  std::vector<float> P = randomBf16(N, 111), G1 = randomBf16(N, 112, 0.01f), G2 = randomBf16(N, 113, 0.01f);
   std::vector<float> M(N, 0.0f), V(N, 0.0f);
   const double Lr = 1e-3, B1 = 0.9, B2 = 0.95, Eps = 1e-8, Wd = 0.1;
   auto GP = uploadF32(P), GM = uploadF32(M), GV = uploadF32(V);
@@ -623,8 +554,7 @@ TEST(CudaAdamW, TwoStepsMatchTheDocumentedUpdateInDouble) {
       HP[I] = float(Pd);
     }
     auto GG = uploadF32(*Grad);
-    adamWUpdate(N, C, GP.data(), GM.data(), GV.data(), GG.data(), GP16.data(),
-                nullptr);
+    adamWUpdate(N, C, GP.data(), GM.data(), GV.data(), GG.data(), GP16.data(), nullptr);
   }
   sync();
   EXPECT_TRUE(near(GP.download(), HP, 1e-6, "parameters"));
@@ -640,8 +570,7 @@ TEST(CudaAdamW, SumOfSquaresMatchesHostInDouble) {
     Want += double(V) * V;
   auto GX = uploadF32(X);
   DeviceBuffer<double> Scratch(SumSquaresScratch), Result(1);
-  sumSquares(int64_t(X.size()), GX.data(), Scratch.data(), Result.data(),
-             nullptr);
+  sumSquares(int64_t(X.size()), GX.data(), Scratch.data(), Result.data(), nullptr);
   sync();
   EXPECT_NEAR(Result.download()[0], Want, 1e-9 * Want);
 }

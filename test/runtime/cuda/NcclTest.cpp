@@ -24,8 +24,7 @@ protected:
   void SetUp() override {
     CommWorld &W = test::world();
     if (deviceCount() < W.size())
-      GTEST_SKIP() << "SKIPPED: NCCL needs one GPU per rank (" << W.size()
-                   << " ranks, " << deviceCount() << " GPUs)";
+      GTEST_SKIP() << "SKIPPED: NCCL needs one GPU per rank (" << W.size() << " ranks, " << deviceCount() << " GPUs)";
     std::vector<int> All(W.size());
     std::iota(All.begin(), All.end(), 0);
     Comm = createNcclCommunicator(W.split("nccl", {All}), W.rank());
@@ -63,8 +62,7 @@ TEST_F(Nccl, AllReduceReduceScatterAndAllGather) {
 
 TEST_F(Nccl, AllToAllVWithUnevenAndEmptyCounts) {
   // Rank r sends (r + p) % 3 elements to peer p, valued 1000 r + p.
-  std::vector<size_t> SendCounts(Size), SendOffsets(Size), RecvCounts(Size),
-      RecvOffsets(Size);
+  std::vector<size_t> SendCounts(Size), SendOffsets(Size), RecvCounts(Size), RecvOffsets(Size);
   std::vector<float> Send;
   size_t Off = 0;
   for (int P = 0; P < Size; ++P) {
@@ -77,8 +75,7 @@ TEST_F(Nccl, AllToAllVWithUnevenAndEmptyCounts) {
   }
   auto DS = up(Send.empty() ? std::vector<float>{0.0f} : Send);
   DeviceBuffer<float> DR(std::max<size_t>(Off, 1));
-  Comm->allToAllV(DS.data(), SendCounts, SendOffsets, DR.data(), RecvCounts,
-                  RecvOffsets);
+  Comm->allToAllV(DS.data(), SendCounts, SendOffsets, DR.data(), RecvCounts, RecvOffsets);
   std::vector<float> Got = DR.download();
   for (int P = 0; P < Size; ++P)
     for (size_t I = 0; I < RecvCounts[P]; ++I)
@@ -133,11 +130,9 @@ TEST_F(Nccl, ComputeStreamOrdering) {
   const size_t N = 1 << 20;
   std::vector<float> Ones(N, 1.0f);
   DeviceBuffer<float> D(N), Out(N);
-  MOERT_CUDA_CHECK(cudaMemcpyAsync(D.data(), Ones.data(), N * sizeof(float),
-                                   cudaMemcpyHostToDevice, Stream));
+  MOERT_CUDA_CHECK(cudaMemcpyAsync(D.data(), Ones.data(), N * sizeof(float), cudaMemcpyHostToDevice, Stream));
   Comm->allReduceSum(D.data(), N);
-  MOERT_CUDA_CHECK(cudaMemcpyAsync(Out.data(), D.data(), N * sizeof(float),
-                                   cudaMemcpyDeviceToDevice, Stream));
+  MOERT_CUDA_CHECK(cudaMemcpyAsync(Out.data(), D.data(), N * sizeof(float), cudaMemcpyDeviceToDevice, Stream));
   MOERT_CUDA_CHECK(cudaStreamSynchronize(Stream));
   EXPECT_EQ(Out.download(), std::vector<float>(N, float(Size)));
   Comm->setComputeStream(nullptr);

@@ -31,24 +31,18 @@ TEST(CudaRingAttention, MatchesCpuRingOverMpi) {
   size_t QN = size_t(B * Local * QH * Hd), KN = size_t(B * Local * KvH * Hd);
   uint64_t Seed = 1000 + 10 * uint64_t(W.rank());
   auto Q = test::randomBf16(QN, Seed), K = test::randomBf16(KN, Seed + 1);
-  auto V = test::randomBf16(KN, Seed + 2),
-       DOut = test::randomBf16(QN, Seed + 3);
-  std::vector<float> Out(QN), Lse(size_t(B * QH * Local)), DQ(QN), DK(KN),
-      DV(KN);
-  contextParallelAttentionForward(*Cp, D, Q.data(), K.data(), V.data(),
-                                  Out.data(), Lse.data());
-  contextParallelAttentionBackward(*Cp, D, Q.data(), K.data(), V.data(),
-                                   Out.data(), Lse.data(), DOut.data(),
-                                   DQ.data(), DK.data(), DV.data());
+  auto V = test::randomBf16(KN, Seed + 2), DOut = test::randomBf16(QN, Seed + 3);
+  std::vector<float> Out(QN), Lse(size_t(B * QH * Local)), DQ(QN), DK(KN), DV(KN);
+  contextParallelAttentionForward(*Cp, D, Q.data(), K.data(), V.data(), Out.data(), Lse.data());
+  contextParallelAttentionBackward(*Cp, D, Q.data(), K.data(), V.data(), Out.data(), Lse.data(), DOut.data(), DQ.data(),
+                                   DK.data(), DV.data());
 
   auto GQ = uploadBf16(Q), GK = uploadBf16(K), GV = uploadBf16(V);
   auto GDO = uploadBf16(DOut);
   DeviceBuffer<float> GOut(QN), GLse(Lse.size()), GDQ(QN), GDK(KN), GDV(KN);
-  ringAttentionForward(*DevCp, D, GQ.data(), GK.data(), GV.data(), GOut.data(),
-                       GLse.data(), nullptr);
-  ringAttentionBackward(*DevCp, D, GQ.data(), GK.data(), GV.data(), GOut.data(),
-                        GLse.data(), GDO.data(), GDQ.data(), GDK.data(),
-                        GDV.data(), nullptr);
+  ringAttentionForward(*DevCp, D, GQ.data(), GK.data(), GV.data(), GOut.data(), GLse.data(), nullptr);
+  ringAttentionBackward(*DevCp, D, GQ.data(), GK.data(), GV.data(), GOut.data(), GLse.data(), GDO.data(), GDQ.data(),
+                        GDK.data(), GDV.data(), nullptr);
   std::string Rank = "rank " + std::to_string(W.rank());
   EXPECT_TRUE(test::near(GOut.download(), Out, test::AttnTol, "Out, " + Rank));
   EXPECT_TRUE(test::near(GLse.download(), Lse, test::AttnTol, "Lse, " + Rank));

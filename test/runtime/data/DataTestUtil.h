@@ -19,8 +19,7 @@ class ScratchDir {
 public:
   ScratchDir() {
     const char *Base = std::getenv("TMPDIR");
-    std::string Tmpl =
-        std::string(Base && *Base ? Base : "/tmp") + "/moert-data-XXXXXX";
+    std::string Tmpl = std::string(Base && *Base ? Base : "/tmp") + "/moert-data-XXXXXX";
     std::vector<char> Buf(Tmpl.begin(), Tmpl.end());
     Buf.push_back('\0');
     if (mkdtemp(Buf.data()))
@@ -46,16 +45,12 @@ inline std::vector<unsigned char> readBytes(const std::string &Path) {
   return std::vector<unsigned char>(std::istreambuf_iterator<char>(In), {});
 }
 
-inline void writeBytes(const std::string &Path,
-                       const std::vector<unsigned char> &Bytes) {
+inline void writeBytes(const std::string &Path, const std::vector<unsigned char> &Bytes) {
   std::ofstream Out(Path, std::ios::binary | std::ios::trunc);
-  Out.write(reinterpret_cast<const char *>(Bytes.data()),
-            std::streamsize(Bytes.size()));
+  Out.write(reinterpret_cast<const char *>(Bytes.data()), std::streamsize(Bytes.size()));
 }
 
-inline bool exists(const std::string &Path) {
-  return access(Path.c_str(), F_OK) == 0;
-}
+inline bool exists(const std::string &Path) { return access(Path.c_str(), F_OK) == 0; }
 
 } // namespace moert::test
 

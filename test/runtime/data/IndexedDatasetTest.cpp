@@ -115,9 +115,8 @@ TEST(IndexedDataset, WriterProducesMegatronBytes) {
 
 TEST(IndexedDataset, RoundTripsEveryIntegerDType) {
   ScratchDir Dir;
-  for (TokenDType T :
-       {TokenDType::UInt8, TokenDType::Int8, TokenDType::Int16,
-        TokenDType::UInt16, TokenDType::Int32, TokenDType::Int64}) {
+  for (TokenDType T : {TokenDType::UInt8, TokenDType::Int8, TokenDType::Int16, TokenDType::UInt16, TokenDType::Int32,
+                       TokenDType::Int64}) {
     SCOPED_TRACE(tokenDTypeName(uint8_t(T)));
     // Documents of varied shape, an empty sequence and an empty document.
     std::vector<std::vector<std::vector<int32_t>>> Docs = {
@@ -142,8 +141,7 @@ TEST(IndexedDataset, RoundTripsEveryIntegerDType) {
     }
     EXPECT_EQ(D->numSequences(), Seq);
     EXPECT_EQ(D->numTokens(), 13);
-    EXPECT_EQ(int64_t(readBytes(Prefix + ".bin").size()),
-              13 * int64_t(*tokenDTypeSize(uint8_t(T))));
+    EXPECT_EQ(int64_t(readBytes(Prefix + ".bin").size()), 13 * int64_t(*tokenDTypeSize(uint8_t(T))));
   }
 }
 

@@ -50,8 +50,7 @@ TEST(IndexedSource, WindowsCrossDocumentsAndWrapAround) {
       std::vector<int32_t> S = Src->sample(I);
       ASSERT_EQ(int64_t(S.size()), SeqLen + 1);
       for (int64_t K = 0; K <= SeqLen; ++K)
-        ASSERT_EQ(S[size_t(K)], Stream[size_t((I * SeqLen + K) % T)])
-            << "sample " << I << " token " << K;
+        ASSERT_EQ(S[size_t(K)], Stream[size_t((I * SeqLen + K) % T)]) << "sample " << I << " token " << K;
     }
   }
   // Huge indices do not overflow I * SeqLen.
@@ -196,8 +195,7 @@ TEST(MarkovCorpus, ExactSizeStructureAndDeterminism) {
 #ifdef MOERUN_MKDATA
 namespace {
 int runTool(const std::string &Args) {
-  std::string Cmd =
-      std::string(MOERUN_MKDATA) + " " + Args + " >/dev/null 2>&1";
+  std::string Cmd = std::string(MOERUN_MKDATA) + " " + Args + " >/dev/null 2>&1";
   int Status = std::system(Cmd.c_str());
   return WIFEXITED(Status) ? WEXITSTATUS(Status) : -1;
 }
@@ -205,9 +203,7 @@ int runTool(const std::string &Args) {
 
 TEST(MoerunMkdata, WritesAReadableCorpus) {
   ScratchDir Dir;
-  ASSERT_EQ(runTool("--out " + Dir.file("c") +
-                    " --vocab 70000 --tokens 3000 --seed 9"),
-            0);
+  ASSERT_EQ(runTool("--out " + Dir.file("c") + " --vocab 70000 --tokens 3000 --seed 9"), 0);
   std::string Error;
   auto D = IndexedDataset::open(Dir.file("c"), 70000, Error);
   ASSERT_NE(D, nullptr) << Error;
@@ -234,11 +230,9 @@ TEST(MoerunMkdata, RejectsBadArguments) {
   EXPECT_NE(runTool("--out " + Dir.file("x") + " --vocab ten --tokens 10"), 0);
   EXPECT_NE(runTool("--out " + Dir.file("x") + " --vocab 1 --tokens 10"), 0);
   EXPECT_NE(runTool("--out " + Dir.file("x") + " --vocab 10 --tokens 0"), 0);
-  EXPECT_NE(runTool("--out " + Dir.file("x") + " --vocab 10 --frobnicate 1"),
-            0);
+  EXPECT_NE(runTool("--out " + Dir.file("x") + " --vocab 10 --frobnicate 1"), 0);
   EXPECT_NE(runTool("--out " + Dir.file("x") + " --vocab 10 --tokens"), 0);
-  EXPECT_NE(runTool("--out " + Dir.file("nodir/x") + " --vocab 10 --tokens 5"),
-            0);
+  EXPECT_NE(runTool("--out " + Dir.file("nodir/x") + " --vocab 10 --tokens 5"), 0);
   EXPECT_FALSE(exists(Dir.file("x.idx")));
 }
 #endif

@@ -100,14 +100,10 @@ struct Layout {
   bool hasExperts() const { return stage() % 2 == 0; }
   /// The shard of a parameter kind a rank holds: its tp shard for dense
   /// weights, its experts for expert weights, the only copy otherwise.
-  int shardOf(int Q, ParamKind K) const {
-    return K == ParamKind::Dense ? tOf(Q) : K == ParamKind::Expert ? eOf(Q) : 0;
-  }
+  int shardOf(int Q, ParamKind K) const { return K == ParamKind::Dense ? tOf(Q) : K == ParamKind::Expert ? eOf(Q) : 0; }
   int shard(ParamKind K) const { return shardOf(rank(), K); }
   /// How many distinct shards of kind K a stage has.
-  int shards(ParamKind K) const {
-    return K == ParamKind::Dense ? T : K == ParamKind::Expert ? E : 1;
-  }
+  int shards(ParamKind K) const { return K == ParamKind::Dense ? T : K == ParamKind::Expert ? E : 1; }
   /// The world ranks holding shard Shard of kind K on stage Stage: those
   /// whose gradients its reduction sums.
   std::vector<int> holders(int Stage, ParamKind K, int Shard) const {
@@ -117,9 +113,7 @@ struct Layout {
         R.push_back(Q);
     return R;
   }
-  std::vector<int> reducedOver(ParamKind K) const {
-    return holders(stage(), K, shard(K));
-  }
+  std::vector<int> reducedOver(ParamKind K) const { return holders(stage(), K, shard(K)); }
 };
 
 double initialValue(const Spec &S, int Shard, int64_t I) {
@@ -130,13 +124,11 @@ double initialValue(const Spec &S, int Shard, int64_t I) {
 /// weigh differently in the norm.
 double localGrad(const Spec &S, int Shard, int Q, int Step, int64_t I) {
   double Scale = S.Kind == ParamKind::Expert ? 3.0 : 1.0;
-  return Scale * unit(nameHash(S.Name) + uint64_t(Step), uint64_t(Shard),
-                      uint64_t(Q), uint64_t(I));
+  return Scale * unit(nameHash(S.Name) + uint64_t(Step), uint64_t(Shard), uint64_t(Q), uint64_t(I));
 }
 
 /// The hand sum of the gradient of element I of shard Shard over ranks.
-double reducedGrad(const Layout &L, const Spec &S, int Shard,
-                   const std::vector<int> &Ranks, int Step, int64_t I) {
+double reducedGrad(const Layout &L, const Spec &S, int Shard, const std::vector<int> &Ranks, int Step, int64_t I) {
   double Sum = 0;
   for (int Q : Ranks)
     Sum += double(float(localGrad(S, Shard, Q, Step, I)));
@@ -150,8 +142,7 @@ struct Groups {
 
 Groups split(const Layout &L) {
   CommWorld &World = test::world();
-  std::vector<std::vector<int>> Tp(size_t(L.P * L.D())),
-      DpCp(size_t(L.P * L.T)), Edp(size_t(L.P * L.E));
+  std::vector<std::vector<int>> Tp(size_t(L.P * L.D())), DpCp(size_t(L.P * L.T)), Edp(size_t(L.P * L.E));
   for (int Q = 0; Q < L.W; ++Q) {
     int Stage = L.stageOf(Q), D = Q % L.perStage() / L.T;
     Tp[size_t(Stage * L.D() + D)].push_back(Q);
@@ -212,9 +203,8 @@ std::vector<Layout> layouts() {
 }
 
 std::string describe(const Layout &L) {
-  return "pp " + std::to_string(L.P) + " tp " + std::to_string(L.T) +
-         " dp-cp " + std::to_string(L.D()) + " ep " + std::to_string(L.E) +
-         " edp " + std::to_string(L.edp());
+  return "pp " + std::to_string(L.P) + " tp " + std::to_string(L.T) + " dp-cp " + std::to_string(L.D()) + " ep " +
+         std::to_string(L.E) + " edp " + std::to_string(L.edp());
 }
 
 /// Forwards to a real group and counts the collectives issued on it.
@@ -238,34 +228,21 @@ public:
     ++AllGathers;
     Inner.allGather(In, Out, N);
   }
-  void allToAllV(const float *S, const std::vector<size_t> &SC,
-                 const std::vector<size_t> &SO, float *R,
-                 const std::vector<size_t> &RC,
-                 const std::vector<size_t> &RO) override {
+  void allToAllV(const float *S, const std::vector<size_t> &SC, const std::vector<size_t> &SO, float *R,
+                 const std::vector<size_t> &RC, const std::vector<size_t> &RO) override {
     Inner.allToAllV(S, SC, SO, R, RC, RO);
   }
-  void allToAll(const int64_t *S, int64_t *R, size_t N) override {
-    Inner.allToAll(S, R, N);
-  }
-  void sendRecv(const float *S, size_t SN, int Dest, float *R, size_t RN,
-                int Src) override {
+  void allToAll(const int64_t *S, int64_t *R, size_t N) override { Inner.allToAll(S, R, N); }
+  void sendRecv(const float *S, size_t SN, int Dest, float *R, size_t RN, int Src) override {
     Inner.sendRecv(S, SN, Dest, R, RN, Src);
   }
-  void send(const float *D, size_t N, int Dest) override {
-    Inner.send(D, N, Dest);
-  }
+  void send(const float *D, size_t N, int Dest) override { Inner.send(D, N, Dest); }
   void recv(float *D, size_t N, int Src) override { Inner.recv(D, N, Src); }
-  std::unique_ptr<Request> isend(const float *D, size_t N, int Dest,
-                                 int Tag) override {
+  std::unique_ptr<Request> isend(const float *D, size_t N, int Dest, int Tag) override {
     return Inner.isend(D, N, Dest, Tag);
   }
-  std::unique_ptr<Request> irecv(float *D, size_t N, int Src,
-                                 int Tag) override {
-    return Inner.irecv(D, N, Src, Tag);
-  }
-  void broadcast(void *B, size_t N, int Root) override {
-    Inner.broadcast(B, N, Root);
-  }
+  std::unique_ptr<Request> irecv(float *D, size_t N, int Src, int Tag) override { return Inner.irecv(D, N, Src, Tag); }
+  void broadcast(void *B, size_t N, int Root) override { Inner.broadcast(B, N, Root); }
   void barrier() override { Inner.barrier(); }
 
 private:
@@ -294,8 +271,7 @@ TEST(GradientReducer, AllReduceMatchesHandSumsWithOneCollectivePerGroup) {
         const Spec &S = Specs[K];
         std::vector<int> Over = L.reducedOver(S.Kind);
         for (int64_t I = 0; I < numel(S); ++I)
-          ASSERT_NEAR(Ps[K]->Grad[I],
-                      reducedGrad(L, S, L.shard(S.Kind), Over, Step, I), 1e-5)
+          ASSERT_NEAR(Ps[K]->Grad[I], reducedGrad(L, S, L.shard(S.Kind), Over, Step, I), 1e-5)
               << S.Name << "[" << I << "] step " << Step;
       }
     }
@@ -322,8 +298,7 @@ TEST(GradientReducer, ReduceScatterLeavesEachRankItsShardOfTheSums) {
     EXPECT_EQ(DpCp.AllReduces + Edp.AllReduces, 0);
     EXPECT_EQ(Tp.AllReduces, Tp.size() > 1 ? 1 : 0);
     for (GradBucket *B : {&R.dpCpBucket(), &R.edpBucket()}) {
-      const std::vector<float> &Shard =
-          B == &R.dpCpBucket() ? R.dpCpShard() : R.edpShard();
+      const std::vector<float> &Shard = B == &R.dpCpBucket() ? R.dpCpShard() : R.edpShard();
       ASSERT_EQ(Shard.size(), B->shardSize());
       // Expected flat bucket: the hand sums, zero padding.
       std::vector<double> Flat(B->Padded, 0.0);
@@ -333,8 +308,7 @@ TEST(GradientReducer, ReduceScatterLeavesEachRankItsShardOfTheSums) {
           ++K;
         const Spec Sp = L.specs()[K];
         for (size_t I = 0; I < S.Numel; ++I)
-          Flat[S.Offset + I] = reducedGrad(
-              L, Sp, L.shard(Sp.Kind), L.reducedOver(Sp.Kind), 1, int64_t(I));
+          Flat[S.Offset + I] = reducedGrad(L, Sp, L.shard(Sp.Kind), L.reducedOver(Sp.Kind), 1, int64_t(I));
       }
       for (size_t I = 0; I < Shard.size(); ++I)
         ASSERT_NEAR(Shard[I], Flat[B->shardBegin() + I], 1e-5) << I;
@@ -395,8 +369,7 @@ void checkAgainstReference(const Layout &L, const AdamWOptions &O, int Steps) {
       std::vector<int> Over = L.reducedOver(S.Kind);
       for (int64_t I = 0; I < numel(S); ++I) {
         double Gr = Scale * reducedGrad(L, S, L.shard(S.Kind), Over, Step, I);
-        double &Pk = P[K][size_t(I)], &Mk = M[K][size_t(I)],
-               &Vk = V[K][size_t(I)];
+        double &Pk = P[K][size_t(I)], &Mk = M[K][size_t(I)], &Vk = V[K][size_t(I)];
         Mk = O.Beta1 * Mk + (1 - O.Beta1) * Gr;
         Vk = O.Beta2 * Vk + (1 - O.Beta2) * Gr * Gr;
         if (Decays)
@@ -430,8 +403,7 @@ TEST(AdamW, MatchesDoublePrecisionReference) {
   for (const Layout &L : layouts())
     for (bool Distributed : {false, true})
       for (double Clip : {0.0, 1.5}) {
-        SCOPED_TRACE(describe(L) + (Distributed ? " distributed" : "") +
-                     " clip " + std::to_string(Clip));
+        SCOPED_TRACE(describe(L) + (Distributed ? " distributed" : "") + " clip " + std::to_string(Clip));
         checkAgainstReference(L, testOptions(Distributed, Clip), 3);
       }
 }
@@ -451,10 +423,8 @@ TEST(AdamW, DistributedEqualsReplicated) {
     SCOPED_TRACE(describe(L));
     Groups G = split(L);
     Params A = makeParams(L), B = makeParams(L);
-    AdamW Replicated(pointers(A), G.get(), test::world().world(),
-                     testOptions(false, 1.5));
-    AdamW Distributed(pointers(B), G.get(), test::world().world(),
-                      testOptions(true, 1.5));
+    AdamW Replicated(pointers(A), G.get(), test::world().world(), testOptions(false, 1.5));
+    AdamW Distributed(pointers(B), G.get(), test::world().world(), testOptions(true, 1.5));
     for (int Step = 1; Step <= 3; ++Step) {
       setLocalGrads(L, A, Step);
       setLocalGrads(L, B, Step);
@@ -464,8 +434,7 @@ TEST(AdamW, DistributedEqualsReplicated) {
       Distributed.zeroGrads();
       for (size_t K = 0; K < A.size(); ++K)
         for (int64_t I = 0; I < A[K]->Value.numel(); ++I)
-          ASSERT_NEAR(A[K]->Value[I], B[K]->Value[I],
-                      1e-6 * std::max(1.0f, std::fabs(A[K]->Value[I])))
+          ASSERT_NEAR(A[K]->Value[I], B[K]->Value[I], 1e-6 * std::max(1.0f, std::fabs(A[K]->Value[I])))
               << A[K]->Name << "[" << I << "] step " << Step;
     }
     // The distributed variant holds only its shards of the moments.
@@ -479,8 +448,7 @@ TEST(AdamW, DistributedEqualsReplicated) {
     std::vector<float> Mine;
     for (auto &P : B)
       if (P->Kind != ParamKind::Expert)
-        Mine.insert(Mine.end(), P->Value.data(),
-                    P->Value.data() + P->Value.numel());
+        Mine.insert(Mine.end(), P->Value.data(), P->Value.data() + P->Value.numel());
     std::vector<float> All(Mine.size() * size_t(G.DpCp->size()));
     G.DpCp->allGather(Mine.data(), All.data(), Mine.size());
     for (size_t I = 0; I < All.size(); ++I)

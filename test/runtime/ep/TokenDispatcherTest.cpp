@@ -27,8 +27,7 @@ struct Routing {
   std::vector<float> Weights;
 };
 
-Routing makeRouting(int64_t N, int64_t TopK, std::vector<int32_t> Allowed,
-                    std::mt19937 &Rng) {
+Routing makeRouting(int64_t N, int64_t TopK, std::vector<int32_t> Allowed, std::mt19937 &Rng) {
   Routing R;
   std::uniform_real_distribution<float> W(0.1f, 1.0f);
   for (int64_t T = 0; T < N; ++T) {
@@ -73,8 +72,7 @@ struct SelfRun {
   std::vector<float> DWeights;
 };
 
-Tensor scaleByExpert(const TokenDispatcher &D, const DispatchState &S,
-                     const Tensor &Rows) {
+Tensor scaleByExpert(const TokenDispatcher &D, const DispatchState &S, const Tensor &Rows) {
   Tensor Out = Rows;
   int64_t Row = 0;
   for (int64_t L = 0; L < D.localExperts(); ++L)
@@ -84,8 +82,7 @@ Tensor scaleByExpert(const TokenDispatcher &D, const DispatchState &S,
   return Out;
 }
 
-SelfRun runScaled(TokenDispatcher &D, const Tensor &X, const Routing &R,
-                  const Tensor &G) {
+SelfRun runScaled(TokenDispatcher &D, const Tensor &X, const Routing &R, const Tensor &G) {
   DispatchState S;
   SelfRun Out;
   Tensor In = D.dispatch(X, R.Experts, S);
@@ -143,8 +140,7 @@ TEST(TokenDispatcherSelf, CombineAndBackwardMatchDirectComputation) {
       Dot += double(G.row(T)[H]) * X.row(T)[H];
     }
     for (int64_t K = 0; K < TopK; ++K)
-      EXPECT_NEAR(Run.DWeights[T * TopK + K],
-                  (R.Experts[T * TopK + K] + 1) * Dot, 1e-5);
+      EXPECT_NEAR(Run.DWeights[T * TopK + K], (R.Experts[T * TopK + K] + 1) * Dot, 1e-5);
   }
   // dExpertOut: the row of copy (n, k) is Weights[n, k] * G[n].
   int64_t Row = 0;
@@ -152,8 +148,7 @@ TEST(TokenDispatcherSelf, CombineAndBackwardMatchDirectComputation) {
     for (int64_t C = 0; C < N * TopK; ++C)
       if (R.Experts[C] == E) {
         for (int64_t H = 0; H < Hidden; ++H)
-          EXPECT_FLOAT_EQ(Run.DExpertOut.row(Row)[H],
-                          R.Weights[C] * G.row(C / TopK)[H]);
+          EXPECT_FLOAT_EQ(Run.DExpertOut.row(Row)[H], R.Weights[C] * G.row(C / TopK)[H]);
         ++Row;
       }
   EXPECT_EQ(Row, Run.DExpertOut.rows());
@@ -172,18 +167,14 @@ TEST(TokenDispatcherSelf, GradientsMatchFiniteDifferences) {
     Routing Plus = R, Minus = R;
     Plus.Weights[C] += Step;
     Minus.Weights[C] -= Step;
-    double Fd = (lossOf(runScaled(D, X, Plus, G).Y, G) -
-                 lossOf(runScaled(D, X, Minus, G).Y, G)) /
-                (2 * Step);
+    double Fd = (lossOf(runScaled(D, X, Plus, G).Y, G) - lossOf(runScaled(D, X, Minus, G).Y, G)) / (2 * Step);
     EXPECT_NEAR(Run.DWeights[C], Fd, 1e-3 * std::max(1.0, std::fabs(Fd))) << C;
   }
   for (int64_t I = 0; I < X.numel(); ++I) {
     Tensor Plus = X, Minus = X;
     Plus[I] += Step;
     Minus[I] -= Step;
-    double Fd = (lossOf(runScaled(D, Plus, R, G).Y, G) -
-                 lossOf(runScaled(D, Minus, R, G).Y, G)) /
-                (2 * Step);
+    double Fd = (lossOf(runScaled(D, Plus, R, G).Y, G) - lossOf(runScaled(D, Minus, R, G).Y, G)) / (2 * Step);
     EXPECT_NEAR(Run.DX[I], Fd, 1e-3 * std::max(1.0, std::fabs(Fd))) << I;
   }
 }
@@ -217,13 +208,10 @@ struct Batch {
   Routing R;
   std::vector<Tensor> W; ///< Per expert, [Hidden, Hidden].
 
-  int64_t begin(int Rank) const {
-    return std::accumulate(Shares.begin(), Shares.begin() + Rank, int64_t(0));
-  }
+  int64_t begin(int Rank) const { return std::accumulate(Shares.begin(), Shares.begin() + Rank, int64_t(0)); }
 };
 
-Batch makeBatch(std::vector<int64_t> Shares,
-                const std::vector<int32_t> &Allowed, unsigned Seed) {
+Batch makeBatch(std::vector<int64_t> Shares, const std::vector<int32_t> &Allowed, unsigned Seed) {
   std::mt19937 Rng(Seed);
   Batch B;
   B.Shares = std::move(Shares);
@@ -238,8 +226,7 @@ Batch makeBatch(std::vector<int64_t> Shares,
 
 Tensor sliceRows(const Tensor &T, int64_t Begin, int64_t Rows) {
   Tensor Out({Rows, T.cols()});
-  std::copy(T.data() + Begin * T.cols(), T.data() + (Begin + Rows) * T.cols(),
-            Out.data());
+  std::copy(T.data() + Begin * T.cols(), T.data() + (Begin + Rows) * T.cols(), Out.data());
   return Out;
 }
 
@@ -260,12 +247,9 @@ struct Pass {
   std::vector<Tensor> DW; ///< Per local expert.
 
   Pass(TokenDispatcher &D, const Batch &B, int Rank)
-      : D(D), B(B), X(sliceRows(B.X, B.begin(Rank), B.Shares[Rank])),
-        G(sliceRows(B.G, B.begin(Rank), B.Shares[Rank])) {
-    R.Experts =
-        sliceVec(B.R.Experts, B.begin(Rank) * TopK, B.Shares[Rank] * TopK);
-    R.Weights =
-        sliceVec(B.R.Weights, B.begin(Rank) * TopK, B.Shares[Rank] * TopK);
+      : D(D), B(B), X(sliceRows(B.X, B.begin(Rank), B.Shares[Rank])), G(sliceRows(B.G, B.begin(Rank), B.Shares[Rank])) {
+    R.Experts = sliceVec(B.R.Experts, B.begin(Rank) * TopK, B.Shares[Rank] * TopK);
+    R.Weights = sliceVec(B.R.Weights, B.begin(Rank) * TopK, B.Shares[Rank] * TopK);
   }
 
   /// Per local expert: Out rows = op(A rows) * op(W_e), or W_e's gradient.
@@ -274,8 +258,8 @@ struct Pass {
     int64_t Row = 0;
     for (int64_t L = 0; L < D.localExperts(); ++L) {
       int64_t M = S.TokensPerLocalExpert[L];
-      gemm(false, Transposed, M, Hidden, Hidden, 1.0f, Rows.row(Row),
-           B.W[D.globalExpert(L)].data(), 0.0f, Out.row(Row));
+      gemm(false, Transposed, M, Hidden, Hidden, 1.0f, Rows.row(Row), B.W[D.globalExpert(L)].data(), 0.0f,
+           Out.row(Row));
       Row += M;
     }
     return Out;
@@ -288,8 +272,7 @@ struct Pass {
     for (int64_t L = 0; L < D.localExperts(); ++L) {
       int64_t M = S.TokensPerLocalExpert[L];
       Tensor DWe({Hidden, Hidden});
-      gemm(true, false, Hidden, Hidden, M, 1.0f, In.row(Row), DOut.row(Row),
-           0.0f, DWe.data());
+      gemm(true, false, Hidden, Hidden, M, 1.0f, In.row(Row), DOut.row(Row), 0.0f, DWe.data());
       DW.push_back(std::move(DWe));
       Row += M;
     }
@@ -331,9 +314,7 @@ void expectMatchesOneRank(const Pass &P, const Batch &B, int Rank) {
   ASSERT_EQ(int64_t(P.DWeights.size()), N * TopK);
   EXPECT_LE(relDiff(P.Y.data(), Ref.Y.row(Begin), N * Hidden), 1e-6);
   EXPECT_LE(relDiff(P.DX.data(), Ref.DX.row(Begin), N * Hidden), 1e-6);
-  EXPECT_LE(
-      relDiff(P.DWeights.data(), Ref.DWeights.data() + Begin * TopK, N * TopK),
-      1e-6);
+  EXPECT_LE(relDiff(P.DWeights.data(), Ref.DWeights.data() + Begin * TopK, N * TopK), 1e-6);
 
   // This rank's experts got the reference's rows of those experts.
   int64_t Row = 0;
@@ -345,8 +326,7 @@ void expectMatchesOneRank(const Pass &P, const Batch &B, int Rank) {
     ASSERT_EQ(P.S.TokensPerLocalExpert[L], M) << "expert " << E;
     for (int64_t I = 0; I < M * Hidden; ++I)
       ASSERT_EQ(P.In.row(Row)[I], Ref.In.row(RefRow)[I]) << "expert " << E;
-    EXPECT_LE(relDiff(P.DW[L].data(), Ref.DW[E].data(), Hidden * Hidden), 1e-6)
-        << "expert " << E;
+    EXPECT_LE(relDiff(P.DW[L].data(), Ref.DW[E].data(), Hidden * Hidden), 1e-6) << "expert " << E;
     Row += M;
   }
   EXPECT_EQ(P.In.rows(), Row);
@@ -358,8 +338,7 @@ TEST(TokenDispatcherEp, RandomRoutingWithEmptyExperts) {
   Communicator &Ep = world();
   // Experts 3, 6 and 7 get nothing: with 4 ranks, rank 3 receives no rows and
   // nobody sends to it.
-  Batch B = makeBatch(std::vector<int64_t>(Ep.size(), 6),
-                      allExpertsBut(NumExperts, {3, 6, 7}), 21);
+  Batch B = makeBatch(std::vector<int64_t>(Ep.size(), 6), allExpertsBut(NumExperts, {3, 6, 7}), 21);
   TokenDispatcher D(Ep, NumExperts, TopK, Hidden);
   Pass P(D, B, Ep.rank());
   P.run();
@@ -399,10 +378,8 @@ TEST(TokenDispatcherEp, UnevenSharesAndARankWithoutTokens) {
 
 TEST(TokenDispatcherEp, InterleavedMicroBatchesKeepTheirOwnState) {
   Communicator &Ep = world();
-  Batch B1 = makeBatch(std::vector<int64_t>(Ep.size(), 4),
-                       allExpertsBut(NumExperts, {5}), 31);
-  Batch B2 = makeBatch(std::vector<int64_t>(Ep.size(), 7),
-                       allExpertsBut(NumExperts, {0, 2}), 32);
+  Batch B1 = makeBatch(std::vector<int64_t>(Ep.size(), 4), allExpertsBut(NumExperts, {5}), 31);
+  Batch B2 = makeBatch(std::vector<int64_t>(Ep.size(), 7), allExpertsBut(NumExperts, {0, 2}), 32);
   TokenDispatcher D(Ep, NumExperts, TopK, Hidden);
   Pass P1(D, B1, Ep.rank()), P2(D, B2, Ep.rank());
   // A pipeline-like order: both forwards in flight, backwards in reverse.
@@ -427,8 +404,7 @@ TEST(TokenDispatcherEp, EpGroupInsideALargerWorld) {
   }
   auto Ep = World.split("ep", Groups);
   int Group = World.rank() / 2;
-  Batch B = makeBatch(std::vector<int64_t>(Ep->size(), 6),
-                      allExpertsBut(NumExperts, {4}), 40 + Group);
+  Batch B = makeBatch(std::vector<int64_t>(Ep->size(), 6), allExpertsBut(NumExperts, {4}), 40 + Group);
   TokenDispatcher D(*Ep, NumExperts, TopK, Hidden);
   EXPECT_EQ(D.localExperts(), NumExperts / Ep->size());
   EXPECT_EQ(D.globalExpert(0), Ep->rank() * D.localExperts());

@@ -45,8 +45,7 @@ TEST(Layout, TensorContextAndExpertParallel) {
   M.backward(0, nullptr);
   std::vector<float> Ce = {float(M.loss().CeSum)};
   TpCp->allReduceSum(Ce.data(), 1);
-  EXPECT_NEAR(O.CeScale * Ce[0] + O.AuxScale * M.loss().AuxSum, LRef,
-              1e-5 * LRef);
+  EXPECT_NEAR(O.CeScale * Ce[0] + O.AuxScale * M.loss().AuxSum, LRef, 1e-5 * LRef);
   std::map<std::string, std::vector<float>> Got, RefLocal;
   for (Parameter *P : M.parameters()) {
     std::vector<float> Grad = gatherTp(*G.Tp, *P);
@@ -62,8 +61,7 @@ TEST(Layout, TensorAndExpertParallelOverReplicas) {
   if (world().size() != 4)
     GTEST_SKIP() << "needs 4 ranks";
   ModelConfig C = tinyConfig(true, 0, 3);
-  std::vector<MicroBatch> Batches = {randomBatch(2, 8, C.Vocab, 61),
-                                     randomBatch(2, 8, C.Vocab, 62)};
+  std::vector<MicroBatch> Batches = {randomBatch(2, 8, C.Vocab, 61), randomBatch(2, 8, C.Vocab, 62)};
   ModelOptions O;
   O.CeScale = 1.0 / double(2 * Batches[0].Tokens.size());
   O.AuxScale = 0.5;

@@ -83,8 +83,7 @@ TEST(TensorParallel, ChunksPassSequenceShards) {
   EXPECT_TRUE(A.backward(0, &D).numel() == 0);
   std::vector<float> Ce = {float(B.loss().CeSum)};
   Tp->allReduceSum(Ce.data(), 1);
-  double L =
-      O.CeScale * Ce[0] + O.AuxScale * (A.loss().AuxSum + B.loss().AuxSum);
+  double L = O.CeScale * Ce[0] + O.AuxScale * (A.loss().AuxSum + B.loss().AuxSum);
   EXPECT_NEAR(L, LRef, 1e-5 * LRef);
   std::map<std::string, std::vector<float>> Got;
   for (StageModel *M : {&A, &B})
@@ -143,13 +142,11 @@ TEST(ExpertParallel, MatchesOneRank) {
   for (int I = 0; I < W.size(); ++I)
     All[I] = I;
   auto Ep = W.split("ep", {All});
-  auto Tp = createSelfCommunicator("tp"), Cp = createSelfCommunicator("cp"),
-       TpCp = createSelfCommunicator("tp-cp");
+  auto Tp = createSelfCommunicator("tp"), Cp = createSelfCommunicator("cp"), TpCp = createSelfCommunicator("tp-cp");
   StageModel M(C, wholeModel(C), {Tp.get(), Cp.get(), TpCp.get(), Ep.get()}, O);
   M.forward(0, Batches[Ep->rank()], nullptr);
   M.backward(0, nullptr);
-  std::vector<float> Parts = {
-      float(O.CeScale * M.loss().CeSum + O.AuxScale * M.loss().AuxSum)};
+  std::vector<float> Parts = {float(O.CeScale * M.loss().CeSum + O.AuxScale * M.loss().AuxSum)};
   Ep->allReduceSum(Parts.data(), 1);
   EXPECT_NEAR(Parts[0], LRef, 1e-5 * LRef);
   // Dense gradients are summed over the replicas (the dp reduction); each
@@ -163,8 +160,7 @@ TEST(ExpertParallel, MatchesOneRank) {
     RefLocal[P->Name] = Ref.at(P->Name);
   }
   EXPECT_EQ(Ref.size() - RefLocal.size(),
-            size_t((C.Experts - C.Experts / Ep->size()) * 3 *
-                   (C.Layers - C.DenseLayers)));
+            size_t((C.Experts - C.Experts / Ep->size()) * 3 * (C.Layers - C.DenseLayers)));
   expectMatches(Got, RefLocal);
 }
 

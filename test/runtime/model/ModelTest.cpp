@@ -27,8 +27,7 @@ class FiniteDifferences : public ::testing::TestWithParam<FdCase> {};
 
 /// Loss of one forward (the micro batch is then run backward to free it;
 /// gradients are not looked at).
-double evalLoss(StageModel &M, const ModelOptions &O, const MicroBatch &MB,
-                const Tensor *Input = nullptr) {
+double evalLoss(StageModel &M, const ModelOptions &O, const MicroBatch &MB, const Tensor *Input = nullptr) {
   M.loss() = StageModel::LossTotals();
   M.forward(0, MB, Input);
   double L = objective(M, O);
@@ -39,8 +38,7 @@ double evalLoss(StageModel &M, const ModelOptions &O, const MicroBatch &MB,
 /// |A - N| within a relative tolerance of the larger, plus an absolute floor
 /// for entries whose gradient is near zero (there fp32 round-off of the loss,
 /// about 1e-7 * L / Step, dominates the difference quotient).
-void expectClose(double Analytic, double Numeric, double Rel, double Abs,
-                 const std::string &What) {
+void expectClose(double Analytic, double Numeric, double Rel, double Abs, const std::string &What) {
   double Tol = Rel * std::max(std::fabs(Analytic), std::fabs(Numeric)) + Abs;
   EXPECT_NEAR(Analytic, Numeric, Tol) << What;
 }
@@ -91,8 +89,7 @@ TEST_P(FiniteDifferences, EveryParameterAndTheChunkInput) {
       double Minus = evalLoss(M, O, MB);
       P->Value[I] = V0;
       double Numeric = (Plus - Minus) / (2 * Step);
-      expectClose(Grads[P->Name][I], Numeric, Rel, Abs,
-                  P->Name + "[" + std::to_string(I) + "]");
+      expectClose(Grads[P->Name][I], Numeric, Rel, Abs, P->Name + "[" + std::to_string(I) + "]");
       ++Checked;
     }
   }
@@ -121,24 +118,20 @@ TEST_P(FiniteDifferences, EveryParameterAndTheChunkInput) {
     double Plus = evalLoss(B, O, MB, &H);
     H[I] -= float(2 * Step);
     double Minus = evalLoss(B, O, MB, &H);
-    expectClose(DHidden[I], (Plus - Minus) / (2 * Step), Rel, Abs,
-                "hidden[" + std::to_string(I) + "]");
+    expectClose(DHidden[I], (Plus - Minus) / (2 * Step), Rel, Abs, "hidden[" + std::to_string(I) + "]");
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(Routers, FiniteDifferences,
-                         ::testing::Values(FdCase{false, 0}, FdCase{true, 0},
-                                           FdCase{false, 1}, FdCase{true, 1}),
+                         ::testing::Values(FdCase{false, 0}, FdCase{true, 0}, FdCase{false, 1}, FdCase{true, 1}),
                          [](const ::testing::TestParamInfo<FdCase> &I) {
-                           return std::string(I.param.Sigmoid ? "Sigmoid"
-                                                              : "Softmax") +
+                           return std::string(I.param.Sigmoid ? "Sigmoid" : "Softmax") +
                                   (I.param.Shared ? "Shared" : "");
                          });
 
 /// Runs micro batches through chunks in order and backward in reverse;
 /// returns the objective.
-double runChunks(std::vector<StageModel *> Chunks, const ModelOptions &O,
-                 const MicroBatch &MB) {
+double runChunks(std::vector<StageModel *> Chunks, const ModelOptions &O, const MicroBatch &MB) {
   Tensor H;
   for (StageModel *C : Chunks) {
     C->loss() = StageModel::LossTotals();
@@ -154,8 +147,7 @@ double runChunks(std::vector<StageModel *> Chunks, const ModelOptions &O,
 }
 
 void expectSameGradients(const std::map<std::string, std::vector<float>> &A,
-                         const std::map<std::string, std::vector<float>> &B,
-                         double Rel) {
+                         const std::map<std::string, std::vector<float>> &B, double Rel) {
   ASSERT_EQ(A.size(), B.size());
   for (const auto &[Name, GA] : A) {
     auto It = B.find(Name);
@@ -187,8 +179,7 @@ TEST(StageModel, TwoChunksEqualOneChunk) {
   auto GA = gradients(A), GB = gradients(B);
   GA.insert(GB.begin(), GB.end());
   expectSameGradients(GA, gradients(Whole), 1e-6);
-  EXPECT_EQ(A.parameters().size() + B.parameters().size(),
-            Whole.parameters().size());
+  EXPECT_EQ(A.parameters().size() + B.parameters().size(), Whole.parameters().size());
 }
 
 TEST(StageModel, RecomputeIsExactAndSavesMemory) {
@@ -209,9 +200,7 @@ TEST(StageModel, RecomputeIsExactAndSavesMemory) {
   std::map<std::string, int64_t> Base, Full, Sel, MoePeak;
   auto G0 = Run({}, Base);
   auto G1 = Run({true, {}}, Full);
-  auto G2 = Run(
-      {false, {"core_attn", "layernorm", "mlp", "moe_act", "shared_experts"}},
-      Sel);
+  auto G2 = Run({false, {"core_attn", "layernorm", "mlp", "moe_act", "shared_experts"}}, Sel);
   auto G3 = Run({false, {"moe"}}, MoePeak);
   // Bit-identical: recompute reruns the same code on the same inputs.
   EXPECT_EQ(G0, G1);
@@ -239,8 +228,7 @@ TEST(StageModel, InterleavedMicroBatchesMatchSequentialOnes) {
   ModelConfig C = tinyConfig(false, 0);
   SelfGroups G;
   ModelOptions O;
-  MicroBatch A = randomBatch(1, 8, C.Vocab, 1),
-             B = randomBatch(1, 8, C.Vocab, 2);
+  MicroBatch A = randomBatch(1, 8, C.Vocab, 1), B = randomBatch(1, 8, C.Vocab, 2);
   StageModel Seq(C, wholeModel(C), G.context(), O);
   StageModel Mix(C, wholeModel(C), G.context(), O);
   Seq.forward(0, A, nullptr);
@@ -275,8 +263,7 @@ TEST(StageModel, InitDependsOnSeedAndNameOnly) {
   EXPECT_NE(W.at("layers.2.attn.q"), W.at("layers.3.attn.q"));
   EXPECT_EQ(W.at("layers.2.attn_norm"), std::vector<float>(C.Hidden, 1.0f));
   EXPECT_EQ(W.at("output").size(), size_t(C.Hidden * C.Vocab));
-  EXPECT_EQ(W.at("layers.1.experts.3.down").size(),
-            size_t(C.MoeFfnHidden * C.Hidden));
+  EXPECT_EQ(W.at("layers.1.experts.3.down").size(), size_t(C.MoeFfnHidden * C.Hidden));
 }
 
 } // namespace

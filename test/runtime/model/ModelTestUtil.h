@@ -14,8 +14,7 @@
 namespace moert::test {
 
 /// 2 layers (1 dense + 1 MoE), Hidden 16, Vocab 32, 4 experts top-2.
-inline ModelConfig tinyConfig(bool Sigmoid, int64_t Shared,
-                              int64_t Layers = 2) {
+inline ModelConfig tinyConfig(bool Sigmoid, int64_t Shared, int64_t Layers = 2) {
   ModelConfig C;
   C.Layers = Layers;
   C.Hidden = 16;
@@ -35,8 +34,7 @@ inline ModelConfig tinyConfig(bool Sigmoid, int64_t Shared,
 }
 
 /// Sequences x SeqLen random tokens and labels (full sequences, CP = 1).
-inline MicroBatch randomBatch(int64_t Sequences, int64_t SeqLen, int64_t Vocab,
-                              unsigned Seed) {
+inline MicroBatch randomBatch(int64_t Sequences, int64_t SeqLen, int64_t Vocab, unsigned Seed) {
   std::mt19937 Gen(Seed);
   std::uniform_int_distribution<int32_t> Tok(0, int32_t(Vocab - 1));
   MicroBatch MB;
@@ -66,13 +64,9 @@ inline MicroBatch cpShard(const MicroBatch &Full, int CpRank, int CpSize) {
 
 /// Groups of one for every dimension.
 struct SelfGroups {
-  std::unique_ptr<Communicator> Tp = createSelfCommunicator("tp"),
-                                Cp = createSelfCommunicator("cp"),
-                                TpCp = createSelfCommunicator("tp-cp"),
-                                Ep = createSelfCommunicator("ep");
-  ParallelContext context() const {
-    return ParallelContext{Tp.get(), Cp.get(), TpCp.get(), Ep.get()};
-  }
+  std::unique_ptr<Communicator> Tp = createSelfCommunicator("tp"), Cp = createSelfCommunicator("cp"),
+                                TpCp = createSelfCommunicator("tp-cp"), Ep = createSelfCommunicator("ep");
+  ParallelContext context() const { return ParallelContext{Tp.get(), Cp.get(), TpCp.get(), Ep.get()}; }
 };
 
 inline StageSpec wholeModel(const ModelConfig &C) {

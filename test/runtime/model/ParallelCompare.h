@@ -16,15 +16,12 @@ enum class Split { None, Rows, Cols };
 inline Split tpSplit(const std::string &Name) {
   auto Ends = [&Name](const char *S) {
     std::string Suf(S);
-    return Name.size() >= Suf.size() &&
-           Name.compare(Name.size() - Suf.size(), Suf.size(), Suf) == 0;
+    return Name.size() >= Suf.size() && Name.compare(Name.size() - Suf.size(), Suf.size(), Suf) == 0;
   };
-  if (Name == "embedding" || Ends("attn.o") || Ends("mlp.down") ||
-      Ends("shared.down"))
+  if (Name == "embedding" || Ends("attn.o") || Ends("mlp.down") || Ends("shared.down"))
     return Split::Rows;
-  if (Name == "output" || Ends("attn.q") || Ends("attn.k") || Ends("attn.v") ||
-      Ends("mlp.gate") || Ends("mlp.up") || Ends("shared.gate") ||
-      Ends("shared.up"))
+  if (Name == "output" || Ends("attn.q") || Ends("attn.k") || Ends("attn.v") || Ends("mlp.gate") || Ends("mlp.up") ||
+      Ends("shared.gate") || Ends("shared.up"))
     return Split::Cols;
   return Split::None;
 }
@@ -53,9 +50,8 @@ inline std::vector<float> gatherTp(Communicator &Tp, const Parameter &P) {
   return Full;
 }
 
-inline void
-expectMatches(const std::map<std::string, std::vector<float>> &Got,
-              const std::map<std::string, std::vector<float>> &Ref) {
+inline void expectMatches(const std::map<std::string, std::vector<float>> &Got,
+                          const std::map<std::string, std::vector<float>> &Ref) {
   ASSERT_EQ(Got.size(), Ref.size());
   for (const auto &[Name, R] : Ref) {
     const std::vector<float> &G = Got.at(Name);
@@ -71,8 +67,7 @@ expectMatches(const std::map<std::string, std::vector<float>> &Got,
 }
 
 /// Single-rank reference over the given micro batches (Id = index).
-inline double reference(const ModelConfig &C, const ModelOptions &O,
-                        const std::vector<MicroBatch> &Batches,
+inline double reference(const ModelConfig &C, const ModelOptions &O, const std::vector<MicroBatch> &Batches,
                         std::map<std::string, std::vector<float>> &Grads) {
   SelfGroups G;
   StageModel M(C, wholeModel(C), G.context(), O);

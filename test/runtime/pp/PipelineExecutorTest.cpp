@@ -7,9 +7,9 @@
 // or chunks changes them.
 //
 //===----------------------------------------------------------------------===//
+#include "parallel/pp/PipelineExecutor.h"
 #include "MpiTestEnv.h"
 #include "moec/Layout/Pipeline.h"
-#include "parallel/pp/PipelineExecutor.h"
 
 #include <gtest/gtest.h>
 #include <map>
@@ -46,8 +46,8 @@ public:
   Tensor backward(int64_t Mb, int Chunk, const Tensor *OutGrad) override {
     int V = Chunk * PP + Rank;
     EXPECT_EQ(OutGrad == nullptr, V == PP * Vpp - 1) << "v" << V;
-    EXPECT_TRUE(Forwarded.count({Mb, Chunk})) << "backward of micro batch " << Mb << " chunk " << Chunk
-                                              << " before its forward";
+    EXPECT_TRUE(Forwarded.count({Mb, Chunk}))
+        << "backward of micro batch " << Mb << " chunk " << Chunk << " before its forward";
     Tensor G({N});
     for (int64_t I = 0; I < N; ++I)
       G[I] = scale(V) * (OutGrad ? (*OutGrad)[I] : lossGrad(Mb, I));

@@ -84,8 +84,7 @@ int main(int Argc, char **Argv) {
       std::printf("note: %s\n", N.c_str());
     if (!LogPath.empty() && !(Log = std::fopen(LogPath.c_str(), "w")))
       World->abort("cannot write " + LogPath, 3);
-    if (!DumpDir.empty() &&
-        !(Loss = std::fopen((DumpDir + "/loss.txt").c_str(), "w")))
+    if (!DumpDir.empty() && !(Loss = std::fopen((DumpDir + "/loss.txt").c_str(), "w")))
       World->abort("cannot write " + DumpDir + "/loss.txt", 3);
   }
   std::string Rank = std::to_string(World->rank());
@@ -99,17 +98,14 @@ int main(int Argc, char **Argv) {
       continue;
     std::printf("step %lld/%lld loss %.6f aux %.3e | %.3f s, %.0f tokens/s, "
                 "peak %.2f MiB, compute %.3f s (gemm %.3f s), comm %.3f s\n",
-                (long long)S, (long long)Steps, St.Loss, St.AuxLoss,
-                St.StepSeconds, St.TokensPerSecond,
-                double(St.PeakBytes) / (1 << 20), St.ComputeSeconds,
-                St.BlasSeconds, St.CommSeconds);
+                (long long)S, (long long)Steps, St.Loss, St.AuxLoss, St.StepSeconds, St.TokensPerSecond,
+                double(St.PeakBytes) / (1 << 20), St.ComputeSeconds, St.BlasSeconds, St.CommSeconds);
     if (Log) {
       std::fprintf(Log,
                    "{\"step\":%lld,\"loss\":%.9g,\"aux_loss\":%.9g,"
                    "\"step_time_s\":%.6g,\"tokens_per_s\":%.6g,"
                    "\"peak_bytes\":%lld,\"compute_s\":%.6g,\"comm_s\":%.6g}\n",
-                   (long long)S, St.Loss, St.AuxLoss, St.StepSeconds,
-                   St.TokensPerSecond, (long long)St.PeakBytes,
+                   (long long)S, St.Loss, St.AuxLoss, St.StepSeconds, St.TokensPerSecond, (long long)St.PeakBytes,
                    St.ComputeSeconds, St.CommSeconds);
       std::fflush(Log);
     }

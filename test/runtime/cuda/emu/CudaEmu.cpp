@@ -175,13 +175,11 @@ cudaError_t CUDARTAPI cudaFree(void *Ptr) {
   std::free(Ptr);
   return cudaSuccess;
 }
-cudaError_t CUDARTAPI cudaMemcpy(void *Dst, const void *Src, size_t Size,
-                                 enum cudaMemcpyKind) {
+cudaError_t CUDARTAPI cudaMemcpy(void *Dst, const void *Src, size_t Size, enum cudaMemcpyKind) {
   std::memmove(Dst, Src, Size);
   return cudaSuccess;
 }
-cudaError_t CUDARTAPI cudaMemcpyAsync(void *Dst, const void *Src, size_t Size,
-                                      enum cudaMemcpyKind, cudaStream_t) {
+cudaError_t CUDARTAPI cudaMemcpyAsync(void *Dst, const void *Src, size_t Size, enum cudaMemcpyKind, cudaStream_t) {
   std::memmove(Dst, Src, Size);
   return cudaSuccess;
 }
@@ -189,8 +187,7 @@ cudaError_t CUDARTAPI cudaMemset(void *Ptr, int Value, size_t Size) {
   std::memset(Ptr, Value, Size);
   return cudaSuccess;
 }
-cudaError_t CUDARTAPI cudaMemsetAsync(void *Ptr, int Value, size_t Size,
-                                      cudaStream_t) {
+cudaError_t CUDARTAPI cudaMemsetAsync(void *Ptr, int Value, size_t Size, cudaStream_t) {
   std::memset(Ptr, Value, Size);
   return cudaSuccess;
 }
@@ -198,16 +195,13 @@ cudaError_t CUDARTAPI cudaGetLastError(void) { return cudaSuccess; }
 const char *CUDARTAPI cudaGetErrorName(cudaError_t) { return "emulated"; }
 const char *CUDARTAPI cudaGetErrorString(cudaError_t) { return "emulated"; }
 cudaError_t CUDARTAPI cudaDeviceSynchronize(void) { return cudaSuccess; }
-cudaError_t CUDARTAPI cudaStreamSynchronize(cudaStream_t) {
-  return cudaSuccess;
-}
+cudaError_t CUDARTAPI cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
 cudaError_t CUDARTAPI cudaGetDeviceCount(int *Count) {
   *Count = 1;
   return cudaSuccess;
 }
 cudaError_t CUDARTAPI cudaSetDevice(int) { return cudaSuccess; }
-cudaError_t CUDARTAPI cudaGetDeviceProperties(struct cudaDeviceProp *Prop,
-                                              int) {
+cudaError_t CUDARTAPI cudaGetDeviceProperties(struct cudaDeviceProp *Prop, int) {
   std::memset(Prop, 0, sizeof(*Prop));
   std::strcpy(Prop->name, "CPU emulation of the CUDA kernels");
   Prop->major = 9;
@@ -221,9 +215,8 @@ cudaError_t CUDARTAPI cudaGetDeviceProperties(struct cudaDeviceProp *Prop,
 //===----------------------------------------------------------------------===//
 namespace {
 float load(const void *P, cudaDataType T, size_t I) {
-  return T == CUDA_R_16BF
-             ? __bfloat162float(static_cast<const __nv_bfloat16 *>(P)[I])
-             : static_cast<const float *>(P)[I];
+  return T == CUDA_R_16BF ? __bfloat162float(static_cast<const __nv_bfloat16 *>(P)[I])
+                          : static_cast<const float *>(P)[I];
 }
 void store(void *P, cudaDataType T, size_t I, float V) {
   if (T == CUDA_R_16BF)
@@ -231,20 +224,15 @@ void store(void *P, cudaDataType T, size_t I, float V) {
   else
     static_cast<float *>(P)[I] = V;
 }
-void gemmColMajor(cublasOperation_t TA, cublasOperation_t TB, int M, int N,
-                  int K, float Alpha, const void *A, cudaDataType AT, int LdA,
-                  const void *B, cudaDataType BT, int LdB, float Beta, void *C,
+void gemmColMajor(cublasOperation_t TA, cublasOperation_t TB, int M, int N, int K, float Alpha, const void *A,
+                  cudaDataType AT, int LdA, const void *B, cudaDataType BT, int LdB, float Beta, void *C,
                   cudaDataType CT, int LdC) {
   for (int J = 0; J < N; ++J)
     for (int I = 0; I < M; ++I) {
       float Acc = 0.f;
       for (int L = 0; L < K; ++L) {
-        float AV = load(A, AT,
-                        TA == CUBLAS_OP_N ? size_t(I) + size_t(L) * LdA
-                                          : size_t(L) + size_t(I) * LdA);
-        float BV = load(B, BT,
-                        TB == CUBLAS_OP_N ? size_t(L) + size_t(J) * LdB
-                                          : size_t(J) + size_t(L) * LdB);
+        float AV = load(A, AT, TA == CUBLAS_OP_N ? size_t(I) + size_t(L) * LdA : size_t(L) + size_t(I) * LdA);
+        float BV = load(B, BT, TB == CUBLAS_OP_N ? size_t(L) + size_t(J) * LdB : size_t(J) + size_t(L) * LdB);
         Acc += AV * BV;
       }
       size_t CI = size_t(I) + size_t(J) * LdC;
@@ -261,41 +249,31 @@ cublasStatus_t CUBLASWINAPI cublasCreate_v2(cublasHandle_t *Handle) {
   *Handle = reinterpret_cast<cublasHandle_t>(&Dummy);
   return CUBLAS_STATUS_SUCCESS;
 }
-cublasStatus_t CUBLASWINAPI cublasDestroy_v2(cublasHandle_t) {
+cublasStatus_t CUBLASWINAPI cublasDestroy_v2(cublasHandle_t) { return CUBLAS_STATUS_SUCCESS; }
+cublasStatus_t CUBLASWINAPI cublasSetStream_v2(cublasHandle_t, cudaStream_t) { return CUBLAS_STATUS_SUCCESS; }
+const char *CUBLASWINAPI cublasGetStatusName(cublasStatus_t) { return "emulated"; }
+const char *CUBLASWINAPI cublasGetStatusString(cublasStatus_t) { return "emulated"; }
+cublasStatus_t CUBLASWINAPI cublasGemmEx(cublasHandle_t, cublasOperation_t TA, cublasOperation_t TB, int M, int N,
+                                         int K, const void *Alpha, const void *A, cudaDataType AT, int LdA,
+                                         const void *B, cudaDataType BT, int LdB, const void *Beta, void *C,
+                                         cudaDataType CT, int LdC, cublasComputeType_t, cublasGemmAlgo_t) {
+  gemmColMajor(TA, TB, M, N, K, *static_cast<const float *>(Alpha), A, AT, LdA, B, BT, LdB,
+               *static_cast<const float *>(Beta), C, CT, LdC);
   return CUBLAS_STATUS_SUCCESS;
 }
-cublasStatus_t CUBLASWINAPI cublasSetStream_v2(cublasHandle_t, cudaStream_t) {
-  return CUBLAS_STATUS_SUCCESS;
-}
-const char *CUBLASWINAPI cublasGetStatusName(cublasStatus_t) {
-  return "emulated";
-}
-const char *CUBLASWINAPI cublasGetStatusString(cublasStatus_t) {
-  return "emulated";
-}
-cublasStatus_t CUBLASWINAPI cublasGemmEx(
-    cublasHandle_t, cublasOperation_t TA, cublasOperation_t TB, int M, int N,
-    int K, const void *Alpha, const void *A, cudaDataType AT, int LdA,
-    const void *B, cudaDataType BT, int LdB, const void *Beta, void *C,
-    cudaDataType CT, int LdC, cublasComputeType_t, cublasGemmAlgo_t) {
-  gemmColMajor(TA, TB, M, N, K, *static_cast<const float *>(Alpha), A, AT, LdA,
-               B, BT, LdB, *static_cast<const float *>(Beta), C, CT, LdC);
-  return CUBLAS_STATUS_SUCCESS;
-}
-cublasStatus_t CUBLASWINAPI cublasGemmGroupedBatchedEx(
-    cublasHandle_t, const cublasOperation_t TA[], const cublasOperation_t TB[],
-    const int M[], const int N[], const int K[], const void *Alpha,
-    const void *const A[], cudaDataType_t AT, const int LdA[],
-    const void *const B[], cudaDataType_t BT, const int LdB[], const void *Beta,
-    void *const C[], cudaDataType_t CT, const int LdC[], int Groups,
-    const int GroupSize[], cublasComputeType_t) {
+cublasStatus_t CUBLASWINAPI cublasGemmGroupedBatchedEx(cublasHandle_t, const cublasOperation_t TA[],
+                                                       const cublasOperation_t TB[], const int M[], const int N[],
+                                                       const int K[], const void *Alpha, const void *const A[],
+                                                       cudaDataType_t AT, const int LdA[], const void *const B[],
+                                                       cudaDataType_t BT, const int LdB[], const void *Beta,
+                                                       void *const C[], cudaDataType_t CT, const int LdC[], int Groups,
+                                                       const int GroupSize[], cublasComputeType_t) {
   const float *Al = static_cast<const float *>(Alpha);
   const float *Be = static_cast<const float *>(Beta);
   int P = 0;
   for (int G = 0; G < Groups; ++G)
     for (int I = 0; I < GroupSize[G]; ++I, ++P)
-      gemmColMajor(TA[G], TB[G], M[G], N[G], K[G], Al[G], A[P], AT, LdA[G],
-                   B[P], BT, LdB[G], Be[G], C[P], CT, LdC[G]);
+      gemmColMajor(TA[G], TB[G], M[G], N[G], K[G], Al[G], A[P], AT, LdA[G], B[P], BT, LdB[G], Be[G], C[P], CT, LdC[G]);
   return CUBLAS_STATUS_SUCCESS;
 }
 } // extern "C"

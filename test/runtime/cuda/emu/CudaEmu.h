@@ -55,20 +55,12 @@ void launch(dim3 Grid, dim3 Block, const std::function<void()> &Body);
 #define gridDim ::moert::emu::GridDim
 
 inline void __syncthreads() { moert::emu::syncThreads(); }
-inline void __syncwarp(unsigned Mask = 0xffffffffu) {
-  moert::emu::syncWarp(Mask);
-}
-inline float __shfl_xor_sync(unsigned, float V, int Offset) {
-  return moert::emu::shflXor(V, Offset);
-}
-inline double __shfl_xor_sync(unsigned, double V, int Offset) {
-  return moert::emu::shflXor(V, Offset);
-}
+inline void __syncwarp(unsigned Mask = 0xffffffffu) { moert::emu::syncWarp(Mask); }
+inline float __shfl_xor_sync(unsigned, float V, int Offset) { return moert::emu::shflXor(V, Offset); }
+inline double __shfl_xor_sync(unsigned, double V, int Offset) { return moert::emu::shflXor(V, Offset); }
 inline float __expf(float X) { return std::exp(X); }
 inline float rsqrtf(float X) { return 1.0f / std::sqrt(X); }
-inline float atomicAdd(float *Address, float Value) {
-  return moert::emu::atomicAddFloat(Address, Value);
-}
+inline float atomicAdd(float *Address, float Value) { return moert::emu::atomicAddFloat(Address, Value); }
 using std::max;
 using std::min;
 
