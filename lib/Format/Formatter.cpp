@@ -27,22 +27,9 @@ using llvm::StringRef;
 
 std::vector<CommentSpan> moec::findComments(StringRef Text) {
   std::vector<CommentSpan> Out;
-  for (size_t I = 0; I < Text.size(); ++I) {
-    char C = Text[I];
-    if (C == '"') {
-      // A string ends at its closing quote; the lexer's rule allows any
-      // escaped character, and no string of a file that parsed crosses a line.
-      for (++I; I < Text.size() && Text[I] != '"' && Text[I] != '\n'; ++I)
-        if (Text[I] == '\\')
-          ++I;
-    } else if (C == '#') {
-      size_t End = Text.find_first_of("\r\n", I);
-      if (End == StringRef::npos)
-        End = Text.size();
-      Out.push_back({I, End});
-      I = End;
-    }
-  }
+  for (const LexedToken &T : lexText(Text))
+    if (T.K == LexedToken::Comment)
+      Out.push_back({T.Begin, T.End});
   return Out;
 }
 

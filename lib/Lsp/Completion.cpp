@@ -1,7 +1,8 @@
 //===- Completion.cpp - Field names, enum values and definition names -----===//
 //
 // A half-typed entry (`parallel.` or `precision = fp8.`) seldom parses, so
-// the context comes from scanning the text before the cursor: the braces
+// the context comes from the tokens before the cursor (the parser's lexer,
+// which reads any text): the braces
 // give the definition and the section, the current entry's tokens say
 // whether a field name or a value is being typed, and for which field.
 //
@@ -9,6 +10,7 @@
 #include "Features.h"
 
 #include "moec/Sema/Schema.h"
+#include "moec/Syntax/Parser.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringSet.h"
 #include <fmt/format.h>
@@ -42,7 +44,6 @@ struct Frame {
   std::vector<std::string> Path;     // a section's path
 };
 
-bool isIdentStart(char C) { return llvm::isAlpha(C) || C == '_'; }
 bool isIdentChar(char C) { return llvm::isAlnum(C) || C == '_'; }
 
 llvm::Optional<ast::DefKind> defKeyword(StringRef S) {
@@ -86,6 +87,8 @@ struct Context {
   size_t WordStart = 0;           // the word being typed (with dots) starts here
 };
 
+/// Reads the text before the cursor with the parser's lexer (lexText): the
+/// tokens say which blocks are open, and what the current entry has so far.
 Context scan(StringRef Text, size_t Offset) {
   Context C;
   Offset = std::min(Offset, Text.size());
@@ -94,68 +97,54 @@ Context scan(StringRef Text, size_t Offset) {
     --WordStart;
   C.WordStart = WordStart;
   int Depth = 0;
-  size_t I = 0;
-  auto Push = [&](Token::Kind K, size_t Begin, size_t End) {
-    if (Begin < WordStart)
-      C.Entry.push_back({K, Text.slice(Begin, End), Begin});
+  auto Push = [&](Token::Kind K, const LexedToken &T) {
+    if (T.Begin < WordStart)
+      C.Entry.push_back({K, Text.slice(T.Begin, T.End), T.Begin});
   };
-  while (I < Offset) {
-    char Ch = Text[I];
-    if (Ch == '#') {
-      size_t End = Text.find('\n', I);
-      if (End == StringRef::npos || End >= Offset) {
+  // Entries end at line ends, except inside brackets, and a definition's
+  // header may put its '{' on the next line.
+  auto LineBreaks = [&](size_t From, size_t To) {
+    if (Depth == 0 && !C.Frames.empty() && Text.slice(From, To).contains('\n'))
+      C.Entry.clear();
+  };
+  size_t Previous = 0;
+  for (const LexedToken &T : lexText(Text.take_front(Offset))) {
+    LineBreaks(Previous, T.Begin);
+    Previous = T.End;
+    StringRef Word = Text.slice(T.Begin, T.End);
+    switch (T.K) {
+    case LexedToken::Comment:
+      // A comment runs to its line's end: the cursor is in it when it
+      // reaches the cursor.
+      if (T.End >= Offset) {
         C.Suppressed = true;
         return C;
       }
-      I = End;
       continue;
-    }
-    if (Ch == '"') {
-      size_t J = I + 1;
-      while (J < Text.size() && Text[J] != '"' && Text[J] != '\n')
-        J += Text[J] == '\\' ? 2 : 1;
-      if (J >= Offset) { // the cursor is inside the string
+    case LexedToken::String:
+    case LexedToken::UnterminatedString:
+      if (T.K == LexedToken::UnterminatedString && T.End >= Offset) { // the cursor is inside the string
         C.Suppressed = true;
         return C;
       }
-      bool Closed = Text[J] == '"';
-      Push(Token::String, I, Closed ? J + 1 : J);
-      I = Closed ? J + 1 : J;
+      Push(Token::String, T);
       continue;
-    }
-    if (Ch == '\n') {
-      // Entries end at line ends, except inside brackets, and a definition's
-      // header may put its '{' on the next line.
-      if (Depth == 0 && !C.Frames.empty())
-        C.Entry.clear();
-      ++I;
-      continue;
-    }
-    if (llvm::isSpace(Ch)) {
-      ++I;
-      continue;
-    }
-    if (isIdentStart(Ch)) {
-      size_t Begin = I;
-      while (I < Text.size() && isIdentChar(Text[I]))
-        ++I;
+    case LexedToken::Name:
+    case LexedToken::Keyword:
       // At the top level a keyword starts a new item (its annotations are
       // of no interest here).
-      StringRef Word = Text.slice(Begin, I);
       if (C.Frames.empty() && (defKeyword(Word) || Word == "import"))
         C.Entry.clear();
-      Push(Token::Ident, Begin, I);
+      Push(Token::Ident, T);
       continue;
-    }
-    if (llvm::isDigit(Ch)) {
-      size_t Begin = I;
-      while (I < Text.size() && (isIdentChar(Text[I]) || Text[I] == '.'))
-        ++I;
-      Push(Token::Number, Begin, I);
+    case LexedToken::Number:
+      Push(Token::Number, T);
       continue;
+    case LexedToken::Punct:
+    case LexedToken::Stray:
+      break;
     }
-    size_t Begin = I++;
-    switch (Ch) {
+    switch (Word.empty() ? '\0' : Word.front()) {
     case '{': {
       Frame F;
       std::vector<Token> Header = withoutAnnotations(C.Entry);
@@ -165,9 +154,9 @@ Context scan(StringRef Text, size_t Offset) {
           F.Kind = defKeyword(Header[0].Text);
       } else {
         F.Kind = C.Frames.back().Kind;
-        for (const Token &T : Header)
-          if (T.K == Token::Ident)
-            F.Path.push_back(T.Text.str());
+        for (const Token &Tok : Header)
+          if (Tok.K == Token::Ident)
+            F.Path.push_back(Tok.Text.str());
       }
       C.Frames.push_back(std::move(F));
       C.Entry.clear();
@@ -191,8 +180,8 @@ Context scan(StringRef Text, size_t Offset) {
     case '(':
     case '[':
       ++Depth;
-      C.Calls.push_back(Ch == '(' && !C.Entry.empty() && C.Entry.back().K == Token::Ident ? C.Entry.back().Text.str()
-                                                                                          : std::string());
+      C.Calls.push_back(Word == "(" && !C.Entry.empty() && C.Entry.back().K == Token::Ident ? C.Entry.back().Text.str()
+                                                                                            : std::string());
       break;
     case ')':
     case ']':
@@ -204,8 +193,9 @@ Context scan(StringRef Text, size_t Offset) {
     default:
       break;
     }
-    Push(Token::Punct, Begin, I);
+    Push(Token::Punct, T);
   }
+  LineBreaks(Previous, Offset);
   return C;
 }
 

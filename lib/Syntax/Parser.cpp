@@ -882,3 +882,49 @@ std::unique_ptr<ast::File> moec::parseBuffer(unsigned BufferID, DiagnosticEngine
     return nullptr;
   }
 }
+
+std::vector<LexedToken> moec::lexText(llvm::StringRef Text) {
+  std::vector<LexedToken> Out;
+  antlr4::ANTLRInputStream Input(Text.data(), Text.size());
+  Locator Loc(Text, Input.size());
+  MoeLexer Lexer(&Input);
+  SilentListener Silent;
+  Lexer.removeErrorListeners();
+  Lexer.addErrorListener(&Silent);
+  auto KindOf = [](size_t Type) {
+    switch (Type) {
+    case MoeLexer::IDENT:
+      return LexedToken::Name;
+    case MoeLexer::IMPORT:
+    case MoeLexer::RECIPE:
+    case MoeLexer::MODEL:
+    case MoeLexer::GPU:
+    case MoeLexer::CLUSTER:
+    case MoeLexer::EXTENDS:
+    case MoeLexer::SWEEP:
+    case MoeLexer::TRUE:
+    case MoeLexer::FALSE:
+      return LexedToken::Keyword;
+    case MoeLexer::INT:
+    case MoeLexer::FLOAT:
+    case MoeLexer::QUANTITY:
+      return LexedToken::Number;
+    case MoeLexer::STRING:
+      return LexedToken::String;
+    case MoeLexer::UNTERMINATED_STRING:
+      return LexedToken::UnterminatedString;
+    case MoeLexer::COMMENT:
+      return LexedToken::Comment;
+    case MoeLexer::STRAY:
+      return LexedToken::Stray;
+    default:
+      return LexedToken::Punct;
+    }
+  };
+  for (std::unique_ptr<Token> T = Lexer.nextToken(); T->getType() != Token::EOF; T = Lexer.nextToken()) {
+    llvm::SMRange R = Loc.range(T.get());
+    Out.push_back(
+        {KindOf(T->getType()), size_t(R.Start.getPointer() - Text.data()), size_t(R.End.getPointer() - Text.data())});
+  }
+  return Out;
+}

@@ -447,3 +447,26 @@ TEST(ParserErrors, EveryTruncationOfAnExampleIsHandled) {
       EXPECT_EQ(D.Message.find("internal parser failure"), std::string::npos) << Cut << ": " << D.Message;
   }
 }
+
+TEST(Lexer, TokensCarryByteOffsetsAndKinds) {
+  // A non-ASCII comment before the tokens: offsets are bytes, not code points.
+  std::string Text = "# é\nrecipe r { seq_len = 4K; s = \"a#b\" } # end\nx = \"open";
+  std::vector<LexedToken> Ts = lexText(Text);
+  auto At = [&](size_t I) { return llvm::StringRef(Text).slice(Ts[I].Begin, Ts[I].End).str(); };
+  ASSERT_GE(Ts.size(), 14u);
+  EXPECT_EQ(Ts[0].K, LexedToken::Comment);
+  EXPECT_EQ(At(0), "# é");
+  EXPECT_EQ(Ts[1].K, LexedToken::Keyword);
+  EXPECT_EQ(At(1), "recipe");
+  EXPECT_EQ(Ts[2].K, LexedToken::Name);
+  EXPECT_EQ(At(5), "=");
+  EXPECT_EQ(Ts[6].K, LexedToken::Number);
+  EXPECT_EQ(At(6), "4K");
+  // A '#' inside a string is not a comment.
+  EXPECT_EQ(Ts[10].K, LexedToken::String);
+  EXPECT_EQ(At(10), "\"a#b\"");
+  EXPECT_EQ(Ts[12].K, LexedToken::Comment);
+  EXPECT_EQ(At(12), "# end");
+  EXPECT_EQ(Ts.back().K, LexedToken::UnterminatedString);
+  EXPECT_EQ(At(Ts.size() - 1), "\"open");
+}

@@ -10,6 +10,7 @@
 #include "moec/AST/AST.h"
 #include "moec/Diag/DiagnosticEngine.h"
 #include <memory>
+#include <vector>
 
 namespace moec {
 
@@ -22,6 +23,28 @@ struct ParseLimits {
 /// Parses buffer BufferID of the engine's SourceMgr. Returns null after
 /// reporting at least one error.
 std::unique_ptr<ast::File> parseBuffer(unsigned BufferID, DiagnosticEngine &Diags, const ParseLimits &Limits = {});
+
+/// A token as the grammar's lexer (grammar/Moe.g4) reads it, with byte
+/// offsets into the text.
+struct LexedToken {
+  enum Kind {
+    Name,               // IDENT
+    Keyword,            // import, recipe, model, gpu, cluster, extends, sweep, true, false
+    Number,             // INT, FLOAT, QUANTITY (`4K`, `80GB`)
+    String,             // a closed string, quotes included
+    UnterminatedString, // a string the line ends in
+    Comment,            // '#' to the end of the line
+    Punct,              // braces, brackets, operators, ';', ',', '.', '@', '='
+    Stray               // a character the language has no use for
+  };
+  Kind K;
+  size_t Begin, End;
+};
+
+/// Every token of Text, comments included and whitespace dropped: the
+/// parser's own lexer, for the tools that read text which may not parse
+/// (the formatter's comments, the language server's completion context).
+std::vector<LexedToken> lexText(llvm::StringRef Text);
 
 } // namespace moec
 
