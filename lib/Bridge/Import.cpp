@@ -151,7 +151,7 @@ public:
   std::map<std::string, std::string> Header;
 
   void error(unsigned Line, unsigned Col, std::string Msg, std::string Key = "") {
-    Messages.push_back({ImportMessage::Kind::Error, std::move(Key), std::move(Msg), Line, Col});
+    Messages.push_back({ImportMessage::Kind::Error, std::move(Key), std::move(Msg), Line, Col, ""});
   }
 
   void read(StringRef Text) {
@@ -227,6 +227,13 @@ private:
       YAML::Node K = It->first, V = It->second;
       std::string Key = Prefix.empty() ? K.Scalar() : Prefix + "." + K.Scalar();
       YAML::Mark M = K.Mark();
+      // What to_yaml() writes for a torch dtype or a function, `{_call_:
+      // false, _target_: torch.bfloat16}`, is that name: one value.
+      if (V.IsMap() && V.size() == 2 && V["_target_"] && V["_call_"] && V["_target_"].IsScalar() &&
+          V["_call_"].IsScalar() && V["_call_"].Scalar() == "false") {
+        Entries.push_back({Key, Value::string(V["_target_"].Scalar()), unsigned(M.line + 1), unsigned(M.column + 1)});
+        continue;
+      }
       if (V.IsMap()) {
         flatten(V, Key);
         continue;
@@ -343,6 +350,30 @@ StringRef knownReason(StringRef Key) {
       .Default("");
 }
 
+/// The category of a field that changes nothing moec checks or predicts
+/// (logging, checkpoints, paths, the provider classes), or "" for one whose
+/// absence from the recipe the user should see.
+StringRef quietCategory(StringRef Key, const Value &V) {
+  StringRef Section = Key.split('.').first;
+  auto In = [&](std::initializer_list<StringRef> Sections) { return llvm::is_contained(Sections, Section); };
+  if (Key == "_target_" || Key.endswith("._target_") || Key.endswith("._partial_") || Key.endswith("._call_") ||
+      (!Key.contains('.') && V.K == Value::Kind::Null))
+    return "structure (provider classes, empty sections)";
+  if (In({"logger", "profiling", "tensor_inspect"}))
+    return "logging and profiling";
+  if (In({"checkpoint", "ft", "inprocess_restart", "nvrx_straggler", "straggler", "rerun_state_machine"}))
+    return "checkpointing and fault tolerance";
+  if (In({"dataset", "tokenizer"}))
+    return "data paths and tokenizer";
+  if (In({"scheduler", "train", "rng", "peft", "env_vars"}))
+    return "training loop and learning-rate schedule";
+  if (Section == "dist")
+    return "process-group setup";
+  if (In({"model", "optimizer", "ddp", "mixed_precision", "comm_overlap"}))
+    return "model and optimizer settings that do not change what moec checks or predicts";
+  return "";
+}
+
 StringRef sectionReason(StringRef Key) {
   for (StringRef S : {"logger.", "checkpoint.", "scheduler.", "tokenizer.", "profiling.", "ft.", "straggler.",
                       "inprocess_restart.", "peft.", "env_vars."})
@@ -418,11 +449,13 @@ private:
   std::string ModelDefinition; // a model extending the catalog's, when needed
 
   void message(ImportMessage::Kind K, const Entry &E, std::string Msg) {
-    Res.Messages.push_back({K, E.Key, std::move(Msg), E.Line, E.Column});
+    Res.Messages.push_back({K, E.Key, std::move(Msg), E.Line, E.Column, ""});
   }
   void error(const Entry &E, std::string Msg) { message(ImportMessage::Kind::Error, E, std::move(Msg)); }
-  void globalError(std::string Msg) { Res.Messages.push_back({ImportMessage::Kind::Error, "", std::move(Msg), 0, 0}); }
-  void note(std::string Msg) { Res.Messages.push_back({ImportMessage::Kind::Note, "", std::move(Msg), 0, 0}); }
+  void globalError(std::string Msg) {
+    Res.Messages.push_back({ImportMessage::Kind::Error, "", std::move(Msg), 0, 0, ""});
+  }
+  void note(std::string Msg) { Res.Messages.push_back({ImportMessage::Kind::Note, "", std::move(Msg), 0, 0, ""}); }
   /// A field read but not translated (implied, or without effect).
   void unmapped(Entry &E, StringRef Why) {
     E.Used = true;
@@ -610,7 +643,7 @@ private:
     for (const ModelSpec &M : catalogModels()) {
       bool Ok = true;
       for (const ArchField &F : archFields())
-        if (Entry *E = peek(F.Key)) {
+        if (Entry *E = peek(F.Key); E && !(M.MLA && StringRef(F.Key) == "model.kv_channels")) {
           llvm::Optional<int64_t> Have = F.Of(M);
           Ok &= E->V.K == Value::Kind::Null ? !Have : (E->V.K == Value::Kind::Int && Have && *Have == E->V.I);
         }
@@ -749,10 +782,14 @@ private:
     for (std::string &S : P)
       emit("parallel", S);
     if (Entry *L = get("model.pipeline_model_parallel_layout")) {
+      std::string Layout;
       if (L->V.K == Value::Kind::String)
         emit("parallel", fmt::format("layout = \"{}\"", L->V.S));
+      else if (layoutOfStages(L->V, Layout))
+        emit("parallel", fmt::format("layout = \"{}\"", Layout));
       else if (L->V.K != Value::Kind::Null)
-        unmapped(*L, "only the string form of the layout has a .moe equivalent (parallel.layout)");
+        error(*L, "'model.pipeline_model_parallel_layout' must be a layout string or a list of stages, each a list "
+                  "of embedding, decoder, mtp and loss");
     }
     stageLayers(PP.getValueOr(1), VPP.getValueOr(1));
     if (Entry *C = text("model.cp_comm_type")) {
@@ -795,6 +832,48 @@ private:
     }
     if (Entry *F = get("checkpoint.ckpt_format"); F && !(MFSDP && F->V == Value::string("fsdp_dtensor")))
       unmapped(*F, "the checkpoint format is not part of a .moe recipe");
+  }
+
+  /// The list form of a layout, as Megatron-Core's PipelineParallelLayerLayout
+  /// and Bridge's recipes write it (a list per virtual stage of "embedding",
+  /// "decoder", "mtp" and "loss"), in the string form parallel.layout takes:
+  /// E, t, m and L, runs as `t*N`, stages joined by '|'.
+  static bool layoutOfStages(const Value &V, std::string &Out) {
+    if (V.K != Value::Kind::List || V.Items.empty())
+      return false;
+    std::vector<std::string> Stages;
+    for (const Value &Stage : V.Items) {
+      if (Stage.K != Value::Kind::List)
+        return false;
+      std::string S;
+      char Last = 0;
+      int64_t Run = 0;
+      auto Flush = [&]() {
+        if (Run)
+          S += Run == 1 ? std::string(1, Last) : fmt::format("{}*{}", Last, Run);
+        Run = 0;
+      };
+      for (const Value &Layer : Stage.Items) {
+        if (Layer.K != Value::Kind::String)
+          return false;
+        char C = llvm::StringSwitch<char>(Layer.S)
+                     .Case("embedding", 'E')
+                     .Case("decoder", 't')
+                     .Case("mtp", 'm')
+                     .Case("loss", 'L')
+                     .Default(0);
+        if (!C)
+          return false;
+        if (C != Last)
+          Flush();
+        Last = C;
+        ++Run;
+      }
+      Flush();
+      Stages.push_back(S);
+    }
+    Out = llvm::join(Stages, "|");
+    return true;
   }
 
   /// Uneven first/last stages, as a layout string (the two are equivalent
@@ -868,7 +947,8 @@ private:
     }
     Entry *Any = E ? Emb : Loss;
     int64_t Stages = PP * VPP;
-    if (!Model || Model->MtpLayers || peek("model.pipeline_model_parallel_layout") || Stages < 2 ||
+    Entry *Given = peek("model.pipeline_model_parallel_layout");
+    if (!Model || Model->MtpLayers || (Given && Given->V.K != Value::Kind::Null) || Stages < 2 ||
         (Model->Layers + E + L) % Stages) {
       unmapped(*Any, "embedding/loss counted in the pipeline split translate to parallel.layout only for a catalog "
                      "model without MTP whose layers then divide evenly");
@@ -1305,16 +1385,39 @@ private:
   }
 
   void reportLeftovers() {
+    std::map<std::string, size_t> Quiet;
     for (Entry &E : Rd.Entries) {
       if (E.Used)
         continue;
       StringRef Why = knownReason(E.Key);
+      StringRef Category = Why.empty() ? quietCategory(E.Key, E.V) : "";
       if (Why.empty())
         Why = sectionReason(E.Key);
       if (Why.empty())
         Why = "no .moe field corresponds to it";
-      unmapped(E, Why);
+      if (Category.empty()) {
+        unmapped(E, Why);
+        continue;
+      }
+      E.Used = true;
+      ++Quiet[Category.str()];
+      message(ImportMessage::Kind::Warning, E,
+              fmt::format("'{}' = {} has no .moe equivalent: {}", E.Key, renderPlain(E.V), Why.str()));
+      Res.Messages.back().QuietCategory = Category.str();
     }
+    if (Quiet.empty())
+      return;
+    size_t Total = 0;
+    std::vector<std::string> Parts;
+    for (auto &[Category, N] : Quiet) {
+      Total += N;
+      Parts.push_back(fmt::format("{} {}", Category, N));
+    }
+    std::string Summary = fmt::format("{} key{} not translated, none of which changes what moec checks or "
+                                      "predicts: {}",
+                                      Total, Total == 1 ? "" : "s", llvm::join(Parts, "; "));
+    note(Summary + " (moec import --verbose lists them)");
+    Comments.push_back(Summary);
   }
 
   //--- output ------------------------------------------------------------------

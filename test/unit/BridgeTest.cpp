@@ -361,3 +361,80 @@ TEST(BridgeImport, MegatronDefaultsAreSpelledOut) {
   EXPECT_NE(I.Source.find("cuda_graph = full_iteration"), std::string::npos) << I.Source;
   EXPECT_TRUE(I.unmapped().empty());
 }
+
+// What Bridge 0.3.1's ConfigContainer.to_yaml() writes for DeepSeek-V3
+// (recipes/deepseek/deepseek_v3.py): MLA's kv_channels of 64 (which MLA does
+// not use), the layout as a list of stages, torch dtypes as `{_call_,
+// _target_}` objects, and run bookkeeping that is only counted.
+TEST(BridgeImport, ReadsWhatBridgeToYamlWrites) {
+  std::string Yaml = R"(_target_: megatron.bridge.training.config.ConfigContainer
+logger:
+  _target_: megatron.bridge.training.config.LoggerConfig
+  log_interval: 10
+model:
+  _target_: megatron.bridge.models.mla_provider.MLAModelProvider
+  num_layers: 61
+  hidden_size: 7168
+  num_attention_heads: 128
+  kv_channels: 64
+  num_moe_experts: 256
+  moe_router_topk: 8
+  q_lora_rank: 1536
+  kv_lora_rank: 512
+  tensor_model_parallel_size: 1
+  pipeline_model_parallel_size: 4
+  expert_model_parallel_size: 8
+  seq_length: 4096
+  params_dtype:
+    _call_: false
+    _target_: torch.bfloat16
+  pipeline_model_parallel_layout:
+  - - embedding
+    - decoder
+    - decoder
+  - - decoder
+    - decoder
+    - decoder
+  - - decoder
+  - - decoder
+    - mtp
+    - loss
+train:
+  micro_batch_size: 1
+  global_batch_size: 64
+)";
+  ImportOptions O;
+  O.Gpu = "h100_sxm";
+  O.Gpus = 32;
+  ImportResult I = importBridge(Yaml, O);
+  ASSERT_FALSE(I.hasErrors()) << I.Messages.front().Message;
+  EXPECT_EQ(I.ModelName, "deepseek_v3");
+  EXPECT_NE(I.Source.find("layout = \"Et*2|t*3|t|tmL\""), std::string::npos) << I.Source;
+  // The dtype is one value, not two unknown keys.
+  for (const ImportMessage &M : I.Messages)
+    EXPECT_FALSE(llvm::StringRef(M.Key).contains("params_dtype.")) << M.Message;
+  // Bookkeeping is quiet and counted; nothing is dropped without a message.
+  size_t Quiet = 0;
+  for (const ImportMessage &M : I.Messages)
+    Quiet += !M.QuietCategory.empty();
+  EXPECT_EQ(Quiet, 4u); // _target_ x2, logger.log_interval, model.params_dtype
+  EXPECT_TRUE(llvm::any_of(I.Messages, [](const ImportMessage &M) {
+    return M.K == ImportMessage::Kind::Note && llvm::StringRef(M.Message).startswith("4 keys not translated");
+  }));
+}
+
+// A `null` layout is no layout: account_for_embedding/loss still count.
+TEST(BridgeImport, NullLayoutKeepsTheAccountForSwitches) {
+  ImportOptions O;
+  O.Gpu = "h100_sxm";
+  O.Gpus = 8;
+  O.Model = "qwen3_30b_a3b";
+  ImportResult I = importBridge("model.pipeline_model_parallel_size=2 model.pipeline_model_parallel_layout=null "
+                                "model.account_for_embedding_in_pipeline_split=true "
+                                "model.account_for_loss_in_pipeline_split=true model.seq_length=4096 "
+                                "train.micro_batch_size=1 train.global_batch_size=16",
+                                O);
+  ASSERT_FALSE(I.hasErrors()) << I.Messages.front().Message;
+  EXPECT_NE(I.Source.find("layout = \"Et*24|t*24L\""), std::string::npos) << I.Source;
+  EXPECT_TRUE(I.unmapped().empty()) << I.unmapped().front()->Message;
+}

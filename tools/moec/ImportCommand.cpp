@@ -36,6 +36,9 @@ cl::opt<std::string> ImportGpu("gpu", cl::desc("The GPU system (a ConfigContaine
 cl::opt<unsigned> ImportGpus("gpus", cl::desc("GPUs in the job"), cl::init(0), cl::value_desc("N"), cl::sub(ImportCmd));
 cl::opt<unsigned> ImportNodes("nodes", cl::desc("Nodes in the job"), cl::init(0), cl::value_desc("N"),
                               cl::sub(ImportCmd));
+cl::opt<bool> ImportVerbose("verbose",
+                            cl::desc("List every field without a .moe equivalent, those without effect included"),
+                            cl::sub(ImportCmd));
 cl::opt<std::string> ImportName("name", cl::desc("The recipe's name (default: from the file)"), cl::value_desc("name"),
                                 cl::sub(ImportCmd));
 } // namespace
@@ -72,6 +75,8 @@ int runImport() {
   Opts.SourceName = ImportFile == "-" ? "<stdin>" : ImportFile.getValue();
   bridge::ImportResult Res = bridge::importBridge((*Buf)->getBuffer(), Opts);
   for (const bridge::ImportMessage &M : Res.Messages) {
+    if (!M.QuietCategory.empty() && !ImportVerbose)
+      continue;
     const char *Kind = M.K == bridge::ImportMessage::Kind::Error     ? "error"
                        : M.K == bridge::ImportMessage::Kind::Warning ? "warning"
                                                                      : "note";
@@ -82,7 +87,9 @@ int runImport() {
     llvm::errs() << "moec import: nothing written\n";
     return ExitErrors;
   }
-  size_t Unmapped = Res.unmapped().size();
+  size_t Unmapped = 0;
+  for (const bridge::ImportMessage *M : Res.unmapped())
+    Unmapped += M->QuietCategory.empty();
   if (Unmapped)
     llvm::errs() << fmt::format("moec import: {} field{} with no .moe equivalent (listed in the recipe's header)\n",
                                 Unmapped, Unmapped == 1 ? "" : "s");

@@ -5,7 +5,9 @@
 // (`model.tensor_model_parallel_size=2 ...`), and writes the .moe recipe that
 // states the same run. The model is named from the built-in catalog when the
 // architecture fields match one. Every field that has no .moe equivalent is
-// reported with its location and the reason; none is dropped silently.
+// reported with its location and the reason, none is dropped silently; those
+// that change nothing moec checks or predicts are counted by category in one
+// note and listed only on request.
 //
 //===----------------------------------------------------------------------===//
 #ifndef MOEC_BRIDGE_IMPORT_H
@@ -24,6 +26,10 @@ struct ImportMessage {
   std::string Key; // the Bridge field, when the message is about one
   std::string Message;
   unsigned Line = 0, Column = 0; // 1-based; 0 when not tied to the text
+  /// A field without effect on what moec checks or predicts (logging,
+  /// checkpointing, paths, ...): its category, and the message is printed
+  /// only when asked (`moec import --verbose`); a note counts them.
+  std::string QuietCategory;
 };
 
 struct ImportOptions {
