@@ -2,11 +2,19 @@
 # Megatron differential suite: moec vs. real Megatron-Bridge 0.3.1 / Megatron-Core 0.16.1 (CPU).
 # Usage: test/megatron/run.sh PATH/TO/moec [extra differential.py args]
 #        test/megatron/run.sh --exports PATH/TO/moec   (every example's export, test/megatron/exports.py)
+#        test/megatron/run.sh --roundtrip PATH/TO/moec (Bridge's MoE recipes: to_yaml, import, check,
+#                                                      export, validate; test/megatron/roundtrip.py)
 # Env: MEGATRON_DIFF_COUNT (default 2000: the whole run takes 30-40 s on 2 cores),
 #      MEGATRON_DIFF_SEED (default 1), MOEC_MEGATRON_VENV (venv location, see scripts/megatron-venv.sh).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
+if [[ "${1:-}" == "--roundtrip" ]]; then
+  shift
+  moec="${1:?usage: run.sh --roundtrip PATH/TO/moec}"; shift
+  py="$("$root/scripts/megatron-venv.sh")"
+  exec "$py" "$here/roundtrip.py" --moec "$moec" --doc "$root/docs/megatron-bridge.md" "$@"
+fi
 if [[ "${1:-}" == "--exports" ]]; then
   shift
   moec="${1:?usage: run.sh --exports PATH/TO/moec}"; shift
