@@ -12,6 +12,7 @@
 #include "moec/Diag/DiagnosticEngine.h"
 #include "moec/Sema/Sema.h"
 #include "moec/Sema/TargetDefaults.h"
+#include "moec/Syntax/Parser.h"
 
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringExtras.h"
@@ -382,6 +383,24 @@ StringRef sectionReason(StringRef Key) {
   if (Key.startswith("train.") || Key.startswith("dataset."))
     return "a training-loop or data setting that no .moe field takes";
   return "";
+}
+
+/// S as a .moe string literal, or None when it holds a character a .moe
+/// string cannot (a control character other than tab: the lexer refuses
+/// them, and only \", \\ and \n are escapes).
+llvm::Optional<std::string> moeString(StringRef S) {
+  std::string Out = "\"";
+  for (char C : S) {
+    if (C == '"' || C == '\\')
+      Out += '\\', Out += C;
+    else if (C == '\n')
+      Out += "\\n";
+    else if ((unsigned char)C < 0x20 && C != '\t')
+      return llvm::None;
+    else
+      Out += C;
+  }
+  return Out + "\"";
 }
 
 std::string sanitizeName(StringRef S) {
@@ -783,9 +802,13 @@ private:
       emit("parallel", S);
     if (Entry *L = get("model.pipeline_model_parallel_layout")) {
       std::string Layout;
-      if (L->V.K == Value::Kind::String)
-        emit("parallel", fmt::format("layout = \"{}\"", L->V.S));
-      else if (layoutOfStages(L->V, Layout))
+      if (L->V.K == Value::Kind::String) {
+        if (llvm::Optional<std::string> Quoted = moeString(L->V.S))
+          emit("parallel", "layout = " + *Quoted);
+        else
+          error(*L, "'model.pipeline_model_parallel_layout' holds a control character, which a .moe string "
+                    "cannot hold");
+      } else if (layoutOfStages(L->V, Layout))
         emit("parallel", fmt::format("layout = \"{}\"", Layout));
       else if (L->V.K != Value::Kind::Null)
         error(*L, "'model.pipeline_model_parallel_layout' must be a layout string or a list of stages, each a list "
@@ -1469,6 +1492,20 @@ private:
       S += "    " + Line + "\n  }\n";
     }
     S += "}\n";
+    // What is written must parse: a recipe moec cannot read back is moec's
+    // error, and nothing is written.
+    {
+      llvm::SourceMgr SM;
+      DiagnosticEngine Check(SM);
+      unsigned ID = SM.AddNewSourceBuffer(llvm::MemoryBuffer::getMemBufferCopy(S, "<import>"), llvm::SMLoc());
+      if (!parseBuffer(ID, Check)) {
+        std::vector<Diagnostic> Why = Check.finish();
+        globalError("internal error: the recipe moec import wrote does not parse (" +
+                    (Why.empty() ? std::string("no diagnostic") : Why.front().Message) +
+                    "); please report it with the configuration");
+        return;
+      }
+    }
     Res.Source = std::move(S);
     Res.RecipeName = RecipeName;
     Res.ModelName = ModelName;

@@ -4,6 +4,7 @@
 #include "moec/Bridge/Launch.h"
 #include "moec/Diag/DiagnosticEngine.h"
 #include "moec/Sema/Sema.h"
+#include "moec/Syntax/Parser.h"
 
 #include "llvm/Support/MemoryBuffer.h"
 #include "gtest/gtest.h"
@@ -437,4 +438,29 @@ TEST(BridgeImport, NullLayoutKeepsTheAccountForSwitches) {
   ASSERT_FALSE(I.hasErrors()) << I.Messages.front().Message;
   EXPECT_NE(I.Source.find("layout = \"Et*24|t*24L\""), std::string::npos) << I.Source;
   EXPECT_TRUE(I.unmapped().empty()) << I.unmapped().front()->Message;
+}
+
+// A layout with a quote and a line break comes out as a .moe string that
+// parses (escaped), so that `moec check` can say what is wrong with it; a
+// control character no .moe string can hold is an import error.
+TEST(BridgeImport, StringsAreEscapedAndTheOutputParses) {
+  ImportOptions O;
+  O.Gpu = "h100_sxm";
+  O.Gpus = 8;
+  O.Model = "qwen3_30b_a3b";
+  std::string Yaml = "model:\n  pipeline_model_parallel_size: 2\n  seq_length: 4096\n"
+                     "  pipeline_model_parallel_layout: \"Et*24\\\"|t*24\\nL\"\n"
+                     "train:\n  micro_batch_size: 1\n  global_batch_size: 16\n";
+  ImportResult I = importBridge(Yaml, O);
+  ASSERT_FALSE(I.hasErrors()) << I.Messages.front().Message;
+  EXPECT_NE(I.Source.find("layout = \"Et*24\\\"|t*24\\nL\""), std::string::npos) << I.Source;
+  llvm::SourceMgr SM;
+  DiagnosticEngine Diags(SM);
+  unsigned ID = SM.AddNewSourceBuffer(llvm::MemoryBuffer::getMemBufferCopy(I.Source, "x.moe"), llvm::SMLoc());
+  EXPECT_TRUE(parseBuffer(ID, Diags)) << I.Source;
+
+  std::string Control = "model:\n  pipeline_model_parallel_size: 2\n  pipeline_model_parallel_layout: \"Et\\x01|tL\"\n";
+  ImportResult Bad = importBridge(Control, O);
+  EXPECT_TRUE(Bad.hasErrors());
+  EXPECT_TRUE(Bad.Source.empty());
 }
