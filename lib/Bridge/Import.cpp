@@ -664,7 +664,12 @@ private:
       for (const ArchField &F : archFields())
         if (Entry *E = peek(F.Key); E && !(M.MLA && StringRef(F.Key) == "model.kv_channels")) {
           llvm::Optional<int64_t> Have = F.Of(M);
-          Ok &= E->V.K == Value::Kind::Null ? !Have : (E->V.K == Value::Kind::Int && Have && *Have == E->V.I);
+          // An unset num_query_groups is one group per head (Megatron-Core
+          // 0.16.1 transformer_config.py:936: num_query_groups = num_attention_heads).
+          if (E->V.K == Value::Kind::Null && StringRef(F.Key) == "model.num_query_groups")
+            Ok &= M.KvHeads == M.Heads;
+          else
+            Ok &= E->V.K == Value::Kind::Null ? !Have : (E->V.K == Value::Kind::Int && Have && *Have == E->V.I);
         }
       if (Ok)
         Candidates.push_back(&M);

@@ -106,6 +106,21 @@ def layout_string(v):
     return v
 
 
+# MoE recipes whose model provider states the architecture itself (no Hugging Face config to
+# read), so that they build offline too.
+PROVIDER_RECIPES = {
+    "olmoe_7b": ("megatron.bridge.recipes.olmoe.olmoe_7b", "olmoe_7b_pretrain_config", None),
+    # Kimi-K2 with Adam: its default optimizer, dist_muon (Muon with Bridge's layer-wise
+    # distributed optimizer, training/optim.py:62-77), has no .moe value yet.
+    "kimi_k2": ("megatron.bridge.recipes.kimi.kimi_k2", "kimi_k2_adam_pretrain_config", None),
+}
+
+
+def define_variants():
+    """Recipe calls with arguments, as functions oracle.run can build by name."""
+    import megatron.bridge.recipes.kimi.kimi_k2 as kimi
+    kimi.kimi_k2_adam_pretrain_config = lambda: kimi.kimi_k2_pretrain_config(optimizer_type="adam")
+
 SPLIT_FIELDS = ["model.pipeline_model_parallel_layout", "model.account_for_embedding_in_pipeline_split",
                 "model.account_for_loss_in_pipeline_split", "model.num_layers_in_first_pipeline_stage",
                 "model.num_layers_in_last_pipeline_stage"]
@@ -139,6 +154,7 @@ def stage_split(vals, layers, mtp, pp, vpp):
 
 def comparable(vals, cfg):
     """The modelled fields with Megatron's equivalent spellings made one: the stage split, an unset
+    expert_tensor_parallel_size (TP, megatron/core/model_parallel_config.py:413), an unset
     cp_comm_type (TE's p2p, megatron/core/extensions/transformer_engine.py:1240) and unset selective
     recompute modules (["core_attn"], megatron/core/transformer/transformer_config.py:1193)."""
     out = {f: v for f, v in vals.items() if f not in SPLIT_FIELDS}
@@ -146,6 +162,8 @@ def comparable(vals, cfg):
     out["stage split"] = stage_split(vals, m.num_layers, getattr(m, "mtp_num_layers", 0) or 0,
                                      vals["model.pipeline_model_parallel_size"],
                                      vals["model.virtual_pipeline_model_parallel_size"])
+    if out.get("model.expert_tensor_parallel_size") is None:  # model_parallel_config.py:413
+        out["model.expert_tensor_parallel_size"] = out.get("model.tensor_model_parallel_size")
     if out.get("model.cp_comm_type") is None:
         out["model.cp_comm_type"] = "p2p"
     if out.get("model.recompute_modules") is None and out.get("model.recompute_granularity") == "selective":
@@ -180,6 +198,7 @@ def main():
     ap.add_argument("--keep", help="keep the YAML, .moe and override files here")
     a = ap.parse_args()
     oracle.init()
+    define_variants()
     import torch
     from megatron.bridge.training.utils.omegaconf_utils import process_config_with_overrides
     torch.cuda.get_device_properties = lambda *x, **k: oracle._Props(GPU)
@@ -187,7 +206,7 @@ def main():
     os.makedirs(work, exist_ok=True)
 
     rows, failed = [], 0
-    for model, (mod, fn, _hf) in oracle.RECIPES.items():
+    for model, (mod, fn, _hf) in list(oracle.RECIPES.items()) + list(PROVIDER_RECIPES.items()):
         cfg = build(mod, fn)
         original = {f: field(cfg, f) for f in FIELDS}
         yaml_path = os.path.join(work, fn + ".yaml")
