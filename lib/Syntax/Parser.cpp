@@ -108,18 +108,11 @@ bool checkEncoding(llvm::StringRef Text, DiagnosticEngine &Diags, const ParseLim
   return true;
 }
 
-std::string describeToken(const Token *T) {
-  switch (T->getType()) {
-  case Token::EOF:
-    return "end of file";
+/// What a token of the grammar is, for diagnostics and for lexText.
+LexedToken::Kind tokenKind(size_t Type) {
+  switch (Type) {
   case MoeLexer::IDENT:
-    return "name '" + T->getText() + "'";
-  case MoeLexer::INT:
-  case MoeLexer::FLOAT:
-  case MoeLexer::QUANTITY:
-    return "number '" + T->getText() + "'";
-  case MoeLexer::STRING:
-    return "string " + T->getText();
+    return LexedToken::Name;
   case MoeLexer::IMPORT:
   case MoeLexer::RECIPE:
   case MoeLexer::MODEL:
@@ -129,6 +122,35 @@ std::string describeToken(const Token *T) {
   case MoeLexer::SWEEP:
   case MoeLexer::TRUE:
   case MoeLexer::FALSE:
+    return LexedToken::Keyword;
+  case MoeLexer::INT:
+  case MoeLexer::FLOAT:
+  case MoeLexer::QUANTITY:
+    return LexedToken::Number;
+  case MoeLexer::STRING:
+    return LexedToken::String;
+  case MoeLexer::UNTERMINATED_STRING:
+    return LexedToken::UnterminatedString;
+  case MoeLexer::COMMENT:
+    return LexedToken::Comment;
+  case MoeLexer::STRAY:
+    return LexedToken::Stray;
+  default:
+    return LexedToken::Punct;
+  }
+}
+
+std::string describeToken(const Token *T) {
+  if (T->getType() == Token::EOF)
+    return "end of file";
+  switch (tokenKind(T->getType())) {
+  case LexedToken::Name:
+    return "name '" + T->getText() + "'";
+  case LexedToken::Number:
+    return "number '" + T->getText() + "'";
+  case LexedToken::String:
+    return "string " + T->getText();
+  case LexedToken::Keyword:
     // `recipe recipe {}`: say why a word that looks like a name is not one.
     return "keyword '" + T->getText() + "'";
   default:
@@ -891,40 +913,10 @@ std::vector<LexedToken> moec::lexText(llvm::StringRef Text) {
   SilentListener Silent;
   Lexer.removeErrorListeners();
   Lexer.addErrorListener(&Silent);
-  auto KindOf = [](size_t Type) {
-    switch (Type) {
-    case MoeLexer::IDENT:
-      return LexedToken::Name;
-    case MoeLexer::IMPORT:
-    case MoeLexer::RECIPE:
-    case MoeLexer::MODEL:
-    case MoeLexer::GPU:
-    case MoeLexer::CLUSTER:
-    case MoeLexer::EXTENDS:
-    case MoeLexer::SWEEP:
-    case MoeLexer::TRUE:
-    case MoeLexer::FALSE:
-      return LexedToken::Keyword;
-    case MoeLexer::INT:
-    case MoeLexer::FLOAT:
-    case MoeLexer::QUANTITY:
-      return LexedToken::Number;
-    case MoeLexer::STRING:
-      return LexedToken::String;
-    case MoeLexer::UNTERMINATED_STRING:
-      return LexedToken::UnterminatedString;
-    case MoeLexer::COMMENT:
-      return LexedToken::Comment;
-    case MoeLexer::STRAY:
-      return LexedToken::Stray;
-    default:
-      return LexedToken::Punct;
-    }
-  };
   for (std::unique_ptr<Token> T = Lexer.nextToken(); T->getType() != Token::EOF; T = Lexer.nextToken()) {
     llvm::SMRange R = Loc.range(T.get());
-    Out.push_back(
-        {KindOf(T->getType()), size_t(R.Start.getPointer() - Text.data()), size_t(R.End.getPointer() - Text.data())});
+    Out.push_back({tokenKind(T->getType()), size_t(R.Start.getPointer() - Text.data()),
+                   size_t(R.End.getPointer() - Text.data())});
   }
   return Out;
 }
