@@ -371,17 +371,7 @@ StringRef quietCategory(StringRef Key, const Value &V) {
   if (Section == "dist")
     return "process-group setup";
   if (In({"model", "optimizer", "ddp", "mixed_precision", "comm_overlap"}))
-    return "model and optimizer settings that do not change what moec checks or predicts";
-  return "";
-}
-
-StringRef sectionReason(StringRef Key) {
-  for (StringRef S : {"logger.", "checkpoint.", "scheduler.", "tokenizer.", "profiling.", "ft.", "straggler.",
-                      "inprocess_restart.", "peft.", "env_vars."})
-    if (Key.startswith(S))
-      return "run bookkeeping (logging, checkpoints, schedule, tokenizer, profiling); not part of a .moe recipe";
-  if (Key.startswith("train.") || Key.startswith("dataset."))
-    return "a training-loop or data setting that no .moe field takes";
+    return "model and optimizer settings moec does not model";
   return "";
 }
 
@@ -1419,18 +1409,15 @@ private:
         continue;
       StringRef Why = knownReason(E.Key);
       StringRef Category = Why.empty() ? quietCategory(E.Key, E.V) : "";
-      if (Why.empty())
-        Why = sectionReason(E.Key);
-      if (Why.empty())
-        Why = "no .moe field corresponds to it";
       if (Category.empty()) {
-        unmapped(E, Why);
+        unmapped(E, Why.empty() ? "no .moe field corresponds to it" : Why);
         continue;
       }
       E.Used = true;
       ++Quiet[Category.str()];
       message(ImportMessage::Kind::Warning, E,
-              fmt::format("'{}' = {} has no .moe equivalent: {}", E.Key, renderPlain(E.V), Why.str()));
+              fmt::format("'{}' = {} has no .moe equivalent: {}, which changes nothing moec checks or predicts", E.Key,
+                          renderPlain(E.V), Category.str()));
       Res.Messages.back().QuietCategory = Category.str();
     }
     if (Quiet.empty())

@@ -51,18 +51,19 @@ std::vector<Sema::DefinitionRef> Sema::definitions() const {
   return Refs;
 }
 
+static const DefInfo *infoOf(const SemaImpl &S, const ast::Definition *D) {
+  auto It = llvm::find_if(S.Defs, [&](const DefInfo &Info) { return Info.AST == D; });
+  return It == S.Defs.end() ? nullptr : &*It;
+}
+
 const ModelSpec *Sema::loweredModel(const ast::Definition *D) const {
-  for (const DefInfo &Info : Impl->Defs)
-    if (Info.AST == D)
-      return Info.Model ? Info.Model.getPointer() : nullptr;
-  return nullptr;
+  const DefInfo *Info = infoOf(*Impl, D);
+  return Info && Info->Model ? Info->Model.getPointer() : nullptr;
 }
 
 const GpuSpec *Sema::loweredGpu(const ast::Definition *D) const {
-  for (const DefInfo &Info : Impl->Defs)
-    if (Info.AST == D)
-      return Info.Gpu ? Info.Gpu.getPointer() : nullptr;
-  return nullptr;
+  const DefInfo *Info = infoOf(*Impl, D);
+  return Info && Info->Gpu ? Info->Gpu.getPointer() : nullptr;
 }
 
 std::shared_ptr<const BuiltinCatalog> BuiltinCatalog::parse(DiagnosticEngine &Diags, const ParseLimits &Limits) {

@@ -29,6 +29,7 @@ import contextlib
 import importlib
 import io
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -87,22 +88,18 @@ def normalize(v):
 
 
 def layout_string(v):
-    """A layout as one string (its list form joined), so the two forms compare."""
+    """A layout as one string with its runs spelled out (`t*4` and `(t*4|)*3` expanded as Megatron's
+    layout parser does, the list form joined), so that the two forms compare."""
     if isinstance(v, list):
         sym = {"embedding": "E", "decoder": "t", "mtp": "m", "loss": "L"}
         return "|".join("".join(sym.get(str(x), "?") for x in stage) for stage in v)
     if isinstance(v, str):
-        out, i = [], 0
-        import re
-        # Expand `t*4` and `(t*4|)*3` as Megatron's layout parser does.
-        def expand(s):
-            while True:
-                m = re.search(r"\(([^()]*)\)\*(\d+)", s)
-                if not m:
-                    break
-                s = s[:m.start()] + m.group(1) * int(m.group(2)) + s[m.end():]
-            return re.sub(r"([a-zA-Z])\*(\d+)", lambda m: m.group(1) * int(m.group(2)), s)
-        return expand(v)
+        while True:
+            m = re.search(r"\(([^()]*)\)\*(\d+)", v)
+            if not m:
+                break
+            v = v[:m.start()] + m.group(1) * int(m.group(2)) + v[m.end():]
+        return re.sub(r"([a-zA-Z])\*(\d+)", lambda m: m.group(1) * int(m.group(2)), v)
     return v
 
 

@@ -254,7 +254,6 @@ TEST(ReportFigures, ScheduleBoxesTakeThePlannersStageTimes) {
   Plan P = planOf(OneF1B);
   const StepTimeBreakdown &T = P.Time;
   ASSERT_EQ(T.StageForwardSec.size(), 2u);
-  // Over the ranks' chunks the stage times are the rank's busy time.
   std::string Fig = figure(writeScheduleFigure, P);
   EXPECT_EQ(Fig.find("equal units"), std::string::npos);
   // The last stage's backward box is as much wider than its forward box as
