@@ -322,6 +322,12 @@ private:
       // A backend alone is a no-op: it takes effect only with flex (rule 17).
       set("model.moe_token_dispatcher_type", Value::string("flex"), "dispatcher");
       set("model.moe_flex_dispatcher_backend", Value::string(enumName(R.Dispatch)), "dispatcher");
+      // Megatron-Core 0.16.1 keeps one SM budget per backend
+      // (transformer_config.py:722,725); later releases read these two as
+      // deprecated spellings of moe_flex_dispatcher_num_sms.
+      if (M.DispatcherSms)
+        set(R.Dispatch == Dispatcher::DeepEP ? "model.moe_deepep_num_sms" : "model.moe_hybridep_num_sms",
+            Value::integer(*M.DispatcherSms), "moe.dispatcher_sms");
       break;
     }
     set("model.moe_shared_expert_overlap", Value::boolean(M.SharedExpertOverlap), "moe.shared_expert_overlap");

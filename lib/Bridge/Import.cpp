@@ -341,7 +341,7 @@ StringRef knownReason(StringRef Key) {
       .Case("model.moe_router_force_load_balancing",
             "forced load-balanced routing is for benchmarks; moec plans natural dropless routing")
       .Cases("model.moe_flex_dispatcher_num_sms", "model.moe_hybridep_num_sms", "model.moe_deepep_num_sms",
-             "SMs given to the dispatcher kernels: a kernel tuning knob moec does not model")
+             "SMs of a fused dispatcher backend the recipe does not use")
       .Cases("model.moe_paged_stash", "model.moe_expert_rank_capacity_factor",
              "paged stash and per-rank expert capacity have no .moe field")
       .Cases("model.moe_permute_fusion", "model.moe_router_fusion", "model.apply_rope_fusion",
@@ -1107,9 +1107,10 @@ private:
         unmapped(*Backend, "a flex backend has no effect with the " + T.str() + " dispatcher (Bridge rule 17)");
     } else if (T == "flex") {
       StringRef B = Backend ? StringRef(Backend->V.S) : "";
-      if (B == "deepep" || B == "hybridep")
+      if (B == "deepep" || B == "hybridep") {
         emit("", fmt::format("dispatcher = {}", B.str()));
-      else if (!Backend) {
+        dispatcherSms(B);
+      } else if (!Backend) {
         // Flex with no backend falls back to alltoall (rule 18).
         emit("", "dispatcher = alltoall");
         note("moe_token_dispatcher_type = flex without a backend runs alltoall; written as dispatcher = alltoall");
@@ -1139,6 +1140,16 @@ private:
       emit("moe", "overlap_ep_comm = true");
     if (auto V = flag("comm_overlap.delay_wgrad_compute"); V && *V)
       emit("moe", "delay_wgrad = true");
+  }
+
+  /// The SMs of the fused backend in use: its own 0.16.1 field
+  /// (transformer_config.py:722,725), else the unified
+  /// moe_flex_dispatcher_num_sms of later releases.
+  void dispatcherSms(StringRef Backend) {
+    llvm::Optional<int64_t> Flex = count("model.moe_flex_dispatcher_num_sms");
+    llvm::Optional<int64_t> Own = count(("model.moe_" + Backend + "_num_sms").str());
+    if (llvm::Optional<int64_t> Sms = Own ? Own : Flex)
+      emit("moe", fmt::format("dispatcher_sms = {}", *Sms));
   }
 
   void recompute() {

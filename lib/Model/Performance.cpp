@@ -56,6 +56,15 @@ double paddedVocab(const ModelSpec &M, int64_t TP) {
   return double((M.Vocab + Multiple - 1) / Multiple * Multiple);
 }
 
+/// Probability that none of Draws distinct items, drawn uniformly from
+/// Total, falls among Marked of them (hypergeometric).
+double missAll(double Total, double Marked, double Draws) {
+  double P = 1;
+  for (double I = 0; I < Draws; ++I)
+    P *= std::max(0.0, Total - Marked - I) / (Total - I);
+  return P;
+}
+
 using AttnKind = MixerKind;
 /// Forward FLOPs per token of one layer, by module (Megatron's counting).
 struct LayerFlops {
@@ -236,9 +245,53 @@ VisionFlops visionFlopsPerImage(const ModelSpec &M, double Patches, const Calibr
 // Step time
 //===----------------------------------------------------------------------===//
 
+/// One MoE layer of the EP-overlap schedule (Megatron-Core 0.16.1
+/// model_chunk_schedule_plan.py:190-252, TransformerLayerSchedulePlan.run):
+/// the forward of one micro batch and the backward of another share the
+/// layer, compute on one stream and the four EP exchanges on another,
+///
+///   comm:    combine_bwd | dispatch_fwd | dispatch_bwd        | combine_fwd
+///   compute: attn_fwd    | mlp_bwd      | (mlp_wgrad) mlp_fwd | attn_bwd
+///
+/// each exchange waiting for the compute that produces its input and each
+/// compute for the exchange that feeds it. Both streams are idle at the
+/// layer boundary (the next layer's attn_fwd needs combine_fwd, its
+/// combine_bwd needs attn_bwd), so a layer is its own makespan. Returns the
+/// seconds the exchanges add to the compute.
+struct OverlappedLayer {
+  double AttnFwd = 0, MlpFwd = 0, MlpBwd = 0, MlpWgrad = 0, AttnBwd = 0, Exchange = 0;
+  double exposed() const {
+    double X = Exchange;
+    double CombineBwd = X, AttnF = AttnFwd; // both start at the layer boundary
+    double MlpB = std::max(AttnF, CombineBwd) + MlpBwd;
+    double DispatchF = std::max(AttnF, CombineBwd) + X;
+    double Wgrad = MlpB + MlpWgrad; // delay_wgrad_compute splits it out
+    double DispatchB = std::max(DispatchF, MlpB) + X;
+    double MlpF = std::max(Wgrad, DispatchF) + MlpFwd;
+    double CombineF = std::max(DispatchB, MlpF) + X;
+    double AttnB = std::max(MlpF, DispatchB) + AttnBwd;
+    double Compute = AttnFwd + MlpBwd + MlpWgrad + MlpFwd + AttnBwd;
+    return std::max(CombineF, AttnB) - Compute;
+  }
+};
+
+/// Share of a pipeline rank's micro batches whose forward runs paired with
+/// another's backward under EP overlap: the warm-up forwards and cool-down
+/// backwards run alone (schedules.py get_pp_rank_microbatches: interleaved
+/// warm-up (PP - rank - 1) x 2 + (VPP - 1) x PP, plus one under EP overlap;
+/// combined_1f1b_schedule_for_no_pipelining pairs all but one without PP).
+double pairedShare(int64_t Microbatches, int64_t PP, int64_t VPP, int64_t Rank) {
+  double Total = double(std::max<int64_t>(Microbatches, 1) * std::max<int64_t>(VPP, 1));
+  double Warmup = 1;
+  if (PP > 1)
+    Warmup = VPP > 1 ? double((PP - Rank - 1) * 2 + (VPP - 1) * PP + 1) : double(PP - Rank);
+  return std::max(0.0, Total - std::min(Warmup, Total)) / Total;
+}
+
 /// Per-token costs of one layer, in seconds per token a GPU handles.
 struct LayerTime {
   double GpuFwd = 0;          // forward GPU time (GEMM + core + memory-bound)
+  double ExpertFwd = 0;       // the routed experts' part of it (between dispatch and combine)
   double Recompute = 0;       // forward work redone in the backward
   double RecomputeEpFrac = 0; // fraction of the forward EP exchanges redone
   double RecomputeHost = 0;   // fraction of the forward host time redone
@@ -304,6 +357,7 @@ private:
   }
   LayerTime layerTime(const LayerShape &S, const LayerFlops &F, const LayerMemory &E) const;
   double epExchangeSeconds() const;            // one dispatch (or combine), one micro batch
+  double epSmShare() const;                    // share of the SMs the EP kernels occupy
   double tpSeconds(const LayerShape &S) const; // all TP traffic of a layer, one micro batch
   double cpSeconds(const LayerShape &S, double &Hideable) const;
   void paramsOf(const std::vector<LayoutStage> &Stages, const std::vector<int64_t> &First, int64_t Rank, double &Dense,
@@ -349,6 +403,8 @@ LayerTime StepModel::layerTime(const LayerShape &S, const LayerFlops &F, const L
   double Mem = mem(E.total()) + (S.Mtp ? mem(3 * Vocab) : 0);
   LayerTime T;
   T.GpuFwd = Gemm + Core + Mem;
+  if (S.MoE)
+    T.ExpertFwd = F.Experts / ExpertRate + mem(E.MoeAct);
 
   switch (R.Recompute.Kind) {
   case RecomputeKind::None:
@@ -389,6 +445,14 @@ LayerTime StepModel::layerTime(const LayerShape &S, const LayerFlops &F, const L
   return T;
 }
 
+double StepModel::epSmShare() const {
+  int64_t Sms = C.NcclSms;
+  if (R.Dispatch == Dispatcher::DeepEP || R.Dispatch == Dispatcher::HybridEP)
+    Sms = R.MoE.DispatcherSms ? *R.MoE.DispatcherSms : (R.Dispatch == Dispatcher::DeepEP ? C.DeepEpSms : C.HybridEpSms);
+  int64_t Total = R.Gpu.Multiprocessors > 0 ? R.Gpu.Multiprocessors : C.DefaultMultiprocessors;
+  return std::min(1.0, double(Sms) / double(Total));
+}
+
 double StepModel::epExchangeSeconds() const {
   if (!M.MoE || EP <= 1)
     return 0;
@@ -414,28 +478,22 @@ double StepModel::epExchangeSeconds() const {
     NetBytes = All * (Peers - Local) / Peers;
     break;
   }
-  case Dispatcher::HybridEP: {
-    // Every routed copy that leaves the NVLink domain crosses the network
-    // (A 4.1: HybridEP over IB on H100 reaches 36-58 GB/s of algorithm
-    // bandwidth, the NIC rate, not a deduplicated multiple of it).
-    NvlEff = C.HybridEpEfficiency;
-    double All = Tokens * K * H * ActBytes;
-    NvlBytes = All * (Local - 1) / Peers;
-    NetBytes = All * (Peers - Local) / Peers;
-    break;
-  }
+  case Dispatcher::HybridEP:
   case Dispatcher::DeepEP: {
-    NvlEff = C.DeepEpEfficiency;
+    // Both fused dispatchers send a token once per remote NVLink domain that
+    // holds one of its experts and fan it out over NVLink there; combine
+    // reduces inside the domain before the copy goes back. DeepEP's
+    // internode kernels (tests/test_internode.py counts RDMA bytes per
+    // unique (token, node)) and HybridEP (tests/test_hybrid_ep.py,
+    // count_rdma_send_from_routing_map) alike; A 4.1 reports both at the NIC
+    // rate on those bytes. The fan-out loads NVLink with the copies for the
+    // other GPUs of the receiving domain.
+    NvlEff = R.Dispatch == Dispatcher::HybridEP ? C.HybridEpEfficiency : C.DeepEpEfficiency;
     double All = Tokens * K * H * ActBytes;
     NvlBytes = All * (Local - 1) / Peers;
-    // DeepEP's internode kernels send a token once per remote node that
-    // holds one of its top-k experts and fan it out over NVLink there
-    // (A 4.1: internode RDMA 43-58 GB/s, the NIC rate, on deduplicated
-    // bytes); the fan-out loads NVLink with the copies for the other GPUs
-    // of that node.
     if (Domains > 1) {
-      double HitOne = 1 - std::pow(1 - 1 / Domains, K);
-      NetBytes = Tokens * H * ActBytes * (Domains - 1) * HitOne;
+      double RemoteHits = domainsReached(*M.MoE, int64_t(Domains)) * (Domains - 1) / Domains;
+      NetBytes = Tokens * H * ActBytes * RemoteHits;
       NvlBytes += All * (Peers - Local) / Peers * (Local - 1) / Local;
     }
     break;
@@ -572,7 +630,7 @@ StepTimeBreakdown StepModel::run() {
   const int64_t VPP = Split.VPP;
 
   const double Ep = epExchangeSeconds();
-  const double EpExposed = R.MoE.OverlapEpComm ? 1 - C.CommOverlap : 1;
+  const double EpSmShare = epSmShare();
   const double TpExposed = R.Parallel.TpCommOverlap ? 1 - C.CommOverlap : 1;
 
   // Per pipeline rank, one micro batch.
@@ -607,10 +665,27 @@ StepTimeBreakdown StepModel::run() {
     double CoreTrain = FlopsFactor * F.AttnCore / (PeakBf16 * C.AttentionEfficiency) * N;
     // Only the ring part (Hide of CpRaw) overlaps with the attention core.
     double Cp = CpRaw * (1 - Hide) + std::max(0.0, CpRaw * Hide - CoreTrain);
-    // Overlapped EP exchanges hide behind the compute of another micro
-    // batch's pass of the same layer, but never more than CommOverlap of it.
+    // Under EP overlap a micro batch's exchanges hide behind another's
+    // compute of the same layer, as far as the schedule's dependencies let
+    // them, on the micro batches that run paired.
     double EpRaw = S.MoE ? 4 * Ep : 0;
-    double EpT = R.MoE.OverlapEpComm ? std::max(EpRaw * EpExposed, EpRaw - C.CommOverlap * (GpuF + GpuB)) : EpRaw;
+    double EpT = EpRaw;
+    if (R.MoE.OverlapEpComm && S.MoE) {
+      OverlappedLayer O;
+      O.Exchange = Ep;
+      O.MlpFwd = T.ExpertFwd * N;
+      O.AttnFwd = GpuF - O.MlpFwd;
+      double MlpBwd = Bwd * O.MlpFwd;
+      O.MlpWgrad = R.MoE.DelayWgrad && Bwd > 1 ? (Bwd - 1) * O.MlpFwd : 0;
+      O.MlpBwd = MlpBwd - O.MlpWgrad;
+      O.AttnBwd = GpuB - MlpBwd;
+      double Paired = pairedShare(Mb, PP, VPP, int64_t(Virtual % size_t(PP)));
+      // While an exchange hides, the compute it hides behind runs on the
+      // SMs the EP kernels leave: the hidden time costs that share again.
+      double Exposed = O.exposed();
+      Exposed += EpSmShare * (EpRaw - Exposed);
+      EpT = Paired * Exposed + (1 - Paired) * EpRaw;
+    }
     double EpRec = S.MoE ? 2 * Ep * (EpRaw > 0 ? EpT / EpRaw : 1) * T.RecomputeEpFrac : 0;
     double TpRec = R.Recompute.Kind == RecomputeKind::Full ? Tp / 2 : 0;
     // Host issue time of the layer's forward and backward.
@@ -816,4 +891,23 @@ FlopCount moec::countFlops(const Recipe &R) { return countFlopsWith(R, Calibrati
 StepTimeBreakdown moec::predictStepTime(const Recipe &R, const PipelinePlan &P, const Calibration &C,
                                         const MemoryEstimate *Memory) {
   return StepModel(R, P, C, Memory).run();
+}
+
+double moec::domainsReached(const MoESpec &MoE, int64_t Domains) {
+  double D = double(std::max<int64_t>(Domains, 1)), E = double(MoE.Experts), K = double(MoE.TopK);
+  if (D <= 1 || E <= 0)
+    return 1;
+  // Group-limited routing (Megatron-Core 0.16.1 moe_utils.py
+  // group_limited_topk): a token's experts come from group_top_k of the
+  // groups, each scored by its best top_k / group_top_k experts, so every
+  // chosen group holds some. Groups are runs of consecutive experts, as EP
+  // places them, so a domain holds whole groups or a group whole domains.
+  if (MoE.Groups && MoE.GroupTopK && *MoE.Groups > 1) {
+    double G = double(*MoE.Groups), Kg = double(*MoE.GroupTopK);
+    if (*MoE.Groups % Domains == 0)
+      return D * (1 - missAll(G, G / D, Kg));
+    if (Domains % *MoE.Groups == 0)
+      return Kg * (D / G) * (1 - missAll(Kg * E / G, E / D, K));
+  }
+  return D * (1 - missAll(E, E / D, K));
 }

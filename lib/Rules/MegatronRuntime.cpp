@@ -223,6 +223,15 @@ void check_shared_expert_overlap_flex(RuleContext &C) {
   }
 }
 
+void check_dispatcher_sms_unused(RuleContext &C) {
+  const Recipe &R = C.R;
+  if (R.MoE.DispatcherSms && !isFlex(R.Dispatch)) {
+    auto B =
+        C.report(diag::dispatcher_sms_unused, "moe.dispatcher_sms", *R.MoE.DispatcherSms, dispatcherName(R.Dispatch));
+    C.fixit(B, "dispatcher", "hybridep");
+  }
+}
+
 void check_allgather_variable_length(RuleContext &C) {
   const Recipe &R = C.R;
   if (C.isMoE() && R.Dispatch == Dispatcher::AllGather && R.VariableLength) {

@@ -176,6 +176,7 @@ const GpuSpec *SemaImpl::lowerGpu(DefInfo &D) {
   G.Bf16Flops = R.real("bf16");
   G.Fp8Flops = R.optReal("fp8");
   G.Fp4Flops = R.optReal("fp4");
+  G.Multiprocessors = R.count("multiprocessors", 0);
   G.GpusPerNode = R.count("gpus_per_node", 1);
   G.NVLinkDomain = R.count("nvlink_domain", 1);
   G.NVLinkBytesPerSec = R.real("nvlink");
@@ -404,6 +405,7 @@ llvm::Optional<Recipe> SemaImpl::lowerRecipe(Scope &Sc, std::string PointName) {
   MC.OverlapEpComm = R.boolean("moe.overlap_ep_comm");
   MC.DelayWgrad = R.boolean("moe.delay_wgrad");
   MC.SharedExpertOverlap = R.boolean("moe.shared_expert_overlap");
+  MC.DispatcherSms = R.optCount("moe.dispatcher_sms");
   MC.RouterPrecision = R.enumValue<RouterDtype>("moe.router_dtype");
   MC.GroupedGemm = R.boolean("moe.grouped_gemm");
   OptimizerConfig &O = Out.Optimizer;

@@ -106,6 +106,9 @@ const FieldSpec RecipeFields[] = {
           "overlap expert-parallel all-to-all with computation of another micro batch"),
     FIELD(Recipe, "moe.delay_wgrad", Bool, Default, "false", 0, 0, {},
           "delay expert weight-gradient computation to overlap it with communication"),
+    COUNT(Recipe, "moe.dispatcher_sms", Optional, "", 1,
+          "SMs the deepep or hybridep kernels take (Megatron moe_deepep_num_sms, moe_hybridep_num_sms; unset: 20 "
+          "for deepep, 16 for hybridep)"),
     FIELD(Recipe, "moe.shared_expert_overlap", Bool, Default, "false", 0, 0, {},
           "overlap shared-expert computation with token dispatch"),
     FIELD(Recipe, "moe.router_dtype", Enum, Default, "fp32", 0, 0, RouterDtypeValues, "router computation precision"),
@@ -193,6 +196,9 @@ const FieldSpec GpuFields[] = {
     FIELD(Gpu, "bf16", FlopRate, Required, "", 1, NoMax, {}, "dense BF16 peak"),
     FIELD(Gpu, "fp8", FlopRate, Optional, "", 1, NoMax, {}, "dense FP8 peak"),
     FIELD(Gpu, "fp4", FlopRate, Optional, "", 1, NoMax, {}, "dense FP4 peak"),
+    COUNT(Gpu, "multiprocessors", Optional, "", 1,
+          "streaming multiprocessors per GPU (unset: 132, an H100); EP kernels overlapped with compute take their "
+          "share"),
     COUNT(Gpu, "gpus_per_node", Required, "", 1, "GPUs per node"),
     COUNT(Gpu, "nvlink_domain", Required, "", 1, "GPUs in one NVLink domain"),
     FIELD(Gpu, "nvlink", Bandwidth, Required, "", 1, NoMax, {}, "NVLink bandwidth per GPU per direction"),

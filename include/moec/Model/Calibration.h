@@ -63,11 +63,21 @@ struct Calibration {
   // overlap is on (bucketed reduce-scatter / all-gather, A 5; Megatron
   // overlaps all but the last bucket).
   double GradOverlap = 0.80;
-  // Fraction of EP all-to-all time hidden when the recipe overlaps it with
-  // compute (overlap_ep_comm: the forward of one micro batch against the
-  // backward of another), of TP collectives under tp_comm_overlap, and of
-  // PP sends with interleaving (VPP > 1).
+  // Fraction of TP collective time hidden under tp_comm_overlap, and of PP
+  // sends with interleaving (VPP > 1). (EP overlap follows its schedule,
+  // lib/Model/Performance.cpp OverlappedLayer.)
   double CommOverlap = 0.70;
+  // SMs the EP kernels occupy while they overlap another micro batch's
+  // compute, which runs on the rest. DeepEP and HybridEP: Megatron-Core
+  // 0.16.1 defaults moe_deepep_num_sms = 20, moe_hybridep_num_sms = 16
+  // (transformer_config.py:722,725) unless the recipe sets moe.dispatcher_sms.
+  // NCCL all-to-all (alltoall, allgather): one CTA per channel, NCCL's
+  // default of up to 32 point-to-point channels (an assumption: NCCL picks
+  // the count at run time). GPUs that do not say: an H100's 132 SMs.
+  int64_t DeepEpSms = 20;
+  int64_t HybridEpSms = 16;
+  int64_t NcclSms = 32;
+  int64_t DefaultMultiprocessors = 132;
   // Host (CPU) time to issue one decoder layer's kernels for one micro batch,
   // forward and backward. A layer's forward cannot run ahead of the host
   // across a dropless MoE layer (the dispatcher synchronises on the token

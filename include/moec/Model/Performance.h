@@ -66,6 +66,12 @@ struct StepTimeBreakdown {
   /// rank's chunks they add up to its busy time per micro batch.
   std::vector<double> StageForwardSec, StageBackwardSec;
 };
+/// Expected number of NVLink domains of an EP group (domains holding equal
+/// runs of consecutive experts) that one token's routed experts reach, its
+/// own included, under uniform (force-balanced) routing and the model's
+/// group-limited routing.
+double domainsReached(const MoESpec &MoE, int64_t Domains);
+
 /// Memory, when given, is the estimate for the same recipe and plan (the
 /// step model reads the bytes fine-grained activation offload moves); when
 /// null it is computed here if the recipe offloads modules.

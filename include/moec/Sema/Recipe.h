@@ -69,6 +69,7 @@ struct GpuSpec {
   std::string Name;
   GpuArch Arch = GpuArch::Hopper;
   int64_t SM = 0;
+  int64_t Multiprocessors = 0; // 0 when the system does not say
   double MemoryBytes = 0, HbmBytesPerSec = 0;
   double Bf16Flops = 0;
   llvm::Optional<double> Fp8Flops, Fp4Flops;
@@ -133,6 +134,7 @@ struct MoERuntimeConfig {
   bool OverlapEpComm = false;
   bool DelayWgrad = false;
   bool SharedExpertOverlap = false;
+  llvm::Optional<int64_t> DispatcherSms; // unset: Megatron's default for the dispatcher
   RouterDtype RouterPrecision = RouterDtype::FP32;
   bool GroupedGemm = true;
   bool dropAndPad() const { return CapacityFactor && PadToCapacity; }
