@@ -10,6 +10,7 @@
 #include "moec/Bridge/BridgeValue.h"
 #include "moec/Bridge/Export.h"
 #include "moec/Diag/DiagnosticEngine.h"
+#include "moec/Format/Formatter.h"
 #include "moec/Sema/Sema.h"
 #include "moec/Sema/TargetDefaults.h"
 #include "moec/Syntax/Parser.h"
@@ -92,6 +93,29 @@ const CatalogInfo &catalog() {
 
 const std::vector<ModelSpec> &bridge::catalogModels() { return catalog().Models; }
 const std::vector<GpuSpec> &bridge::catalogGpus() { return catalog().Gpus; }
+
+namespace {
+/// Lowers a model definition written by the importer exactly as Sema lowers
+/// a user's (defaults, derived fields, checks); the messages when it fails.
+llvm::Optional<ModelSpec> lowerModelDefinition(StringRef Definition, StringRef Name, std::string &Messages) {
+  llvm::SourceMgr SM;
+  std::string Text = Definition.str() + fmt::format("recipe probe {{ model = {}; cluster {{ gpu = cpu; nodes = 1 }}; "
+                                                    "seq_len = 64; batch {{ micro = 1; global = 2 }} }}\n",
+                                                    Name.str());
+  DiagnosticEngine Diags(SM);
+  SemaOptions Opts;
+  Opts.Catalog = BuiltinCatalog::parse(Diags);
+  Sema S(Diags, Opts);
+  S.loadBuffer(llvm::MemoryBuffer::getMemBufferCopy(Text, "<imported model>"));
+  std::vector<Recipe> Recipes = S.analyze();
+  for (const Diagnostic &D : Diags.finish())
+    if (D.Sev == Severity::Error)
+      Messages += (Messages.empty() ? "" : "; ") + D.Message;
+  if (!Messages.empty() || Recipes.empty())
+    return llvm::None;
+  return Recipes.front().Model;
+}
+} // namespace
 
 //===----------------------------------------------------------------------===//
 // Reading the text.
@@ -455,7 +479,8 @@ private:
   // .moe entries by section ("" for top level), in output order.
   std::vector<std::pair<std::string, std::vector<std::string>>> Out;
   std::vector<std::string> Comments;
-  std::string ModelDefinition; // a model extending the catalog's, when needed
+  std::string ModelDefinition;        // a model extending the catalog's, when needed
+  llvm::Optional<ModelSpec> OwnModel; // the model defineModel lowered
 
   void message(ImportMessage::Kind K, const Entry &E, std::string Msg) {
     Res.Messages.push_back({K, E.Key, std::move(Msg), E.Line, E.Column, ""});
@@ -694,6 +719,9 @@ private:
         return;
       }
       Model = &*Named;
+    } else if (!Wanted.empty() && !Match && AnyArch) {
+      defineModel(sanitizeName(Wanted));
+      return;
     } else if (!Wanted.empty() && !Match) {
       // A user model the catalog cannot rebuild: the recipe names it and
       // its definition has to come with it.
@@ -702,6 +730,12 @@ private:
           fmt::format("model '{}' is not in the built-in catalog; import its definition into the recipe file", Wanted));
       for (StringRef K : architectureKeys())
         get(K);
+      return;
+    } else if (!Match && AnyArch && Why.rfind("no catalog model", 0) == 0) {
+      std::string Stem = Rd.Header.count("recipe")  ? Rd.Header["recipe"]
+                         : !Opts.SourceName.empty() ? llvm::sys::path::stem(Opts.SourceName).str()
+                                                    : "imported";
+      defineModel(sanitizeName(Stem + "_model"));
       return;
     } else if (!Match) {
       globalError(AnyArch ? Why + "; choose the model with --model NAME (a .moe model definition)"
@@ -736,6 +770,124 @@ private:
       ModelName = Name;
       Res.ModelFromCatalog = false;
     }
+  }
+
+  /// A model no catalog entry describes, written as a .moe model definition
+  /// from the configuration's architecture fields and lowered by Sema like
+  /// a user's; what the schema cannot say stays a warning.
+  void defineModel(std::string Name) {
+    std::vector<std::string> Lines;
+    auto Int = [&](StringRef Key) -> llvm::Optional<int64_t> { return count(Key, 0); };
+    auto Field = [&](StringRef Key, StringRef Moe) {
+      if (auto V = Int(Key))
+        Lines.push_back(fmt::format("{} = {}", Moe.str(), *V));
+    };
+    for (StringRef Key : {"model.num_layers", "model.hidden_size", "model.num_attention_heads", "model.vocab_size"})
+      if (!peek(Key) || peek(Key)->V.K != Value::Kind::Int) {
+        globalError(fmt::format("no catalog model has this architecture, and '{}' is missing, so the importer "
+                                "cannot define one; give the model with --model NAME",
+                                Key.str()));
+        return;
+      }
+    Field("model.num_layers", "layers");
+    Field("model.hidden_size", "hidden");
+    Field("model.ffn_hidden_size", "ffn_hidden");
+    Field("model.num_attention_heads", "heads");
+    Field("model.num_query_groups", "kv_heads");
+    Field("model.vocab_size", "vocab");
+    auto MlaFlag = flag("model.multi_latent_attention");
+    bool Mla = (MlaFlag && *MlaFlag) || peek("model.kv_lora_rank");
+    if (Mla) {
+      // MLA's nominal head_dim; its real dimensions are in mla(...).
+      if (auto Q = Int("model.qk_head_dim"))
+        Lines.push_back(fmt::format("head_dim = {}", *Q));
+      get("model.kv_channels");
+      std::vector<std::string> Args;
+      for (auto [Key, Arg] : {std::pair<StringRef, StringRef>{"model.q_lora_rank", "q_lora_rank"},
+                              {"model.kv_lora_rank", "kv_lora_rank"},
+                              {"model.qk_head_dim", "qk_head_dim"},
+                              {"model.qk_pos_emb_head_dim", "qk_rope_head_dim"},
+                              {"model.v_head_dim", "v_head_dim"}})
+        if (auto V = Int(Key))
+          Args.push_back(fmt::format("{} = {}", Arg.str(), *V));
+      Lines.push_back("attention = mla(" + llvm::join(Args, ", ") + ")");
+      // qk_layernorm on MLA normalises the latent projections, which the MLA
+      // shape already counts.
+      get("model.qk_layernorm");
+    } else {
+      Field("model.kv_channels", "head_dim");
+      if (auto V = flag("model.qk_layernorm"); V && *V)
+        Lines.push_back("qk_norm = true");
+    }
+    Field("model.mtp_num_layers", "mtp_layers");
+    Field("model.max_position_embeddings", "max_seq_len");
+    std::vector<std::string> MoE;
+    if (auto Experts = Int("model.num_moe_experts")) {
+      MoE.push_back(fmt::format("experts = {}", *Experts));
+      auto Sub = [&](StringRef Key, StringRef Moe) {
+        if (auto V = Int(Key))
+          MoE.push_back(fmt::format("{} = {}", Moe.str(), *V));
+      };
+      Sub("model.moe_router_topk", "top_k");
+      Sub("model.moe_ffn_hidden_size", "ffn_hidden");
+      if (auto Shared = Int("model.moe_shared_expert_intermediate_size")) {
+        MoE.push_back("shared_experts = 1");
+        MoE.push_back(fmt::format("shared_ffn_hidden = {}", *Shared));
+      }
+      if (Entry *E = get("model.moe_layer_freq")) {
+        int64_t Layers = peek("model.num_layers")->V.I, Dense = -1;
+        if (E->V.K == Value::Kind::Int && E->V.I == 1)
+          Dense = 0;
+        else if (E->V.K == Value::Kind::List && int64_t(E->V.Items.size()) == Layers) {
+          Dense = 0;
+          while (Dense < Layers && E->V.Items[Dense] == Value::integer(0))
+            ++Dense;
+          for (int64_t L = Dense; L < Layers; ++L)
+            if (E->V.Items[L] != Value::integer(1))
+              Dense = -1, L = Layers;
+        }
+        if (Dense > 0)
+          MoE.push_back(fmt::format("dense_layers = {}", Dense));
+        else if (Dense < 0)
+          unmapped(*E, "the schema has leading dense layers then MoE layers only; the model is defined with "
+                       "MoE in every layer");
+      }
+      if (Entry *E = text("model.moe_router_score_function")) {
+        if (E->V.S == "sigmoid" || E->V.S == "softmax") {
+          if (E->V.S == "sigmoid")
+            MoE.push_back("router = sigmoid");
+        } else
+          unmapped(*E, "moe.router is softmax or sigmoid");
+      }
+      if (auto V = flag("model.moe_router_enable_expert_bias"); V && *V)
+        MoE.push_back("expert_bias = true");
+      if (auto V = flag("model.moe_router_pre_softmax"); V && *V)
+        MoE.push_back("pre_softmax = true");
+      Sub("model.moe_router_num_groups", "groups");
+      Sub("model.moe_router_group_topk", "group_top_k");
+    }
+    std::string Def = fmt::format("model {} {{\n  {}\n", Name, llvm::join(Lines, "\n  "));
+    if (!MoE.empty())
+      Def += fmt::format("  moe {{\n    {}\n  }}\n", llvm::join(MoE, "\n    "));
+    Def += "}\n";
+    std::string Messages;
+    llvm::Optional<ModelSpec> Spec = lowerModelDefinition(Def, Name, Messages);
+    if (!Spec) {
+      globalError(fmt::format("no catalog model has this architecture, and the model the importer defines from its "
+                              "fields is not valid: {}; give the model with --model NAME",
+                              Messages));
+      return;
+    }
+    OwnModel = std::move(*Spec);
+    Model = &*OwnModel;
+    ModelName = Name;
+    ModelDefinition = Def;
+    Res.ModelFromCatalog = false;
+    for (StringRef K : architectureKeys())
+      get(K);
+    note(fmt::format("no catalog model has this architecture; the recipe defines model '{}' from the "
+                     "configuration's architecture fields",
+                     Name));
   }
 
   /// Every architecture field export writes.
@@ -1496,18 +1648,23 @@ private:
     }
     S += "}\n";
     // What is written must parse: a recipe moec cannot read back is moec's
-    // error, and nothing is written.
+    // error, and nothing is written. It is written in moec fmt's layout.
     {
       llvm::SourceMgr SM;
       DiagnosticEngine Check(SM);
       unsigned ID = SM.AddNewSourceBuffer(llvm::MemoryBuffer::getMemBufferCopy(S, "<import>"), llvm::SMLoc());
-      if (!parseBuffer(ID, Check)) {
+      FormatResult Formatted = formatBuffer(ID, Check);
+      if (!Formatted.ok()) {
         std::vector<Diagnostic> Why = Check.finish();
-        globalError("internal error: the recipe moec import wrote does not parse (" +
-                    (Why.empty() ? std::string("no diagnostic") : Why.front().Message) +
+        globalError("internal error: the recipe moec import wrote does not " +
+                    std::string(Formatted.St == FormatResult::Status::SyntaxError ? "parse" : "format") + " (" +
+                    (!Formatted.Message.empty() ? Formatted.Message
+                     : Why.empty()              ? std::string("no diagnostic")
+                                                : Why.front().Message) +
                     "); please report it with the configuration");
         return;
       }
+      S = std::move(Formatted.Text);
     }
     Res.Source = std::move(S);
     Res.RecipeName = RecipeName;

@@ -218,7 +218,7 @@ TEST(BridgeImport, OverrideListWithUnmappedFields) {
   EXPECT_EQ(U[0]->Line, 2u);
   EXPECT_EQ(U[0]->Column, 38u);
   EXPECT_EQ(U[1]->Key, "logger.log_interval");
-  EXPECT_NE(I.Source.find("recompute  = selective(moe_act, layernorm)"), std::string::npos) << I.Source;
+  EXPECT_NE(I.Source.find("recompute = selective(moe_act, layernorm)"), std::string::npos) << I.Source;
   EXPECT_NE(I.Source.find("etp = 1"), std::string::npos) << I.Source; // Megatron: unset ETP is TP
   std::string Errors;
   ASSERT_EQ(lower(I.Source, &Errors).size(), 1u) << Errors << I.Source;
