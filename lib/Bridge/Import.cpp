@@ -777,7 +777,9 @@ private:
   /// a user's; what the schema cannot say stays a warning.
   void defineModel(std::string Name) {
     std::vector<std::string> Lines;
-    auto Int = [&](StringRef Key) -> llvm::Optional<int64_t> { return count(Key, 0); };
+    auto Int = [&](StringRef Key) -> llvm::Optional<int64_t> {
+      return count(Key, Key == "model.mtp_num_layers" ? 0 : 1);
+    };
     auto Field = [&](StringRef Key, StringRef Moe) {
       if (auto V = Int(Key))
         Lines.push_back(fmt::format("{} = {}", Moe.str(), *V));
@@ -878,6 +880,19 @@ private:
                               Messages));
       return;
     }
+    // Architecture the schema cannot say: the definition leaves it out.
+    auto Unsaid = [&](StringRef Key, auto Active, StringRef Why) {
+      if (Entry *E = get(Key); E && Active(E->V))
+        unmapped(*E, ("the model schema has no " + Why + "; the defined model leaves it out").str());
+    };
+    auto NotNull = [](const Value &V) { return V.K != Value::Kind::Null; };
+    auto True = [](const Value &V) { return V == Value::boolean(true); };
+    Unsaid("model.softmax_type", [](const Value &V) { return V != Value::string("vanilla"); },
+           "attention sinks (learned or fixed softmax offsets)");
+    Unsaid("model.window_size", NotNull, "sliding-window attention");
+    Unsaid("model.window_attn_skip_freq", NotNull, "sliding-window attention");
+    Unsaid("model.add_bias_linear", True, "linear-layer biases");
+    Unsaid("model.add_qkv_bias", True, "query/key/value biases");
     OwnModel = std::move(*Spec);
     Model = &*OwnModel;
     ModelName = Name;
