@@ -813,14 +813,11 @@ private:
         if (auto V = Int(Key))
           Args.push_back(fmt::format("{} = {}", Arg.str(), *V));
       Lines.push_back("attention = mla(" + llvm::join(Args, ", ") + ")");
-      // qk_layernorm on MLA normalises the latent projections, which the MLA
-      // shape already counts.
-      get("model.qk_layernorm");
     } else {
       Field("model.kv_channels", "head_dim");
-      if (auto V = flag("model.qk_layernorm"); V && *V)
-        Lines.push_back("qk_norm = true");
     }
+    if (auto V = flag("model.qk_layernorm"); V && *V)
+      Lines.push_back("qk_norm = true");
     Field("model.mtp_num_layers", "mtp_layers");
     Field("model.max_position_embeddings", "max_seq_len");
     std::vector<std::string> MoE;

@@ -157,7 +157,8 @@ const FieldSpec ModelFields[] = {
     COUNT(Model, "mtp_layers", Default, "0", 0, "multi-token-prediction layers"),
     COUNT(Model, "max_seq_len", Optional, "", 1, "maximum position embeddings"),
     FIELD(Model, "qk_norm", Bool, Default, "false", 0, 0, {},
-          "RMSNorm on queries and keys before attention (Megatron qk_layernorm; the Qwen3 family)"),
+          "RMSNorm on queries and keys before attention (Megatron qk_layernorm; the Qwen3 family); with MLA, the "
+          "norms of the query and key/value latents (DeepSeek-V3)"),
     FIELD(Model, "attention", Attention, Default, "gqa", 0, 0, {},
           "gqa, or mla(q_lora_rank, kv_lora_rank, qk_head_dim, qk_rope_head_dim, v_head_dim)"),
     COUNT(Model, "moe.experts", RequiredInSection, "", 1, "routed experts per MoE layer"),
