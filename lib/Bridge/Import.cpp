@@ -884,8 +884,9 @@ private:
     };
     auto NotNull = [](const Value &V) { return V.K != Value::Kind::Null; };
     auto True = [](const Value &V) { return V == Value::boolean(true); };
-    Unsaid("model.softmax_type", [](const Value &V) { return V != Value::string("vanilla"); },
-           "attention sinks (learned or fixed softmax offsets)");
+    Unsaid(
+        "model.softmax_type", [](const Value &V) { return V != Value::string("vanilla"); },
+        "attention sinks (learned or fixed softmax offsets)");
     Unsaid("model.window_size", NotNull, "sliding-window attention");
     Unsaid("model.window_attn_skip_freq", NotNull, "sliding-window attention");
     Unsaid("model.add_bias_linear", True, "linear-layer biases");

@@ -58,6 +58,15 @@ llvm::Expected<Plan> moec::buildPlan(const Recipe &R, llvm::StringRef SourceFile
   return std::move(P);
 }
 
+static json::Object scheduleJSON(const LrScheduleConfig &S) {
+  json::Object O{{"min_lr", S.MinLr}, {"warmup_steps", S.WarmupSteps}, {"decay", enumName(S.Decay).str()}};
+  if (S.Lr)
+    O["lr"] = *S.Lr;
+  if (S.DecaySteps)
+    O["decay_steps"] = *S.DecaySteps;
+  return O;
+}
+
 json::Value moec::recipeToJSON(const Recipe &R) {
   const ModelSpec &M = R.Model;
   json::Object Model{{"name", M.Name},   {"layers", M.Layers},       {"hidden", M.Hidden},
@@ -150,7 +159,8 @@ json::Value moec::recipeToJSON(const Recipe &R) {
                                                        : R.Optimizer.Kind == OptimizerKind::Muon ? "muon"
                                                                                                  : "adam"},
                                               {"distributed", R.Optimizer.Distributed},
-                                              {"offload_fraction", R.OffloadOptimizer}}},
+                                              {"offload_fraction", R.OffloadOptimizer},
+                                              {"schedule", scheduleJSON(R.Optimizer.Schedule)}}},
                    {"data", std::move(Data)}};
   if (R.Model.isVLM())
     Out["vision_frozen"] = R.VisionFrozen;

@@ -287,6 +287,44 @@ bool PlanParser::readConfig(const toml::table &Root) {
   if (!(*Fraction >= 0 && *Fraction <= 1))
     return fail(OPre + ".offload_fraction", fmt::format("must be between 0 and 1, got {}", *Fraction));
   P.Optimizer.OffloadFraction = *Fraction;
+
+  if (!O->contains("schedule"))
+    return true;
+  const std::string SPre = OPre + ".schedule";
+  const toml::table *S = table(*O, OPre, "schedule");
+  if (!S || !readInt(*S, SPre, "warmup_steps", P.Optimizer.WarmupSteps, 0) ||
+      !readOneOf(*S, SPre, "decay", P.Optimizer.Decay, {"constant", "linear", "cosine"}))
+    return false;
+  auto Real = [&](llvm::StringRef Key, bool Required, double Min) -> std::optional<double> {
+    const toml::node *N = field(*S, SPre, Key, Required);
+    if (!N)
+      return std::nullopt;
+    std::optional<double> V = N->value<double>();
+    if (!N->is_number() || !V) {
+      fail(join(SPre, Key), "expected a number");
+      return std::nullopt;
+    }
+    if (!(*V >= Min)) {
+      fail(join(SPre, Key), fmt::format("must be at least {}, got {}", Min, *V));
+      return std::nullopt;
+    }
+    return V;
+  };
+  std::optional<double> MinLr = Real("min_lr", true, 0);
+  if (!MinLr)
+    return false;
+  P.Optimizer.MinLr = *MinLr;
+  if (S->contains("lr")) {
+    P.Optimizer.Lr = Real("lr", true, 0);
+    if (!P.Optimizer.Lr || *P.Optimizer.Lr <= 0)
+      return P.Optimizer.Lr ? fail(SPre + ".lr", "must be positive") : false;
+  }
+  if (S->contains("decay_steps")) {
+    int64_t Steps = 0;
+    if (!readInt(*S, SPre, "decay_steps", Steps, 1))
+      return false;
+    P.Optimizer.DecaySteps = Steps;
+  }
   return true;
 }
 

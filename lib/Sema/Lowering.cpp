@@ -411,6 +411,11 @@ llvm::Optional<Recipe> SemaImpl::lowerRecipe(Scope &Sc, std::string PointName) {
   OptimizerConfig &O = Out.Optimizer;
   O.Kind = R.enumValue<OptimizerKind>("optimizer.type");
   O.Distributed = R.boolean("optimizer.distributed");
+  O.Schedule.Lr = R.optReal("optimizer.lr");
+  O.Schedule.MinLr = R.real("optimizer.min_lr");
+  O.Schedule.WarmupSteps = R.count("optimizer.warmup_steps");
+  O.Schedule.Decay = R.enumValue<LrDecay>("optimizer.decay");
+  O.Schedule.DecaySteps = R.optCount("optimizer.decay_steps");
   O.PrecisionAware = R.boolean("optimizer.precision_aware");
   O.OverlapGradReduce = R.boolean("optimizer.overlap_grad_reduce");
   O.OverlapParamGather = R.boolean("optimizer.overlap_param_gather");

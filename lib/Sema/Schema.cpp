@@ -25,6 +25,7 @@ const llvm::ArrayRef<llvm::StringLiteral> OrderValues = enumNames<RankOrder>();
 const llvm::ArrayRef<llvm::StringLiteral> FsdpImplValues = enumNames<FsdpImpl>();
 const llvm::ArrayRef<llvm::StringLiteral> RouterDtypeValues = enumNames<RouterDtype>();
 const llvm::ArrayRef<llvm::StringLiteral> OptimizerValues = enumNames<OptimizerKind>();
+const llvm::ArrayRef<llvm::StringLiteral> LrDecayValues = enumNames<LrDecay>();
 const llvm::ArrayRef<llvm::StringLiteral> GraphImplValues = enumNames<GraphImpl>();
 const llvm::ArrayRef<llvm::StringLiteral> OffloadModuleValues = enumNames<OffloadModule>();
 /// selective(...) also takes the seeds' shorthand (recompute-module-alias).
@@ -122,6 +123,16 @@ const FieldSpec RecipeFields[] = {
           "inputs of those modules in every layer (fine_grained_activation_offloading with offload_modules)"),
     COUNT(Recipe, "offload.activation_layers", Optional, "", 0, "layers whose activations are offloaded"),
     FIELD(Recipe, "optimizer.type", Enum, Default, "adam", 0, 0, OptimizerValues, "optimizer"),
+    FIELD(Recipe, "optimizer.lr", Number, Optional, "", 1e-12, NoMax, {},
+          "peak learning rate (Megatron lr; unset: moerun's --lr, 1e-3)"),
+    FIELD(Recipe, "optimizer.min_lr", Number, Default, "0", 0, NoMax, {},
+          "learning rate at the end of the decay and after it (Megatron min_lr)"),
+    COUNT(Recipe, "optimizer.warmup_steps", Default, "0", 0,
+          "steps of linear warm-up from 0 to optimizer.lr (Megatron lr_warmup_iters)"),
+    FIELD(Recipe, "optimizer.decay", Enum, Default, "constant", 0, 0, LrDecayValues,
+          "learning-rate decay after the warm-up (Megatron lr_decay_style)"),
+    COUNT(Recipe, "optimizer.decay_steps", Optional, "", 1,
+          "step at which the decay reaches optimizer.min_lr (Megatron lr_decay_iters; unset: the run's last step)"),
     FIELD(Recipe, "optimizer.distributed", Bool, Derived,
           "false under torch FSDP2 (parallel.fsdp with fsdp_impl = torch, which shards the optimizer state itself), "
           "else true",

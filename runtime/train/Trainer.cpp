@@ -96,6 +96,7 @@ struct Trainer::Impl final : public PipelineStage {
   std::shared_ptr<const TokenSource> Data;
   std::unique_ptr<PipelineExecutor> Executor;
   std::unique_ptr<AdamW> Optimizer;
+  LrSchedule Schedule;
   std::vector<PipelineOp> Ops;
   int64_t StepIndex = 0;                 ///< steps done
   std::map<int64_t, MicroBatch> Batches; ///< this step's, by local micro batch
@@ -186,6 +187,20 @@ struct Trainer::Impl final : public PipelineStage {
         Notes.push_back("optimizer offload: the CPU runtime keeps the whole "
                         "optimizer state in (host) memory");
     }
+    // The plan's schedule; its peak rate, when the plan sets none, is the
+    // caller's (moerun --lr).
+    const moec::LaunchOptimizer &O = Plan.Optimizer;
+    Schedule.Lr = Options.OptimizerFromPlan && O.Lr ? *O.Lr : AOpts.Lr;
+    if (Options.OptimizerFromPlan) {
+      Schedule.MinLr = O.MinLr;
+      Schedule.WarmupSteps = O.WarmupSteps;
+      if (!LrSchedule::parseDecay(O.Decay, Schedule.Style))
+        refuse("unknown learning-rate decay '" + O.Decay + "'");
+      Schedule.DecaySteps = O.DecaySteps ? *O.DecaySteps : std::max<int64_t>(Options.TotalSteps, 1);
+      if (Schedule.Style != LrSchedule::Decay::Constant && Schedule.DecaySteps <= Schedule.WarmupSteps)
+        refuse("the learning rate decays until step " + std::to_string(Schedule.DecaySteps) +
+               ", which does not come after its " + std::to_string(Schedule.WarmupSteps) + " warm-up steps");
+    }
     GradientGroups GG{&group("dp-cp"), &group("tp"), &group("edp")};
     Optimizer = std::make_unique<AdamW>(allParameters(), GG, group("world"), AOpts);
   }
@@ -273,6 +288,8 @@ struct Trainer::Impl final : public PipelineStage {
     double Comm0 = Clock.Seconds, Blas0 = blasSeconds(), T0 = now();
     double Cpu0 = cpuSeconds();
     Executor->runStep(Ops, OnOp);
+    double Lr = Schedule.ofStep(StepIndex + 1);
+    Optimizer->setLr(Lr);
     AdamWStepInfo Info = Optimizer->step();
     double Seconds = now() - T0;
     double Cpu = cpuSeconds() - Cpu0;
@@ -321,6 +338,7 @@ struct Trainer::Impl final : public PipelineStage {
     S.Loss = S.Tokens ? joinDouble(Sums) / double(S.Tokens) : 0.0;
     S.AuxLoss = joinDouble(Sums + 2) * MOpts.AuxScale;
     S.GradNorm = Info.GradNorm;
+    S.LearningRate = Lr;
     for (int R = 0; R < W.size(); ++R) {
       const float *X = All.data() + R * PerRank;
       S.StepSeconds = std::max(S.StepSeconds, joinDouble(X));

@@ -34,6 +34,7 @@
 #include "model/Model.h"
 #include "moec/Emit/PlanReader.h"
 #include "parallel/dp/AdamW.h"
+#include "train/LrSchedule.h"
 #include "train/TimedCommunicator.h"
 
 #include <functional>
@@ -55,6 +56,8 @@ struct TrainerOptions {
   /// Take Optimizer.Distributed from the plan's [config.optimizer]
   /// (moerun); false: keep Optimizer as given (tests that pick the variant).
   bool OptimizerFromPlan = false;
+  /// The run's length: where an unset decay_steps ends the decay.
+  int64_t TotalSteps = 1;
   /// Data; null: a MockSource (plan data.source = mock) or the plan's indexed
   /// dataset.
   std::shared_ptr<const TokenSource> Data;
@@ -63,6 +66,7 @@ struct TrainerOptions {
 /// One finished step, the same on every rank (reduced over the world).
 struct TrainStepStats {
   int64_t Step = 0;                   ///< 1-based
+  double LearningRate = 0;            ///< the step's rate (the plan's schedule)
   double Loss = 0;                    ///< mean cross entropy over the global batch's tokens
   double AuxLoss = 0;                 ///< sum over micro batches and MoE layers of aux loss * AuxScale
   int64_t Tokens = 0;                 ///< tokens in the mean

@@ -4,6 +4,8 @@
 #        test/megatron/run.sh --exports PATH/TO/moec   (every example's export, test/megatron/exports.py)
 #        test/megatron/run.sh --roundtrip PATH/TO/moec (Bridge's MoE recipes: to_yaml, import, check,
 #                                                      export, validate; test/megatron/roundtrip.py)
+#        test/megatron/run.sh --schedule PATH/TO/moec PATH/TO/moerun (moerun's learning rate per step
+#                                                      against OptimizerParamScheduler; schedule.py)
 #        test/megatron/run.sh --providers PATH/TO/moec (model providers without an offline recipe:
 #                                                      import defines the model; test/megatron/providers.py)
 # Env: MEGATRON_DIFF_COUNT (default 2000: the whole run takes 30-40 s on 2 cores),
@@ -16,6 +18,13 @@ if [[ "${1:-}" == "--roundtrip" ]]; then
   moec="${1:?usage: run.sh --roundtrip PATH/TO/moec}"; shift
   py="$("$root/scripts/megatron-venv.sh")"
   exec "$py" "$here/roundtrip.py" --moec "$moec" --doc "$root/docs/megatron-bridge.md" "$@"
+fi
+if [[ "${1:-}" == "--schedule" ]]; then
+  shift
+  moec="${1:?usage: run.sh --schedule PATH/TO/moec PATH/TO/moerun}"; shift
+  moerun="${1:?usage: run.sh --schedule PATH/TO/moec PATH/TO/moerun}"; shift
+  py="$("$root/scripts/megatron-venv.sh")"
+  exec "$py" "$here/schedule.py" --moec "$moec" --moerun "$moerun" "$@"
 fi
 if [[ "${1:-}" == "--providers" ]]; then
   shift

@@ -218,7 +218,11 @@ TEST_F(Damaged, Optimizer) {
   ASSERT_TRUE(bool(L)) << llvm::toString(L.takeError());
   EXPECT_TRUE(L->Optimizer.Distributed); // the recipe default
   // A plan written before [config.optimizer] existed: the replicated Adam.
-  L = parsePlan(replaced(Good, "[config.optimizer]", "[config.optimizer_of_old]"), "plan.toml");
+  EXPECT_EQ(L->Optimizer.Decay, "constant"); // the recipe's default schedule
+  EXPECT_FALSE(L->Optimizer.Lr);
+  L = parsePlan(replaced(replaced(Good, "[config.optimizer]", "[config.optimizer_of_old]"),
+                         "[config.optimizer.schedule]", "[config.optimizer_of_old.schedule]"),
+                "plan.toml");
   ASSERT_TRUE(bool(L)) << llvm::toString(L.takeError());
   EXPECT_FALSE(L->Optimizer.Distributed);
   EXPECT_EQ(L->Optimizer.Type, "adam");
@@ -226,6 +230,10 @@ TEST_F(Damaged, Optimizer) {
   EXPECT_EQ(E, "plan.toml: config.optimizer.offload_fraction: must be between 0 and 1, got 1.5");
   E = errorOf(replaced(Good, "type = 'adam'", "type = 'lion'"));
   EXPECT_EQ(E, "plan.toml: config.optimizer.type: 'lion' is not one of 'adam', 'sgd', 'muon'");
+  E = errorOf(replaced(Good, "decay = 'constant'", "decay = 'wsd'"));
+  EXPECT_EQ(E, "plan.toml: config.optimizer.schedule.decay: 'wsd' is not one of 'constant', 'linear', 'cosine'");
+  E = errorOf(replaced(Good, "warmup_steps = 0", "warmup_steps = -2"));
+  EXPECT_EQ(E, "plan.toml: config.optimizer.schedule.warmup_steps: must be at least 0, got -2");
   E = errorOf(replaced(Good, "distributed = true", "distributed = 1"));
   EXPECT_EQ(E, "plan.toml: config.optimizer.distributed: expected true or false");
 }

@@ -56,6 +56,7 @@ int moerun::runSteps(RunContext &Ctx) {
   Opts.Seed = Ctx.Opts.Seed;
   Opts.Optimizer.Lr = Ctx.Opts.LearningRate;
   Opts.OptimizerFromPlan = true;
+  Opts.TotalSteps = Ctx.Opts.Steps;
   std::unique_ptr<moert::Trainer> T;
   std::string Error;
   Ctx.Dog.beat("building the model");
@@ -99,6 +100,8 @@ int moerun::runSteps(RunContext &Ctx) {
     StepRecord R;
     R.Step = St.Step;
     R.Loss = St.Loss;
+    R.LearningRate = St.LearningRate;
+    R.GradNorm = St.GradNorm;
     R.AuxLoss = St.AuxLoss;
     R.StepTimeSeconds = St.StepSeconds;
     R.TokensPerSecond = St.TokensPerSecond;

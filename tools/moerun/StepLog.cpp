@@ -13,17 +13,18 @@ using namespace moerun;
 static std::string number(double V) { return std::isfinite(V) ? fmt::format("{}", V) : "null"; }
 
 std::string moerun::formatJSONLine(const StepRecord &R) {
-  return fmt::format("{{\"step\":{},\"loss\":{},\"aux_loss\":{},\"step_time_s\":{},\"tokens_per_s\":{},"
-                     "\"peak_bytes\":{},\"compute_s\":{},\"comm_s\":{},\"gemm_s\":{},\"cpu_s\":{}}}\n",
-                     R.Step, number(R.Loss), number(R.AuxLoss), number(R.StepTimeSeconds), number(R.TokensPerSecond),
-                     R.PeakBytes, number(R.ComputeSeconds), number(R.CommSeconds), number(R.GemmSeconds),
-                     number(R.CpuSeconds));
+  return fmt::format(
+      "{{\"step\":{},\"loss\":{},\"aux_loss\":{},\"lr\":{},\"grad_norm\":{},\"step_time_s\":{},"
+      "\"tokens_per_s\":{},\"peak_bytes\":{},\"compute_s\":{},\"comm_s\":{},\"gemm_s\":{},\"cpu_s\":{}}}\n",
+      R.Step, number(R.Loss), number(R.AuxLoss), number(R.LearningRate), number(R.GradNorm), number(R.StepTimeSeconds),
+      number(R.TokensPerSecond), R.PeakBytes, number(R.ComputeSeconds), number(R.CommSeconds), number(R.GemmSeconds),
+      number(R.CpuSeconds));
 }
 
 std::string moerun::formatHumanLine(const StepRecord &R, int64_t TotalSteps) {
-  return fmt::format("step {}/{}  loss {:.6f}  aux {:.4g}  {:.3f} s  {:.0f} tokens/s  peak {:.1f} MB  "
+  return fmt::format("step {}/{}  loss {:.6f}  aux {:.4g}  lr {:.3g}  {:.3f} s  {:.0f} tokens/s  peak {:.1f} MB  "
                      "compute {:.3f} s (gemm {:.3f} s)  comm {:.3f} s\n",
-                     R.Step, TotalSteps, R.Loss, R.AuxLoss, R.StepTimeSeconds, R.TokensPerSecond,
+                     R.Step, TotalSteps, R.Loss, R.AuxLoss, R.LearningRate, R.StepTimeSeconds, R.TokensPerSecond,
                      double(R.PeakBytes) / 1e6, R.ComputeSeconds, R.GemmSeconds, R.CommSeconds);
 }
 

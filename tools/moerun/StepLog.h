@@ -20,9 +20,11 @@
 namespace moerun {
 
 struct StepRecord {
-  int64_t Step = 0;   ///< 1-based
-  double Loss = 0;    ///< mean cross entropy over the global batch
-  double AuxLoss = 0; ///< MoE load-balancing loss of the step (0: dense)
+  int64_t Step = 0;        ///< 1-based
+  double Loss = 0;         ///< mean cross entropy over the global batch
+  double AuxLoss = 0;      ///< MoE load-balancing loss of the step (0: dense)
+  double LearningRate = 0; ///< the step's rate (the plan's schedule)
+  double GradNorm = 0;     ///< global gradient norm before clipping
   double StepTimeSeconds = 0;
   double TokensPerSecond = 0; ///< whole job: global batch x seq_len / step time
   int64_t PeakBytes = 0;      ///< largest peak memory over the ranks

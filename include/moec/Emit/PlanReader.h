@@ -72,6 +72,13 @@ struct LaunchOptimizer {
   bool Distributed = false;
   /// Share of the optimizer state kept in host memory (0..1).
   double OffloadFraction = 0;
+  /// [config.optimizer.schedule]: Megatron's OptimizerParamScheduler
+  /// settings; absent in older plans (a constant rate).
+  std::optional<double> Lr; // unset: the runtime's --lr
+  double MinLr = 0;
+  int64_t WarmupSteps = 0;
+  std::string Decay = "constant";    // constant | linear | cosine
+  std::optional<int64_t> DecaySteps; // unset: the run's last step
 };
 
 /// One entry of a pipeline rank's schedule: "F3.1" is {Forward, 3, 1}.

@@ -140,8 +140,18 @@ struct MoERuntimeConfig {
   bool dropAndPad() const { return CapacityFactor && PadToCapacity; }
 };
 
+/// Megatron's OptimizerParamScheduler settings (iteration-based).
+struct LrScheduleConfig {
+  llvm::Optional<double> Lr; // unset: the runtime's default
+  double MinLr = 0;
+  int64_t WarmupSteps = 0;
+  LrDecay Decay = LrDecay::Constant;
+  llvm::Optional<int64_t> DecaySteps; // unset: the run's last step
+};
+
 struct OptimizerConfig {
   OptimizerKind Kind = OptimizerKind::Adam;
+  LrScheduleConfig Schedule;
   bool Distributed = true;
   bool PrecisionAware = false;
   bool OverlapGradReduce = true;

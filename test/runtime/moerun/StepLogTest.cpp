@@ -24,18 +24,22 @@ StepRecord record(int64_t Step) {
   R.AuxLoss = 0.0078125;
   R.GemmSeconds = 0.09375;
   R.CpuSeconds = 0.1875;
+  R.LearningRate = 0.00025;
+  R.GradNorm = 1.5;
   return R;
 }
 
 TEST(StepLog, JSONLine) {
-  EXPECT_EQ(formatJSONLine(record(3)), "{\"step\":3,\"loss\":5.5,\"aux_loss\":0.0078125,\"step_time_s\":0.25,"
+  EXPECT_EQ(formatJSONLine(record(3)), "{\"step\":3,\"loss\":5.5,\"aux_loss\":0.0078125,\"lr\":0.00025,"
+                                       "\"grad_norm\":1.5,\"step_time_s\":0.25,"
                                        "\"tokens_per_s\":1024,\"peak_bytes\":123456789,\"compute_s\":0.125,"
                                        "\"comm_s\":0.0625,\"gemm_s\":0.09375,\"cpu_s\":0.1875}\n");
   StepRecord R = record(1);
   R.Loss = std::nan("");
   EXPECT_NE(formatJSONLine(R).find("\"loss\":null,"), std::string::npos) << formatJSONLine(R);
-  EXPECT_EQ(formatHumanLine(record(3), 10), "step 3/10  loss 5.500000  aux 0.007812  0.250 s  1024 tokens/s  "
-                                            "peak 123.5 MB  compute 0.125 s (gemm 0.094 s)  comm 0.062 s\n");
+  EXPECT_EQ(formatHumanLine(record(3), 10),
+            "step 3/10  loss 5.500000  aux 0.007812  lr 0.00025  0.250 s  1024 tokens/s  "
+            "peak 123.5 MB  compute 0.125 s (gemm 0.094 s)  comm 0.062 s\n");
 }
 
 TEST(StepLog, WritesOneCompleteLinePerStep) {
