@@ -417,6 +417,23 @@ llvm::Optional<std::string> moeString(StringRef S) {
   return Out + "\"";
 }
 
+/// The leading dense layers a moe_layer_freq describes (1: none; a list of
+/// 0s then 1s over every layer: the 0s), or -1 for a pattern the schema
+/// cannot say (MoE layers only after a dense prefix).
+int64_t leadingDenseLayers(const Value &Freq, int64_t Layers) {
+  if (Freq.K == Value::Kind::Int && Freq.I == 1)
+    return 0;
+  if (Freq.K != Value::Kind::List || int64_t(Freq.Items.size()) != Layers)
+    return -1;
+  int64_t Dense = 0;
+  while (Dense < Layers && Freq.Items[Dense] == Value::integer(0))
+    ++Dense;
+  for (int64_t L = Dense; L < Layers; ++L)
+    if (Freq.Items[L] != Value::integer(1))
+      return -1;
+  return Dense;
+}
+
 std::string sanitizeName(StringRef S) {
   std::string Out;
   for (char C : S)
@@ -649,18 +666,7 @@ private:
     Check("model.moe_router_enable_expert_bias", Value::boolean(X->ExpertBias));
     Check("model.moe_router_pre_softmax", Value::boolean(X->PreSoftmax));
     if (Entry *E = get("model.moe_layer_freq")) {
-      int64_t Dense = -1;
-      if (E->V.K == Value::Kind::Int && E->V.I == 1)
-        Dense = 0;
-      else if (E->V.K == Value::Kind::List && int64_t(E->V.Items.size()) == Model->Layers) {
-        Dense = 0;
-        while (Dense < Model->Layers && E->V.Items[Dense] == Value::integer(0))
-          ++Dense;
-        for (int64_t L = Dense; L < Model->Layers; ++L)
-          if (E->V.Items[L] != Value::integer(1))
-            Dense = -1, L = Model->Layers;
-      }
-      if (Dense != X->DenseLayers)
+      if (leadingDenseLayers(E->V, Model->Layers) != X->DenseLayers)
         unmapped(*E, fmt::format("the catalog model '{}' has {} leading dense layers and MoE after; this pattern "
                                  "differs and the recipe keeps the catalog's",
                                  ModelName, X->DenseLayers));
@@ -834,17 +840,7 @@ private:
         MoE.push_back(fmt::format("shared_ffn_hidden = {}", *Shared));
       }
       if (Entry *E = get("model.moe_layer_freq")) {
-        int64_t Layers = peek("model.num_layers")->V.I, Dense = -1;
-        if (E->V.K == Value::Kind::Int && E->V.I == 1)
-          Dense = 0;
-        else if (E->V.K == Value::Kind::List && int64_t(E->V.Items.size()) == Layers) {
-          Dense = 0;
-          while (Dense < Layers && E->V.Items[Dense] == Value::integer(0))
-            ++Dense;
-          for (int64_t L = Dense; L < Layers; ++L)
-            if (E->V.Items[L] != Value::integer(1))
-              Dense = -1, L = Layers;
-        }
+        int64_t Dense = leadingDenseLayers(E->V, peek("model.num_layers")->V.I);
         if (Dense > 0)
           MoE.push_back(fmt::format("dense_layers = {}", Dense));
         else if (Dense < 0)

@@ -13,33 +13,18 @@
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
-if [[ "${1:-}" == "--roundtrip" ]]; then
-  shift
-  moec="${1:?usage: run.sh --roundtrip PATH/TO/moec}"; shift
-  py="$("$root/scripts/megatron-venv.sh")"
-  exec "$py" "$here/roundtrip.py" --moec "$moec" --doc "$root/docs/megatron-bridge.md" "$@"
-fi
-if [[ "${1:-}" == "--schedule" ]]; then
-  shift
-  moec="${1:?usage: run.sh --schedule PATH/TO/moec PATH/TO/moerun}"; shift
-  moerun="${1:?usage: run.sh --schedule PATH/TO/moec PATH/TO/moerun}"; shift
-  py="$("$root/scripts/megatron-venv.sh")"
-  exec "$py" "$here/schedule.py" --moec "$moec" --moerun "$moerun" "$@"
-fi
-if [[ "${1:-}" == "--providers" ]]; then
-  shift
-  moec="${1:?usage: run.sh --providers PATH/TO/moec}"; shift
-  py="$("$root/scripts/megatron-venv.sh")"
-  exec "$py" "$here/providers.py" --moec "$moec" "$@"
-fi
-if [[ "${1:-}" == "--exports" ]]; then
-  shift
-  moec="${1:?usage: run.sh --exports PATH/TO/moec}"; shift
-  py="$("$root/scripts/megatron-venv.sh")"
-  exec "$py" "$here/exports.py" --moec "$moec" "$@"
-fi
-moec="${1:?usage: run.sh PATH/TO/moec}"; shift
+mode=differential
+case "${1:-}" in
+  --roundtrip | --schedule | --providers | --exports) mode="${1#--}"; shift ;;
+esac
+moec="${1:?usage: run.sh [--roundtrip|--exports|--providers|--schedule] PATH/TO/moec}"; shift
+args=(--moec "$moec")
+case "$mode" in
+  roundtrip) args+=(--doc "$root/docs/megatron-bridge.md") ;;
+  schedule) args+=(--moerun "${1:?usage: run.sh --schedule PATH/TO/moec PATH/TO/moerun}"); shift ;;
+  differential)
+    args+=(--count "${MEGATRON_DIFF_COUNT:-2000}" --seed "${MEGATRON_DIFF_SEED:-1}"
+           --summary "${MEGATRON_DIFF_SUMMARY:-${TMPDIR:-/tmp}/megatron-differential.json}") ;;
+esac
 py="$("$root/scripts/megatron-venv.sh")"
-exec "$py" "$here/differential.py" --moec "$moec" \
-  --count "${MEGATRON_DIFF_COUNT:-2000}" --seed "${MEGATRON_DIFF_SEED:-1}" \
-  --summary "${MEGATRON_DIFF_SUMMARY:-${TMPDIR:-/tmp}/megatron-differential.json}" "$@"
+exec "$py" "$here/$mode.py" "${args[@]}" "$@"
