@@ -450,6 +450,25 @@ private:
     set("optimizer.exp_avg_sq_dtype", Value::string(Moments), "optimizer.precision_aware");
     if (!O.PrecisionAware)
       set("optimizer.main_grads_dtype", Value::string("float32"), "optimizer.precision_aware");
+    // The learning-rate schedule only as far as the recipe sets it: the
+    // Bridge recipe's own schedule stays otherwise (moec's defaults are
+    // moerun's, not a training run's).
+    const LrScheduleConfig &S = O.Schedule;
+    auto Written = [&](llvm::StringRef Field) { return R.Origins.count(Field) && !R.origin(Field).IsDefault; };
+    if (S.Lr)
+      set("optimizer.lr", Value::real(*S.Lr), "optimizer.lr");
+    if (Written("optimizer.min_lr"))
+      set("optimizer.min_lr", Value::real(S.MinLr), "optimizer.min_lr");
+    if (Written("optimizer.warmup_steps")) {
+      // One way of giving the warm-up (config.py SchedulerConfig refuses a
+      // fraction beside a count).
+      set("scheduler.lr_warmup_iters", Value::integer(S.WarmupSteps), "optimizer.warmup_steps");
+      set("scheduler.lr_warmup_fraction", Value::null(), "optimizer.warmup_steps");
+    }
+    if (Written("optimizer.decay"))
+      set("scheduler.lr_decay_style", Value::string(enumName(S.Decay)), "optimizer.decay");
+    if (S.DecaySteps)
+      set("scheduler.lr_decay_iters", Value::integer(*S.DecaySteps), "optimizer.decay_steps");
     set("ddp.overlap_grad_reduce", Value::boolean(O.OverlapGradReduce), "optimizer.overlap_grad_reduce");
     set("ddp.overlap_param_gather", Value::boolean(O.OverlapParamGather), "optimizer.overlap_param_gather");
   }

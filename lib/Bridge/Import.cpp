@@ -1542,10 +1542,40 @@ private:
                                    "have no .moe field",
                                    Aware ? "bf16" : "fp32", Aware ? " under the precision-aware optimizer" : ""));
       }
+    schedule();
     if (auto V = flag("ddp.overlap_grad_reduce"); V && !*V)
       emit("optimizer", "overlap_grad_reduce = false");
     if (auto V = flag("ddp.overlap_param_gather"); V && !*V)
       emit("optimizer", "overlap_param_gather = false");
+  }
+
+  /// Megatron's iteration-based learning-rate schedule (SchedulerConfig,
+  /// OptimizerParamScheduler): what moerun applies step by step.
+  void schedule() {
+    if (auto Lr = number("optimizer.lr"))
+      emit("optimizer", "lr = " + renderHydra(Value::real(*Lr)));
+    if (auto Min = number("optimizer.min_lr"))
+      emit("optimizer", "min_lr = " + renderHydra(Value::real(*Min)));
+    if (auto W = count("scheduler.lr_warmup_iters", 0); W && *W > 0)
+      emit("optimizer", fmt::format("warmup_steps = {}", *W));
+    if (Entry *D = text("scheduler.lr_decay_style")) {
+      if (D->V.S == "constant" || D->V.S == "linear" || D->V.S == "cosine")
+        emit("optimizer", "decay = " + D->V.S);
+      else
+        unmapped(*D, "optimizer.decay is constant, linear or cosine");
+    }
+    if (auto Steps = count("scheduler.lr_decay_iters"))
+      emit("optimizer", fmt::format("decay_steps = {}", *Steps));
+    // The schedule in samples, as a fraction, or from a non-zero start has
+    // no .moe field.
+    if (Entry *E = get("scheduler.lr_warmup_fraction"); E && E->V.K != Value::Kind::Null)
+      unmapped(*E, "the warm-up is optimizer.warmup_steps, a count of steps");
+    for (const char *Key : {"scheduler.lr_warmup_samples", "scheduler.lr_decay_samples"})
+      if (Entry *E = get(Key); E && E->V.K != Value::Kind::Null && E->V != Value::integer(0))
+        unmapped(*E, "the schedule is counted in steps (optimizer.warmup_steps, optimizer.decay_steps)");
+    if (Entry *E = get("scheduler.lr_warmup_init");
+        E && E->V.K != Value::Kind::Null && E->V != Value::integer(0) && E->V != Value::real(0))
+      unmapped(*E, "the warm-up starts from 0");
   }
 
   void vision() {

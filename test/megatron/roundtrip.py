@@ -62,6 +62,8 @@ FIELDS = [
     "optimizer.optimizer_cpu_offload", "optimizer.optimizer_offload_fraction",
     "ddp.overlap_grad_reduce", "ddp.overlap_param_gather", "ddp.use_megatron_fsdp",
     "model.freeze_language_model", "model.freeze_vision_model",
+    "optimizer.lr", "optimizer.min_lr", "scheduler.lr_warmup_iters", "scheduler.lr_decay_style",
+    "scheduler.lr_decay_iters",
 ]
 
 
