@@ -2,6 +2,7 @@
 //-----===//
 #include "train/Trainer.h"
 
+#include "checkpoint/SafeTensors.h"
 #include "kernels/host/Blas.h"
 #include "parallel/cp/ContextParallelAttention.h"
 #include "parallel/pp/PipelineExecutor.h"
@@ -99,6 +100,7 @@ struct Trainer::Impl final : public PipelineStage {
   LrSchedule Schedule;
   std::vector<PipelineOp> Ops;
   int64_t StepIndex = 0;                 ///< steps done
+  int64_t ConsumedSamples = 0;           ///< global samples trained on (the data position)
   std::map<int64_t, MicroBatch> Batches; ///< this step's, by local micro batch
   int64_t LastPeak = 0;
 
@@ -249,7 +251,7 @@ struct Trainer::Impl final : public PipelineStage {
     B.Sequences = Plan.MicroBatch;
     B.SeqLen = Plan.SeqLen;
     int64_t Global = DpRank * Plan.Microbatches + Mb;
-    int64_t First = StepIndex * Plan.GlobalBatch + Global * Plan.MicroBatch;
+    int64_t First = ConsumedSamples + Global * Plan.MicroBatch;
     std::vector<int64_t> Pos = localPositions(int(CpRank), int(CpSize), Plan.SeqLen);
     std::vector<int32_t> Sample(size_t(Plan.SeqLen + 1));
     for (int64_t S = 0; S < Plan.MicroBatch; ++S) {
@@ -296,6 +298,7 @@ struct Trainer::Impl final : public PipelineStage {
     double CommSeconds = Clock.Seconds - Comm0;
     double Blas = blasSeconds() - Blas0;
     ++StepIndex;
+    ConsumedSamples += Plan.GlobalBatch;
     Batches.clear();
 
     int64_t Activations = 0;
@@ -384,6 +387,171 @@ struct Trainer::Impl final : public PipelineStage {
     return Full;
   }
 
+  /// True on every rank when Ok holds on every rank.
+  bool agree(bool Ok) {
+    float Failed = Ok ? 0.0f : 1.0f;
+    World.world().allReduceSum(&Failed, 1);
+    return Failed == 0.0f;
+  }
+
+  /// This rank's shard of a full tensor (the inverse of gatherFull).
+  void sliceShard(const std::vector<float> &Full, TpSplit Split, float *Shard, const std::vector<int64_t> &Shape) {
+    int64_t T = TpSize, R = group("tp").rank();
+    int64_t Numel = 1;
+    for (int64_t D : Shape)
+      Numel *= D;
+    if (Split == TpSplit::None || T == 1) {
+      std::copy_n(Full.data(), Numel, Shard);
+    } else if (Split == TpSplit::Rows) {
+      std::copy_n(Full.data() + R * Numel, Numel, Shard);
+    } else {
+      int64_t Cols = Shape.back(), Rows = Numel / Cols;
+      for (int64_t I = 0; I < Rows; ++I)
+        std::copy_n(Full.data() + I * Cols * T + R * Cols, Cols, Shard + I * Cols);
+    }
+  }
+
+  /// The full shape of a parameter whose shard this rank holds.
+  std::vector<int64_t> fullShape(const Parameter &Param) {
+    std::vector<int64_t> Shape = Param.Value.shape();
+    if (Param.Split == TpSplit::Rows)
+      Shape[0] *= TpSize;
+    else if (Param.Split == TpSplit::Cols)
+      Shape.back() *= TpSize;
+    return Shape;
+  }
+
+  bool save(const std::string &Dir, int Keep, std::string &Path, std::string &Error,
+            const std::function<void()> &AfterWrite) {
+    std::string Staging;
+    bool Ok = World.rank() != 0 || beginCheckpoint(Dir, StepIndex, Staging, Error);
+    if (!agree(Ok))
+      return false;
+    Staging = checkpointStagingPath(Dir, StepIndex);
+    std::vector<Parameter *> Params = allParameters();
+    std::vector<ParameterMoments> Moments = Optimizer->moments();
+    std::vector<Tensor> Full;
+    Full.reserve(3 * Params.size());
+    std::vector<SafeTensor> Mine;
+    for (size_t I = 0; I < Params.size(); ++I) {
+      Parameter &Param = *Params[I];
+      Tensor M(Param.Value.shape()), V(Param.Value.shape());
+      std::copy(Moments[I].ExpAvg.begin(), Moments[I].ExpAvg.end(), M.data());
+      std::copy(Moments[I].ExpAvgSq.begin(), Moments[I].ExpAvgSq.end(), V.data());
+      // Every tp rank takes part in the gathers; only the owner writes.
+      Full.push_back(gatherFull(Param.Value, Param.Split));
+      Full.push_back(gatherFull(M, Param.Split));
+      Full.push_back(gatherFull(V, Param.Split));
+      if (!owns(Param))
+        continue;
+      const Tensor *T = &Full[Full.size() - 3];
+      Mine.push_back({Param.Name, T[0].shape(), T[0].data()});
+      Mine.push_back({ExpAvgPrefix + Param.Name, T[1].shape(), T[1].data()});
+      Mine.push_back({ExpAvgSqPrefix + Param.Name, T[2].shape(), T[2].data()});
+    }
+    if (!Mine.empty())
+      Ok = writeSafeTensors(Staging + "/" + tensorFileName(World.rank()), Mine, {{"format", "moerun"}}, Error);
+    if (AfterWrite)
+      AfterWrite();
+    if (!agree(Ok))
+      return false;
+    if (World.rank() == 0) {
+      CheckpointManifest Man;
+      Man.Step = StepIndex;
+      Man.ConsumedSamples = ConsumedSamples;
+      Man.Seed = Options.Seed;
+      Man.Recipe = Plan.Recipe;
+      Man.RecipeHash = Plan.RecipeHash;
+      const moec::LaunchParallel &L = Plan.Parallel;
+      Man.Layout = {{"tp", L.TP}, {"cp", L.CP},   {"ep", L.EP}, {"etp", L.ETP},
+                    {"pp", L.PP}, {"vpp", L.VPP}, {"dp", L.DP}};
+      Man.DistributedOptimizer = Optimizer->options().Distributed;
+      Man.OptimizerSteps = Optimizer->steps();
+      Ok = commitCheckpoint(Dir, Staging, Man, Keep, Error);
+    }
+    Path = Dir + "/" + checkpointDirName(StepIndex);
+    return agree(Ok);
+  }
+
+  bool load(const std::string &Path, const CheckpointManifest &M, std::string &Error) {
+    bool Ok = true;
+    auto Refuse = [&](const std::string &Why) {
+      if (Ok)
+        Error = Why;
+      Ok = false;
+    };
+    if (Plan.Data.Mock && !Options.Data && M.Seed != Options.Seed)
+      Refuse("the checkpoint was trained on the mock data of --seed " + std::to_string(M.Seed) +
+             "; resume with --seed " + std::to_string(M.Seed));
+    std::map<std::string, SafeTensorsFile> Files;
+    auto Read = [&](const std::string &Name, const std::vector<int64_t> &Shape, std::vector<float> &Out) {
+      auto It = M.Tensors.find(Name);
+      if (It == M.Tensors.end()) {
+        Refuse("the checkpoint has no tensor '" + Name + "': it is not of this plan's model");
+        return;
+      }
+      if (It->second.Shape != Shape) {
+        auto Str = [](const std::vector<int64_t> &S) {
+          std::string Out = "[";
+          for (size_t I = 0; I < S.size(); ++I)
+            Out += (I ? ", " : "") + std::to_string(S[I]);
+          return Out + "]";
+        };
+        Refuse("tensor '" + Name + "' is " + Str(It->second.Shape) + " in the checkpoint and " + Str(Shape) +
+               " in this plan's model: the checkpoint is of another model");
+        return;
+      }
+      auto F = Files.find(It->second.File);
+      if (F == Files.end()) {
+        F = Files.emplace(It->second.File, SafeTensorsFile()).first;
+        std::string E;
+        if (!F->second.open(Path + "/" + It->second.File, E)) {
+          Refuse(E);
+          return;
+        }
+      }
+      std::string E;
+      if (!F->second.read(Name, Out, E))
+        Refuse(E);
+    };
+    std::vector<Parameter *> Params = allParameters();
+    std::vector<ParameterMoments> Moments(Params.size());
+    std::vector<float> Full;
+    int64_t Owned = 0;
+    for (size_t I = 0; I < Params.size() && Ok; ++I) {
+      Parameter &Param = *Params[I];
+      std::vector<int64_t> Shape = fullShape(Param);
+      Owned += owns(Param) ? 1 : 0;
+      Read(Param.Name, Shape, Full);
+      if (!Ok)
+        break;
+      sliceShard(Full, Param.Split, Param.Value.data(), Param.Value.shape());
+      for (auto [Prefix, Dst] : {std::pair{ExpAvgPrefix, &Moments[I].ExpAvg}, {ExpAvgSqPrefix, &Moments[I].ExpAvgSq}}) {
+        Read(Prefix + Param.Name, Shape, Full);
+        if (!Ok)
+          break;
+        Dst->resize(size_t(Param.Value.numel()));
+        sliceShard(Full, Param.Split, Dst->data(), Param.Value.shape());
+      }
+    }
+    // Every tensor of the model was found; the checkpoint may hold more.
+    float Count = float(Owned);
+    World.world().allReduceSum(&Count, 1);
+    int64_t Values = 0;
+    for (const auto &[Name, T] : M.Tensors)
+      Values += llvm::StringRef(Name).startswith("optimizer.") ? 0 : 1;
+    if (Ok && World.rank() == 0 && int64_t(Count) != Values)
+      Refuse("the checkpoint holds " + std::to_string(Values) + " parameters, this plan's model " +
+             std::to_string(int64_t(Count)) + ": it is of another model");
+    if (!agree(Ok))
+      return false;
+    Optimizer->setMoments(Moments);
+    Optimizer->setSteps(M.OptimizerSteps);
+    StepIndex = M.Step;
+    ConsumedSamples = M.ConsumedSamples;
+    return true;
+  }
+
   void dump(const std::string &Path, bool Grads) {
     std::vector<Tensor> Keep;
     std::vector<Parameter *> Params = allParameters();
@@ -413,6 +581,17 @@ std::vector<Parameter *> Trainer::parameters() { return P->allParameters(); }
 int64_t Trainer::localPeakBytes() const { return P->LastPeak; }
 
 void Trainer::dumpTensors(const std::string &Path, bool Grads) { P->dump(Path, Grads); }
+
+bool Trainer::save(const std::string &Dir, int Keep, std::string &Path, std::string &Error,
+                   const std::function<void()> &AfterWrite) {
+  return P->save(Dir, Keep, Path, Error, AfterWrite);
+}
+
+bool Trainer::load(const std::string &Path, const CheckpointManifest &M, std::string &Error) {
+  return P->load(Path, M, Error);
+}
+
+int64_t Trainer::stepsDone() const { return P->StepIndex; }
 
 bool moert::writeTensorFile(const std::string &Path, const std::vector<NamedTensor> &Tensors) {
   std::FILE *F = std::fopen(Path.c_str(), "wb");

@@ -29,6 +29,7 @@
 #ifndef MOERT_TRAIN_TRAINER_H
 #define MOERT_TRAIN_TRAINER_H
 
+#include "checkpoint/CheckpointDir.h"
 #include "comm/Communicator.h"
 #include "data/TokenSource.h"
 #include "model/Model.h"
@@ -113,6 +114,24 @@ public:
   /// writeTensorFile. Gradients are those summed by the last step's
   /// optimizer (replicated optimizer only).
   void dumpTensors(const std::string &Path, bool Grads);
+
+  /// Collective over the world: saves the training state after the steps
+  /// done so far as a checkpoint under Dir (checkpoint/CheckpointDir.h):
+  /// every parameter, Adam's moments and t, the step, the data position, the
+  /// seed and the plan's layout, each tensor whole (tp shards and ZeRO
+  /// shards gathered), written by its owner (as dumpTensors). Keeps the
+  /// newest Keep checkpoints (0: all). AfterWrite: a test hook run on every
+  /// rank once its tensor file is written, before the commit. Returns the
+  /// same on every rank; Error is set on the ranks that know what failed.
+  bool save(const std::string &Dir, int Keep, std::string &Path, std::string &Error,
+            const std::function<void()> &AfterWrite = nullptr);
+  /// Collective: loads the checkpoint at Path (its manifest M) into this
+  /// plan's layout, whatever layout saved it; the next step() is M.Step + 1
+  /// and trains on the samples after M.ConsumedSamples. Refused, naming the
+  /// first tensor that differs, when the checkpoint is of another model.
+  bool load(const std::string &Path, const CheckpointManifest &M, std::string &Error);
+  /// Steps done (those of a loaded checkpoint included).
+  int64_t stepsDone() const;
 
   /// Things said once at start (what precision the CPU computes in,
   /// recompute modules that were ignored).

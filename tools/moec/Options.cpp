@@ -89,6 +89,13 @@ cl::opt<std::string> RunMoerun("moerun", cl::desc("The moerun executable (defaul
 cl::opt<std::string> RunSeed("seed", cl::desc("Forwarded to moerun"), cl::value_desc("S"), cl::sub(RunCmd));
 cl::opt<std::string> RunLR("lr", cl::desc("Forwarded to moerun"), cl::value_desc("X"), cl::sub(RunCmd));
 cl::opt<std::string> RunTimeout("timeout", cl::desc("Forwarded to moerun"), cl::value_desc("seconds"), cl::sub(RunCmd));
+cl::opt<std::string> RunSave("save", cl::desc("Forwarded to moerun: save checkpoints in this directory"),
+                             cl::value_desc("dir"), cl::sub(RunCmd));
+cl::opt<std::string> RunSaveInterval("save-interval", cl::desc("Forwarded to moerun"), cl::value_desc("K"),
+                                     cl::sub(RunCmd));
+cl::opt<std::string> RunKeep("keep", cl::desc("Forwarded to moerun"), cl::value_desc("N"), cl::sub(RunCmd));
+cl::opt<std::string> RunLoad("load", cl::desc("Forwarded to moerun: resume from this directory's latest checkpoint"),
+                             cl::value_desc("dir"), cl::sub(RunCmd));
 cl::opt<bool> RunDry("dry-run", cl::desc("Only check the plan and the process groups (moerun --dry-run)"),
                      cl::sub(RunCmd));
 

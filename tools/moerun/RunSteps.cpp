@@ -8,10 +8,19 @@
 // moments); compute/comm: means over ranks of time inside communicator calls
 // and the rest of the step; gemm: the part of compute inside BLAS gemm.
 //
-// Test hook (test/runtime/moerun/faults.py, never for production use):
-// MOERUN_TEST_DIE_AT_STEP=K:R makes world rank R kill itself with SIGKILL
-// right after its first pipeline op of step K, so that the tests can check
-// what a job does when one rank dies in the middle of a step.
+// Checkpoints (--save, --load; runtime/checkpoint): the run resumes from the
+// latest checkpoint of --load DIR (none there: from step 0) and trains until
+// step --steps; it saves every --save-interval steps, after its last step,
+// and at the end of the step in which any rank got SIGTERM (Slurm's notice
+// of preemption), after which it exits 0.
+//
+// Test hooks (test/runtime/moerun/faults.py, test/runtime/train/resume.py;
+// never for production use), each K:R = step K, world rank R:
+//  * MOERUN_TEST_DIE_AT_STEP: rank R kills itself with SIGKILL right after
+//    its first pipeline op of step K (a rank dies in the middle of a step);
+//  * MOERUN_TEST_DIE_IN_SAVE: rank R kills itself with SIGKILL in the save
+//    after step K, once its tensor file is written (the writer dies mid-save);
+//  * MOERUN_TEST_TERM_AT_STEP: rank R sends itself SIGTERM in step K.
 //
 //===----------------------------------------------------------------------===//
 #include "RunSteps.h"
@@ -20,6 +29,7 @@
 #include "train/Trainer.h"
 
 #include <algorithm>
+#include <atomic>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -37,15 +47,49 @@ std::vector<moert::PipelineOp> moerun::pipelineOpsFor(const moec::LaunchPlan &Pl
 
 namespace {
 
-/// The step (1-based) in which this rank is to die, from
-/// MOERUN_TEST_DIE_AT_STEP=K:R; 0 when it is not this rank or not set.
-int64_t testDeathStep(int Rank) {
-  const char *Spec = std::getenv("MOERUN_TEST_DIE_AT_STEP");
+/// The step (1-based) of a test hook K:R for this rank; 0 when it is not
+/// this rank or not set.
+int64_t testHookStep(const char *Variable, int Rank) {
+  const char *Spec = std::getenv(Variable);
   long long Step = 0;
   int R = -1;
   if (!Spec || std::sscanf(Spec, "%lld:%d", &Step, &R) != 2 || R != Rank)
     return 0;
   return Step;
+}
+
+volatile std::sig_atomic_t TermReceived = 0;
+extern "C" void onTerm(int) { TermReceived = 1; }
+
+/// Every rank calls it: true on all when Ok holds on all; otherwise rank 0
+/// reports a failure it shares, and a rank that fails alone says why itself.
+bool agreeOrReport(moert::CommWorld &World, bool Ok, const std::string &Error) {
+  std::vector<float> Failed(size_t(World.size()));
+  float Mine = Ok ? 0.0f : 1.0f;
+  World.world().allGather(&Mine, Failed.data(), 1);
+  if (std::none_of(Failed.begin(), Failed.end(), [](float F) { return F != 0.0f; }))
+    return true;
+  if (!Ok && (World.rank() == 0 || Failed[0] == 0.0f))
+    std::fprintf(stderr, "moerun: %s%s\n",
+                 World.rank() == 0 ? "" : ("rank " + std::to_string(World.rank()) + ": ").c_str(), Error.c_str());
+  return false;
+}
+
+/// True on every rank when any rank got SIGTERM.
+bool anyTerm(moert::CommWorld &World) {
+  float Term = TermReceived ? 1.0f : 0.0f;
+  World.world().allReduceSum(&Term, 1);
+  return Term > 0;
+}
+
+std::string layoutOf(const moert::CheckpointManifest &M) {
+  std::string S;
+  for (const char *K : {"tp", "cp", "ep", "etp", "pp", "vpp", "dp"}) {
+    auto It = M.Layout.find(K);
+    if (It != M.Layout.end())
+      S += (S.empty() ? "" : " ") + std::string(K) + "=" + std::to_string(It->second);
+  }
+  return S + (M.DistributedOptimizer ? ", distributed optimizer" : "");
 }
 
 } // namespace
@@ -68,53 +112,113 @@ int moerun::runSteps(RunContext &Ctx) {
   // A refusal of the plan is the same on every rank, but a dataset may be
   // missing or damaged on some ranks only (a node without the shared file
   // system): agree before anyone starts a step, so that no rank waits in a
-  // collective for a peer that has given up. Rank 0 speaks for a refusal it
-  // shares; a rank that fails alone says why itself.
-  std::vector<float> Failed(size_t(Ctx.World.size()));
-  float MineFailed = T ? 0.0f : 1.0f;
-  Ctx.World.world().allGather(&MineFailed, Failed.data(), 1);
-  if (std::any_of(Failed.begin(), Failed.end(), [](float F) { return F != 0.0f; })) {
-    if (!T && (Ctx.World.rank() == 0 || Failed[0] == 0.0f))
-      std::fprintf(stderr, "moerun: %s%s\n",
-                   Ctx.World.rank() == 0 ? "" : ("rank " + std::to_string(Ctx.World.rank()) + ": ").c_str(),
-                   Error.c_str());
+  // collective for a peer that has given up.
+  if (!agreeOrReport(Ctx.World, bool(T), Error))
     return 5;
-  }
-  if (Ctx.World.rank() == 0)
+  const bool Rank0 = Ctx.World.rank() == 0;
+  if (Rank0)
     for (const std::string &Note : T->notes())
       std::printf("moerun: note: %s\n", Note.c_str());
+
+  if (!Ctx.Opts.LoadDir.empty()) {
+    Ctx.Dog.beat("loading a checkpoint");
+    bool Found = false;
+    std::string Path;
+    moert::CheckpointManifest M;
+    bool Ok = moert::findLatestCheckpoint(Ctx.Opts.LoadDir, Found, Path, M, Error);
+    if (!agreeOrReport(Ctx.World, Ok, "--load: " + Error))
+      return 6;
+    if (!Found) {
+      if (Rank0)
+        std::printf("moerun: no checkpoint in '%s': training from step 0\n", Ctx.Opts.LoadDir.c_str());
+    } else {
+      Ok = T->load(Path, M, Error);
+      if (!agreeOrReport(Ctx.World, Ok, "--load '" + Path + "': " + Error))
+        return 6;
+      if (Rank0)
+        std::printf("moerun: resuming from '%s': step %lld, saved under %s\n", Path.c_str(), (long long)M.Step,
+                    layoutOf(M).c_str());
+    }
+  }
+  if (T->stepsDone() >= Ctx.Opts.Steps) {
+    if (Rank0)
+      std::printf("moerun: the checkpoint is at step %lld, --steps is %lld: nothing to train\n",
+                  (long long)T->stepsDone(), (long long)Ctx.Opts.Steps);
+    return 0;
+  }
+  const bool Saving = !Ctx.Opts.SaveDir.empty();
+  struct sigaction OldTerm;
+  if (Saving) {
+    struct sigaction Act = {};
+    Act.sa_handler = onTerm;
+    sigemptyset(&Act.sa_mask);
+    sigaction(SIGTERM, &Act, &OldTerm);
+  }
+  const int Rank = Ctx.World.rank();
+  const int64_t DieAt = testHookStep("MOERUN_TEST_DIE_AT_STEP", Rank);
+  const int64_t DieInSave = testHookStep("MOERUN_TEST_DIE_IN_SAVE", Rank);
+  const int64_t TermAt = testHookStep("MOERUN_TEST_TERM_AT_STEP", Rank);
   std::vector<int64_t> RankPeaks;
-  const int64_t DieAt = testDeathStep(Ctx.World.rank());
-  for (int64_t S = 1; S <= Ctx.Opts.Steps; ++S) {
+  for (int64_t S = T->stepsDone() + 1; S <= Ctx.Opts.Steps; ++S) {
     Ctx.Dog.beat("step " + std::to_string(S));
+    bool FirstOp = true;
     moert::TrainStepStats St = T->step([&] {
       if (S == DieAt)
         std::raise(SIGKILL);
+      if (S == TermAt && FirstOp)
+        std::raise(SIGTERM);
+      FirstOp = false;
       Ctx.Dog.beat();
     });
     RankPeaks.resize(St.RankPeakBytes.size());
     for (size_t R = 0; R < RankPeaks.size(); ++R)
       RankPeaks[R] = std::max(RankPeaks[R], St.RankPeakBytes[R]);
-    if (!Ctx.Log)
+    if (Ctx.Log) {
+      StepRecord R;
+      R.Step = St.Step;
+      R.Loss = St.Loss;
+      R.LearningRate = St.LearningRate;
+      R.GradNorm = St.GradNorm;
+      R.AuxLoss = St.AuxLoss;
+      R.StepTimeSeconds = St.StepSeconds;
+      R.TokensPerSecond = St.TokensPerSecond;
+      R.PeakBytes = St.PeakBytes;
+      R.ComputeSeconds = St.ComputeSeconds;
+      R.CommSeconds = St.CommSeconds;
+      R.GemmSeconds = St.BlasSeconds;
+      R.CpuSeconds = St.CpuSeconds;
+      if (!Ctx.Log->write(R, Ctx.Opts.Steps, stdout, Error)) {
+        std::fprintf(stderr, "moerun: %s\n", Error.c_str());
+        Ctx.World.abort("moerun: cannot write the step log", 3);
+      }
+    }
+    if (!Saving)
       continue;
-    StepRecord R;
-    R.Step = St.Step;
-    R.Loss = St.Loss;
-    R.LearningRate = St.LearningRate;
-    R.GradNorm = St.GradNorm;
-    R.AuxLoss = St.AuxLoss;
-    R.StepTimeSeconds = St.StepSeconds;
-    R.TokensPerSecond = St.TokensPerSecond;
-    R.PeakBytes = St.PeakBytes;
-    R.ComputeSeconds = St.ComputeSeconds;
-    R.CommSeconds = St.CommSeconds;
-    R.GemmSeconds = St.BlasSeconds;
-    R.CpuSeconds = St.CpuSeconds;
-    if (!Ctx.Log->write(R, Ctx.Opts.Steps, stdout, Error)) {
-      std::fprintf(stderr, "moerun: %s\n", Error.c_str());
-      Ctx.World.abort("moerun: cannot write the step log", 3);
+    const bool Stop = anyTerm(Ctx.World);
+    const int64_t Interval = Ctx.Opts.SaveInterval;
+    if (Stop || S == Ctx.Opts.Steps || (Interval > 0 && S % Interval == 0)) {
+      Ctx.Dog.beat("saving the checkpoint of step " + std::to_string(S));
+      std::string Path;
+      Error.clear();
+      bool Ok = T->save(Ctx.Opts.SaveDir, Ctx.Opts.Keep, Path, Error, [&] {
+        if (S == DieInSave)
+          std::raise(SIGKILL);
+      });
+      if (!agreeOrReport(Ctx.World, Error.empty(), "--save: " + Error) || !Ok)
+        return 6;
+      if (Rank0)
+        std::printf("moerun: saved step %lld in '%s'\n", (long long)S, Path.c_str());
+    }
+    if (Stop) {
+      if (Rank0)
+        std::printf("moerun: SIGTERM: stopped after step %lld, which is saved; resume with --load %s\n", (long long)S,
+                    Ctx.Opts.SaveDir.c_str());
+      sigaction(SIGTERM, &OldTerm, nullptr);
+      return 0;
     }
   }
+  if (Saving)
+    sigaction(SIGTERM, &OldTerm, nullptr);
   if (Ctx.World.rank() == 0) {
     std::string Line = "moerun: peak bytes per rank (activations + parameters + "
                        "gradients + optimizer moments):";

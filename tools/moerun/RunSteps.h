@@ -31,6 +31,12 @@ struct RunOptions {
   double LearningRate = 1e-3;
   double TimeoutSeconds = 300;
   bool DryRun = false;
+  /// Checkpoints (docs/runtime.md): written under SaveDir every
+  /// SaveInterval steps (0: only), at the last step and on SIGTERM, keeping
+  /// the newest Keep (0: all); the run resumes from LoadDir's latest one.
+  std::string SaveDir, LoadDir;
+  int64_t SaveInterval = 0;
+  int Keep = 0;
 };
 
 struct RunContext {
@@ -49,8 +55,9 @@ struct RunContext {
 /// This rank's pipeline schedule in the executor's terms.
 std::vector<moert::PipelineOp> pipelineOpsFor(const moec::LaunchPlan &Plan, int64_t PpRank);
 
-/// Runs Opts.Steps training steps; returns the process exit code (0 on
-/// success). Called on every rank after all launch checks passed.
+/// Trains until step Opts.Steps (from the loaded checkpoint's step, or 0);
+/// returns the process exit code (0 on success, and after a SIGTERM that
+/// was saved). Called on every rank after all launch checks passed.
 int runSteps(RunContext &Ctx);
 
 } // namespace moerun

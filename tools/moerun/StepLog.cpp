@@ -33,9 +33,9 @@ StepLog::~StepLog() {
     ::close(FD);
 }
 
-bool StepLog::open(const std::string &P, std::string &Error) {
+bool StepLog::open(const std::string &P, std::string &Error, bool Append) {
   Path = P;
-  FD = ::open(P.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
+  FD = ::open(P.c_str(), O_WRONLY | O_CREAT | (Append ? 0 : O_TRUNC) | O_APPEND | O_CLOEXEC, 0644);
   if (FD < 0) {
     Error = fmt::format("cannot write the log '{}': {}", P, std::strerror(errno));
     return false;

@@ -47,8 +47,9 @@ public:
   StepLog(const StepLog &) = delete;
   StepLog &operator=(const StepLog &) = delete;
 
-  /// Creates or truncates Path; false with Error set when it cannot.
-  bool open(const std::string &Path, std::string &Error);
+  /// Creates or truncates Path (Append: keeps what it holds, for a resumed
+  /// run); false with Error set when it cannot.
+  bool open(const std::string &Path, std::string &Error, bool Append = false);
   /// Writes the JSON line (if a file is open) and the human line to Human.
   bool write(const StepRecord &R, int64_t TotalSteps, std::FILE *Human, std::string &Error);
 

@@ -2,6 +2,8 @@
 //
 //   mpirun -np N moerun plan.toml [--steps K] [--log FILE] [--seed S]
 //                                 [--lr X] [--timeout SECONDS] [--dry-run]
+//                                 [--save DIR [--save-interval K] [--keep N]]
+//                                 [--load DIR]
 //
 // Every rank reads the plan and the job starts only when every check passes
 // on every rank: the plan files agree (a hash all-gathered over the world),
@@ -15,7 +17,8 @@
 // Exit status (the same on every rank): 0 success, 1 a plan problem
 // (unreadable, invalid, wrong world size, plans that differ between ranks),
 // 2 usage, 3 an MPI failure, 4 the watchdog ended a job that made no
-// progress, 5 the trainer refuses the plan.
+// progress, 5 the trainer refuses the plan, 6 a checkpoint cannot be loaded
+// or saved.
 //
 //===----------------------------------------------------------------------===//
 #include "RunSteps.h"
@@ -42,8 +45,8 @@ constexpr int ExitOK = 0, ExitPlan = 1, ExitUsage = 2;
 namespace cl = llvm::cl;
 cl::OptionCategory MoerunCategory("moerun options");
 cl::opt<std::string> PlanPath(cl::Positional, cl::desc("<plan.toml>"), cl::cat(MoerunCategory));
-cl::opt<int64_t> Steps("steps", cl::desc("Training steps to run (at least 1)"), cl::value_desc("K"), cl::init(1),
-                       cl::cat(MoerunCategory));
+cl::opt<int64_t> Steps("steps", cl::desc("Train until step K (at least 1), from a loaded checkpoint's step or 0"),
+                       cl::value_desc("K"), cl::init(1), cl::cat(MoerunCategory));
 cl::opt<std::string> LogPath("log", cl::desc("Write one JSON line per step to this file (rank 0)"),
                              cl::value_desc("FILE"), cl::cat(MoerunCategory));
 cl::opt<uint64_t> Seed("seed", cl::desc("Seed of the weights and the data order"), cl::value_desc("S"), cl::init(1234),
@@ -52,11 +55,22 @@ cl::opt<double> LearningRate("lr", cl::desc("Learning rate (positive)"), cl::val
                              cl::cat(MoerunCategory));
 cl::opt<double> TimeoutSeconds("timeout", cl::desc("End the job after this long without progress (0: never)"),
                                cl::value_desc("SECONDS"), cl::init(300), cl::cat(MoerunCategory));
+cl::opt<std::string> SaveDir("save",
+                             cl::desc("Save checkpoints in this directory: after the last step, every "
+                                      "--save-interval steps, and on SIGTERM"),
+                             cl::value_desc("DIR"), cl::cat(MoerunCategory));
+cl::opt<int64_t> SaveInterval("save-interval", cl::desc("Save every K steps (with --save; 0: at the end only)"),
+                              cl::value_desc("K"), cl::init(0), cl::cat(MoerunCategory));
+cl::opt<int64_t> Keep("keep", cl::desc("Keep the newest N checkpoints (with --save; 0: all)"), cl::value_desc("N"),
+                      cl::init(0), cl::cat(MoerunCategory));
+cl::opt<std::string> LoadDir("load",
+                             cl::desc("Resume from the latest checkpoint in this directory (none there: from step 0)"),
+                             cl::value_desc("DIR"), cl::cat(MoerunCategory));
 cl::opt<bool> DryRun("dry-run", cl::desc("Check the plan and exercise every group instead of training"),
                      cl::cat(MoerunCategory));
 
 const char *Usage = "usage: moerun PLAN.toml [--steps K] [--log FILE] [--seed S] [--lr X] [--timeout SECONDS] "
-                    "[--dry-run] (--help lists them)\n";
+                    "[--save DIR [--save-interval K] [--keep N]] [--load DIR] [--dry-run] (--help lists them)\n";
 
 /// Parses the command line (llvm::cl, as moec does) without exiting:
 /// false with Error set on a usage error, which every rank reports once MPI
@@ -87,6 +101,11 @@ bool parseOptions(int Argc, char **Argv, RunOptions &Opts, std::string &Error) {
     Error = fmt::format("--lr must be positive, got {}", double(LearningRate));
   else if (TimeoutSeconds < 0 || !std::isfinite(TimeoutSeconds))
     Error = fmt::format("--timeout must be 0 (no watchdog) or positive, got {}", double(TimeoutSeconds));
+  else if (SaveInterval < 0 || Keep < 0 || Keep > 1000000)
+    Error = fmt::format("--save-interval and --keep must be 0 or positive, got {} and {}", int64_t(SaveInterval),
+                        int64_t(Keep));
+  else if (SaveDir.empty() && (SaveInterval.getNumOccurrences() || Keep.getNumOccurrences()))
+    Error = "--save-interval and --keep need --save DIR";
   Opts.PlanPath = PlanPath;
   Opts.Steps = Steps;
   Opts.LogPath = LogPath;
@@ -94,6 +113,10 @@ bool parseOptions(int Argc, char **Argv, RunOptions &Opts, std::string &Error) {
   Opts.LearningRate = LearningRate;
   Opts.TimeoutSeconds = TimeoutSeconds;
   Opts.DryRun = DryRun;
+  Opts.SaveDir = SaveDir;
+  Opts.LoadDir = LoadDir;
+  Opts.SaveInterval = SaveInterval;
+  Opts.Keep = int(Keep);
   return Error.empty();
 }
 
@@ -255,7 +278,8 @@ int run(int Argc, char **Argv) {
   if (Rank == 0) {
     Log = std::make_unique<StepLog>();
     std::string LogError;
-    if (!Opts.LogPath.empty() && !Log->open(Opts.LogPath, LogError)) {
+    // A resumed run continues its log.
+    if (!Opts.LogPath.empty() && !Log->open(Opts.LogPath, LogError, /*Append=*/!Opts.LoadDir.empty())) {
       std::fprintf(stderr, "moerun: %s\n", LogError.c_str());
       Log.reset();
     }

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 
 namespace moert {
 
@@ -106,6 +107,72 @@ int64_t AdamW::stateElements() const {
   for (size_t I = 0; I < P->M.size(); ++I)
     N += int64_t(P->M[I].size() + P->V[I].size());
   return N;
+}
+
+std::vector<ParameterMoments> AdamW::moments() {
+  std::vector<ParameterMoments> Out(P->Params.size());
+  if (!Options.Distributed) {
+    for (size_t I = 0; I < P->Params.size(); ++I)
+      Out[I] = {P->M[I], P->V[I]};
+    return Out;
+  }
+  std::map<const Parameter *, size_t> Index;
+  for (size_t I = 0; I < P->Params.size(); ++I) {
+    Index[P->Params[I]] = I;
+    Out[I].ExpAvg.resize(size_t(P->Params[I]->Value.numel()));
+    Out[I].ExpAvgSq.resize(Out[I].ExpAvg.size());
+  }
+  auto Gather = [&](GradBucket &B, const std::vector<float> &M, const std::vector<float> &V) {
+    if (B.empty())
+      return;
+    std::vector<float> FullM(B.Padded), FullV(B.Padded);
+    B.Group->allGather(M.data(), FullM.data(), B.shardSize());
+    B.Group->allGather(V.data(), FullV.data(), B.shardSize());
+    for (const GradBucket::Slot &S : B.Slots) {
+      ParameterMoments &Dst = Out[Index.at(S.Param)];
+      std::copy_n(FullM.data() + S.Offset, S.Numel, Dst.ExpAvg.data());
+      std::copy_n(FullV.data() + S.Offset, S.Numel, Dst.ExpAvgSq.data());
+    }
+  };
+  Gather(P->Reducer.dpCpBucket(), P->DpCpM, P->DpCpV);
+  Gather(P->Reducer.edpBucket(), P->EdpM, P->EdpV);
+  return Out;
+}
+
+bool AdamW::setMoments(const std::vector<ParameterMoments> &In) {
+  if (In.size() != P->Params.size())
+    return false;
+  for (size_t I = 0; I < In.size(); ++I)
+    if (In[I].ExpAvg.size() != size_t(P->Params[I]->Value.numel()) || In[I].ExpAvgSq.size() != In[I].ExpAvg.size())
+      return false;
+  if (!Options.Distributed) {
+    for (size_t I = 0; I < In.size(); ++I) {
+      P->M[I] = In[I].ExpAvg;
+      P->V[I] = In[I].ExpAvgSq;
+    }
+    return true;
+  }
+  std::map<const Parameter *, size_t> Index;
+  for (size_t I = 0; I < P->Params.size(); ++I)
+    Index[P->Params[I]] = I;
+  auto Scatter = [&](GradBucket &B, std::vector<float> &M, std::vector<float> &V) {
+    if (B.empty())
+      return;
+    size_t Begin = B.shardBegin(), End = Begin + B.shardSize();
+    for (const GradBucket::Slot &S : B.Slots) {
+      Overlap O = overlap(S, Begin, End);
+      if (O.Lo == O.Hi)
+        continue;
+      const ParameterMoments &Src = In[Index.at(S.Param)];
+      std::copy(Src.ExpAvg.begin() + ptrdiff_t(O.Lo - S.Offset), Src.ExpAvg.begin() + ptrdiff_t(O.Hi - S.Offset),
+                M.begin() + ptrdiff_t(O.Lo - Begin));
+      std::copy(Src.ExpAvgSq.begin() + ptrdiff_t(O.Lo - S.Offset), Src.ExpAvgSq.begin() + ptrdiff_t(O.Hi - S.Offset),
+                V.begin() + ptrdiff_t(O.Lo - Begin));
+    }
+  };
+  Scatter(P->Reducer.dpCpBucket(), P->DpCpM, P->DpCpV);
+  Scatter(P->Reducer.edpBucket(), P->EdpM, P->EdpV);
+  return true;
 }
 
 AdamWStepInfo AdamW::step() {

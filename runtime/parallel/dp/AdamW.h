@@ -58,6 +58,12 @@ struct AdamWOptions {
   bool Distributed = false;
 };
 
+/// Adam's two moments of one parameter, element for element of its Value
+/// (this rank's tensor-parallel shard).
+struct ParameterMoments {
+  std::vector<float> ExpAvg, ExpAvgSq;
+};
+
 struct AdamWStepInfo {
   int64_t Step = 0;     ///< 1 for the first step
   double GradNorm = 0;  ///< global norm of the summed gradients, before clipping
@@ -85,6 +91,16 @@ public:
   void setLr(double Lr) { Options.Lr = Lr; }
   const AdamWOptions &options() const { return Options; }
   int64_t steps() const { return Step; }
+  /// Adam's t, the steps its bias correction counts (a resumed run's).
+  void setSteps(int64_t T) { Step = T; }
+
+  /// The moments of every parameter given to the constructor, in its order.
+  /// In the distributed variant, each rank holds a shard of them: every rank
+  /// of the dp-cp and edp groups calls this together and all get them whole.
+  std::vector<ParameterMoments> moments();
+  /// The inverse, without communication: each rank keeps its own part (all
+  /// of it in the replicated variant). False when a size differs.
+  bool setMoments(const std::vector<ParameterMoments> &Moments);
   /// Optimizer-state elements held by this rank (m and v), to show what the
   /// distributed variant saves.
   int64_t stateElements() const;
