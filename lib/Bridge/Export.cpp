@@ -11,6 +11,7 @@
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringExtras.h"
 #include <fmt/format.h>
+#include <tuple>
 #include <yaml-cpp/yaml.h>
 
 using namespace moec;
@@ -469,6 +470,14 @@ private:
       set("scheduler.lr_decay_style", Value::string(enumName(S.Decay)), "optimizer.decay");
     if (S.DecaySteps)
       set("scheduler.lr_decay_iters", Value::integer(*S.DecaySteps), "optimizer.decay_steps");
+    const AdamWConfig &A = O.AdamW;
+    for (auto [Field, Key, V] : {std::tuple{"optimizer.weight_decay", "optimizer.weight_decay", A.WeightDecay},
+                                 {"optimizer.adam_beta1", "optimizer.adam_beta1", A.Beta1},
+                                 {"optimizer.adam_beta2", "optimizer.adam_beta2", A.Beta2},
+                                 {"optimizer.adam_eps", "optimizer.adam_eps", A.Eps},
+                                 {"optimizer.clip_grad", "optimizer.clip_grad", A.ClipGrad}})
+      if (Written(Field))
+        set(Key, Value::real(V), Field);
     set("ddp.overlap_grad_reduce", Value::boolean(O.OverlapGradReduce), "optimizer.overlap_grad_reduce");
     set("ddp.overlap_param_gather", Value::boolean(O.OverlapParamGather), "optimizer.overlap_param_gather");
   }

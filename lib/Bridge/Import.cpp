@@ -23,6 +23,7 @@
 #include <fmt/format.h>
 #include <functional>
 #include <map>
+#include <tuple>
 #include <yaml-cpp/yaml.h>
 
 using namespace moec;
@@ -1566,6 +1567,16 @@ private:
     }
     if (auto Steps = count("scheduler.lr_decay_iters"))
       emit("optimizer", fmt::format("decay_steps = {}", *Steps));
+    // AdamW's settings where they differ from the .moe defaults, which are
+    // Megatron-Core's (AdamWConfig).
+    const AdamWConfig Defaults;
+    for (auto [Key, Field, Default] : {std::tuple{"optimizer.weight_decay", "weight_decay", Defaults.WeightDecay},
+                                       {"optimizer.adam_beta1", "adam_beta1", Defaults.Beta1},
+                                       {"optimizer.adam_beta2", "adam_beta2", Defaults.Beta2},
+                                       {"optimizer.adam_eps", "adam_eps", Defaults.Eps},
+                                       {"optimizer.clip_grad", "clip_grad", Defaults.ClipGrad}})
+      if (auto V = number(Key); V && *V != Default)
+        emit("optimizer", std::string(Field) + " = " + renderHydra(Value::real(*V)));
     // The schedule in samples, as a fraction, or from a non-zero start has
     // no .moe field.
     if (Entry *E = get("scheduler.lr_warmup_fraction"); E && E->V.K != Value::Kind::Null)

@@ -160,6 +160,11 @@ json::Value moec::recipeToJSON(const Recipe &R) {
                                                                                                  : "adam"},
                                               {"distributed", R.Optimizer.Distributed},
                                               {"offload_fraction", R.OffloadOptimizer},
+                                              {"weight_decay", R.Optimizer.AdamW.WeightDecay},
+                                              {"adam_beta1", R.Optimizer.AdamW.Beta1},
+                                              {"adam_beta2", R.Optimizer.AdamW.Beta2},
+                                              {"adam_eps", R.Optimizer.AdamW.Eps},
+                                              {"clip_grad", R.Optimizer.AdamW.ClipGrad},
                                               {"schedule", scheduleJSON(R.Optimizer.Schedule)}}},
                    {"data", std::move(Data)}};
   if (R.Model.isVLM())

@@ -288,6 +288,30 @@ bool PlanParser::readConfig(const toml::table &Root) {
     return fail(OPre + ".offload_fraction", fmt::format("must be between 0 and 1, got {}", *Fraction));
   P.Optimizer.OffloadFraction = *Fraction;
 
+  // AdamW's settings, each optional (older plans lack them).
+  struct {
+    const char *Key;
+    double *Out;
+    double Min, Max;
+    bool MaxExclusive;
+  } AdamFields[] = {{"weight_decay", &P.Optimizer.WeightDecay, 0, 1e300, false},
+                    {"adam_beta1", &P.Optimizer.AdamBeta1, 0, 1, true},
+                    {"adam_beta2", &P.Optimizer.AdamBeta2, 0, 1, true},
+                    {"adam_eps", &P.Optimizer.AdamEps, 0, 1e300, false},
+                    {"clip_grad", &P.Optimizer.ClipGrad, 0, 1e300, false}};
+  for (const auto &F : AdamFields) {
+    if (!O->contains(F.Key))
+      continue;
+    const toml::node *N = field(*O, OPre, F.Key, true);
+    std::optional<double> V = N ? N->value<double>() : std::nullopt;
+    if (!N || !N->is_number() || !V)
+      return fail(join(OPre, F.Key), "expected a number");
+    if (!(*V >= F.Min) || (F.MaxExclusive ? !(*V < F.Max) : !(*V <= F.Max)) ||
+        (F.Out == &P.Optimizer.AdamEps && *V <= 0))
+      return fail(join(OPre, F.Key), fmt::format("out of range: {}", *V));
+    *F.Out = *V;
+  }
+
   if (!O->contains("schedule"))
     return true;
   const std::string SPre = OPre + ".schedule";

@@ -416,6 +416,11 @@ llvm::Optional<Recipe> SemaImpl::lowerRecipe(Scope &Sc, std::string PointName) {
   O.Schedule.WarmupSteps = R.count("optimizer.warmup_steps");
   O.Schedule.Decay = R.enumValue<LrDecay>("optimizer.decay");
   O.Schedule.DecaySteps = R.optCount("optimizer.decay_steps");
+  O.AdamW.WeightDecay = R.real("optimizer.weight_decay");
+  O.AdamW.Beta1 = R.real("optimizer.adam_beta1");
+  O.AdamW.Beta2 = R.real("optimizer.adam_beta2");
+  O.AdamW.Eps = R.real("optimizer.adam_eps");
+  O.AdamW.ClipGrad = R.real("optimizer.clip_grad");
   O.PrecisionAware = R.boolean("optimizer.precision_aware");
   O.OverlapGradReduce = R.boolean("optimizer.overlap_grad_reduce");
   O.OverlapParamGather = R.boolean("optimizer.overlap_param_gather");

@@ -181,6 +181,11 @@ struct Trainer::Impl final : public PipelineStage {
     if (Options.OptimizerFromPlan) {
       const moec::LaunchOptimizer &O = Plan.Optimizer;
       AOpts.Distributed = O.Distributed;
+      AOpts.WeightDecay = O.WeightDecay;
+      AOpts.Beta1 = O.AdamBeta1;
+      AOpts.Beta2 = O.AdamBeta2;
+      AOpts.Eps = O.AdamEps;
+      AOpts.ClipGradNorm = O.ClipGrad;
       if (O.Type != "adam")
         Notes.push_back("optimizer " + O.Type +
                         ": the CPU runtime trains "
@@ -592,6 +597,8 @@ bool Trainer::load(const std::string &Path, const CheckpointManifest &M, std::st
 }
 
 int64_t Trainer::stepsDone() const { return P->StepIndex; }
+
+const AdamWOptions &Trainer::optimizerOptions() const { return P->Optimizer->options(); }
 
 bool moert::writeTensorFile(const std::string &Path, const std::vector<NamedTensor> &Tensors) {
   std::FILE *F = std::fopen(Path.c_str(), "wb");

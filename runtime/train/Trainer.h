@@ -22,7 +22,8 @@
 //    (which hands tensors over locally when pp = 1);
 //  * update: AdamW (parallel/dp), which sums the gradients over dp-cp, tp and
 //    edp by parameter kind first; replicated or distributed (ZeRO-1) as the
-//    plan's config.optimizer.distributed says when OptimizerFromPlan is set.
+//    plan's config.optimizer.distributed says when OptimizerFromPlan is set, with
+//    the plan's weight decay, betas, eps and gradient clipping.
 // The CPU backend computes in fp32 whatever the plan's precision says.
 //
 //===----------------------------------------------------------------------===//
@@ -132,6 +133,8 @@ public:
   bool load(const std::string &Path, const CheckpointManifest &M, std::string &Error);
   /// Steps done (those of a loaded checkpoint included).
   int64_t stepsDone() const;
+  /// What the optimizer applies (the learning rate: the last step's).
+  const AdamWOptions &optimizerOptions() const;
 
   /// Things said once at start (what precision the CPU computes in,
   /// recompute modules that were ignored).

@@ -238,6 +238,26 @@ TEST_F(Damaged, Optimizer) {
   EXPECT_EQ(E, "plan.toml: config.optimizer.distributed: expected true or false");
 }
 
+TEST_F(Damaged, AdamWSettings) {
+  // The recipe's defaults are Megatron-Core's; a plan without them (older)
+  // trains without weight decay or clipping.
+  llvm::Expected<LaunchPlan> L = parsePlan(Good, "plan.toml");
+  ASSERT_TRUE(bool(L)) << llvm::toString(L.takeError());
+  EXPECT_EQ(L->Optimizer.WeightDecay, 0.01);
+  EXPECT_EQ(L->Optimizer.AdamBeta2, 0.999);
+  EXPECT_EQ(L->Optimizer.ClipGrad, 1.0);
+  L = parsePlan(replaced(replaced(Good, "weight_decay = 0.01", ""), "clip_grad = 1", ""), "plan.toml");
+  ASSERT_TRUE(bool(L)) << llvm::toString(L.takeError());
+  EXPECT_EQ(L->Optimizer.WeightDecay, 0.0);
+  EXPECT_EQ(L->Optimizer.ClipGrad, 0.0);
+  std::string E = errorOf(replaced(Good, "adam_beta1 = 0.90000000000000002", "adam_beta1 = 1.0"));
+  EXPECT_EQ(E, "plan.toml: config.optimizer.adam_beta1: out of range: 1");
+  E = errorOf(replaced(Good, "adam_eps = 1e-08", "adam_eps = 0.0"));
+  EXPECT_EQ(E, "plan.toml: config.optimizer.adam_eps: out of range: 0");
+  E = errorOf(replaced(Good, "clip_grad = 1", "clip_grad = 'yes'"));
+  EXPECT_EQ(E, "plan.toml: config.optimizer.clip_grad: expected a number");
+}
+
 TEST_F(Damaged, WrongType) {
   std::string E = errorOf(replaced(Good, "seq_len = 64", "seq_len = '64'"));
   EXPECT_EQ(E, "plan.toml: config.seq_len: expected an integer");

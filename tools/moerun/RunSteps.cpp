@@ -28,6 +28,8 @@
 #include "kernels/host/Blas.h"
 #include "train/Trainer.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <atomic>
 #include <csignal>
@@ -116,9 +118,16 @@ int moerun::runSteps(RunContext &Ctx) {
   if (!agreeOrReport(Ctx.World, bool(T), Error))
     return 5;
   const bool Rank0 = Ctx.World.rank() == 0;
-  if (Rank0)
+  if (Rank0) {
     for (const std::string &Note : T->notes())
       std::printf("moerun: note: %s\n", Note.c_str());
+    const moert::AdamWOptions &A = T->optimizerOptions();
+    std::string Line = fmt::format("moerun: optimizer: AdamW{}, weight decay {:g} (not of norms and biases), betas "
+                                   "{:g}/{:g}, eps {:g}, gradient clipping {}\n",
+                                   A.Distributed ? " (distributed)" : "", A.WeightDecay, A.Beta1, A.Beta2, A.Eps,
+                                   A.ClipGradNorm > 0 ? fmt::format("at norm {:g}", A.ClipGradNorm) : "off");
+    std::fputs(Line.c_str(), stdout);
+  }
 
   if (!Ctx.Opts.LoadDir.empty()) {
     Ctx.Dog.beat("loading a checkpoint");

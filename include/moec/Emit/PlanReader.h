@@ -79,6 +79,10 @@ struct LaunchOptimizer {
   int64_t WarmupSteps = 0;
   std::string Decay = "constant";    // constant | linear | cosine
   std::optional<int64_t> DecaySteps; // unset: the run's last step
+  /// AdamW's settings; a plan without them: no weight decay, no clipping.
+  double WeightDecay = 0;
+  double AdamBeta1 = 0.9, AdamBeta2 = 0.999, AdamEps = 1e-8;
+  double ClipGrad = 0;
 };
 
 /// One entry of a pipeline rank's schedule: "F3.1" is {Forward, 3, 1}.

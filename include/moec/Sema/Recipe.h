@@ -149,9 +149,17 @@ struct LrScheduleConfig {
   llvm::Optional<int64_t> DecaySteps; // unset: the run's last step
 };
 
+/// Megatron-Core's OptimizerConfig defaults (optimizer_config.py).
+struct AdamWConfig {
+  double WeightDecay = 0.01;
+  double Beta1 = 0.9, Beta2 = 0.999, Eps = 1e-8;
+  double ClipGrad = 1.0; // 0: no clipping
+};
+
 struct OptimizerConfig {
   OptimizerKind Kind = OptimizerKind::Adam;
   LrScheduleConfig Schedule;
+  AdamWConfig AdamW;
   bool Distributed = true;
   bool PrecisionAware = false;
   bool OverlapGradReduce = true;
