@@ -9,6 +9,9 @@ compares the `lr` of every step of moerun's JSON log with what Megatron's schedu
 that step: Megatron builds the scheduler at num_steps = 0 and advances it after each optimizer
 step, so step K runs at get_lr(num_steps = K - 1). Exit 0 when every step agrees to 1e-12.
 
+The recipes set no other optimizer field, so moerun's start-up line (what its AdamW applies:
+weight decay, betas, eps, clipping) must also show Megatron-Core's OptimizerConfig defaults.
+
 Usage: PY=$(scripts/megatron-venv.sh); $PY test/megatron/schedule.py --moec build/tools/moec/moec
        --moerun build/tools/moerun/moerun
 """
@@ -16,6 +19,7 @@ Usage: PY=$(scripts/megatron-venv.sh); $PY test/megatron/schedule.py --moec buil
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -94,6 +98,19 @@ def main():
                 failed += 1
                 print(f"{what}: FAIL moerun: {r.stderr.strip()[-400:]}")
                 continue
+            m = re.search(r"weight decay (\S+) .*betas (\S+)/(\S+), eps (\S+), gradient clipping (off|at norm (\S+))",
+                          r.stdout)
+            if i == 0:
+                from megatron.core.optimizer import OptimizerConfig
+                c = OptimizerConfig()
+                want_adam = (c.weight_decay, c.adam_beta1, c.adam_beta2, c.adam_eps, c.clip_grad)
+                got_adam = m and tuple(float(x) for x in m.group(1, 2, 3, 4, 6))
+                if got_adam != want_adam:
+                    failed += 1
+                    print(f"AdamW defaults: FAIL moerun applies {got_adam}, Megatron-Core's OptimizerConfig has "
+                          f"{want_adam} (weight_decay, adam_beta1, adam_beta2, adam_eps, clip_grad)")
+                else:
+                    print(f"AdamW defaults: moerun applies Megatron-Core's OptimizerConfig defaults {want_adam}")
             got = [json.loads(line)["lr"] for line in open(log)]
             want = megatron_rates(lr, min_lr, warmup, decay, decay_steps or STEPS)
             bad = [(k + 1, g, w) for k, (g, w) in enumerate(zip(got, want)) if abs(g - w) > 1e-12 * max(abs(w), 1e-30)]
