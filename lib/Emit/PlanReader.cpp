@@ -9,6 +9,7 @@
 #include "moec/Emit/PlanReader.h"
 
 #include "llvm/Support/MemoryBuffer.h"
+#include <cmath>
 #include <fmt/format.h>
 #include <set>
 
@@ -152,6 +153,7 @@ private:
   bool readParallel(const toml::table &Config);
   bool readConfig(const toml::table &Root);
   bool readStages(const toml::table &Pipeline);
+  void readPredictions(const toml::table &Root);
   bool readSchedule(const toml::table &Pipeline);
   bool readPipeline(const toml::table &Root);
   bool readGroups(const toml::table &Root);
@@ -350,6 +352,29 @@ bool PlanParser::readConfig(const toml::table &Root) {
     P.Optimizer.DecaySteps = Steps;
   }
   return true;
+}
+
+/// The predictions a run is measured against; each optional, and one that is
+/// not a finite non-negative number is left unset (they are for the log, not
+/// for running).
+void PlanParser::readPredictions(const toml::table &Root) {
+  auto Number = [](const toml::node *N) -> std::optional<double> {
+    std::optional<double> V = N ? N->value<double>() : std::nullopt;
+    if (V && std::isfinite(*V) && *V >= 0)
+      return V;
+    return std::nullopt;
+  };
+  if (const toml::table *Pred = Root["predicted"].as_table()) {
+    P.Predicted.StepSeconds = Number(Pred->get("step_time_s"));
+    P.Predicted.MFU = Number(Pred->get("mfu"));
+  }
+  if (const toml::table *Mem = Root["memory"].as_table()) {
+    std::optional<double> Peak = Number(Mem->get("peak_bytes"));
+    const toml::table *B = (*Mem)["breakdown"].as_table();
+    std::optional<double> Reserve = B ? Number(B->get("reserve")) : std::optional<double>(0);
+    if (Peak && Reserve && *Peak >= *Reserve)
+      P.Predicted.PeakBytes = *Peak - *Reserve;
+  }
 }
 
 bool PlanParser::readStages(const toml::table &Pipeline) {
@@ -629,6 +654,8 @@ llvm::Expected<LaunchPlan> PlanParser::parse(llvm::StringRef Document) {
        readRanks(Root);
   if (OK && P.RecipeHash.empty())
     OK = fail("recipe_hash", "empty");
+  if (OK)
+    readPredictions(Root);
   if (!OK)
     return llvm::createStringError(std::errc::invalid_argument, "%s", Error.c_str());
   return std::move(P);

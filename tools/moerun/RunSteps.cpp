@@ -196,6 +196,11 @@ int moerun::runSteps(RunContext &Ctx) {
       R.CommSeconds = St.CommSeconds;
       R.GemmSeconds = St.BlasSeconds;
       R.CpuSeconds = St.CpuSeconds;
+      const moec::LaunchPrediction &Pred = Ctx.Plan.Predicted;
+      R.PredictedStepSeconds = Pred.StepSeconds;
+      R.PredictedPeakBytes = Pred.PeakBytes;
+      if (Pred.MFU && Pred.StepSeconds && St.StepSeconds > 0)
+        R.MFU = *Pred.MFU * *Pred.StepSeconds / St.StepSeconds;
       if (!Ctx.Log->write(R, Ctx.Opts.Steps, stdout, Error)) {
         std::fprintf(stderr, "moerun: %s\n", Error.c_str());
         Ctx.World.abort("moerun: cannot write the step log", 3);

@@ -13,19 +13,28 @@ using namespace moerun;
 static std::string number(double V) { return std::isfinite(V) ? fmt::format("{}", V) : "null"; }
 
 std::string moerun::formatJSONLine(const StepRecord &R) {
-  return fmt::format(
-      "{{\"step\":{},\"loss\":{},\"aux_loss\":{},\"lr\":{},\"grad_norm\":{},\"step_time_s\":{},"
-      "\"tokens_per_s\":{},\"peak_bytes\":{},\"compute_s\":{},\"comm_s\":{},\"gemm_s\":{},\"cpu_s\":{}}}\n",
-      R.Step, number(R.Loss), number(R.AuxLoss), number(R.LearningRate), number(R.GradNorm), number(R.StepTimeSeconds),
-      number(R.TokensPerSecond), R.PeakBytes, number(R.ComputeSeconds), number(R.CommSeconds), number(R.GemmSeconds),
-      number(R.CpuSeconds));
+  std::string Line =
+      fmt::format("{{\"step\":{},\"loss\":{},\"aux_loss\":{},\"lr\":{},\"grad_norm\":{},\"step_time_s\":{},"
+                  "\"tokens_per_s\":{},\"peak_bytes\":{},\"compute_s\":{},\"comm_s\":{},\"gemm_s\":{},\"cpu_s\":{}",
+                  R.Step, number(R.Loss), number(R.AuxLoss), number(R.LearningRate), number(R.GradNorm),
+                  number(R.StepTimeSeconds), number(R.TokensPerSecond), R.PeakBytes, number(R.ComputeSeconds),
+                  number(R.CommSeconds), number(R.GemmSeconds), number(R.CpuSeconds));
+  for (auto [Key, V] : {std::pair{"predicted_step_time_s", R.PredictedStepSeconds},
+                        {"mfu", R.MFU},
+                        {"predicted_peak_bytes", R.PredictedPeakBytes}})
+    if (V)
+      Line += fmt::format(",\"{}\":{}", Key, number(*V));
+  return Line + "}\n";
 }
 
 std::string moerun::formatHumanLine(const StepRecord &R, int64_t TotalSteps) {
-  return fmt::format("step {}/{}  loss {:.6f}  aux {:.4g}  lr {:.3g}  {:.3f} s  {:.0f} tokens/s  peak {:.1f} MB  "
-                     "compute {:.3f} s (gemm {:.3f} s)  comm {:.3f} s\n",
-                     R.Step, TotalSteps, R.Loss, R.AuxLoss, R.LearningRate, R.StepTimeSeconds, R.TokensPerSecond,
-                     double(R.PeakBytes) / 1e6, R.ComputeSeconds, R.GemmSeconds, R.CommSeconds);
+  std::string Plan = R.PredictedStepSeconds ? fmt::format(" (plan {:.3f} s)", *R.PredictedStepSeconds) : "";
+  std::string PlanPeak = R.PredictedPeakBytes ? fmt::format(" (plan {:.1f} MB)", *R.PredictedPeakBytes / 1e6) : "";
+  std::string Mfu = R.MFU ? fmt::format("  MFU {:.1f}%", 100 * *R.MFU) : "";
+  return fmt::format("step {}/{}  loss {:.6f}  aux {:.4g}  lr {:.3g}  {:.3f} s{}  {:.0f} tokens/s  peak {:.1f} MB{}  "
+                     "compute {:.3f} s (gemm {:.3f} s)  comm {:.3f} s{}\n",
+                     R.Step, TotalSteps, R.Loss, R.AuxLoss, R.LearningRate, R.StepTimeSeconds, Plan, R.TokensPerSecond,
+                     double(R.PeakBytes) / 1e6, PlanPeak, R.ComputeSeconds, R.GemmSeconds, R.CommSeconds, Mfu);
 }
 
 StepLog::~StepLog() {

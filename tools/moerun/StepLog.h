@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <optional>
 #include <string>
 
 namespace moerun {
@@ -32,6 +33,10 @@ struct StepRecord {
   double CommSeconds = 0;
   double GemmSeconds = 0; ///< part of ComputeSeconds spent inside BLAS gemm
   double CpuSeconds = 0;  ///< process CPU time of the step (mean over ranks)
+  /// The plan's predictions beside the measurements (unset: not in the plan).
+  std::optional<double> PredictedStepSeconds;
+  std::optional<double> MFU; ///< the plan's predicted MFU x predicted / measured step time
+  std::optional<double> PredictedPeakBytes;
 };
 
 /// The JSON line (with its newline) for a record; non-finite numbers are null.

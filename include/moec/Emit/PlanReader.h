@@ -9,8 +9,8 @@
 // so that a bad plan fails on load with the file and field named, never in
 // the middle of a step.
 //
-// Only what the runtime uses is read; predictions (memory, predicted, flops)
-// are ignored.
+// Only what the runtime uses is read; of the predictions, what a run is
+// measured against (LaunchPrediction).
 //
 //===----------------------------------------------------------------------===//
 #ifndef MOEC_EMIT_PLANREADER_H
@@ -105,6 +105,17 @@ struct LaunchRank {
   std::map<std::string, int64_t> Groups; // kind -> index into LaunchPlan::Groups[kind]
 };
 
+/// What the plan predicts, for the step log to set beside what was measured;
+/// unset when the plan lacks it.
+struct LaunchPrediction {
+  std::optional<double> StepSeconds; ///< predicted.step_time_s
+  std::optional<double> MFU;         ///< predicted.mfu: model FLOP/s over the dense BF16 peak
+  /// memory.peak_bytes less memory.breakdown.reserve: what the step itself
+  /// holds on the peak stage (the reserve is the allocator's and the
+  /// framework's, which the CPU runtime does not have).
+  std::optional<double> PeakBytes;
+};
+
 struct LaunchPlan {
   int64_t PlanVersion = 0;
   std::string Recipe, RecipeHash, Source;
@@ -117,6 +128,7 @@ struct LaunchPlan {
   LaunchRecompute Recompute;
   LaunchData Data;
   LaunchOptimizer Optimizer;
+  LaunchPrediction Predicted;
 
   /// Micro batches per step per data-parallel rank.
   int64_t Microbatches = 0;
