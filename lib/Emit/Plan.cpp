@@ -138,7 +138,8 @@ json::Value moec::recipeToJSON(const Recipe &R) {
     Scopes.push_back(graphScopeName(S));
 
   json::Object Data{{"source", R.Data == DataSourceKind::Mock ? "mock" : "real"},
-                    {"variable_length", R.VariableLength}};
+                    {"variable_length", R.VariableLength},
+                    {"shuffle", R.ShuffleData}};
   if (R.Data == DataSourceKind::Real)
     Data["path"] = R.DataPath;
 

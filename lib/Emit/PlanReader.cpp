@@ -268,6 +268,8 @@ bool PlanParser::readConfig(const toml::table &Root) {
       !readBool(*D, "config.data", "variable_length", P.Data.VariableLength))
     return false;
   P.Data.Mock = Source == "mock";
+  if (D->contains("shuffle") && !readBool(*D, "config.data", "shuffle", P.Data.Shuffle))
+    return false;
   if (!P.Data.Mock && !readString(*D, "config.data", "path", P.Data.Path))
     return false;
 

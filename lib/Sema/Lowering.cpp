@@ -437,6 +437,7 @@ llvm::Optional<Recipe> SemaImpl::lowerRecipe(Scope &Sc, std::string PointName) {
     Out.DataPath = DS->Elements.empty() ? "" : DS->Elements[0].Text;
   }
   Out.VariableLength = R.boolean("data.variable_length");
+  Out.ShuffleData = R.boolean("data.shuffle");
   Out.ImagesPerSample = R.count("data.images_per_sample", 1);
   Out.ImageSize = R.count("data.image_size", 448);
   Out.VisionFrozen = R.boolean("vision.frozen");

@@ -157,6 +157,8 @@ const FieldSpec RecipeFields[] = {
     FIELD(Recipe, "data.source", DataSource, Default, "mock", 0, 0, {},
           "mock, or real(\"path/prefix\") for a Megatron indexed dataset"),
     FIELD(Recipe, "data.variable_length", Bool, Default, "false", 0, 0, {}, "variable-length (packed) batches"),
+    FIELD(Recipe, "data.shuffle", Bool, Default, "false", 0, 0, {},
+          "visit the samples of each pass over a real dataset in an order drawn from the run's seed"),
     COUNT(Recipe, "data.images_per_sample", Default, "1", 0,
           "images per training sample (VLM only; mock data carries none)"),
     COUNT(Recipe, "data.image_size", Default, "448", 1, "image side in pixels after resizing (VLM only)"),

@@ -107,4 +107,26 @@ void IndexedSource::sample(int64_t Index, int32_t *Out) const {
   copyStream(Pos, SeqLen + 1, Out);
 }
 
+ShuffledSource::ShuffledSource(std::shared_ptr<const TokenSource> B, int64_t N, uint64_t S)
+    : Base(std::move(B)), PassSamples(std::max<int64_t>(N, 1)), Seed(S) {}
+
+int64_t ShuffledSource::baseIndex(int64_t Index) const {
+  assert(Index >= 0);
+  int64_t P = Index / PassSamples;
+  if (P != Pass) {
+    Perm.resize(size_t(PassSamples));
+    for (int64_t K = 0; K < PassSamples; ++K)
+      Perm[size_t(K)] = K;
+    uint64_t State = mixHash(Seed ^ mixHash(uint64_t(P) + 0x5348554646ull));
+    for (int64_t K = PassSamples - 1; K > 0; --K) {
+      State = mixHash(State);
+      std::swap(Perm[size_t(K)], Perm[size_t(State % uint64_t(K + 1))]);
+    }
+    Pass = P;
+  }
+  return Perm[size_t(Index % PassSamples)];
+}
+
+void ShuffledSource::sample(int64_t Index, int32_t *Out) const { Base->sample(baseIndex(Index), Out); }
+
 } // namespace moert

@@ -13,6 +13,7 @@
 
 #include "data/IndexedDataset.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -72,6 +73,8 @@ public:
   void sample(int64_t Index, int32_t *Out) const override;
   using TokenSource::sample;
   const IndexedDataset &dataset() const { return *Data; }
+  /// Samples in one pass over the stream: T / SeqLen windows (at least 1).
+  int64_t passSamples() const { return std::max<int64_t>(Start.back() / SeqLen, 1); }
 
 private:
   IndexedSource() = default;
@@ -82,6 +85,30 @@ private:
   int64_t Vocab = 0, SeqLen = 0;
   /// Start[s]: stream position of sequence s's first token; Start[S] = T.
   std::vector<int64_t> Start;
+};
+
+/// Another source's first PassSamples samples, visited in a new order on
+/// every pass: sample I is Base's sample Perm_p(I mod PassSamples), with p =
+/// I / PassSamples and Perm_p a permutation drawn from (Seed, p) by
+/// Fisher-Yates over splitmix64. The order is a function of I alone, so a run
+/// resumed at any sample continues it exactly. Holds one pass's permutation
+/// (8 bytes per sample) and builds the next when a pass ends.
+class ShuffledSource final : public TokenSource {
+public:
+  ShuffledSource(std::shared_ptr<const TokenSource> Base, int64_t PassSamples, uint64_t Seed);
+  int64_t vocab() const override { return Base->vocab(); }
+  int64_t seqLen() const override { return Base->seqLen(); }
+  void sample(int64_t Index, int32_t *Out) const override;
+  using TokenSource::sample;
+  /// The base sample that sample Index reads.
+  int64_t baseIndex(int64_t Index) const;
+
+private:
+  std::shared_ptr<const TokenSource> Base;
+  int64_t PassSamples;
+  uint64_t Seed;
+  mutable int64_t Pass = -1;
+  mutable std::vector<int64_t> Perm;
 };
 
 /// splitmix64: the counter-based hash the synthetic data draws from.

@@ -145,6 +145,8 @@ struct Trainer::Impl final : public PipelineStage {
                       "(AdamW's distributed variant shards the moments only)");
     if (!Plan.Dispatcher.empty() && Plan.Dispatcher != "alltoall")
       Notes.push_back("dispatcher " + Plan.Dispatcher + ": the CPU runtime moves tokens by all-to-all");
+    if (Plan.Data.Shuffle && Plan.Data.Mock)
+      Notes.push_back("data.shuffle: mock data have no order to shuffle");
     if (Plan.Data.VariableLength)
       Notes.push_back("variable-length data: the CPU runtime trains on fixed "
                       "seq_len windows of the corpus");
@@ -167,7 +169,12 @@ struct Trainer::Impl final : public PipelineStage {
         std::unique_ptr<IndexedSource> Src = IndexedSource::open(Plan.Data.Path, Config.Vocab, Plan.SeqLen, Error);
         if (!Src)
           refuse("the plan's dataset '" + Plan.Data.Path + "': " + Error);
-        Data = std::move(Src);
+        if (Plan.Data.Shuffle) {
+          int64_t N = Src->passSamples();
+          Data = std::make_shared<ShuffledSource>(std::move(Src), N, Options.Seed);
+        } else {
+          Data = std::move(Src);
+        }
       }
     }
     if (Data->seqLen() != Plan.SeqLen || Data->vocab() != Config.Vocab)
@@ -485,9 +492,10 @@ struct Trainer::Impl final : public PipelineStage {
         Error = Why;
       Ok = false;
     };
-    if (Plan.Data.Mock && !Options.Data && M.Seed != Options.Seed)
-      Refuse("the checkpoint was trained on the mock data of --seed " + std::to_string(M.Seed) +
-             "; resume with --seed " + std::to_string(M.Seed));
+    // The data order depends on the seed for mock data and shuffled datasets.
+    if ((Plan.Data.Mock || Plan.Data.Shuffle) && !Options.Data && M.Seed != Options.Seed)
+      Refuse(std::string("the checkpoint was trained on the ") + (Plan.Data.Mock ? "mock data" : "shuffled data") +
+             " of --seed " + std::to_string(M.Seed) + "; resume with --seed " + std::to_string(M.Seed));
     std::map<std::string, SafeTensorsFile> Files;
     auto Read = [&](const std::string &Name, const std::vector<int64_t> &Shape, std::vector<float> &Out) {
       auto It = M.Tensors.find(Name);

@@ -61,6 +61,7 @@ struct LaunchData {
   bool Mock = true;
   std::string Path; // real data only
   bool VariableLength = false;
+  bool Shuffle = false; // optional: older plans do not shuffle
 };
 
 /// [config.optimizer]. A plan without the table (written before it existed)

@@ -210,6 +210,7 @@ struct Recipe {
   DataSourceKind Data = DataSourceKind::Mock;
   std::string DataPath;
   bool VariableLength = false;
+  bool ShuffleData = false;
   /// VLM image payload: images per sample and their side in pixels.
   int64_t ImagesPerSample = 1, ImageSize = 448;
   bool VisionFrozen = false;

@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <set>
 
@@ -59,6 +60,35 @@ TEST(IndexedSource, WindowsCrossDocumentsAndWrapAround) {
   int64_t Big = int64_t(1) << 61;
   unsigned __int128 Pos = (unsigned __int128)Big * 6 % 17;
   EXPECT_EQ(Src->sample(Big)[0], Stream[size_t(Pos)]);
+}
+
+TEST(ShuffledSource, EveryPassIsAPermutationDrawnFromTheSeed) {
+  auto Base = std::make_shared<MockSource>(64, 8, 1);
+  const int64_t N = 50;
+  ShuffledSource A(Base, N, 7), Again(Base, N, 7), Other(Base, N, 8);
+  std::vector<std::vector<int64_t>> Passes;
+  for (int64_t P = 0; P < 3; ++P) {
+    std::vector<int64_t> Order;
+    for (int64_t K = 0; K < N; ++K)
+      Order.push_back(A.baseIndex(P * N + K));
+    std::vector<int64_t> Sorted = Order;
+    std::sort(Sorted.begin(), Sorted.end());
+    for (int64_t K = 0; K < N; ++K)
+      ASSERT_EQ(Sorted[size_t(K)], K) << "pass " << P << " is not a permutation of the pass's samples";
+    Passes.push_back(Order);
+  }
+  EXPECT_NE(Passes[0], Passes[1]);
+  int64_t Identity = 0, SameAsOtherSeed = 0;
+  for (int64_t K = 0; K < N; ++K) {
+    Identity += Passes[0][size_t(K)] == K;
+    SameAsOtherSeed += Passes[0][size_t(K)] == Other.baseIndex(K);
+  }
+  EXPECT_LT(Identity, N / 5);
+  EXPECT_LT(SameAsOtherSeed, N / 5);
+  // A function of the index alone, whatever was asked before (a resumed run).
+  for (int64_t I : {123, 7, 140, 0, 99})
+    EXPECT_EQ(Again.baseIndex(I), Passes[size_t(I / N)][size_t(I % N)]);
+  EXPECT_EQ(A.sample(5), Base->sample(A.baseIndex(5)));
 }
 
 TEST(IndexedSource, ConsecutiveSamplesShareOneToken) {

@@ -16,11 +16,14 @@ CP2 x EP2 x PP2 x DP2 (distributed optimizer) with its step log. Against it:
              and under ep4 with the replicated optimizer: losses within 1e-5
              relative of the reference (fp32 sums in another order);
   refuse     a checkpoint of another model (hidden 96) is refused, exit 6,
-             naming the first tensor that differs.
+             naming the first tensor that differs;
+  shuffle    (with --mkdata) on a corpus built at test time, data.shuffle
+             changes the losses, and a shuffled run killed in step 4 and
+             resumed equals the uninterrupted shuffled run bit for bit.
 Also: the checkpoint's tensor files are safetensors whose manifest lists
 every tensor, and --keep 2 leaves the two newest checkpoints.
 
-usage: resume.py --moec MOEC --moerun MOERUN --mpirun MPIRUN --work DIR
+usage: resume.py --moec MOEC --moerun MOERUN --mpirun MPIRUN --work DIR [--mkdata MKDATA]
 """
 import argparse
 import json
@@ -99,6 +102,7 @@ def main():
     ap.add_argument("--moerun", required=True)
     ap.add_argument("--mpirun", default="mpirun")
     ap.add_argument("--work", required=True)
+    ap.add_argument("--mkdata")
     a = ap.parse_args()
     # Open MPI's allocations outlive MPI_Finalize (LeakSanitizer in the sanitizer build).
     a.env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
@@ -181,6 +185,29 @@ def main():
     rc, out = moerun(a, 1, p, "--load", w("reshard-one"))
     check(rc == 6 and "tensor 'embedding" in out and "another model" in out,
           "a checkpoint of another model is refused naming the tensor", out)
+    if a.mkdata:
+        corpus = w("corpus")
+        subprocess.run([a.mkdata, "--out", corpus, "--vocab", "64", "--tokens", "20000", "--seed", "3"],
+                       check=True, env=a.env, stdout=subprocess.DEVNULL)
+        logs = {}
+        for shuffle in ("false", "true"):
+            data = '  data { source = real("%s"); shuffle = %s }\n' % (corpus, shuffle)
+            p = plan(a, "real_" + shuffle, recipe("real_" + shuffle, 2, "pp = 2", data))
+            rc, out = moerun(a, 2, p, log=w("real_%s.jsonl" % shuffle))
+            check(rc == 0, "real data, shuffle = %s" % shuffle, out)
+            logs[shuffle] = log_lines(w("real_%s.jsonl" % shuffle)) if rc == 0 else {}
+        check(logs["true"] and logs["true"] != logs["false"], "data.shuffle changes the samples a step trains on")
+        rc, out = moerun(a, 2, p, "--save", w("shuffled"), "--save-interval", "3",
+                         env={"MOERUN_TEST_DIE_AT_STEP": "4:1"})
+        check(rc != 0 and latest(w("shuffled")) == 3, "a shuffled run killed in step 4 leaves step 3", out)
+        rc, out = moerun(a, 2, p, "--load", w("shuffled"), log=w("shuffled.jsonl"))
+        got = log_lines(w("shuffled.jsonl")) if rc == 0 else {}
+        check(rc == 0 and all(got.get(s) == logs["true"][s] for s in range(4, STEPS + 1)),
+              "the resumed shuffled run equals the uninterrupted one bit for bit", out)
+        rc, out = moerun(a, 2, p, "--load", w("shuffled"), "--seed", "99")
+        check(rc == 6 and "shuffled data of --seed 1234" in out, "resuming shuffled data with another seed is refused",
+              out)
+
     if failures:
         print("resume: %d failed: %s" % (len(failures), "; ".join(failures)))
         return 1
