@@ -119,7 +119,40 @@ int64_t loadToken(TokenDType DType, const unsigned char *At) {
 
 } // namespace
 
+TokenIdRange tokenDTypeRange(TokenDType DType) {
+  auto Of = [](auto Type) {
+    using T = decltype(Type);
+    return TokenIdRange{int64_t(std::numeric_limits<T>::min()), int64_t(std::numeric_limits<T>::max())};
+  };
+  switch (DType) {
+  case TokenDType::UInt8:
+    return Of(uint8_t());
+  case TokenDType::Int8:
+    return Of(int8_t());
+  case TokenDType::Int16:
+    return Of(int16_t());
+  case TokenDType::UInt16:
+    return Of(uint16_t());
+  case TokenDType::Int32:
+    return Of(int32_t());
+  case TokenDType::Int64:
+    return Of(int64_t());
+  default:
+    return TokenIdRange{};
+  }
+}
+
 std::unique_ptr<IndexedDataset> IndexedDataset::open(const std::string &Prefix, int64_t Vocab, std::string &Error) {
+  std::unique_ptr<IndexedDataset> D = openIndex(Prefix, Error);
+  if (!D)
+    return nullptr;
+  Error = D->checkTokens(Vocab, 0, D->numSequences());
+  if (!Error.empty())
+    return nullptr;
+  return D;
+}
+
+std::unique_ptr<IndexedDataset> IndexedDataset::openIndex(const std::string &Prefix, std::string &Error) {
   const std::string IdxPath = Prefix + ".idx", BinPath = Prefix + ".bin";
   std::unique_ptr<IndexedDataset> D(new IndexedDataset());
   D->Idx = MappedFile::open(IdxPath, Error);
@@ -192,19 +225,32 @@ std::unique_ptr<IndexedDataset> IndexedDataset::open(const std::string &Prefix, 
     D->TotalTokens += Len;
   }
 
+  D->BinPath = BinPath;
+  return D;
+}
+
+bool IndexedDataset::dtypeFitsVocab(int64_t Vocab) const {
+  TokenIdRange R = tokenDTypeRange(DType);
   const int64_t Limit = Vocab > 0 ? Vocab : int64_t(std::numeric_limits<int32_t>::max()) + 1;
-  for (int64_t K = 0; K < D->NumSequences; ++K) {
-    const unsigned char *At = D->Bin->data() + D->sequencePointer(K);
-    for (int64_t T = 0, Len = D->sequenceLength(K); T < Len; ++T) {
-      int64_t Id = loadToken(D->DType, At + T * D->TokenBytes);
+  return R.Min >= 0 && R.Max < Limit;
+}
+
+std::string IndexedDataset::checkTokens(int64_t Vocab, int64_t First, int64_t End) const {
+  assert(First >= 0 && First <= End && End <= NumSequences);
+  if (dtypeFitsVocab(Vocab))
+    return "";
+  const int64_t Limit = Vocab > 0 ? Vocab : int64_t(std::numeric_limits<int32_t>::max()) + 1;
+  for (int64_t K = First; K < End; ++K) {
+    const unsigned char *At = Bin->data() + sequencePointer(K);
+    for (int64_t T = 0, Len = sequenceLength(K); T < Len; ++T) {
+      int64_t Id = loadToken(DType, At + T * TokenBytes);
       if (Id < 0 || Id >= Limit)
-        return Fail(BinPath, "token id " + std::to_string(Id) + " (sequence " + std::to_string(K) + ", position " +
-                                 std::to_string(T) + ") is outside " +
-                                 (Vocab > 0 ? "the vocabulary [0, " + std::to_string(Vocab) + ")"
-                                            : std::string("the int32 range")));
+        return "'" + BinPath + "': token id " + std::to_string(Id) + " (sequence " + std::to_string(K) + ", position " +
+               std::to_string(T) + ") is outside " +
+               (Vocab > 0 ? "the vocabulary [0, " + std::to_string(Vocab) + ")" : std::string("the int32 range"));
     }
   }
-  return D;
+  return "";
 }
 
 int64_t IndexedDataset::sequenceLength(int64_t Seq) const {
@@ -223,7 +269,7 @@ int64_t IndexedDataset::documentIndex(int64_t K) const {
 }
 
 int32_t IndexedDataset::token(const unsigned char *At) const {
-  // Validated at open: every id fits int32.
+  // Checked by checkTokens before any read: every id fits int32.
   return int32_t(loadToken(DType, At));
 }
 

@@ -18,9 +18,12 @@
 //   int8[S]   sequence modes, only in multimodal datasets (ignored here)
 //
 // The header is 34 bytes, so the arrays after it are not aligned: every read
-// goes through memcpy. Opening validates the whole index and, when a
-// vocabulary size is given, every token id, so that reads afterwards cannot
-// fail. Errors are returned as messages, never thrown.
+// goes through memcpy. Opening validates the whole index (every sequence lies
+// inside .bin) without reading .bin; checkTokens() then checks the token ids
+// of a range of sequences, so that a job can split that pass over its ranks,
+// and skips it when the dtype cannot hold an id outside the vocabulary. Once
+// every sequence is checked, reads cannot fail. Errors are returned as
+// messages, never thrown.
 //
 //===----------------------------------------------------------------------===//
 #ifndef MOERT_DATA_INDEXEDDATASET_H
@@ -53,6 +56,14 @@ std::optional<size_t> tokenDTypeSize(uint8_t Code);
 /// "int32", "uint16", ...; "code N" for unknown codes.
 std::string tokenDTypeName(uint8_t Code);
 
+/// The ids an integer dtype can hold, [Min, Max].
+struct TokenIdRange {
+  int64_t Min = 0, Max = -1;
+  bool contains(int64_t Id) const { return Id >= Min && Id <= Max; }
+};
+/// Empty for float dtypes.
+TokenIdRange tokenDTypeRange(TokenDType DType);
+
 /// The 9-byte magic of an .idx file.
 extern const char IndexMagic[9];
 /// Bytes before the sequence lengths.
@@ -78,11 +89,20 @@ private:
 
 class IndexedDataset {
 public:
-  /// Maps PREFIX.idx and PREFIX.bin and validates them. Vocab > 0 also checks
-  /// that every token id lies in [0, Vocab) (one pass over .bin); with
-  /// Vocab == 0 ids are only checked to fit int32. Returns null and sets Error
-  /// to a message naming the file and the problem.
+  /// Maps PREFIX.idx and PREFIX.bin and validates the index against the
+  /// size of .bin, reading no token. Returns null and sets Error to a message
+  /// naming the file and the problem.
+  static std::unique_ptr<IndexedDataset> openIndex(const std::string &Prefix, std::string &Error);
+  /// openIndex, then checkTokens over every sequence.
   static std::unique_ptr<IndexedDataset> open(const std::string &Prefix, int64_t Vocab, std::string &Error);
+
+  /// Checks that the ids of sequences [First, End) lie in [0, Vocab) (Vocab
+  /// > 0) or fit int32 (Vocab == 0). Returns "" or a message naming .bin, the
+  /// id, its sequence and position. Reads nothing when the dtype's range
+  /// already lies inside.
+  std::string checkTokens(int64_t Vocab, int64_t First, int64_t End) const;
+  /// True when no id of this dtype can fall outside [0, Vocab).
+  bool dtypeFitsVocab(int64_t Vocab) const;
 
   TokenDType dtype() const { return DType; }
   int64_t numSequences() const { return NumSequences; }
@@ -107,6 +127,7 @@ private:
   int32_t token(const unsigned char *At) const;
 
   std::unique_ptr<MappedFile> Idx, Bin;
+  std::string BinPath;
   TokenDType DType = TokenDType::Int32;
   size_t TokenBytes = 4;
   int64_t NumSequences = 0, NumDocIndices = 0, TotalTokens = 0;

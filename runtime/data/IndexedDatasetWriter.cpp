@@ -16,25 +16,6 @@ void IndexedDatasetWriter::addSequence(const int32_t *T, size_t Count) {
 
 namespace {
 
-/// Range of ids a dtype holds.
-bool fits(TokenDType DType, int64_t Id) {
-  switch (DType) {
-  case TokenDType::UInt8:
-    return Id >= 0 && Id <= std::numeric_limits<uint8_t>::max();
-  case TokenDType::Int8:
-    return Id >= std::numeric_limits<int8_t>::min() && Id <= std::numeric_limits<int8_t>::max();
-  case TokenDType::Int16:
-    return Id >= std::numeric_limits<int16_t>::min() && Id <= std::numeric_limits<int16_t>::max();
-  case TokenDType::UInt16:
-    return Id >= 0 && Id <= std::numeric_limits<uint16_t>::max();
-  case TokenDType::Int32:
-  case TokenDType::Int64:
-    return true;
-  default:
-    return false;
-  }
-}
-
 void storeToken(TokenDType DType, int32_t Id, std::vector<unsigned char> &Out) {
   unsigned char Buf[8];
   size_t N = *tokenDTypeSize(uint8_t(DType));
@@ -118,7 +99,7 @@ bool IndexedDatasetWriter::finish(const std::string &Prefix, std::string &Error)
   std::vector<unsigned char> Bin;
   Bin.reserve(Tokens.size() * *TokenBytes);
   for (size_t K = 0; K < Tokens.size(); ++K) {
-    if (!fits(DType, Tokens[K])) {
+    if (!tokenDTypeRange(DType).contains(Tokens[K])) {
       Error = "token id " + std::to_string(Tokens[K]) + " does not fit " + tokenDTypeName(uint8_t(DType));
       return false;
     }

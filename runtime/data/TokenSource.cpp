@@ -53,13 +53,13 @@ void MockSource::sample(int64_t Index, int32_t *Out) const {
 }
 
 std::unique_ptr<IndexedSource> IndexedSource::open(const std::string &Prefix, int64_t Vocab, int64_t SeqLen,
-                                                   std::string &Error) {
+                                                   std::string &Error, bool CheckTokens) {
   if (SeqLen < 1) {
     Error = "sequence length must be at least 1, got " + std::to_string(SeqLen);
     return nullptr;
   }
   std::unique_ptr<IndexedSource> S(new IndexedSource());
-  S->Data = IndexedDataset::open(Prefix, Vocab, Error);
+  S->Data = CheckTokens ? IndexedDataset::open(Prefix, Vocab, Error) : IndexedDataset::openIndex(Prefix, Error);
   if (!S->Data)
     return nullptr;
   if (S->Data->numTokens() == 0) {

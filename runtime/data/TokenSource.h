@@ -64,10 +64,12 @@ private:
 /// preprocessing appends EOD.
 class IndexedSource final : public TokenSource {
 public:
-  /// Opens PREFIX.{bin,idx} (ids checked against Vocab). Fails on any
+  /// Opens PREFIX.{bin,idx}, with every id checked against Vocab unless
+  /// CheckTokens is false (then the caller must call dataset().checkTokens
+  /// over every sequence before the first sample). Fails on any
   /// IndexedDataset error, on an empty corpus, or on SeqLen < 1.
   static std::unique_ptr<IndexedSource> open(const std::string &Prefix, int64_t Vocab, int64_t SeqLen,
-                                             std::string &Error);
+                                             std::string &Error, bool CheckTokens = true);
   int64_t vocab() const override { return Vocab; }
   int64_t seqLen() const override { return SeqLen; }
   void sample(int64_t Index, int32_t *Out) const override;

@@ -95,6 +95,7 @@ struct Trainer::Impl final : public PipelineStage {
   ModelOptions MOpts;
   std::vector<std::unique_ptr<StageModel>> Chunks;
   std::shared_ptr<const TokenSource> Data;
+  const IndexedDataset *Dataset = nullptr; ///< the plan's indexed dataset, if Data reads one
   std::unique_ptr<PipelineExecutor> Executor;
   std::unique_ptr<AdamW> Optimizer;
   LrSchedule Schedule;
@@ -166,9 +167,12 @@ struct Trainer::Impl final : public PipelineStage {
         Data = std::make_shared<MockSource>(Config.Vocab, Plan.SeqLen, Options.Seed);
       } else {
         std::string Error;
-        std::unique_ptr<IndexedSource> Src = IndexedSource::open(Plan.Data.Path, Config.Vocab, Plan.SeqLen, Error);
+        // The ids are checked by checkDataShare, a share per rank.
+        std::unique_ptr<IndexedSource> Src =
+            IndexedSource::open(Plan.Data.Path, Config.Vocab, Plan.SeqLen, Error, /*CheckTokens=*/false);
         if (!Src)
           refuse("the plan's dataset '" + Plan.Data.Path + "': " + Error);
+        Dataset = &Src->dataset();
         if (Plan.Data.Shuffle) {
           int64_t N = Src->passSamples();
           Data = std::make_shared<ShuffledSource>(std::move(Src), N, Options.Seed);
@@ -586,6 +590,14 @@ Trainer::Trainer(const moec::LaunchPlan &Plan, CommWorld &World,
     : P(std::make_unique<Impl>(Plan, World, Groups, Options, Notes)) {}
 
 Trainer::~Trainer() = default;
+
+std::string Trainer::checkDataShare() const {
+  if (!P->Dataset)
+    return "";
+  const int64_t S = P->Dataset->numSequences(), Rank = P->World.rank(), Ranks = P->World.size();
+  std::string Error = P->Dataset->checkTokens(P->Config.Vocab, S * Rank / Ranks, S * (Rank + 1) / Ranks);
+  return Error.empty() ? "" : "the plan's dataset '" + P->Plan.Data.Path + "': " + Error;
+}
 
 TrainStepStats Trainer::step(const std::function<void()> &OnOp) { return P->step(OnOp); }
 

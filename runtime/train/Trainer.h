@@ -97,6 +97,14 @@ public:
   Trainer(const Trainer &) = delete;
   Trainer &operator=(const Trainer &) = delete;
 
+  /// Checks this rank's share (by world rank) of the plan's dataset's token
+  /// ids against the vocabulary, so that the job reads every id once, not
+  /// once per rank; "" when they are in range, when the dtype cannot hold
+  /// an id outside, or with mock or caller-given data. Not collective: the
+  /// caller agrees on the result before the first step(), which reads
+  /// nothing unchecked.
+  std::string checkDataShare() const;
+
   /// Runs one step on every rank together. OnOp: a heartbeat after each
   /// pipeline op.
   TrainStepStats step(const std::function<void()> &OnOp = nullptr);

@@ -117,6 +117,10 @@ int moerun::runSteps(RunContext &Ctx) {
   // collective for a peer that has given up.
   if (!agreeOrReport(Ctx.World, bool(T), Error))
     return 5;
+  Ctx.Dog.beat("checking the dataset");
+  Error = T->checkDataShare();
+  if (!agreeOrReport(Ctx.World, Error.empty(), Error))
+    return 5;
   const bool Rank0 = Ctx.World.rank() == 0;
   if (Rank0) {
     for (const std::string &Note : T->notes())

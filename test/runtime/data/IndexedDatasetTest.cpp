@@ -353,3 +353,49 @@ TEST(IndexedDatasetErrors, TokenIdsOutsideTheVocabulary) {
   E = openError(Dir.file("wide"));
   EXPECT_NE(E.find("int32 range"), std::string::npos) << E;
 }
+
+TEST(IndexedDataset, TokenCheckCoversAnyRangeOfSequences) {
+  ScratchDir Dir;
+  SmallCorpus C;
+  C.write(Dir.file("c"));
+  std::string Error;
+  // The index opens without reading a token; id 9 (sequence 2) is only
+  // found by the share of the check that covers sequence 2.
+  auto D = IndexedDataset::openIndex(Dir.file("c"), Error);
+  ASSERT_NE(D, nullptr) << Error;
+  EXPECT_EQ(D->checkTokens(9, 0, 2), "");
+  EXPECT_EQ(D->checkTokens(9, 3, 3), "");
+  std::string E = D->checkTokens(9, 2, 3);
+  EXPECT_NE(E.find("token id 9 (sequence 2, position 3) is outside the vocabulary [0, 9)"), std::string::npos) << E;
+  EXPECT_NE(E.find("c.bin'"), std::string::npos) << E;
+  EXPECT_EQ(D->checkTokens(10, 0, 3), "");
+}
+
+TEST(IndexedDataset, DTypesThatCannotHoldABadIdAreNotScanned) {
+  EXPECT_EQ(tokenDTypeRange(TokenDType::UInt16).Max, 65535);
+  EXPECT_EQ(tokenDTypeRange(TokenDType::UInt8).Max, 255);
+  EXPECT_EQ(tokenDTypeRange(TokenDType::Int8).Min, -128);
+  EXPECT_EQ(tokenDTypeRange(TokenDType::Int32).Max, int64_t(INT32_MAX));
+  EXPECT_FALSE(tokenDTypeRange(TokenDType::Float32).contains(0));
+
+  // A uint16 corpus holding 65535 is in range for a vocabulary above it
+  // (no scan) and out of range for one of 65535 (scanned and found).
+  ScratchDir Dir;
+  RawIndex Idx;
+  Idx.Code = 8;
+  Idx.Lengths = {2};
+  Idx.Pointers = {0};
+  Idx.Docs = {0, 1};
+  std::vector<unsigned char> Bin;
+  RawIndex::put<uint16_t>(Bin, 7);
+  RawIndex::put<uint16_t>(Bin, 65535);
+  writeBytes(Dir.file("u.idx"), Idx.bytes());
+  writeBytes(Dir.file("u.bin"), Bin);
+  std::string Error;
+  auto D = IndexedDataset::openIndex(Dir.file("u"), Error);
+  ASSERT_NE(D, nullptr) << Error;
+  EXPECT_TRUE(D->dtypeFitsVocab(70000));
+  EXPECT_EQ(D->checkTokens(70000, 0, 1), "");
+  EXPECT_FALSE(D->dtypeFitsVocab(65535));
+  EXPECT_NE(D->checkTokens(65535, 0, 1).find("token id 65535 (sequence 0, position 1)"), std::string::npos);
+}

@@ -109,6 +109,7 @@ def expect_data_refused(prefix, message, path):
         fail("training started on a bad dataset", out)
     if elapsed > 30:
         fail(f"the job took {elapsed:.0f} s to end", out)
+    return out
 
 
 def corpus(name):
@@ -218,6 +219,19 @@ elif CASE == "corrupt-data":
     with open(prefix + ".bin", "wb") as f:
         f.write(data[: len(data) // 3])
     expect_data_refused(prefix, "lies beyond the end of the", prefix + ".bin")
+    # A token id outside the vocabulary in the last sequence: the ranks
+    # split the check of the ids, so rank 1 finds it and says so, and every
+    # rank still refuses.
+    with open(prefix + ".bin", "wb") as f:
+        f.write(data)
+    width = {1: 1, 2: 1, 3: 2, 4: 4, 5: 8, 8: 2}[idx[17]]
+    bad = (1 << (8 * min(width, 4) - 1)) - 1
+    with open(prefix + ".bin", "r+b") as f:
+        f.seek(len(data) - width)
+        f.write(bad.to_bytes(width, "little", signed=False))
+    out = expect_data_refused(prefix, f"token id {bad} (sequence ", prefix + ".bin")
+    expect_in("moerun: rank 1: the plan's dataset", out)
+    expect_in("is outside the vocabulary [0, ", out)
 
 elif CASE == "rank-dies":
     # Rank 1 (the last pipeline stage) is killed after its first op of step

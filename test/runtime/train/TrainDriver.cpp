@@ -77,6 +77,8 @@ int main(int Argc, char **Argv) {
   } catch (const std::exception &E) {
     World->abort(E.what(), 2);
   }
+  if (std::string Error = T->checkDataShare(); !Error.empty())
+    World->abort(Error, 2);
   bool Root = World->rank() == 0;
   std::FILE *Log = nullptr, *Loss = nullptr;
   if (Root) {
