@@ -71,6 +71,9 @@ table.points td:nth-child(7) { overflow-wrap: anywhere; min-width: 280px; }
 path.axis-break { stroke: #444; stroke-width: 1.5; fill: none; }
 g.steady rect { stroke: #fff; stroke-width: 0.5; }
 svg text.pt-label { font-size: 10px; fill: #555; }
+polyline.loss { fill: none; stroke: #4e79a7; stroke-width: 1.5; }
+table.run td, table.run th { padding: 2px 10px; text-align: right; border-bottom: 1px solid #eee; }
+table.run td:first-child, table.run th:first-child { text-align: left; }
 )css";
 
 void writeFacts(const Plan &P, llvm::ArrayRef<SweepPoint> Sweep, llvm::raw_ostream &OS) {
@@ -120,7 +123,7 @@ void writeDiagnostics(llvm::ArrayRef<ReportDiagnostic> Diagnostics, llvm::raw_os
 } // namespace
 
 std::string moec::renderHtmlReport(const Plan &P, llvm::ArrayRef<SweepPoint> Sweep,
-                                   llvm::ArrayRef<ReportDiagnostic> Diagnostics) {
+                                   llvm::ArrayRef<ReportDiagnostic> Diagnostics, const ReportRun *Run) {
   std::string Page;
   llvm::raw_string_ostream OS(Page);
   std::string Title = "moec report: " + (P.R.PointName.empty() ? P.R.Name : P.R.PointName);
@@ -137,6 +140,8 @@ std::string moec::renderHtmlReport(const Plan &P, llvm::ArrayRef<SweepPoint> Swe
   writeStepTimeFigure(P, OS);
   if (!Sweep.empty())
     writeSweepFigure(Sweep, P.R.PointName, OS);
+  if (Run)
+    writeRunFigure(P, *Run, OS);
   writeDiagnostics(Diagnostics, OS);
   OS << "</body>\n</html>\n";
   return std::move(OS.str());

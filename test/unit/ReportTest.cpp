@@ -15,6 +15,7 @@
 #include "moec/Sema/Sema.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/SourceMgr.h"
+#include <cmath>
 #include <gtest/gtest.h>
 
 using namespace moec;
@@ -303,6 +304,65 @@ TEST(ReportFigures, StepTimeHasEveryNonZeroPart) {
   EXPECT_EQ(occurrences(Fig, "<g class=\"part\""), NonZero);
   EXPECT_GT(T.Bubble, 0);
   EXPECT_NE(Fig.find("data-part=\"bubble\""), std::string::npos);
+}
+
+/// Steps whose measured time is Factor x the plan's (the first a slow
+/// warm-up), the loss falling; every record carries the plan's prediction.
+ReportRun runOf(const Plan &P, double Factor, int Steps) {
+  ReportRun Run{"steps.jsonl", {}};
+  for (int K = 1; K <= Steps; ++K) {
+    StepRecord S;
+    S.Step = K;
+    S.Loss = 8.0 / K;
+    S.StepTimeSeconds = P.Time.StepTime * Factor * (K == 1 ? 3 : 1);
+    S.TokensPerSecond = double(P.R.GlobalBatch * P.R.SeqLen) / S.StepTimeSeconds;
+    S.PeakBytes = int64_t(0.5e9);
+    S.PredictedStepSeconds = P.Time.StepTime;
+    Run.Steps.push_back(S);
+  }
+  return Run;
+}
+
+std::string ratioOf(const std::string &Fig, const std::string &Measure) {
+  std::string Key = "data-measure=\"" + Measure + "\" data-ratio=\"";
+  size_t At = Fig.find(Key);
+  if (At == std::string::npos)
+    return "missing";
+  At += Key.size();
+  return Fig.substr(At, Fig.find('"', At) - At);
+}
+
+TEST(ReportRun, MeasuresTheRunAgainstThePlan) {
+  Plan P = planOf(OneF1B);
+  ReportRun Run = runOf(P, 2.0, 5);
+  std::string Fig;
+  llvm::raw_string_ostream OS(Fig);
+  writeRunFigure(P, Run, OS);
+  OS.flush();
+  // The medians leave out the 3x warm-up step: twice the plan's time, half
+  // its throughput and MFU.
+  EXPECT_EQ(ratioOf(Fig, "step_time"), "2");
+  EXPECT_EQ(ratioOf(Fig, "tokens_per_gpu"), "0.5");
+  EXPECT_EQ(ratioOf(Fig, "mfu"), "0.5");
+  EXPECT_NE(ratioOf(Fig, "peak_memory"), "missing");
+  EXPECT_NE(Fig.find("data-drawn-steps=\"5\""), std::string::npos);
+  EXPECT_EQ(occurrences(Fig, "<polyline class=\"loss\""), 1u);
+  EXPECT_EQ(Fig.find("data-check=\"other-plan\""), std::string::npos);
+
+  // A log of another plan says so; a NaN loss breaks the curve in two.
+  Run.Steps[2].Loss = std::nan("");
+  for (StepRecord &S : Run.Steps)
+    S.PredictedStepSeconds = P.Time.StepTime * 1.5;
+  Fig.clear();
+  writeRunFigure(P, Run, OS);
+  OS.flush();
+  EXPECT_NE(Fig.find("data-check=\"other-plan\""), std::string::npos);
+  EXPECT_EQ(occurrences(Fig, "<polyline class=\"loss\""), 2u);
+  EXPECT_NE(Fig.find("data-drawn-steps=\"4\""), std::string::npos);
+
+  // The page has the figure only with a run.
+  EXPECT_EQ(renderHtmlReport(P).find("<figure id=\"run\""), std::string::npos);
+  EXPECT_EQ(occurrences(renderHtmlReport(P, {}, {}, &Run), "<figure id=\"run\""), 1u);
 }
 
 TEST(ReportPage, EscapesRecipeText) {

@@ -118,5 +118,9 @@ cl::opt<std::string> ReportOutput("o",
                                   cl::desc("Write the report to this file, atomically (default: the recipe file's "
                                            "name with .html, in the current directory)"),
                                   cl::value_desc("report.html"), cl::sub(ReportCmd));
+cl::opt<std::string> ReportLog("log",
+                               cl::desc("Add a run of the plan to the report: moerun's step log (--log), drawn as "
+                                        "its loss curve and measured against the plan's predictions"),
+                               cl::value_desc("steps.jsonl"), cl::sub(ReportCmd));
 
 } // namespace moec::driver

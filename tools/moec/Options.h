@@ -70,6 +70,7 @@ extern cl::opt<std::string> LspCatalogDir;
 
 extern cl::SubCommand ReportCmd;
 extern cl::opt<std::string> ReportOutput;
+extern cl::opt<std::string> ReportLog;
 
 } // namespace moec::driver
 

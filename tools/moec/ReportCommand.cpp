@@ -1,6 +1,6 @@
 //===- ReportCommand.cpp - moec report ------------------------------------===//
 //
-// moec report FILE [--recipe NAME] [-o report.html]
+// moec report FILE [--recipe NAME] [-o report.html] [--log steps.jsonl]
 //
 // One recipe: its plan drawn (lib/Report). A recipe with sweeps: every point
 // decided as `moec sweep` decides it, the scatter of all of them, and the
@@ -17,6 +17,7 @@
 #include "llvm/Support/Path.h"
 #include "llvm/Support/raw_ostream.h"
 #include <fmt/format.h>
+#include <optional>
 #include <set>
 
 namespace moec::driver {
@@ -56,9 +57,10 @@ std::vector<ReportDiagnostic> pageDiagnostics(const Compilation &C, llvm::ArrayR
   return Out;
 }
 
-int writeReport(const Plan &P, llvm::ArrayRef<SweepPoint> Sweep, llvm::ArrayRef<ReportDiagnostic> Diagnostics) {
+int writeReport(const Plan &P, llvm::ArrayRef<SweepPoint> Sweep, llvm::ArrayRef<ReportDiagnostic> Diagnostics,
+                const ReportRun *Run) {
   std::string Out = outputPath();
-  if (llvm::Error E = writeFileAtomically(Out, renderHtmlReport(P, Sweep, Diagnostics))) {
+  if (llvm::Error E = writeFileAtomically(Out, renderHtmlReport(P, Sweep, Diagnostics, Run))) {
     llvm::errs() << "moec report: " << llvm::toString(std::move(E)) << "\n";
     return ExitUsage;
   }
@@ -73,6 +75,18 @@ int runReport() {
     llvm::errs() << "moec report: expected one recipe file (use - for standard input)\n";
     return ExitUsage;
   }
+  // The log is read first: a bad one ends the command before any page is
+  // written.
+  std::optional<ReportRun> Run;
+  if (!ReportLog.empty()) {
+    llvm::Expected<std::vector<StepRecord>> Steps = readStepLog(ReportLog);
+    if (!Steps) {
+      llvm::errs() << "moec report: --log " << llvm::toString(Steps.takeError()) << "\n";
+      return ExitUsage;
+    }
+    Run = ReportRun{std::string(llvm::sys::path::filename(ReportLog)), std::move(*Steps)};
+  }
+  const ReportRun *RunPtr = Run ? &*Run : nullptr;
   // A sweep's points are decided by their own errors, as in `moec sweep`.
   std::unique_ptr<Compilation> C = compile(/*RunRules=*/true, /*CapErrors=*/false);
   const std::vector<Diagnostic> &Final = C->Diags->finish();
@@ -104,7 +118,7 @@ int runReport() {
       llvm::errs() << "moec report: " << R.PointName << ": " << llvm::toString(P.takeError()) << "\n";
       return ExitErrors;
     }
-    return writeReport(*P, {}, pageDiagnostics(*C, Final));
+    return writeReport(*P, {}, pageDiagnostics(*C, Final), RunPtr);
   }
 
   std::vector<SweepPoint> Points = evaluateSweep(C->Recipes, Final, /*PredictMemoryPruned=*/true);
@@ -132,7 +146,7 @@ int runReport() {
     size_t Feasible = llvm::count_if(Points, [](const SweepPoint &S) { return S.Feasible; });
     llvm::errs() << fmt::format("moec report: {} points, {} feasible; the figures draw {}\n", Points.size(), Feasible,
                                 Shown->Name);
-    return writeReport(*P, Points, pageDiagnostics(*C, Final));
+    return writeReport(*P, Points, pageDiagnostics(*C, Final), RunPtr);
   }
   llvm::errs() << "moec report: lost sweep point " << Shown->Name << "\n";
   return ExitErrors;

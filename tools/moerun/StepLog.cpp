@@ -10,23 +10,6 @@
 
 using namespace moerun;
 
-static std::string number(double V) { return std::isfinite(V) ? fmt::format("{}", V) : "null"; }
-
-std::string moerun::formatJSONLine(const StepRecord &R) {
-  std::string Line =
-      fmt::format("{{\"step\":{},\"loss\":{},\"aux_loss\":{},\"lr\":{},\"grad_norm\":{},\"step_time_s\":{},"
-                  "\"tokens_per_s\":{},\"peak_bytes\":{},\"compute_s\":{},\"comm_s\":{},\"gemm_s\":{},\"cpu_s\":{}",
-                  R.Step, number(R.Loss), number(R.AuxLoss), number(R.LearningRate), number(R.GradNorm),
-                  number(R.StepTimeSeconds), number(R.TokensPerSecond), R.PeakBytes, number(R.ComputeSeconds),
-                  number(R.CommSeconds), number(R.GemmSeconds), number(R.CpuSeconds));
-  for (auto [Key, V] : {std::pair{"predicted_step_time_s", R.PredictedStepSeconds},
-                        {"mfu", R.MFU},
-                        {"predicted_peak_bytes", R.PredictedPeakBytes}})
-    if (V)
-      Line += fmt::format(",\"{}\":{}", Key, number(*V));
-  return Line + "}\n";
-}
-
 std::string moerun::formatHumanLine(const StepRecord &R, int64_t TotalSteps) {
   std::string Plan = R.PredictedStepSeconds ? fmt::format(" (plan {:.3f} s)", *R.PredictedStepSeconds) : "";
   std::string PlanPeak = R.PredictedPeakBytes ? fmt::format(" (plan {:.1f} MB)", *R.PredictedPeakBytes / 1e6) : "";
@@ -60,7 +43,7 @@ bool StepLog::write(const StepRecord &R, int64_t TotalSteps, std::FILE *Human, s
   }
   if (FD < 0)
     return true;
-  std::string Line = formatJSONLine(R);
+  std::string Line = moec::formatStepLogLine(R);
   // One write of the whole line: a crash leaves whole lines only.
   ssize_t N = ::write(FD, Line.data(), Line.size());
   if (N != ssize_t(Line.size())) {

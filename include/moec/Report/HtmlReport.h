@@ -8,6 +8,9 @@
 //   * #grid     — the rank grid coloured by tp, cp, ep, dp and pp group,
 //   * #time     — the predicted step time by cause,
 //   * #sweep    — for sweeps, predicted tokens/s against peak memory,
+//   * #run      — with a step log of a run (moec report --log), its loss
+//                 curve and its measured step time, throughput, memory and
+//                 MFU against the plan's predictions,
 // then the recipe's diagnostics (<section id="diagnostics">).
 // Elements carry classes and data- attributes (stage, rank, op kind) so that
 // tests and other tools can read the page back. Every piece of text from
@@ -18,6 +21,7 @@
 #define MOEC_REPORT_HTMLREPORT_H
 
 #include "moec/Emit/Plan.h"
+#include "moec/Emit/StepRecord.h"
 #include "moec/Emit/Sweep.h"
 #include "llvm/ADT/ArrayRef.h"
 #include "llvm/Support/raw_ostream.h"
@@ -39,6 +43,13 @@ void writeStepTimeFigure(const Plan &P, llvm::raw_ostream &OS);
 /// figures draw.
 void writeSweepFigure(llvm::ArrayRef<SweepPoint> Points, llvm::StringRef Shown, llvm::raw_ostream &OS);
 
+/// A run of P: its step log (non-empty), named LogName on the page.
+struct ReportRun {
+  std::string LogName;
+  std::vector<StepRecord> Steps;
+};
+void writeRunFigure(const Plan &P, const ReportRun &Run, llvm::raw_ostream &OS);
+
 /// A diagnostic as the page lists it (the engine's text, already located).
 struct ReportDiagnostic {
   std::string Severity, Id, Message, Where, Point;
@@ -47,8 +58,9 @@ struct ReportDiagnostic {
 /// The whole page for P; with Sweep non-empty the sweep figure follows and
 /// the header says that P is one of its points. Diagnostics (what `moec
 /// check` says of the recipe) are listed in a <section id="diagnostics">.
+/// Run, when given, adds the #run figure.
 std::string renderHtmlReport(const Plan &P, llvm::ArrayRef<SweepPoint> Sweep = {},
-                             llvm::ArrayRef<ReportDiagnostic> Diagnostics = {});
+                             llvm::ArrayRef<ReportDiagnostic> Diagnostics = {}, const ReportRun *Run = nullptr);
 
 /// Figures past these sizes are summarised in text rather than drawn: the
 /// page stays small enough for a browser.

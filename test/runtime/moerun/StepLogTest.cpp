@@ -30,13 +30,13 @@ StepRecord record(int64_t Step) {
 }
 
 TEST(StepLog, JSONLine) {
-  EXPECT_EQ(formatJSONLine(record(3)), "{\"step\":3,\"loss\":5.5,\"aux_loss\":0.0078125,\"lr\":0.00025,"
-                                       "\"grad_norm\":1.5,\"step_time_s\":0.25,"
-                                       "\"tokens_per_s\":1024,\"peak_bytes\":123456789,\"compute_s\":0.125,"
-                                       "\"comm_s\":0.0625,\"gemm_s\":0.09375,\"cpu_s\":0.1875}\n");
+  EXPECT_EQ(moec::formatStepLogLine(record(3)), "{\"step\":3,\"loss\":5.5,\"aux_loss\":0.0078125,\"lr\":0.00025,"
+                                                "\"grad_norm\":1.5,\"step_time_s\":0.25,"
+                                                "\"tokens_per_s\":1024,\"peak_bytes\":123456789,\"compute_s\":0.125,"
+                                                "\"comm_s\":0.0625,\"gemm_s\":0.09375,\"cpu_s\":0.1875}\n");
   StepRecord R = record(1);
   R.Loss = std::nan("");
-  EXPECT_NE(formatJSONLine(R).find("\"loss\":null,"), std::string::npos) << formatJSONLine(R);
+  EXPECT_NE(moec::formatStepLogLine(R).find("\"loss\":null,"), std::string::npos) << moec::formatStepLogLine(R);
   EXPECT_EQ(formatHumanLine(record(3), 10),
             "step 3/10  loss 5.500000  aux 0.007812  lr 0.00025  0.250 s  1024 tokens/s  "
             "peak 123.5 MB  compute 0.125 s (gemm 0.094 s)  comm 0.062 s\n");
@@ -47,11 +47,12 @@ TEST(StepLog, PredictionsBesideTheMeasurements) {
   R.PredictedStepSeconds = 0.5;
   R.MFU = 0.125;
   R.PredictedPeakBytes = 100e6;
-  EXPECT_EQ(formatJSONLine(R), "{\"step\":3,\"loss\":5.5,\"aux_loss\":0.0078125,\"lr\":0.00025,"
-                               "\"grad_norm\":1.5,\"step_time_s\":0.25,"
-                               "\"tokens_per_s\":1024,\"peak_bytes\":123456789,\"compute_s\":0.125,"
-                               "\"comm_s\":0.0625,\"gemm_s\":0.09375,\"cpu_s\":0.1875,"
-                               "\"predicted_step_time_s\":0.5,\"mfu\":0.125,\"predicted_peak_bytes\":100000000}\n");
+  EXPECT_EQ(moec::formatStepLogLine(R),
+            "{\"step\":3,\"loss\":5.5,\"aux_loss\":0.0078125,\"lr\":0.00025,"
+            "\"grad_norm\":1.5,\"step_time_s\":0.25,"
+            "\"tokens_per_s\":1024,\"peak_bytes\":123456789,\"compute_s\":0.125,"
+            "\"comm_s\":0.0625,\"gemm_s\":0.09375,\"cpu_s\":0.1875,"
+            "\"predicted_step_time_s\":0.5,\"mfu\":0.125,\"predicted_peak_bytes\":100000000}\n");
   EXPECT_EQ(formatHumanLine(R, 10), "step 3/10  loss 5.500000  aux 0.007812  lr 0.00025  0.250 s (plan 0.500 s)  "
                                     "1024 tokens/s  peak 123.5 MB (plan 100.0 MB)  compute 0.125 s (gemm 0.094 s)  "
                                     "comm 0.062 s  MFU 12.5%\n");
@@ -72,7 +73,8 @@ TEST(StepLog, WritesOneCompleteLinePerStep) {
     std::ifstream In(Path);
     std::stringstream Text;
     Text << In.rdbuf();
-    EXPECT_EQ(Text.str(), formatJSONLine(record(1)) + formatJSONLine(record(2)) + formatJSONLine(record(3)));
+    EXPECT_EQ(Text.str(), moec::formatStepLogLine(record(1)) + moec::formatStepLogLine(record(2)) +
+                              moec::formatStepLogLine(record(3)));
   }
   std::remove(Path);
 }
