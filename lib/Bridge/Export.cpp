@@ -438,7 +438,13 @@ private:
   void optimizer() {
     const OptimizerConfig &O = R.Optimizer;
     set("optimizer.optimizer", Value::string(enumName(O.Kind)), "optimizer.type");
+    // Both switches: Bridge turns both on when either is on
+    // (training/config.py:1878-1900, _validate_and_sync_distributed_optimizer_settings),
+    // so `false` must be said to both, and Megatron-Core's OptimizerConfig
+    // checks its own before that sync runs (optimizer_config.py:379, the
+    // precision-aware optimizer needs it).
     set("ddp.use_distributed_optimizer", Value::boolean(O.Distributed), "optimizer.distributed");
+    set("optimizer.use_distributed_optimizer", Value::boolean(O.Distributed), "optimizer.distributed");
     set("optimizer.use_precision_aware_optimizer", Value::boolean(O.PrecisionAware), "optimizer.precision_aware");
     // The moment and master dtypes the memory model prices (bf16 moments
     // under the precision-aware optimizer, fp32 otherwise). Megatron-Core

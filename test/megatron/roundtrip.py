@@ -55,10 +55,11 @@ FIELDS = [
     "model.account_for_loss_in_pipeline_split", "model.num_layers_in_first_pipeline_stage",
     "model.num_layers_in_last_pipeline_stage", "model.recompute_granularity", "model.recompute_method",
     "model.recompute_num_layers", "model.recompute_modules", "model.moe_token_dispatcher_type",
-    "model.moe_flex_dispatcher_backend", "model.cuda_graph_impl", "model.cuda_graph_scope",
+    "model.moe_flex_dispatcher_backend", "model.moe_deepep_num_sms", "model.moe_hybridep_num_sms",
+    "model.cuda_graph_impl", "model.cuda_graph_scope",
     "model.fp8", "model.fp8_recipe", "model.fp4", "model.cp_comm_type",
     "model.hierarchical_context_parallel_sizes", "model.moe_router_dtype",
-    "optimizer.use_distributed_optimizer", "optimizer.use_precision_aware_optimizer",
+    "optimizer.use_distributed_optimizer", "ddp.use_distributed_optimizer", "optimizer.use_precision_aware_optimizer",
     "optimizer.optimizer_cpu_offload", "optimizer.optimizer_offload_fraction",
     "ddp.overlap_grad_reduce", "ddp.overlap_param_gather", "ddp.use_megatron_fsdp",
     "model.freeze_language_model", "model.freeze_vision_model",
@@ -75,6 +76,25 @@ def field(cfg, path):
             return "<absent>"
         obj = getattr(obj, part)
     return normalize(obj)
+
+
+def reset_to_default(cfg, path):
+    """Sets cfg's field at path to its dataclass default (a field with no default, or on an object
+    that is not a dataclass, is left as it is)."""
+    import dataclasses
+    *parents, name = path.split(".")
+    obj = cfg
+    for part in parents:
+        obj = getattr(obj, part, None)
+    if obj is None or not dataclasses.is_dataclass(obj):
+        return
+    for f in dataclasses.fields(obj):
+        if f.name != name:
+            continue
+        if f.default is not dataclasses.MISSING:
+            setattr(obj, name, f.default)
+        elif f.default_factory is not dataclasses.MISSING:
+            setattr(obj, name, f.default_factory())
 
 
 def normalize(v):
@@ -113,6 +133,10 @@ PROVIDER_RECIPES = {
     # Kimi-K2 with Adam: its default optimizer, dist_muon (Muon with Bridge's layer-wise
     # distributed optimizer, training/optim.py:62-77), has no .moe value yet.
     "kimi_k2": ("megatron.bridge.recipes.kimi.kimi_k2", "kimi_k2_adam_pretrain_config", None),
+    # Qwen3-30B with HybridEP and an SM budget, as the H100 perf recipes run it
+    # (perf_recipes/qwen/h100/qwen3_moe.py: hybridep_num_sms=32).
+    "qwen3_30b_a3b_hybridep": ("megatron.bridge.recipes.qwen.qwen3_moe", "qwen3_30b_a3b_hybridep_pretrain_config",
+                               None),
 }
 
 
@@ -120,6 +144,15 @@ def define_variants():
     """Recipe calls with arguments, as functions oracle.run can build by name."""
     import megatron.bridge.recipes.kimi.kimi_k2 as kimi
     kimi.kimi_k2_adam_pretrain_config = lambda: kimi.kimi_k2_pretrain_config(optimizer_type="adam")
+    import megatron.bridge.recipes.qwen.qwen3_moe as qwen3_moe
+
+    def hybridep():
+        cfg = qwen3_moe.qwen3_30b_a3b_pretrain_config()
+        cfg.model.moe_token_dispatcher_type = "flex"
+        cfg.model.moe_flex_dispatcher_backend = "hybridep"
+        cfg.model.moe_hybridep_num_sms = 32
+        return cfg
+    qwen3_moe.qwen3_30b_a3b_hybridep_pretrain_config = hybridep
 
 SPLIT_FIELDS = ["model.pipeline_model_parallel_layout", "model.account_for_embedding_in_pipeline_split",
                 "model.account_for_loss_in_pipeline_split", "model.num_layers_in_first_pipeline_stage",
@@ -265,6 +298,11 @@ def main():
         back = {}
 
         def apply(c):
+            # The export alone must carry the recipe: every modelled field goes back to its
+            # dataclass default first, so that a field the export leaves out comes back as
+            # Bridge's default, not as the recipe's own value.
+            for f in FIELDS:
+                reset_to_default(c, f)
             process_config_with_overrides(c, cli_overrides=overrides)
             back.update({f: field(c, f) for f in FIELDS})
 
