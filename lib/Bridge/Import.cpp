@@ -469,6 +469,8 @@ public:
   }
 
   void run() {
+    if (refuseHybridMamba())
+      return;
     chooseModel();
     chooseCluster();
     parallelism();
@@ -652,6 +654,21 @@ private:
 
   /// The other architecture fields export writes: read, and checked
   /// against the chosen model, but not used to choose it.
+  /// Nemotron-H and Nemotron-3 interleave Mamba, attention, MLP and MoE
+  /// layers by a pattern (Megatron-Core ssm/mamba_hybrid_layer_allocation.py,
+  /// Symbols: M, *, -, E). A .moe model has attention layers only: say that
+  /// once, instead of the errors and warnings of a model it cannot define.
+  bool refuseHybridMamba() {
+    Entry *E = peek("model.hybrid_override_pattern");
+    if (!E || E->V.K != Value::Kind::String)
+      return false;
+    error(*E, fmt::format("'model.hybrid_override_pattern' = {} describes a hybrid Mamba model (Nemotron-H, "
+                          "Nemotron-3: M Mamba, * attention, - MLP, E MoE layers); a .moe model has attention "
+                          "layers only, so this recipe cannot be imported",
+                          renderPlain(E->V)));
+    return true;
+  }
+
   void checkArchitectureExtras() {
     const MoESpec *X = Model->MoE ? &*Model->MoE : nullptr;
     auto Check = [&](StringRef Key, const Value &Expected) {

@@ -140,6 +140,15 @@ PROVIDER_RECIPES = {
 }
 
 
+# MoE recipes with no .moe form: the import must refuse them with one error that says why, and
+# write nothing.
+REFUSED_RECIPES = {
+    # Nemotron-3 Nano: a hybrid of Mamba, attention and MoE layers (hybrid_override_pattern).
+    "nemotron_3_nano": ("megatron.bridge.recipes.nemotronh.nemotron_3_nano", "nemotron_3_nano_pretrain_config",
+                        "describes a hybrid Mamba model"),
+}
+
+
 def define_variants():
     """Recipe calls with arguments, as functions oracle.run can build by name."""
     import megatron.bridge.recipes.kimi.kimi_k2 as kimi
@@ -325,6 +334,25 @@ def main():
         rows.append(row)
         print("%s (%d x %s): round trip ok (import %s; check %s; validate %s; fields %s)"
               % (fn, world, gpu, row["import"], row["check"], row["validate"], row["fields"]))
+
+    for model, (mod, fn, why) in REFUSED_RECIPES.items():
+        cfg = build(mod, fn)
+        yaml_path, moe_path = os.path.join(work, fn + ".yaml"), os.path.join(work, fn + ".moe")
+        with contextlib.redirect_stdout(io.StringIO()):
+            cfg.to_yaml(yaml_path)
+        imp = subprocess.run([a.moec, "import", "--from", "megatron-bridge", yaml_path, "--gpu", GPU, "--gpus", "8",
+                              "-o", moe_path], capture_output=True, text=True)
+        lines = [l for l in imp.stderr.splitlines() if ": error: " in l or ": warning: " in l]
+        row = {"recipe": fn, "gpus": 8, "gpu": GPU, "import": "exit %d" % imp.returncode}
+        if imp.returncode == 1 and len(lines) == 1 and why in lines[0] and not os.path.exists(moe_path):
+            row["result"] = "refused: " + why
+            print("%s: refused as it must be (%s)" % (fn, lines[0][lines[0].find("error:"):][:200]))
+        else:
+            failed += 1
+            row["result"] = "FAILED: not refused with one message"
+            print("%s: FAILED: expected exit 1 and one error containing %r, got exit %d and:\n%s"
+                  % (fn, why, imp.returncode, "\n".join(lines[:5])))
+        rows.append(row)
 
     if a.doc:
         table = io.StringIO()
