@@ -142,6 +142,12 @@ json::Value moec::recipeToJSON(const Recipe &R) {
                     {"shuffle", R.ShuffleData}};
   if (R.Data == DataSourceKind::Real)
     Data["path"] = R.DataPath;
+  if (!R.DataSplit.empty())
+    Data["split"] = json::Array(R.DataSplit);
+  if (R.EvalInterval) {
+    Data["eval_interval"] = *R.EvalInterval;
+    Data["eval_iters"] = R.EvalIters;
+  }
 
   json::Object Out{{"model", std::move(Model)},
                    {"gpu", std::move(Gpu)},

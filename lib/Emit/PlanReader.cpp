@@ -272,6 +272,22 @@ bool PlanParser::readConfig(const toml::table &Root) {
     return false;
   if (!P.Data.Mock && !readString(*D, "config.data", "path", P.Data.Path))
     return false;
+  if (D->contains("split")) {
+    const toml::array *Split = array(*D, "config.data", "split");
+    if (!Split)
+      return false;
+    if (Split->empty() || Split->size() > 3)
+      return fail("config.data.split", fmt::format("expected 1 to 3 weights, got {}", Split->size()));
+    for (size_t I = 0; I < Split->size(); ++I) {
+      std::optional<int64_t> W = (*Split)[I].value_exact<int64_t>();
+      if (!(*Split)[I].is_integer() || !W || *W < 0)
+        return fail(index("config.data.split", I), "expected a non-negative integer");
+      P.Data.Split.push_back(*W);
+    }
+  }
+  if (D->contains("eval_interval") && (!readInt(*D, "config.data", "eval_interval", P.Data.EvalInterval, 1) ||
+                                       !readInt(*D, "config.data", "eval_iters", P.Data.EvalIters, 1)))
+    return false;
 
   // Optional: plans written before [config.optimizer] existed keep the
   // defaults (the replicated Adam).
@@ -297,12 +313,12 @@ bool PlanParser::readConfig(const toml::table &Root) {
     const char *Key;
     double *Out;
     double Min, Max;
-    bool MaxExclusive;
-  } AdamFields[] = {{"weight_decay", &P.Optimizer.WeightDecay, 0, 1e300, false},
-                    {"adam_beta1", &P.Optimizer.AdamBeta1, 0, 1, true},
-                    {"adam_beta2", &P.Optimizer.AdamBeta2, 0, 1, true},
-                    {"adam_eps", &P.Optimizer.AdamEps, 0, 1e300, false},
-                    {"clip_grad", &P.Optimizer.ClipGrad, 0, 1e300, false}};
+    bool MinExclusive, MaxExclusive;
+  } AdamFields[] = {{"weight_decay", &P.Optimizer.WeightDecay, 0, 1e300, false, false},
+                    {"adam_beta1", &P.Optimizer.AdamBeta1, 0, 1, false, true},
+                    {"adam_beta2", &P.Optimizer.AdamBeta2, 0, 1, false, true},
+                    {"adam_eps", &P.Optimizer.AdamEps, 0, 1e300, true, false},
+                    {"clip_grad", &P.Optimizer.ClipGrad, 0, 1e300, false, false}};
   for (const auto &F : AdamFields) {
     if (!O->contains(F.Key))
       continue;
@@ -310,8 +326,7 @@ bool PlanParser::readConfig(const toml::table &Root) {
     std::optional<double> V = N ? N->value<double>() : std::nullopt;
     if (!N || !N->is_number() || !V)
       return fail(join(OPre, F.Key), "expected a number");
-    if (!(*V >= F.Min) || (F.MaxExclusive ? !(*V < F.Max) : !(*V <= F.Max)) ||
-        (F.Out == &P.Optimizer.AdamEps && *V <= 0))
+    if ((F.MinExclusive ? !(*V > F.Min) : !(*V >= F.Min)) || (F.MaxExclusive ? !(*V < F.Max) : !(*V <= F.Max)))
       return fail(join(OPre, F.Key), fmt::format("out of range: {}", *V));
     *F.Out = *V;
   }

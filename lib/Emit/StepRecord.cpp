@@ -26,6 +26,7 @@ llvm::ArrayRef<StepLogKey> moec::stepLogKeys() {
       {"predicted_step_time_s", &StepRecord::PredictedStepSeconds},
       {"mfu", &StepRecord::MFU},
       {"predicted_peak_bytes", &StepRecord::PredictedPeakBytes},
+      {"valid_loss", &StepRecord::ValidLoss},
   };
   return Keys;
 }

@@ -72,6 +72,7 @@ path.axis-break { stroke: #444; stroke-width: 1.5; fill: none; }
 g.steady rect { stroke: #fff; stroke-width: 0.5; }
 svg text.pt-label { font-size: 10px; fill: #555; }
 polyline.loss { fill: none; stroke: #4e79a7; stroke-width: 1.5; }
+circle.valid { fill: #e15759; }
 table.run td, table.run th { padding: 2px 10px; text-align: right; border-bottom: 1px solid #eee; }
 table.run td:first-child, table.run th:first-child { text-align: left; }
 )css";

@@ -47,10 +47,11 @@ void writeLossCurve(llvm::ArrayRef<StepRecord> Steps, llvm::raw_ostream &OS) {
   double Lo = INFINITY, Hi = -INFINITY;
   int64_t First = Steps.front().Step, Last = Steps.front().Step;
   for (const StepRecord &S : Steps) {
-    if (std::isfinite(S.Loss)) {
-      Lo = std::min(Lo, S.Loss);
-      Hi = std::max(Hi, S.Loss);
-    }
+    for (double L : {S.Loss, S.ValidLoss.value_or(NAN)})
+      if (std::isfinite(L)) {
+        Lo = std::min(Lo, L);
+        Hi = std::max(Hi, L);
+      }
     First = std::min(First, S.Step);
     Last = std::max(Last, S.Step);
   }
@@ -92,7 +93,20 @@ void writeLossCurve(llvm::ArrayRef<StepRecord> Steps, llvm::raw_ostream &OS) {
     ++Drawn;
   }
   Flush();
+  // Evaluations (data.eval_interval): a dot per held-out loss.
+  size_t Evaluations = 0;
+  for (const StepRecord &S : Steps)
+    if (S.ValidLoss && std::isfinite(*S.ValidLoss)) {
+      OS << "<circle class=\"valid\" data-step=\"" << S.Step << "\" cx=\"" << num(X(double(S.Step))) << "\" cy=\""
+         << num(Y(*S.ValidLoss)) << "\" r=\"3\"><title>"
+         << escapeHtml(fmt::format("step {}: validation loss {:.4f}", S.Step, *S.ValidLoss)) << "</title></circle>";
+      ++Evaluations;
+    }
   OS << "\n</svg>\n";
+  if (Evaluations)
+    OS << "<ul class=\"legend\"><li><span class=\"swatch\" style=\"background:#4e79a7\"></span>training loss</li>"
+          "<li><span class=\"swatch\" style=\"background:#e15759\"></span>validation loss ("
+       << Evaluations << " evaluations)</li></ul>\n";
   OS << "<p class=\"panel-note\" data-drawn-steps=\"" << Drawn << "\">" << Drawn << " of " << Steps.size()
      << " steps drawn; loss " << escapeHtml(figure(Steps.front().Loss, "{:.4f}")) << " at step " << Steps.front().Step
      << ", " << escapeHtml(figure(Steps.back().Loss, "{:.4f}")) << " at step " << Steps.back().Step << ".</p>\n";

@@ -438,6 +438,19 @@ llvm::Optional<Recipe> SemaImpl::lowerRecipe(Scope &Sc, std::string PointName) {
   }
   Out.VariableLength = R.boolean("data.variable_length");
   Out.ShuffleData = R.boolean("data.shuffle");
+  if (const Value *S = Sc.get("data.split")) {
+    for (const Value &W : S->Elements)
+      Out.DataSplit.push_back(W.Num.getInteger());
+    // Megatron-Core pads the weights to three and normalises them by their
+    // sum (blended_megatron_dataset_config.py parse_and_normalize_split); a
+    // run needs sequences to train on.
+    if (Out.DataSplit.size() > 3 || Out.DataSplit.empty() || Out.DataSplit[0] <= 0)
+      Diags.report(diag::value_out_of_range, Sc.provenance("data.split").Range, "data.split",
+                   fmt::format("[{}]", fmt::join(Out.DataSplit, ", ")),
+                   "1 to 3 weights (training, validation, test) with a positive training weight");
+  }
+  Out.EvalInterval = R.optCount("data.eval_interval");
+  Out.EvalIters = R.count("data.eval_iters", 100);
   Out.ImagesPerSample = R.count("data.images_per_sample", 1);
   Out.ImageSize = R.count("data.image_size", 448);
   Out.VisionFrozen = R.boolean("vision.frozen");

@@ -159,6 +159,13 @@ const FieldSpec RecipeFields[] = {
     FIELD(Recipe, "data.variable_length", Bool, Default, "false", 0, 0, {}, "variable-length (packed) batches"),
     FIELD(Recipe, "data.shuffle", Bool, Default, "false", 0, 0, {},
           "visit the samples of each pass over a real dataset in an order drawn from the run's seed"),
+    FIELD(Recipe, "data.split", CountList, Optional, "", 0, NoMax, {},
+          "weights of the training, validation and test parts of a real dataset's sequences, in file order "
+          "(Megatron split: [969, 30, 1]; missing weights are 0); unset: every sequence trains"),
+    COUNT(Recipe, "data.eval_interval", Optional, "", 1,
+          "evaluate the loss on the validation part every this many steps (Megatron eval_interval); unset: never"),
+    COUNT(Recipe, "data.eval_iters", Default, "100", 1,
+          "global batches of validation samples per evaluation (Megatron eval_iters)"),
     COUNT(Recipe, "data.images_per_sample", Default, "1", 0,
           "images per training sample (VLM only; mock data carries none)"),
     COUNT(Recipe, "data.image_size", Default, "448", 1, "image side in pixels after resizing (VLM only)"),

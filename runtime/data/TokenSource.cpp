@@ -58,22 +58,56 @@ std::unique_ptr<IndexedSource> IndexedSource::open(const std::string &Prefix, in
     Error = "sequence length must be at least 1, got " + std::to_string(SeqLen);
     return nullptr;
   }
-  std::unique_ptr<IndexedSource> S(new IndexedSource());
-  S->Data = CheckTokens ? IndexedDataset::open(Prefix, Vocab, Error) : IndexedDataset::openIndex(Prefix, Error);
-  if (!S->Data)
+  std::shared_ptr<IndexedDataset> Data =
+      CheckTokens ? IndexedDataset::open(Prefix, Vocab, Error) : IndexedDataset::openIndex(Prefix, Error);
+  if (!Data)
     return nullptr;
-  if (S->Data->numTokens() == 0) {
-    Error = "'" + Prefix + "': the dataset holds no tokens";
+  int64_t S = Data->numSequences();
+  return over(std::move(Data), Vocab, SeqLen, 0, S, "'" + Prefix + "': the dataset", Error);
+}
+
+std::unique_ptr<IndexedSource> IndexedSource::over(std::shared_ptr<const IndexedDataset> Data, int64_t Vocab,
+                                                   int64_t SeqLen, int64_t First, int64_t End, const std::string &What,
+                                                   std::string &Error) {
+  if (SeqLen < 1) {
+    Error = "sequence length must be at least 1, got " + std::to_string(SeqLen);
     return nullptr;
   }
+  assert(First >= 0 && First <= End && End <= Data->numSequences());
+  std::unique_ptr<IndexedSource> S(new IndexedSource());
+  S->Data = std::move(Data);
   S->Vocab = Vocab;
   S->SeqLen = SeqLen;
-  const int64_t N = S->Data->numSequences();
+  S->FirstSeq = First;
+  const int64_t N = End - First;
   S->Start.resize(size_t(N + 1));
   S->Start[0] = 0;
   for (int64_t K = 0; K < N; ++K)
-    S->Start[size_t(K + 1)] = S->Start[size_t(K)] + S->Data->sequenceLength(K);
+    S->Start[size_t(K + 1)] = S->Start[size_t(K)] + S->Data->sequenceLength(First + K);
+  if (S->Start.back() == 0) {
+    Error = What + " holds no tokens";
+    return nullptr;
+  }
   return S;
+}
+
+std::vector<SequenceRange> splitSequences(const std::vector<int64_t> &Weights, int64_t Sequences) {
+  if (Weights.empty())
+    return {{0, Sequences}, {Sequences, Sequences}, {Sequences, Sequences}};
+  std::vector<double> W(3, 0.0);
+  double Sum = 0;
+  for (size_t I = 0; I < Weights.size() && I < 3; ++I)
+    Sum += double(Weights[I]);
+  for (size_t I = 0; I < Weights.size() && I < 3; ++I)
+    W[I] = double(Weights[I]) / Sum;
+  // Running sums in Python's order, then round half to even (the default
+  // rounding mode of nearbyint).
+  double Ends[4] = {0, W[0], W[0] + W[1], W[0] + W[1] + W[2]};
+  std::vector<SequenceRange> Parts;
+  for (int I = 0; I < 3; ++I)
+    Parts.push_back({int64_t(std::nearbyint(Ends[I] * double(Sequences))),
+                     int64_t(std::nearbyint(Ends[I + 1] * double(Sequences)))});
+  return Parts;
 }
 
 void IndexedSource::copyStream(int64_t Pos, int64_t Count, int32_t *Out) const {
@@ -90,7 +124,7 @@ void IndexedSource::copyStream(int64_t Pos, int64_t Count, int32_t *Out) const {
     int64_t Len = Start[size_t(Seq + 1)] - Start[size_t(Seq)];
     int64_t N = std::min(Count, Len - Off);
     if (N > 0) {
-      Data->read(Seq, Off, N, Out);
+      Data->read(FirstSeq + Seq, Off, N, Out);
       Out += N;
       Count -= N;
       Pos += N;

@@ -70,11 +70,17 @@ public:
   /// IndexedDataset error, on an empty corpus, or on SeqLen < 1.
   static std::unique_ptr<IndexedSource> open(const std::string &Prefix, int64_t Vocab, int64_t SeqLen,
                                              std::string &Error, bool CheckTokens = true);
+  /// The windows over sequences [First, End) of an open dataset only (one
+  /// part of a split): the stream is those sequences' tokens. Fails on an
+  /// empty part or SeqLen < 1; What names the part in the message.
+  static std::unique_ptr<IndexedSource> over(std::shared_ptr<const IndexedDataset> Data, int64_t Vocab, int64_t SeqLen,
+                                             int64_t First, int64_t End, const std::string &What, std::string &Error);
   int64_t vocab() const override { return Vocab; }
   int64_t seqLen() const override { return SeqLen; }
   void sample(int64_t Index, int32_t *Out) const override;
   using TokenSource::sample;
   const IndexedDataset &dataset() const { return *Data; }
+  std::shared_ptr<const IndexedDataset> sharedDataset() const { return Data; }
   /// Samples in one pass over the stream: T / SeqLen windows (at least 1).
   int64_t passSamples() const { return std::max<int64_t>(Start.back() / SeqLen, 1); }
 
@@ -83,8 +89,11 @@ private:
   /// Copies Count tokens of the stream from position Pos (< T) on, wrapping.
   void copyStream(int64_t Pos, int64_t Count, int32_t *Out) const;
 
-  std::unique_ptr<IndexedDataset> Data;
+  std::shared_ptr<const IndexedDataset> Data;
   int64_t Vocab = 0, SeqLen = 0;
+  /// The first sequence of the stream (sequence s of the stream is the
+  /// dataset's FirstSeq + s).
+  int64_t FirstSeq = 0;
   /// Start[s]: stream position of sequence s's first token; Start[S] = T.
   std::vector<int64_t> Start;
 };
@@ -112,6 +121,37 @@ private:
   mutable int64_t Pass = -1;
   mutable std::vector<int64_t> Perm;
 };
+
+/// Another source's samples from Offset on: sample I is Base's sample
+/// Offset + I. Held-out mock samples for evaluation are those far past any
+/// index training reaches.
+class OffsetSource final : public TokenSource {
+public:
+  OffsetSource(std::shared_ptr<const TokenSource> Base, int64_t Offset) : Base(std::move(Base)), Offset(Offset) {}
+  int64_t vocab() const override { return Base->vocab(); }
+  int64_t seqLen() const override { return Base->seqLen(); }
+  void sample(int64_t Index, int32_t *Out) const override { Base->sample(Offset + Index, Out); }
+  using TokenSource::sample;
+
+private:
+  std::shared_ptr<const TokenSource> Base;
+  int64_t Offset;
+};
+
+/// Megatron-Core's split of a GPT dataset by sequence: Weights (training,
+/// validation, test; missing ones are 0) normalised by their sum, their
+/// running sums as book-ends, and part i the sequences [round(e_i * S),
+/// round(e_{i+1} * S)) with round half to even, as Python's round()
+/// (blended_megatron_dataset_config.py parse_and_normalize_split and
+/// convert_split_vector_to_split_matrix; blended_megatron_dataset_builder.py
+/// _build_megatron_dataset_splits; gpt_dataset.py numel_low_level_dataset
+/// counts sequences). Empty Weights: everything trains. Requires non-negative
+/// weights with a positive sum.
+struct SequenceRange {
+  int64_t First = 0, End = 0;
+  int64_t size() const { return End - First; }
+};
+std::vector<SequenceRange> splitSequences(const std::vector<int64_t> &Weights, int64_t Sequences);
 
 /// splitmix64: the counter-based hash the synthetic data draws from.
 uint64_t mixHash(uint64_t X);

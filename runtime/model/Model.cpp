@@ -453,6 +453,18 @@ struct StageModel::Impl {
     return Tensor();
   }
 
+  void discard(int64_t Id) {
+    auto It = InFlight.find(Id);
+    if (It == InFlight.end())
+      fail("discard of micro batch " + std::to_string(Id) + " without its forward");
+    MicroState &M = It->second;
+    if (Stage.HasLoss && M.Probs.numel() > 0)
+      charge({{"output", M.outputBytes()}}, -1);
+    for (LayerState &S : M.Layers)
+      charge(S.bytes(), -1);
+    InFlight.erase(It);
+  }
+
   Tensor backward(int64_t Id, const Tensor *OutputGrad) {
     auto It = InFlight.find(Id);
     if (It == InFlight.end())
@@ -501,6 +513,8 @@ StageModel::~StageModel() = default;
 Tensor StageModel::forward(int64_t Id, const MicroBatch &MB, const Tensor *Input) { return P->forward(Id, MB, Input); }
 
 Tensor StageModel::backward(int64_t Id, const Tensor *OutputGrad) { return P->backward(Id, OutputGrad); }
+
+void StageModel::discard(int64_t Id) { P->discard(Id); }
 
 std::vector<Parameter *> StageModel::parameters() {
   std::vector<Parameter *> R;

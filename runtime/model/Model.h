@@ -184,6 +184,9 @@ public:
   /// of the input hidden states (empty on the embedding chunk). Frees the
   /// micro batch's saved activations.
   Tensor backward(int64_t Id, const Tensor *OutputGrad);
+  /// Frees micro batch Id's saved activations without a backward (after a
+  /// forward that only evaluates).
+  void discard(int64_t Id);
 
   std::vector<Parameter *> parameters();
 

@@ -2,6 +2,8 @@
 //-----===//
 #include "train/Trainer.h"
 
+#include <fmt/format.h>
+
 #include "checkpoint/SafeTensors.h"
 #include "kernels/host/Blas.h"
 #include "parallel/cp/ContextParallelAttention.h"
@@ -95,7 +97,13 @@ struct Trainer::Impl final : public PipelineStage {
   ModelOptions MOpts;
   std::vector<std::unique_ptr<StageModel>> Chunks;
   std::shared_ptr<const TokenSource> Data;
-  const IndexedDataset *Dataset = nullptr; ///< the plan's indexed dataset, if Data reads one
+  std::shared_ptr<const IndexedDataset> Dataset; ///< the plan's indexed dataset, if Data reads one
+  /// Held-out samples for evaluate(): the validation part of the split, or
+  /// mock samples past any index training reaches; null without one.
+  std::shared_ptr<const TokenSource> ValidData;
+  bool Evaluating = false;            ///< batch() and forward() serve evaluate()
+  int64_t EvalBase = 0;               ///< the first validation sample of the global batch evaluated
+  std::vector<PipelineOp> ForwardOps; ///< every forward of one global batch, in pipeline order
   std::unique_ptr<PipelineExecutor> Executor;
   std::unique_ptr<AdamW> Optimizer;
   LrSchedule Schedule;
@@ -164,15 +172,35 @@ struct Trainer::Impl final : public PipelineStage {
     Data = Options.Data;
     if (!Data) {
       if (Plan.Data.Mock) {
-        Data = std::make_shared<MockSource>(Config.Vocab, Plan.SeqLen, Options.Seed);
+        auto Mock = std::make_shared<MockSource>(Config.Vocab, Plan.SeqLen, Options.Seed);
+        Data = Mock;
+        // The same stream's samples from 2^62 on: held out from training,
+        // which never counts that far.
+        ValidData = std::make_shared<OffsetSource>(Mock, int64_t(1) << 62);
       } else {
         std::string Error;
         // The ids are checked by checkDataShare, a share per rank.
-        std::unique_ptr<IndexedSource> Src =
-            IndexedSource::open(Plan.Data.Path, Config.Vocab, Plan.SeqLen, Error, /*CheckTokens=*/false);
+        std::shared_ptr<const IndexedDataset> Whole = IndexedDataset::openIndex(Plan.Data.Path, Error);
+        if (!Whole)
+          refuse("the plan's dataset '" + Plan.Data.Path + "': " + Error);
+        Dataset = Whole;
+        std::vector<SequenceRange> Parts = splitSequences(Plan.Data.Split, Whole->numSequences());
+        std::unique_ptr<IndexedSource> Src = IndexedSource::over(Whole, Config.Vocab, Plan.SeqLen, Parts[0].First,
+                                                                 Parts[0].End, "its training part", Error);
         if (!Src)
           refuse("the plan's dataset '" + Plan.Data.Path + "': " + Error);
-        Dataset = &Src->dataset();
+        if (!Plan.Data.Split.empty()) {
+          Notes.push_back(fmt::format("data.split: of the {} sequences, [{}, {}) train, [{}, {}) validate, [{}, {}) "
+                                      "test (not read)",
+                                      Whole->numSequences(), Parts[0].First, Parts[0].End, Parts[1].First, Parts[1].End,
+                                      Parts[2].First, Parts[2].End));
+          if (Parts[1].size() > 0) {
+            ValidData = IndexedSource::over(Whole, Config.Vocab, Plan.SeqLen, Parts[1].First, Parts[1].End,
+                                            "its validation part", Error);
+            if (!ValidData)
+              refuse("the plan's dataset '" + Plan.Data.Path + "': " + Error);
+          }
+        }
         if (Plan.Data.Shuffle) {
           int64_t N = Src->passSamples();
           Data = std::make_shared<ShuffledSource>(std::move(Src), N, Options.Seed);
@@ -183,11 +211,20 @@ struct Trainer::Impl final : public PipelineStage {
     }
     if (Data->seqLen() != Plan.SeqLen || Data->vocab() != Config.Vocab)
       refuse("the data source's seq_len or vocab differs from the plan's");
+    if (Plan.Data.EvalInterval > 0 && !ValidData)
+      refuse(Options.Data ? "data.eval_interval: the caller's data source has no validation part"
+                          : "data.eval_interval: data.split gives the validation part no sequence");
 
     Executor = std::make_unique<PipelineExecutor>(group("pp"), int(Plan.Parallel.VPP), *this);
     for (const moec::LaunchOp &Op : Plan.Schedule[size_t(PpRank)])
       Ops.push_back(
           {Op.K == moec::LaunchOp::Forward ? PipelineOp::Forward : PipelineOp::Backward, Op.Microbatch, int(Op.Chunk)});
+    // Evaluation runs forwards only, micro batch by micro batch through the
+    // chunks: every rank in the same order, so each receive's sender has
+    // already run the op that feeds it.
+    for (int64_t Mb = 0; Mb < Plan.Microbatches; ++Mb)
+      for (int C = 0; C < int(Plan.Parallel.VPP); ++C)
+        ForwardOps.push_back({PipelineOp::ForwardOnly, Mb, C});
     AdamWOptions AOpts = Options.Optimizer;
     if (Options.OptimizerFromPlan) {
       const moec::LaunchOptimizer &O = Plan.Optimizer;
@@ -267,11 +304,12 @@ struct Trainer::Impl final : public PipelineStage {
     B.Sequences = Plan.MicroBatch;
     B.SeqLen = Plan.SeqLen;
     int64_t Global = DpRank * Plan.Microbatches + Mb;
-    int64_t First = ConsumedSamples + Global * Plan.MicroBatch;
+    int64_t First = (Evaluating ? EvalBase : ConsumedSamples) + Global * Plan.MicroBatch;
+    const TokenSource &Source = Evaluating ? *ValidData : *Data;
     std::vector<int64_t> Pos = localPositions(int(CpRank), int(CpSize), Plan.SeqLen);
     std::vector<int32_t> Sample(size_t(Plan.SeqLen + 1));
     for (int64_t S = 0; S < Plan.MicroBatch; ++S) {
-      Data->sample(First + S, Sample.data());
+      Source.sample(First + S, Sample.data());
       for (int64_t P : Pos) {
         B.Tokens.push_back(Sample[size_t(P)]);
         B.Labels.push_back(Sample[size_t(P + 1)]);
@@ -282,7 +320,44 @@ struct Trainer::Impl final : public PipelineStage {
 
   // PipelineStage.
   Tensor forward(int64_t Mb, int Chunk, const Tensor *Input) override {
-    return Chunks[size_t(Chunk)]->forward(Mb, batch(Mb), Input);
+    Tensor Out = Chunks[size_t(Chunk)]->forward(Mb, batch(Mb), Input);
+    if (Evaluating) // no backward follows: free what it would have used
+      Chunks[size_t(Chunk)]->discard(Mb);
+    return Out;
+  }
+
+  EvalStats evaluate(const std::function<void()> &OnOp) {
+    for (auto &C : Chunks)
+      C->resetStepStats();
+    double T0 = now();
+    Evaluating = true;
+    for (int64_t B = 0; B < Plan.Data.EvalIters; ++B) {
+      EvalBase = B * Plan.GlobalBatch;
+      Batches.clear();
+      Executor->runStep(ForwardOps, OnOp);
+    }
+    Evaluating = false;
+    Batches.clear();
+    double CeSum = 0;
+    int64_t Tokens = 0;
+    for (auto &C : Chunks) {
+      CeSum += C->loss().CeSum;
+      Tokens += C->loss().Tokens;
+      C->resetStepStats();
+    }
+    float Sums[4];
+    splitDouble(CeSum, Sums);
+    splitDouble(double(Tokens), Sums + 2);
+    World.world().allReduceSum(Sums, 4);
+    float Seconds = float(now() - T0);
+    std::vector<float> All(size_t(World.size()));
+    World.world().allGather(&Seconds, All.data(), 1);
+    EvalStats E;
+    E.Step = StepIndex;
+    E.Tokens = int64_t(std::llround(joinDouble(Sums + 2)));
+    E.Loss = E.Tokens ? joinDouble(Sums) / double(E.Tokens) : 0.0;
+    E.Seconds = double(*std::max_element(All.begin(), All.end()));
+    return E;
   }
   Tensor backward(int64_t Mb, int Chunk, const Tensor *OutGrad) override {
     return Chunks[size_t(Chunk)]->backward(Mb, OutGrad);
@@ -600,6 +675,10 @@ std::string Trainer::checkDataShare() const {
 }
 
 TrainStepStats Trainer::step(const std::function<void()> &OnOp) { return P->step(OnOp); }
+
+EvalStats Trainer::evaluate(const std::function<void()> &OnOp) { return P->evaluate(OnOp); }
+
+int64_t Trainer::evalInterval() const { return P->Plan.Data.EvalInterval; }
 
 std::vector<Parameter *> Trainer::parameters() { return P->allParameters(); }
 

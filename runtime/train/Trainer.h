@@ -87,6 +87,14 @@ struct TrainStepStats {
   double CpuSeconds = 0;
 };
 
+/// One evaluation, the same on every rank.
+struct EvalStats {
+  int64_t Step = 0;   ///< steps done when it ran
+  double Loss = 0;    ///< mean cross entropy over the validation tokens
+  int64_t Tokens = 0; ///< tokens in the mean: eval_iters x global batch x seq_len
+  double Seconds = 0; ///< slowest rank
+};
+
 class Trainer {
 public:
   /// Groups: from createPlanGroups (or moerun's own, same kinds). Throws
@@ -108,6 +116,16 @@ public:
   /// Runs one step on every rank together. OnOp: a heartbeat after each
   /// pipeline op.
   TrainStepStats step(const std::function<void()> &OnOp = nullptr);
+
+  /// Collective: the loss on the plan's held-out samples (data.eval_iters
+  /// global batches of the validation part; mock data: samples training
+  /// never reaches), forwards only; parameters, optimizer state and the data
+  /// position are untouched. The same samples every time, so that
+  /// evaluations compare. Needs a validation part (refused at construction
+  /// when data.eval_interval is set without one).
+  EvalStats evaluate(const std::function<void()> &OnOp = nullptr);
+  /// data.eval_interval of the plan; 0: no evaluation.
+  int64_t evalInterval() const;
 
   /// Every parameter this rank holds, all chunks.
   std::vector<Parameter *> parameters();

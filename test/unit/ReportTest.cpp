@@ -348,6 +348,17 @@ TEST(ReportRun, MeasuresTheRunAgainstThePlan) {
   EXPECT_NE(Fig.find("data-drawn-steps=\"5\""), std::string::npos);
   EXPECT_EQ(occurrences(Fig, "<polyline class=\"loss\""), 1u);
   EXPECT_EQ(Fig.find("data-check=\"other-plan\""), std::string::npos);
+  EXPECT_EQ(Fig.find("<circle class=\"valid\""), std::string::npos);
+
+  // Evaluated steps get a dot each.
+  Run.Steps[1].ValidLoss = 4.5;
+  Run.Steps[3].ValidLoss = 2.5;
+  Fig.clear();
+  writeRunFigure(P, Run, OS);
+  OS.flush();
+  EXPECT_EQ(occurrences(Fig, "<circle class=\"valid\""), 2u);
+  EXPECT_NE(Fig.find("data-step=\"4\""), std::string::npos);
+  EXPECT_NE(Fig.find("validation loss (2 evaluations)"), std::string::npos);
 
   // A log of another plan says so; a NaN loss breaks the curve in two.
   Run.Steps[2].Loss = std::nan("");

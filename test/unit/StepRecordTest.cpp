@@ -47,6 +47,7 @@ TEST(StepRecord, EveryKeyRoundTrips) {
   R.PredictedStepSeconds = 0.35;
   R.MFU = 0.41;
   R.PredictedPeakBytes = 1.2e11;
+  R.ValidLoss = 4.75;
   std::string Line = formatStepLogLine(R);
   ASSERT_EQ(Line.back(), '\n');
   llvm::Expected<StepRecord> Back = parseStepLogLine(Line);

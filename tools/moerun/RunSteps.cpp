@@ -35,6 +35,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <stdexcept>
 
 using namespace moerun;
@@ -183,6 +184,12 @@ int moerun::runSteps(RunContext &Ctx) {
       FirstOp = false;
       Ctx.Dog.beat();
     });
+    // Megatron evaluates after the steps that are multiples of eval_interval.
+    std::optional<moert::EvalStats> Eval;
+    if (T->evalInterval() > 0 && St.Step % T->evalInterval() == 0) {
+      Ctx.Dog.beat("evaluating after step " + std::to_string(S));
+      Eval = T->evaluate([&] { Ctx.Dog.beat(); });
+    }
     RankPeaks.resize(St.RankPeakBytes.size());
     for (size_t R = 0; R < RankPeaks.size(); ++R)
       RankPeaks[R] = std::max(RankPeaks[R], St.RankPeakBytes[R]);
@@ -205,6 +212,8 @@ int moerun::runSteps(RunContext &Ctx) {
       R.PredictedPeakBytes = Pred.PeakBytes;
       if (Pred.MFU && Pred.StepSeconds && St.StepSeconds > 0)
         R.MFU = *Pred.MFU * *Pred.StepSeconds / St.StepSeconds;
+      if (Eval)
+        R.ValidLoss = Eval->Loss;
       if (!Ctx.Log->write(R, Ctx.Opts.Steps, stdout, Error)) {
         std::fprintf(stderr, "moerun: %s\n", Error.c_str());
         Ctx.World.abort("moerun: cannot write the step log", 3);

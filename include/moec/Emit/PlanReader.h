@@ -62,6 +62,11 @@ struct LaunchData {
   std::string Path; // real data only
   bool VariableLength = false;
   bool Shuffle = false; // optional: older plans do not shuffle
+  /// Optional (older plans have neither): the split's weights (train, valid,
+  /// test; empty: all train), and an evaluation every EvalInterval steps (0:
+  /// none) over EvalIters global batches.
+  std::vector<int64_t> Split;
+  int64_t EvalInterval = 0, EvalIters = 0;
 };
 
 /// [config.optimizer]. A plan without the table (written before it existed)

@@ -9,7 +9,8 @@
 //    "compute_s":0.30,"comm_s":0.08,"gemm_s":0.21,"cpu_s":0.40,
 //    "predicted_step_time_s":0.35,"mfu":0.41,"predicted_peak_bytes":120000}
 //
-// The last three only when the plan predicts them. Non-finite numbers are
+// The last three only when the plan predicts them; "valid_loss" (the
+// held-out loss) only on the steps after which the run evaluated. Non-finite numbers are
 // written as null and read back as NaN. Readers ignore keys they do not know,
 // so a newer moerun's log still reads.
 //
@@ -45,6 +46,9 @@ struct StepRecord {
   std::optional<double> PredictedStepSeconds;
   std::optional<double> MFU; ///< the plan's predicted MFU x predicted / measured step time
   std::optional<double> PredictedPeakBytes;
+  /// The loss on the held-out samples, on the steps after which the run
+  /// evaluated (data.eval_interval).
+  std::optional<double> ValidLoss;
 };
 
 /// A key of the log and the member it holds, in the order lines list them.

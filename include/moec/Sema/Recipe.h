@@ -211,6 +211,12 @@ struct Recipe {
   std::string DataPath;
   bool VariableLength = false;
   bool ShuffleData = false;
+  /// data.split's weights (train, valid, test; empty: all train), and the
+  /// evaluation every EvalInterval steps (unset: none) over EvalIters global
+  /// batches.
+  llvm::SmallVector<int64_t, 3> DataSplit;
+  llvm::Optional<int64_t> EvalInterval;
+  int64_t EvalIters = 100;
   /// VLM image payload: images per sample and their side in pixels.
   int64_t ImagesPerSample = 1, ImageSize = 448;
   bool VisionFrozen = false;

@@ -79,8 +79,8 @@ void PipelineExecutor::runStep(const std::vector<PipelineOp> &Ops, const std::fu
       scheduleError(Pp, "chunk out of range", Op.Microbatch, C);
     // The neighbours' chunks: v - 1 and v + 1 in virtual-stage order.
     const int PrevChunk = C - (Rank == 0 ? 1 : 0), NextChunk = C + (Rank == Size - 1 ? 1 : 0);
-    if (Op.K == PipelineOp::Forward) {
-      if (!InFlight.insert({Op.Microbatch, C}).second)
+    if (Op.K != PipelineOp::Backward) {
+      if (Op.K == PipelineOp::Forward && !InFlight.insert({Op.Microbatch, C}).second)
         scheduleError(Pp, "forward run twice", Op.Microbatch, C);
       Tensor Input;
       bool First = isFirstVirtualStage(C);

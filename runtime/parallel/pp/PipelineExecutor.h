@@ -38,7 +38,8 @@ namespace moert {
 /// One entry of a schedule: the forward or backward of micro batch
 /// Microbatch on this rank's model chunk Chunk.
 struct PipelineOp {
-  enum Kind { Forward, Backward } K = Forward;
+  /// ForwardOnly: a forward whose backward never runs (evaluation).
+  enum Kind { Forward, Backward, ForwardOnly } K = Forward;
   int64_t Microbatch = 0;
   int Chunk = 0;
 };

@@ -266,3 +266,31 @@ TEST(MoerunMkdata, RejectsBadArguments) {
   EXPECT_FALSE(exists(Dir.file("x.idx")));
 }
 #endif
+
+TEST(SplitSequences, MegatronsBookEndsRoundedHalfToEven) {
+  auto Parts = [](std::vector<int64_t> W, int64_t S) {
+    std::vector<std::pair<int64_t, int64_t>> Out;
+    for (const SequenceRange &R : splitSequences(W, S))
+      Out.push_back({R.First, R.End});
+    return Out;
+  };
+  using V = std::vector<std::pair<int64_t, int64_t>>;
+  // No split: everything trains.
+  EXPECT_EQ(Parts({}, 10), (V{{0, 10}, {10, 10}, {10, 10}}));
+  // Megatron's default 969,30,1 over 1000 sequences.
+  EXPECT_EQ(Parts({969, 30, 1}, 1000), (V{{0, 969}, {969, 999}, {999, 1000}}));
+  // Missing weights are 0, and weights are relative.
+  EXPECT_EQ(Parts({8, 2}, 10), Parts({80, 20, 0}, 10));
+  // 1.5 and 2.5 round to the even neighbour, as Python's round() does.
+  EXPECT_EQ(Parts({1, 1}, 3), (V{{0, 2}, {2, 3}, {3, 3}}));
+  EXPECT_EQ(Parts({1, 1}, 5), (V{{0, 2}, {2, 5}, {5, 5}}));
+  // The parts always tile [0, S).
+  for (int64_t S : {1, 7, 151, 1000})
+    for (std::vector<int64_t> W : {std::vector<int64_t>{1, 1, 1}, {969, 30, 1}, {3, 0, 4}}) {
+      std::vector<SequenceRange> P = splitSequences(W, S);
+      EXPECT_EQ(P[0].First, 0);
+      EXPECT_EQ(P[0].End, P[1].First);
+      EXPECT_EQ(P[1].End, P[2].First);
+      EXPECT_EQ(P[2].End, S);
+    }
+}
