@@ -500,6 +500,18 @@ private:
   }
 
   void data() {
+    // Written only where the recipe sets them, so a Bridge recipe keeps its
+    // own split and evaluation otherwise.
+    if (!R.DataSplit.empty()) {
+      std::vector<std::string> Weights;
+      for (int64_t W : R.DataSplit)
+        Weights.push_back(std::to_string(W));
+      set("dataset.split", Value::string(llvm::join(Weights, ",")), "data.split");
+    }
+    if (R.EvalInterval) {
+      set("train.eval_interval", Value::integer(*R.EvalInterval), "data.eval_interval");
+      set("train.eval_iters", Value::integer(R.EvalIters), "data.eval_iters");
+    }
     if (R.Data == DataSourceKind::Real)
       drop("data.source", fmt::format("real(\"{}\")", R.DataPath),
            "the data path goes into the Bridge recipe's dataset config, whose form depends on its dataset class; "

@@ -475,6 +475,7 @@ public:
     chooseCluster();
     parallelism();
     batch();
+    evaluation();
     precision();
     dispatcher();
     recompute();
@@ -1565,6 +1566,33 @@ private:
       emit("optimizer", "overlap_grad_reduce = false");
     if (auto V = flag("ddp.overlap_param_gather"); V && !*V)
       emit("optimizer", "overlap_param_gather = false");
+  }
+
+  /// The dataset split (GPTDatasetConfig.split, Megatron's "969,30,1") and
+  /// the evaluation (TrainingConfig.eval_interval, eval_iters).
+  void evaluation() {
+    if (Entry *S = text("dataset.split")) {
+      llvm::SmallVector<llvm::StringRef, 3> Parts;
+      llvm::StringRef(S->V.S).split(Parts, ',');
+      std::vector<std::string> Weights;
+      for (llvm::StringRef P : Parts) {
+        int64_t W = 0;
+        if (P.trim().getAsInteger(10, W) || W < 0) {
+          Weights.clear();
+          break;
+        }
+        Weights.push_back(std::to_string(W));
+      }
+      if (Weights.empty() || Weights.size() > 3)
+        unmapped(*S, "data.split takes one to three whole weights");
+      else
+        emit("data", "split = [" + llvm::join(Weights, ", ") + "]");
+    }
+    if (auto Interval = count("train.eval_interval")) {
+      emit("data", fmt::format("eval_interval = {}", *Interval));
+      if (auto Iters = count("train.eval_iters"))
+        emit("data", fmt::format("eval_iters = {}", *Iters));
+    }
   }
 
   /// Megatron's iteration-based learning-rate schedule (SchedulerConfig,

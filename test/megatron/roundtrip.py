@@ -65,7 +65,7 @@ FIELDS = [
     "model.freeze_language_model", "model.freeze_vision_model",
     "optimizer.lr", "optimizer.min_lr", "scheduler.lr_warmup_iters", "scheduler.lr_decay_style",
     "scheduler.lr_decay_iters", "optimizer.weight_decay", "optimizer.adam_beta1", "optimizer.adam_beta2",
-    "optimizer.adam_eps", "optimizer.clip_grad",
+    "optimizer.adam_eps", "optimizer.clip_grad", "dataset.split", "train.eval_interval", "train.eval_iters",
 ]
 
 
