@@ -15,24 +15,13 @@
 
 usage: evaluate.py --moec MOEC --moerun MOERUN --mpirun MPIRUN --work DIR [--mkdata MKDATA]
 """
-import argparse
-import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 
-failures = []
-
-
-def check(ok, what, output=""):
-    print(("ok: " if ok else "FAIL: ") + what)
-    if not ok:
-        failures.append(what)
-        if output:
-            print("---- output ----\n" + output[-3000:])
-
+import harness
+from harness import check, loss_texts, plan, records
 
 def recipe(name, ranks, parallel, data):
     return (f"recipe {name} {{\n  model = tiny_moe\n  cluster {{ gpu = cpu; gpus = {ranks} }}\n"
@@ -40,48 +29,12 @@ def recipe(name, ranks, parallel, data):
             f"  data {{ {data} }}\n}}\n")
 
 
-def plan(a, name, text):
-    src = os.path.join(a.work, name + ".moe")
-    with open(src, "w") as f:
-        f.write(text)
-    out = os.path.join(a.work, name + ".toml")
-    subprocess.run([a.moec, "plan", src, "-o", out, "--quiet"], check=True)
-    return out
-
-
 def moerun(a, ranks, plan_path, steps, log):
-    cmd = [a.mpirun, "--oversubscribe", "--bind-to", "none", "--mca", "btl", "self,vader", "-np", str(ranks),
-           a.moerun, plan_path, "--steps", str(steps), "--log", log]
-    p = subprocess.run(cmd, env=a.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
-    return p.returncode, p.stdout
-
-
-def records(path):
-    with open(path) as f:
-        return [json.loads(line) for line in f]
-
-
-def loss_texts(path):
-    """Step -> the training loss exactly as logged (shortest round-trip decimal)."""
-    out = {}
-    with open(path) as f:
-        for line in f:
-            out[json.loads(line)["step"]] = line.split('"loss":', 1)[1].split(",", 1)[0]
-    return out
+    return harness.moerun(a, ranks, plan_path, ["--steps", str(steps), "--log", log])
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--moec", required=True)
-    ap.add_argument("--moerun", required=True)
-    ap.add_argument("--mpirun", default="mpirun")
-    ap.add_argument("--work", required=True)
-    ap.add_argument("--mkdata")
-    a = ap.parse_args()
-    a.env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-                 OPENBLAS_NUM_THREADS="1", OMPI_MCA_rmaps_base_oversubscribe="1", ASAN_OPTIONS="detect_leaks=0")
-    shutil.rmtree(a.work, ignore_errors=True)
-    os.makedirs(a.work)
+    a = harness.args()
 
     # layouts
     evaluating = "source = mock; eval_interval = 2; eval_iters = 2"
@@ -151,8 +104,7 @@ def main():
               f"no-valid: refused before the first step (exit {rc})", out)
         check("step 1/" not in out, "no-valid: no step ran", out)
 
-    print(f"{len(failures)} failed" if failures else "all passed")
-    return 1 if failures else 0
+    return harness.finish("evaluate")
 
 
 if __name__ == "__main__":

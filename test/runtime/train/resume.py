@@ -25,7 +25,6 @@ every tensor, and --keep 2 leaves the two newest checkpoints.
 
 usage: resume.py --moec MOEC --moerun MOERUN --mpirun MPIRUN --work DIR [--mkdata MKDATA]
 """
-import argparse
 import json
 import os
 import shutil
@@ -33,56 +32,25 @@ import struct
 import subprocess
 import sys
 
+import harness
+from harness import check, plan
+
 STEPS = 6
 REFERENCE = ("cp2_ep2_pp2_dp2", 8, "cp = 2; ep = 2; pp = 2")
 RESHARD = [("tp2_pp2", 4, "tp = 2; pp = 2", ""), ("one", 1, "tp = 1", ""),
            ("ep4_replicated", 4, "ep = 4", "  optimizer { distributed = false }\n")]
 MODEL_WIDE = "model tiny_wide extends tiny_moe { hidden = 96 }\n"
 
-failures = []
-
-
-def check(ok, what, output=""):
-    print(("ok: " if ok else "FAIL: ") + what)
-    if not ok:
-        failures.append(what)
-        if output:
-            print("---- output ----\n" + output[-3000:])
-
-
 def recipe(name, ranks, parallel, extra="", model="tiny_moe"):
     return (f"recipe {name} {{\n  model = {model}\n  cluster {{ gpu = cpu; gpus = {ranks} }}\n"
             f"  seq_len = 32\n  batch {{ micro = 1; global = 8 }}\n  parallel {{ {parallel} }}\n{extra}}}\n")
 
 
-def plan(a, name, text):
-    src = os.path.join(a.work, name + ".moe")
-    with open(src, "w") as f:
-        f.write(text)
-    out = os.path.join(a.work, name + ".toml")
-    subprocess.run([a.moec, "plan", src, "-o", out, "--quiet"], check=True)
-    return out
-
-
 def moerun(a, ranks, plan_path, *args, env=None, log=None):
-    cmd = [a.mpirun, "--oversubscribe", "--bind-to", "none", "--mca", "btl", "self,vader", "-np", str(ranks),
-           a.moerun, plan_path, "--steps", str(STEPS), *args]
-    if log:
-        cmd += ["--log", log]
-    p = subprocess.run(cmd, env=dict(a.env, **(env or {})), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                       text=True, timeout=300)
-    return p.returncode, p.stdout
+    return harness.moerun(a, ranks, plan_path, ["--steps", str(STEPS), *args, *(["--log", log] if log else [])], env)
 
 
-def log_lines(path):
-    """Step number -> the loss exactly as logged (shortest round-trip text)."""
-    out = {}
-    with open(path) as f:
-        for line in f:
-            rec = json.loads(line)
-            text = line.split('"loss":', 1)[1].split(",", 1)[0].strip()
-            out[rec["step"]] = text
-    return out
+log_lines = harness.loss_texts
 
 
 def latest(ck):
@@ -97,18 +65,7 @@ def safetensors_names(path):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--moec", required=True)
-    ap.add_argument("--moerun", required=True)
-    ap.add_argument("--mpirun", default="mpirun")
-    ap.add_argument("--work", required=True)
-    ap.add_argument("--mkdata")
-    a = ap.parse_args()
-    # Open MPI's allocations outlive MPI_Finalize (LeakSanitizer in the sanitizer build).
-    a.env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-                 OPENBLAS_NUM_THREADS="1", OMPI_MCA_rmaps_base_oversubscribe="1", ASAN_OPTIONS="detect_leaks=0")
-    shutil.rmtree(a.work, ignore_errors=True)
-    os.makedirs(a.work)
+    a = harness.args()
     w = lambda *p: os.path.join(a.work, *p)
 
     name, ranks, parallel = REFERENCE
@@ -208,11 +165,7 @@ def main():
         check(rc == 6 and "shuffled data of --seed 1234" in out, "resuming shuffled data with another seed is refused",
               out)
 
-    if failures:
-        print("resume: %d failed: %s" % (len(failures), "; ".join(failures)))
-        return 1
-    print("resume: all passed")
-    return 0
+    return harness.finish("resume")
 
 
 if __name__ == "__main__":
