@@ -284,6 +284,8 @@ bool PlanParser::readConfig(const toml::table &Root) {
         return fail(index("config.data.split", I), "expected a non-negative integer");
       P.Data.Split.push_back(*W);
     }
+    if (P.Data.Split[0] <= 0)
+      return fail("config.data.split[0]", "the training weight must be positive");
   }
   if (D->contains("eval_interval") && (!readInt(*D, "config.data", "eval_interval", P.Data.EvalInterval, 1) ||
                                        !readInt(*D, "config.data", "eval_iters", P.Data.EvalIters, 1)))

@@ -229,17 +229,19 @@ std::unique_ptr<IndexedDataset> IndexedDataset::openIndex(const std::string &Pre
   return D;
 }
 
+/// Ids must lie below this: the vocabulary, or without one int32's range.
+static int64_t idLimit(int64_t Vocab) { return Vocab > 0 ? Vocab : int64_t(std::numeric_limits<int32_t>::max()) + 1; }
+
 bool IndexedDataset::dtypeFitsVocab(int64_t Vocab) const {
   TokenIdRange R = tokenDTypeRange(DType);
-  const int64_t Limit = Vocab > 0 ? Vocab : int64_t(std::numeric_limits<int32_t>::max()) + 1;
-  return R.Min >= 0 && R.Max < Limit;
+  return R.Min >= 0 && R.Max < idLimit(Vocab);
 }
 
 std::string IndexedDataset::checkTokens(int64_t Vocab, int64_t First, int64_t End) const {
   assert(First >= 0 && First <= End && End <= NumSequences);
   if (dtypeFitsVocab(Vocab))
     return "";
-  const int64_t Limit = Vocab > 0 ? Vocab : int64_t(std::numeric_limits<int32_t>::max()) + 1;
+  const int64_t Limit = idLimit(Vocab);
   for (int64_t K = First; K < End; ++K) {
     const unsigned char *At = Bin->data() + sequencePointer(K);
     for (int64_t T = 0, Len = sequenceLength(K); T < Len; ++T) {

@@ -80,7 +80,6 @@ public:
   void sample(int64_t Index, int32_t *Out) const override;
   using TokenSource::sample;
   const IndexedDataset &dataset() const { return *Data; }
-  std::shared_ptr<const IndexedDataset> sharedDataset() const { return Data; }
   /// Samples in one pass over the stream: T / SeqLen windows (at least 1).
   int64_t passSamples() const { return std::max<int64_t>(Start.back() / SeqLen, 1); }
 

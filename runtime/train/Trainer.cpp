@@ -177,6 +177,9 @@ struct Trainer::Impl final : public PipelineStage {
         // The same stream's samples from 2^62 on: held out from training,
         // which never counts that far.
         ValidData = std::make_shared<OffsetSource>(Mock, int64_t(1) << 62);
+        if (!Plan.Data.Split.empty())
+          Notes.push_back("data.split: mock data have no sequences to split; evaluation holds out the stream's "
+                          "samples from index 2^62 on");
       } else {
         std::string Error;
         // The ids are checked by checkDataShare, a share per rank.
@@ -213,7 +216,8 @@ struct Trainer::Impl final : public PipelineStage {
       refuse("the data source's seq_len or vocab differs from the plan's");
     if (Plan.Data.EvalInterval > 0 && !ValidData)
       refuse(Options.Data ? "data.eval_interval: the caller's data source has no validation part"
-                          : "data.eval_interval: data.split gives the validation part no sequence");
+                          : "data.eval_interval: data.split gives the validation part no sequence; give it a weight "
+                            "(data { split = [969, 30, 1] }) or leave eval_interval unset");
 
     Executor = std::make_unique<PipelineExecutor>(group("pp"), int(Plan.Parallel.VPP), *this);
     for (const moec::LaunchOp &Op : Plan.Schedule[size_t(PpRank)])
@@ -329,7 +333,6 @@ struct Trainer::Impl final : public PipelineStage {
   EvalStats evaluate(const std::function<void()> &OnOp) {
     for (auto &C : Chunks)
       C->resetStepStats();
-    double T0 = now();
     Evaluating = true;
     for (int64_t B = 0; B < Plan.Data.EvalIters; ++B) {
       EvalBase = B * Plan.GlobalBatch;
@@ -349,14 +352,9 @@ struct Trainer::Impl final : public PipelineStage {
     splitDouble(CeSum, Sums);
     splitDouble(double(Tokens), Sums + 2);
     World.world().allReduceSum(Sums, 4);
-    float Seconds = float(now() - T0);
-    std::vector<float> All(size_t(World.size()));
-    World.world().allGather(&Seconds, All.data(), 1);
     EvalStats E;
-    E.Step = StepIndex;
     E.Tokens = int64_t(std::llround(joinDouble(Sums + 2)));
     E.Loss = E.Tokens ? joinDouble(Sums) / double(E.Tokens) : 0.0;
-    E.Seconds = double(*std::max_element(All.begin(), All.end()));
     return E;
   }
   Tensor backward(int64_t Mb, int Chunk, const Tensor *OutGrad) override {

@@ -89,10 +89,8 @@ struct TrainStepStats {
 
 /// One evaluation, the same on every rank.
 struct EvalStats {
-  int64_t Step = 0;   ///< steps done when it ran
   double Loss = 0;    ///< mean cross entropy over the validation tokens
   int64_t Tokens = 0; ///< tokens in the mean: eval_iters x global batch x seq_len
-  double Seconds = 0; ///< slowest rank
 };
 
 class Trainer {

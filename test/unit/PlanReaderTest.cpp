@@ -258,6 +258,28 @@ TEST_F(Damaged, AdamWSettings) {
   EXPECT_EQ(E, "plan.toml: config.optimizer.clip_grad: expected a number");
 }
 
+TEST_F(Damaged, DataSplitAndEvaluation) {
+  // Optional: a plan without them neither splits nor evaluates.
+  llvm::Expected<LaunchPlan> L = parsePlan(Good, "plan.toml");
+  ASSERT_TRUE(bool(L)) << llvm::toString(L.takeError());
+  EXPECT_TRUE(L->Data.Split.empty());
+  EXPECT_EQ(L->Data.EvalInterval, 0);
+  std::string With =
+      replaced(Good, "shuffle = false", "shuffle = false\nsplit = [ 8, 2 ]\neval_interval = 5\neval_iters = 3");
+  L = parsePlan(With, "plan.toml");
+  ASSERT_TRUE(bool(L)) << llvm::toString(L.takeError());
+  EXPECT_EQ(L->Data.Split, (std::vector<int64_t>{8, 2}));
+  EXPECT_EQ(L->Data.EvalInterval, 5);
+  EXPECT_EQ(L->Data.EvalIters, 3);
+  EXPECT_EQ(errorOf(replaced(With, "split = [ 8, 2 ]", "split = [ 0, 2 ]")),
+            "plan.toml: config.data.split[0]: the training weight must be positive");
+  EXPECT_EQ(errorOf(replaced(With, "split = [ 8, 2 ]", "split = [ 1, 1, 1, 1 ]")),
+            "plan.toml: config.data.split: expected 1 to 3 weights, got 4");
+  EXPECT_EQ(errorOf(replaced(With, "split = [ 8, 2 ]", "split = [ 8, -2 ]")),
+            "plan.toml: config.data.split[1]: expected a non-negative integer");
+  EXPECT_EQ(errorOf(replaced(With, "eval_iters = 3", "")), "plan.toml: config.data.eval_iters: missing");
+}
+
 TEST_F(Damaged, WrongType) {
   std::string E = errorOf(replaced(Good, "seq_len = 64", "seq_len = '64'"));
   EXPECT_EQ(E, "plan.toml: config.seq_len: expected an integer");

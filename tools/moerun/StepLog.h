@@ -1,9 +1,11 @@
 //===- moerun/StepLog.h - The per-step log: JSON lines and human lines -----===//
 //
 // `--log FILE` gets one JSON object per finished step, in the format
-// moec/Emit/StepRecord.h defines (moec report --log reads it back). Each line is written whole with one write() and
-// flushed before the next step starts, so the file always holds complete lines, one per finished step: after a failure
-// it keeps the steps that finished, never a half line. Standard output gets the same as a line for people.
+// moec/Emit/StepRecord.h defines (moec report --log reads it back). Each
+// line is written whole with one write() and flushed before the next step
+// starts, so the file always holds complete lines, one per finished step:
+// after a failure it keeps the steps that finished, never a half line.
+// Standard output gets the same as a line for people.
 //
 //===----------------------------------------------------------------------===//
 #ifndef MOERUN_STEPLOG_H

@@ -100,7 +100,7 @@ def main():
                 recipe("none", 2, "pp = 2", "source = mock"))
     if a.mkdata:
         rc, out = moerun(a, 2, none, 1, os.path.join(a.work, "none.jsonl"))
-        check(rc == 5 and "data.eval_interval: data.split gives the validation part no sequence" in out,
+        check(rc == 5 and "data.eval_interval: data.split gives the validation part no sequence; give it a weight" in out,
               f"no-valid: refused before the first step (exit {rc})", out)
         check("step 1/" not in out, "no-valid: no step ran", out)
 
