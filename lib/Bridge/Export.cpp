@@ -437,14 +437,20 @@ private:
 
   void optimizer() {
     const OptimizerConfig &O = R.Optimizer;
-    set("optimizer.optimizer", Value::string(enumName(O.Kind)), "optimizer.type");
+    // Muon's distributed optimizer is the layer-wise one, which Bridge builds
+    // from the name dist_muon (0.3.1 training/optim.py:76, main :109); its
+    // parameters stay out of Megatron's distributed optimizer, which
+    // megatron-core 0.16 refuses with Muon (optimizer/muon.py:192).
+    bool LayerWiseMuon = O.Kind == OptimizerKind::Muon && O.Distributed;
+    set("optimizer.optimizer", Value::string(LayerWiseMuon ? "dist_muon" : enumName(O.Kind).str()), "optimizer.type");
     // Both switches: Bridge turns both on when either is on
     // (training/config.py:1878-1900, _validate_and_sync_distributed_optimizer_settings),
     // so `false` must be said to both, and Megatron-Core's OptimizerConfig
     // checks its own before that sync runs (optimizer_config.py:379, the
     // precision-aware optimizer needs it).
-    set("ddp.use_distributed_optimizer", Value::boolean(O.Distributed), "optimizer.distributed");
-    set("optimizer.use_distributed_optimizer", Value::boolean(O.Distributed), "optimizer.distributed");
+    bool MegatronDistributed = O.Distributed && !LayerWiseMuon;
+    set("ddp.use_distributed_optimizer", Value::boolean(MegatronDistributed), "optimizer.distributed");
+    set("optimizer.use_distributed_optimizer", Value::boolean(MegatronDistributed), "optimizer.distributed");
     set("optimizer.use_precision_aware_optimizer", Value::boolean(O.PrecisionAware), "optimizer.precision_aware");
     // The moment and master dtypes the memory model prices (bf16 moments
     // under the precision-aware optimizer, fp32 otherwise). Megatron-Core

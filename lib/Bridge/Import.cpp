@@ -507,6 +507,10 @@ private:
     Res.Messages.push_back({K, E.Key, std::move(Msg), E.Line, E.Column, ""});
   }
   void error(const Entry &E, std::string Msg) { message(ImportMessage::Kind::Error, E, std::move(Msg)); }
+  /// A field that is translated, with a caveat (not counted as unmapped).
+  void warning(const Entry &E, std::string Msg) {
+    Res.Messages.push_back({ImportMessage::Kind::Warning, "", std::move(Msg), E.Line, E.Column, ""});
+  }
   void globalError(std::string Msg) {
     Res.Messages.push_back({ImportMessage::Kind::Error, "", std::move(Msg), 0, 0, ""});
   }
@@ -1525,21 +1529,37 @@ private:
   }
 
   void optimizer() {
-    if (Entry *O = text("optimizer.optimizer")) {
-      if (O->V.S == "sgd" || O->V.S == "muon")
-        emit("optimizer", "type = " + O->V.S);
-      else if (O->V.S != "adam")
-        error(*O, "'optimizer.optimizer' must be adam, sgd or muon, not '" + O->V.S + "'");
+    // dist_muon is Muon with its layer-wise distributed optimizer (0.3.1
+    // training/optim.py:76): in a recipe, Muon with optimizer.distributed,
+    // which moec export writes back as dist_muon.
+    Entry *Type = text("optimizer.optimizer");
+    bool LayerWiseMuon = Type && Type->V.S == "dist_muon";
+    if (Type) {
+      if (Type->V.S == "sgd" || Type->V.S == "muon" || LayerWiseMuon)
+        emit("optimizer", LayerWiseMuon ? "type = muon" : "type = " + Type->V.S);
+      else if (Type->V.S != "adam")
+        error(*Type, "'optimizer.optimizer' must be adam, sgd, muon or dist_muon, not '" + Type->V.S + "'");
     }
     llvm::Optional<bool> Dist = flag("ddp.use_distributed_optimizer");
     llvm::Optional<bool> Dist2 = flag("optimizer.use_distributed_optimizer");
     if (Dist && Dist2 && *Dist != *Dist2)
       error(*peek("optimizer.use_distributed_optimizer"),
             "optimizer.use_distributed_optimizer differs from ddp.use_distributed_optimizer");
+    Entry *DistEntry = peek(Dist ? "ddp.use_distributed_optimizer" : "optimizer.use_distributed_optimizer");
     if (!Dist)
       Dist = Dist2;
-    if (Dist && !*Dist)
+    if (LayerWiseMuon) {
+      if (Dist && *Dist)
+        warning(*DistEntry, "dist_muon with use_distributed_optimizer = true is refused by megatron-core 0.16 "
+                            "(optimizer/muon.py:192); the recipe states Muon with its layer-wise distributed "
+                            "optimizer, which moec export writes with use_distributed_optimizer = false");
+    } else if (Type && Type->V.S == "muon" && Dist && *Dist) {
+      warning(*DistEntry, "muon with use_distributed_optimizer = true is refused by megatron-core 0.16 "
+                          "(optimizer/muon.py:192); the recipe states Muon with a distributed optimizer, which moec "
+                          "export writes as the layer-wise dist_muon");
+    } else if (Dist && !*Dist) {
       emit("optimizer", "distributed = false");
+    }
     llvm::Optional<bool> PA = flag("optimizer.use_precision_aware_optimizer");
     if (PA)
       emit("optimizer", fmt::format("precision_aware = {}", *PA ? "true" : "false"));

@@ -698,7 +698,7 @@ void check_precision_aware_needs_distributed_adam(RuleContext &C) {
                         : std::string();
   if (O.Kind != OptimizerKind::Adam) {
     auto B = C.report(diag::precision_aware_needs_distributed_adam, "optimizer.type", Why, "adam",
-                      fmt::format("optimizer.type = {}", O.Kind == OptimizerKind::SGD ? "sgd" : "muon"));
+                      fmt::format("optimizer.type = {}", enumName(O.Kind)));
     C.fixit(B, "optimizer.type", "adam");
   } else if (!O.Distributed) {
     auto B = C.report(diag::precision_aware_needs_distributed_adam, "optimizer.distributed", Why,

@@ -122,7 +122,8 @@ const FieldSpec RecipeFields[] = {
           "offload activations to the CPU: true offloads whole layers (Megatron cpu_offloading); a list offloads the "
           "inputs of those modules in every layer (fine_grained_activation_offloading with offload_modules)"),
     COUNT(Recipe, "offload.activation_layers", Optional, "", 0, "layers whose activations are offloaded"),
-    FIELD(Recipe, "optimizer.type", Enum, Default, "adam", 0, 0, OptimizerValues, "optimizer"),
+    FIELD(Recipe, "optimizer.type", Enum, Default, "adam", 0, 0, OptimizerValues,
+          "optimizer (muon: Megatron's Muon for the matrices, Adam for the rest)"),
     FIELD(Recipe, "optimizer.lr", Number, Optional, "", 1e-12, NoMax, {},
           "peak learning rate (Megatron lr; unset: moerun's --lr, 1e-3)"),
     FIELD(Recipe, "optimizer.min_lr", Number, Default, "0", 0, NoMax, {},
@@ -146,7 +147,9 @@ const FieldSpec RecipeFields[] = {
     FIELD(Recipe, "optimizer.distributed", Bool, Derived,
           "false under torch FSDP2 (parallel.fsdp with fsdp_impl = torch, which shards the optimizer state itself), "
           "else true",
-          0, 0, {}, "shard optimizer state over data-parallel ranks (Megatron's distributed optimizer)"),
+          0, 0, {},
+          "shard optimizer state over data-parallel ranks (Megatron's distributed optimizer; with muon, its "
+          "layer-wise distributed optimizer, dist_muon)"),
     FIELD(Recipe, "optimizer.precision_aware", Bool, Derived, "offload.optimizer > 0", 0, 0, {},
           "precision-aware optimizer (low-precision moments and master weights)"),
     FIELD(Recipe, "optimizer.overlap_grad_reduce", Bool, Default, "true", 0, 0, {},

@@ -38,9 +38,10 @@ RECOMPUTE_MODULES = ["core_attn", "moe_act", "layernorm", "mlp", "moe", "shared_
 GRAPH_SCOPES = ["attn", "mlp", "moe", "moe_router", "moe_preprocess"]
 FP8_PRECISIONS = ("fp8.delayed", "fp8.tensorwise", "fp8.blockwise", "mxfp8")
 # optimizer.type -> Bridge OptimizerConfig.optimizer. Bridge 0.3.1 picks Muon by name:
-# training/optim.py:62 builds get_megatron_muon_optimizer when "muon" is in the name
-# ("dist_muon" is the layer-wise distributed variant, optim.py:76); the standard
-# distributed optimizer is use_distributed_optimizer, which Muon refuses (core muon.py:192).
+# training/optim.py:62 builds get_megatron_muon_optimizer when "muon" is in the name.
+# Muon with optimizer.distributed is "dist_muon", the layer-wise distributed variant
+# (optim.py:76), with use_distributed_optimizer off: Muon refuses Megatron's distributed
+# optimizer (core muon.py:192).
 OPTIMIZERS = {"adam": "adam", "sgd": "sgd", "muon": "muon"}
 # moe.router_dtype -> TransformerConfig.moe_router_dtype (Literal['fp32', 'fp64'] or None:
 # None computes the router in the parameters' dtype, BF16 here).
@@ -361,7 +362,11 @@ def to_bridge(c):
     # optimizer.overlap_param_gather follows it unless stated (docs/language.md).
     torch_fsdp = bool(c["fsdp"]) and c["fsdp_impl"] == "torch"
     distributed = c["opt_distributed"] if c["opt_distributed"] is not None else not torch_fsdp
-    if c["opt_distributed"] is not None or torch_fsdp:
+    if c["opt_type"] == "muon" and distributed:
+        b["optimizer"]["optimizer"] = "dist_muon"
+        b["optimizer"]["use_distributed_optimizer"] = False
+        b.setdefault("ddp", {})["use_distributed_optimizer"] = False
+    elif c["opt_distributed"] is not None or torch_fsdp:
         # Bridge keeps the two in sync, turning both on if either is on (config.py:1888-1900)
         b["optimizer"]["use_distributed_optimizer"] = distributed
         b.setdefault("ddp", {})["use_distributed_optimizer"] = distributed

@@ -59,7 +59,8 @@ FIELDS = [
     "model.cuda_graph_impl", "model.cuda_graph_scope",
     "model.fp8", "model.fp8_recipe", "model.fp4", "model.cp_comm_type",
     "model.hierarchical_context_parallel_sizes", "model.moe_router_dtype",
-    "optimizer.use_distributed_optimizer", "ddp.use_distributed_optimizer", "optimizer.use_precision_aware_optimizer",
+    "optimizer.optimizer", "optimizer.use_distributed_optimizer", "ddp.use_distributed_optimizer",
+    "optimizer.use_precision_aware_optimizer",
     "optimizer.optimizer_cpu_offload", "optimizer.optimizer_offload_fraction",
     "ddp.overlap_grad_reduce", "ddp.overlap_param_gather", "ddp.use_megatron_fsdp",
     "model.freeze_language_model", "model.freeze_vision_model",
@@ -130,9 +131,11 @@ def layout_string(v):
 # read), so that they build offline too.
 PROVIDER_RECIPES = {
     "olmoe_7b": ("megatron.bridge.recipes.olmoe.olmoe_7b", "olmoe_7b_pretrain_config", None),
-    # Kimi-K2 with Adam: its default optimizer, dist_muon (Muon with Bridge's layer-wise
-    # distributed optimizer, training/optim.py:62-77), has no .moe value yet.
-    "kimi_k2": ("megatron.bridge.recipes.kimi.kimi_k2", "kimi_k2_adam_pretrain_config", None),
+    # Kimi-K2 with its default optimizer, dist_muon (Muon with Bridge's layer-wise distributed
+    # optimizer, training/optim.py:62-77: optimizer.type = muon with optimizer.distributed),
+    # and with Adam.
+    "kimi_k2": ("megatron.bridge.recipes.kimi.kimi_k2", "kimi_k2_pretrain_config", None),
+    "kimi_k2_adam": ("megatron.bridge.recipes.kimi.kimi_k2", "kimi_k2_adam_pretrain_config", None),
     # Qwen3-30B with HybridEP and an SM budget, as the H100 perf recipes run it
     # (perf_recipes/qwen/h100/qwen3_moe.py: hybridep_num_sms=32).
     "qwen3_30b_a3b_hybridep": ("megatron.bridge.recipes.qwen.qwen3_moe", "qwen3_30b_a3b_hybridep_pretrain_config",
