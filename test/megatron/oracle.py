@@ -161,6 +161,99 @@ HF_CONFIGS = {
         num_hidden_layers=94, num_attention_heads=64, out_hidden_size=4096),
 }
 
+
+def _deepseek_v2_config(**dims):
+    """config.json of a DeepSeek-V2 checkpoint (model_type deepseek_v2); V2 and V2-Lite differ
+    in the values passed."""
+    conf = {
+        "architectures": ["DeepseekV2ForCausalLM"], "model_type": "deepseek_v2",
+        "aux_loss_alpha": 0.001, "bos_token_id": 100000, "eos_token_id": 100001,
+        "first_k_dense_replace": 1, "hidden_act": "silu", "initializer_range": 0.02,
+        "kv_lora_rank": 512, "max_position_embeddings": 163840, "moe_layer_freq": 1,
+        "n_shared_experts": 2, "norm_topk_prob": False, "num_experts_per_tok": 6,
+        "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128, "rms_norm_eps": 1e-6,
+        "rope_scaling": {"type": "yarn", "factor": 40, "original_max_position_embeddings": 4096,
+                         "beta_fast": 32, "beta_slow": 1, "mscale": 0.707, "mscale_all_dim": 0.707},
+        "rope_theta": 10000, "scoring_func": "softmax", "seq_aux": True, "tie_word_embeddings": False,
+        "torch_dtype": "bfloat16", "vocab_size": 102400, "attention_bias": False,
+    }
+    conf.update(dims)
+    return conf
+
+
+def _glm45_config(**dims):
+    """config.json of a GLM-4.5 checkpoint (model_type glm4_moe); GLM-4.5 and 4.5-Air differ in
+    the values passed."""
+    conf = {
+        "architectures": ["Glm4MoeForCausalLM"], "model_type": "glm4_moe", "attention_bias": True,
+        "attention_dropout": 0.0, "head_dim": 128, "hidden_act": "silu", "initializer_range": 0.02,
+        "max_position_embeddings": 131072, "n_group": 1, "topk_group": 1, "n_shared_experts": 1,
+        "norm_topk_prob": True, "num_attention_heads": 96, "num_experts_per_tok": 8,
+        "num_key_value_heads": 8, "num_nextn_predict_layers": 1, "partial_rotary_factor": 0.5,
+        "pad_token_id": 151329, "eos_token_id": [151329, 151336, 151338], "rms_norm_eps": 1e-5,
+        "rope_theta": 1000000, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+        "vocab_size": 151552,
+    }
+    conf.update(dims)
+    return conf
+
+
+def _gpt_oss_config(layers, experts):
+    """config.json of a GPT-OSS checkpoint (model_type gpt_oss), without its MXFP4
+    quantization_config (how the published weights are stored, not the architecture)."""
+    return {
+        "architectures": ["GptOssForCausalLM"], "model_type": "gpt_oss", "attention_bias": True,
+        "attention_dropout": 0.0, "eos_token_id": 200002, "pad_token_id": 199999,
+        "experts_per_token": 4, "num_experts_per_tok": 4, "head_dim": 64, "hidden_act": "silu",
+        "hidden_size": 2880, "intermediate_size": 2880, "initial_context_length": 4096,
+        "initializer_range": 0.02, "max_position_embeddings": 131072, "num_attention_heads": 64,
+        "num_key_value_heads": 8, "num_hidden_layers": layers, "num_local_experts": experts,
+        "layer_types": ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(layers)],
+        "rms_norm_eps": 1e-5, "rope_theta": 150000, "router_aux_loss_coef": 0.9,
+        "rope_scaling": {"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0,
+                         "original_max_position_embeddings": 4096, "truncate": False},
+        "sliding_window": 128, "swiglu_limit": 7.0, "tie_word_embeddings": False,
+        "torch_dtype": "bfloat16", "vocab_size": 201088,
+    }
+
+
+# The MoE checkpoints the other Bridge 0.3.1 recipes read with AutoBridge.from_hf_pretrained
+# (test/megatron/roundtrip.py). Transcribed from the published config.json files (not
+# downloaded here); roundtrip.py checks each against the Bridge model provider class of the same
+# model on the architecture fields both state (hf_provider_mismatches).
+HF_CONFIGS.update({
+    "moonshotai/Moonlight-16B-A3B": {
+        "architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3",
+        "aux_loss_alpha": 0.001, "bos_token_id": 163584, "eos_token_id": 163585,
+        "first_k_dense_replace": 1, "hidden_act": "silu", "hidden_size": 2048,
+        "initializer_range": 0.02, "intermediate_size": 11264, "kv_lora_rank": 512,
+        "max_position_embeddings": 8192, "moe_intermediate_size": 1408, "moe_layer_freq": 1,
+        "n_group": 1, "n_routed_experts": 64, "n_shared_experts": 2, "norm_topk_prob": True,
+        "num_attention_heads": 16, "num_experts_per_tok": 6, "num_hidden_layers": 27,
+        "num_key_value_heads": 16, "num_nextn_predict_layers": 0, "q_lora_rank": None,
+        "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "rms_norm_eps": 1e-5, "rope_theta": 50000.0,
+        "routed_scaling_factor": 2.446, "scoring_func": "sigmoid", "seq_aux": True,
+        "tie_word_embeddings": False, "topk_group": 1, "topk_method": "noaux_tc",
+        "torch_dtype": "bfloat16", "v_head_dim": 128, "vocab_size": 163840, "attention_bias": False,
+    },
+    "deepseek-ai/DeepSeek-V2-Lite": _deepseek_v2_config(
+        hidden_size=2048, intermediate_size=10944, moe_intermediate_size=1408, num_hidden_layers=27,
+        num_attention_heads=16, num_key_value_heads=16, n_routed_experts=64, q_lora_rank=None,
+        n_group=1, topk_group=1, topk_method="greedy", routed_scaling_factor=1.0),
+    "deepseek-ai/DeepSeek-V2": _deepseek_v2_config(
+        hidden_size=5120, intermediate_size=12288, moe_intermediate_size=1536, num_hidden_layers=60,
+        num_attention_heads=128, num_key_value_heads=128, n_routed_experts=160, q_lora_rank=1536,
+        n_group=8, topk_group=3, topk_method="group_limited_greedy", routed_scaling_factor=16.0),
+    "zai-org/GLM-4.5": _glm45_config(
+        hidden_size=5120, intermediate_size=12288, moe_intermediate_size=1536, num_hidden_layers=92,
+        n_routed_experts=160, first_k_dense_replace=3, routed_scaling_factor=2.5, use_qk_norm=True),
+    "zai-org/GLM-4.5-Air": _glm45_config(
+        hidden_size=4096, intermediate_size=10944, moe_intermediate_size=1408, num_hidden_layers=46,
+        n_routed_experts=128, first_k_dense_replace=1, routed_scaling_factor=1.0, use_qk_norm=False),
+    "openai/gpt-oss-20b": _gpt_oss_config(layers=24, experts=32),
+    "openai/gpt-oss-120b": _gpt_oss_config(layers=36, experts=128),
+})
+
 # moec catalog model -> (recipe module, recipe function, HF id it loads)
 RECIPES = {
     "qwen3_30b_a3b": ("megatron.bridge.recipes.qwen.qwen3_moe", "qwen3_30b_a3b_pretrain_config", "Qwen/Qwen3-30B-A3B"),

@@ -1,14 +1,16 @@
 #!/usr/bin/env python3
 """Megatron-Bridge round trip: do Bridge 0.3.1's own MoE recipes come into moec and go back out unchanged?
 
-For every MoE recipe this suite can build offline (test/megatron/oracle.py: RECIPES, their
-Hugging Face configs vendored there), this
+For every MoE recipe of Bridge 0.3.1 (oracle.RECIPES, PROVIDER_RECIPES and HF_RECIPES; the
+Hugging Face configs they read are transcribed in oracle.HF_CONFIGS and checked against Bridge's
+provider classes first, check_transcriptions), this
   1. builds the recipe with Bridge 0.3.1 and writes it with Bridge's own ConfigContainer.to_yaml();
   2. runs `moec import --from megatron-bridge` on that file, with the smallest GPU count the
      recipe's parallelism and global batch allow on which moec predicts that it fits, on H100,
      else H200, else B200 (a ConfigContainer does not hold the cluster);
   3. runs `moec check --no-planner --target megatron-bridge@0.3.1` on the result: what Megatron
      would reject at start-up (memory is a prediction, not a start-up check, and is left out);
+     an error there is right only where the oracle rejects the recipe as Bridge ships it;
   4. runs `moec export --to megatron-bridge --target megatron-bridge@0.3.1` on it, applies the
      overrides to a fresh build of the same recipe with Bridge's own override mechanism
      (omegaconf_utils.process_config_with_overrides), and runs the oracle's start-up
@@ -143,6 +145,61 @@ PROVIDER_RECIPES = {
 }
 
 
+# MoE recipes that read a Hugging Face config.json (AutoBridge.from_hf_pretrained): the oracle's
+# offline cache holds a transcription of each (oracle.HF_CONFIGS). Each names the Bridge model
+# provider class of the same model, and check_transcriptions compares the two on ARCH_FIELDS:
+# a wrong transcription shows there, except where the provider class itself is known to differ
+# from the published checkpoint (PROVIDER_DIFFERS).
+HF_RECIPES = {
+    "moonlight_16b": ("megatron.bridge.recipes.moonlight.moonlight_16b", "moonlight_16b_pretrain_config",
+                      "MoonlightModelProvider16B"),
+    "deepseek_v2_lite": ("megatron.bridge.recipes.deepseek.deepseek_v2", "deepseek_v2_lite_pretrain_config",
+                         "DeepSeekV2LiteModelProvider"),
+    "deepseek_v2": ("megatron.bridge.recipes.deepseek.deepseek_v2", "deepseek_v2_pretrain_config",
+                    "DeepSeekV2ModelProvider"),
+    "deepseek_v3_32nodes": ("megatron.bridge.recipes.deepseek.deepseek_v3", "deepseek_v3_pretrain_config_32nodes",
+                            "DeepSeekV3ModelProvider"),
+    "glm45_355b": ("megatron.bridge.recipes.glm.glm45", "glm45_355b_pretrain_config", "GLM45ModelProvider355B"),
+    "glm45_air_106b": ("megatron.bridge.recipes.glm.glm45", "glm45_air_106b_pretrain_config",
+                       "GLM45AirModelProvider106B"),
+    "gpt_oss_20b": ("megatron.bridge.recipes.gpt_oss.gpt_oss", "gpt_oss_20b_pretrain_config", "GPTOSSProvider20B"),
+    "gpt_oss_120b": ("megatron.bridge.recipes.gpt_oss.gpt_oss", "gpt_oss_120b_pretrain_config",
+                     "GPTOSSProvider120B"),
+}
+ARCH_FIELDS = ["num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "vocab_size", "mtp_num_layers",
+               "num_moe_experts", "moe_router_topk", "moe_ffn_hidden_size", "moe_shared_expert_intermediate_size",
+               "moe_layer_freq", "moe_router_score_function", "moe_router_enable_expert_bias",
+               "moe_router_topk_scaling_factor", "q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim",
+               "v_head_dim", "rotary_base", "rotary_percent", "add_qkv_bias", "window_size"]
+PROVIDER_DIFFERS = {
+    # MoonlightModelProvider16B pads the vocabulary (163842); the checkpoint has 163840.
+    "moonlight_16b": {"vocab_size"},
+    # DeepSeekV2LiteModelProvider has no query compression (q_lora_rank None), as the
+    # checkpoint; Bridge 0.3.1's DeepSeek-V2 bridge turns the checkpoint's null into the MLA
+    # provider default, 512 (main preserves the null: tests/unit_tests/models/deepseek).
+    "deepseek_v2_lite": {"q_lora_rank"},
+    # DeepSeekV2ModelProvider leaves the heads to the checkpoint (0) and keeps the MLA default
+    # q_lora_rank 512; the checkpoint has 128 heads and 1536.
+    "deepseek_v2": {"num_attention_heads", "q_lora_rank"},
+    # DeepSeekV3ModelProvider likewise (0 heads, q_lora_rank 512) and states no MTP layer; the
+    # checkpoint has 128 heads, 1536 and one MTP layer.
+    "deepseek_v3_32nodes": {"num_attention_heads", "q_lora_rank", "mtp_num_layers"},
+}
+
+
+def check_transcriptions():
+    """The transcribed config.json of every HF_RECIPES model against its provider class."""
+    import megatron.bridge.models as providers
+    bad = []
+    for model, (mod, fn, provider) in HF_RECIPES.items():
+        built, stated = build(mod, fn).model, getattr(providers, provider)()
+        for f in ARCH_FIELDS:
+            if f not in PROVIDER_DIFFERS.get(model, ()) and getattr(built, f, None) != getattr(stated, f, None):
+                bad.append("%s.%s: %r from config.json, %r in %s" % (fn, f, getattr(built, f, None),
+                                                                      getattr(stated, f, None), provider))
+    return bad
+
+
 # MoE recipes with no .moe form: the import must refuse them with one error that says why, and
 # write nothing.
 REFUSED_RECIPES = {
@@ -251,7 +308,11 @@ def main():
     os.makedirs(work, exist_ok=True)
 
     rows, failed = [], 0
-    for model, (mod, fn, _hf) in list(oracle.RECIPES.items()) + list(PROVIDER_RECIPES.items()):
+    for why in check_transcriptions():
+        print("transcription differs from the provider: " + why)
+        failed += 1
+    for model, (mod, fn, _hf) in (list(oracle.RECIPES.items()) + list(PROVIDER_RECIPES.items()) +
+                                  list(HF_RECIPES.items())):
         cfg = build(mod, fn)
         original = {f: field(cfg, f) for f in FIELDS}
         yaml_path = os.path.join(work, fn + ".yaml")
@@ -295,6 +356,19 @@ def main():
         errors = [l for l in chk.stderr.splitlines() if ": error: " in l]
         row["check"] = "no error" if not errors else "%d errors" % len(errors)
         if errors:
+            # An error is right where Megatron rejects the recipe as Bridge ships it.
+            torch.cuda.get_device_properties = lambda *x, **k: oracle._Props(gpu)
+            v = oracle.run({"gpu": gpu, "gpus": world, "model_name": model, "bridge": None}, recipe=(mod, fn),
+                           apply=lambda c: None)
+            ids = sorted(set(re.findall(r"\[([a-z0-9-]+)\]$", "\n".join(errors), re.M)))
+            if v["verdict"] == "reject":
+                row["check"] = "errors: " + ", ".join(ids)
+                row["validate"] = "the recipe itself is rejected"
+                row["result"] = "both reject: %s (%s)" % (v["message"][:90], v["where"])
+                rows.append(row)
+                print("%s (%d x %s): rejected by moec check (%s) and by Megatron (%s at %s)"
+                      % (fn, world, gpu, ", ".join(ids), v["message"], v["where"]))
+                continue
             failed += 1
             fail("check", errors[0][errors[0].find("error:"):][:300])
             continue
