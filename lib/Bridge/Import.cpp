@@ -649,7 +649,12 @@ private:
          })},
         {"model.moe_router_num_groups", MoE([](const MoESpec &X) { return X.Groups; })},
         {"model.moe_router_group_topk", MoE([](const MoESpec &X) { return X.GroupTopK; })},
-        {"model.q_lora_rank", MLA([](const MLASpec &X) { return X.QLoraRank; })},
+        // 0: no query compression, which Bridge writes as null.
+        {"model.q_lora_rank", MLA([](const MLASpec &X) -> llvm::Optional<int64_t> {
+           if (!X.QLoraRank)
+             return llvm::None;
+           return X.QLoraRank;
+         })},
         {"model.kv_lora_rank", MLA([](const MLASpec &X) { return X.KvLoraRank; })},
         {"model.qk_head_dim", MLA([](const MLASpec &X) { return X.QkHeadDim; })},
         {"model.qk_pos_emb_head_dim", MLA([](const MLASpec &X) { return X.QkRopeHeadDim; })},
