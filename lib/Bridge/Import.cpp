@@ -47,48 +47,13 @@ std::vector<const ImportMessage *> ImportResult::unmapped() const {
 //===----------------------------------------------------------------------===//
 
 namespace {
-struct CatalogInfo {
-  std::vector<ModelSpec> Models;
-  std::vector<GpuSpec> Gpus;
-};
-
-const CatalogInfo &catalog() {
-  static const CatalogInfo Info = [] {
-    CatalogInfo I;
+const Sema::LoweredCatalog &catalog() {
+  static const Sema::LoweredCatalog Lowered = [] {
     llvm::SourceMgr SM;
     DiagnosticEngine Diags(SM);
-    SemaOptions Opts;
-    Opts.Catalog = BuiltinCatalog::parse(Diags);
-    std::vector<std::string> Models, Gpus;
-    for (const auto &F : Opts.Catalog->Files)
-      for (const ast::Definition &D : F->Definitions) {
-        if (D.Kind == ast::DefKind::Model)
-          Models.push_back(D.Name);
-        else if (D.Kind == ast::DefKind::Gpu)
-          Gpus.push_back(D.Name);
-      }
-    // One probe recipe per definition: Sema lowers the model or GPU exactly
-    // as it would for a user's recipe (defaults and derived fields included).
-    std::string Text;
-    for (const std::string &M : Models)
-      Text += fmt::format("recipe m_{0} {{ model = {0}; cluster {{ gpu = cpu; nodes = 1 }}; seq_len = 64; "
-                          "batch {{ micro = 1; global = 2 }} }}\n",
-                          M);
-    for (const std::string &G : Gpus)
-      Text += fmt::format("recipe g_{0} {{ model = tiny_moe; cluster {{ gpu = {0}; nodes = 1 }}; seq_len = 64; "
-                          "batch {{ micro = 1; global = 576 }} }}\n",
-                          G);
-    Sema S(Diags, Opts);
-    S.loadBuffer(llvm::MemoryBuffer::getMemBufferCopy(Text, "<catalog probe>"));
-    for (Recipe &R : S.analyze()) {
-      if (StringRef(R.Name).startswith("m_"))
-        I.Models.push_back(R.Model);
-      else if (StringRef(R.Name).startswith("g_"))
-        I.Gpus.push_back(R.Gpu);
-    }
-    return I;
+    return Sema(Diags).lowerCatalog();
   }();
-  return Info;
+  return Lowered;
 }
 } // namespace
 
@@ -100,21 +65,21 @@ namespace {
 /// a user's (defaults, derived fields, checks); the messages when it fails.
 llvm::Optional<ModelSpec> lowerModelDefinition(StringRef Definition, StringRef Name, std::string &Messages) {
   llvm::SourceMgr SM;
-  std::string Text = Definition.str() + fmt::format("recipe probe {{ model = {}; cluster {{ gpu = cpu; nodes = 1 }}; "
-                                                    "seq_len = 64; batch {{ micro = 1; global = 2 }} }}\n",
-                                                    Name.str());
   DiagnosticEngine Diags(SM);
-  SemaOptions Opts;
-  Opts.Catalog = BuiltinCatalog::parse(Diags);
-  Sema S(Diags, Opts);
-  S.loadBuffer(llvm::MemoryBuffer::getMemBufferCopy(Text, "<imported model>"));
-  std::vector<Recipe> Recipes = S.analyze();
+  Sema S(Diags);
+  S.loadBuffer(llvm::MemoryBuffer::getMemBufferCopy(Definition, "<imported model>"));
+  S.analyze();
   for (const Diagnostic &D : Diags.finish())
     if (D.Sev == Severity::Error)
       Messages += (Messages.empty() ? "" : "; ") + D.Message;
-  if (!Messages.empty() || Recipes.empty())
+  const ModelSpec *Lowered = nullptr;
+  if (const ast::File *F = S.mainFile())
+    for (const ast::Definition &D : F->Definitions)
+      if (D.Kind == ast::DefKind::Model && D.Name == Name)
+        Lowered = S.loweredModel(&D);
+  if (!Messages.empty() || !Lowered)
     return llvm::None;
-  return Recipes.front().Model;
+  return *Lowered;
 }
 } // namespace
 

@@ -66,6 +66,22 @@ const GpuSpec *Sema::loweredGpu(const ast::Definition *D) const {
   return Info && Info->Gpu ? Info->Gpu.getPointer() : nullptr;
 }
 
+Sema::LoweredCatalog Sema::lowerCatalog() {
+  LoweredCatalog Out;
+  for (DefInfo &D : Impl->Defs) {
+    if (!D.Builtin || Impl->BuiltinDefs.lookup(D.name()) != &D || !Impl->resolve(D))
+      continue;
+    if (D.kind() == ast::DefKind::Model) {
+      if (const ModelSpec *M = Impl->lowerModel(D))
+        Out.Models.push_back(*M);
+    } else if (D.kind() == ast::DefKind::Gpu) {
+      if (const GpuSpec *G = Impl->lowerGpu(D))
+        Out.Gpus.push_back(*G);
+    }
+  }
+  return Out;
+}
+
 std::shared_ptr<const BuiltinCatalog> BuiltinCatalog::parse(DiagnosticEngine &Diags, const ParseLimits &Limits) {
   auto Catalog = std::make_shared<BuiltinCatalog>();
   for (const CatalogFile &C : builtinCatalogFiles()) {

@@ -818,6 +818,45 @@ TEST(SemaCatalog, EveryModelAndGpuLowersCleanly) {
   }
 }
 
+// Sema::lowerCatalog (what `moec import` matches a configuration against)
+// lowers each definition as a recipe naming it has it, with no recipe.
+TEST(SemaCatalog, LowerCatalogIsWhatRecipesSee) {
+  auto Names = catalogNames();
+  llvm::SourceMgr SM;
+  DiagnosticEngine Diags(SM);
+  Sema::LoweredCatalog Catalog = Sema(Diags).lowerCatalog();
+  EXPECT_TRUE(Diags.finish().empty());
+  ASSERT_EQ(Catalog.Models.size(), Names[ast::DefKind::Model].size());
+  ASSERT_EQ(Catalog.Gpus.size(), Names[ast::DefKind::Gpu].size());
+  for (const ModelSpec &M : Catalog.Models) {
+    Compilation C("recipe r {\n  model = " + M.Name +
+                  "\n  cluster { gpu = h100_sxm; nodes = 1 }\n  seq_len = 4K\n  batch { micro = 1; global = 64 }\n}\n");
+    const Recipe *R = C.recipe("r");
+    ASSERT_TRUE(R) << M.Name << "\n" << C.summary();
+    const ModelSpec &Want = R->Model;
+    EXPECT_EQ(std::make_tuple(M.Layers, M.Hidden, M.Heads, M.KvHeads, M.HeadDim, M.Vocab, M.MtpLayers, M.QkNorm),
+              std::make_tuple(Want.Layers, Want.Hidden, Want.Heads, Want.KvHeads, Want.HeadDim, Want.Vocab,
+                              Want.MtpLayers, Want.QkNorm))
+        << M.Name;
+    EXPECT_EQ(M.FfnHidden, Want.FfnHidden) << M.Name;
+    EXPECT_EQ(M.MaxSeqLen, Want.MaxSeqLen) << M.Name;
+    EXPECT_EQ(bool(M.MLA), bool(Want.MLA)) << M.Name;
+    if (M.MLA && Want.MLA)
+      EXPECT_EQ(std::make_tuple(M.MLA->QLoraRank, M.MLA->KvLoraRank, M.MLA->QkHeadDim, M.MLA->VHeadDim),
+                std::make_tuple(Want.MLA->QLoraRank, Want.MLA->KvLoraRank, Want.MLA->QkHeadDim, Want.MLA->VHeadDim))
+          << M.Name;
+    ASSERT_EQ(bool(M.MoE), bool(Want.MoE)) << M.Name;
+    if (M.MoE)
+      EXPECT_EQ(std::make_tuple(M.MoE->Experts, M.MoE->TopK, M.MoE->FfnHidden, M.MoE->SharedExperts, M.MoE->DenseLayers,
+                                M.MoE->Groups, M.MoE->GroupTopK),
+                std::make_tuple(Want.MoE->Experts, Want.MoE->TopK, Want.MoE->FfnHidden, Want.MoE->SharedExperts,
+                                Want.MoE->DenseLayers, Want.MoE->Groups, Want.MoE->GroupTopK))
+          << M.Name;
+  }
+  for (const GpuSpec &G : Catalog.Gpus)
+    EXPECT_GT(G.MemoryBytes, 0) << G.Name;
+}
+
 namespace {
 /// Lowers one recipe using Model (and Gpu) and returns it.
 struct Lowered {

@@ -73,6 +73,15 @@ public:
   const ModelSpec *loweredModel(const ast::Definition *D) const;
   const GpuSpec *loweredGpu(const ast::Definition *D) const;
 
+  /// Every model and GPU definition of the built-in catalog, lowered as a
+  /// recipe that names it has it (defaults and derived fields included), in
+  /// catalog order; for tools that match a configuration against the catalog.
+  struct LoweredCatalog {
+    std::vector<ModelSpec> Models;
+    std::vector<GpuSpec> Gpus;
+  };
+  LoweredCatalog lowerCatalog();
+
 private:
   std::unique_ptr<SemaImpl> Impl;
 };
