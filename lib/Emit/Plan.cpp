@@ -86,6 +86,12 @@ json::Value moec::recipeToJSON(const Recipe &R) {
                      {"dense_layers", M.MoE->DenseLayers}, {"router", enumName(M.MoE->RouterKind)}};
     if (M.MoE->SharedFfnHidden)
       MoE["shared_ffn_hidden"] = *M.MoE->SharedFfnHidden;
+    MoE["pre_softmax"] = M.MoE->PreSoftmax;
+    MoE["expert_bias"] = M.MoE->ExpertBias;
+    if (M.MoE->Groups)
+      MoE["groups"] = *M.MoE->Groups;
+    if (M.MoE->GroupTopK)
+      MoE["group_top_k"] = *M.MoE->GroupTopK;
     Model["moe"] = std::move(MoE);
   }
   if (M.LinearAttention)

@@ -199,6 +199,20 @@ bool PlanParser::readModel(const toml::table &Config) {
       MoE.SharedFfnHidden = S;
     }
     MoE.SigmoidRouter = Router == "sigmoid";
+    if (!readBool(*T, MPre, "pre_softmax", MoE.PreSoftmax, false) ||
+        !readBool(*T, MPre, "expert_bias", MoE.ExpertBias, false) ||
+        !readInt(*T, MPre, "groups", MoE.Groups, 1, false) ||
+        !readInt(*T, MPre, "group_top_k", MoE.GroupTopK, 1, false))
+      return false;
+    if (T->contains("groups") && !T->contains("group_top_k"))
+      MoE.GroupTopK = MoE.Groups;
+    if (MoE.Experts % MoE.Groups != 0)
+      return fail(MPre + ".groups", fmt::format("{} groups do not divide the {} experts", MoE.Groups, MoE.Experts));
+    if (MoE.GroupTopK > MoE.Groups)
+      return fail(MPre + ".group_top_k", fmt::format("{} exceeds the {} groups", MoE.GroupTopK, MoE.Groups));
+    if (MoE.TopK > MoE.GroupTopK * (MoE.Experts / MoE.Groups))
+      return fail(MPre + ".group_top_k", fmt::format("top_k {} exceeds the experts of {} groups of {}", MoE.TopK,
+                                                     MoE.GroupTopK, MoE.Experts / MoE.Groups));
     Model.MoE = MoE;
   }
   for (const char *Feature : {"mla", "linear_attention", "vision"})

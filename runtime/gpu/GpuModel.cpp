@@ -208,8 +208,8 @@ struct GpuModel::Impl {
       linear(St.Act.data(), N, C.FfnHidden, H, Pre + "mlp.down", Y);
     } else {
       Aux = moeForward(L, St, Y);
-      if (C.SharedExperts > 0) {
-        int64_t SF = C.SharedExperts * C.MoeFfnHidden;
+      if (C.SharedFfnHidden > 0) {
+        int64_t SF = C.SharedFfnHidden;
         linear(St.Xn2.data(), N, H, SF, Pre + "shared.gate", St.SG);
         linear(St.Xn2.data(), N, H, SF, Pre + "shared.up", St.SU);
         St.SAct.resize(St.SG.size());
@@ -284,9 +284,9 @@ struct GpuModel::Impl {
                         C.FfnHidden, DY, DXn2f, 0.0f);
     } else {
       moeBackward(L, St, DY, AuxScale, DXn2f);
-      if (C.SharedExperts > 0)
+      if (C.SharedFfnHidden > 0)
         swiGluMlpBackward(Pre + "shared.gate", Pre + "shared.up", Pre + "shared.down", St.SG, St.SU, St.SAct,
-                          St.Xn2.data(), C.SharedExperts * C.MoeFfnHidden, DY, DXn2f, 1.0f);
+                          St.Xn2.data(), C.SharedFfnHidden, DY, DXn2f, 1.0f);
     }
     Buf DXn2 = toBf(DXn2f), DH(static_cast<size_t>(N * H));
     rmsNormBackward(N, H, St.H.data(), w(Pre + "mlp_norm"), St.Rstd2.data(), DXn2.data(), DH.data(),

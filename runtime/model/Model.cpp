@@ -130,8 +130,7 @@ struct StageModel::Impl {
       fail("Heads and KvHeads must divide by the tp size");
     if (C.Vocab % TpSize)
       fail("Vocab must divide by the tp size");
-    if (C.Experts > 0 &&
-        (C.TopK <= 0 || C.TopK > C.Experts || C.MoeFfnHidden <= 0 || (C.SharedExperts * C.MoeFfnHidden) % TpSize))
+    if (C.Experts > 0 && (C.TopK <= 0 || C.TopK > C.Experts || C.MoeFfnHidden <= 0 || C.SharedFfnHidden % TpSize))
       fail("invalid MoE dimensions");
     if (C.FfnHidden % TpSize)
       fail("FfnHidden must divide by the tp size");
@@ -190,8 +189,8 @@ struct StageModel::Impl {
           P.Routed.Up.push_back(addParam(EP + "up", ParamKind::Expert, {C.Hidden, C.MoeFfnHidden}, Std, 0));
           P.Routed.Down.push_back(addParam(EP + "down", ParamKind::Expert, {C.MoeFfnHidden, C.Hidden}, OutStd, 0));
         }
-        if (C.SharedExperts > 0) {
-          int64_t SF = C.SharedExperts * C.MoeFfnHidden;
+        if (C.SharedFfnHidden > 0) {
+          int64_t SF = C.SharedFfnHidden;
           P.SGate = addParam(Pre + "shared.gate", Dense, {C.Hidden, SF}, Std, 2);
           P.SUp = addParam(Pre + "shared.up", Dense, {C.Hidden, SF}, Std, 2);
           P.SDown = addParam(Pre + "shared.down", Dense, {SF, C.Hidden}, OutStd, 1);
@@ -526,6 +525,14 @@ std::vector<Parameter *> StageModel::parameters() {
 StageModel::LossTotals &StageModel::loss() { return P->Loss; }
 
 const std::map<std::string, int64_t> &StageModel::peakActivationBytes() const { return P->Peak; }
+
+const std::vector<int32_t> *StageModel::routedExperts(int64_t Id, int64_t Layer) const {
+  auto It = P->InFlight.find(Id);
+  if (It == P->InFlight.end() || Layer < 0 || Layer >= int64_t(It->second.Layers.size()))
+    return nullptr;
+  const MoeSaved &S = It->second.Layers[size_t(Layer)].Routed;
+  return S.TopIdx.empty() ? nullptr : &S.TopIdx;
+}
 
 void StageModel::resetStepStats() {
   P->Peak = P->Current;

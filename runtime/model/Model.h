@@ -46,8 +46,8 @@
 //   layers.L.experts.E.gate,.up [Hidden, MoeFfnHidden]   full    Expert
 //   layers.L.experts.E.down   [MoeFfnHidden, Hidden]     full    Expert
 //     (E = global expert id; only this ep rank's experts E / (Experts / EP))
-//   layers.L.shared.gate,.up  [Hidden, SharedExperts*MoeFfnHidden] cols/t
-//   layers.L.shared.down      [SharedExperts*MoeFfnHidden, Hidden] rows/t
+//   layers.L.shared.gate,.up  [Hidden, SharedFfnHidden] cols/t
+//   layers.L.shared.down      [SharedFfnHidden, Hidden] rows/t
 //   final_norm                [Hidden]                   full    SPReplicated
 //   output                    [Hidden, Vocab]            cols/t  Dense
 // Column shards of q/k/v hold whole heads (head h = columns [h*HeadDim,
@@ -81,9 +81,18 @@ struct ModelConfig {
   int64_t Layers = 0, Hidden = 0, FfnHidden = 0;
   int64_t Heads = 0, KvHeads = 0, HeadDim = 0, Vocab = 0;
   // MoE (Experts == 0: a dense model).
-  int64_t Experts = 0, TopK = 0, MoeFfnHidden = 0, SharedExperts = 0;
-  int64_t DenseLayers = 0; ///< the first DenseLayers layers use a dense MLP
+  int64_t Experts = 0, TopK = 0, MoeFfnHidden = 0;
+  int64_t SharedFfnHidden = 0; ///< all shared experts together (0: none)
+  int64_t DenseLayers = 0;     ///< the first DenseLayers layers use a dense MLP
   bool SigmoidRouter = false;
+  /// Softmax router: softmax over every expert, then the top-k, weights not
+  /// renormalised (Megatron moe_router_pre_softmax); else the top-k of the
+  /// logits and a softmax over the chosen (Megatron's default).
+  bool PreSoftmax = false;
+  /// Group-limited routing (Megatron moe_router_num_groups/group_topk): a
+  /// token picks its top-k among the experts of its RouterGroupTopK best
+  /// groups, a group scoring the sum of its top-k / RouterGroupTopK scores.
+  int64_t RouterGroups = 1, RouterGroupTopK = 1;
   double AuxLossCoeff = 1e-2;
   double RmsNormEps = 1e-5;
   double RopeTheta = 10000.0;
@@ -209,6 +218,10 @@ public:
   /// Recomputed modules count while their recomputed copy is alive in
   /// backward.
   const std::map<std::string, int64_t> &peakActivationBytes() const;
+  /// The experts each token of micro batch Id chose in the stage's local
+  /// layer Layer (token-major, top_k each) while the micro batch is in
+  /// flight and the layer is an MoE layer that kept its routing; else null.
+  const std::vector<int32_t> *routedExperts(int64_t Id, int64_t Layer) const;
   /// Starts a new step: the peaks restart from what is in flight now and the
   /// loss totals restart from zero.
   void resetStepStats();

@@ -25,6 +25,34 @@ namespace {
 float *rowsAt(Tensor &T, int64_t Begin) { return T.data() + Begin * T.cols(); }
 } // namespace
 
+int64_t MoeBlock::selectGroups(const float *Selection, std::vector<int32_t> &Order) const {
+  int64_t E = Config.Experts, G = Config.RouterGroups, GK = Config.RouterGroupTopK;
+  if (G <= 1 || GK >= G)
+    return E;
+  // A group scores the sum of its best top_k / group_top_k experts
+  // (Megatron moe/moe_utils.py group_limited_topk); the best GK groups, the
+  // lower group id on ties, keep their experts, in expert order.
+  int64_t PerGroup = E / G, Best = std::max<int64_t>(Config.TopK / GK, 1);
+  std::vector<double> GroupScore(G);
+  std::vector<float> Member(PerGroup);
+  for (int64_t Gr = 0; Gr < G; ++Gr) {
+    std::copy(Selection + Gr * PerGroup, Selection + (Gr + 1) * PerGroup, Member.begin());
+    std::partial_sort(Member.begin(), Member.begin() + Best, Member.end(), std::greater<float>());
+    GroupScore[Gr] = std::accumulate(Member.begin(), Member.begin() + Best, 0.0);
+  }
+  std::vector<int32_t> Groups(G);
+  std::iota(Groups.begin(), Groups.end(), 0);
+  std::partial_sort(Groups.begin(), Groups.begin() + GK, Groups.end(), [&](int32_t A, int32_t B) {
+    return GroupScore[A] > GroupScore[B] || (GroupScore[A] == GroupScore[B] && A < B);
+  });
+  std::sort(Groups.begin(), Groups.begin() + GK);
+  int64_t Kept = 0;
+  for (int64_t Gi = 0; Gi < GK; ++Gi)
+    for (int64_t X = 0; X < PerGroup; ++X)
+      Order[Kept++] = int32_t(Groups[Gi] * PerGroup + X);
+  return Kept;
+}
+
 double MoeBlock::forward(const MoeWeights &W, const Tensor &Xn, MoeSaved &S, Tensor &Y) {
   int64_t N = Xn.rows(), E = Config.Experts, K = Config.TopK;
   // Router scores.
@@ -45,21 +73,32 @@ double MoeBlock::forward(const MoeWeights &W, const Tensor &Xn, MoeSaved &S, Ten
         Row[J] = float(Row[J] / Sum);
     }
   }
-  // Top-k: higher score first, the lower expert id on ties.
+  // Top-k: higher score first, the lower expert id on ties; under group-
+  // limited routing only among the experts of the token's best groups.
   S.TopIdx.assign(N * K, 0);
   S.TopW.assign(N * K, 0.0f);
   std::vector<int32_t> Order(E);
+  std::vector<float> Selection(E);
   for (int64_t I = 0; I < N; ++I) {
     const float *Row = S.Scores.row(I);
+    // Megatron selects by the scores its top-k sees: the probabilities, or,
+    // for a softmax after the top-k, the logits, which rank as their logs.
+    for (int64_t J = 0; J < E; ++J)
+      Selection[J] = Config.SigmoidRouter || Config.PreSoftmax ? Row[J] : std::log(Row[J]);
     std::iota(Order.begin(), Order.end(), 0);
-    std::partial_sort(Order.begin(), Order.begin() + K, Order.end(),
-                      [Row](int32_t A, int32_t B) { return Row[A] > Row[B] || (Row[A] == Row[B] && A < B); });
+    int64_t Candidates = selectGroups(Selection.data(), Order);
+    std::partial_sort(Order.begin(), Order.begin() + K, Order.begin() + Candidates, [&](int32_t A, int32_t B) {
+      return Selection[A] > Selection[B] || (Selection[A] == Selection[B] && A < B);
+    });
+    // Sigmoid scores, and a softmax after the top-k, are normalised over the
+    // chosen; a softmax before it is not.
+    bool Normalised = Config.SigmoidRouter || !Config.PreSoftmax;
     double Sum = 0;
     for (int64_t J = 0; J < K; ++J)
       Sum += Row[Order[J]];
     for (int64_t J = 0; J < K; ++J) {
       S.TopIdx[I * K + J] = Order[J];
-      S.TopW[I * K + J] = Config.SigmoidRouter ? float(Row[Order[J]] / Sum) : Row[Order[J]];
+      S.TopW[I * K + J] = Normalised ? float(Row[Order[J]] / Sum) : Row[Order[J]];
     }
   }
   // Load-balancing statistics over every token of the micro batch: copies
@@ -158,7 +197,7 @@ Tensor MoeBlock::backward(const MoeWeights &W, const Tensor &Xn, MoeSaved &S, co
     const float *Wt = &S.TopW[I * K];
     const float *Dw = &DW[I * K];
     const int32_t *Idx = &S.TopIdx[I * K];
-    if (Config.SigmoidRouter) {
+    if (Config.SigmoidRouter || !Config.PreSoftmax) {
       // w_k = s_k / sum_j s_j: ds_j = (dw_j - sum_k dw_k w_k) / sum.
       double Sum = 0, Dot = 0;
       for (int64_t J = 0; J < K; ++J) {
@@ -167,11 +206,14 @@ Tensor MoeBlock::backward(const MoeWeights &W, const Tensor &Xn, MoeSaved &S, co
       }
       for (int64_t J = 0; J < K; ++J)
         DScore[Idx[J]] += (Dw[J] - Dot) / Sum;
-      for (int64_t J = 0; J < E; ++J)
-        DLogits.row(I)[J] = float(DScore[J] * Sc[J] * (1.0 - Sc[J]));
     } else {
       for (int64_t J = 0; J < K; ++J)
         DScore[Idx[J]] += Dw[J];
+    }
+    if (Config.SigmoidRouter) {
+      for (int64_t J = 0; J < E; ++J)
+        DLogits.row(I)[J] = float(DScore[J] * Sc[J] * (1.0 - Sc[J]));
+    } else {
       double Dot = 0;
       for (int64_t J = 0; J < E; ++J)
         Dot += DScore[J] * Sc[J];

@@ -56,6 +56,10 @@ public:
   Tensor backward(const MoeWeights &W, const Tensor &Xn, MoeSaved &S, const Tensor &DY, double AuxGradScale);
 
 private:
+  /// Group-limited routing: moves the experts a token may choose among to
+  /// the front of Order and returns how many (every expert without groups).
+  int64_t selectGroups(const float *Selection, std::vector<int32_t> &Order) const;
+
   const ModelConfig &Config;
   Communicator &TpCp;
   TokenDispatcher &Dispatcher;

@@ -53,12 +53,15 @@ ModelConfig modelConfig(const moec::LaunchPlan &Plan) {
     C.Experts = M.MoE->Experts;
     C.TopK = M.MoE->TopK;
     C.MoeFfnHidden = M.MoE->FfnHidden;
-    C.SharedExperts = M.MoE->SharedExperts;
+    C.SharedFfnHidden =
+        M.MoE->SharedExperts > 0 ? M.MoE->SharedFfnHidden.value_or(M.MoE->SharedExperts * C.MoeFfnHidden) : 0;
     C.DenseLayers = M.MoE->DenseLayers;
     C.SigmoidRouter = M.MoE->SigmoidRouter;
-    if (M.MoE->SharedFfnHidden && *M.MoE->SharedFfnHidden != C.SharedExperts * C.MoeFfnHidden)
-      refuse("a shared-expert width other than shared_experts * moe ffn_hidden "
-             "is not implemented");
+    C.PreSoftmax = M.MoE->PreSoftmax;
+    C.RouterGroups = M.MoE->Groups;
+    C.RouterGroupTopK = M.MoE->GroupTopK;
+    if (M.MoE->ExpertBias)
+      refuse("the router's expert bias (moe.expert_bias, its update after each step) is not implemented");
   }
   if (C.DenseLayers > 0 && C.FfnHidden <= 0)
     refuse("dense layers need the model's ffn_hidden");

@@ -280,6 +280,31 @@ TEST_F(Damaged, DataSplitAndEvaluation) {
   EXPECT_EQ(errorOf(replaced(With, "eval_iters = 3", "")), "plan.toml: config.data.eval_iters: missing");
 }
 
+TEST_F(Damaged, Routing) {
+  llvm::Expected<LaunchPlan> L = parsePlan(Good, "plan.toml");
+  ASSERT_TRUE(bool(L)) << llvm::toString(L.takeError());
+  ASSERT_TRUE(L->Model.MoE);
+  EXPECT_EQ(L->Model.MoE->Groups, 1);
+  EXPECT_FALSE(L->Model.MoE->PreSoftmax);
+  std::string Grouped = replaced(Good, "top_k = 2", "top_k = 2\ngroups = 2\ngroup_top_k = 1");
+  L = parsePlan(Grouped, "plan.toml");
+  ASSERT_TRUE(bool(L)) << llvm::toString(L.takeError());
+  EXPECT_EQ(L->Model.MoE->Groups, 2);
+  EXPECT_EQ(L->Model.MoE->GroupTopK, 1);
+  // Groups alone: no limit (every group may be chosen).
+  L = parsePlan(replaced(Grouped, "group_top_k = 1", ""), "plan.toml");
+  ASSERT_TRUE(bool(L)) << llvm::toString(L.takeError());
+  EXPECT_EQ(L->Model.MoE->GroupTopK, 2);
+  EXPECT_EQ(errorOf(replaced(Grouped, "groups = 2", "groups = 3")),
+            "plan.toml: config.model.moe.groups: 3 groups do not divide the 8 experts");
+  EXPECT_EQ(errorOf(replaced(Grouped, "group_top_k = 1", "group_top_k = 4")),
+            "plan.toml: config.model.moe.group_top_k: 4 exceeds the 2 groups");
+  EXPECT_EQ(errorOf(replaced(replaced(Grouped, "groups = 2", "groups = 8"), "top_k = 2\n", "top_k = 3\n")),
+            "plan.toml: config.model.moe.group_top_k: top_k 3 exceeds the experts of 1 groups of 1");
+  EXPECT_EQ(errorOf(replaced(Good, "pre_softmax = false", "pre_softmax = 1")),
+            "plan.toml: config.model.moe.pre_softmax: expected true or false");
+}
+
 TEST_F(Damaged, WrongType) {
   std::string E = errorOf(replaced(Good, "seq_len = 64", "seq_len = '64'"));
   EXPECT_EQ(E, "plan.toml: config.seq_len: expected an integer");

@@ -31,6 +31,14 @@ struct LaunchMoE {
   int64_t Experts = 0, TopK = 0, FfnHidden = 0, SharedExperts = 0, DenseLayers = 0;
   std::optional<int64_t> SharedFfnHidden;
   bool SigmoidRouter = false;
+  /// Softmax over every expert before the top-k (no renormalisation), as
+  /// Megatron's moe_router_pre_softmax; else top-k of the logits, then a
+  /// softmax over the chosen.
+  bool PreSoftmax = false;
+  bool ExpertBias = false;
+  /// Group-limited routing: the experts in Groups equal groups, a token
+  /// choosing among the GroupTopK best (1 and 1: no limit).
+  int64_t Groups = 1, GroupTopK = 1;
 };
 
 struct LaunchModel {

@@ -33,7 +33,7 @@ ModelConfig tinyMoe(int64_t TopK) {
   C.Experts = 4;
   C.TopK = TopK;
   C.MoeFfnHidden = 32;
-  C.SharedExperts = 1;
+  C.SharedFfnHidden = 32;
   return C;
 }
 

@@ -29,6 +29,11 @@ TEST(Layout, TensorContextAndExpertParallel) {
   if (world().size() != 4)
     GTEST_SKIP() << "needs 4 ranks";
   ModelConfig C = tinyConfig(false, 1, 3);
+  // Group-limited routing (2 groups of 2 experts, one per token) and a shared
+  // expert narrower than a routed one times the count, split over tp = 2.
+  C.RouterGroups = 2;
+  C.RouterGroupTopK = 1;
+  C.SharedFfnHidden = 12;
   MicroBatch MB = randomBatch(2, 8, C.Vocab, 51);
   ModelOptions O;
   O.CeScale = 1.0 / double(MB.Tokens.size());
@@ -61,6 +66,8 @@ TEST(Layout, TensorAndExpertParallelOverReplicas) {
   if (world().size() != 4)
     GTEST_SKIP() << "needs 4 ranks";
   ModelConfig C = tinyConfig(true, 0, 3);
+  C.RouterGroups = 2;
+  C.RouterGroupTopK = 1;
   std::vector<MicroBatch> Batches = {randomBatch(2, 8, C.Vocab, 61), randomBatch(2, 8, C.Vocab, 62)};
   ModelOptions O;
   O.CeScale = 1.0 / double(2 * Batches[0].Tokens.size());

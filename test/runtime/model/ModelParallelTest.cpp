@@ -19,6 +19,8 @@ namespace {
 
 ModelConfig parallelConfig(bool Sigmoid) {
   ModelConfig C = tinyConfig(Sigmoid, 1, 3);
+  // A shared expert 12 wide (not shared_experts x 8), split over tp = 2.
+  C.SharedFfnHidden = 12;
   return C;
 }
 

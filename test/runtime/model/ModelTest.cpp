@@ -21,7 +21,30 @@ namespace {
 struct FdCase {
   bool Sigmoid;
   int64_t Shared;
+  bool PreSoftmax = false;
+  int64_t Groups = 1, GroupTopK = 1; ///< group-limited routing
+  int64_t SharedWidth = 0;           ///< a shared width other than Shared x MoeFfnHidden
+  /// The tokens' seed. A difference quotient whose step moves a token across
+  /// a routing decision (top-k, a group's rank) is no derivative; a batch
+  /// with no such token near the sampled entries is chosen per case.
+  unsigned Seed = 7;
+  std::string name() const {
+    return std::string(Sigmoid      ? "Sigmoid"
+                       : PreSoftmax ? "PreSoftmax"
+                                    : "Softmax") +
+           (Shared ? "Shared" : "") + (Groups > 1 ? "Groups" : "") + (SharedWidth ? std::to_string(SharedWidth) : "");
+  }
 };
+
+ModelConfig caseConfig(const FdCase &Case) {
+  ModelConfig C = tinyConfig(Case.Sigmoid, Case.Shared);
+  C.PreSoftmax = Case.PreSoftmax;
+  C.RouterGroups = Case.Groups;
+  C.RouterGroupTopK = Case.GroupTopK;
+  if (Case.SharedWidth)
+    C.SharedFfnHidden = Case.SharedWidth;
+  return C;
+}
 
 class FiniteDifferences : public ::testing::TestWithParam<FdCase> {};
 
@@ -45,10 +68,10 @@ void expectClose(double Analytic, double Numeric, double Rel, double Abs, const 
 
 TEST_P(FiniteDifferences, EveryParameterAndTheChunkInput) {
   FdCase Case = GetParam();
-  ModelConfig C = tinyConfig(Case.Sigmoid, Case.Shared);
+  ModelConfig C = caseConfig(Case);
   SelfGroups G;
   ModelOptions O;
-  MicroBatch MB = randomBatch(2, 8, C.Vocab, 7);
+  MicroBatch MB = randomBatch(2, 8, C.Vocab, Case.Seed);
   O.CeScale = 1.0 / double(MB.Tokens.size()); // mean CE: the loss is O(1)
   StageModel M(C, wholeModel(C), G.context(), O);
   // Weights of std 0.02 make most gradients tiny; scale them up so the
@@ -123,11 +146,39 @@ TEST_P(FiniteDifferences, EveryParameterAndTheChunkInput) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Routers, FiniteDifferences,
-                         ::testing::Values(FdCase{false, 0}, FdCase{true, 0}, FdCase{false, 1}, FdCase{true, 1}),
-                         [](const ::testing::TestParamInfo<FdCase> &I) {
-                           return std::string(I.param.Sigmoid ? "Sigmoid" : "Softmax") +
-                                  (I.param.Shared ? "Shared" : "");
-                         });
+                         ::testing::Values(FdCase{false, 0}, FdCase{true, 0}, FdCase{false, 1}, FdCase{true, 1},
+                                           FdCase{false, 1, true}, FdCase{false, 0, false, 2, 1, 0, 8},
+                                           FdCase{true, 1, false, 2, 1}, FdCase{false, 1, false, 1, 1, 12}),
+                         [](const ::testing::TestParamInfo<FdCase> &I) { return I.param.name(); });
+
+// Group-limited routing chooses every token's experts inside its best
+// groups, and only there; without it the same tokens reach other groups.
+TEST(Routing, GroupLimitedTopKStaysInTheBestGroups) {
+  FdCase Limited{true, 0, false, 2, 1};
+  ModelConfig C = caseConfig(Limited);
+  SelfGroups G;
+  ModelOptions O;
+  MicroBatch MB = randomBatch(4, 8, C.Vocab, 11);
+  for (bool Grouped : {true, false}) {
+    ModelConfig Run = C;
+    if (!Grouped)
+      Run.RouterGroups = Run.RouterGroupTopK = 1;
+    StageModel M(Run, wholeModel(Run), G.context(), O);
+    M.forward(0, MB, nullptr);
+    const std::vector<int32_t> *Routed = M.routedExperts(0, 1);
+    ASSERT_NE(Routed, nullptr);
+    const std::vector<int32_t> &Idx = *Routed;
+    ASSERT_EQ(int64_t(Idx.size()), int64_t(MB.Tokens.size()) * C.TopK);
+    int64_t Split = 0;
+    for (size_t T = 0; T < Idx.size(); T += size_t(C.TopK))
+      Split += (Idx[T] / 2) != (Idx[T + 1] / 2); // 4 experts in 2 groups of 2
+    if (Grouped)
+      EXPECT_EQ(Split, 0);
+    else
+      EXPECT_GT(Split, 0);
+    M.backward(0, nullptr);
+  }
+}
 
 /// Runs micro batches through chunks in order and backward in reverse;
 /// returns the objective.
