@@ -25,10 +25,18 @@ namespace {
 float *rowsAt(Tensor &T, int64_t Begin) { return T.data() + Begin * T.cols(); }
 } // namespace
 
+bool MoeBlock::grouped() const { return Config.RouterGroups > 1 && Config.RouterGroupTopK < Config.RouterGroups; }
+
+bool MoeBlock::normalisedWeights() const {
+  // Megatron-Core moe_utils.py topk_routing_with_score_function: sigmoid
+  // scores are divided by their sum over the chosen when top_k > 1, and a
+  // softmax after the top-k is one over the chosen; a softmax before it is
+  // kept as it is.
+  return Config.SigmoidRouter ? Config.TopK > 1 : !Config.PreSoftmax;
+}
+
 int64_t MoeBlock::selectGroups(const float *Selection, std::vector<int32_t> &Order) const {
   int64_t E = Config.Experts, G = Config.RouterGroups, GK = Config.RouterGroupTopK;
-  if (G <= 1 || GK >= G)
-    return E;
   // A group scores the sum of its best top_k / group_top_k experts
   // (Megatron moe/moe_utils.py group_limited_topk); the best GK groups, the
   // lower group id on ties, keep their experts, in expert order.
@@ -78,21 +86,26 @@ double MoeBlock::forward(const MoeWeights &W, const Tensor &Xn, MoeSaved &S, Ten
   S.TopIdx.assign(N * K, 0);
   S.TopW.assign(N * K, 0.0f);
   std::vector<int32_t> Order(E);
-  std::vector<float> Selection(E);
+  // Megatron ranks by the scores its top-k sees: the probabilities, or, for
+  // a softmax after the top-k, the logits. The logits rank as the
+  // probabilities do, but a group's sum of them ranks as the sum of their
+  // logs, so only group-limited routing needs those.
+  bool LogScores = grouped() && !Config.SigmoidRouter && !Config.PreSoftmax;
+  std::vector<float> Logs(LogScores ? E : 0);
+  bool Normalised = normalisedWeights();
   for (int64_t I = 0; I < N; ++I) {
     const float *Row = S.Scores.row(I);
-    // Megatron selects by the scores its top-k sees: the probabilities, or,
-    // for a softmax after the top-k, the logits, which rank as their logs.
-    for (int64_t J = 0; J < E; ++J)
-      Selection[J] = Config.SigmoidRouter || Config.PreSoftmax ? Row[J] : std::log(Row[J]);
+    const float *Selection = Row;
+    if (LogScores) {
+      for (int64_t J = 0; J < E; ++J)
+        Logs[J] = std::log(Row[J]);
+      Selection = Logs.data();
+    }
     std::iota(Order.begin(), Order.end(), 0);
-    int64_t Candidates = selectGroups(Selection.data(), Order);
+    int64_t Candidates = grouped() ? selectGroups(Selection, Order) : E;
     std::partial_sort(Order.begin(), Order.begin() + K, Order.begin() + Candidates, [&](int32_t A, int32_t B) {
       return Selection[A] > Selection[B] || (Selection[A] == Selection[B] && A < B);
     });
-    // Sigmoid scores, and a softmax after the top-k, are normalised over the
-    // chosen; a softmax before it is not.
-    bool Normalised = Config.SigmoidRouter || !Config.PreSoftmax;
     double Sum = 0;
     for (int64_t J = 0; J < K; ++J)
       Sum += Row[Order[J]];
@@ -197,7 +210,7 @@ Tensor MoeBlock::backward(const MoeWeights &W, const Tensor &Xn, MoeSaved &S, co
     const float *Wt = &S.TopW[I * K];
     const float *Dw = &DW[I * K];
     const int32_t *Idx = &S.TopIdx[I * K];
-    if (Config.SigmoidRouter || !Config.PreSoftmax) {
+    if (normalisedWeights()) {
       // w_k = s_k / sum_j s_j: ds_j = (dw_j - sum_k dw_k w_k) / sum.
       double Sum = 0, Dot = 0;
       for (int64_t J = 0; J < K; ++J) {

@@ -28,11 +28,13 @@ struct FdCase {
   /// a routing decision (top-k, a group's rank) is no derivative; a batch
   /// with no such token near the sampled entries is chosen per case.
   unsigned Seed = 7;
+  int64_t TopK = 2; ///< 1: sigmoid weights are the score itself, not normalised
   std::string name() const {
     return std::string(Sigmoid      ? "Sigmoid"
                        : PreSoftmax ? "PreSoftmax"
                                     : "Softmax") +
-           (Shared ? "Shared" : "") + (Groups > 1 ? "Groups" : "") + (SharedWidth ? std::to_string(SharedWidth) : "");
+           (Shared ? "Shared" : "") + (Groups > 1 ? "Groups" : "") + (SharedWidth ? std::to_string(SharedWidth) : "") +
+           (TopK != 2 ? "Top" + std::to_string(TopK) : "");
   }
 };
 
@@ -43,6 +45,7 @@ ModelConfig caseConfig(const FdCase &Case) {
   C.RouterGroupTopK = Case.GroupTopK;
   if (Case.SharedWidth)
     C.SharedFfnHidden = Case.SharedWidth;
+  C.TopK = Case.TopK;
   return C;
 }
 
@@ -148,7 +151,8 @@ TEST_P(FiniteDifferences, EveryParameterAndTheChunkInput) {
 INSTANTIATE_TEST_SUITE_P(Routers, FiniteDifferences,
                          ::testing::Values(FdCase{false, 0}, FdCase{true, 0}, FdCase{false, 1}, FdCase{true, 1},
                                            FdCase{false, 1, true}, FdCase{false, 0, false, 2, 1, 0, 8},
-                                           FdCase{true, 1, false, 2, 1}, FdCase{false, 1, false, 1, 1, 12}),
+                                           FdCase{true, 1, false, 2, 1}, FdCase{false, 1, false, 1, 1, 12},
+                                           FdCase{true, 1, false, 1, 1, 0, 9, 1}),
                          [](const ::testing::TestParamInfo<FdCase> &I) { return I.param.name(); });
 
 // Group-limited routing chooses every token's experts inside its best
