@@ -625,7 +625,9 @@ def write_report(args, results, skipped):
     w("")
     w("- GEMMs at the precision's dense peak (FP8 rate for FP8/MXFP8, FP4 rate for NVFP4) times an efficiency; "
       "routed experts at the grouped-GEMM efficiency; core attention and the Gated-DeltaNet recurrence in BF16 "
-      "at the attention efficiency; the output layer in BF16;")
+      "at the attention efficiency, with the softmax exponentials priced at the GPU's special-function-unit "
+      "rate (Blackwell doubled the tensor cores but not the SFUs; Blackwell Ultra doubled the SFUs); the "
+      "output layer in BF16;")
     w("- memory-bound kernels (norms, residuals, RoPE, SwiGLU, permutation, quantization casts, cross entropy) "
       "and the per-micro-batch weight traffic (weight reads, fp32 gradient accumulation) at a fraction of HBM "
       "bandwidth;")
@@ -735,8 +737,11 @@ def write_report(args, results, skipped):
       "routing, which caps the nodes a DeepSeek-V3 token reaches. For a while HybridEP was priced as "
       "sending every routed copy over the network, which matched the Qwen3-30B H100 rows; it contradicts "
       "how DeepEP's own tests count HybridEP's bytes and under-predicted DeepSeek-V3 on 1024 H100, so the "
-      "per-node send is back and those rows are listed above. The constants were not re-chosen for the "
-      "table.")
+      "per-node send is back and those rows are listed above. Last, the softmax exponentials: attention "
+      "was priced at one efficiency of the BF16 peak on every GPU, which made B200 and GB200 attention 2.25-2.5x "
+      "H100's while their special function units run at H100's rate; priced at each GPU's SFU rate (the "
+      "H100 figure unchanged), the median error went from 11.0% to 10.4%. The constants were not re-chosen "
+      "for the table.")
     w("")
     w("## Every compared row")
     w("")
@@ -818,6 +823,11 @@ CONSTANT_SOURCES = [
     ("Fp4GemmEfficiency", "block-scaled NVFP4 GEMMs, below FP8"),
     ("AttentionEfficiency", "flash attention fwd ~0.65, bwd ~0.5 of BF16 peak; in model-FLOPs units "
      "3 / (1/0.65 + 2.5/0.5)"),
+    ("AttentionAnchorHeadDim", "the head dimension of the flash-attention figures behind AttentionEfficiency"),
+    ("AttentionAnchorExpPerTensorFlop", "H100: 16 MUFU.EX2 per clock per SM against 4096 dense BF16 tensor FLOPs "
+     "(989 TFLOP/s = 132 SMs x 1.83 GHz x 4096); GPUs with tensor_flops_per_clock and exp_per_clock price "
+     "their softmax exponentials at their own rate (B200 16 against 8192: FlashAttention-4; Blackwell Ultra "
+     "32: NVIDIA, \"Making Softmax More Efficient with NVIDIA Blackwell Ultra\")"),
     ("GroupedGemmEfficiency", "A 4.5: DeepGEMM grouped 1346 vs dense 1520 TFLOP/s"),
     ("HbmEfficiency", "achievable HBM bandwidth of fused elementwise kernels"),
     ("NVLinkEfficiency", "A 4.2: ~370 of 450 GB/s busBw per direction (nccl-tests #212)"),

@@ -355,6 +355,8 @@ private:
       return PeakBf16 * C.Bf16GemmEfficiency;
     return PeakLow * EffLow;
   }
+  double attentionSecondsPerFlop(double FlopsPerScore) const;
+  double coreSecondsPerFlop(const LayerShape &S) const;
   LayerTime layerTime(const LayerShape &S, const LayerFlops &F, const LayerMemory &E) const;
   double epExchangeSeconds() const;            // one dispatch (or combine), one micro batch
   double epSmShare() const;                    // share of the SMs the EP kernels occupy
@@ -391,15 +393,47 @@ void StepModel::hostCapture() {
   HostUncapturedDense = std::max(HostUncapturedDense, 0.0);
 }
 
+double StepModel::attentionSecondsPerFlop(double FlopsPerScore) const {
+  double Measured = 1 / (PeakBf16 * C.AttentionEfficiency);
+  const GpuSpec &G = R.Gpu;
+  if (FlopsPerScore <= 0 || G.TensorFlopsPerClock <= 0 || G.ExpPerClock <= 0)
+    return Measured;
+  // Per score element a flash-attention kernel issues FlopsPerScore tensor
+  // FLOPs and one exponential in the forward, one more in the backward
+  // (P is recomputed), which the forward-units time below carries as 2/3 of
+  // an exponential. The special function units do not speed up with the
+  // tensor cores, so the tensor part runs at the efficiency that leaves room
+  // for the anchor GPU's exponentials inside AttentionEfficiency, and the
+  // exponentials at this GPU's own rate.
+  auto expSeconds = [&](double ExpPerTensorFlop, double PerScore) {
+    return 2.0 / 3.0 / (PerScore * PeakBf16 * ExpPerTensorFlop);
+  };
+  double Tensor = Measured - expSeconds(C.AttentionAnchorExpPerTensorFlop, 4.0 * double(C.AttentionAnchorHeadDim));
+  return Tensor + expSeconds(double(G.ExpPerClock) / double(G.TensorFlopsPerClock), FlopsPerScore);
+}
+
+double StepModel::coreSecondsPerFlop(const LayerShape &S) const {
+  switch (S.Mixer) {
+  case AttnKind::Attention:
+    return attentionSecondsPerFlop(4.0 * double(M.HeadDim));
+  case AttnKind::MLA: {
+    const MLASpec &A = *M.MLA;
+    return attentionSecondsPerFlop(2.0 * double(A.QkHeadDim + A.QkRopeHeadDim + A.VHeadDim));
+  }
+  case AttnKind::GatedDeltaNet:
+    break;
+  }
+  return 1 / (PeakBf16 * C.AttentionEfficiency);
+}
+
 LayerTime StepModel::layerTime(const LayerShape &S, const LayerFlops &F, const LayerMemory &E) const {
   double Rate = gemmRate(S), Bf16Rate = PeakBf16 * C.Bf16GemmEfficiency;
   double ExpertRate = Rate * C.GroupedGemmEfficiency;
-  double CoreRate = PeakBf16 * C.AttentionEfficiency;
   auto mem = [&](double Elements) { return Elements * ActBytes / Hbm; };
 
   double Gemm =
       (F.AttnProj + F.MlaUp + F.DenseMlp + F.Shared + F.MtpProj) / Rate + F.Experts / ExpertRate + F.Logits / Bf16Rate;
-  double Core = F.AttnCore / CoreRate;
+  double Core = F.AttnCore * coreSecondsPerFlop(S);
   double Mem = mem(E.total()) + (S.Mtp ? mem(3 * Vocab) : 0);
   LayerTime T;
   T.GpuFwd = Gemm + Core + Mem;
@@ -662,7 +696,7 @@ StepTimeBreakdown StepModel::run() {
     double Tp = tpSeconds(S) * TpExposed;
     double Hide = 0;
     double CpRaw = cpSeconds(S, Hide);
-    double CoreTrain = FlopsFactor * F.AttnCore / (PeakBf16 * C.AttentionEfficiency) * N;
+    double CoreTrain = FlopsFactor * F.AttnCore * coreSecondsPerFlop(S) * N;
     // Only the ring part (Hide of CpRaw) overlaps with the attention core.
     double Cp = CpRaw * (1 - Hide) + std::max(0.0, CpRaw * Hide - CoreTrain);
     // Under EP overlap a micro batch's exchanges hide behind another's
@@ -731,12 +765,11 @@ StepTimeBreakdown StepModel::run() {
       double PerGpu = Mbs * Images / double(TP);
       double Enc = R.VisionFrozen ? 1 : FlopsFactor;
       double Rate = R.Prec == Precision::BF16 ? PeakBf16 * C.Bf16GemmEfficiency : PeakLow * EffLow;
-      double Vision =
-          PerGpu * (Enc * VF.EncoderGemm / Rate + Enc * VF.EncoderCore / (PeakBf16 * C.AttentionEfficiency) +
-                    FlopsFactor * VF.Projector / Rate);
+      double CoreSeconds = attentionSecondsPerFlop(4.0 * double(M.Vision->Hidden) / double(M.Vision->Heads));
+      double Vision = PerGpu * (Enc * VF.EncoderGemm / Rate + Enc * VF.EncoderCore * CoreSeconds +
+                                FlopsFactor * VF.Projector / Rate);
       RT.Compute += Vision;
-      double VisionFwd =
-          PerGpu * (VF.EncoderGemm / Rate + VF.EncoderCore / (PeakBf16 * C.AttentionEfficiency) + VF.Projector / Rate);
+      double VisionFwd = PerGpu * (VF.EncoderGemm / Rate + VF.EncoderCore * CoreSeconds + VF.Projector / Rate);
       StageFwd[V] += VisionFwd;
       StageBwd[V] += Vision - VisionFwd;
     }

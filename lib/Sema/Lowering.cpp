@@ -177,6 +177,8 @@ const GpuSpec *SemaImpl::lowerGpu(DefInfo &D) {
   G.Fp8Flops = R.optReal("fp8");
   G.Fp4Flops = R.optReal("fp4");
   G.Multiprocessors = R.count("multiprocessors", 0);
+  G.TensorFlopsPerClock = R.count("tensor_flops_per_clock", 0);
+  G.ExpPerClock = R.count("exp_per_clock", 0);
   G.GpusPerNode = R.count("gpus_per_node", 1);
   G.NVLinkDomain = R.count("nvlink_domain", 1);
   G.NVLinkBytesPerSec = R.real("nvlink");

@@ -233,6 +233,10 @@ const FieldSpec GpuFields[] = {
     COUNT(Gpu, "multiprocessors", Optional, "", 1,
           "streaming multiprocessors per GPU (unset: 132, an H100); EP kernels overlapped with compute take their "
           "share"),
+    COUNT(Gpu, "tensor_flops_per_clock", Optional, "", 1,
+          "dense BF16 tensor-core FLOPs per clock per SM; with exp_per_clock, prices the softmax exponentials of "
+          "attention (unset: attention at one efficiency of the BF16 peak)"),
+    COUNT(Gpu, "exp_per_clock", Optional, "", 1, "softmax exponentials (MUFU.EX2 results) per clock per SM"),
     COUNT(Gpu, "gpus_per_node", Required, "", 1, "GPUs per node"),
     COUNT(Gpu, "nvlink_domain", Required, "", 1, "GPUs in one NVLink domain"),
     FIELD(Gpu, "nvlink", Bandwidth, Required, "", 1, NoMax, {}, "NVLink bandwidth per GPU per direction"),

@@ -481,3 +481,39 @@ TEST(PerfStepTime, FrozenLanguageModelSkipsWeightGradients) {
   EXPECT_LT(predict(Frozen).Compute, predict(Trained).Compute);
   EXPECT_NEAR(countFlops(Frozen).DecoderPerToken / countFlops(Trained).DecoderPerToken, 2.0 / 3.0, 1e-9);
 }
+
+TEST(PerfStepTime, SoftmaxExponentialsRunAtTheSfuRate) {
+  // The same GPUs with and without their per-SM rates: without them the
+  // attention core runs at AttentionEfficiency, the H100 figure at head dim
+  // 128 that already contains H100's exponentials.
+  const char *Prelude = "gpu h100_rates_unknown {\n"
+                        "  arch = hopper; sm = 90; memory = 80GB; hbm = 3.35TB/s; bf16 = 989TFLOPS; fp8 = 1979TFLOPS\n"
+                        "  gpus_per_node = 8; nvlink_domain = 8; nvlink = 450GB/s; network = 50GB/s\n"
+                        "  multiprocessors = 132; host_memory = 614GB/s; host_link = 64GB/s\n}\n"
+                        "gpu b200_ultra_sfu extends b200 { exp_per_clock = 32 }\n";
+  std::string Body = "  seq_len = 32K\n  precision = bf16\n  dispatcher = hybridep\n"
+                     "  batch { micro = 1; global = 8 }\n  parallel { ep = 8 }";
+  auto compute = [&](const char *Gpu, const char *Model = "qwen3_30b_a3b") {
+    return predict(one(recipe(Model, Gpu, 8, Body, Prelude))).Compute;
+  };
+  // Qwen3-30B has head dim 128: on H100 the anchor is what it was.
+  EXPECT_NEAR(compute("h100_sxm") / compute("h100_rates_unknown"), 1.0, 1e-12);
+  // Blackwell doubled the tensor cores, not the SFUs: B200's attention is
+  // exponential-bound; Blackwell Ultra's doubled SFUs restore Hopper's
+  // balance of one exponential per 256 tensor FLOPs.
+  double B200 = compute("b200"), Ultra = compute("b200_ultra_sfu");
+  EXPECT_GT(B200, 1.05 * Ultra);
+  // Per forward FLOP of attention, in units of 1 / peak: the tensor part
+  // 1/0.46 - (2/3) / (512 / 256) = 1.8406, the exponentials (2/3) / (512 x
+  // e), e = exponentials per tensor FLOP. B200 (e = 16/8192) takes 2.5072,
+  // Blackwell Ultra (32/8192) 2.1739 = 1/0.46.
+  Recipe R = one(recipe("qwen3_30b_a3b", "b200", 8, Body, Prelude));
+  double AttnFlops = 0;
+  for (int64_t L = 0; L < R.Model.Layers; ++L)
+    AttnFlops += 2 * double(R.Model.Heads * R.Model.HeadDim) * 32768.0 / 2 * 2;
+  double PerStep = 3 * AttnFlops * 32768.0 * 1 / 2250e12; // 3 passes, tokens per GPU, 1 / peak
+  EXPECT_NEAR((B200 - Ultra) / PerStep, 2.5072 - 2.1739, 2e-3);
+  // MLA's wider scores (2 x (192 + 128) FLOPs each) need fewer exponentials
+  // per FLOP: on H100 DeepSeek-V3's core runs a little above the anchor.
+  EXPECT_LT(compute("h100_sxm", "deepseek_v3"), compute("h100_rates_unknown", "deepseek_v3"));
+}

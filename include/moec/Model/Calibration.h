@@ -31,6 +31,20 @@ struct Calibration {
   // ~0.5, so 3 / (1/0.65 + 2.5/0.5) = 0.46. Core attention runs in BF16 under
   // every precision recipe. Gated-DeltaNet chunked kernels are priced alike.
   double AttentionEfficiency = 0.46;
+  // Softmax exponentials. The figures above are H100 kernels at head dim 128,
+  // whose time includes the exponentials on the special function units
+  // (MUFU.EX2: 16 per clock per SM on H100 and B200, against 4096 and 8192
+  // dense BF16 tensor FLOPs per clock per SM; Blackwell Ultra doubles the
+  // MUFU rate). Blackwell doubled the tensor cores but not the SFUs, so the
+  // forward becomes exponential-bound there (FlashAttention-4,
+  // together.ai/blog/flashattention-4: cuDNN 9.13 ~0.55 of B200's peak in the
+  // forward); NVIDIA measures ~35% more attention FPROP on GB300 than GB200
+  // (developer.nvidia.com/blog/making-softmax-more-efficient-with-nvidia-
+  // blackwell-ultra). A GPU that gives its per-SM rates (tensor_flops_per_clock,
+  // exp_per_clock) prices the exponentials at its own rate and the tensor
+  // part at what the anchor leaves once its exponentials are taken out.
+  int64_t AttentionAnchorHeadDim = 128;
+  double AttentionAnchorExpPerTensorFlop = 16.0 / 4096.0;
   // Grouped expert GEMMs relative to a dense GEMM of the same precision:
   // A 4.5, DeepGEMM grouped 1346 vs dense 1520 TFLOP/s (0.89).
   double GroupedGemmEfficiency = 0.89;

@@ -70,6 +70,9 @@ struct GpuSpec {
   GpuArch Arch = GpuArch::Hopper;
   int64_t SM = 0;
   int64_t Multiprocessors = 0; // 0 when the system does not say
+  /// Per SM and clock: dense BF16 tensor-core FLOPs and softmax
+  /// exponentials (MUFU.EX2); 0 when the system does not say.
+  int64_t TensorFlopsPerClock = 0, ExpPerClock = 0;
   double MemoryBytes = 0, HbmBytesPerSec = 0;
   double Bf16Flops = 0;
   llvm::Optional<double> Fp8Flops, Fp4Flops;
