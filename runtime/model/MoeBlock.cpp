@@ -3,6 +3,7 @@
 
 #include "kernels/host/Blas.h"
 #include "model/ModelOps.h"
+#include "model/Router.h"
 #include "parallel/tp/SequenceParallelLinear.h"
 
 #include <algorithm>
@@ -25,95 +26,11 @@ namespace {
 float *rowsAt(Tensor &T, int64_t Begin) { return T.data() + Begin * T.cols(); }
 } // namespace
 
-bool MoeBlock::grouped() const { return Config.RouterGroups > 1 && Config.RouterGroupTopK < Config.RouterGroups; }
-
-bool MoeBlock::normalisedWeights() const {
-  // Megatron-Core moe_utils.py topk_routing_with_score_function: sigmoid
-  // scores are divided by their sum over the chosen when top_k > 1, and a
-  // softmax after the top-k is one over the chosen; a softmax before it is
-  // kept as it is.
-  return Config.SigmoidRouter ? Config.TopK > 1 : !Config.PreSoftmax;
-}
-
-int64_t MoeBlock::selectGroups(const float *Selection, std::vector<int32_t> &Order) const {
-  int64_t E = Config.Experts, G = Config.RouterGroups, GK = Config.RouterGroupTopK;
-  // A group scores the sum of its best top_k / group_top_k experts
-  // (Megatron moe/moe_utils.py group_limited_topk); the best GK groups, the
-  // lower group id on ties, keep their experts, in expert order.
-  int64_t PerGroup = E / G, Best = std::max<int64_t>(Config.TopK / GK, 1);
-  std::vector<double> GroupScore(G);
-  std::vector<float> Member(PerGroup);
-  for (int64_t Gr = 0; Gr < G; ++Gr) {
-    std::copy(Selection + Gr * PerGroup, Selection + (Gr + 1) * PerGroup, Member.begin());
-    std::partial_sort(Member.begin(), Member.begin() + Best, Member.end(), std::greater<float>());
-    GroupScore[Gr] = std::accumulate(Member.begin(), Member.begin() + Best, 0.0);
-  }
-  std::vector<int32_t> Groups(G);
-  std::iota(Groups.begin(), Groups.end(), 0);
-  std::partial_sort(Groups.begin(), Groups.begin() + GK, Groups.end(), [&](int32_t A, int32_t B) {
-    return GroupScore[A] > GroupScore[B] || (GroupScore[A] == GroupScore[B] && A < B);
-  });
-  std::sort(Groups.begin(), Groups.begin() + GK);
-  int64_t Kept = 0;
-  for (int64_t Gi = 0; Gi < GK; ++Gi)
-    for (int64_t X = 0; X < PerGroup; ++X)
-      Order[Kept++] = int32_t(Groups[Gi] * PerGroup + X);
-  return Kept;
-}
-
 double MoeBlock::forward(const MoeWeights &W, const Tensor &Xn, MoeSaved &S, Tensor &Y) {
   int64_t N = Xn.rows(), E = Config.Experts, K = Config.TopK;
-  // Router scores.
+  // Router scores and each token's experts.
   S.Scores = matmul(Xn, W.Router->Value);
-  for (int64_t I = 0; I < N; ++I) {
-    float *Row = S.Scores.row(I);
-    if (Config.SigmoidRouter) {
-      for (int64_t J = 0; J < E; ++J)
-        Row[J] = 1.0f / (1.0f + std::exp(-Row[J]));
-    } else {
-      float M = *std::max_element(Row, Row + E);
-      double Sum = 0;
-      for (int64_t J = 0; J < E; ++J) {
-        Row[J] = std::exp(Row[J] - M);
-        Sum += Row[J];
-      }
-      for (int64_t J = 0; J < E; ++J)
-        Row[J] = float(Row[J] / Sum);
-    }
-  }
-  // Top-k: higher score first, the lower expert id on ties; under group-
-  // limited routing only among the experts of the token's best groups.
-  S.TopIdx.assign(N * K, 0);
-  S.TopW.assign(N * K, 0.0f);
-  std::vector<int32_t> Order(E);
-  // Megatron ranks by the scores its top-k sees: the probabilities, or, for
-  // a softmax after the top-k, the logits. The logits rank as the
-  // probabilities do, but a group's sum of them ranks as the sum of their
-  // logs, so only group-limited routing needs those.
-  bool LogScores = grouped() && !Config.SigmoidRouter && !Config.PreSoftmax;
-  std::vector<float> Logs(LogScores ? E : 0);
-  bool Normalised = normalisedWeights();
-  for (int64_t I = 0; I < N; ++I) {
-    const float *Row = S.Scores.row(I);
-    const float *Selection = Row;
-    if (LogScores) {
-      for (int64_t J = 0; J < E; ++J)
-        Logs[J] = std::log(Row[J]);
-      Selection = Logs.data();
-    }
-    std::iota(Order.begin(), Order.end(), 0);
-    int64_t Candidates = grouped() ? selectGroups(Selection, Order) : E;
-    std::partial_sort(Order.begin(), Order.begin() + K, Order.begin() + Candidates, [&](int32_t A, int32_t B) {
-      return Selection[A] > Selection[B] || (Selection[A] == Selection[B] && A < B);
-    });
-    double Sum = 0;
-    for (int64_t J = 0; J < K; ++J)
-      Sum += Row[Order[J]];
-    for (int64_t J = 0; J < K; ++J) {
-      S.TopIdx[I * K + J] = Order[J];
-      S.TopW[I * K + J] = Normalised ? float(Row[Order[J]] / Sum) : Row[Order[J]];
-    }
-  }
+  Router(Config).route(S.Scores.data(), N, S.TopIdx, S.TopW);
   // Load-balancing statistics over every token of the micro batch: copies
   // per expert, score sums per expert, and the token count.
   std::vector<float> Stats(2 * E + 1, 0.0f);
@@ -210,7 +127,7 @@ Tensor MoeBlock::backward(const MoeWeights &W, const Tensor &Xn, MoeSaved &S, co
     const float *Wt = &S.TopW[I * K];
     const float *Dw = &DW[I * K];
     const int32_t *Idx = &S.TopIdx[I * K];
-    if (normalisedWeights()) {
+    if (Router(Config).normalisedWeights()) {
       // w_k = s_k / sum_j s_j: ds_j = (dw_j - sum_k dw_k w_k) / sum.
       double Sum = 0, Dot = 0;
       for (int64_t J = 0; J < K; ++J) {

@@ -56,14 +56,6 @@ public:
   Tensor backward(const MoeWeights &W, const Tensor &Xn, MoeSaved &S, const Tensor &DY, double AuxGradScale);
 
 private:
-  /// Whether routing is limited to the best of several expert groups.
-  bool grouped() const;
-  /// Whether the routing weights are the chosen scores over their sum.
-  bool normalisedWeights() const;
-  /// Group-limited routing: moves the experts of the token's best groups to
-  /// the front of Order and returns how many they are.
-  int64_t selectGroups(const float *Selection, std::vector<int32_t> &Order) const;
-
   const ModelConfig &Config;
   Communicator &TpCp;
   TokenDispatcher &Dispatcher;

@@ -8,6 +8,8 @@
 #                                                      against OptimizerParamScheduler; schedule.py)
 #        test/megatron/run.sh --providers PATH/TO/moec (model providers without an offline recipe:
 #                                                      import defines the model; test/megatron/providers.py)
+#        test/megatron/run.sh --router PATH/TO/moert-route (the runtime's router against Megatron-Core's
+#                                                      topk_routing_with_score_function; router.py)
 # Env: MEGATRON_DIFF_COUNT (default 2000: the whole run takes 30-40 s on 2 cores),
 #      MEGATRON_DIFF_SEED (default 1), MOEC_MEGATRON_VENV (venv location, see scripts/megatron-venv.sh).
 set -euo pipefail
@@ -15,10 +17,12 @@ here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
 mode=differential
 case "${1:-}" in
-  --roundtrip | --schedule | --providers | --exports) mode="${1#--}"; shift ;;
+  --roundtrip | --schedule | --providers | --exports | --router) mode="${1#--}"; shift ;;
 esac
-moec="${1:?usage: run.sh [--roundtrip|--exports|--providers|--schedule] PATH/TO/moec}"; shift
-args=(--moec "$moec")
+tool="${1:?usage: run.sh [--roundtrip|--exports|--providers|--schedule] PATH/TO/moec, or --router PATH/TO/moert-route}"
+shift
+args=(--moec "$tool")
+[ "$mode" = router ] && args=(--tool "$tool")
 case "$mode" in
   roundtrip) args+=(--doc "$root/docs/megatron-bridge.md") ;;
   schedule) args+=(--moerun "${1:?usage: run.sh --schedule PATH/TO/moec PATH/TO/moerun}"); shift ;;

@@ -1,0 +1,100 @@
+//===- model/Router.cpp ---------------------------------------------------===//
+#include "model/Router.h"
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <numeric>
+
+namespace moert {
+
+bool Router::grouped() const { return Config.RouterGroups > 1 && Config.RouterGroupTopK < Config.RouterGroups; }
+
+bool Router::normalisedWeights() const {
+  // Megatron-Core moe_utils.py topk_routing_with_score_function: sigmoid
+  // scores are divided by their sum over the chosen when top_k > 1, and a
+  // softmax after the top-k is one over the chosen; a softmax before it is
+  // kept as it is.
+  return Config.SigmoidRouter ? Config.TopK > 1 : !Config.PreSoftmax;
+}
+
+int64_t Router::selectGroups(const float *Selection, std::vector<int32_t> &Order) const {
+  int64_t E = Config.Experts, G = Config.RouterGroups, GK = Config.RouterGroupTopK;
+  // A group scores the sum of its best top_k / group_top_k experts
+  // (Megatron moe/moe_utils.py group_limited_topk); the best GK groups, the
+  // lower group id on ties, keep their experts, in expert order.
+  int64_t PerGroup = E / G, Best = std::max<int64_t>(Config.TopK / GK, 1);
+  std::vector<double> GroupScore(G);
+  std::vector<float> Member(PerGroup);
+  for (int64_t Gr = 0; Gr < G; ++Gr) {
+    std::copy(Selection + Gr * PerGroup, Selection + (Gr + 1) * PerGroup, Member.begin());
+    std::partial_sort(Member.begin(), Member.begin() + Best, Member.end(), std::greater<float>());
+    GroupScore[Gr] = std::accumulate(Member.begin(), Member.begin() + Best, 0.0);
+  }
+  std::vector<int32_t> Groups(G);
+  std::iota(Groups.begin(), Groups.end(), 0);
+  std::partial_sort(Groups.begin(), Groups.begin() + GK, Groups.end(), [&](int32_t A, int32_t B) {
+    return GroupScore[A] > GroupScore[B] || (GroupScore[A] == GroupScore[B] && A < B);
+  });
+  std::sort(Groups.begin(), Groups.begin() + GK);
+  int64_t Kept = 0;
+  for (int64_t Gi = 0; Gi < GK; ++Gi)
+    for (int64_t X = 0; X < PerGroup; ++X)
+      Order[Kept++] = int32_t(Groups[Gi] * PerGroup + X);
+  return Kept;
+}
+
+void Router::route(float *Rows, int64_t N, std::vector<int32_t> &TopIdx, std::vector<float> &TopW) const {
+  int64_t E = Config.Experts, K = Config.TopK;
+  for (int64_t I = 0; I < N; ++I) {
+    float *Row = Rows + I * E;
+    if (Config.SigmoidRouter) {
+      for (int64_t J = 0; J < E; ++J)
+        Row[J] = 1.0f / (1.0f + std::exp(-Row[J]));
+    } else {
+      float M = *std::max_element(Row, Row + E);
+      double Sum = 0;
+      for (int64_t J = 0; J < E; ++J) {
+        Row[J] = std::exp(Row[J] - M);
+        Sum += Row[J];
+      }
+      for (int64_t J = 0; J < E; ++J)
+        Row[J] = float(Row[J] / Sum);
+    }
+  }
+  // Top-k: higher score first, the lower expert id on ties; under group-
+  // limited routing only among the experts of the token's best groups.
+  TopIdx.assign(N * K, 0);
+  TopW.assign(N * K, 0.0f);
+  std::vector<int32_t> Order(E);
+  // Megatron ranks by the scores its top-k sees: the probabilities, or, for
+  // a softmax after the top-k, the logits. The logits rank as the
+  // probabilities do, but a group's sum of them ranks as the sum of their
+  // logs, so only group-limited routing needs those.
+  bool LogScores = grouped() && !Config.SigmoidRouter && !Config.PreSoftmax;
+  std::vector<float> Logs(LogScores ? E : 0);
+  bool Normalised = normalisedWeights();
+  for (int64_t I = 0; I < N; ++I) {
+    const float *Row = Rows + I * E;
+    const float *Selection = Row;
+    if (LogScores) {
+      for (int64_t J = 0; J < E; ++J)
+        Logs[J] = std::log(Row[J]);
+      Selection = Logs.data();
+    }
+    std::iota(Order.begin(), Order.end(), 0);
+    int64_t Candidates = grouped() ? selectGroups(Selection, Order) : E;
+    std::partial_sort(Order.begin(), Order.begin() + K, Order.begin() + Candidates, [&](int32_t A, int32_t B) {
+      return Selection[A] > Selection[B] || (Selection[A] == Selection[B] && A < B);
+    });
+    double Sum = 0;
+    for (int64_t J = 0; J < K; ++J)
+      Sum += Row[Order[J]];
+    for (int64_t J = 0; J < K; ++J) {
+      TopIdx[I * K + J] = Order[J];
+      TopW[I * K + J] = Normalised ? float(Row[Order[J]] / Sum) : Row[Order[J]];
+    }
+  }
+}
+
+} // namespace moert

@@ -1,0 +1,46 @@
+//===- model/Router.h - Scores and top-k routing of an MoE router -*- C++ -*-===//
+//
+// What a router does with its logits, as Megatron-Core's
+// topk_routing_with_score_function (moe/moe_utils.py) does it: softmax or
+// sigmoid scores, a softmax before the top-k (pre_softmax) or after it (over
+// the chosen), group-limited top-k (the best group_top_k groups by the sum of
+// their top_k / group_top_k scores), higher score first and the lower expert
+// id on ties. The MoE block and the differential test against Megatron-Core
+// (test/megatron/router.py) both call it.
+//
+//===----------------------------------------------------------------------===//
+#ifndef MOERT_MODEL_ROUTER_H
+#define MOERT_MODEL_ROUTER_H
+
+#include "model/Model.h"
+
+#include <cstdint>
+#include <vector>
+
+namespace moert {
+
+class Router {
+public:
+  explicit Router(const ModelConfig &Config) : Config(Config) {}
+
+  /// Rows [N, Experts]: the logits in, the scores (softmax or sigmoid
+  /// probabilities over every expert) out. TopIdx and TopW [N * TopK],
+  /// token-major, get each token's experts and routing weights.
+  void route(float *Rows, int64_t N, std::vector<int32_t> &TopIdx, std::vector<float> &TopW) const;
+
+  /// Whether the routing weights are the chosen scores over their sum.
+  bool normalisedWeights() const;
+
+private:
+  /// Whether routing is limited to the best of several expert groups.
+  bool grouped() const;
+  /// Group-limited routing: moves the experts of the token's best groups to
+  /// the front of Order and returns how many they are.
+  int64_t selectGroups(const float *Selection, std::vector<int32_t> &Order) const;
+
+  const ModelConfig &Config;
+};
+
+} // namespace moert
+
+#endif
