@@ -95,6 +95,8 @@ struct StageModel::Impl {
   ModelOptions Options;
   int64_t TpRank = 0, TpSize = 1;
   std::vector<std::unique_ptr<Parameter>> Params;
+  std::vector<std::unique_ptr<ExpertBias>> Biases;
+  bool CountRouting = true;
   Parameter *Embedding = nullptr, *FinalNorm = nullptr, *Output = nullptr;
   std::vector<LayerParams> Layers;
   std::unique_ptr<TokenDispatcher> Dispatcher;
@@ -183,6 +185,16 @@ struct StageModel::Impl {
         P.Down = addParam(Pre + "mlp.down", Dense, {C.FfnHidden, C.Hidden}, OutStd, 1);
       } else {
         P.Routed.Router = addParam(Pre + "router", Rep, {C.Hidden, C.Experts}, Std, 0);
+        if (C.ExpertBias) {
+          // Megatron-Core starts the bias at zero (router.py register_buffer).
+          auto B = std::make_unique<ExpertBias>();
+          B->State.Name = Pre + "router.expert_bias";
+          B->State.Kind = Rep;
+          B->State.Value = Tensor({C.Experts});
+          B->Tokens.assign(size_t(C.Experts), 0.0f);
+          P.Routed.Bias = B.get();
+          Biases.push_back(std::move(B));
+        }
         for (int64_t E = 0; E < Dispatcher->localExperts(); ++E) {
           std::string EP = Pre + "experts." + std::to_string(Dispatcher->globalExpert(E)) + ".";
           P.Routed.Gate.push_back(addParam(EP + "gate", ParamKind::Expert, {C.Hidden, C.MoeFfnHidden}, Std, 0));
@@ -266,7 +278,7 @@ struct StageModel::Impl {
 
   /// The whole layer; fills every saved activation. Returns the output and
   /// the layer's aux loss.
-  Tensor layerForward(const LayerParams &P, const MicroState &M, LayerState &S, double &Aux) {
+  Tensor layerForward(const LayerParams &P, const MicroState &M, LayerState &S, double &Aux, bool Count) {
     attnNorm(P, S);
     qkv(P, M, S);
     coreAttn(M, S);
@@ -278,7 +290,7 @@ struct StageModel::Impl {
       denseMlp(P, S);
       Y = rowParallelForward(*Groups.Tp, S.Act, P.Down->Value);
     } else {
-      Aux = Moe->forward(P.Routed, S.Xn2, S.Routed, Y);
+      Aux = Moe->forward(P.Routed, S.Xn2, S.Routed, Y, Count);
       if (P.SGate) {
         sharedExperts(P, S);
         addInto(Y, rowParallelForward(*Groups.Tp, S.SAct, P.SDown->Value));
@@ -332,7 +344,7 @@ struct StageModel::Impl {
   void recompute(const LayerParams &P, const MicroState &M, LayerState &S) {
     if (S.FullDropped) {
       double Aux;
-      layerForward(P, M, S, Aux);
+      layerForward(P, M, S, Aux, /*Count=*/false);
       S.FullDropped = false;
       return;
     }
@@ -423,7 +435,7 @@ struct StageModel::Impl {
       LayerState &S = M.Layers[L];
       S.X = std::move(X);
       double Aux = 0;
-      X = layerForward(Layers[L], M, S, Aux);
+      X = layerForward(Layers[L], M, S, Aux, CountRouting);
       if (Layers[L].Moe)
         Loss.AuxSum += Aux;
       dropForRecompute(S);
@@ -521,6 +533,15 @@ std::vector<Parameter *> StageModel::parameters() {
     R.push_back(Param.get());
   return R;
 }
+
+std::vector<ExpertBias *> StageModel::expertBiases() {
+  std::vector<ExpertBias *> R;
+  for (auto &B : P->Biases)
+    R.push_back(B.get());
+  return R;
+}
+
+void StageModel::setCountRouting(bool Count) { P->CountRouting = Count; }
 
 StageModel::LossTotals &StageModel::loss() { return P->Loss; }
 

@@ -43,6 +43,7 @@
 //   layers.L.mlp.down         [FfnHidden, Hidden]        rows/t  Dense
 //   MoE layers:
 //   layers.L.router           [Hidden, Experts]          full    SPReplicated
+//   layers.L.router.expert_bias [Experts]                full    (ExpertBias: state, no gradient)
 //   layers.L.experts.E.gate,.up [Hidden, MoeFfnHidden]   full    Expert
 //   layers.L.experts.E.down   [MoeFfnHidden, Hidden]     full    Expert
 //     (E = global expert id; only this ep rank's experts E / (Experts / EP))
@@ -93,6 +94,12 @@ struct ModelConfig {
   /// token picks its top-k among the experts of its RouterGroupTopK best
   /// groups, a group scoring the sum of its top-k / RouterGroupTopK scores.
   int64_t RouterGroups = 1, RouterGroupTopK = 1;
+  /// Aux-loss-free balancing (Megatron moe_router_enable_expert_bias): a
+  /// per-expert bias added to the sigmoid scores for the top-k choice only,
+  /// moved by BiasUpdateRate towards balance after every step
+  /// (moe_router_bias_update_rate, Megatron's default).
+  bool ExpertBias = false;
+  double BiasUpdateRate = 1e-3;
   double AuxLossCoeff = 1e-2;
   double RmsNormEps = 1e-5;
   double RopeTheta = 10000.0;
@@ -123,6 +130,16 @@ struct Parameter {
   TpSplit Split = TpSplit::None;
   Tensor Value; ///< this rank's shard, fp32 (the master copy)
   Tensor Grad;  ///< same shape; backward accumulates into it
+};
+
+/// The router's expert bias of one MoE layer: model state the optimizer does
+/// not step (Megatron-Core router.py expert_bias). State is named
+/// "layers.L.router.expert_bias", [Experts], the same on every rank of the
+/// stage; Tokens counts the routed copies each expert got from this rank's
+/// training forwards since the last update (local_tokens_per_expert).
+struct ExpertBias {
+  Parameter State;
+  std::vector<float> Tokens;
 };
 
 /// The groups a stage computes with. Never null: unused dimensions are
@@ -198,6 +215,13 @@ public:
   void discard(int64_t Id);
 
   std::vector<Parameter *> parameters();
+  /// The expert biases of the stage's MoE layers (empty unless
+  /// ModelConfig::ExpertBias).
+  std::vector<ExpertBias *> expertBiases();
+  /// Whether forward() counts routed tokens into the expert biases' Tokens
+  /// (training forwards do; evaluation and recomputation do not, as in
+  /// Megatron, which counts only under autograd).
+  void setCountRouting(bool Count);
 
   /// Loss totals added by forward() since resetStepStats(). CeSum and Tokens
   /// cover only this rank's SP shard of tokens (labels < 0 are ignored), so

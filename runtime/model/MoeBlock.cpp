@@ -26,11 +26,14 @@ namespace {
 float *rowsAt(Tensor &T, int64_t Begin) { return T.data() + Begin * T.cols(); }
 } // namespace
 
-double MoeBlock::forward(const MoeWeights &W, const Tensor &Xn, MoeSaved &S, Tensor &Y) {
+double MoeBlock::forward(const MoeWeights &W, const Tensor &Xn, MoeSaved &S, Tensor &Y, bool CountTokens) {
   int64_t N = Xn.rows(), E = Config.Experts, K = Config.TopK;
   // Router scores and each token's experts.
   S.Scores = matmul(Xn, W.Router->Value);
-  Router(Config).route(S.Scores.data(), N, S.TopIdx, S.TopW);
+  Router(Config).route(S.Scores.data(), N, S.TopIdx, S.TopW, W.Bias ? W.Bias->State.Value.data() : nullptr);
+  if (CountTokens && W.Bias)
+    for (int32_t Expert : S.TopIdx)
+      W.Bias->Tokens[size_t(Expert)] += 1.0f;
   // Load-balancing statistics over every token of the micro batch: copies
   // per expert, score sums per expert, and the token count.
   std::vector<float> Stats(2 * E + 1, 0.0f);

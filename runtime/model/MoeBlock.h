@@ -18,6 +18,7 @@ namespace moert {
 /// The weights of one MoE layer's routed part on this rank.
 struct MoeWeights {
   Parameter *Router = nullptr;             ///< [Hidden, Experts]
+  ExpertBias *Bias = nullptr;              ///< with ModelConfig::ExpertBias
   std::vector<Parameter *> Gate, Up, Down; ///< per local expert
 };
 
@@ -47,7 +48,8 @@ public:
   /// Xn [Ns, Hidden] -> routed output [Ns, Hidden]; returns the aux loss
   /// (already multiplied by AuxLossCoeff * Experts), the same on every rank
   /// of the TpCp group.
-  double forward(const MoeWeights &W, const Tensor &Xn, MoeSaved &S, Tensor &Y);
+  /// CountTokens: add the routed copies to W.Bias->Tokens.
+  double forward(const MoeWeights &W, const Tensor &Xn, MoeSaved &S, Tensor &Y, bool CountTokens = false);
   /// Recomputes Act from G and U (selective "moe_act").
   void recomputeAct(MoeSaved &S);
   /// DY [Ns, Hidden] is the gradient of the routed output; AuxGradScale

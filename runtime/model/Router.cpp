@@ -44,7 +44,20 @@ int64_t Router::selectGroups(const float *Selection, std::vector<int32_t> &Order
   return Kept;
 }
 
-void Router::route(float *Rows, int64_t N, std::vector<int32_t> &TopIdx, std::vector<float> &TopW) const {
+void Router::updateBias(float *Bias, const float *Tokens, int64_t Experts, double Rate) {
+  double Total = 0;
+  for (int64_t J = 0; J < Experts; ++J)
+    Total += Tokens[J];
+  float Mean = float(Total / double(Experts));
+  for (int64_t J = 0; J < Experts; ++J) {
+    float Offset = Mean - Tokens[J];
+    float Sign = Offset > 0 ? 1.0f : Offset < 0 ? -1.0f : 0.0f;
+    Bias[J] = Bias[J] + Sign * float(Rate);
+  }
+}
+
+void Router::route(float *Rows, int64_t N, std::vector<int32_t> &TopIdx, std::vector<float> &TopW,
+                   const float *Bias) const {
   int64_t E = Config.Experts, K = Config.TopK;
   for (int64_t I = 0; I < N; ++I) {
     float *Row = Rows + I * E;
@@ -72,15 +85,20 @@ void Router::route(float *Rows, int64_t N, std::vector<int32_t> &TopIdx, std::ve
   // probabilities do, but a group's sum of them ranks as the sum of their
   // logs, so only group-limited routing needs those.
   bool LogScores = grouped() && !Config.SigmoidRouter && !Config.PreSoftmax;
-  std::vector<float> Logs(LogScores ? E : 0);
+  bool Biased = Bias && Config.SigmoidRouter;
+  std::vector<float> Ranked(LogScores || Biased ? E : 0);
   bool Normalised = normalisedWeights();
   for (int64_t I = 0; I < N; ++I) {
     const float *Row = Rows + I * E;
     const float *Selection = Row;
     if (LogScores) {
       for (int64_t J = 0; J < E; ++J)
-        Logs[J] = std::log(Row[J]);
-      Selection = Logs.data();
+        Ranked[J] = std::log(Row[J]);
+      Selection = Ranked.data();
+    } else if (Biased) {
+      for (int64_t J = 0; J < E; ++J)
+        Ranked[J] = Row[J] + Bias[J];
+      Selection = Ranked.data();
     }
     std::iota(Order.begin(), Order.end(), 0);
     int64_t Candidates = grouped() ? selectGroups(Selection, Order) : E;

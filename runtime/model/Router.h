@@ -26,7 +26,15 @@ public:
   /// Rows [N, Experts]: the logits in, the scores (softmax or sigmoid
   /// probabilities over every expert) out. TopIdx and TopW [N * TopK],
   /// token-major, get each token's experts and routing weights.
-  void route(float *Rows, int64_t N, std::vector<int32_t> &TopIdx, std::vector<float> &TopW) const;
+  /// Bias [Experts] (or null): added to sigmoid scores for the choice only,
+  /// the weights stay the unbiased scores; a softmax router ignores it, as
+  /// Megatron-Core 0.16.1 does.
+  void route(float *Rows, int64_t N, std::vector<int32_t> &TopIdx, std::vector<float> &TopW,
+             const float *Bias = nullptr) const;
+  /// The update after a step (Megatron-Core get_updated_expert_bias): Tokens
+  /// are the routed copies per expert summed over every rank of the stage;
+  /// each bias moves by Rate towards the mean load (sign of mean - tokens).
+  static void updateBias(float *Bias, const float *Tokens, int64_t Experts, double Rate);
 
   /// Whether the routing weights are the chosen scores over their sum.
   bool normalisedWeights() const;

@@ -6,6 +6,7 @@
 
 #include "checkpoint/SafeTensors.h"
 #include "kernels/host/Blas.h"
+#include "model/Router.h"
 #include "parallel/cp/ContextParallelAttention.h"
 #include "parallel/pp/PipelineExecutor.h"
 
@@ -60,8 +61,7 @@ ModelConfig modelConfig(const moec::LaunchPlan &Plan) {
     C.PreSoftmax = M.MoE->PreSoftmax;
     C.RouterGroups = M.MoE->Groups;
     C.RouterGroupTopK = M.MoE->GroupTopK;
-    if (M.MoE->ExpertBias)
-      refuse("the router's expert bias (moe.expert_bias, its update after each step) is not implemented");
+    C.ExpertBias = M.MoE->ExpertBias;
   }
   if (C.DenseLayers > 0 && C.FfnHidden <= 0)
     refuse("dense layers need the model's ffn_hidden");
@@ -303,6 +303,27 @@ struct Trainer::Impl final : public PipelineStage {
     return All;
   }
 
+  std::vector<ExpertBias *> allBiases() {
+    std::vector<ExpertBias *> All;
+    for (auto &C : Chunks)
+      for (ExpertBias *B : C->expertBiases())
+        All.push_back(B);
+    return All;
+  }
+
+  /// Megatron-Core finalize_model_grads _update_router_expert_bias: the
+  /// tokens each expert got, summed over every rank of the stage (tp, cp and
+  /// dp: each routed its own tokens), move the bias; then the counts restart.
+  void updateExpertBiases() {
+    for (ExpertBias *B : allBiases()) {
+      size_t E = B->Tokens.size();
+      group("tp").allReduceSum(B->Tokens.data(), E);
+      group("dp-cp").allReduceSum(B->Tokens.data(), E);
+      Router::updateBias(B->State.Value.data(), B->Tokens.data(), int64_t(E), Config.BiasUpdateRate);
+      std::fill(B->Tokens.begin(), B->Tokens.end(), 0.0f);
+    }
+  }
+
   const MicroBatch &batch(int64_t Mb) {
     auto It = Batches.find(Mb);
     if (It != Batches.end())
@@ -337,12 +358,16 @@ struct Trainer::Impl final : public PipelineStage {
     for (auto &C : Chunks)
       C->resetStepStats();
     Evaluating = true;
+    for (auto &C : Chunks)
+      C->setCountRouting(false);
     for (int64_t B = 0; B < Plan.Data.EvalIters; ++B) {
       EvalBase = B * Plan.GlobalBatch;
       Batches.clear();
       Executor->runStep(ForwardOps, OnOp);
     }
     Evaluating = false;
+    for (auto &C : Chunks)
+      C->setCountRouting(true);
     Batches.clear();
     double CeSum = 0;
     int64_t Tokens = 0;
@@ -385,6 +410,7 @@ struct Trainer::Impl final : public PipelineStage {
     double Lr = Schedule.ofStep(StepIndex + 1);
     Optimizer->setLr(Lr);
     AdamWStepInfo Info = Optimizer->step();
+    updateExpertBiases();
     double Seconds = now() - T0;
     double Cpu = cpuSeconds() - Cpu0;
     double CommSeconds = Clock.Seconds - Comm0;
@@ -541,6 +567,9 @@ struct Trainer::Impl final : public PipelineStage {
       Mine.push_back({ExpAvgPrefix + Param.Name, T[1].shape(), T[1].data()});
       Mine.push_back({ExpAvgSqPrefix + Param.Name, T[2].shape(), T[2].data()});
     }
+    for (ExpertBias *B : allBiases())
+      if (owns(B->State))
+        Mine.push_back({B->State.Name, B->State.Value.shape(), B->State.Value.data()});
     if (!Mine.empty())
       Ok = writeSafeTensors(Staging + "/" + tensorFileName(World.rank()), Mine, {{"format", "moerun"}}, Error);
     if (AfterWrite)
@@ -627,6 +656,14 @@ struct Trainer::Impl final : public PipelineStage {
         sliceShard(Full, Param.Split, Dst->data(), Param.Value.shape());
       }
     }
+    for (ExpertBias *B : allBiases()) {
+      if (!Ok)
+        break;
+      Owned += owns(B->State) ? 1 : 0;
+      Read(B->State.Name, B->State.Value.shape(), Full);
+      if (Ok)
+        std::copy(Full.begin(), Full.end(), B->State.Value.data());
+    }
     // Every tensor of the model was found; the checkpoint may hold more.
     float Count = float(Owned);
     World.world().allReduceSum(&Count, 1);
@@ -648,6 +685,10 @@ struct Trainer::Impl final : public PipelineStage {
   void dump(const std::string &Path, bool Grads) {
     std::vector<Tensor> Keep;
     std::vector<Parameter *> Params = allParameters();
+    // The expert biases are model state without a gradient.
+    if (!Grads)
+      for (ExpertBias *B : allBiases())
+        Params.push_back(&B->State);
     Keep.reserve(Params.size());
     std::vector<NamedTensor> Mine;
     for (Parameter *Param : Params) {

@@ -64,13 +64,23 @@ LAYOUTS = [
     # copy, no all-gather): every bucket on one rank, the edp bucket with ep2.
     ("one_rank_distopt", 1, "tp = 1", None),
     ("dp2_ep2_distopt", 2, "ep = 2", None),
+    # The sigmoid router with its expert bias (BIASED_MODEL), against its own one-rank run: the
+    # bias moves by the tokens every expert got from all ranks of a stage (tp, cp and dp), so
+    # each layout's biases after 3 steps (dumped with the parameters) must be the one rank's.
+    ("bias_dp2_tp2_ep2", 4, "tp = 2; ep = 2", None),
+    ("bias_cp2_ep2_pp2", 4, "cp = 2; ep = 2; pp = 2", "selective(moe)"),
+    ("bias_dp2_cp2_ep4_pp2", 8, "cp = 2; ep = 4; pp = 2", None),
 ]
+# tiny_moe with the sigmoid router and aux-loss-free balancing; a bias update rate of
+# Megatron's 1e-3 changes routing within 3 steps of this tiny model.
+BIASED_MODEL = "model tiny_biased extends tiny_moe {\n  moe { router = sigmoid; expert_bias = true }\n}\n"
 
 
 def recipe(name, ranks, parallel, recompute):
+    biased = name.startswith("bias_")
     lines = [
-        f"recipe {name} {{",
-        "  model = tiny_moe",
+        (BIASED_MODEL if biased else "") + f"recipe {name} {{",
+        f"  model = {'tiny_biased' if biased else 'tiny_moe'}",
         f"  cluster {{ gpu = cpu; gpus = {ranks} }}",
         f"  seq_len = {SEQ_LEN}",
         f"  batch {{ micro = 1; global = {GLOBAL_BATCH} }}",
@@ -138,6 +148,19 @@ def main():
         print(f"control: {'run failed: ' + err if err else 'a run from another seed compared equal'}")
         return 1
     print(f"control (other seed): told apart ({len(problems)} mismatches)")
+    refs = {False: ref}
+    if not wanted or any(n.startswith("bias_") for n in wanted):
+        err = run_layout(args, env, "bias_one_rank", 1, "tp = 1", None)
+        if err:
+            print(f"bias_one_rank: {err}")
+            return 1
+        refs[True] = os.path.join(args.work, "bias_one_rank", "dump")
+        # The biases must have moved, or the bias layouts test nothing of the update.
+        biases = {n: v for n, (_, v) in compare_dumps.read_run(refs[True], "params").items() if "expert_bias" in n}
+        if not biases or not all(any(x != 0 for x in v) for v in biases.values()):
+            print("bias_one_rank: the expert biases are missing from the dump or did not move")
+            return 1
+        print("bias_one_rank: ran; its expert biases moved")
     failed = []
     for name, ranks, parallel, recompute in LAYOUTS:
         if wanted and name not in wanted:
@@ -147,7 +170,8 @@ def main():
         err = run_layout(args, env, name, ranks, parallel, recompute,
                          ("--distributed-optimizer",) if distopt else ())
         if err is None:
-            problems, worst = compare_dumps.compare(ref, os.path.join(args.work, name, "dump"), args.tol,
+            problems, worst = compare_dumps.compare(refs[name.startswith("bias_")],
+                                                    os.path.join(args.work, name, "dump"), args.tol,
                                                     ("params",) if distopt else ("grads", "params"))
             if problems:
                 err = "MISMATCH\n  " + "\n  ".join(problems[:15])
