@@ -100,6 +100,7 @@ struct StageModel::Impl {
   Parameter *Embedding = nullptr, *FinalNorm = nullptr, *Output = nullptr;
   std::vector<LayerParams> Layers;
   std::unique_ptr<TokenDispatcher> Dispatcher;
+  std::unique_ptr<Communicator> WholeExperts; ///< the etp group when the context has none
   std::unique_ptr<MoeBlock> Moe;
   std::map<int64_t, MicroState> InFlight;
   LossTotals Loss;
@@ -110,6 +111,10 @@ struct StageModel::Impl {
       : Config(C), Stage(S), Groups(G), Options(O) {
     if (!G.Tp || !G.Cp || !G.TpCp || !G.Ep)
       fail("every group of the ParallelContext must be set");
+    if (!Groups.Etp) {
+      WholeExperts = createSelfCommunicator("etp");
+      Groups.Etp = WholeExperts.get();
+    }
     TpRank = G.Tp->rank();
     TpSize = G.Tp->size();
     validate();
@@ -136,6 +141,11 @@ struct StageModel::Impl {
       fail("invalid MoE dimensions");
     if (C.FfnHidden % TpSize)
       fail("FfnHidden must divide by the tp size");
+    const Communicator &Etp = *Groups.Etp;
+    if (Etp.size() > 1 && (Etp.size() != TpSize || Etp.rank() != TpRank))
+      fail("expert tensor parallelism runs over the tp group: etp must be 1 or tp");
+    if (C.Experts > 0 && C.MoeFfnHidden % Etp.size())
+      fail("MoeFfnHidden must divide by the etp size");
     if (Stage.FirstLayer < 0 || Stage.NumLayers < 0 || Stage.FirstLayer + Stage.NumLayers > C.Layers)
       fail("stage layers out of range");
   }
@@ -166,7 +176,7 @@ struct StageModel::Impl {
       Embedding = addParam("embedding", Dense, {C.Vocab, C.Hidden}, Std, 1);
     if (C.Experts > 0) {
       Dispatcher = std::make_unique<TokenDispatcher>(*Groups.Ep, C.Experts, C.TopK, C.Hidden);
-      Moe = std::make_unique<MoeBlock>(Config, *Groups.TpCp, *Dispatcher);
+      Moe = std::make_unique<MoeBlock>(Config, *Groups.TpCp, *Dispatcher, *Groups.Etp);
     }
     for (int64_t L = Stage.FirstLayer; L < Stage.FirstLayer + Stage.NumLayers; ++L) {
       std::string Pre = "layers." + std::to_string(L) + ".";
@@ -195,11 +205,14 @@ struct StageModel::Impl {
           P.Routed.Bias = B.get();
           Biases.push_back(std::move(B));
         }
+        // Under etp = tp the experts are split as the dense MLP is.
+        bool Split = Groups.Etp->size() > 1;
         for (int64_t E = 0; E < Dispatcher->localExperts(); ++E) {
           std::string EP = Pre + "experts." + std::to_string(Dispatcher->globalExpert(E)) + ".";
-          P.Routed.Gate.push_back(addParam(EP + "gate", ParamKind::Expert, {C.Hidden, C.MoeFfnHidden}, Std, 0));
-          P.Routed.Up.push_back(addParam(EP + "up", ParamKind::Expert, {C.Hidden, C.MoeFfnHidden}, Std, 0));
-          P.Routed.Down.push_back(addParam(EP + "down", ParamKind::Expert, {C.MoeFfnHidden, C.Hidden}, OutStd, 0));
+          ParamKind X = ParamKind::Expert;
+          P.Routed.Gate.push_back(addParam(EP + "gate", X, {C.Hidden, C.MoeFfnHidden}, Std, Split ? 2 : 0));
+          P.Routed.Up.push_back(addParam(EP + "up", X, {C.Hidden, C.MoeFfnHidden}, Std, Split ? 2 : 0));
+          P.Routed.Down.push_back(addParam(EP + "down", X, {C.MoeFfnHidden, C.Hidden}, OutStd, Split ? 1 : 0));
         }
         if (C.SharedFfnHidden > 0) {
           int64_t SF = C.SharedFfnHidden;

@@ -46,7 +46,8 @@
 //   layers.L.router.expert_bias [Experts]                full    (ExpertBias: state, no gradient)
 //   layers.L.experts.E.gate,.up [Hidden, MoeFfnHidden]   full    Expert
 //   layers.L.experts.E.down   [MoeFfnHidden, Hidden]     full    Expert
-//     (E = global expert id; only this ep rank's experts E / (Experts / EP))
+//     (E = global expert id; only this ep rank's experts E / (Experts / EP);
+//     under etp = tp, gate/up are cols/t and down rows/t)
 //   layers.L.shared.gate,.up  [Hidden, SharedFfnHidden] cols/t
 //   layers.L.shared.down      [SharedFfnHidden, Hidden] rows/t
 //   final_norm                [Hidden]                   full    SPReplicated
@@ -149,6 +150,11 @@ struct ParallelContext {
   Communicator *Cp = nullptr;
   Communicator *TpCp = nullptr; ///< aux-loss statistics span all tokens of a micro batch
   Communicator *Ep = nullptr;
+  /// Expert tensor parallelism: every routed expert's weights are split over
+  /// this group (gate/up by columns, down by rows), whose ranks each run the
+  /// group's tokens through their slice. Null: whole experts (etp = 1). The
+  /// CPU runtime requires a larger group to be the tp group (etp = tp).
+  Communicator *Etp = nullptr;
 };
 
 struct RecomputeOptions {

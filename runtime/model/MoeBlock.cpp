@@ -24,7 +24,84 @@ void MoeSaved::dropMoe() { *this = MoeSaved(); }
 namespace {
 /// Rows [Begin, Begin + Rows) of a 2-D tensor as a pointer.
 float *rowsAt(Tensor &T, int64_t Begin) { return T.data() + Begin * T.cols(); }
+
+/// Rows per local expert of the tensors the expert GEMMs run on: this
+/// rank's dispatched rows, or under etp > 1 the whole group's.
+std::vector<int64_t> expertRows(const MoeSaved &S) {
+  if (S.EtpCounts.empty())
+    return S.Dispatch.TokensPerLocalExpert;
+  size_t Local = S.Dispatch.TokensPerLocalExpert.size();
+  std::vector<int64_t> Rows(Local, 0);
+  for (size_t I = 0; I < S.EtpCounts.size(); ++I)
+    Rows[I % Local] += S.EtpCounts[I];
+  return Rows;
+}
 } // namespace
+
+int64_t MoeBlock::gatheredBegin(const MoeSaved &S, int64_t R, int64_t L) const {
+  int64_t Ranks = Etp.size(), Local = Dispatcher.localExperts(), Begin = 0;
+  for (int64_t E = 0; E < Local; ++E)
+    for (int64_t Q = 0; Q < Ranks; ++Q) {
+      if (E == L && Q == R)
+        return Begin;
+      Begin += S.EtpCounts[size_t(Q * Local + E)];
+    }
+  return Begin;
+}
+
+Tensor MoeBlock::gatherExpertRows(const Tensor &Mine, MoeSaved &S) {
+  int64_t Ranks = Etp.size(), Local = Dispatcher.localExperts(), H = Config.Hidden;
+  // Every rank's rows per local expert (exact in float: far below 2^24).
+  std::vector<float> Count(static_cast<size_t>(Local)), Counts(static_cast<size_t>(Ranks * Local));
+  for (int64_t L = 0; L < Local; ++L)
+    Count[size_t(L)] = float(S.Dispatch.TokensPerLocalExpert[size_t(L)]);
+  Etp.allGather(Count.data(), Counts.data(), size_t(Local));
+  S.EtpCounts.assign(size_t(Ranks * Local), 0);
+  int64_t Padded = 0, Total = 0;
+  for (int64_t R = 0; R < Ranks; ++R) {
+    int64_t Rows = 0;
+    for (int64_t L = 0; L < Local; ++L)
+      Rows += S.EtpCounts[size_t(R * Local + L)] = int64_t(Counts[size_t(R * Local + L)]);
+    Padded = std::max(Padded, Rows);
+    Total += Rows;
+  }
+  S.EtpPaddedRows = Padded;
+  std::vector<float> Send(size_t(Padded * H), 0.0f), Recv(size_t(Ranks * Padded * H));
+  std::copy_n(Mine.data(), Mine.numel(), Send.begin());
+  Etp.allGather(Send.data(), Recv.data(), Send.size());
+  Tensor All({Total, H});
+  for (int64_t R = 0; R < Ranks; ++R) {
+    int64_t From = 0;
+    for (int64_t L = 0; L < Local; ++L) {
+      int64_t Rows = S.EtpCounts[size_t(R * Local + L)];
+      std::copy_n(Recv.data() + (R * Padded + From) * H, Rows * H, rowsAt(All, gatheredBegin(S, R, L)));
+      From += Rows;
+    }
+  }
+  return All;
+}
+
+Tensor MoeBlock::reduceExpertRows(const Tensor &Partial, const MoeSaved &S) {
+  int64_t Ranks = Etp.size(), Local = Dispatcher.localExperts(), H = Config.Hidden;
+  int64_t Padded = S.EtpPaddedRows;
+  std::vector<float> Send(size_t(Ranks * Padded * H), 0.0f), Recv(size_t(Padded * H));
+  for (int64_t R = 0; R < Ranks; ++R) {
+    int64_t To = 0;
+    for (int64_t L = 0; L < Local; ++L) {
+      int64_t Rows = S.EtpCounts[size_t(R * Local + L)];
+      const float *From = Partial.data() + gatheredBegin(S, R, L) * H;
+      std::copy_n(From, Rows * H, Send.data() + (R * Padded + To) * H);
+      To += Rows;
+    }
+  }
+  Etp.reduceScatterSum(Send.data(), Recv.data(), size_t(Padded * H));
+  int64_t Me = Etp.rank(), Rows = 0;
+  for (int64_t L = 0; L < Local; ++L)
+    Rows += S.EtpCounts[size_t(Me * Local + L)];
+  Tensor Out({Rows, H});
+  std::copy_n(Recv.data(), Rows * H, Out.data());
+  return Out;
+}
 
 double MoeBlock::forward(const MoeWeights &W, const Tensor &Xn, MoeSaved &S, Tensor &Y, bool CountTokens) {
   int64_t N = Xn.rows(), E = Config.Experts, K = Config.TopK;
@@ -55,12 +132,18 @@ double MoeBlock::forward(const MoeWeights &W, const Tensor &Xn, MoeSaved &S, Ten
 
   // Routed experts: SwiGLU over each local expert's rows.
   S.ExpertIn = Dispatcher.dispatch(Xn, S.TopIdx, S.Dispatch);
-  int64_t Rows = S.ExpertIn.rows(), H = Config.Hidden, F = Config.MoeFfnHidden;
+  // Under etp > 1 every rank of the group runs all of the group's rows
+  // through its columns of the experts (Megatron's all-gather over the
+  // expert tensor-parallel group after the all-to-all).
+  bool Split = Etp.size() > 1;
+  if (Split)
+    S.ExpertIn = gatherExpertRows(S.ExpertIn, S);
+  int64_t Rows = S.ExpertIn.rows(), H = Config.Hidden, F = Config.MoeFfnHidden / Etp.size();
   S.G.resize({Rows, F});
   S.U.resize({Rows, F});
   Tensor Out({Rows, H});
   int64_t Begin = 0;
-  std::vector<int64_t> Counts = S.Dispatch.TokensPerLocalExpert;
+  std::vector<int64_t> Counts = expertRows(S);
   for (size_t L = 0; L < Counts.size(); ++L) {
     int64_t M = Counts[L];
     if (M) {
@@ -77,6 +160,8 @@ double MoeBlock::forward(const MoeWeights &W, const Tensor &Xn, MoeSaved &S, Ten
       gemm(false, false, M, H, F, 1.0f, rowsAt(S.Act, Begin), W.Down[L]->Value.data(), 0.0f, rowsAt(Out, Begin));
     Begin += M;
   }
+  if (Split)
+    Out = reduceExpertRows(Out, S);
   Y = Dispatcher.combine(Out, S.TopW, S.Dispatch);
   S.Valid = true;
   return Aux;
@@ -86,11 +171,14 @@ void MoeBlock::recomputeAct(MoeSaved &S) { S.Act = swiGlu(S.G, S.U); }
 
 Tensor MoeBlock::backward(const MoeWeights &W, const Tensor &Xn, MoeSaved &S, const Tensor &DY, double AuxGradScale) {
   int64_t N = Xn.rows(), E = Config.Experts, K = Config.TopK;
-  int64_t H = Config.Hidden, F = Config.MoeFfnHidden;
+  int64_t H = Config.Hidden, F = Config.MoeFfnHidden / Etp.size();
   std::vector<float> DW;
   Tensor DOut = Dispatcher.combineBackward(DY, S.TopW, S.Dispatch, DW);
+  bool Split = Etp.size() > 1;
+  if (Split)
+    DOut = gatherExpertRows(DOut, S);
   int64_t Rows = DOut.rows();
-  const std::vector<int64_t> &Counts = S.Dispatch.TokensPerLocalExpert;
+  const std::vector<int64_t> Counts = expertRows(S);
   // Down projections: DAct = DOut Down^T, DDown += Act^T DOut.
   Tensor DAct({Rows, F});
   int64_t Begin = 0;
@@ -116,6 +204,8 @@ Tensor MoeBlock::backward(const MoeWeights &W, const Tensor &Xn, MoeSaved &S, co
     }
     Begin += M;
   }
+  if (Split)
+    DIn = reduceExpertRows(DIn, S);
   Tensor DXn = Dispatcher.dispatchBackward(DIn, S.Dispatch);
 
   // Router: gradients of the scores from the routing weights and from the

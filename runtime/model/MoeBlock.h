@@ -31,6 +31,12 @@ struct MoeSaved {
   std::vector<float> Fraction; ///< f_e over the TpCp group [Experts]
   double GroupTokens = 0;      ///< tokens of the micro batch (TpCp sum)
   DispatchState Dispatch;
+  /// Under etp > 1: the rows each etp rank brought for each local expert
+  /// ([rank * localExperts + expert]) and the padded rows per rank of the
+  /// group's exchanges; ExpertIn then holds every etp rank's rows,
+  /// expert-major (then rank), and G, U, Act this rank's columns of them.
+  std::vector<int64_t> EtpCounts;
+  int64_t EtpPaddedRows = 0;
   Tensor ExpertIn, G, U; ///< dispatched rows and their projections
   Tensor Act;            ///< silu(G) * U
   bool Valid = false;
@@ -42,8 +48,10 @@ struct MoeSaved {
 
 class MoeBlock {
 public:
-  MoeBlock(const ModelConfig &Config, Communicator &TpCp, TokenDispatcher &Dispatcher)
-      : Config(Config), TpCp(TpCp), Dispatcher(Dispatcher) {}
+  /// Etp: the group the experts' weights are split over (a group of one:
+  /// whole experts).
+  MoeBlock(const ModelConfig &Config, Communicator &TpCp, TokenDispatcher &Dispatcher, Communicator &Etp)
+      : Config(Config), TpCp(TpCp), Dispatcher(Dispatcher), Etp(Etp) {}
 
   /// Xn [Ns, Hidden] -> routed output [Ns, Hidden]; returns the aux loss
   /// (already multiplied by AuxLossCoeff * Experts), the same on every rank
@@ -58,9 +66,20 @@ public:
   Tensor backward(const MoeWeights &W, const Tensor &Xn, MoeSaved &S, const Tensor &DY, double AuxGradScale);
 
 private:
+  /// Under etp > 1: this rank's dispatched rows -> every etp rank's,
+  /// expert-major (fills S.EtpCounts and S.EtpPaddedRows).
+  Tensor gatherExpertRows(const Tensor &Mine, MoeSaved &S);
+  /// The reverse: this rank's rows of the sum over the etp group of
+  /// Partial (laid out as gatherExpertRows returns).
+  Tensor reduceExpertRows(const Tensor &Partial, const MoeSaved &S);
+  /// Where the rows of (etp rank R, local expert L) start in the gathered
+  /// layout.
+  int64_t gatheredBegin(const MoeSaved &S, int64_t R, int64_t L) const;
+
   const ModelConfig &Config;
   Communicator &TpCp;
   TokenDispatcher &Dispatcher;
+  Communicator &Etp;
 };
 
 } // namespace moert

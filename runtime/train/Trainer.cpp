@@ -122,8 +122,9 @@ struct Trainer::Impl final : public PipelineStage {
     if (Plan.WorldSize != World.size())
       refuse("the plan is for " + std::to_string(Plan.WorldSize) + " ranks, the job has " +
              std::to_string(World.size()));
-    if (Plan.Parallel.ETP != 1)
-      refuse("expert tensor parallelism (etp > 1) is not implemented");
+    if (Plan.Parallel.ETP != 1 && Plan.Parallel.ETP != Plan.Parallel.TP)
+      refuse("expert tensor parallelism is implemented over the tp group: etp must be 1 or tp (" +
+             std::to_string(Plan.Parallel.TP) + "), not " + std::to_string(Plan.Parallel.ETP));
     for (auto &[Kind, Comm] : Groups)
       Timed[Kind] = std::make_unique<TimedCommunicator>(*Comm, Clock);
     Timed["world"] = std::make_unique<TimedCommunicator>(World.world(), Clock);
@@ -165,7 +166,7 @@ struct Trainer::Impl final : public PipelineStage {
     Notes.push_back("the CPU backend computes in fp32 (the plan's precision " + Plan.Precision +
                     " only shapes the plan)");
 
-    ParallelContext Ctx{&group("tp"), &group("cp"), &group("tp-cp"), &group("ep")};
+    ParallelContext Ctx{&group("tp"), &group("cp"), &group("tp-cp"), &group("ep"), &group("etp")};
     for (int64_t C = 0; C < Plan.Parallel.VPP; ++C) {
       const moec::LaunchStage &S = Plan.stage(PpRank, C);
       StageSpec Spec{S.FirstLayer, S.DecoderLayers, S.Embedding, S.Loss};
@@ -476,8 +477,8 @@ struct Trainer::Impl final : public PipelineStage {
   }
 
   bool owns(const Parameter &Param) {
-    if (Param.Kind == ParamKind::Expert)
-      return group("edp").rank() == 0;
+    if (Param.Kind == ParamKind::Expert) // split over etp = tp: the tp shards are gathered first
+      return group("edp").rank() == 0 && (Param.Split == TpSplit::None || group("tp").rank() == 0);
     return group("tp").rank() == 0 && group("dp-cp").rank() == 0;
   }
 

@@ -38,7 +38,8 @@ from harness import check, plan
 STEPS = 6
 REFERENCE = ("cp2_ep2_pp2_dp2", 8, "cp = 2; ep = 2; pp = 2")
 RESHARD = [("tp2_pp2", 4, "tp = 2; pp = 2", ""), ("one", 1, "tp = 1", ""),
-           ("ep4_replicated", 4, "ep = 4", "  optimizer { distributed = false }\n")]
+           ("ep4_replicated", 4, "ep = 4", "  optimizer { distributed = false }\n"),
+           ("tp2_etp2_ep2", 4, "tp = 2; ep = 2; etp = 2", "")]
 MODEL_WIDE = "model tiny_wide extends tiny_moe { hidden = 96 }\n"
 
 def recipe(name, ranks, parallel, extra="", model="tiny_moe"):

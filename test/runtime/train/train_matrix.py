@@ -64,6 +64,13 @@ LAYOUTS = [
     # copy, no all-gather): every bucket on one rank, the edp bucket with ep2.
     ("one_rank_distopt", 1, "tp = 1", None),
     ("dp2_ep2_distopt", 2, "ep = 2", None),
+    # Expert tensor parallelism over the tp group: each expert's gate/up split by columns, down
+    # by rows; the group's dispatched rows gathered before the experts, the partial outputs
+    # reduce-scattered after.
+    ("tp2_etp2", 2, "tp = 2; etp = 2", None),
+    ("tp2_etp2_ep2", 4, "tp = 2; ep = 2; etp = 2", None),
+    ("tp2_etp2_pp2_moe", 4, "tp = 2; etp = 2; pp = 2", "selective(moe)"),
+    ("tp2_etp2_ep2_distopt", 4, "tp = 2; ep = 2; etp = 2", None),
     # The sigmoid router with its expert bias (BIASED_MODEL), against its own one-rank run: the
     # bias moves by the tokens every expert got from all ranks of a stage (tp, cp and dp), so
     # each layout's biases after 3 steps (dumped with the parameters) must be the one rank's.
