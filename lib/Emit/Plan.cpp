@@ -55,7 +55,7 @@ llvm::Expected<Plan> moec::buildPlan(const Recipe &R, llvm::StringRef SourceFile
   P.Memory = estimateMemory(R, Pipeline, *Opts.Calib);
   P.Flops = countFlops(R);
   P.Time = predictStepTime(R, Pipeline, *Opts.Calib, &P.Memory);
-  return std::move(P);
+  return P;
 }
 
 static json::Object scheduleJSON(const LrScheduleConfig &S) {

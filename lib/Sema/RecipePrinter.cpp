@@ -60,7 +60,6 @@ void moec::printRecipe(const Recipe &R, const llvm::SourceMgr &SM, llvm::raw_ost
   auto Count = [](int64_t N) { return Quantity::integer(N).format() + (N >= 1024 ? fmt::format(" ({})", N) : ""); };
   OS << "recipe " << R.PointName << "\n";
   Field("model", R.Model.Name);
-  const ModelSpec &M = R.Model;
   OS << "  model: ";
   printModelSummary(R.Model, OS);
   OS << "\n";

@@ -841,17 +841,19 @@ TEST(SemaCatalog, LowerCatalogIsWhatRecipesSee) {
     EXPECT_EQ(M.FfnHidden, Want.FfnHidden) << M.Name;
     EXPECT_EQ(M.MaxSeqLen, Want.MaxSeqLen) << M.Name;
     EXPECT_EQ(bool(M.MLA), bool(Want.MLA)) << M.Name;
-    if (M.MLA && Want.MLA)
+    if (M.MLA && Want.MLA) {
       EXPECT_EQ(std::make_tuple(M.MLA->QLoraRank, M.MLA->KvLoraRank, M.MLA->QkHeadDim, M.MLA->VHeadDim),
                 std::make_tuple(Want.MLA->QLoraRank, Want.MLA->KvLoraRank, Want.MLA->QkHeadDim, Want.MLA->VHeadDim))
           << M.Name;
+    }
     ASSERT_EQ(bool(M.MoE), bool(Want.MoE)) << M.Name;
-    if (M.MoE)
+    if (M.MoE) {
       EXPECT_EQ(std::make_tuple(M.MoE->Experts, M.MoE->TopK, M.MoE->FfnHidden, M.MoE->SharedExperts, M.MoE->DenseLayers,
                                 M.MoE->Groups, M.MoE->GroupTopK),
                 std::make_tuple(Want.MoE->Experts, Want.MoE->TopK, Want.MoE->FfnHidden, Want.MoE->SharedExperts,
                                 Want.MoE->DenseLayers, Want.MoE->Groups, Want.MoE->GroupTopK))
           << M.Name;
+    }
   }
   for (const GpuSpec &G : Catalog.Gpus)
     EXPECT_GT(G.MemoryBytes, 0) << G.Name;
