@@ -74,6 +74,7 @@ json::Value moec::recipeToJSON(const Recipe &R) {
                      {"vocab", M.Vocab}, {"mtp_layers", M.MtpLayers}};
   if (M.FfnHidden)
     Model["ffn_hidden"] = *M.FfnHidden;
+  Model["qk_norm"] = M.QkNorm;
   if (M.MLA)
     Model["mla"] = json::Object{{"q_lora_rank", M.MLA->QLoraRank},
                                 {"kv_lora_rank", M.MLA->KvLoraRank},

@@ -169,7 +169,8 @@ bool PlanParser::readModel(const toml::table &Config) {
   if (!readString(*M, Pre, "name", Model.Name) || !readInt(*M, Pre, "layers", Model.Layers, 1) ||
       !readInt(*M, Pre, "hidden", Model.Hidden, 1) || !readInt(*M, Pre, "heads", Model.Heads, 1) ||
       !readInt(*M, Pre, "kv_heads", Model.KvHeads, 1) || !readInt(*M, Pre, "head_dim", Model.HeadDim, 1) ||
-      !readInt(*M, Pre, "vocab", Model.Vocab, 1) || !readInt(*M, Pre, "mtp_layers", Model.MtpLayers, 0))
+      !readInt(*M, Pre, "vocab", Model.Vocab, 1) || !readInt(*M, Pre, "mtp_layers", Model.MtpLayers, 0) ||
+      !readBool(*M, Pre, "qk_norm", Model.QkNorm, false))
     return false;
   if (M->contains("ffn_hidden")) {
     int64_t F = 0;

@@ -27,6 +27,7 @@ struct LayerParams {
   int64_t Index = 0;
   bool Moe = false;
   Parameter *AttnNorm = nullptr, *Q = nullptr, *K = nullptr, *V = nullptr, *O = nullptr, *MlpNorm = nullptr;
+  Parameter *QNorm = nullptr, *KNorm = nullptr;              ///< with ModelConfig::QkNorm
   Parameter *Gate = nullptr, *Up = nullptr, *Down = nullptr; ///< dense MLP
   MoeWeights Routed;
   Parameter *SGate = nullptr, *SUp = nullptr, *SDown = nullptr; ///< shared
@@ -38,6 +39,8 @@ struct LayerState {
   Tensor Xn1, Xn2;                 // layernorm [Ns, H]
   std::vector<float> Rstd1, Rstd2; // layernorm
   Tensor Q, K, V, H;               // attention (Q/K/V after RoPE)
+  Tensor QPre, KPre;               // attention: Q/K before the QK-norm
+  std::vector<float> RstdQ, RstdK; // attention: its statistics
   Tensor AttnOut, Lse;             // core_attn
   Tensor G, U, Act;                // mlp
   MoeSaved Routed;                 // moe (Routed.Act: moe_act)
@@ -49,7 +52,8 @@ struct LayerState {
     std::map<std::string, int64_t> B;
     B["layer_input"] = X.bytes();
     B["layernorm"] = Xn1.bytes() + Xn2.bytes() + int64_t((Rstd1.size() + Rstd2.size()) * sizeof(float));
-    B["attention"] = Q.bytes() + K.bytes() + V.bytes() + H.bytes();
+    B["attention"] = Q.bytes() + K.bytes() + V.bytes() + H.bytes() + QPre.bytes() + KPre.bytes() +
+                     int64_t((RstdQ.size() + RstdK.size()) * sizeof(float));
     B["core_attn"] = AttnOut.bytes() + Lse.bytes();
     B["mlp"] = G.bytes() + U.bytes() + Act.bytes();
     B["moe"] = Routed.moeBytes();
@@ -188,6 +192,10 @@ struct StageModel::Impl {
       P.K = addParam(Pre + "attn.k", Dense, {C.Hidden, C.KvHeads * C.HeadDim}, Std, 2);
       P.V = addParam(Pre + "attn.v", Dense, {C.Hidden, C.KvHeads * C.HeadDim}, Std, 2);
       P.O = addParam(Pre + "attn.o", Dense, {C.Heads * C.HeadDim, C.Hidden}, OutStd, 1);
+      if (C.QkNorm) {
+        P.QNorm = addParam(Pre + "attn.q_norm", Rep, {C.HeadDim}, 0.0, 0);
+        P.KNorm = addParam(Pre + "attn.k_norm", Rep, {C.HeadDim}, 0.0, 0);
+      }
       P.MlpNorm = addParam(Pre + "mlp_norm", Rep, {C.Hidden}, 0.0, 0);
       if (!P.Moe) {
         P.Gate = addParam(Pre + "mlp.gate", Dense, {C.Hidden, C.FfnHidden}, Std, 2);
@@ -259,8 +267,32 @@ struct StageModel::Impl {
   void attnNorm(const LayerParams &P, LayerState &S) {
     S.Xn1 = rmsNormForward(S.X, P.AttnNorm->Value, Config.RmsNormEps, S.Rstd1);
   }
+  /// RMSNorm of each HeadDim-wide head of X [N, Heads * HeadDim] (the rows
+  /// of a [N * Heads, HeadDim] view).
+  Tensor headNorm(const Tensor &X, const Parameter &W, std::vector<float> &Rstd) const {
+    Tensor View = X;
+    View.reshape({X.numel() / Config.HeadDim, Config.HeadDim});
+    Tensor Y = rmsNormForward(View, W.Value, Config.RmsNormEps, Rstd);
+    Y.reshape(X.shape());
+    return Y;
+  }
+  Tensor headNormBackward(const Tensor &X, Parameter &W, const std::vector<float> &Rstd, const Tensor &DY) const {
+    Tensor View = X, DView = DY;
+    View.reshape({X.numel() / Config.HeadDim, Config.HeadDim});
+    DView.reshape(View.shape());
+    Tensor DX = rmsNormBackward(View, W.Value, Rstd, DView, W.Grad);
+    DX.reshape(X.shape());
+    return DX;
+  }
+
   void qkv(const LayerParams &P, const MicroState &M, LayerState &S) {
     std::vector<Tensor> Y = columnParallelForward(*Groups.Tp, S.Xn1, {&P.Q->Value, &P.K->Value, &P.V->Value});
+    if (P.QNorm) {
+      S.QPre = std::move(Y[0]);
+      S.KPre = std::move(Y[1]);
+      Y[0] = headNorm(S.QPre, *P.QNorm, S.RstdQ);
+      Y[1] = headNorm(S.KPre, *P.KNorm, S.RstdK);
+    }
     applyRope(Y[0], Config.HeadDim, M.Positions, Config.RopeTheta, false);
     applyRope(Y[1], Config.HeadDim, M.Positions, Config.RopeTheta, false);
     S.Q = std::move(Y[0]);
@@ -408,6 +440,10 @@ struct StageModel::Impl {
                                      S.Lse.data(), DOut.data(), DQ.data(), DK.data(), DV.data());
     applyRope(DQ, Config.HeadDim, M.Positions, Config.RopeTheta, true);
     applyRope(DK, Config.HeadDim, M.Positions, Config.RopeTheta, true);
+    if (P.QNorm) {
+      DQ = headNormBackward(S.QPre, *P.QNorm, S.RstdQ, DQ);
+      DK = headNormBackward(S.KPre, *P.KNorm, S.RstdK, DK);
+    }
     Tensor DXn1 = columnParallelBackward(Tp, S.Xn1, nullptr, {&P.Q->Value, &P.K->Value, &P.V->Value}, {&DQ, &DK, &DV},
                                          {&P.Q->Grad, &P.K->Grad, &P.V->Grad});
     return add(DH, rmsNormBackward(S.X, P.AttnNorm->Value, S.Rstd1, DXn1, P.AttnNorm->Grad));

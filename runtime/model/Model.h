@@ -37,6 +37,7 @@
 //   layers.L.attn.q           [Hidden, Heads*HeadDim]    cols/t  Dense
 //   layers.L.attn.k, .v       [Hidden, KvHeads*HeadDim]  cols/t  Dense
 //   layers.L.attn.o           [Heads*HeadDim, Hidden]    rows/t  Dense
+//   layers.L.attn.q_norm, .k_norm [HeadDim]              full    SPReplicated (QkNorm)
 //   layers.L.mlp_norm         [Hidden]                   full    SPReplicated
 //   dense layers (L < DenseLayers):
 //   layers.L.mlp.gate, .up    [Hidden, FfnHidden]        cols/t  Dense
@@ -104,6 +105,10 @@ struct ModelConfig {
   double AuxLossCoeff = 1e-2;
   double RmsNormEps = 1e-5;
   double RopeTheta = 10000.0;
+
+  /// RMSNorm of every query and key head (weights [HeadDim], shared by the
+  /// heads) before RoPE: Megatron's q_layernorm / k_layernorm (Qwen3).
+  bool QkNorm = false;
 
   bool isMoeLayer(int64_t Layer) const { return Experts > 0 && Layer >= DenseLayers; }
 };

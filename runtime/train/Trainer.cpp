@@ -50,6 +50,7 @@ ModelConfig modelConfig(const moec::LaunchPlan &Plan) {
   C.KvHeads = M.KvHeads;
   C.HeadDim = M.HeadDim;
   C.Vocab = M.Vocab;
+  C.QkNorm = M.QkNorm;
   if (M.MoE) {
     C.Experts = M.MoE->Experts;
     C.TopK = M.MoE->TopK;

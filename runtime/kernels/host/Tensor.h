@@ -12,6 +12,7 @@
 #include <cassert>
 #include <cstdint>
 #include <initializer_list>
+#include <stdexcept>
 #include <vector>
 
 namespace moert {
@@ -46,6 +47,15 @@ public:
   void resize(std::vector<int64_t> NewShape) {
     Shape = std::move(NewShape);
     Data.assign(numel(), 0.0f);
+  }
+  /// The same elements under another shape of as many elements.
+  void reshape(std::vector<int64_t> NewShape) {
+    int64_t N = 1;
+    for (int64_t D : NewShape)
+      N *= D;
+    if (N != numel())
+      throw std::invalid_argument("Tensor::reshape: element count differs");
+    Shape = std::move(NewShape);
   }
   /// Bytes held, for the runtime's activation accounting.
   int64_t bytes() const { return int64_t(Data.size() * sizeof(float)); }

@@ -29,18 +29,20 @@ struct FdCase {
   /// with no such token near the sampled entries is chosen per case.
   unsigned Seed = 7;
   int64_t TopK = 2; ///< 1: sigmoid weights are the score itself, not normalised
+  bool QkNorm = false;
   std::string name() const {
     return std::string(Sigmoid      ? "Sigmoid"
                        : PreSoftmax ? "PreSoftmax"
                                     : "Softmax") +
            (Shared ? "Shared" : "") + (Groups > 1 ? "Groups" : "") + (SharedWidth ? std::to_string(SharedWidth) : "") +
-           (TopK != 2 ? "Top" + std::to_string(TopK) : "");
+           (TopK != 2 ? "Top" + std::to_string(TopK) : "") + (QkNorm ? "QkNorm" : "");
   }
 };
 
 ModelConfig caseConfig(const FdCase &Case) {
   ModelConfig C = tinyConfig(Case.Sigmoid, Case.Shared);
   C.PreSoftmax = Case.PreSoftmax;
+  C.QkNorm = Case.QkNorm;
   C.RouterGroups = Case.Groups;
   C.RouterGroupTopK = Case.GroupTopK;
   if (Case.SharedWidth)
@@ -152,7 +154,8 @@ INSTANTIATE_TEST_SUITE_P(Routers, FiniteDifferences,
                          ::testing::Values(FdCase{false, 0}, FdCase{true, 0}, FdCase{false, 1}, FdCase{true, 1},
                                            FdCase{false, 1, true}, FdCase{false, 0, false, 2, 1, 0, 8},
                                            FdCase{true, 1, false, 2, 1}, FdCase{false, 1, false, 1, 1, 12},
-                                           FdCase{true, 1, false, 1, 1, 0, 9, 1}),
+                                           FdCase{true, 1, false, 1, 1, 0, 9, 1},
+                                           FdCase{false, 0, false, 1, 1, 0, 7, 2, true}),
                          [](const ::testing::TestParamInfo<FdCase> &I) { return I.param.name(); });
 
 // Group-limited routing chooses every token's experts inside its best

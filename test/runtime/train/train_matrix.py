@@ -77,17 +77,28 @@ LAYOUTS = [
     ("bias_dp2_tp2_ep2", 4, "tp = 2; ep = 2", None),
     ("bias_cp2_ep2_pp2", 4, "cp = 2; ep = 2; pp = 2", "selective(moe)"),
     ("bias_dp2_cp2_ep4_pp2", 8, "cp = 2; ep = 4; pp = 2", None),
+    # Qwen3's QK-norm (QK_MODEL): the per-head norm weights are replicated over tp and see only
+    # their heads and sequence shard, so their gradients are summed over tp, cp and dp.
+    ("qk_tp2_cp2", 4, "tp = 2; cp = 2", None),
+    ("qk_tp2_pp2_full", 4, "tp = 2; pp = 2", "full"),
 ]
 # tiny_moe with the sigmoid router and aux-loss-free balancing; a bias update rate of
 # Megatron's 1e-3 changes routing within 3 steps of this tiny model.
 BIASED_MODEL = "model tiny_biased extends tiny_moe {\n  moe { router = sigmoid; expert_bias = true }\n}\n"
+QK_MODEL = "model tiny_qk extends tiny_moe { qk_norm = true }\n"
+# A layout's name prefix picks its model (and its own one-rank reference, "<prefix>one_rank").
+MODELS = {"bias_": ("tiny_biased", BIASED_MODEL), "qk_": ("tiny_qk", QK_MODEL)}
+
+
+def model_of(name):
+    return next(((p, m, d) for p, (m, d) in MODELS.items() if name.startswith(p)), ("", "tiny_moe", ""))
 
 
 def recipe(name, ranks, parallel, recompute):
-    biased = name.startswith("bias_")
+    _, model, definition = model_of(name)
     lines = [
-        (BIASED_MODEL if biased else "") + f"recipe {name} {{",
-        f"  model = {'tiny_biased' if biased else 'tiny_moe'}",
+        definition + f"recipe {name} {{",
+        f"  model = {model}",
         f"  cluster {{ gpu = cpu; gpus = {ranks} }}",
         f"  seq_len = {SEQ_LEN}",
         f"  batch {{ micro = 1; global = {GLOBAL_BATCH} }}",
@@ -155,19 +166,23 @@ def main():
         print(f"control: {'run failed: ' + err if err else 'a run from another seed compared equal'}")
         return 1
     print(f"control (other seed): told apart ({len(problems)} mismatches)")
-    refs = {False: ref}
-    if not wanted or any(n.startswith("bias_") for n in wanted):
-        err = run_layout(args, env, "bias_one_rank", 1, "tp = 1", None)
+    refs = {"": ref}
+    for prefix in MODELS:
+        if wanted and not any(n.startswith(prefix) for n in wanted):
+            continue
+        err = run_layout(args, env, prefix + "one_rank", 1, "tp = 1", None)
         if err:
-            print(f"bias_one_rank: {err}")
+            print(f"{prefix}one_rank: {err}")
             return 1
-        refs[True] = os.path.join(args.work, "bias_one_rank", "dump")
+        refs[prefix] = os.path.join(args.work, prefix + "one_rank", "dump")
+        print(f"{prefix}one_rank: ran")
+    if "bias_" in refs:
         # The biases must have moved, or the bias layouts test nothing of the update.
-        biases = {n: v for n, (_, v) in compare_dumps.read_run(refs[True], "params").items() if "expert_bias" in n}
+        biases = {n: v for n, (_, v) in compare_dumps.read_run(refs["bias_"], "params").items() if "expert_bias" in n}
         if not biases or not all(any(x != 0 for x in v) for v in biases.values()):
             print("bias_one_rank: the expert biases are missing from the dump or did not move")
             return 1
-        print("bias_one_rank: ran; its expert biases moved")
+        print("bias_one_rank: its expert biases moved")
     failed = []
     for name, ranks, parallel, recompute in LAYOUTS:
         if wanted and name not in wanted:
@@ -177,7 +192,7 @@ def main():
         err = run_layout(args, env, name, ranks, parallel, recompute,
                          ("--distributed-optimizer",) if distopt else ())
         if err is None:
-            problems, worst = compare_dumps.compare(refs[name.startswith("bias_")],
+            problems, worst = compare_dumps.compare(refs[model_of(name)[0]],
                                                     os.path.join(args.work, name, "dump"), args.tol,
                                                     ("params",) if distopt else ("grads", "params"))
             if problems:
