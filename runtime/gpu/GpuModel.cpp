@@ -316,6 +316,18 @@ struct GpuModel::Impl {
 };
 
 GpuModel::GpuModel(const ModelConfig &Config, const std::vector<Parameter *> &Params) : P(std::make_unique<Impl>()) {
+  // The CPU model's later features, which this path would silently leave out.
+  std::string Missing;
+  auto Lacks = [&](bool Uses, const char *What) {
+    if (Uses)
+      Missing += (Missing.empty() ? "" : ", ") + std::string(What);
+  };
+  Lacks(Config.QkNorm, "QK-norm");
+  Lacks(Config.PreSoftmax, "a softmax before the top-k");
+  Lacks(Config.RouterGroups > 1, "group-limited routing");
+  Lacks(Config.ExpertBias, "the expert bias");
+  if (!Missing.empty())
+    throw std::invalid_argument("GpuModel does not implement " + Missing);
   P->C = Config;
   // Arena order: every non-expert parameter in the given order, then each
   // MoE layer's experts by kind, expert id ascending.
