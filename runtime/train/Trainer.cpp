@@ -684,6 +684,94 @@ struct Trainer::Impl final : public PipelineStage {
     return true;
   }
 
+  /// The Hugging Face name of a runtime parameter and whether it is stored
+  /// [out, in] (a Linear weight: transposed here); empty when it has none.
+  static std::pair<std::string, bool> huggingFaceName(const std::string &Name) {
+    static const std::pair<const char *, std::pair<const char *, bool>> Suffixes[] = {
+        {"attn_norm", {"input_layernorm.weight", false}},
+        {"attn.q", {"self_attn.q_proj.weight", true}},
+        {"attn.k", {"self_attn.k_proj.weight", true}},
+        {"attn.v", {"self_attn.v_proj.weight", true}},
+        {"attn.o", {"self_attn.o_proj.weight", true}},
+        {"attn.q_norm", {"self_attn.q_norm.weight", false}},
+        {"attn.k_norm", {"self_attn.k_norm.weight", false}},
+        {"mlp_norm", {"post_attention_layernorm.weight", false}},
+        {"router", {"mlp.gate.weight", true}},
+        {"mlp.gate", {"mlp.gate_proj.weight", true}},
+        {"mlp.up", {"mlp.up_proj.weight", true}},
+        {"mlp.down", {"mlp.down_proj.weight", true}},
+        {"shared.gate", {"mlp.shared_expert.gate_proj.weight", true}},
+        {"shared.up", {"mlp.shared_expert.up_proj.weight", true}},
+        {"shared.down", {"mlp.shared_expert.down_proj.weight", true}},
+    };
+    if (Name == "embedding")
+      return {"model.embed_tokens.weight", false};
+    if (Name == "final_norm")
+      return {"model.norm.weight", false};
+    if (Name == "output")
+      return {"lm_head.weight", true};
+    llvm::StringRef Rest(Name);
+    if (!Rest.consume_front("layers."))
+      return {"", false};
+    auto [Layer, Tail] = Rest.split('.');
+    std::string Pre = "model.layers." + Layer.str() + ".";
+    llvm::StringRef Expert = Tail;
+    if (Expert.consume_front("experts.")) {
+      auto [Id, Kind] = Expert.split('.');
+      return {Pre + "mlp.experts." + Id.str() + "." + Kind.str() + "_proj.weight", true};
+    }
+    for (const auto &[Suffix, Hf] : Suffixes)
+      if (Tail == Suffix)
+        return {Pre + Hf.first, Hf.second};
+    return {"", false};
+  }
+
+  bool initFromHuggingFace(const std::string &Dir, std::string &Error) {
+    bool Ok = true;
+    auto Refuse = [&](const std::string &Why) {
+      if (Ok)
+        Error = Why;
+      Ok = false;
+    };
+    SafeTensorsFile File;
+    std::string E;
+    if (!File.open(Dir + "/model.safetensors", E))
+      Refuse(E);
+    std::vector<float> Full, Transposed;
+    for (Parameter *Param : allParameters()) {
+      if (!Ok)
+        break;
+      auto [Hf, Linear] = huggingFaceName(Param->Name);
+      auto It = Hf.empty() ? File.tensors().end() : File.tensors().find(Hf);
+      if (It == File.tensors().end()) {
+        Refuse("the Hugging Face checkpoint has no tensor for '" + Param->Name + "'" +
+               (Hf.empty() ? std::string() : " ('" + Hf + "')"));
+        break;
+      }
+      std::vector<int64_t> Shape = fullShape(*Param), Stored = Shape;
+      if (Linear)
+        std::reverse(Stored.begin(), Stored.end());
+      if (It->second.Shape != Stored) {
+        Refuse("tensor '" + Hf + "' is not of the shape of '" + Param->Name + "': another model");
+        break;
+      }
+      if (!File.read(Hf, Full, E)) {
+        Refuse(E);
+        break;
+      }
+      if (Linear) { // [out, in] -> [in, out]
+        int64_t In = Shape[0], Out = Shape[1];
+        Transposed.resize(Full.size());
+        for (int64_t O = 0; O < Out; ++O)
+          for (int64_t I = 0; I < In; ++I)
+            Transposed[size_t(I * Out + O)] = Full[size_t(O * In + I)];
+        Full.swap(Transposed);
+      }
+      sliceShard(Full, Param->Split, Param->Value.data(), Param->Value.shape());
+    }
+    return agree(Ok);
+  }
+
   void dump(const std::string &Path, bool Grads) {
     std::vector<Tensor> Keep;
     std::vector<Parameter *> Params = allParameters();
@@ -733,6 +821,10 @@ void Trainer::dumpTensors(const std::string &Path, bool Grads) { P->dump(Path, G
 bool Trainer::save(const std::string &Dir, int Keep, std::string &Path, std::string &Error,
                    const std::function<void()> &AfterWrite) {
   return P->save(Dir, Keep, Path, Error, AfterWrite);
+}
+
+bool Trainer::initFromHuggingFace(const std::string &Dir, std::string &Error) {
+  return P->initFromHuggingFace(Dir, Error);
 }
 
 bool Trainer::load(const std::string &Path, const CheckpointManifest &M, std::string &Error) {

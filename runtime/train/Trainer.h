@@ -155,6 +155,14 @@ public:
   /// and trains on the samples after M.ConsumedSamples. Refused, naming the
   /// first tensor that differs, when the checkpoint is of another model.
   bool load(const std::string &Path, const CheckpointManifest &M, std::string &Error);
+
+  /// Collective over the world: sets every parameter from a Hugging Face
+  /// checkpoint (Dir/model.safetensors, F32, Qwen3-MoE / Qwen2-MoE / Mixtral
+  /// names: model.layers.L.self_attn.q_proj.weight, ...mlp.experts.E.gate_proj
+  /// .weight, ...), transposed to the runtime's [in, out] and sliced to this
+  /// rank's shards. False with Error naming the first tensor that is missing
+  /// or of another shape.
+  bool initFromHuggingFace(const std::string &Dir, std::string &Error);
   /// Steps done (those of a loaded checkpoint included).
   int64_t stepsDone() const;
   /// What the optimizer applies (the learning rate: the last step's).

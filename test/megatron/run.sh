@@ -10,6 +10,9 @@
 #                                                      import defines the model; test/megatron/providers.py)
 #        test/megatron/run.sh --router PATH/TO/moert-route (the runtime's router against Megatron-Core's
 #                                                      topk_routing_with_score_function; router.py)
+#        test/megatron/run.sh --hf-reference PATH/TO/moec --moerun M --mkdata K --mpirun R --work DIR
+#                                                     (moerun against transformers' Qwen3-MoE on the same
+#                                                      weights and tokens; test/runtime/train/hf_reference.py)
 # Env: MEGATRON_DIFF_COUNT (default 2000: the whole run takes 30-40 s on 2 cores),
 #      MEGATRON_DIFF_SEED (default 1), MOEC_MEGATRON_VENV (venv location, see scripts/megatron-venv.sh).
 set -euo pipefail
@@ -17,7 +20,7 @@ here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
 mode=differential
 case "${1:-}" in
-  --roundtrip | --schedule | --providers | --exports | --router) mode="${1#--}"; shift ;;
+  --roundtrip | --schedule | --providers | --exports | --router | --hf-reference) mode="${1#--}"; shift ;;
 esac
 tool="${1:?usage: run.sh [--roundtrip|--exports|--providers|--schedule] PATH/TO/moec, or --router PATH/TO/moert-route}"
 shift
@@ -31,4 +34,6 @@ case "$mode" in
            --summary "${MEGATRON_DIFF_SUMMARY:-${TMPDIR:-/tmp}/megatron-differential.json}") ;;
 esac
 py="$("$root/scripts/megatron-venv.sh")"
-exec "$py" "$here/$mode.py" "${args[@]}" "$@"
+script="$here/$mode.py"
+[ "$mode" = hf-reference ] && script="$root/test/runtime/train/hf_reference.py"
+exec "$py" "$script" "${args[@]}" "$@"

@@ -96,6 +96,9 @@ cl::opt<std::string> RunSaveInterval("save-interval", cl::desc("Forwarded to moe
 cl::opt<std::string> RunKeep("keep", cl::desc("Forwarded to moerun"), cl::value_desc("N"), cl::sub(RunCmd));
 cl::opt<std::string> RunLoad("load", cl::desc("Forwarded to moerun: resume from this directory's latest checkpoint"),
                              cl::value_desc("dir"), cl::sub(RunCmd));
+cl::opt<std::string> RunInitFromHf("init-from-hf",
+                                   cl::desc("Forwarded to moerun: start from this Hugging Face checkpoint directory"),
+                                   cl::value_desc("dir"), cl::sub(RunCmd));
 cl::opt<bool> RunDry("dry-run", cl::desc("Only check the plan and the process groups (moerun --dry-run)"),
                      cl::sub(RunCmd));
 

@@ -182,10 +182,11 @@ int runRun(const char *Argv0) {
   if (::getuid() == 0)
     Args.push_back("--allow-run-as-root");
   Args.insert(Args.end(), {Moerun, std::string(PlanPath), "--steps", std::to_string(unsigned(RunSteps))});
-  for (auto [Flag, Value] : {std::make_pair("--log", &RunLog), std::make_pair("--seed", &RunSeed),
-                             std::make_pair("--lr", &RunLR), std::make_pair("--timeout", &RunTimeout),
-                             std::make_pair("--save", &RunSave), std::make_pair("--save-interval", &RunSaveInterval),
-                             std::make_pair("--keep", &RunKeep), std::make_pair("--load", &RunLoad)})
+  for (auto [Flag, Value] :
+       {std::make_pair("--log", &RunLog), std::make_pair("--seed", &RunSeed), std::make_pair("--lr", &RunLR),
+        std::make_pair("--timeout", &RunTimeout), std::make_pair("--save", &RunSave),
+        std::make_pair("--save-interval", &RunSaveInterval), std::make_pair("--keep", &RunKeep),
+        std::make_pair("--load", &RunLoad), std::make_pair("--init-from-hf", &RunInitFromHf)})
     if (!Value->empty())
       Args.insert(Args.end(), {Flag, Value->getValue()});
   if (RunDry)

@@ -134,6 +134,14 @@ int moerun::runSteps(RunContext &Ctx) {
     std::fputs(Line.c_str(), stdout);
   }
 
+  if (!Ctx.Opts.InitFromHf.empty()) {
+    Ctx.Dog.beat("loading a Hugging Face checkpoint");
+    bool Ok = T->initFromHuggingFace(Ctx.Opts.InitFromHf, Error);
+    if (!agreeOrReport(Ctx.World, Ok, "--init-from-hf '" + Ctx.Opts.InitFromHf + "': " + Error))
+      return 6;
+    if (Rank0)
+      std::printf("moerun: parameters from the Hugging Face checkpoint '%s'\n", Ctx.Opts.InitFromHf.c_str());
+  }
   if (!Ctx.Opts.LoadDir.empty()) {
     Ctx.Dog.beat("loading a checkpoint");
     bool Found = false;

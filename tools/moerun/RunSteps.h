@@ -35,6 +35,9 @@ struct RunOptions {
   /// SaveInterval steps (0: only), at the last step and on SIGTERM, keeping
   /// the newest Keep (0: all); the run resumes from LoadDir's latest one.
   std::string SaveDir, LoadDir;
+  /// A Hugging Face checkpoint directory to start from (empty: the seed's
+  /// initialisation); a checkpoint found by LoadDir wins over it.
+  std::string InitFromHf;
   int64_t SaveInterval = 0;
   int Keep = 0;
 };

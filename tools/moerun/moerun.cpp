@@ -66,11 +66,17 @@ cl::opt<int64_t> Keep("keep", cl::desc("Keep the newest N checkpoints (with --sa
 cl::opt<std::string> LoadDir("load",
                              cl::desc("Resume from the latest checkpoint in this directory (none there: from step 0)"),
                              cl::value_desc("DIR"), cl::cat(MoerunCategory));
+cl::opt<std::string> InitFromHf("init-from-hf",
+                                cl::desc("Start from a Hugging Face checkpoint (DIR/model.safetensors, F32) instead "
+                                         "of the seeded initialisation"),
+                                cl::value_desc("DIR"), cl::cat(MoerunCategory));
 cl::opt<bool> DryRun("dry-run", cl::desc("Check the plan and exercise every group instead of training"),
                      cl::cat(MoerunCategory));
 
-const char *Usage = "usage: moerun PLAN.toml [--steps K] [--log FILE] [--seed S] [--lr X] [--timeout SECONDS] "
-                    "[--save DIR [--save-interval K] [--keep N]] [--load DIR] [--dry-run] (--help lists them)\n";
+const char *Usage =
+    "usage: moerun PLAN.toml [--steps K] [--log FILE] [--seed S] [--lr X] [--timeout SECONDS] "
+    "[--save DIR [--save-interval K] [--keep N]] [--load DIR] [--init-from-hf DIR] [--dry-run] (--help lists "
+    "them)\n";
 
 /// Parses the command line (llvm::cl, as moec does) without exiting:
 /// false with Error set on a usage error, which every rank reports once MPI
@@ -115,6 +121,7 @@ bool parseOptions(int Argc, char **Argv, RunOptions &Opts, std::string &Error) {
   Opts.DryRun = DryRun;
   Opts.SaveDir = SaveDir;
   Opts.LoadDir = LoadDir;
+  Opts.InitFromHf = InitFromHf;
   Opts.SaveInterval = SaveInterval;
   Opts.Keep = int(Keep);
   return Error.empty();

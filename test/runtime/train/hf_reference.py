@@ -1,0 +1,113 @@
+#!/usr/bin/env python3
+"""moerun against Hugging Face's modeling code: a tiny random Qwen3-MoE built with the
+`transformers` package (Qwen3MoeForCausalLM, float32, on the CPU) is saved, its config.json
+imported by `moec plan` through `hf(...)`, its weights loaded with `moerun --init-from-hf`, and
+the first step's training loss compared with the transformers forward on the same tokens: the
+first two windows of a corpus written by moerun-mkdata, read back with Megatron-Core's
+IndexedDataset (moerun's windows: sample i is the seq_len + 1 tokens at stream position
+i * seq_len). The model exercises GQA with QK-norm, RoPE, the softmax router with normalised
+top-k weights (norm_topk_prob, which is Megatron's top-k-then-softmax) and SwiGLU experts.
+
+Layouts: one rank, tp 2, ep 2, pp 2 and tp 2 with etp 2 and ep 2. Tolerance 1e-7 relative: both
+sides compute in fp32 (the loss itself is summed in double on both), and the logits come from
+sums of a few hundred products in different orders (BLAS blocking, tp/ep/etp partial sums), so
+they differ by a few fp32 roundings of each logit, ~1e-9 of the loss in practice (measured:
+2.5e-10 to 1.2e-9); a wrong weight, norm or routing rule moves it by far more (the control, a
+checkpoint whose q_norm weights are left at ones, moves it by 2.4e-3). The gradients are not
+compared here: moerun's objective adds the load-balancing loss, which transformers leaves out
+unless output_router_logits is set, with another normalisation.
+
+Usage: PY=$(scripts/megatron-venv.sh); $PY test/runtime/train/hf_reference.py --moec MOEC
+       --moerun MOERUN --mkdata MKDATA --mpirun MPIRUN --work DIR
+"""
+import os
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "..", "megatron"))
+import harness  # noqa: E402
+from harness import check  # noqa: E402
+import oracle  # noqa: E402,F401  (puts the import-time stand-ins on sys.path)
+import torch  # noqa: E402
+
+SEQ_LEN, SAMPLES, VOCAB = 64, 2, 128
+TOL = 1e-7
+LAYOUTS = [("one_rank", 1, "tp = 1"), ("tp2", 2, "tp = 2"), ("ep2", 2, "ep = 2"), ("pp2", 2, "pp = 2"),
+           ("tp2_etp2_ep2", 4, "tp = 2; ep = 2; etp = 2")]
+
+
+def tiny_qwen3_moe(out_dir, perturb_q_norm=True):
+    from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
+    config = Qwen3MoeConfig(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, moe_intermediate_size=32,
+                            num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                            num_experts=8, num_experts_per_tok=2, norm_topk_prob=True, rope_theta=10000.0,
+                            rms_norm_eps=1e-5, tie_word_embeddings=False, max_position_embeddings=128,
+                            decoder_sparse_step=1, mlp_only_layers=[], attention_dropout=0.0)
+    torch.manual_seed(0)
+    model = Qwen3MoeForCausalLM(config).float().eval()
+    with torch.no_grad():
+        # Norm weights start at one; move them so that a norm loaded wrong (or not at all) shows.
+        for name, p in model.named_parameters():
+            if name.endswith("norm.weight") and (perturb_q_norm or "q_norm" not in name):
+                p.add_(0.2 * torch.randn_like(p))
+    model.save_pretrained(out_dir, safe_serialization=True)
+    return model
+
+
+def windows(prefix):
+    from megatron.core.datasets.indexed_dataset import IndexedDataset
+    ds = IndexedDataset(prefix)
+    stream = torch.cat([torch.as_tensor(ds[i].astype("int64")) for i in range(len(ds))])
+    return [stream[i * SEQ_LEN:i * SEQ_LEN + SEQ_LEN + 1] for i in range(SAMPLES)]
+
+
+def reference_loss(model, samples):
+    x = torch.stack([s[:-1] for s in samples])
+    y = torch.stack([s[1:] for s in samples])
+    with torch.no_grad():
+        logits = model(input_ids=x).logits.double()
+    return float(torch.nn.functional.cross_entropy(logits.reshape(-1, VOCAB), y.reshape(-1)))
+
+
+def run(a, name, ranks, parallel, hf_dir, corpus):
+    text = (f'recipe {name} {{\n  model = hf("{hf_dir}/config.json")\n  cluster {{ gpu = cpu; gpus = {ranks} }}\n'
+            f"  seq_len = {SEQ_LEN}\n  batch {{ micro = 1; global = {SAMPLES} }}\n  parallel {{ {parallel} }}\n"
+            f'  data {{ source = real("{corpus}") }}\n}}\n')
+    plan = harness.plan(a, name, text)
+    log = os.path.join(a.work, name + ".jsonl")
+    rc, out = harness.moerun(a, ranks, plan, ["--steps", "1", "--init-from-hf", hf_dir, "--log", log])
+    if rc != 0 or not os.path.exists(log):
+        return None, out
+    return harness.records(log)[0]["loss"], out
+
+
+def main():
+    a = harness.args()
+    corpus = os.path.join(a.work, "corpus")
+    subprocess.run([a.mkdata, "--out", corpus, "--vocab", str(VOCAB), "--tokens", "2000", "--seed", "5"],
+                   check=True, env=a.env, stdout=subprocess.DEVNULL)
+    samples = windows(corpus)
+    hf_dir = os.path.join(a.work, "qwen3_moe_tiny")
+    model = tiny_qwen3_moe(hf_dir)
+    ref = reference_loss(model, samples)
+    print(f"transformers Qwen3MoeForCausalLM: loss {ref!r}")
+    for name, ranks, parallel in LAYOUTS:
+        loss, out = run(a, name, ranks, parallel, hf_dir, corpus)
+        rel = abs(loss - ref) / abs(ref) if loss is not None else float("inf")
+        check(loss is not None and rel <= TOL,
+              f"{name} ({ranks} ranks): moerun's step-1 loss {loss!r} equals transformers' within "
+              f"{rel:.1e} relative", out)
+    # Control: the same weights but the q-norm left at ones in the checkpoint moerun reads.
+    control_dir = os.path.join(a.work, "control")
+    tiny_qwen3_moe(control_dir, perturb_q_norm=False)
+    loss, out = run(a, "control", 1, "tp = 1", control_dir, corpus)
+    rel = abs(loss - ref) / abs(ref) if loss is not None else 0.0
+    check(loss is not None and rel > 100 * TOL, f"control (q_norm not loaded as trained): told apart, {rel:.1e} "
+          "relative", out)
+    return harness.finish("hf_reference")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
