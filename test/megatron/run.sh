@@ -10,7 +10,7 @@
 #                                                      import defines the model; test/megatron/providers.py)
 #        test/megatron/run.sh --router PATH/TO/moert-route (the runtime's router against Megatron-Core's
 #                                                      topk_routing_with_score_function; router.py)
-#        test/megatron/run.sh --hf-reference PATH/TO/moec --moerun M --mkdata K --mpirun R --work DIR
+#        test/megatron/run.sh --hf-reference PATH/TO/moec --moerun M --driver D --mkdata K --mpirun R --work DIR
 #                                                     (moerun against transformers' Qwen3-MoE on the same
 #                                                      weights and tokens; test/runtime/train/hf_reference.py)
 # Env: MEGATRON_DIFF_COUNT (default 2000: the whole run takes 30-40 s on 2 cores),

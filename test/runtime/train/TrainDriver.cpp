@@ -33,7 +33,7 @@ using namespace moert;
 int main(int Argc, char **Argv) {
   std::unique_ptr<CommWorld> World = createMpiWorld(&Argc, &Argv);
   setBlasThreads(1);
-  std::string PlanPath, DumpDir, LogPath;
+  std::string PlanPath, DumpDir, LogPath, HfDir;
   int64_t Steps = 1;
   TrainerOptions Opts;
   for (int I = 1; I < Argc; ++I) {
@@ -55,6 +55,8 @@ int main(int Argc, char **Argv) {
       Opts.Optimizer.Distributed = true;
     else if (A == "--adam-eps")
       Opts.Optimizer.Eps = std::atof(Value().c_str());
+    else if (A == "--init-from-hf")
+      HfDir = Value();
     else if (A == "--seed")
       Opts.Seed = std::strtoull(Value().c_str(), nullptr, 10);
     else if (PlanPath.empty())
@@ -64,7 +66,7 @@ int main(int Argc, char **Argv) {
   }
   if (PlanPath.empty() || Steps < 1)
     World->abort("usage: moert-train-driver PLAN [--steps K] [--dump DIR] "
-                 "[--log FILE] [--lr LR] [--seed S]",
+                 "[--log FILE] [--lr LR] [--seed S] [--init-from-hf DIR]",
                  2);
   llvm::Expected<moec::LaunchPlan> Plan = moec::readPlan(PlanPath);
   if (!Plan)
@@ -79,6 +81,8 @@ int main(int Argc, char **Argv) {
   }
   if (std::string Error = T->checkDataShare(); !Error.empty())
     World->abort(Error, 2);
+  if (std::string Error; !HfDir.empty() && !T->initFromHuggingFace(HfDir, Error))
+    World->abort("--init-from-hf: " + Error, 2);
   bool Root = World->rank() == 0;
   std::FILE *Log = nullptr, *Loss = nullptr;
   if (Root) {

@@ -20,9 +20,12 @@ def check(ok, what, output=""):
             print("---- output ----\n" + output[-3000:])
 
 
-def args():
-    """--moec, --moerun, --mpirun, --work (emptied) and --mkdata; a.env is moerun's environment."""
+def args(extra=()):
+    """--moec, --moerun, --mpirun, --work (emptied), --mkdata and the (flag, help) pairs of extra;
+    a.env is moerun's environment."""
     ap = argparse.ArgumentParser()
+    for flag, what in extra:
+        ap.add_argument(flag, help=what)
     ap.add_argument("--moec", required=True)
     ap.add_argument("--moerun", required=True)
     ap.add_argument("--mpirun", default="mpirun")

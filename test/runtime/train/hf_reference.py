@@ -13,20 +13,29 @@ sides compute in fp32 (the loss itself is summed in double on both), and the log
 sums of a few hundred products in different orders (BLAS blocking, tp/ep/etp partial sums), so
 they differ by a few fp32 roundings of each logit, ~1e-9 of the loss in practice (measured:
 2.5e-10 to 1.2e-9); a wrong weight, norm or routing rule moves it by far more (the control, a
-checkpoint whose q_norm weights are left at ones, moves it by 2.4e-3). The gradients are not
-compared here: moerun's objective adds the load-balancing loss, which transformers leaves out
-unless output_router_logits is set, with another normalisation.
+checkpoint whose q_norm weights are left at ones, moves it by 2.4e-3).
+
+Gradients: moerun's objective is the mean cross entropy plus, per micro batch (here one
+sequence) and MoE layer, Megatron's load-balancing loss coeff x E x sum_e f_e P_e (f_e the share
+of the micro batch's routed copies that went to e, a constant; P_e the mean softmax score),
+times 1 / micro batches. transformers' own aux loss is normalised otherwise, so the reference
+objective is built here from the router logits transformers returns (output_router_logits) and
+differentiated by torch autograd. Every gradient moert-train-driver dumps after step 1 must match
+the torch gradient of the same Hugging Face tensor (transposed for Linear weights) within 1e-5 of
+the tensor's largest magnitude, under one rank and under tp 2, ep 2 and pp 2.
 
 Usage: PY=$(scripts/megatron-venv.sh); $PY test/runtime/train/hf_reference.py --moec MOEC
-       --moerun MOERUN --mkdata MKDATA --mpirun MPIRUN --work DIR
+       --moerun MOERUN --driver MOERT_TRAIN_DRIVER --mkdata MKDATA --mpirun MPIRUN --work DIR
 """
 import os
+import re
 import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "..", "megatron"))
+import compare_dumps  # noqa: E402
 import harness  # noqa: E402
 from harness import check  # noqa: E402
 import oracle  # noqa: E402,F401  (puts the import-time stand-ins on sys.path)
@@ -34,6 +43,9 @@ import torch  # noqa: E402
 
 SEQ_LEN, SAMPLES, VOCAB = 64, 2, 128
 TOL = 1e-7
+GRAD_TOL = 1e-5
+AUX_COEFF = 1e-2  # moert::ModelConfig::AuxLossCoeff, Megatron's moe_aux_loss_coeff default
+GRAD_LAYOUTS = [("one_rank", 1, "tp = 1"), ("tp2", 2, "tp = 2"), ("ep2", 2, "ep = 2"), ("pp2", 2, "pp = 2")]
 LAYOUTS = [("one_rank", 1, "tp = 1"), ("tp2", 2, "tp = 2"), ("ep2", 2, "ep = 2"), ("pp2", 2, "pp = 2"),
            ("tp2_etp2_ep2", 4, "tp = 2; ep = 2; etp = 2")]
 
@@ -71,11 +83,86 @@ def reference_loss(model, samples):
     return float(torch.nn.functional.cross_entropy(logits.reshape(-1, VOCAB), y.reshape(-1)))
 
 
-def run(a, name, ranks, parallel, hf_dir, corpus):
-    text = (f'recipe {name} {{\n  model = hf("{hf_dir}/config.json")\n  cluster {{ gpu = cpu; gpus = {ranks} }}\n'
+def reference_gradients(model, samples):
+    """Name -> gradient of moerun's objective, for every Hugging Face parameter."""
+    cfg = model.config
+    x = torch.stack([s[:-1] for s in samples])
+    y = torch.stack([s[1:] for s in samples])
+    model.zero_grad()
+    out = model(input_ids=x, output_router_logits=True)
+    ce = torch.nn.functional.cross_entropy(out.logits.reshape(-1, VOCAB), y.reshape(-1))
+    experts, k = cfg.num_experts, cfg.num_experts_per_tok
+    aux = 0
+    for logits in out.router_logits:  # [batch * seq, experts] per MoE layer
+        for b in range(len(samples)):
+            part = logits[b * SEQ_LEN:(b + 1) * SEQ_LEN]
+            probs = torch.softmax(part.float(), dim=-1)
+            chosen = torch.topk(part, k, dim=-1).indices
+            f = torch.bincount(chosen.flatten(), minlength=experts).float() / (SEQ_LEN * k)
+            aux = aux + AUX_COEFF * experts * (f.detach() * probs.mean(dim=0)).sum()
+    (ce + aux / len(samples)).backward()
+    return {name: p.grad.detach().clone() for name, p in model.named_parameters()}
+
+
+def runtime_name(hf):
+    """The moerun parameter of a Hugging Face tensor and whether it is a Linear weight ([out, in])."""
+    if hf == "model.embed_tokens.weight":
+        return "embedding", False
+    if hf == "model.norm.weight":
+        return "final_norm", False
+    if hf == "lm_head.weight":
+        return "output", True
+    m = re.fullmatch(r"model\.layers\.(\d+)\.(.*)\.weight", hf)
+    layer, rest = m.group(1), m.group(2)
+    e = re.fullmatch(r"mlp\.experts\.(\d+)\.(gate|up|down)_proj", rest)
+    if e:
+        return f"layers.{layer}.experts.{e.group(1)}.{e.group(2)}", True
+    names = {"input_layernorm": ("attn_norm", False), "post_attention_layernorm": ("mlp_norm", False),
+             "self_attn.q_norm": ("attn.q_norm", False), "self_attn.k_norm": ("attn.k_norm", False),
+             "mlp.gate": ("router", True)}
+    for p in "qkvo":
+        names[f"self_attn.{p}_proj"] = (f"attn.{p}", True)
+    name, linear = names[rest]
+    return f"layers.{layer}.{name}", linear
+
+
+def recipe(name, ranks, parallel, hf_dir, corpus):
+    return (f'recipe {name} {{\n  model = hf("{hf_dir}/config.json")\n  cluster {{ gpu = cpu; gpus = {ranks} }}\n'
             f"  seq_len = {SEQ_LEN}\n  batch {{ micro = 1; global = {SAMPLES} }}\n  parallel {{ {parallel} }}\n"
             f'  data {{ source = real("{corpus}") }}\n}}\n')
-    plan = harness.plan(a, name, text)
+
+
+def driver_gradients(a, name, ranks, parallel, hf_dir, corpus):
+    """moert-train-driver's full gradients after step 1 (None and the output on failure)."""
+    plan = harness.plan(a, "grad_" + name, recipe("grad_" + name, ranks, parallel, hf_dir, corpus))
+    dump = os.path.join(a.work, "grad_" + name)
+    os.makedirs(dump, exist_ok=True)
+    cmd = [a.mpirun, "--oversubscribe", "--bind-to", "none", "--mca", "btl", "self,vader", "-np", str(ranks),
+           a.driver, plan, "--steps", "1", "--init-from-hf", hf_dir, "--dump", dump]
+    p = subprocess.run(cmd, env=a.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
+    if p.returncode != 0:
+        return None, p.stdout
+    return compare_dumps.read_run(dump, "grads"), p.stdout
+
+
+def compare_gradients(ours, ref):
+    """The worst error over every tensor (of the tensor's largest reference magnitude) and the
+    tensors that miss GRAD_TOL."""
+    worst, bad = 0.0, []
+    for hf, g in ref.items():
+        name, linear = runtime_name(hf)
+        want = g.t() if linear else g
+        shape, values = ours[name]
+        got = torch.tensor(values, dtype=torch.float32).reshape(shape)
+        err = float((got - want).abs().max()) / max(float(want.abs().max()), 1e-30)
+        worst = max(worst, err)
+        if err > GRAD_TOL:
+            bad.append(f"{name} ({hf}): {err:.1e}")
+    return worst, bad
+
+
+def run(a, name, ranks, parallel, hf_dir, corpus):
+    plan = harness.plan(a, name, recipe(name, ranks, parallel, hf_dir, corpus))
     log = os.path.join(a.work, name + ".jsonl")
     rc, out = harness.moerun(a, ranks, plan, ["--steps", "1", "--init-from-hf", hf_dir, "--log", log])
     if rc != 0 or not os.path.exists(log):
@@ -84,7 +171,7 @@ def run(a, name, ranks, parallel, hf_dir, corpus):
 
 
 def main():
-    a = harness.args()
+    a = harness.args(extra=[("--driver", "moert-train-driver, for the gradient dumps")])
     corpus = os.path.join(a.work, "corpus")
     subprocess.run([a.mkdata, "--out", corpus, "--vocab", str(VOCAB), "--tokens", "2000", "--seed", "5"],
                    check=True, env=a.env, stdout=subprocess.DEVNULL)
@@ -99,6 +186,15 @@ def main():
         check(loss is not None and rel <= TOL,
               f"{name} ({ranks} ranks): moerun's step-1 loss {loss!r} equals transformers' within "
               f"{rel:.1e} relative", out)
+    grads = reference_gradients(model, samples)
+    for name, ranks, parallel in GRAD_LAYOUTS:
+        ours, out = driver_gradients(a, name, ranks, parallel, hf_dir, corpus)
+        if ours is None:
+            check(False, f"gradients under {name}: moert-train-driver failed", out)
+            continue
+        worst, bad = compare_gradients(ours, grads)
+        check(not bad, f"gradients under {name} ({ranks} ranks): all {len(grads)} tensors equal torch's within "
+              f"{worst:.1e} of their scale" + (f"; off: {', '.join(bad[:5])}" if bad else ""))
     # Control: the same weights but the q-norm left at ones in the checkpoint moerun reads.
     control_dir = os.path.join(a.work, "control")
     tiny_qwen3_moe(control_dir, perturb_q_norm=False)
