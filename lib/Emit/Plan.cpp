@@ -75,6 +75,8 @@ json::Value moec::recipeToJSON(const Recipe &R) {
   if (M.FfnHidden)
     Model["ffn_hidden"] = *M.FfnHidden;
   Model["qk_norm"] = M.QkNorm;
+  if (M.RopeTheta)
+    Model["rope_theta"] = *M.RopeTheta;
   if (M.MLA)
     Model["mla"] = json::Object{{"q_lora_rank", M.MLA->QLoraRank},
                                 {"kv_lora_rank", M.MLA->KvLoraRank},

@@ -172,6 +172,12 @@ bool PlanParser::readModel(const toml::table &Config) {
       !readInt(*M, Pre, "vocab", Model.Vocab, 1) || !readInt(*M, Pre, "mtp_layers", Model.MtpLayers, 0) ||
       !readBool(*M, Pre, "qk_norm", Model.QkNorm, false))
     return false;
+  if (const toml::node *N = M->get("rope_theta")) {
+    std::optional<double> V = N->value<double>();
+    if (!N->is_number() || !V || !(*V >= 1))
+      return fail(Pre + ".rope_theta", "expected a number of at least 1");
+    Model.RopeTheta = *V;
+  }
   if (M->contains("ffn_hidden")) {
     int64_t F = 0;
     if (!readInt(*M, Pre, "ffn_hidden", F, 1))

@@ -43,6 +43,13 @@ public:
     }
     return llvm::None;
   }
+  llvm::Optional<double> number(llvm::StringRef Key) {
+    if (const json::Value *V = O.get(Key)) {
+      Used.insert(Key);
+      return V->getAsNumber();
+    }
+    return llvm::None;
+  }
   llvm::Optional<bool> boolean(llvm::StringRef Key) {
     if (const json::Value *V = O.get(Key)) {
       Used.insert(Key);
@@ -156,6 +163,9 @@ llvm::Expected<HFImport> moec::importHFConfig(llvm::StringRef JsonText, llvm::St
     return std::move(E);
   Opt("kv_heads", {"num_key_value_heads"});
   Opt("max_seq_len", {"max_position_embeddings"});
+  if (auto Theta = C.number("rope_theta"); Theta && *Theta >= 1 && *Theta < 1e15)
+    Line(*Theta == std::trunc(*Theta) ? fmt::format("rope_theta = {}", int64_t(*Theta))
+                                      : fmt::format("rope_theta = {}", *Theta));
   Opt("mtp_layers", {"num_nextn_predict_layers", "mtp_num_layers"});
 
   // MoE: DeepSeek (n_routed_experts), Qwen (num_experts), Mixtral (num_local_experts).

@@ -102,6 +102,7 @@ const ModelSpec *SemaImpl::lowerModel(DefInfo &D) {
   M.MtpLayers = R.count("mtp_layers");
   M.FfnHidden = R.optCount("ffn_hidden");
   M.MaxSeqLen = R.optCount("max_seq_len");
+  M.RopeTheta = R.optReal("rope_theta");
   M.QkNorm = R.boolean("qk_norm");
   if (!Sc.isSet("head_dim") && !Sc.get("head_dim") && M.Hidden && M.Heads)
     Diags.report(diag::missing_field, D.AST->NameRange, "model", D.name(), "head_dim")

@@ -189,6 +189,8 @@ const FieldSpec ModelFields[] = {
     COUNT(Model, "vocab", Required, "", 1, "vocabulary size"),
     COUNT(Model, "mtp_layers", Default, "0", 0, "multi-token-prediction layers"),
     COUNT(Model, "max_seq_len", Optional, "", 1, "maximum position embeddings"),
+    FIELD(Model, "rope_theta", Number, Optional, "", 1, NoMax, {},
+          "RoPE base frequency (unset: 10000, Megatron's rotary_base default); moerun rotates by it"),
     FIELD(Model, "qk_norm", Bool, Default, "false", 0, 0, {},
           "RMSNorm on queries and keys before attention (Megatron qk_layernorm; the Qwen3 family); with MLA, the "
           "norms of the query and key/value latents (DeepSeek-V3)"),

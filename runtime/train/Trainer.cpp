@@ -51,6 +51,7 @@ ModelConfig modelConfig(const moec::LaunchPlan &Plan) {
   C.HeadDim = M.HeadDim;
   C.Vocab = M.Vocab;
   C.QkNorm = M.QkNorm;
+  C.RopeTheta = M.RopeTheta;
   if (M.MoE) {
     C.Experts = M.MoE->Experts;
     C.TopK = M.MoE->TopK;

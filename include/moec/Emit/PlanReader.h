@@ -45,7 +45,8 @@ struct LaunchModel {
   std::string Name;
   int64_t Layers = 0, Hidden = 0, Heads = 0, KvHeads = 0, HeadDim = 0, Vocab = 0, MtpLayers = 0;
   std::optional<int64_t> FfnHidden;
-  bool QkNorm = false; ///< RMSNorm of each query and key head before RoPE (Qwen3)
+  bool QkNorm = false;        ///< RMSNorm of each query and key head before RoPE (Qwen3)
+  double RopeTheta = 10000.0; ///< RoPE base (Megatron's rotary_base default when the model does not say)
   std::optional<LaunchMoE> MoE;
   /// The plan describes a model feature the CPU runtime does not implement
   /// (MLA, linear attention, vision): the names, for a clear refusal.

@@ -109,6 +109,7 @@ struct ModelSpec {
   std::string Name;
   int64_t Layers = 0, Hidden = 0, Heads = 0, KvHeads = 0, HeadDim = 0, Vocab = 0, MtpLayers = 0;
   llvm::Optional<int64_t> FfnHidden, MaxSeqLen;
+  llvm::Optional<double> RopeTheta;
   bool QkNorm = false;
   llvm::Optional<MLASpec> MLA;
   llvm::Optional<MoESpec> MoE;

@@ -8,12 +8,13 @@ IndexedDataset (moerun's windows: sample i is the seq_len + 1 tokens at stream p
 i * seq_len). The model exercises GQA with QK-norm, RoPE, the softmax router with normalised
 top-k weights (norm_topk_prob, which is Megatron's top-k-then-softmax) and SwiGLU experts.
 
-Layouts: one rank, tp 2, ep 2, pp 2 and tp 2 with etp 2 and ep 2. Tolerance 1e-7 relative: both
+Layouts: one rank, tp 2, ep 2, pp 2 and tp 2 with etp 2 and ep 2. Tolerance 1e-6 relative: both
 sides compute in fp32 (the loss itself is summed in double on both), and the logits come from
 sums of a few hundred products in different orders (BLAS blocking, tp/ep/etp partial sums), so
-they differ by a few fp32 roundings of each logit, ~1e-9 of the loss in practice (measured:
-2.5e-10 to 1.2e-9); a wrong weight, norm or routing rule moves it by far more (the control, a
-checkpoint whose q_norm weights are left at ones, moves it by 2.4e-3).
+they differ by a few fp32 roundings of each logit (measured: 1.2e-9 to 5.1e-8 of the loss); a
+wrong weight, norm, RoPE base or routing rule moves it by far more (the control, a checkpoint
+whose q_norm weights are left at ones, moves it by 2.5e-3; the RoPE base of 10000 instead of
+the config's 1e6, by 9e-5).
 
 Gradients: moerun's objective is the mean cross entropy plus, per micro batch (here one
 sequence) and MoE layer, Megatron's load-balancing loss coeff x E x sum_e f_e P_e (f_e the share
@@ -42,7 +43,7 @@ import oracle  # noqa: E402,F401  (puts the import-time stand-ins on sys.path)
 import torch  # noqa: E402
 
 SEQ_LEN, SAMPLES, VOCAB = 64, 2, 128
-TOL = 1e-7
+TOL = 1e-6
 GRAD_TOL = 1e-5
 AUX_COEFF = 1e-2  # moert::ModelConfig::AuxLossCoeff, Megatron's moe_aux_loss_coeff default
 GRAD_LAYOUTS = [("one_rank", 1, "tp = 1"), ("tp2", 2, "tp = 2"), ("ep2", 2, "ep = 2"), ("pp2", 2, "pp = 2")]
@@ -54,7 +55,7 @@ def tiny_qwen3_moe(out_dir, perturb_q_norm=True):
     from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
     config = Qwen3MoeConfig(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, moe_intermediate_size=32,
                             num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
-                            num_experts=8, num_experts_per_tok=2, norm_topk_prob=True, rope_theta=10000.0,
+                            num_experts=8, num_experts_per_tok=2, norm_topk_prob=True, rope_theta=1000000.0,
                             rms_norm_eps=1e-5, tie_word_embeddings=False, max_position_embeddings=128,
                             decoder_sparse_step=1, mlp_only_layers=[], attention_dropout=0.0)
     torch.manual_seed(0)
