@@ -51,21 +51,21 @@ int64_t MoeBlock::gatheredBegin(const MoeSaved &S, int64_t R, int64_t L) const {
 
 Tensor MoeBlock::gatherExpertRows(const Tensor &Mine, MoeSaved &S) {
   int64_t Ranks = Etp.size(), Local = Dispatcher.localExperts(), H = Config.Hidden;
-  // Every rank's rows per local expert (exact in float: far below 2^24).
-  std::vector<float> Count(static_cast<size_t>(Local)), Counts(static_cast<size_t>(Ranks * Local));
-  for (int64_t L = 0; L < Local; ++L)
-    Count[size_t(L)] = float(S.Dispatch.TokensPerLocalExpert[size_t(L)]);
-  Etp.allGather(Count.data(), Counts.data(), size_t(Local));
-  S.EtpCounts.assign(size_t(Ranks * Local), 0);
-  int64_t Padded = 0, Total = 0;
-  for (int64_t R = 0; R < Ranks; ++R) {
-    int64_t Rows = 0;
+  if (S.EtpCounts.empty()) {
+    // The forward learns every rank's rows per local expert (exact in
+    // float: far below 2^24); the backward's gather reuses the layout.
+    std::vector<float> Count(static_cast<size_t>(Local)), Counts(static_cast<size_t>(Ranks * Local));
     for (int64_t L = 0; L < Local; ++L)
-      Rows += S.EtpCounts[size_t(R * Local + L)] = int64_t(Counts[size_t(R * Local + L)]);
-    Padded = std::max(Padded, Rows);
-    Total += Rows;
+      Count[size_t(L)] = float(S.Dispatch.TokensPerLocalExpert[size_t(L)]);
+    Etp.allGather(Count.data(), Counts.data(), size_t(Local));
+    S.EtpCounts.assign(Counts.begin(), Counts.end());
+    S.EtpPaddedRows = 0;
+    for (int64_t R = 0; R < Ranks; ++R)
+      S.EtpPaddedRows = std::max(S.EtpPaddedRows, std::accumulate(S.EtpCounts.begin() + R * Local,
+                                                                  S.EtpCounts.begin() + (R + 1) * Local, int64_t(0)));
   }
-  S.EtpPaddedRows = Padded;
+  int64_t Padded = S.EtpPaddedRows;
+  int64_t Total = std::accumulate(S.EtpCounts.begin(), S.EtpCounts.end(), int64_t(0));
   std::vector<float> Send(size_t(Padded * H), 0.0f), Recv(size_t(Ranks * Padded * H));
   std::copy_n(Mine.data(), Mine.numel(), Send.begin());
   Etp.allGather(Send.data(), Recv.data(), Send.size());

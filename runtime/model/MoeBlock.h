@@ -67,7 +67,8 @@ public:
 
 private:
   /// Under etp > 1: this rank's dispatched rows -> every etp rank's,
-  /// expert-major (fills S.EtpCounts and S.EtpPaddedRows).
+  /// expert-major (the first call of a micro batch fills S.EtpCounts and
+  /// S.EtpPaddedRows; later ones, in backward, reuse them).
   Tensor gatherExpertRows(const Tensor &Mine, MoeSaved &S);
   /// The reverse: this rank's rows of the sum over the etp group of
   /// Partial (laid out as gatherExpertRows returns).
