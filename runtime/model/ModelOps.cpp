@@ -48,10 +48,12 @@ Tensor rmsNormBackward(const Tensor &X, const Tensor &W, const std::vector<float
 void applyRope(Tensor &X, int64_t HeadDim, const std::vector<int64_t> &Positions, double Theta, bool Inverse) {
   int64_t N = X.rows(), Heads = X.cols() / HeadDim, Half = HeadDim / 2;
   std::vector<float> Cos(Half), Sin(Half);
+  std::vector<double> Freq(Half);
+  for (int64_t J = 0; J < Half; ++J)
+    Freq[J] = std::pow(Theta, -2.0 * double(J) / double(HeadDim));
   for (int64_t I = 0; I < N; ++I) {
     for (int64_t J = 0; J < Half; ++J) {
-      double Freq = std::pow(Theta, -2.0 * double(J) / double(HeadDim));
-      double Angle = double(Positions[I]) * Freq;
+      double Angle = double(Positions[I]) * Freq[J];
       Cos[J] = float(std::cos(Angle));
       Sin[J] = float(Inverse ? -std::sin(Angle) : std::sin(Angle));
     }

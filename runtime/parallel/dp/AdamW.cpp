@@ -9,48 +9,62 @@ namespace moert {
 
 namespace {
 
-/// The scalars of one step, shared by every element.
+/// The scalars of one step, shared by every element, in the precision the
+/// element arithmetic runs in.
 struct StepConstants {
-  double Beta1, Beta2, Eps;
-  double StepSize; ///< lr / (1 - beta1^t)
-  double Bc2Sqrt;  ///< sqrt(1 - beta2^t)
-  double Scale;    ///< gradient clipping factor
+  float Beta1, Beta2, Eps;
+  float StepSize; ///< lr / (1 - beta1^t)
+  float Bc2Sqrt;  ///< sqrt(1 - beta2^t)
+  float Scale;    ///< gradient clipping factor
 };
 
 /// The AdamW update of N consecutive elements; both variants go through
 /// here, so they differ only by the gradient sums they feed in. Decay is
 /// lr * wd or 0. This is the hot loop of a step (every parameter element,
-/// every step). The arrays never overlap, so the compiler may update several
-/// elements in one vector register; each element's arithmetic is unchanged,
-/// operation for operation (the file is built with -fno-math-errno, which
-/// lets sqrt vectorize without changing its result, and -ffp-contract=off,
-/// so no FMA changes a rounding): the same bits as one element at a time.
-/// On x86-64 with GCC, target_clones adds AVX-512 and AVX2 versions chosen
-/// at load time (not under ASan, whose shadow memory is not set up yet when
-/// the loader runs the clones' resolver).
+/// every step). The arithmetic is fp32, as in torch's and Apex's fused Adam
+/// that Megatron-Core steps with (master weights, moments and gradients are
+/// all fp32 there too), so a vector register holds twice the elements that
+/// double arithmetic would. The arrays never overlap, so the compiler may
+/// update several elements in one vector register; each element's arithmetic
+/// is unchanged, operation for operation (the file is built with
+/// -fno-math-errno, which lets sqrt vectorize without changing its result,
+/// and -ffp-contract=off, so no FMA changes a rounding): the same bits as one
+/// element at a time. On x86-64 with GCC, target_clones adds AVX-512 and AVX2
+/// versions chosen at load time (not under ASan, whose shadow memory is not
+/// set up yet when the loader runs the clones' resolver).
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
 __attribute__((target_clones("avx512f", "avx2", "default")))
 #endif
 void updateRange(float *__restrict Param, float *__restrict M,
                  float *__restrict V, const float *__restrict Grad, size_t N,
-                 double Decay, const StepConstants C) {
+                 float Decay, const StepConstants C) {
+  const float KeepM = 1.0f - C.Beta1, KeepV = 1.0f - C.Beta2, Shrink = 1.0f - Decay;
   for (size_t K = 0; K < N; ++K) {
-    double G = double(Grad[K]) * C.Scale;
-    double NewM = C.Beta1 * double(M[K]) + (1 - C.Beta1) * G;
-    double NewV = C.Beta2 * double(V[K]) + (1 - C.Beta2) * G * G;
-    M[K] = float(NewM);
-    V[K] = float(NewV);
-    double P = double(Param[K]) * (1 - Decay);
-    P -= C.StepSize * NewM / (std::sqrt(NewV) / C.Bc2Sqrt + C.Eps);
-    Param[K] = float(P);
+    float G = Grad[K] * C.Scale;
+    float NewM = C.Beta1 * M[K] + KeepM * G;
+    float NewV = C.Beta2 * V[K] + KeepV * G * G;
+    M[K] = NewM;
+    V[K] = NewV;
+    Param[K] = Param[K] * Shrink - C.StepSize * NewM / (std::sqrt(NewV) / C.Bc2Sqrt + C.Eps);
   }
 }
 
+/// The sum of squares in eight independent double accumulators, so that the
+/// loop is not one chain of dependent additions; the order is fixed, so the
+/// sum is the same on every run.
 double sumSquares(const float *X, size_t N) {
-  double S = 0;
-  for (size_t I = 0; I < N; ++I)
-    S += double(X[I]) * double(X[I]);
-  return S;
+  constexpr size_t Lanes = 8;
+  double S[Lanes] = {};
+  size_t I = 0;
+  for (; I + Lanes <= N; I += Lanes)
+    for (size_t L = 0; L < Lanes; ++L)
+      S[L] += double(X[I + L]) * double(X[I + L]);
+  for (; I < N; ++I)
+    S[0] += double(X[I]) * double(X[I]);
+  double Total = 0;
+  for (double Part : S)
+    Total += Part;
+  return Total;
 }
 
 /// The part [Lo, Hi) of slot S inside a shard [Begin, End), or Lo == Hi.
@@ -226,22 +240,23 @@ AdamWStepInfo AdamW::step() {
       Info.ClipScale = Coef;
   }
 
+  // The step's scalars in double, rounded once to the fp32 of the loop.
   StepConstants C;
-  C.Beta1 = Options.Beta1;
-  C.Beta2 = Options.Beta2;
-  C.Eps = Options.Eps;
-  C.StepSize = Options.Lr / (1 - std::pow(Options.Beta1, double(Step)));
-  C.Bc2Sqrt = std::sqrt(1 - std::pow(Options.Beta2, double(Step)));
-  C.Scale = Info.ClipScale;
+  C.Beta1 = float(Options.Beta1);
+  C.Beta2 = float(Options.Beta2);
+  C.Eps = float(Options.Eps);
+  C.StepSize = float(Options.Lr / (1 - std::pow(Options.Beta1, double(Step))));
+  C.Bc2Sqrt = float(std::sqrt(1 - std::pow(Options.Beta2, double(Step))));
+  C.Scale = float(Info.ClipScale);
   auto DecayOf = [&](const Parameter *Param) {
     bool Decays = Options.DecayVectors || Param->Value.rank() >= 2;
-    return Decays ? Options.Lr * Options.WeightDecay : 0.0;
+    return float(Decays ? Options.Lr * Options.WeightDecay : 0.0);
   };
 
   if (!Options.Distributed) {
     for (size_t I = 0; I < P->Params.size(); ++I) {
       Parameter *Param = P->Params[I];
-      double Decay = DecayOf(Param);
+      float Decay = DecayOf(Param);
       float *Value = Param->Value.data();
       const float *Grad = Param->Grad.data();
       updateRange(Value, P->M[I].data(), P->V[I].data(), Grad, P->M[I].size(), Decay, C);
@@ -269,7 +284,7 @@ AdamWStepInfo AdamW::step() {
       Overlap O = overlap(S, Begin, Begin + Size);
       if (O.Lo == O.Hi)
         continue;
-      double Decay = DecayOf(S.Param);
+      float Decay = DecayOf(S.Param);
       const float *Value = S.Param->Value.data() + (O.Lo - S.Offset);
       size_t K = O.Lo - Begin, N = O.Hi - O.Lo;
       std::copy_n(Value, N, P->Master.data() + K);
