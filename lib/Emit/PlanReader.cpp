@@ -222,7 +222,21 @@ bool PlanParser::readModel(const toml::table &Config) {
                                                      MoE.GroupTopK, MoE.Experts / MoE.Groups));
     Model.MoE = MoE;
   }
-  for (const char *Feature : {"mla", "linear_attention", "vision"})
+  if (M->contains("mla")) {
+    const std::string APre = Pre + ".mla";
+    const toml::table *T = table(*M, Pre, "mla");
+    if (!T)
+      return false;
+    LaunchMla A;
+    if (!readInt(*T, APre, "q_lora_rank", A.QLoraRank, 0) || !readInt(*T, APre, "kv_lora_rank", A.KvLoraRank, 1) ||
+        !readInt(*T, APre, "qk_head_dim", A.QkHeadDim, 0) || !readInt(*T, APre, "qk_rope_head_dim", A.QkRopeHeadDim, 2) ||
+        !readInt(*T, APre, "v_head_dim", A.VHeadDim, 1))
+      return false;
+    if (A.QkRopeHeadDim % 2)
+      return fail(APre + ".qk_rope_head_dim", fmt::format("{} is odd: RoPE rotates pairs", A.QkRopeHeadDim));
+    Model.Mla = A;
+  }
+  for (const char *Feature : {"linear_attention", "vision"})
     if (M->contains(Feature))
       Model.Unsupported.push_back(Feature);
   return true;

@@ -323,6 +323,7 @@ GpuModel::GpuModel(const ModelConfig &Config, const std::vector<Parameter *> &Pa
       Missing += (Missing.empty() ? "" : ", ") + std::string(What);
   };
   Lacks(Config.QkNorm, "QK-norm");
+  Lacks(Config.Mla.has_value(), "multi-head latent attention");
   Lacks(Config.PreSoftmax, "a softmax before the top-k");
   Lacks(Config.RouterGroups > 1, "group-limited routing");
   Lacks(Config.ExpertBias, "the expert bias");

@@ -28,6 +28,10 @@ struct LayerParams {
   bool Moe = false;
   Parameter *AttnNorm = nullptr, *Q = nullptr, *K = nullptr, *V = nullptr, *O = nullptr, *MlpNorm = nullptr;
   Parameter *QNorm = nullptr, *KNorm = nullptr;              ///< with ModelConfig::QkNorm
+  /// Multi-head latent attention (Q is the query projection without a q
+  /// latent; K and V are unused).
+  Parameter *QDown = nullptr, *QDownNorm = nullptr, *QUp = nullptr;
+  Parameter *KvDown = nullptr, *KvDownNorm = nullptr, *KvUp = nullptr;
   Parameter *Gate = nullptr, *Up = nullptr, *Down = nullptr; ///< dense MLP
   MoeWeights Routed;
   Parameter *SGate = nullptr, *SUp = nullptr, *SDown = nullptr; ///< shared
@@ -41,6 +45,11 @@ struct LayerState {
   Tensor Q, K, V, H;               // attention (Q/K/V after RoPE)
   Tensor QPre, KPre;               // attention: Q/K before the QK-norm
   std::vector<float> RstdQ, RstdK; // attention: its statistics
+  // Multi-head latent attention: the latents of this rank's tokens before and
+  // after their norms, and the RoPE key before RoPE ([Ns, QkRopeDim]);
+  // Q, K, V above are the up-projections (mla_up_proj).
+  Tensor Qc, QcN, Ckv, CkvN, KPe;
+  std::vector<float> RstdQc, RstdCkv;
   Tensor AttnOut, Lse;             // core_attn
   Tensor G, U, Act;                // mlp
   MoeSaved Routed;                 // moe (Routed.Act: moe_act)
@@ -53,7 +62,8 @@ struct LayerState {
     B["layer_input"] = X.bytes();
     B["layernorm"] = Xn1.bytes() + Xn2.bytes() + int64_t((Rstd1.size() + Rstd2.size()) * sizeof(float));
     B["attention"] = Q.bytes() + K.bytes() + V.bytes() + H.bytes() + QPre.bytes() + KPre.bytes() +
-                     int64_t((RstdQ.size() + RstdK.size()) * sizeof(float));
+                     int64_t((RstdQ.size() + RstdK.size()) * sizeof(float)) + Qc.bytes() + QcN.bytes() +
+                     Ckv.bytes() + CkvN.bytes() + KPe.bytes() + int64_t((RstdQc.size() + RstdCkv.size()) * sizeof(float));
     B["core_attn"] = AttnOut.bytes() + Lse.bytes();
     B["mlp"] = G.bytes() + U.bytes() + Act.bytes();
     B["moe"] = Routed.moeBytes();
@@ -122,7 +132,8 @@ struct StageModel::Impl {
     TpRank = G.Tp->rank();
     TpSize = G.Tp->size();
     validate();
-    static const std::set<std::string> Known = {"core_attn", "layernorm", "mlp", "moe_act", "moe", "shared_experts"};
+    static const std::set<std::string> Known = {"core_attn", "layernorm",      "mlp",        "moe_act",
+                                                "moe",       "shared_experts", "mla_up_proj"};
     for (const std::string &M : O.Recompute.Modules) {
       if (!Known.count(M))
         fail("unknown recompute module '" + M + "'");
@@ -133,12 +144,23 @@ struct StageModel::Impl {
 
   void validate() const {
     const ModelConfig &C = Config;
-    if (C.Hidden <= 0 || C.Heads <= 0 || C.KvHeads <= 0 || C.HeadDim <= 0 || C.Vocab <= 0 || C.HeadDim % 2)
-      fail("invalid model dimensions");
-    if (C.Heads % C.KvHeads)
-      fail("Heads must be a multiple of KvHeads");
-    if (C.Heads % TpSize || C.KvHeads % TpSize)
-      fail("Heads and KvHeads must divide by the tp size");
+    if (C.Mla) {
+      const ModelConfig::LatentAttention &A = *C.Mla;
+      if (C.Hidden <= 0 || C.Heads <= 0 || C.Vocab <= 0 || A.QLoraRank < 0 || A.KvLoraRank <= 0 ||
+          A.QkNopeDim < 0 || A.QkRopeDim <= 0 || A.QkRopeDim % 2 || A.VHeadDim <= 0)
+        fail("invalid latent attention dimensions");
+      if (C.Heads % TpSize)
+        fail("Heads must divide by the tp size");
+      if (C.QkNorm)
+        fail("latent attention has no QK-norm");
+    } else {
+      if (C.Hidden <= 0 || C.Heads <= 0 || C.KvHeads <= 0 || C.HeadDim <= 0 || C.Vocab <= 0 || C.HeadDim % 2)
+        fail("invalid model dimensions");
+      if (C.Heads % C.KvHeads)
+        fail("Heads must be a multiple of KvHeads");
+      if (C.Heads % TpSize || C.KvHeads % TpSize)
+        fail("Heads and KvHeads must divide by the tp size");
+    }
     if (C.Vocab % TpSize)
       fail("Vocab must divide by the tp size");
     if (C.Experts > 0 && (C.TopK <= 0 || C.TopK > C.Experts || C.MoeFfnHidden <= 0 || C.SharedFfnHidden % TpSize))
@@ -188,10 +210,29 @@ struct StageModel::Impl {
       P.Index = L;
       P.Moe = C.isMoeLayer(L);
       P.AttnNorm = addParam(Pre + "attn_norm", Rep, {C.Hidden}, 0.0, 0);
-      P.Q = addParam(Pre + "attn.q", Dense, {C.Hidden, C.Heads * C.HeadDim}, Std, 2);
-      P.K = addParam(Pre + "attn.k", Dense, {C.Hidden, C.KvHeads * C.HeadDim}, Std, 2);
-      P.V = addParam(Pre + "attn.v", Dense, {C.Hidden, C.KvHeads * C.HeadDim}, Std, 2);
-      P.O = addParam(Pre + "attn.o", Dense, {C.Heads * C.HeadDim, C.Hidden}, OutStd, 1);
+      if (C.Mla) {
+        // The down-projections and their norms are whole on every tp rank,
+        // which runs them on its sequence shard (Megatron-Core's duplicated
+        // linear_q_down_proj / linear_kv_down_proj); the up-projections are
+        // column-parallel by heads.
+        const ModelConfig::LatentAttention &A = *C.Mla;
+        if (A.QLoraRank > 0) {
+          P.QDown = addParam(Pre + "attn.q_down", Rep, {C.Hidden, A.QLoraRank}, Std, 0);
+          P.QDownNorm = addParam(Pre + "attn.q_down_norm", Rep, {A.QLoraRank}, 0.0, 0);
+          P.QUp = addParam(Pre + "attn.q_up", Dense, {A.QLoraRank, C.Heads * A.qkDim()}, Std, 2);
+        } else {
+          P.Q = addParam(Pre + "attn.q", Dense, {C.Hidden, C.Heads * A.qkDim()}, Std, 2);
+        }
+        P.KvDown = addParam(Pre + "attn.kv_down", Rep, {C.Hidden, A.KvLoraRank + A.QkRopeDim}, Std, 0);
+        P.KvDownNorm = addParam(Pre + "attn.kv_down_norm", Rep, {A.KvLoraRank}, 0.0, 0);
+        P.KvUp = addParam(Pre + "attn.kv_up", Dense, {A.KvLoraRank, C.Heads * (A.QkNopeDim + A.VHeadDim)}, Std, 2);
+        P.O = addParam(Pre + "attn.o", Dense, {C.Heads * A.VHeadDim, C.Hidden}, OutStd, 1);
+      } else {
+        P.Q = addParam(Pre + "attn.q", Dense, {C.Hidden, C.Heads * C.HeadDim}, Std, 2);
+        P.K = addParam(Pre + "attn.k", Dense, {C.Hidden, C.KvHeads * C.HeadDim}, Std, 2);
+        P.V = addParam(Pre + "attn.v", Dense, {C.Hidden, C.KvHeads * C.HeadDim}, Std, 2);
+        P.O = addParam(Pre + "attn.o", Dense, {C.Heads * C.HeadDim, C.Hidden}, OutStd, 1);
+      }
       if (C.QkNorm) {
         P.QNorm = addParam(Pre + "attn.q_norm", Rep, {C.HeadDim}, 0.0, 0);
         P.KNorm = addParam(Pre + "attn.k_norm", Rep, {C.HeadDim}, 0.0, 0);
@@ -261,6 +302,11 @@ struct StageModel::Impl {
     D.QHeads = Config.Heads / TpSize;
     D.KvHeads = Config.KvHeads / TpSize;
     D.HeadDim = Config.HeadDim;
+    if (Config.Mla) {
+      D.KvHeads = D.QHeads;
+      D.HeadDim = Config.Mla->qkDim();
+      D.VHeadDim = Config.Mla->VHeadDim;
+    }
     return D;
   }
 
@@ -285,7 +331,99 @@ struct StageModel::Impl {
     return DX;
   }
 
+  /// Latent attention, first half: the latents of this rank's tokens.
+  void mlaDown(const LayerParams &P, LayerState &S) {
+    const ModelConfig::LatentAttention &A = *Config.Mla;
+    if (P.QDown) {
+      S.Qc = matmul(S.Xn1, P.QDown->Value);
+      S.QcN = rmsNormForward(S.Qc, P.QDownNorm->Value, Config.RmsNormEps, S.RstdQc);
+    }
+    Tensor KvC = matmul(S.Xn1, P.KvDown->Value);
+    int64_t Ns = KvC.rows(), Width = A.KvLoraRank + A.QkRopeDim;
+    S.Ckv = Tensor({Ns, A.KvLoraRank});
+    S.KPe = Tensor({Ns, A.QkRopeDim});
+    for (int64_t I = 0; I < Ns; ++I) {
+      const float *Row = KvC.data() + I * Width;
+      std::copy(Row, Row + A.KvLoraRank, S.Ckv.row(I));
+      std::copy(Row + A.KvLoraRank, Row + Width, S.KPe.row(I));
+    }
+    S.CkvN = rmsNormForward(S.Ckv, P.KvDownNorm->Value, Config.RmsNormEps, S.RstdCkv);
+  }
+  /// Latent attention, second half (mla_up_proj): per-head Q, K and V of
+  /// every token of the tp group from the latents, RoPE applied.
+  void mlaUp(const LayerParams &P, const MicroState &M, LayerState &S) {
+    const ModelConfig::LatentAttention &A = *Config.Mla;
+    Communicator &Tp = *Groups.Tp;
+    const int64_t Qk = A.qkDim(), KvW = A.QkNopeDim + A.VHeadDim, Heads = Config.Heads / TpSize;
+    S.Q = P.QUp ? std::move(columnParallelForward(Tp, S.QcN, {&P.QUp->Value})[0])
+                : std::move(columnParallelForward(Tp, S.Xn1, {&P.Q->Value})[0]);
+    applyInterleavedRope(S.Q, Qk, A.QkNopeDim, A.QkRopeDim, M.Positions, Config.RopeTheta, false);
+    Tensor KvU = std::move(columnParallelForward(Tp, S.CkvN, {&P.KvUp->Value})[0]);
+    Tensor KPe = gatherSequence(Tp, S.KPe);
+    applyInterleavedRope(KPe, A.QkRopeDim, 0, A.QkRopeDim, M.Positions, Config.RopeTheta, false);
+    int64_t N = KvU.rows();
+    S.K = Tensor({N, Heads * Qk});
+    S.V = Tensor({N, Heads * A.VHeadDim});
+    for (int64_t I = 0; I < N; ++I)
+      for (int64_t H = 0; H < Heads; ++H) {
+        const float *In = KvU.row(I) + H * KvW;
+        float *K = S.K.row(I) + H * Qk;
+        std::copy(In, In + A.QkNopeDim, K);
+        std::copy(KPe.row(I), KPe.row(I) + A.QkRopeDim, K + A.QkNopeDim);
+        std::copy(In + A.QkNopeDim, In + KvW, S.V.row(I) + H * A.VHeadDim);
+      }
+  }
+  /// Backward of mlaDown and mlaUp from the attention's input gradients;
+  /// returns the gradient of Xn1 (this rank's tokens).
+  Tensor mlaBackward(const LayerParams &P, const MicroState &M, LayerState &S, Tensor &DQ, const Tensor &DK,
+                     const Tensor &DV) {
+    const ModelConfig::LatentAttention &A = *Config.Mla;
+    Communicator &Tp = *Groups.Tp;
+    const int64_t Qk = A.qkDim(), KvW = A.QkNopeDim + A.VHeadDim, Heads = Config.Heads / TpSize;
+    applyInterleavedRope(DQ, Qk, A.QkNopeDim, A.QkRopeDim, M.Positions, Config.RopeTheta, true);
+    int64_t N = DK.rows();
+    Tensor DKvU({N, Heads * KvW}), DKPe({N, A.QkRopeDim});
+    for (int64_t I = 0; I < N; ++I) {
+      float *PeRow = DKPe.row(I);
+      for (int64_t H = 0; H < Heads; ++H) {
+        const float *K = DK.row(I) + H * Qk;
+        float *Out = DKvU.row(I) + H * KvW;
+        std::copy(K, K + A.QkNopeDim, Out);
+        std::copy(DV.row(I) + H * A.VHeadDim, DV.row(I) + (H + 1) * A.VHeadDim, Out + A.QkNopeDim);
+        for (int64_t C = 0; C < A.QkRopeDim; ++C)
+          PeRow[C] += K[A.QkNopeDim + C];
+      }
+    }
+    applyInterleavedRope(DKPe, A.QkRopeDim, 0, A.QkRopeDim, M.Positions, Config.RopeTheta, true);
+    // Every tp rank's heads read every token's RoPE key: sum, then keep this
+    // rank's tokens.
+    Tensor DKPeLocal = reduceScatterSequence(Tp, DKPe);
+    Tensor DCkvN = columnParallelBackward(Tp, S.CkvN, nullptr, {&P.KvUp->Value}, {&DKvU}, {&P.KvUp->Grad});
+    Tensor DCkv = rmsNormBackward(S.Ckv, P.KvDownNorm->Value, S.RstdCkv, DCkvN, P.KvDownNorm->Grad);
+    int64_t Ns = DCkv.rows(), Width = A.KvLoraRank + A.QkRopeDim;
+    Tensor DKvC({Ns, Width});
+    for (int64_t I = 0; I < Ns; ++I) {
+      std::copy(DCkv.row(I), DCkv.row(I) + A.KvLoraRank, DKvC.row(I));
+      std::copy(DKPeLocal.row(I), DKPeLocal.row(I) + A.QkRopeDim, DKvC.row(I) + A.KvLoraRank);
+    }
+    Tensor DXn1;
+    if (P.QUp) {
+      Tensor DQcN = columnParallelBackward(Tp, S.QcN, nullptr, {&P.QUp->Value}, {&DQ}, {&P.QUp->Grad});
+      Tensor DQc = rmsNormBackward(S.Qc, P.QDownNorm->Value, S.RstdQc, DQcN, P.QDownNorm->Grad);
+      matmulBackward(S.Xn1, P.QDown->Value, DQc, P.QDown->Grad, DXn1);
+    } else {
+      DXn1 = columnParallelBackward(Tp, S.Xn1, nullptr, {&P.Q->Value}, {&DQ}, {&P.Q->Grad});
+    }
+    matmulBackward(S.Xn1, P.KvDown->Value, DKvC, P.KvDown->Grad, DXn1, 1.0f);
+    return DXn1;
+  }
+
   void qkv(const LayerParams &P, const MicroState &M, LayerState &S) {
+    if (Config.Mla) {
+      mlaDown(P, S);
+      mlaUp(P, M, S);
+      return;
+    }
     std::vector<Tensor> Y = columnParallelForward(*Groups.Tp, S.Xn1, {&P.Q->Value, &P.K->Value, &P.V->Value});
     if (P.QNorm) {
       S.QPre = std::move(Y[0]);
@@ -301,7 +439,7 @@ struct StageModel::Impl {
   }
   void coreAttn(const MicroState &M, LayerState &S) {
     AttentionDims D = attentionDims(M);
-    S.AttnOut = Tensor(S.Q.shape());
+    S.AttnOut = Tensor({S.Q.rows(), D.QHeads * D.vHeadDim()});
     S.Lse = Tensor({D.Batch, D.QHeads, M.SeqLen / Groups.Cp->size()});
     contextParallelAttentionForward(*Groups.Cp, D, S.Q.data(), S.K.data(), S.V.data(), S.AttnOut.data(), S.Lse.data());
   }
@@ -362,6 +500,10 @@ struct StageModel::Impl {
       S.Rstd2.clear();
       S.Dropped.insert("layernorm");
     }
+    if (selective("mla_up_proj") && Config.Mla) {
+      S.Q = S.K = S.V = Tensor();
+      S.Dropped.insert("mla_up_proj");
+    }
     if (selective("core_attn")) {
       S.AttnOut = Tensor();
       S.Lse = Tensor();
@@ -397,6 +539,8 @@ struct StageModel::Impl {
       attnNorm(P, S);
       mlpNorm(P, S);
     }
+    if (S.Dropped.count("mla_up_proj"))
+      mlaUp(P, M, S);
     if (S.Dropped.count("core_attn"))
       coreAttn(M, S);
     if (S.Dropped.count("mlp"))
@@ -438,6 +582,10 @@ struct StageModel::Impl {
     Tensor DQ(S.Q.shape()), DK(S.K.shape()), DV(S.V.shape());
     contextParallelAttentionBackward(*Groups.Cp, attentionDims(M), S.Q.data(), S.K.data(), S.V.data(), S.AttnOut.data(),
                                      S.Lse.data(), DOut.data(), DQ.data(), DK.data(), DV.data());
+    if (Config.Mla) {
+      Tensor DXn1 = mlaBackward(P, M, S, DQ, DK, DV);
+      return add(DH, rmsNormBackward(S.X, P.AttnNorm->Value, S.Rstd1, DXn1, P.AttnNorm->Grad));
+    }
     applyRope(DQ, Config.HeadDim, M.Positions, Config.RopeTheta, true);
     applyRope(DK, Config.HeadDim, M.Positions, Config.RopeTheta, true);
     if (P.QNorm) {

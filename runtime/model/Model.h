@@ -74,6 +74,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -109,6 +110,19 @@ struct ModelConfig {
   /// RMSNorm of every query and key head (weights [HeadDim], shared by the
   /// heads) before RoPE: Megatron's q_layernorm / k_layernorm (Qwen3).
   bool QkNorm = false;
+
+  /// Multi-head latent attention (DeepSeek-V2/V3, Megatron-Core
+  /// MLASelfAttention): queries from a low-rank projection with its RMSNorm
+  /// (QLoraRank > 0) or from one projection; keys and values from one
+  /// compressed latent of KvLoraRank (RMSNorm, then an up-projection to every
+  /// head's no-RoPE key and value) plus a RoPE key of QkRopeDim shared by the
+  /// heads. Scores are over QkNopeDim + QkRopeDim, values VHeadDim wide;
+  /// HeadDim and KvHeads are not used.
+  struct LatentAttention {
+    int64_t QLoraRank = 0, KvLoraRank = 0, QkNopeDim = 0, QkRopeDim = 0, VHeadDim = 0;
+    int64_t qkDim() const { return QkNopeDim + QkRopeDim; }
+  };
+  std::optional<LatentAttention> Mla;
 
   bool isMoeLayer(int64_t Layer) const { return Experts > 0 && Layer >= DenseLayers; }
 };

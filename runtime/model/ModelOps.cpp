@@ -69,6 +69,31 @@ void applyRope(Tensor &X, int64_t HeadDim, const std::vector<int64_t> &Positions
   }
 }
 
+void applyInterleavedRope(Tensor &X, int64_t Stride, int64_t Offset, int64_t RopeDim,
+                          const std::vector<int64_t> &Positions, double Theta, bool Inverse) {
+  int64_t N = X.rows(), Groups = X.cols() / Stride, Pairs = RopeDim / 2;
+  std::vector<double> Freq(static_cast<size_t>(Pairs));
+  for (int64_t J = 0; J < Pairs; ++J)
+    Freq[size_t(J)] = std::pow(Theta, -2.0 * double(J) / double(RopeDim));
+  std::vector<float> Cos(static_cast<size_t>(Pairs)), Sin(static_cast<size_t>(Pairs));
+  for (int64_t I = 0; I < N; ++I) {
+    for (int64_t J = 0; J < Pairs; ++J) {
+      double Angle = double(Positions[size_t(I)]) * Freq[size_t(J)];
+      Cos[size_t(J)] = float(std::cos(Angle));
+      Sin[size_t(J)] = float(Inverse ? -std::sin(Angle) : std::sin(Angle));
+    }
+    float *Row = X.row(I);
+    for (int64_t G = 0; G < Groups; ++G) {
+      float *Pair = Row + G * Stride + Offset;
+      for (int64_t J = 0; J < Pairs; ++J) {
+        float X1 = Pair[2 * J], X2 = Pair[2 * J + 1];
+        Pair[2 * J] = X1 * Cos[size_t(J)] - X2 * Sin[size_t(J)];
+        Pair[2 * J + 1] = X2 * Cos[size_t(J)] + X1 * Sin[size_t(J)];
+      }
+    }
+  }
+}
+
 namespace {
 float sigmoid(float X) { return 1.0f / (1.0f + std::exp(-X)); }
 } // namespace

@@ -26,6 +26,16 @@ Tensor rmsNormBackward(const Tensor &X, const Tensor &W, const std::vector<float
 /// Inverse = true applies the transposed rotation (the backward).
 void applyRope(Tensor &X, int64_t HeadDim, const std::vector<int64_t> &Positions, double Theta, bool Inverse);
 
+/// Rotary embedding of multi-head latent attention: in every Stride-wide
+/// group of X's columns (a head), the RopeDim columns from Offset on, in
+/// adjacent pairs (2i, 2i + 1) rotated by Positions[row] * Theta^(-2i /
+/// RopeDim); Inverse rotates back (the backward). Megatron-Core and Hugging
+/// Face's DeepSeek-V3 de-interleave those columns and rotate halves, which
+/// rotates the same pairs by the same angles and only orders the results
+/// differently; queries and keys are ordered alike, so the scores are equal.
+void applyInterleavedRope(Tensor &X, int64_t Stride, int64_t Offset, int64_t RopeDim,
+                          const std::vector<int64_t> &Positions, double Theta, bool Inverse);
+
 /// Act = silu(G) * U.
 Tensor swiGlu(const Tensor &G, const Tensor &U);
 /// From DAct: DG and DU (overwritten).

@@ -52,6 +52,9 @@ ModelConfig modelConfig(const moec::LaunchPlan &Plan) {
   C.Vocab = M.Vocab;
   C.QkNorm = M.QkNorm;
   C.RopeTheta = M.RopeTheta;
+  if (M.Mla)
+    C.Mla = ModelConfig::LatentAttention{M.Mla->QLoraRank, M.Mla->KvLoraRank, M.Mla->QkHeadDim, M.Mla->QkRopeHeadDim,
+                                         M.Mla->VHeadDim};
   if (M.MoE) {
     C.Experts = M.MoE->Experts;
     C.TopK = M.MoE->TopK;

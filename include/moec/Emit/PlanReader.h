@@ -41,6 +41,12 @@ struct LaunchMoE {
   int64_t Groups = 1, GroupTopK = 1;
 };
 
+/// Multi-head latent attention (the plan's config.model.mla).
+struct LaunchMla {
+  int64_t QLoraRank = 0; ///< 0: queries from one projection
+  int64_t KvLoraRank = 0, QkHeadDim = 0, QkRopeHeadDim = 0, VHeadDim = 0;
+};
+
 struct LaunchModel {
   std::string Name;
   int64_t Layers = 0, Hidden = 0, Heads = 0, KvHeads = 0, HeadDim = 0, Vocab = 0, MtpLayers = 0;
@@ -48,8 +54,9 @@ struct LaunchModel {
   bool QkNorm = false;        ///< RMSNorm of each query and key head before RoPE (Qwen3)
   double RopeTheta = 10000.0; ///< RoPE base (Megatron's rotary_base default when the model does not say)
   std::optional<LaunchMoE> MoE;
+  std::optional<LaunchMla> Mla;
   /// The plan describes a model feature the CPU runtime does not implement
-  /// (MLA, linear attention, vision): the names, for a clear refusal.
+  /// (linear attention, vision): the names, for a clear refusal.
   std::vector<std::string> Unsupported;
 };
 

@@ -46,8 +46,8 @@ int64_t visibleKeys(SpanMask Mask, const TokenSpan &QuerySpan, const TokenSpan &
 
 /// Pointers and leading dimensions of one (batch, head) slice of a span pair.
 struct HeadBlock {
-  int64_t QOffset, KOffset, LseOffset;
-  int64_t LdQ, LdK;
+  int64_t QOffset, KOffset, VOffset, OOffset, LseOffset;
+  int64_t LdQ, LdK, LdV, LdO;
 };
 
 HeadBlock headBlock(const BlockShape &Shape, const TokenSpan &QuerySpan, const TokenSpan &KeySpan, int64_t B,
@@ -56,10 +56,16 @@ HeadBlock headBlock(const BlockShape &Shape, const TokenSpan &QuerySpan, const T
   int64_t Group = D.QHeads / D.KvHeads;
   int64_t G = H / Group;
   HeadBlock Block;
+  int64_t Vd = D.vHeadDim();
   Block.LdQ = D.QHeads * D.HeadDim;
   Block.LdK = D.KvHeads * D.HeadDim;
-  Block.QOffset = (B * Shape.LocalTokens + QuerySpan.LocalBegin) * Block.LdQ + H * D.HeadDim;
-  Block.KOffset = (B * Shape.LocalTokens + KeySpan.LocalBegin) * Block.LdK + G * D.HeadDim;
+  Block.LdV = D.KvHeads * Vd;
+  Block.LdO = D.QHeads * Vd;
+  int64_t QRow = B * Shape.LocalTokens + QuerySpan.LocalBegin, KRow = B * Shape.LocalTokens + KeySpan.LocalBegin;
+  Block.QOffset = QRow * Block.LdQ + H * D.HeadDim;
+  Block.KOffset = KRow * Block.LdK + G * D.HeadDim;
+  Block.VOffset = KRow * Block.LdV + G * Vd;
+  Block.OOffset = QRow * Block.LdO + H * Vd;
   Block.LseOffset = (B * D.QHeads + H) * Shape.LocalTokens + QuerySpan.LocalBegin;
   return Block;
 }
@@ -86,7 +92,7 @@ void attendSpanForward(const BlockShape &Shape, const float *Q, const TokenSpan 
       // the rescaled running output.
       for (int64_t I = 0; I < Lq; ++I) {
         float *Row = S + I * Lk;
-        float *OutRow = Out + Blk.QOffset + I * Blk.LdQ;
+        float *OutRow = Out + Blk.OOffset + I * Blk.LdO;
         float &RowLse = Lse[Blk.LseOffset + I];
         int64_t N = visibleKeys(Mask, QuerySpan, KeySpan, I);
         if (N == 0) {
@@ -104,15 +110,15 @@ void attendSpanForward(const BlockShape &Shape, const float *Q, const TokenSpan 
           NewLse = Hi + std::log(std::exp(RowLse - Hi) + std::exp(BlockLse - Hi));
         }
         float Keep = RowLse == NegInf ? 0.0f : float(std::exp(RowLse - NewLse));
-        for (int64_t C = 0; C < D.HeadDim; ++C)
+        for (int64_t C = 0; C < D.vHeadDim(); ++C)
           OutRow[C] *= Keep;
         for (int64_t J = 0; J < N; ++J)
           Row[J] = float(std::exp(double(Row[J]) - NewLse));
         std::fill(Row + N, Row + Lk, 0.0f);
         RowLse = float(NewLse);
       }
-      gemmStrided(false, false, Lq, D.HeadDim, Lk, 1.0f, S, Lk, V + Blk.KOffset, Blk.LdK, 1.0f, Out + Blk.QOffset,
-                  Blk.LdQ);
+      gemmStrided(false, false, Lq, D.vHeadDim(), Lk, 1.0f, S, Lk, V + Blk.VOffset, Blk.LdV, 1.0f, Out + Blk.OOffset,
+                  Blk.LdO);
     }
   }
 }
@@ -132,7 +138,7 @@ void attendSpanBackward(const BlockShape &Shape, const float *Q, const TokenSpan
     for (int64_t H = 0; H < D.QHeads; ++H) {
       HeadBlock Blk = headBlock(Shape, QuerySpan, KeySpan, B, H);
       const float *Qh = Q + Blk.QOffset, *Kh = K + Blk.KOffset;
-      const float *Vh = V + Blk.KOffset, *DOh = DOut + Blk.QOffset;
+      const float *Vh = V + Blk.VOffset, *DOh = DOut + Blk.OOffset;
       gemmStrided(false, true, Lq, Lk, D.HeadDim, Shape.Scale, Qh, Blk.LdQ, Kh, Blk.LdK, 0.0f, P, Lk);
       // The forward's probabilities, recomputed from the saved log-sum-exp.
       for (int64_t I = 0; I < Lq; ++I) {
@@ -144,8 +150,8 @@ void attendSpanBackward(const BlockShape &Shape, const float *Q, const TokenSpan
         std::fill(Row + N, Row + Lk, 0.0f);
       }
       // dV += P^T dO; dP = dO V^T.
-      gemmStrided(true, false, Lk, D.HeadDim, Lq, 1.0f, P, Lk, DOh, Blk.LdQ, 1.0f, DV + Blk.KOffset, Blk.LdK);
-      gemmStrided(false, true, Lq, Lk, D.HeadDim, 1.0f, DOh, Blk.LdQ, Vh, Blk.LdK, 0.0f, DP, Lk);
+      gemmStrided(true, false, Lk, D.vHeadDim(), Lq, 1.0f, P, Lk, DOh, Blk.LdO, 1.0f, DV + Blk.VOffset, Blk.LdV);
+      gemmStrided(false, true, Lq, Lk, D.vHeadDim(), 1.0f, DOh, Blk.LdO, Vh, Blk.LdV, 0.0f, DP, Lk);
       // dS = P * (dP - rowsum(dO * O)); masked entries have P = 0.
       for (int64_t I = 0; I < Lq; ++I) {
         float Di = Delta[Blk.LseOffset + I];

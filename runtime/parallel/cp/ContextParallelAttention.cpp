@@ -36,7 +36,7 @@ constexpr int GradTag = 12;
 
 BlockShape blockShape(const Communicator &Cp, const AttentionDims &Dims) {
   if (Dims.Batch < 0 || Dims.SeqLen < 0 || Dims.QHeads <= 0 || Dims.KvHeads <= 0 || Dims.HeadDim <= 0 ||
-      Dims.QHeads % Dims.KvHeads != 0)
+      Dims.VHeadDim < 0 || Dims.QHeads % Dims.KvHeads != 0)
     throw std::invalid_argument("attention: query heads " + std::to_string(Dims.QHeads) +
                                 " must be a positive multiple of kv heads " + std::to_string(Dims.KvHeads));
   // Validates the chunking (SeqLen divisible by 2*CP) as a side effect.
@@ -72,16 +72,17 @@ void contextParallelAttentionForward(Communicator &Cp, const AttentionDims &Dims
                                      const float *V, float *Out, float *Lse) {
   BlockShape Shape = blockShape(Cp, Dims);
   int Size = Cp.size(), Rank = Cp.rank();
-  size_t QCount = size_t(Dims.Batch * Shape.LocalTokens * Dims.QHeads * Dims.HeadDim);
-  size_t KvCount = size_t(Dims.Batch * Shape.LocalTokens * Dims.KvHeads * Dims.HeadDim);
-  std::fill(Out, Out + QCount, 0.0f);
+  size_t OutCount = size_t(Dims.Batch * Shape.LocalTokens * Dims.QHeads * Dims.vHeadDim());
+  size_t KCount = size_t(Dims.Batch * Shape.LocalTokens * Dims.KvHeads * Dims.HeadDim);
+  size_t VCount = size_t(Dims.Batch * Shape.LocalTokens * Dims.KvHeads * Dims.vHeadDim());
+  std::fill(Out, Out + OutCount, 0.0f);
   std::fill(Lse, Lse + Dims.Batch * Dims.QHeads * Shape.LocalTokens, -std::numeric_limits<float>::infinity());
 
   std::vector<TokenSpan> QuerySpans = localSpans(Rank, Size, Dims.SeqLen);
   // The block in hand: K then V of one rank.
-  std::vector<float> Cur(2 * KvCount), Next;
-  std::copy(K, K + KvCount, Cur.begin());
-  std::copy(V, V + KvCount, Cur.begin() + KvCount);
+  std::vector<float> Cur(KCount + VCount), Next;
+  std::copy(K, K + KCount, Cur.begin());
+  std::copy(V, V + VCount, Cur.begin() + ptrdiff_t(KCount));
   if (Size > 1)
     Next.resize(Cur.size());
   std::vector<float> Scratch;
@@ -92,7 +93,7 @@ void contextParallelAttentionForward(Communicator &Cp, const AttentionDims &Dims
     int Owner = (Rank - Step + Size) % Size;
     for (const TokenSpan &KeySpan : localSpans(Owner, Size, Dims.SeqLen))
       for (const TokenSpan &QuerySpan : QuerySpans)
-        attendSpanForward(Shape, Q, QuerySpan, Cur.data(), Cur.data() + KvCount, KeySpan, Out, Lse, Scratch);
+        attendSpanForward(Shape, Q, QuerySpan, Cur.data(), Cur.data() + KCount, KeySpan, Out, Lse, Scratch);
     if (Hop) {
       Hop->wait();
       Cur.swap(Next);
@@ -105,9 +106,11 @@ void contextParallelAttentionBackward(Communicator &Cp, const AttentionDims &Dim
                                       float *DK, float *DV) {
   BlockShape Shape = blockShape(Cp, Dims);
   int Size = Cp.size(), Rank = Cp.rank();
-  int64_t T = Shape.LocalTokens, Hd = Dims.HeadDim;
-  size_t QCount = size_t(Dims.Batch * T * Dims.QHeads * Hd);
-  size_t KvCount = size_t(Dims.Batch * T * Dims.KvHeads * Hd);
+  int64_t T = Shape.LocalTokens, Vd = Dims.vHeadDim();
+  size_t QCount = size_t(Dims.Batch * T * Dims.QHeads * Dims.HeadDim);
+  size_t KCount = size_t(Dims.Batch * T * Dims.KvHeads * Dims.HeadDim);
+  size_t VCount = size_t(Dims.Batch * T * Dims.KvHeads * Vd);
+  size_t KvCount = KCount + VCount;
   std::fill(DQ, DQ + QCount, 0.0f);
 
   // Delta = rowsum(dO * O) per (batch, head, token), laid out like Lse.
@@ -115,18 +118,18 @@ void contextParallelAttentionBackward(Communicator &Cp, const AttentionDims &Dim
   for (int64_t B = 0; B < Dims.Batch; ++B)
     for (int64_t I = 0; I < T; ++I)
       for (int64_t H = 0; H < Dims.QHeads; ++H) {
-        size_t Base = size_t(((B * T + I) * Dims.QHeads + H) * Hd);
+        size_t Base = size_t(((B * T + I) * Dims.QHeads + H) * Vd);
         double Sum = 0;
-        for (int64_t C = 0; C < Hd; ++C)
+        for (int64_t C = 0; C < Vd; ++C)
           Sum += double(DOut[Base + C]) * Out[Base + C];
         Delta[size_t((B * Dims.QHeads + H) * T + I)] = float(Sum);
       }
 
   std::vector<TokenSpan> QuerySpans = localSpans(Rank, Size, Dims.SeqLen);
   // The block in hand: K, V, and the dK, dV gathered for it so far.
-  std::vector<float> Cur(4 * KvCount, 0.0f), Next;
-  std::copy(K, K + KvCount, Cur.begin());
-  std::copy(V, V + KvCount, Cur.begin() + KvCount);
+  std::vector<float> Cur(2 * KvCount, 0.0f), Next;
+  std::copy(K, K + KCount, Cur.begin());
+  std::copy(V, V + VCount, Cur.begin() + ptrdiff_t(KCount));
   if (Size > 1)
     Next.resize(Cur.size());
   std::vector<float> Scratch;
@@ -134,10 +137,10 @@ void contextParallelAttentionBackward(Communicator &Cp, const AttentionDims &Dim
     // K/V leave before the compute; their gradients only after it.
     std::unique_ptr<RingHop> KvHop, GradHop;
     if (Step + 1 < Size)
-      KvHop = std::make_unique<RingHop>(Cp, Cur.data(), Next.data(), 2 * KvCount, KvTag);
+      KvHop = std::make_unique<RingHop>(Cp, Cur.data(), Next.data(), KvCount, KvTag);
     int Owner = (Rank - Step + Size) % Size;
-    float *BlockK = Cur.data(), *BlockV = BlockK + KvCount;
-    float *BlockDK = BlockV + KvCount, *BlockDV = BlockDK + KvCount;
+    float *BlockK = Cur.data(), *BlockV = BlockK + KCount;
+    float *BlockDK = BlockV + VCount, *BlockDV = BlockDK + KCount;
     for (const TokenSpan &KeySpan : localSpans(Owner, Size, Dims.SeqLen))
       for (const TokenSpan &QuerySpan : QuerySpans)
         attendSpanBackward(Shape, Q, QuerySpan, BlockK, BlockV, KeySpan, Lse, Delta.data(), DOut, DQ, BlockDK, BlockDV,
@@ -145,7 +148,7 @@ void contextParallelAttentionBackward(Communicator &Cp, const AttentionDims &Dim
     // After the last step the block in hand belongs to the next rank, which
     // is exactly where this hop sends its gradients.
     if (Size > 1)
-      GradHop = std::make_unique<RingHop>(Cp, BlockDK, Next.data() + 2 * KvCount, 2 * KvCount, GradTag);
+      GradHop = std::make_unique<RingHop>(Cp, BlockDK, Next.data() + KvCount, KvCount, GradTag);
     if (KvHop)
       KvHop->wait();
     if (GradHop) {
@@ -153,8 +156,8 @@ void contextParallelAttentionBackward(Communicator &Cp, const AttentionDims &Dim
       Cur.swap(Next);
     }
   }
-  std::copy(Cur.begin() + 2 * KvCount, Cur.begin() + 3 * KvCount, DK);
-  std::copy(Cur.begin() + 3 * KvCount, Cur.end(), DV);
+  std::copy_n(Cur.begin() + ptrdiff_t(KvCount), KCount, DK);
+  std::copy_n(Cur.begin() + ptrdiff_t(KvCount + KCount), VCount, DV);
 }
 
 } // namespace moert

@@ -17,8 +17,10 @@
 // With a CP group of one this is plain causal attention; the single-rank model
 // uses the same entry points.
 //
-// Layouts (row-major): Q and Out [Batch, LocalTokens, QHeads, HeadDim];
-// K, V [Batch, LocalTokens, KvHeads, HeadDim]; Lse [Batch, QHeads, LocalTokens]
+// Layouts (row-major): Q [Batch, LocalTokens, QHeads, HeadDim]; K [Batch,
+// LocalTokens, KvHeads, HeadDim]; V [Batch, LocalTokens, KvHeads, VDim] and Out
+// [Batch, LocalTokens, QHeads, VDim], VDim = vHeadDim() (multi-head latent
+// attention's values are narrower than its queries and keys); Lse [Batch, QHeads, LocalTokens]
 // (natural log of the softmax denominator, saved by forward for backward).
 // LocalTokens = SeqLen / CP, in localPositions() order; SeqLen must divide by
 // 2*CP when CP > 1 (a group of one takes any length).
@@ -46,7 +48,9 @@ struct AttentionDims {
   int64_t SeqLen = 0; ///< full sequence length (all CP ranks together)
   int64_t QHeads = 0; ///< query heads on this rank (after TP)
   int64_t KvHeads = 0;
-  int64_t HeadDim = 0;
+  int64_t HeadDim = 0; ///< of queries and keys
+  int64_t VHeadDim = 0; ///< of values and outputs; 0: HeadDim
+  int64_t vHeadDim() const { return VHeadDim > 0 ? VHeadDim : HeadDim; }
 };
 
 /// Absolute positions of this rank's LocalTokens tokens, in local order.

@@ -41,8 +41,8 @@ struct Problem {
     // Q with a larger spread so softmax rows are far from uniform.
     Q = randomVector(Tokens * D.QHeads * D.HeadDim, Seed, 2.0f);
     K = randomVector(Tokens * D.KvHeads * D.HeadDim, Seed + 1, 1.0f);
-    V = randomVector(Tokens * D.KvHeads * D.HeadDim, Seed + 2, 1.0f);
-    DOut = randomVector(Tokens * D.QHeads * D.HeadDim, Seed + 3, 1.0f);
+    V = randomVector(Tokens * D.KvHeads * D.vHeadDim(), Seed + 2, 1.0f);
+    DOut = randomVector(Tokens * D.QHeads * D.vHeadDim(), Seed + 3, 1.0f);
   }
 };
 
@@ -55,7 +55,7 @@ Result runAttention(Communicator &Cp, const AttentionDims &D, const std::vector<
                     const std::vector<float> &V, const std::vector<float> &DOut) {
   int64_t T = D.SeqLen / Cp.size();
   Result R;
-  R.Out.assign(Q.size(), NAN);
+  R.Out.assign(DOut.size(), NAN);
   R.Lse.assign(size_t(D.Batch * D.QHeads * T), NAN);
   R.DQ.assign(Q.size(), NAN);
   R.DK.assign(K.size(), NAN);
@@ -108,8 +108,10 @@ void expectClose(const std::vector<float> &Got, const std::vector<T> &Want, doub
   EXPECT_EQ(Bad, 0) << What << ": elements off";
 }
 
-AttentionDims dims(int64_t Batch, int64_t SeqLen, int64_t QHeads, int64_t KvHeads, int64_t HeadDim) {
+AttentionDims dims(int64_t Batch, int64_t SeqLen, int64_t QHeads, int64_t KvHeads, int64_t HeadDim,
+                   int64_t VHeadDim = 0) {
   AttentionDims D;
+  D.VHeadDim = VHeadDim;
   D.Batch = Batch;
   D.SeqLen = SeqLen;
   D.QHeads = QHeads;
@@ -185,6 +187,21 @@ TEST(CpAttention, SingleRankMatchesNaiveReference) {
     EXPECT_FLOAT_EQ(R.Out[size_t(3 * 8 + C)], P.V[size_t(1 * 8 + C)]);
 }
 
+TEST(CpAttention, NarrowerValuesMatchNaiveReference) {
+  // Multi-head latent attention: queries and keys 12 wide (the no-RoPE and
+  // RoPE parts together), values and outputs 8; the scale is 1 / sqrt(12).
+  auto Self = createSelfCommunicator("cp");
+  Problem P(dims(2, 11, 4, 4, 12, 8), 9);
+  Result R = runAttention(*Self, P.Dims, P.Q, P.K, P.V, P.DOut);
+  ASSERT_EQ(R.Out.size(), size_t(2 * 11 * 4 * 8));
+  test::ReferenceAttention Ref = test::referenceAttention(P.Dims, P.Q, P.K, P.V, P.DOut);
+  expectClose(R.Out, Ref.Out, 1e-5, "Out");
+  expectClose(R.Lse, Ref.Lse, 1e-5, "Lse");
+  expectClose(R.DQ, Ref.DQ, 1e-5, "DQ");
+  expectClose(R.DK, Ref.DK, 1e-5, "DK");
+  expectClose(R.DV, Ref.DV, 1e-5, "DV");
+}
+
 TEST(CpAttention, SingleRankBackwardMatchesFiniteDifferences) {
   auto Self = createSelfCommunicator("cp");
   Problem P(dims(1, 6, 2, 1, 4), 21);
@@ -239,17 +256,18 @@ void checkRingAgainstSingleRank(Communicator &Cp, const Problem &P) {
 
   std::vector<int64_t> Pos = localPositions(Cp.rank(), Cp.size(), D.SeqLen);
   int64_t QW = D.QHeads * D.HeadDim, KW = D.KvHeads * D.HeadDim;
+  int64_t VW = D.KvHeads * D.vHeadDim(), OW = D.QHeads * D.vHeadDim();
   auto Q = sliceTokens(P.Q, D.Batch, D.SeqLen, QW, Pos);
   auto K = sliceTokens(P.K, D.Batch, D.SeqLen, KW, Pos);
-  auto V = sliceTokens(P.V, D.Batch, D.SeqLen, KW, Pos);
-  auto DOut = sliceTokens(P.DOut, D.Batch, D.SeqLen, QW, Pos);
+  auto V = sliceTokens(P.V, D.Batch, D.SeqLen, VW, Pos);
+  auto DOut = sliceTokens(P.DOut, D.Batch, D.SeqLen, OW, Pos);
   Result Local = runAttention(Cp, D, Q, K, V, DOut);
 
-  expectClose(Local.Out, sliceTokens(Full.Out, D.Batch, D.SeqLen, QW, Pos), 1e-5, "Out");
+  expectClose(Local.Out, sliceTokens(Full.Out, D.Batch, D.SeqLen, OW, Pos), 1e-5, "Out");
   expectClose(Local.Lse, sliceLse(Full.Lse, D.Batch, D.QHeads, D.SeqLen, Pos), 1e-5, "Lse");
   expectClose(Local.DQ, sliceTokens(Full.DQ, D.Batch, D.SeqLen, QW, Pos), 1e-5, "DQ");
   expectClose(Local.DK, sliceTokens(Full.DK, D.Batch, D.SeqLen, KW, Pos), 1e-5, "DK");
-  expectClose(Local.DV, sliceTokens(Full.DV, D.Batch, D.SeqLen, KW, Pos), 1e-5, "DV");
+  expectClose(Local.DV, sliceTokens(Full.DV, D.Batch, D.SeqLen, VW, Pos), 1e-5, "DV");
 }
 
 /// About 32 tokens, divisible by 2 * CpSize.
@@ -270,6 +288,14 @@ TEST(CpRing, MultiQueryAndTinyChunksMatchSingleRank) {
   // One token per chunk and one KV head for all query heads.
   Communicator &W = test::world().world();
   Problem P(dims(1, 2 * W.size(), 4, 1, 8), 300);
+  checkRingAgainstSingleRank(W, P);
+}
+
+TEST(CpRing, NarrowerValuesMatchSingleRank) {
+  // The ring carries K and V of different widths (multi-head latent
+  // attention sends full per-head K and V, as Megatron-Core does).
+  Communicator &W = test::world().world();
+  Problem P(dims(2, seqLenFor(W.size()), 4, 4, 12, 8), 400);
   checkRingAgainstSingleRank(W, P);
 }
 

@@ -81,13 +81,29 @@ LAYOUTS = [
     # their heads and sequence shard, so their gradients are summed over tp, cp and dp.
     ("qk_tp2_cp2", 4, "tp = 2; cp = 2", None),
     ("qk_tp2_pp2_full", 4, "tp = 2; pp = 2", "full"),
+    # Multi-head latent attention (MLA_MODEL, with a query latent; MLAKV_MODEL, without, as
+    # DeepSeek-V2-Lite): the down-projections and their norms are replicated over tp and run on
+    # each rank's sequence shard, the up-projections are split by heads, the shared RoPE key is
+    # gathered over tp and its gradient reduce-scattered; under cp the ring carries per-head K
+    # (no-RoPE and RoPE parts) and the narrower V; mla_up_proj drops Q, K, V for recompute.
+    ("mla_tp2_cp2", 4, "tp = 2; cp = 2", None),
+    ("mla_tp2_ep2_upproj", 4, "tp = 2; ep = 2", "selective(mla_up_proj, layernorm)"),
+    ("mla_cp2_ep2_pp2_full", 4, "cp = 2; ep = 2; pp = 2", "full"),
+    ("mlakv_tp2_cp2", 4, "tp = 2; cp = 2", None),
+    ("mlakv_tp2_pp2_upproj", 4, "tp = 2; pp = 2", "selective(mla_up_proj, core_attn)"),
 ]
 # tiny_moe with the sigmoid router and aux-loss-free balancing; a bias update rate of
 # Megatron's 1e-3 changes routing within 3 steps of this tiny model.
 BIASED_MODEL = "model tiny_biased extends tiny_moe {\n  moe { router = sigmoid; expert_bias = true }\n}\n"
 QK_MODEL = "model tiny_qk extends tiny_moe { qk_norm = true }\n"
+# Latent attention: query and key heads 16 wide (8 of them RoPE), values 12, latents 24 and 16.
+MLA_MODEL = ("model tiny_mla extends tiny_moe {\n  kv_heads = 4\n  attention = mla(q_lora_rank = 24, "
+             "kv_lora_rank = 16, qk_head_dim = 8, qk_rope_head_dim = 8, v_head_dim = 12)\n}\n")
+MLAKV_MODEL = ("model tiny_mlakv extends tiny_moe {\n  kv_heads = 4\n  attention = mla(kv_lora_rank = 16, "
+               "qk_head_dim = 8, qk_rope_head_dim = 8, v_head_dim = 12)\n}\n")
 # A layout's name prefix picks its model (and its own one-rank reference, "<prefix>one_rank").
-MODELS = {"bias_": ("tiny_biased", BIASED_MODEL), "qk_": ("tiny_qk", QK_MODEL)}
+MODELS = {"bias_": ("tiny_biased", BIASED_MODEL), "qk_": ("tiny_qk", QK_MODEL), "mla_": ("tiny_mla", MLA_MODEL),
+          "mlakv_": ("tiny_mlakv", MLAKV_MODEL)}
 
 
 def model_of(name):
