@@ -229,8 +229,8 @@ bool PlanParser::readModel(const toml::table &Config) {
       return false;
     LaunchMla A;
     if (!readInt(*T, APre, "q_lora_rank", A.QLoraRank, 0) || !readInt(*T, APre, "kv_lora_rank", A.KvLoraRank, 1) ||
-        !readInt(*T, APre, "qk_head_dim", A.QkHeadDim, 0) || !readInt(*T, APre, "qk_rope_head_dim", A.QkRopeHeadDim, 2) ||
-        !readInt(*T, APre, "v_head_dim", A.VHeadDim, 1))
+        !readInt(*T, APre, "qk_head_dim", A.QkHeadDim, 0) ||
+        !readInt(*T, APre, "qk_rope_head_dim", A.QkRopeHeadDim, 2) || !readInt(*T, APre, "v_head_dim", A.VHeadDim, 1))
       return false;
     if (A.QkRopeHeadDim % 2)
       return fail(APre + ".qk_rope_head_dim", fmt::format("{} is odd: RoPE rotates pairs", A.QkRopeHeadDim));

@@ -27,7 +27,7 @@ struct LayerParams {
   int64_t Index = 0;
   bool Moe = false;
   Parameter *AttnNorm = nullptr, *Q = nullptr, *K = nullptr, *V = nullptr, *O = nullptr, *MlpNorm = nullptr;
-  Parameter *QNorm = nullptr, *KNorm = nullptr;              ///< with ModelConfig::QkNorm
+  Parameter *QNorm = nullptr, *KNorm = nullptr; ///< with ModelConfig::QkNorm
   /// Multi-head latent attention (Q is the query projection without a q
   /// latent; K and V are unused).
   Parameter *QDown = nullptr, *QDownNorm = nullptr, *QUp = nullptr;
@@ -50,11 +50,11 @@ struct LayerState {
   // Q, K, V above are the up-projections (mla_up_proj).
   Tensor Qc, QcN, Ckv, CkvN, KPe;
   std::vector<float> RstdQc, RstdCkv;
-  Tensor AttnOut, Lse;             // core_attn
-  Tensor G, U, Act;                // mlp
-  MoeSaved Routed;                 // moe (Routed.Act: moe_act)
-  Tensor SG, SU, SAct;             // shared_experts
-  std::set<std::string> Dropped;   // modules to recompute
+  Tensor AttnOut, Lse;           // core_attn
+  Tensor G, U, Act;              // mlp
+  MoeSaved Routed;               // moe (Routed.Act: moe_act)
+  Tensor SG, SU, SAct;           // shared_experts
+  std::set<std::string> Dropped; // modules to recompute
   bool FullDropped = false;
 
   std::map<std::string, int64_t> bytes() const {
@@ -62,8 +62,8 @@ struct LayerState {
     B["layer_input"] = X.bytes();
     B["layernorm"] = Xn1.bytes() + Xn2.bytes() + int64_t((Rstd1.size() + Rstd2.size()) * sizeof(float));
     B["attention"] = Q.bytes() + K.bytes() + V.bytes() + H.bytes() + QPre.bytes() + KPre.bytes() +
-                     int64_t((RstdQ.size() + RstdK.size()) * sizeof(float)) + Qc.bytes() + QcN.bytes() +
-                     Ckv.bytes() + CkvN.bytes() + KPe.bytes() + int64_t((RstdQc.size() + RstdCkv.size()) * sizeof(float));
+                     int64_t((RstdQ.size() + RstdK.size()) * sizeof(float)) + Qc.bytes() + QcN.bytes() + Ckv.bytes() +
+                     CkvN.bytes() + KPe.bytes() + int64_t((RstdQc.size() + RstdCkv.size()) * sizeof(float));
     B["core_attn"] = AttnOut.bytes() + Lse.bytes();
     B["mlp"] = G.bytes() + U.bytes() + Act.bytes();
     B["moe"] = Routed.moeBytes();
@@ -146,8 +146,8 @@ struct StageModel::Impl {
     const ModelConfig &C = Config;
     if (C.Mla) {
       const ModelConfig::LatentAttention &A = *C.Mla;
-      if (C.Hidden <= 0 || C.Heads <= 0 || C.Vocab <= 0 || A.QLoraRank < 0 || A.KvLoraRank <= 0 ||
-          A.QkNopeDim < 0 || A.QkRopeDim <= 0 || A.QkRopeDim % 2 || A.VHeadDim <= 0)
+      if (C.Hidden <= 0 || C.Heads <= 0 || C.Vocab <= 0 || A.QLoraRank < 0 || A.KvLoraRank <= 0 || A.QkNopeDim < 0 ||
+          A.QkRopeDim <= 0 || A.QkRopeDim % 2 || A.VHeadDim <= 0)
         fail("invalid latent attention dimensions");
       if (C.Heads % TpSize)
         fail("Heads must divide by the tp size");

@@ -12,6 +12,11 @@
 
 namespace moert {
 
+namespace {
+/// Megatron-Core adds it to the sum of the sigmoid scores it normalises.
+constexpr double AuxScoreEpsilon = 1e-20;
+} // namespace
+
 int64_t MoeSaved::moeBytes() const {
   int64_t B = Scores.bytes() + ExpertIn.bytes() + G.bytes() + U.bytes() + Dispatch.CombinedCopies.bytes();
   B += int64_t((TopIdx.size() + TopW.size() + Fraction.size()) * 4);
@@ -112,13 +117,27 @@ double MoeBlock::forward(const MoeWeights &W, const Tensor &Xn, MoeSaved &S, Ten
     for (int32_t Expert : S.TopIdx)
       W.Bias->Tokens[size_t(Expert)] += 1.0f;
   // Load-balancing statistics over every token of the micro batch: copies
-  // per expert, score sums per expert, and the token count.
+  // per expert, score sums per expert, and the token count. Megatron-Core's
+  // load-balancing loss sees neither the expert bias nor the groups: it
+  // counts each token's top-k by the scores over all experts, and normalises
+  // sigmoid scores to sum to one (moe_utils.py
+  // compute_routing_scores_for_aux_loss, router.py _apply_aux_loss). For a
+  // softmax router without groups those are the routed experts.
   std::vector<float> Stats(2 * E + 1, 0.0f);
-  for (int64_t I = 0; I < N * K; ++I)
-    Stats[S.TopIdx[I]] += 1.0f;
-  for (int64_t I = 0; I < N; ++I)
+  std::vector<int32_t> Order(static_cast<size_t>(E));
+  for (int64_t I = 0; I < N; ++I) {
+    const float *Sc = S.Scores.row(I);
+    double Div = 1;
+    if (Config.SigmoidRouter)
+      Div = std::accumulate(Sc, Sc + E, 0.0) + AuxScoreEpsilon;
     for (int64_t J = 0; J < E; ++J)
-      Stats[E + J] += S.Scores.row(I)[J];
+      Stats[E + J] += float(Sc[J] / Div);
+    std::iota(Order.begin(), Order.end(), 0);
+    std::partial_sort(Order.begin(), Order.begin() + K, Order.end(),
+                      [&](int32_t A, int32_t B) { return Sc[A] > Sc[B] || (Sc[A] == Sc[B] && A < B); });
+    for (int64_t J = 0; J < K; ++J)
+      Stats[Order[size_t(J)]] += 1.0f;
+  }
   Stats[2 * E] = float(N);
   TpCp.allReduceSum(Stats.data(), Stats.size());
   S.GroupTokens = Stats[2 * E];
@@ -215,8 +234,17 @@ Tensor MoeBlock::backward(const MoeWeights &W, const Tensor &Xn, MoeSaved &S, co
   double AuxPerScore = AuxGradScale * Config.AuxLossCoeff * double(E) / S.GroupTokens;
   for (int64_t I = 0; I < N; ++I) {
     const float *Sc = S.Scores.row(I);
-    for (int64_t J = 0; J < E; ++J)
-      DScore[J] = AuxPerScore * S.Fraction[J];
+    if (Config.SigmoidRouter) {
+      // The aux loss reads a_j = s_j / (sum s + eps): ds_i = (g_i - sum_j g_j a_j) / (sum s + eps).
+      double Div = std::accumulate(Sc, Sc + E, 0.0) + AuxScoreEpsilon, Dot = 0;
+      for (int64_t J = 0; J < E; ++J)
+        Dot += AuxPerScore * S.Fraction[J] * (Sc[J] / Div);
+      for (int64_t J = 0; J < E; ++J)
+        DScore[J] = (AuxPerScore * S.Fraction[J] - Dot) / Div;
+    } else {
+      for (int64_t J = 0; J < E; ++J)
+        DScore[J] = AuxPerScore * S.Fraction[J];
+    }
     const float *Wt = &S.TopW[I * K];
     const float *Dw = &DW[I * K];
     const int32_t *Idx = &S.TopIdx[I * K];

@@ -48,7 +48,7 @@ struct AttentionDims {
   int64_t SeqLen = 0; ///< full sequence length (all CP ranks together)
   int64_t QHeads = 0; ///< query heads on this rank (after TP)
   int64_t KvHeads = 0;
-  int64_t HeadDim = 0; ///< of queries and keys
+  int64_t HeadDim = 0;  ///< of queries and keys
   int64_t VHeadDim = 0; ///< of values and outputs; 0: HeadDim
   int64_t vHeadDim() const { return VHeadDim > 0 ? VHeadDim : HeadDim; }
 };

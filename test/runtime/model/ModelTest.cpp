@@ -152,7 +152,7 @@ TEST_P(FiniteDifferences, EveryParameterAndTheChunkInput) {
 
 INSTANTIATE_TEST_SUITE_P(Routers, FiniteDifferences,
                          ::testing::Values(FdCase{false, 0}, FdCase{true, 0}, FdCase{false, 1}, FdCase{true, 1},
-                                           FdCase{false, 1, true}, FdCase{false, 0, false, 2, 1, 0, 8},
+                                           FdCase{false, 1, true}, FdCase{false, 0, false, 2, 1, 0, 15},
                                            FdCase{true, 1, false, 2, 1}, FdCase{false, 1, false, 1, 1, 12},
                                            FdCase{true, 1, false, 1, 1, 0, 9, 1},
                                            FdCase{false, 0, false, 1, 1, 0, 7, 2, true}),
