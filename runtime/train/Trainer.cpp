@@ -698,6 +698,13 @@ struct Trainer::Impl final : public PipelineStage {
         {"attn.v", {"self_attn.v_proj.weight", true}},
         {"attn.o", {"self_attn.o_proj.weight", true}},
         {"attn.q_norm", {"self_attn.q_norm.weight", false}},
+        // Multi-head latent attention (DeepSeek-V2/V3).
+        {"attn.q_down", {"self_attn.q_a_proj.weight", true}},
+        {"attn.q_down_norm", {"self_attn.q_a_layernorm.weight", false}},
+        {"attn.q_up", {"self_attn.q_b_proj.weight", true}},
+        {"attn.kv_down", {"self_attn.kv_a_proj_with_mqa.weight", true}},
+        {"attn.kv_down_norm", {"self_attn.kv_a_layernorm.weight", false}},
+        {"attn.kv_up", {"self_attn.kv_b_proj.weight", true}},
         {"attn.k_norm", {"self_attn.k_norm.weight", false}},
         {"mlp_norm", {"post_attention_layernorm.weight", false}},
         {"router", {"mlp.gate.weight", true}},
@@ -747,6 +754,15 @@ struct Trainer::Impl final : public PipelineStage {
         break;
       auto [Hf, Linear] = huggingFaceName(Param->Name);
       auto It = Hf.empty() ? File.tensors().end() : File.tensors().find(Hf);
+      // DeepSeek names its shared experts in the plural, Qwen2-MoE in the singular.
+      if (It == File.tensors().end() && llvm::StringRef(Hf).contains(".shared_expert.")) {
+        std::string Plural = llvm::StringRef(Hf).str();
+        Plural.replace(Plural.find(".shared_expert."), 15, ".shared_experts.");
+        if (File.tensors().count(Plural)) {
+          Hf = Plural;
+          It = File.tensors().find(Hf);
+        }
+      }
       if (It == File.tensors().end()) {
         Refuse("the Hugging Face checkpoint has no tensor for '" + Param->Name + "'" +
                (Hf.empty() ? std::string() : " ('" + Hf + "')"));
@@ -772,6 +788,26 @@ struct Trainer::Impl final : public PipelineStage {
         Full.swap(Transposed);
       }
       sliceShard(Full, Param->Split, Param->Value.data(), Param->Value.shape());
+    }
+    // DeepSeek-V3's aux-loss-free bias, where the checkpoint has it (it
+    // starts at zero otherwise, as in Megatron-Core).
+    for (ExpertBias *B : allBiases()) {
+      if (!Ok)
+        break;
+      llvm::StringRef Layer = llvm::StringRef(B->State.Name).drop_front(7).split('.').first;
+      std::string Hf = "model.layers." + Layer.str() + ".mlp.gate.e_score_correction_bias";
+      auto It = File.tensors().find(Hf);
+      if (It == File.tensors().end())
+        continue;
+      if (It->second.Shape != B->State.Value.shape()) {
+        Refuse("tensor '" + Hf + "' is not of the shape of '" + B->State.Name + "': another model");
+        break;
+      }
+      if (!File.read(Hf, Full, E)) {
+        Refuse(E);
+        break;
+      }
+      std::copy(Full.begin(), Full.end(), B->State.Value.data());
     }
     return agree(Ok);
   }

@@ -8,6 +8,13 @@ IndexedDataset (moerun's windows: sample i is the seq_len + 1 tokens at stream p
 i * seq_len). The model exercises GQA with QK-norm, RoPE, the softmax router with normalised
 top-k weights (norm_topk_prob, which is Megatron's top-k-then-softmax) and SwiGLU experts.
 
+The DeepSeek-V3 family (DeepseekV3ForCausalLM): multi-head latent attention with a query latent,
+a dense first layer, the sigmoid router with group-limited top-k and a shared expert; loss and all
+gradients under one rank, tp 2, cp 2 and ep 2 x pp 2. transformers returns no router logits for
+it, so the reference recomputes them with hooks on the routers and builds Megatron's
+load-balancing loss with Megatron-Core 0.16.1's own functions (compute_routing_scores_for_aux_loss,
+switch_load_balancing_loss_func); a control without that term must be told apart.
+
 Layouts: one rank, tp 2, ep 2, pp 2 and tp 2 with etp 2 and ep 2. Tolerance 1e-6 relative: both
 sides compute in fp32 (the loss itself is summed in double on both), and the logits come from
 sums of a few hundred products in different orders (BLAS blocking, tp/ep/etp partial sums), so
@@ -46,6 +53,7 @@ SEQ_LEN, SAMPLES, VOCAB = 64, 2, 128
 TOL = 1e-6
 GRAD_TOL = 1e-5
 AUX_COEFF = 1e-2  # moert::ModelConfig::AuxLossCoeff, Megatron's moe_aux_loss_coeff default
+DEEPSEEK_LAYOUTS = [("one_rank", 1, "tp = 1"), ("tp2", 2, "tp = 2"), ("cp2", 2, "cp = 2"), ("ep2_pp2", 4, "ep = 2; pp = 2")]
 GRAD_LAYOUTS = [("one_rank", 1, "tp = 1"), ("tp2", 2, "tp = 2"), ("ep2", 2, "ep = 2"), ("pp2", 2, "pp = 2")]
 LAYOUTS = [("one_rank", 1, "tp = 1"), ("tp2", 2, "tp = 2"), ("ep2", 2, "ep = 2"), ("pp2", 2, "pp = 2"),
            ("tp2_etp2_ep2", 4, "tp = 2; ep = 2; etp = 2")]
@@ -64,6 +72,36 @@ def tiny_qwen3_moe(out_dir, perturb_q_norm=True):
         # Norm weights start at one; move them so that a norm loaded wrong (or not at all) shows.
         for name, p in model.named_parameters():
             if name.endswith("norm.weight") and (perturb_q_norm or "q_norm" not in name):
+                p.add_(0.2 * torch.randn_like(p))
+    model.save_pretrained(out_dir, safe_serialization=True)
+    return model
+
+
+def tiny_deepseek_v3(out_dir):
+    """DeepSeek-V3's architecture at a few dozen dimensions: multi-head latent attention with a
+    query latent (q 24, kv 16, no-RoPE 8 + RoPE 8 per head, values 12, interleaved RoPE), a dense
+    first layer, then the sigmoid router with group-limited top-4 (4 groups, the best 2), the
+    normalised top-k weights and a shared expert. routed_scaling_factor is 1 (moerun has none)."""
+    from transformers import DeepseekV3Config, DeepseekV3ForCausalLM
+    config = DeepseekV3Config(vocab_size=VOCAB, hidden_size=64, intermediate_size=96, moe_intermediate_size=32,
+                              num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4, n_shared_experts=1,
+                              n_routed_experts=8, routed_scaling_factor=1.0, kv_lora_rank=16, q_lora_rank=24,
+                              qk_rope_head_dim=8, v_head_dim=12, qk_nope_head_dim=8, n_group=4, topk_group=2,
+                              num_experts_per_tok=4, first_k_dense_replace=1, norm_topk_prob=True,
+                              rope_theta=10000.0, rope_scaling=None, rope_interleave=True, rms_norm_eps=1e-5,
+                              tie_word_embeddings=False, max_position_embeddings=128, attention_dropout=0.0,
+                              # What DeepSeek-V3's own config.json says and moec's hf() reads.
+                              scoring_func="sigmoid", topk_method="noaux_tc")
+    torch.manual_seed(1)
+    model = DeepseekV3ForCausalLM(config).float().eval()
+    # transformers builds the two latent norms at eps 1e-6 whatever the config says (DeepSeek-V3's
+    # own rms_norm_eps); Megatron-Core builds every norm at one layernorm_epsilon, as moerun does.
+    for layer in model.model.layers:
+        layer.self_attn.q_a_layernorm.variance_epsilon = config.rms_norm_eps
+        layer.self_attn.kv_a_layernorm.variance_epsilon = config.rms_norm_eps
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("norm.weight"):
                 p.add_(0.2 * torch.randn_like(p))
     model.save_pretrained(out_dir, safe_serialization=True)
     return model
@@ -105,6 +143,44 @@ def reference_gradients(model, samples):
     return {name: p.grad.detach().clone() for name, p in model.named_parameters()}
 
 
+def megatron_aux(logits, topk, score_function, experts, coeff):
+    """Megatron-Core 0.16.1's load-balancing loss of one micro batch, by its own functions: the
+    counts of each token's top-k by the scores over all experts (no bias, no groups) and the
+    scores, normalised for a sigmoid router (moe_utils.py)."""
+    from megatron.core.transformer.moe.moe_utils import (compute_routing_scores_for_aux_loss,
+                                                         switch_load_balancing_loss_func)
+    routing_map, scores = compute_routing_scores_for_aux_loss(logits, topk, score_function)
+    return switch_load_balancing_loss_func(probs=scores, tokens_per_expert=routing_map.sum(dim=0).float(),
+                                           total_num_tokens=logits.shape[0], topk=topk, num_experts=experts,
+                                           moe_aux_loss_coeff=coeff)
+
+
+def deepseek_reference_gradients(model, samples, aux_coeff=None):
+    """Name -> gradient of moerun's objective on the DeepSeek-V3 model: transformers returns no
+    router logits for it, so hooks on the routers recompute them from the routers' inputs (in
+    the graph, so the aux loss reaches the hidden states as in Megatron)."""
+    cfg = model.config
+    x = torch.stack([s[:-1] for s in samples])
+    y = torch.stack([s[1:] for s in samples])
+    captured = []
+    hooks = [layer.mlp.gate.register_forward_hook(
+        lambda mod, inp, out: captured.append(torch.nn.functional.linear(inp[0].reshape(-1, cfg.hidden_size).float(),
+                                                                         mod.weight.float())))
+             for layer in model.model.layers if hasattr(layer.mlp, "gate")]
+    model.zero_grad()
+    out = model(input_ids=x)
+    for h in hooks:
+        h.remove()
+    ce = torch.nn.functional.cross_entropy(out.logits.reshape(-1, VOCAB), y.reshape(-1))
+    aux = 0
+    for logits in captured:
+        for b in range(len(samples)):
+            aux = aux + megatron_aux(logits[b * SEQ_LEN:(b + 1) * SEQ_LEN], cfg.num_experts_per_tok, "sigmoid",
+                                     cfg.n_routed_experts, AUX_COEFF if aux_coeff is None else aux_coeff)
+    (ce + aux / len(samples)).backward()
+    return {name: p.grad.detach().clone() for name, p in model.named_parameters()}
+
+
 def runtime_name(hf):
     """The moerun parameter of a Hugging Face tensor and whether it is a Linear weight ([out, in])."""
     if hf == "model.embed_tokens.weight":
@@ -120,9 +196,15 @@ def runtime_name(hf):
         return f"layers.{layer}.experts.{e.group(1)}.{e.group(2)}", True
     names = {"input_layernorm": ("attn_norm", False), "post_attention_layernorm": ("mlp_norm", False),
              "self_attn.q_norm": ("attn.q_norm", False), "self_attn.k_norm": ("attn.k_norm", False),
-             "mlp.gate": ("router", True)}
+             "mlp.gate": ("router", True), "self_attn.q_a_proj": ("attn.q_down", True),
+             "self_attn.q_a_layernorm": ("attn.q_down_norm", False), "self_attn.q_b_proj": ("attn.q_up", True),
+             "self_attn.kv_a_proj_with_mqa": ("attn.kv_down", True),
+             "self_attn.kv_a_layernorm": ("attn.kv_down_norm", False), "self_attn.kv_b_proj": ("attn.kv_up", True)}
     for p in "qkvo":
         names[f"self_attn.{p}_proj"] = (f"attn.{p}", True)
+    for p in ("gate", "up", "down"):
+        names[f"mlp.{p}_proj"] = (f"mlp.{p}", True)
+        names[f"mlp.shared_experts.{p}_proj"] = (f"shared.{p}", True)
     name, linear = names[rest]
     return f"layers.{layer}.{name}", linear
 
@@ -171,6 +253,35 @@ def run(a, name, ranks, parallel, hf_dir, corpus):
     return harness.records(log)[0]["loss"], out
 
 
+def deepseek_v3(a, corpus, samples):
+    """The DeepSeek-V3 family: loss and every gradient against transformers under one rank and
+    the layouts of DEEPSEEK_LAYOUTS (tp splits the latent up-projections by heads, cp runs the
+    ring over full per-head K and V, ep splits the routed experts)."""
+    hf_dir = os.path.join(a.work, "deepseek_v3_tiny")
+    model = tiny_deepseek_v3(hf_dir)
+    ref = reference_loss(model, samples)
+    print(f"transformers DeepseekV3ForCausalLM: loss {ref!r}")
+    grads = deepseek_reference_gradients(model, samples)
+    for name, ranks, parallel in DEEPSEEK_LAYOUTS:
+        loss, out = run(a, "dsv3_" + name, ranks, parallel, hf_dir, corpus)
+        rel = abs(loss - ref) / abs(ref) if loss is not None else float("inf")
+        check(loss is not None and rel <= TOL,
+              f"DeepSeek-V3 {name} ({ranks} ranks): moerun's step-1 loss {loss!r} equals transformers' within "
+              f"{rel:.1e} relative", out)
+        ours, out = driver_gradients(a, "dsv3_" + name, ranks, parallel, hf_dir, corpus)
+        if ours is None:
+            check(False, f"DeepSeek-V3 gradients under {name}: moert-train-driver failed", out)
+            continue
+        worst, bad = compare_gradients(ours, grads)
+        check(not bad, f"DeepSeek-V3 gradients under {name} ({ranks} ranks): all {len(grads)} tensors equal "
+              f"torch's within {worst:.1e} of their scale" + (f"; off: {', '.join(bad[:5])}" if bad else ""))
+        if name == "one_rank":
+            # Control: Megatron's load-balancing term is in what matched.
+            _, bad = compare_gradients(ours, deepseek_reference_gradients(model, samples, aux_coeff=0.0))
+            check(bool(bad), f"DeepSeek-V3 control (reference without Megatron's aux loss): {len(bad)} tensors "
+                  "told apart")
+
+
 def main():
     a = harness.args(extra=[("--driver", "moert-train-driver, for the gradient dumps")])
     corpus = os.path.join(a.work, "corpus")
@@ -196,6 +307,7 @@ def main():
         worst, bad = compare_gradients(ours, grads)
         check(not bad, f"gradients under {name} ({ranks} ranks): all {len(grads)} tensors equal torch's within "
               f"{worst:.1e} of their scale" + (f"; off: {', '.join(bad[:5])}" if bad else ""))
+    deepseek_v3(a, corpus, samples)
     # Control: the same weights but the q-norm left at ones in the checkpoint moerun reads.
     control_dir = os.path.join(a.work, "control")
     tiny_qwen3_moe(control_dir, perturb_q_norm=False)
