@@ -164,6 +164,8 @@ private:
         set("model.moe_router_num_groups", Value::integer(*X.Groups), "model.moe.groups");
       if (X.GroupTopK)
         set("model.moe_router_group_topk", Value::integer(*X.GroupTopK), "model.moe.group_top_k");
+      if (X.TopKScaling)
+        set("model.moe_router_topk_scaling_factor", Value::real(*X.TopKScaling), "model.moe.topk_scaling");
     }
     if (M.LinearAttention)
       drop("model.linear_attention", "{...}",

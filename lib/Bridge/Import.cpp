@@ -658,6 +658,7 @@ private:
     Check("model.moe_router_score_function", Value::string(enumName(X->RouterKind)));
     Check("model.moe_router_enable_expert_bias", Value::boolean(X->ExpertBias));
     Check("model.moe_router_pre_softmax", Value::boolean(X->PreSoftmax));
+    Check("model.moe_router_topk_scaling_factor", X->TopKScaling ? Value::real(*X->TopKScaling) : Value::null());
     if (Entry *E = get("model.moe_layer_freq")) {
       if (leadingDenseLayers(E->V, Model->Layers) != X->DenseLayers)
         unmapped(*E, fmt::format("the catalog model '{}' has {} leading dense layers and MoE after; this pattern "
@@ -853,6 +854,13 @@ private:
         MoE.push_back("pre_softmax = true");
       Sub("model.moe_router_num_groups", "groups");
       Sub("model.moe_router_group_topk", "group_top_k");
+      if (Entry *E = get("model.moe_router_topk_scaling_factor"); E && E->V.K != Value::Kind::Null) {
+        double F = E->V.K == Value::Kind::Float ? E->V.F : double(E->V.I);
+        if ((E->V.K == Value::Kind::Float || E->V.K == Value::Kind::Int) && F > 0)
+          MoE.push_back(fmt::format("topk_scaling = {}", F));
+        else
+          unmapped(*E, "moe.topk_scaling is a positive number");
+      }
     }
     std::string Def = fmt::format("model {} {{\n  {}\n", Name, llvm::join(Lines, "\n  "));
     if (!MoE.empty())
@@ -898,7 +906,8 @@ private:
     for (const ArchField &F : archFields())
       Keys.push_back(F.Key);
     for (StringRef K : {"model.mtp_num_layers", "model.max_position_embeddings", "model.moe_router_score_function",
-                        "model.moe_router_enable_expert_bias", "model.moe_router_pre_softmax", "model.moe_layer_freq"})
+                        "model.moe_router_enable_expert_bias", "model.moe_router_pre_softmax", "model.moe_layer_freq",
+                        "model.moe_router_topk_scaling_factor"})
       Keys.push_back(K);
     return Keys;
   }

@@ -91,6 +91,8 @@ json::Value moec::recipeToJSON(const Recipe &R) {
       MoE["shared_ffn_hidden"] = *M.MoE->SharedFfnHidden;
     MoE["pre_softmax"] = M.MoE->PreSoftmax;
     MoE["expert_bias"] = M.MoE->ExpertBias;
+    if (M.MoE->TopKScaling)
+      MoE["topk_scaling"] = *M.MoE->TopKScaling;
     if (M.MoE->Groups)
       MoE["groups"] = *M.MoE->Groups;
     if (M.MoE->GroupTopK)

@@ -206,6 +206,12 @@ bool PlanParser::readModel(const toml::table &Config) {
       MoE.SharedFfnHidden = S;
     }
     MoE.SigmoidRouter = Router == "sigmoid";
+    if (const toml::node *N = T->get("topk_scaling")) {
+      std::optional<double> V = N->value<double>();
+      if (!N->is_number() || !V || !(*V > 0))
+        return fail(MPre + ".topk_scaling", "expected a positive number");
+      MoE.TopKScaling = *V;
+    }
     if (!readBool(*T, MPre, "pre_softmax", MoE.PreSoftmax, false) ||
         !readBool(*T, MPre, "expert_bias", MoE.ExpertBias, false) ||
         !readInt(*T, MPre, "groups", MoE.Groups, 1, false) ||

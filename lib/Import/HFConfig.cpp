@@ -107,7 +107,6 @@ const llvm::StringSet<> Uninteresting = {"architectures",
                                          "sliding_window",
                                          "use_sliding_window",
                                          "max_window_layers",
-                                         "routed_scaling_factor",
                                          "aux_loss_alpha",
                                          "seq_aux",
                                          "ep_size",
@@ -226,6 +225,10 @@ llvm::Expected<HFImport> moec::importHFConfig(llvm::StringRef JsonText, llvm::St
       Line("  router = sigmoid");
     if (auto Method = C.string("topk_method"); Method && *Method == "noaux_tc")
       Line("  expert_bias = true");
+    // DeepSeek's factor on the routing weights, Megatron's moe_router_topk_scaling_factor
+    // (Megatron-Bridge 0.3.1 models/conversion/model_bridge.py:276 maps one to the other).
+    if (auto Scaling = C.number("routed_scaling_factor"); Scaling && *Scaling > 0 && *Scaling < 1e6)
+      Line(fmt::format("  topk_scaling = {}", *Scaling));
     if (auto Groups = C.integer({"n_group"}); Groups && *Groups > 1) {
       Line(fmt::format("  groups = {}", *Groups));
       if (auto GroupTopK = C.integer({"topk_group"}))

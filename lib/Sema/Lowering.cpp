@@ -137,6 +137,7 @@ const ModelSpec *SemaImpl::lowerModel(DefInfo &D) {
     S.RouterKind = R.enumValue<Router>("moe.router");
     S.ExpertBias = R.boolean("moe.expert_bias");
     S.PreSoftmax = R.boolean("moe.pre_softmax");
+    S.TopKScaling = R.optReal("moe.topk_scaling");
     S.Groups = R.optCount("moe.groups");
     S.GroupTopK = R.optCount("moe.group_top_k");
     M.MoE = S;

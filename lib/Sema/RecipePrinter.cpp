@@ -30,9 +30,10 @@ void moec::printModelSummary(const ModelSpec &M, llvm::raw_ostream &OS) {
     OS << fmt::format(" mla(q_lora={} kv_lora={} qk={} rope={} v={})", M.MLA->QLoraRank, M.MLA->KvLoraRank,
                       M.MLA->QkHeadDim, M.MLA->QkRopeHeadDim, M.MLA->VHeadDim);
   if (M.MoE)
-    OS << fmt::format(" moe(experts={} top_k={} ffn={} shared={} dense={} router={}{})", M.MoE->Experts, M.MoE->TopK,
+    OS << fmt::format(" moe(experts={} top_k={} ffn={} shared={} dense={} router={}{}{})", M.MoE->Experts, M.MoE->TopK,
                       M.MoE->FfnHidden, M.MoE->SharedExperts, M.MoE->DenseLayers, enumName(M.MoE->RouterKind),
-                      M.MoE->ExpertBias ? " bias" : "");
+                      M.MoE->ExpertBias ? " bias" : "",
+                      M.MoE->TopKScaling ? fmt::format(" scaling={}", *M.MoE->TopKScaling) : std::string());
   if (M.LinearAttention)
     OS << fmt::format(" linear(interval={} k={} v={} dim={})", M.LinearAttention->Interval, M.LinearAttention->KeyHeads,
                       M.LinearAttention->ValueHeads, M.LinearAttention->HeadDim);

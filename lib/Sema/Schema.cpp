@@ -208,6 +208,9 @@ const FieldSpec ModelFields[] = {
     FIELD(Model, "moe.pre_softmax", Bool, Default, "false", 0, 0, {},
           "softmax over all experts before the top-k selection (Megatron moe_router_pre_softmax); top_k = 1 with "
           "softmax needs it"),
+    FIELD(Model, "moe.topk_scaling", Number, Optional, "", 1e-6, NoMax, {},
+          "factor on the routing weights after the top-k (Megatron moe_router_topk_scaling_factor, DeepSeek's "
+          "routed_scaling_factor); unset: none"),
     COUNT(Model, "moe.groups", Optional, "", 1, "expert groups for group-limited routing"),
     COUNT(Model, "moe.group_top_k", Optional, "", 1, "groups each token may route to"),
     COUNT(Model, "linear_attention.interval", RequiredInSection, "", 1,

@@ -103,6 +103,10 @@ struct ModelConfig {
   /// (moe_router_bias_update_rate, Megatron's default).
   bool ExpertBias = false;
   double BiasUpdateRate = 1e-3;
+  /// Multiplies every routing weight after the top-k (and its
+  /// normalisation): Megatron's moe_router_topk_scaling_factor, DeepSeek's
+  /// routed_scaling_factor.
+  double TopKScaling = 1.0;
   double AuxLossCoeff = 1e-2;
   double RmsNormEps = 1e-5;
   double RopeTheta = 10000.0;

@@ -248,18 +248,19 @@ Tensor MoeBlock::backward(const MoeWeights &W, const Tensor &Xn, MoeSaved &S, co
     const float *Wt = &S.TopW[I * K];
     const float *Dw = &DW[I * K];
     const int32_t *Idx = &S.TopIdx[I * K];
+    const double Scaling = Config.TopKScaling;
     if (Router(Config).normalisedWeights()) {
-      // w_k = s_k / sum_j s_j: ds_j = (dw_j - sum_k dw_k w_k) / sum.
+      // w_k = c s_k / sum_j s_j: ds_j = (c dw_j - sum_k dw_k w_k) / sum.
       double Sum = 0, Dot = 0;
       for (int64_t J = 0; J < K; ++J) {
         Sum += Sc[Idx[J]];
         Dot += double(Dw[J]) * Wt[J];
       }
       for (int64_t J = 0; J < K; ++J)
-        DScore[Idx[J]] += (Dw[J] - Dot) / Sum;
+        DScore[Idx[J]] += (Scaling * Dw[J] - Dot) / Sum;
     } else {
       for (int64_t J = 0; J < K; ++J)
-        DScore[Idx[J]] += Dw[J];
+        DScore[Idx[J]] += Scaling * Dw[J];
     }
     if (Config.SigmoidRouter) {
       for (int64_t J = 0; J < E; ++J)

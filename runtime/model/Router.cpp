@@ -88,6 +88,7 @@ void Router::route(float *Rows, int64_t N, std::vector<int32_t> &TopIdx, std::ve
   bool Biased = Bias && Config.SigmoidRouter;
   std::vector<float> Ranked(LogScores || Biased ? E : 0);
   bool Normalised = normalisedWeights();
+  const float Scaling = float(Config.TopKScaling);
   for (int64_t I = 0; I < N; ++I) {
     const float *Row = Rows + I * E;
     const float *Selection = Row;
@@ -110,7 +111,7 @@ void Router::route(float *Rows, int64_t N, std::vector<int32_t> &TopIdx, std::ve
       Sum += Row[Order[J]];
     for (int64_t J = 0; J < K; ++J) {
       TopIdx[I * K + J] = Order[J];
-      TopW[I * K + J] = Normalised ? float(Row[Order[J]] / Sum) : Row[Order[J]];
+      TopW[I * K + J] = (Normalised ? float(Row[Order[J]] / Sum) : Row[Order[J]]) * Scaling;
     }
   }
 }

@@ -67,6 +67,7 @@ ModelConfig modelConfig(const moec::LaunchPlan &Plan) {
     C.RouterGroups = M.MoE->Groups;
     C.RouterGroupTopK = M.MoE->GroupTopK;
     C.ExpertBias = M.MoE->ExpertBias;
+    C.TopKScaling = M.MoE->TopKScaling;
   }
   if (C.DenseLayers > 0 && C.FfnHidden <= 0)
     refuse("dense layers need the model's ffn_hidden");

@@ -62,7 +62,9 @@ def expected(p):
             "top_k": p.moe_router_topk, "moe_ffn": p.moe_ffn_hidden_size,
             "shared": 1 if p.moe_shared_expert_intermediate_size else 0, "dense": dense,
             "router": p.moe_router_score_function,
-            "bias": bool(p.moe_router_enable_expert_bias)}
+            "bias": bool(p.moe_router_enable_expert_bias),
+            # moe_router_topk_scaling_factor (None: no factor)
+            "scaling": float(p.moe_router_topk_scaling_factor) if p.moe_router_topk_scaling_factor else None}
     if not mla:
         want["kv_heads"] = p.num_query_groups or p.num_attention_heads
         want["head_dim"] = p.kv_channels or p.hidden_size // p.num_attention_heads
@@ -76,10 +78,12 @@ def parse_summary(line):
     got = {}
     for k, v in re.findall(r"(\w+)=(\w+)", line):
         got[k] = v
-    m = re.search(r"moe\(experts=(\d+) top_k=(\d+) ffn=(\d+) shared=(\d+) dense=(\d+) router=(\w+)( bias)?\)", line)
+    m = re.search(r"moe\(experts=(\d+) top_k=(\d+) ffn=(\d+) shared=(\d+) dense=(\d+) router=(\w+)( bias)?"
+                  r"(?: scaling=([\d.e+-]+))?\)", line)
     if m:
         got.update({"experts": m.group(1), "top_k": m.group(2), "moe_ffn": m.group(3), "shared": m.group(4),
-                    "dense": m.group(5), "router": m.group(6), "bias": bool(m.group(7))})
+                    "dense": m.group(5), "router": m.group(6), "bias": bool(m.group(7)),
+                    "scaling": float(m.group(8)) if m.group(8) else None})
     return got
 
 

@@ -46,24 +46,26 @@ SHAPES = [
     (8, 1, 1, 1), (8, 2, 1, 1), (16, 4, 1, 1), (64, 8, 1, 1), (128, 8, 1, 1),
     (16, 4, 4, 2), (64, 8, 8, 4), (64, 6, 8, 3), (256, 8, 8, 4), (32, 2, 4, 1),
 ]
-# (score function, pre_softmax)
-FORMS = [("softmax", False), ("softmax", True), ("sigmoid", False)]
+# (score function, pre_softmax, top-k scaling factor or None): DeepSeek-V3 scales its sigmoid
+# weights by 2.5 (moe_router_topk_scaling_factor).
+FORMS = [("softmax", False, None), ("softmax", True, None), ("sigmoid", False, None), ("sigmoid", False, 2.5),
+         ("softmax", True, 16.0)]
 
 
-def megatron_routing(logits, top_k, groups, group_top_k, score, pre_softmax, bias=None):
+def megatron_routing(logits, top_k, groups, group_top_k, score, pre_softmax, bias=None, scaling=None):
     from megatron.core.transformer.moe.moe_utils import topk_routing_with_score_function
     probs, routing_map = topk_routing_with_score_function(
         logits, top_k, use_pre_softmax=pre_softmax,
         num_groups=groups if groups > 1 else None, group_topk=group_top_k if groups > 1 else None,
-        score_function=score, expert_bias=bias)
+        scaling_factor=scaling, score_function=score, expert_bias=bias)
     return probs, routing_map
 
 
-def runtime_routing(tool, logits, top_k, groups, group_top_k, score, pre_softmax, bias=None, rounds=0):
+def runtime_routing(tool, logits, top_k, groups, group_top_k, score, pre_softmax, bias=None, rounds=0, scaling=None):
     """The runtime's routing of each round and, with a bias, the bias after each round."""
     experts = logits.shape[1]
     lines = [f"{experts} {top_k} {int(score == 'sigmoid')} {int(pre_softmax)} {groups} {group_top_k} "
-             f"{logits.shape[0]} {rounds} {BIAS_RATE!r}"]
+             f"{logits.shape[0]} {rounds} {BIAS_RATE!r} {scaling or 1.0!r}"]
     lines += [" ".join(f"{float(x):.9g}" for x in row) for row in logits.tolist()]
     if rounds:
         lines.append(" ".join(f"{float(x):.9g}" for x in bias.tolist()))
@@ -124,7 +126,7 @@ def main():
     args = ap.parse_args()
     gen = torch.Generator().manual_seed(args.seed)
     cases = failures = 0
-    for (experts, top_k, groups, group_top_k), (score, pre_softmax) in itertools.product(SHAPES, FORMS):
+    for (experts, top_k, groups, group_top_k), (score, pre_softmax, scaling) in itertools.product(SHAPES, FORMS):
         if score == "sigmoid" and pre_softmax:
             continue
         # Megatron refuses a softmax after the top-k at top_k = 1 (every weight would be 1).
@@ -132,10 +134,12 @@ def main():
             continue
         cases += 1
         logits = torch.randn(TOKENS, experts, generator=gen, dtype=torch.float32) * 2.0
-        probs, routing_map = megatron_routing(logits, top_k, groups, group_top_k, score, pre_softmax)
-        ours = runtime_routing(args.tool, logits, top_k, groups, group_top_k, score, pre_softmax)[0][0]
+        probs, routing_map = megatron_routing(logits, top_k, groups, group_top_k, score, pre_softmax,
+                                              scaling=scaling)
+        ours = runtime_routing(args.tool, logits, top_k, groups, group_top_k, score, pre_softmax,
+                               scaling=scaling)[0][0]
         name = (f"experts {experts} top_k {top_k} groups {groups}/{group_top_k} {score}"
-                f"{' pre_softmax' if pre_softmax else ''}")
+                f"{' pre_softmax' if pre_softmax else ''}{f' scaling {scaling}' if scaling else ''}")
         bad = compare(name, ours, probs, routing_map)
         failures += bad > 0
         print(f"{'ok  ' if bad == 0 else 'FAIL'} {name}: {TOKENS - bad}/{TOKENS} tokens agree")

@@ -36,6 +36,7 @@ struct LaunchMoE {
   /// softmax over the chosen.
   bool PreSoftmax = false;
   bool ExpertBias = false;
+  double TopKScaling = 1.0; ///< factor on the routing weights after the top-k
   /// Group-limited routing: the experts in Groups equal groups, a token
   /// choosing among the GroupTopK best (1 and 1: no limit).
   int64_t Groups = 1, GroupTopK = 1;

@@ -92,7 +92,8 @@ struct MoESpec {
   llvm::Optional<int64_t> SharedFfnHidden;
   Router RouterKind = Router::Softmax;
   bool ExpertBias = false;
-  bool PreSoftmax = false; // softmax before the top-k selection
+  bool PreSoftmax = false;            // softmax before the top-k selection
+  llvm::Optional<double> TopKScaling; // factor on the routing weights (moe_router_topk_scaling_factor)
   llvm::Optional<int64_t> Groups, GroupTopK;
 };
 

@@ -27,11 +27,11 @@ int main() {
   int64_t Tokens = 0, Rounds = 0;
   double Rate = 0;
   if (!(std::cin >> C.Experts >> C.TopK >> Sigmoid >> PreSoftmax >> C.RouterGroups >> C.RouterGroupTopK >> Tokens >>
-        Rounds >> Rate) ||
-      Rounds < 0 || C.Experts < 1 || C.TopK < 1 || C.TopK > C.Experts || C.RouterGroups < 1 || C.RouterGroupTopK < 1 ||
-      C.Experts % C.RouterGroups != 0 || C.RouterGroupTopK > C.RouterGroups || Tokens < 0) {
-    std::cerr << "moert-route: expected 'experts top_k sigmoid pre_softmax groups group_top_k tokens rounds rate' with "
-                 "top_k <= experts, groups dividing experts and group_top_k <= groups\n";
+        Rounds >> Rate >> C.TopKScaling) ||
+      Rounds < 0 || !(C.TopKScaling > 0) || C.Experts < 1 || C.TopK < 1 || C.TopK > C.Experts || C.RouterGroups < 1 ||
+      C.RouterGroupTopK < 1 || C.Experts % C.RouterGroups != 0 || C.RouterGroupTopK > C.RouterGroups || Tokens < 0) {
+    std::cerr << "moert-route: expected 'experts top_k sigmoid pre_softmax groups group_top_k tokens rounds rate "
+                 "scaling' with top_k <= experts, groups dividing experts, group_top_k <= groups and scaling > 0\n";
     return 1;
   }
   C.SigmoidRouter = Sigmoid != 0;

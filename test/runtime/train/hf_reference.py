@@ -81,11 +81,12 @@ def tiny_deepseek_v3(out_dir):
     """DeepSeek-V3's architecture at a few dozen dimensions: multi-head latent attention with a
     query latent (q 24, kv 16, no-RoPE 8 + RoPE 8 per head, values 12, interleaved RoPE), a dense
     first layer, then the sigmoid router with group-limited top-4 (4 groups, the best 2), the
-    normalised top-k weights and a shared expert. routed_scaling_factor is 1 (moerun has none)."""
+    normalised top-k weights scaled by DeepSeek-V3's routed_scaling_factor of 2.5, and a shared
+    expert."""
     from transformers import DeepseekV3Config, DeepseekV3ForCausalLM
     config = DeepseekV3Config(vocab_size=VOCAB, hidden_size=64, intermediate_size=96, moe_intermediate_size=32,
                               num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4, n_shared_experts=1,
-                              n_routed_experts=8, routed_scaling_factor=1.0, kv_lora_rank=16, q_lora_rank=24,
+                              n_routed_experts=8, routed_scaling_factor=2.5, kv_lora_rank=16, q_lora_rank=24,
                               qk_rope_head_dim=8, v_head_dim=12, qk_nope_head_dim=8, n_group=4, topk_group=2,
                               num_experts_per_tok=4, first_k_dense_replace=1, norm_topk_prob=True,
                               rope_theta=10000.0, rope_scaling=None, rope_interleave=True, rms_norm_eps=1e-5,
