@@ -135,6 +135,9 @@ private:
     set("model.qk_layernorm", Value::boolean(M.QkNorm), "model.qk_norm");
     if (M.MaxSeqLen)
       set("model.max_position_embeddings", Value::integer(*M.MaxSeqLen), "model.max_seq_len");
+    // Unset: the provider's rotary_base (GPTModelProvider's 10000).
+    if (M.RopeTheta)
+      set("model.rotary_base", Value::real(*M.RopeTheta), "model.rope_theta");
     if (M.MLA) {
       set("model.q_lora_rank", Value::integer(M.MLA->QLoraRank), "model.attention = mla(q_lora_rank)");
       set("model.kv_lora_rank", Value::integer(M.MLA->KvLoraRank), "model.attention = mla(kv_lora_rank)");

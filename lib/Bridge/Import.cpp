@@ -61,6 +61,9 @@ const std::vector<ModelSpec> &bridge::catalogModels() { return catalog().Models;
 const std::vector<GpuSpec> &bridge::catalogGpus() { return catalog().Gpus; }
 
 namespace {
+/// Megatron-Core's rotary_base when a config does not set it (GPTModelProvider, transformer_config).
+constexpr double DefaultRotaryBase = 10000;
+
 /// Lowers a model definition written by the importer exactly as Sema lowers
 /// a user's (defaults, derived fields, checks); the messages when it fails.
 llvm::Optional<ModelSpec> lowerModelDefinition(StringRef Definition, StringRef Name, std::string &Messages) {
@@ -756,6 +759,8 @@ private:
     if (Entry *E = get("model.max_position_embeddings");
         E && E->V.K == Value::Kind::Int && (!Model->MaxSeqLen || *Model->MaxSeqLen != E->V.I))
       Changes.push_back(fmt::format("max_seq_len = {}", E->V.I));
+    if (auto Theta = ropeBase(); Theta && *Theta != Model->RopeTheta.getValueOr(DefaultRotaryBase))
+      Changes.push_back(fmt::format("rope_theta = {}", *Theta));
     if (Entry *E = get("model.mtp_num_layers")) {
       int64_t Mtp = E->V.K == Value::Kind::Int ? E->V.I : 0;
       if (E->V.K != Value::Kind::Int && E->V.K != Value::Kind::Null)
@@ -770,6 +775,20 @@ private:
       ModelName = Name;
       Res.ModelFromCatalog = false;
     }
+  }
+
+  /// model.rotary_base as a number, or None (absent, null, or not a
+  /// positive number, which is reported).
+  llvm::Optional<double> ropeBase() {
+    Entry *E = get("model.rotary_base");
+    if (!E || E->V.K == Value::Kind::Null)
+      return llvm::None;
+    double F = E->V.K == Value::Kind::Float ? E->V.F : double(E->V.I);
+    if ((E->V.K != Value::Kind::Float && E->V.K != Value::Kind::Int) || !(F >= 1)) {
+      unmapped(*E, "rope_theta is a number of at least 1");
+      return llvm::None;
+    }
+    return F;
   }
 
   /// A model no catalog entry describes, written as a .moe model definition
@@ -820,6 +839,8 @@ private:
       Lines.push_back("qk_norm = true");
     Field("model.mtp_num_layers", "mtp_layers");
     Field("model.max_position_embeddings", "max_seq_len");
+    if (auto Theta = ropeBase())
+      Lines.push_back(fmt::format("rope_theta = {}", *Theta));
     std::vector<std::string> MoE;
     if (auto Experts = Int("model.num_moe_experts")) {
       MoE.push_back(fmt::format("experts = {}", *Experts));
@@ -907,7 +928,7 @@ private:
       Keys.push_back(F.Key);
     for (StringRef K : {"model.mtp_num_layers", "model.max_position_embeddings", "model.moe_router_score_function",
                         "model.moe_router_enable_expert_bias", "model.moe_router_pre_softmax", "model.moe_layer_freq",
-                        "model.moe_router_topk_scaling_factor"})
+                        "model.moe_router_topk_scaling_factor", "model.rotary_base"})
       Keys.push_back(K);
     return Keys;
   }
