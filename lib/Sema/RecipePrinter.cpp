@@ -3,6 +3,7 @@
 #include "moec/Sema/Recipe.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/Path.h"
+#include <cmath>
 #include <fmt/format.h>
 
 using namespace moec;
@@ -40,6 +41,10 @@ void moec::printModelSummary(const ModelSpec &M, llvm::raw_ostream &OS) {
   if (M.Vision)
     OS << fmt::format(" vision(layers={} hidden={} heads={} patch={})", M.Vision->Layers, M.Vision->Hidden,
                       M.Vision->Heads, M.Vision->PatchSize);
+  if (M.RopeTheta)
+    OS << (*M.RopeTheta == std::trunc(*M.RopeTheta) && *M.RopeTheta < 1e15
+               ? fmt::format(" theta={}", int64_t(*M.RopeTheta))
+               : fmt::format(" theta={}", *M.RopeTheta));
 }
 
 void moec::printGpuSummary(const GpuSpec &G, llvm::raw_ostream &OS) {

@@ -11,7 +11,9 @@ nothing. For each provider in PROVIDERS this
   2. runs `moec import --from megatron-bridge` on it: the recipe names the catalog model the
      fields match, or defines one;
   3. runs `moec check --no-planner --dump-recipe` on the result and compares the lowered
-     model (its summary line) with the provider's own values.
+     model (its summary line) with the provider's own values;
+     The summary carries the RoPE base (theta, Megatron's rotary_base) and the routing
+     weights' scaling factor, so a catalog model the import names is checked on them too.
 Prints one line per provider; exit 0 when every model came in as Bridge builds it.
 
 Usage: PY=$(scripts/megatron-venv.sh); $PY test/megatron/providers.py --moec build/tools/moec/moec
@@ -64,7 +66,9 @@ def expected(p):
             "router": p.moe_router_score_function,
             "bias": bool(p.moe_router_enable_expert_bias),
             # moe_router_topk_scaling_factor (None: no factor)
-            "scaling": float(p.moe_router_topk_scaling_factor) if p.moe_router_topk_scaling_factor else None}
+            "scaling": float(p.moe_router_topk_scaling_factor) if p.moe_router_topk_scaling_factor else None,
+            # rotary_base; moec prints none when the model leaves Megatron's default of 10000
+            "theta": int(p.rotary_base) if p.rotary_base and p.rotary_base != 10000 else None}
     if not mla:
         want["kv_heads"] = p.num_query_groups or p.num_attention_heads
         want["head_dim"] = p.kv_channels or p.hidden_size // p.num_attention_heads
@@ -84,6 +88,8 @@ def parse_summary(line):
         got.update({"experts": m.group(1), "top_k": m.group(2), "moe_ffn": m.group(3), "shared": m.group(4),
                     "dense": m.group(5), "router": m.group(6), "bias": bool(m.group(7)),
                     "scaling": float(m.group(8)) if m.group(8) else None})
+    theta = re.search(r" theta=(\d+)", line)
+    got["theta"] = int(theta.group(1)) if theta and int(theta.group(1)) != 10000 else None
     return got
 
 
