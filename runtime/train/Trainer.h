@@ -34,7 +34,7 @@
 #include "comm/Communicator.h"
 #include "data/TokenSource.h"
 #include "model/Model.h"
-#include "moec/Emit/PlanReader.h"
+#include "moec/PlanFormat/PlanReader.h"
 #include "parallel/dp/AdamW.h"
 #include "train/LrSchedule.h"
 #include "train/TimedCommunicator.h"

@@ -4,7 +4,7 @@
 #include "moec/Catalog/Catalog.h"
 #include "moec/Diag/DiagnosticRenderers.h"
 #include "moec/Emit/Plan.h"
-#include "moec/Emit/PlanReader.h"
+#include "moec/PlanFormat/PlanReader.h"
 #include "moec/Rules/RuleEngine.h"
 #include "moec/Sema/Sema.h"
 

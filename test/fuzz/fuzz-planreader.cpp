@@ -5,7 +5,7 @@
 // must be safe to index the way the runtime does (stage(), Ranks, Groups).
 //
 //===----------------------------------------------------------------------===//
-#include "moec/Emit/PlanReader.h"
+#include "moec/PlanFormat/PlanReader.h"
 
 #include "llvm/Support/raw_ostream.h"
 #include <cstdlib>

@@ -10,7 +10,7 @@
 //===----------------------------------------------------------------------===//
 #include "moec/Diag/DiagnosticEngine.h"
 #include "moec/Emit/Plan.h"
-#include "moec/Emit/PlanReader.h"
+#include "moec/PlanFormat/PlanReader.h"
 #include "moec/Sema/Sema.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/SourceMgr.h"

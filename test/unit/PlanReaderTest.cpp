@@ -5,7 +5,7 @@
 // damage to a plan is reported with the file and the field.
 //
 //===----------------------------------------------------------------------===//
-#include "moec/Emit/PlanReader.h"
+#include "moec/PlanFormat/PlanReader.h"
 #include "moec/Diag/DiagnosticEngine.h"
 #include "moec/Emit/Plan.h"
 #include "moec/Sema/Sema.h"

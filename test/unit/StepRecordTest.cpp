@@ -5,7 +5,7 @@
 // set, unknown keys are ignored, and a damaged line is named by its number.
 //
 //===----------------------------------------------------------------------===//
-#include "moec/Emit/StepRecord.h"
+#include "moec/PlanFormat/StepRecord.h"
 
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/raw_ostream.h"

@@ -14,7 +14,7 @@
 #include "StepLog.h"
 #include "Watchdog.h"
 #include "comm/Communicator.h"
-#include "moec/Emit/PlanReader.h"
+#include "moec/PlanFormat/PlanReader.h"
 #include "parallel/pp/PipelineExecutor.h"
 
 #include <map>

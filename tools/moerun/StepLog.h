@@ -1,7 +1,7 @@
 //===- moerun/StepLog.h - The per-step log: JSON lines and human lines -----===//
 //
 // `--log FILE` gets one JSON object per finished step, in the format
-// moec/Emit/StepRecord.h defines (moec report --log reads it back). Each
+// moec/PlanFormat/StepRecord.h defines (moec report --log reads it back). Each
 // line is written whole with one write() and flushed before the next step
 // starts, so the file always holds complete lines, one per finished step:
 // after a failure it keeps the steps that finished, never a half line.
@@ -11,7 +11,7 @@
 #ifndef MOERUN_STEPLOG_H
 #define MOERUN_STEPLOG_H
 
-#include "moec/Emit/StepRecord.h"
+#include "moec/PlanFormat/StepRecord.h"
 
 #include <cstdint>
 #include <cstdio>

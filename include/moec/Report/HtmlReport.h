@@ -21,8 +21,8 @@
 #define MOEC_REPORT_HTMLREPORT_H
 
 #include "moec/Emit/Plan.h"
-#include "moec/Emit/StepRecord.h"
 #include "moec/Emit/Sweep.h"
+#include "moec/PlanFormat/StepRecord.h"
 #include "llvm/ADT/ArrayRef.h"
 #include "llvm/Support/raw_ostream.h"
 #include <string>

@@ -1,5 +1,5 @@
 //===- StepRecord.cpp - moerun's step log, written and read ----------------===//
-#include "moec/Emit/StepRecord.h"
+#include "moec/PlanFormat/StepRecord.h"
 
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/MemoryBuffer.h"

@@ -6,7 +6,7 @@
 // Validation stops at the first problem: later checks assume earlier ones.
 //
 //===----------------------------------------------------------------------===//
-#include "moec/Emit/PlanReader.h"
+#include "moec/PlanFormat/PlanReader.h"
 
 #include "llvm/Support/MemoryBuffer.h"
 #include <cmath>
