@@ -108,6 +108,14 @@ void expectClose(const std::vector<float> &Got, const std::vector<T> &Want, doub
   EXPECT_EQ(Bad, 0) << What << ": elements off";
 }
 
+void expectMatchesReference(const Result &R, const test::ReferenceAttention &Ref) {
+  expectClose(R.Out, Ref.Out, 1e-5, "Out");
+  expectClose(R.Lse, Ref.Lse, 1e-5, "Lse");
+  expectClose(R.DQ, Ref.DQ, 1e-5, "DQ");
+  expectClose(R.DK, Ref.DK, 1e-5, "DK");
+  expectClose(R.DV, Ref.DV, 1e-5, "DV");
+}
+
 AttentionDims dims(int64_t Batch, int64_t SeqLen, int64_t QHeads, int64_t KvHeads, int64_t HeadDim,
                    int64_t VHeadDim = 0) {
   AttentionDims D;
@@ -177,11 +185,7 @@ TEST(CpAttention, SingleRankMatchesNaiveReference) {
   Problem P(dims(2, 13, 4, 2, 8), 7);
   Result R = runAttention(*Self, P.Dims, P.Q, P.K, P.V, P.DOut);
   test::ReferenceAttention Ref = test::referenceAttention(P.Dims, P.Q, P.K, P.V, P.DOut);
-  expectClose(R.Out, Ref.Out, 1e-5, "Out");
-  expectClose(R.Lse, Ref.Lse, 1e-5, "Lse");
-  expectClose(R.DQ, Ref.DQ, 1e-5, "DQ");
-  expectClose(R.DK, Ref.DK, 1e-5, "DK");
-  expectClose(R.DV, Ref.DV, 1e-5, "DV");
+  expectMatchesReference(R, Ref);
   // The first token sees only itself: its output is its own V row.
   for (int64_t C = 0; C < 8; ++C)
     EXPECT_FLOAT_EQ(R.Out[size_t(3 * 8 + C)], P.V[size_t(1 * 8 + C)]);
@@ -195,11 +199,7 @@ TEST(CpAttention, NarrowerValuesMatchNaiveReference) {
   Result R = runAttention(*Self, P.Dims, P.Q, P.K, P.V, P.DOut);
   ASSERT_EQ(R.Out.size(), size_t(2 * 11 * 4 * 8));
   test::ReferenceAttention Ref = test::referenceAttention(P.Dims, P.Q, P.K, P.V, P.DOut);
-  expectClose(R.Out, Ref.Out, 1e-5, "Out");
-  expectClose(R.Lse, Ref.Lse, 1e-5, "Lse");
-  expectClose(R.DQ, Ref.DQ, 1e-5, "DQ");
-  expectClose(R.DK, Ref.DK, 1e-5, "DK");
-  expectClose(R.DV, Ref.DV, 1e-5, "DV");
+  expectMatchesReference(R, Ref);
 }
 
 TEST(CpAttention, SingleRankBackwardMatchesFiniteDifferences) {

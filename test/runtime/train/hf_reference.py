@@ -245,6 +245,27 @@ def compare_gradients(ours, ref):
     return worst, bad
 
 
+def check_loss(a, label, name, ranks, parallel, hf_dir, corpus, ref):
+    """moerun's step-1 loss under one layout against the transformers loss ref."""
+    loss, out = run(a, name, ranks, parallel, hf_dir, corpus)
+    rel = abs(loss - ref) / abs(ref) if loss is not None else float("inf")
+    check(loss is not None and rel <= TOL,
+          f"{label} ({ranks} ranks): moerun's step-1 loss {loss!r} equals transformers' within {rel:.1e} relative",
+          out)
+
+
+def check_gradients(a, label, name, ranks, parallel, hf_dir, corpus, ref):
+    """moert-train-driver's step-1 gradients under one layout against torch's ref; returns them."""
+    ours, out = driver_gradients(a, name, ranks, parallel, hf_dir, corpus)
+    if ours is None:
+        check(False, f"{label}: moert-train-driver failed", out)
+        return None
+    worst, bad = compare_gradients(ours, ref)
+    check(not bad, f"{label} ({ranks} ranks): all {len(ref)} tensors equal torch's within {worst:.1e} of their "
+          "scale" + (f"; off: {', '.join(bad[:5])}" if bad else ""))
+    return ours
+
+
 def run(a, name, ranks, parallel, hf_dir, corpus):
     plan = harness.plan(a, name, recipe(name, ranks, parallel, hf_dir, corpus))
     log = os.path.join(a.work, name + ".jsonl")
@@ -264,19 +285,10 @@ def deepseek_v3(a, corpus, samples):
     print(f"transformers DeepseekV3ForCausalLM: loss {ref!r}")
     grads = deepseek_reference_gradients(model, samples)
     for name, ranks, parallel in DEEPSEEK_LAYOUTS:
-        loss, out = run(a, "dsv3_" + name, ranks, parallel, hf_dir, corpus)
-        rel = abs(loss - ref) / abs(ref) if loss is not None else float("inf")
-        check(loss is not None and rel <= TOL,
-              f"DeepSeek-V3 {name} ({ranks} ranks): moerun's step-1 loss {loss!r} equals transformers' within "
-              f"{rel:.1e} relative", out)
-        ours, out = driver_gradients(a, "dsv3_" + name, ranks, parallel, hf_dir, corpus)
-        if ours is None:
-            check(False, f"DeepSeek-V3 gradients under {name}: moert-train-driver failed", out)
-            continue
-        worst, bad = compare_gradients(ours, grads)
-        check(not bad, f"DeepSeek-V3 gradients under {name} ({ranks} ranks): all {len(grads)} tensors equal "
-              f"torch's within {worst:.1e} of their scale" + (f"; off: {', '.join(bad[:5])}" if bad else ""))
-        if name == "one_rank":
+        check_loss(a, f"DeepSeek-V3 {name}", "dsv3_" + name, ranks, parallel, hf_dir, corpus, ref)
+        ours = check_gradients(a, f"DeepSeek-V3 gradients under {name}", "dsv3_" + name, ranks, parallel, hf_dir,
+                               corpus, grads)
+        if ours is not None and name == "one_rank":
             # Control: Megatron's load-balancing term is in what matched.
             _, bad = compare_gradients(ours, deepseek_reference_gradients(model, samples, aux_coeff=0.0))
             check(bool(bad), f"DeepSeek-V3 control (reference without Megatron's aux loss): {len(bad)} tensors "
@@ -294,20 +306,10 @@ def main():
     ref = reference_loss(model, samples)
     print(f"transformers Qwen3MoeForCausalLM: loss {ref!r}")
     for name, ranks, parallel in LAYOUTS:
-        loss, out = run(a, name, ranks, parallel, hf_dir, corpus)
-        rel = abs(loss - ref) / abs(ref) if loss is not None else float("inf")
-        check(loss is not None and rel <= TOL,
-              f"{name} ({ranks} ranks): moerun's step-1 loss {loss!r} equals transformers' within "
-              f"{rel:.1e} relative", out)
+        check_loss(a, name, name, ranks, parallel, hf_dir, corpus, ref)
     grads = reference_gradients(model, samples)
     for name, ranks, parallel in GRAD_LAYOUTS:
-        ours, out = driver_gradients(a, name, ranks, parallel, hf_dir, corpus)
-        if ours is None:
-            check(False, f"gradients under {name}: moert-train-driver failed", out)
-            continue
-        worst, bad = compare_gradients(ours, grads)
-        check(not bad, f"gradients under {name} ({ranks} ranks): all {len(grads)} tensors equal torch's within "
-              f"{worst:.1e} of their scale" + (f"; off: {', '.join(bad[:5])}" if bad else ""))
+        check_gradients(a, f"gradients under {name}", name, ranks, parallel, hf_dir, corpus, grads)
     deepseek_v3(a, corpus, samples)
     # Control: the same weights but the q-norm left at ones in the checkpoint moerun reads.
     control_dir = os.path.join(a.work, "control")
