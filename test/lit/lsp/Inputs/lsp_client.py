@@ -1,9 +1,10 @@
 """A scripted Language Server Protocol client for `moec lsp` tests.
 
-Usage: lsp_client.py SCRIPT.py -- COMMAND...
+Usage: lsp_client.py SCRIPT.py [--timeout SECONDS] -- COMMAND...
 Starts COMMAND with pipes, then runs SCRIPT with `client` (a Client) in scope.
 The script sends requests and notifications and asserts on the answers; any
-failed assertion, protocol error or timeout exits with status 1.
+failed assertion, protocol error or timeout exits with status 1. The timeout
+bounds the whole session (default 60 s): it catches a server that hangs.
 """
 import json
 import os
@@ -120,7 +121,9 @@ def apply_edits(text, edits):
 def main():
     split = sys.argv.index("--")
     script, argv = sys.argv[1], sys.argv[split + 1:]
-    client = Client(argv)
+    options = sys.argv[2:split]
+    timeout = float(options[options.index("--timeout") + 1]) if "--timeout" in options else 60
+    client = Client(argv, timeout)
     env = {"client": client, "uri": uri, "pos": pos, "rng": rng, "apply_edits": apply_edits, "json": json}
     try:
         with open(script) as f:
