@@ -1,11 +1,13 @@
 //===- AST.cpp - Printing the syntax tree ---------------------------------===//
 //
 // --dump-ast prints the tree back as canonical .moe source, so that the dump
-// is itself a valid recipe that parses to the same tree.
+// is itself a valid recipe that parses to the same tree; tools that write
+// .moe (moec import) print the trees they build the same way.
 //
 //===----------------------------------------------------------------------===//
 #include "moec/AST/AST.h"
 
+#include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/Casting.h"
 
@@ -125,13 +127,46 @@ static void printAnnotations(const std::vector<Annotation> &As, unsigned Indent,
   }
 }
 
-static void printEntries(const std::vector<Entry> &Entries, unsigned Indent, llvm::raw_ostream &OS) {
+static bool hasAnnotations(const std::vector<Entry> &Entries) {
+  return llvm::any_of(Entries, [](const Entry &E) { return !E.Annotations.empty() || hasAnnotations(E.Children); });
+}
+
+/// A section's entries on one line, `{ a = 1; b { c = 2 } }`.
+static void printInline(const std::vector<Entry> &Entries, llvm::raw_ostream &OS) {
+  OS << "{ ";
+  for (const Entry &E : Entries) {
+    if (&E != &Entries.front())
+      OS << "; ";
+    OS << llvm::join(E.Path, ".");
+    if (E.isSection()) {
+      OS << ' ';
+      printInline(E.Children, OS);
+    } else {
+      OS << " = ";
+      printExpr(*E.Value, OS);
+    }
+  }
+  OS << " }";
+}
+
+static void printEntries(const std::vector<Entry> &Entries, unsigned Indent, const PrintOptions &Opts,
+                         llvm::raw_ostream &OS) {
   for (const Entry &E : Entries) {
     printAnnotations(E.Annotations, Indent, OS);
-    OS.indent(Indent) << llvm::join(E.Path, ".");
+    std::string Path = llvm::join(E.Path, ".");
+    OS.indent(Indent) << Path;
     if (E.isSection()) {
+      if (Opts.InlineWidth && !E.Children.empty() && !hasAnnotations(E.Children)) {
+        std::string Line;
+        llvm::raw_string_ostream LS(Line);
+        printInline(E.Children, LS);
+        if (Indent + Path.size() + 1 + LS.str().size() <= Opts.InlineWidth) {
+          OS << ' ' << Line << '\n';
+          continue;
+        }
+      }
       OS << " {\n";
-      printEntries(E.Children, Indent + 2, OS);
+      printEntries(E.Children, Indent + 2, Opts, OS);
       OS.indent(Indent) << "}\n";
     } else {
       OS << " = ";
@@ -141,7 +176,7 @@ static void printEntries(const std::vector<Entry> &Entries, unsigned Indent, llv
   }
 }
 
-void moec::ast::dump(const File &F, llvm::raw_ostream &OS) {
+void moec::ast::print(const File &F, llvm::raw_ostream &OS, const PrintOptions &Opts) {
   for (const Import &I : F.Imports) {
     OS << "import ";
     printString(I.Path, OS);
@@ -151,11 +186,23 @@ void moec::ast::dump(const File &F, llvm::raw_ostream &OS) {
     if (!F.Imports.empty() || &D != &F.Definitions.front())
       OS << '\n';
     printAnnotations(D.Annotations, 0, OS);
-    OS << defKindName(D.Kind) << ' ' << D.Name;
+    std::string Header = (defKindName(D.Kind) + " " + D.Name).str();
     if (!D.Base.empty())
-      OS << " extends " << D.Base;
+      Header += " extends " + D.Base;
+    OS << Header;
+    if (Opts.InlineWidth && !D.Entries.empty() && !hasAnnotations(D.Entries)) {
+      std::string Line;
+      llvm::raw_string_ostream LS(Line);
+      printInline(D.Entries, LS);
+      if (Header.size() + 1 + LS.str().size() <= Opts.InlineWidth) {
+        OS << ' ' << Line << '\n';
+        continue;
+      }
+    }
     OS << " {\n";
-    printEntries(D.Entries, 2, OS);
+    printEntries(D.Entries, 2, Opts, OS);
     OS << "}\n";
   }
 }
+
+void moec::ast::dump(const File &F, llvm::raw_ostream &OS) { print(F, OS, PrintOptions()); }

@@ -3,10 +3,13 @@
 // The inverse of Export.cpp's field map. The text is flattened to dotted keys
 // with their positions; each translation consumes the keys it reads, and
 // every key left unconsumed at the end is reported (with a known reason where
-// there is one), so nothing is dropped silently.
+// there is one), so nothing is dropped silently. The recipe is built as a
+// syntax tree and printed by ast::print; the text is then formatted and
+// parsed back, and must give the same tree.
 //
 //===----------------------------------------------------------------------===//
 #include "moec/Bridge/Import.h"
+#include "moec/AST/Builder.h"
 #include "moec/Bridge/BridgeValue.h"
 #include "moec/Bridge/Export.h"
 #include "moec/Diag/DiagnosticEngine.h"
@@ -20,6 +23,7 @@
 #include "llvm/ADT/StringSwitch.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
+#include <cmath>
 #include <fmt/format.h>
 #include <functional>
 #include <map>
@@ -64,13 +68,17 @@ namespace {
 /// Megatron-Core's rotary_base when a config does not set it (GPTModelProvider, transformer_config).
 constexpr double DefaultRotaryBase = 10000;
 
-/// Lowers a model definition written by the importer exactly as Sema lowers
-/// a user's (defaults, derived fields, checks); the messages when it fails.
-llvm::Optional<ModelSpec> lowerModelDefinition(StringRef Definition, StringRef Name, std::string &Messages) {
+/// Lowers the model definition the importer built (the one definition of
+/// Model) exactly as Sema lowers a user's (defaults, derived fields, checks);
+/// the messages when it fails.
+llvm::Optional<ModelSpec> lowerModelDefinition(const ast::File &Model, std::string &Messages) {
+  std::string Text;
+  llvm::raw_string_ostream OS(Text);
+  ast::print(Model, OS, ast::PrintOptions());
   llvm::SourceMgr SM;
   DiagnosticEngine Diags(SM);
   Sema S(Diags);
-  S.loadBuffer(llvm::MemoryBuffer::getMemBufferCopy(Definition, "<imported model>"));
+  S.loadBuffer(llvm::MemoryBuffer::getMemBufferCopy(OS.str(), "<imported model>"));
   S.analyze();
   for (const Diagnostic &D : Diags.finish())
     if (D.Sev == Severity::Error)
@@ -78,7 +86,7 @@ llvm::Optional<ModelSpec> lowerModelDefinition(StringRef Definition, StringRef N
   const ModelSpec *Lowered = nullptr;
   if (const ast::File *F = S.mainFile())
     for (const ast::Definition &D : F->Definitions)
-      if (D.Kind == ast::DefKind::Model && D.Name == Name)
+      if (D.Kind == ast::DefKind::Model && D.Name == Model.Definitions.front().Name)
         Lowered = S.loweredModel(&D);
   if (!Messages.empty() || !Lowered)
     return llvm::None;
@@ -368,24 +376,6 @@ StringRef quietCategory(StringRef Key, const Value &V) {
   return "";
 }
 
-/// S as a .moe string literal, or None when it holds a character a .moe
-/// string cannot (a control character other than tab: the lexer refuses
-/// them, and only \", \\ and \n are escapes).
-llvm::Optional<std::string> moeString(StringRef S) {
-  std::string Out = "\"";
-  for (char C : S) {
-    if (C == '"' || C == '\\')
-      Out += '\\', Out += C;
-    else if (C == '\n')
-      Out += "\\n";
-    else if ((unsigned char)C < 0x20 && C != '\t')
-      return llvm::None;
-    else
-      Out += C;
-  }
-  return Out + "\"";
-}
-
 /// The leading dense layers a moe_layer_freq describes (1: none; a list of
 /// 0s then 1s over every layer: the 0s), or -1 for a pattern the schema
 /// cannot say (MoE layers only after a dense prefix).
@@ -465,10 +455,11 @@ private:
   const ModelSpec *Model = nullptr;
   std::string ModelName, GpuName, RecipeName;
   int64_t Gpus = 0, Nodes = 0;
-  // .moe entries by section ("" for top level), in output order.
-  std::vector<std::pair<std::string, std::vector<std::string>>> Out;
+  // The recipe's entries by section ("" for top level, "#first" for top-level
+  // entries written before the sections), in output order.
+  std::vector<std::pair<std::string, std::vector<ast::Entry>>> Out;
   std::vector<std::string> Comments;
-  std::string ModelDefinition;        // a model extending the catalog's, when needed
+  ast::File ModelFile;                // a model the recipe defines, when needed
   llvm::Optional<ModelSpec> OwnModel; // the model defineModel lowered
 
   void message(ImportMessage::Kind K, const Entry &E, std::string Msg) {
@@ -503,13 +494,15 @@ private:
     return It == Index.end() ? nullptr : It->second;
   }
 
-  void emit(StringRef Section, std::string Line) {
+  void emit(StringRef Section, StringRef Key, ast::ExprPtr Value) {
+    ast::Entry E = ast::makeAssignment(Key, std::move(Value));
     for (auto &S : Out)
       if (S.first == Section) {
-        S.second.push_back(std::move(Line));
+        S.second.push_back(std::move(E));
         return;
       }
-    Out.push_back({Section.str(), {std::move(Line)}});
+    Out.emplace_back(Section.str(), std::vector<ast::Entry>());
+    Out.back().second.push_back(std::move(E));
   }
 
   llvm::Optional<int64_t> count(StringRef Key, int64_t Min = 1) {
@@ -538,8 +531,8 @@ private:
       return llvm::None;
     if (E->V.K == Value::Kind::Int)
       return double(E->V.I);
-    if (E->V.K != Value::Kind::Float) {
-      error(*E, fmt::format("'{}' must be a number, not {}", Key.str(), renderPlain(E->V)));
+    if (E->V.K != Value::Kind::Float || !std::isfinite(E->V.F)) {
+      error(*E, fmt::format("'{}' must be a finite number, not {}", Key.str(), renderPlain(E->V)));
       return llvm::None;
     }
     return E->V.F;
@@ -755,23 +748,27 @@ private:
     checkArchitectureExtras();
     // What the catalog model does not say the same way becomes a model that
     // extends it (a user model exported under its own name comes back so).
-    std::vector<std::string> Changes;
+    std::vector<ast::Entry> Changes;
     if (Entry *E = get("model.max_position_embeddings");
         E && E->V.K == Value::Kind::Int && (!Model->MaxSeqLen || *Model->MaxSeqLen != E->V.I))
-      Changes.push_back(fmt::format("max_seq_len = {}", E->V.I));
+      Changes.push_back(ast::makeAssignment("max_seq_len", ast::makeInt(E->V.I)));
     if (auto Theta = ropeBase(); Theta && *Theta != Model->RopeTheta.getValueOr(DefaultRotaryBase))
-      Changes.push_back(fmt::format("rope_theta = {}", *Theta));
+      Changes.push_back(ast::makeAssignment("rope_theta", ast::makeNumber(*Theta)));
     if (Entry *E = get("model.mtp_num_layers")) {
       int64_t Mtp = E->V.K == Value::Kind::Int ? E->V.I : 0;
       if (E->V.K != Value::Kind::Int && E->V.K != Value::Kind::Null)
         error(*E, "'model.mtp_num_layers' must be an integer or null");
       else if (Mtp != Model->MtpLayers)
-        Changes.push_back(fmt::format("mtp_layers = {}", Mtp));
+        Changes.push_back(ast::makeAssignment("mtp_layers", ast::makeInt(Mtp)));
     }
     if (!Changes.empty() || (!Wanted.empty() && Named == Models.end())) {
       std::string Name = !Wanted.empty() && Named == Models.end() ? sanitizeName(Wanted) : Model->Name + "_imported";
-      ModelDefinition = fmt::format("model {} extends {} {{{}}}\n", Name, Model->Name,
-                                    Changes.empty() ? " " : " " + llvm::join(Changes, "; ") + " ");
+      ast::Definition D;
+      D.Kind = ast::DefKind::Model;
+      D.Name = Name;
+      D.Base = Model->Name;
+      D.Entries = std::move(Changes);
+      ModelFile.Definitions.push_back(std::move(D));
       ModelName = Name;
       Res.ModelFromCatalog = false;
     }
@@ -784,7 +781,7 @@ private:
     if (!E || E->V.K == Value::Kind::Null)
       return llvm::None;
     double F = E->V.K == Value::Kind::Float ? E->V.F : double(E->V.I);
-    if ((E->V.K != Value::Kind::Float && E->V.K != Value::Kind::Int) || !(F >= 1)) {
+    if ((E->V.K != Value::Kind::Float && E->V.K != Value::Kind::Int) || !(F >= 1) || !std::isfinite(F)) {
       unmapped(*E, "rope_theta is a number of at least 1");
       return llvm::None;
     }
@@ -795,13 +792,13 @@ private:
   /// from the configuration's architecture fields and lowered by Sema like
   /// a user's; what the schema cannot say stays a warning.
   void defineModel(std::string Name) {
-    std::vector<std::string> Lines;
+    std::vector<ast::Entry> Lines;
     auto Int = [&](StringRef Key) -> llvm::Optional<int64_t> {
       return count(Key, Key == "model.mtp_num_layers" ? 0 : 1);
     };
     auto Field = [&](StringRef Key, StringRef Moe) {
       if (auto V = Int(Key))
-        Lines.push_back(fmt::format("{} = {}", Moe.str(), *V));
+        Lines.push_back(ast::makeAssignment(Moe, ast::makeInt(*V)));
     };
     for (StringRef Key : {"model.num_layers", "model.hidden_size", "model.num_attention_heads", "model.vocab_size"})
       if (!peek(Key) || peek(Key)->V.K != Value::Kind::Int) {
@@ -821,43 +818,44 @@ private:
     if (Mla) {
       // MLA's nominal head_dim; its real dimensions are in mla(...).
       if (auto Q = Int("model.qk_head_dim"))
-        Lines.push_back(fmt::format("head_dim = {}", *Q));
+        Lines.push_back(ast::makeAssignment("head_dim", ast::makeInt(*Q)));
       get("model.kv_channels");
-      std::vector<std::string> Args;
+      std::vector<ast::Argument> Args;
       for (auto [Key, Arg] : {std::pair<StringRef, StringRef>{"model.q_lora_rank", "q_lora_rank"},
                               {"model.kv_lora_rank", "kv_lora_rank"},
                               {"model.qk_head_dim", "qk_head_dim"},
                               {"model.qk_pos_emb_head_dim", "qk_rope_head_dim"},
                               {"model.v_head_dim", "v_head_dim"}})
         if (auto V = Int(Key))
-          Args.push_back(fmt::format("{} = {}", Arg.str(), *V));
-      Lines.push_back("attention = mla(" + llvm::join(Args, ", ") + ")");
+          Args.push_back(ast::makeArg(Arg, ast::makeInt(*V)));
+      Lines.push_back(ast::makeAssignment("attention", ast::makeCall("mla", std::move(Args))));
     } else {
       Field("model.kv_channels", "head_dim");
     }
     if (auto V = flag("model.qk_layernorm"); V && *V)
-      Lines.push_back("qk_norm = true");
+      Lines.push_back(ast::makeAssignment("qk_norm", ast::makeBool(true)));
     Field("model.mtp_num_layers", "mtp_layers");
     Field("model.max_position_embeddings", "max_seq_len");
     if (auto Theta = ropeBase())
-      Lines.push_back(fmt::format("rope_theta = {}", *Theta));
-    std::vector<std::string> MoE;
+      Lines.push_back(ast::makeAssignment("rope_theta", ast::makeNumber(*Theta)));
+    std::vector<ast::Entry> MoE;
+    auto Set = [&](StringRef Field, ast::ExprPtr V) { MoE.push_back(ast::makeAssignment(Field, std::move(V))); };
     if (auto Experts = Int("model.num_moe_experts")) {
-      MoE.push_back(fmt::format("experts = {}", *Experts));
+      Set("experts", ast::makeInt(*Experts));
       auto Sub = [&](StringRef Key, StringRef Moe) {
         if (auto V = Int(Key))
-          MoE.push_back(fmt::format("{} = {}", Moe.str(), *V));
+          Set(Moe, ast::makeInt(*V));
       };
       Sub("model.moe_router_topk", "top_k");
       Sub("model.moe_ffn_hidden_size", "ffn_hidden");
       if (auto Shared = Int("model.moe_shared_expert_intermediate_size")) {
-        MoE.push_back("shared_experts = 1");
-        MoE.push_back(fmt::format("shared_ffn_hidden = {}", *Shared));
+        Set("shared_experts", ast::makeInt(1));
+        Set("shared_ffn_hidden", ast::makeInt(*Shared));
       }
       if (Entry *E = get("model.moe_layer_freq")) {
         int64_t Dense = leadingDenseLayers(E->V, peek("model.num_layers")->V.I);
         if (Dense > 0)
-          MoE.push_back(fmt::format("dense_layers = {}", Dense));
+          Set("dense_layers", ast::makeInt(Dense));
         else if (Dense < 0)
           unmapped(*E, "the schema has leading dense layers then MoE layers only; the model is defined with "
                        "MoE in every layer");
@@ -865,30 +863,33 @@ private:
       if (Entry *E = text("model.moe_router_score_function")) {
         if (E->V.S == "sigmoid" || E->V.S == "softmax") {
           if (E->V.S == "sigmoid")
-            MoE.push_back("router = sigmoid");
+            Set("router", ast::makeName("sigmoid"));
         } else
           unmapped(*E, "moe.router is softmax or sigmoid");
       }
       if (auto V = flag("model.moe_router_enable_expert_bias"); V && *V)
-        MoE.push_back("expert_bias = true");
+        Set("expert_bias", ast::makeBool(true));
       if (auto V = flag("model.moe_router_pre_softmax"); V && *V)
-        MoE.push_back("pre_softmax = true");
+        Set("pre_softmax", ast::makeBool(true));
       Sub("model.moe_router_num_groups", "groups");
       Sub("model.moe_router_group_topk", "group_top_k");
       if (Entry *E = get("model.moe_router_topk_scaling_factor"); E && E->V.K != Value::Kind::Null) {
         double F = E->V.K == Value::Kind::Float ? E->V.F : double(E->V.I);
-        if ((E->V.K == Value::Kind::Float || E->V.K == Value::Kind::Int) && F > 0)
-          MoE.push_back(fmt::format("topk_scaling = {}", F));
+        if ((E->V.K == Value::Kind::Float || E->V.K == Value::Kind::Int) && F > 0 && std::isfinite(F))
+          Set("topk_scaling", ast::makeNumber(F));
         else
           unmapped(*E, "moe.topk_scaling is a positive number");
       }
     }
-    std::string Def = fmt::format("model {} {{\n  {}\n", Name, llvm::join(Lines, "\n  "));
     if (!MoE.empty())
-      Def += fmt::format("  moe {{\n    {}\n  }}\n", llvm::join(MoE, "\n    "));
-    Def += "}\n";
+      Lines.push_back(ast::makeSection("moe", std::move(MoE)));
+    ast::File Def;
+    Def.Definitions.emplace_back();
+    Def.Definitions.back().Kind = ast::DefKind::Model;
+    Def.Definitions.back().Name = Name;
+    Def.Definitions.back().Entries = std::move(Lines);
     std::string Messages;
-    llvm::Optional<ModelSpec> Spec = lowerModelDefinition(Def, Name, Messages);
+    llvm::Optional<ModelSpec> Spec = lowerModelDefinition(Def, Messages);
     if (!Spec) {
       globalError(fmt::format("no catalog model has this architecture, and the model the importer defines from its "
                               "fields is not valid: {}; give the model with --model NAME",
@@ -912,7 +913,7 @@ private:
     OwnModel = std::move(*Spec);
     Model = &*OwnModel;
     ModelName = Name;
-    ModelDefinition = Def;
+    ModelFile = std::move(Def);
     Res.ModelFromCatalog = false;
     for (StringRef K : architectureKeys())
       get(K);
@@ -962,33 +963,30 @@ private:
     llvm::Optional<int64_t> CP = count("model.context_parallel_size");
     llvm::Optional<int64_t> EP = count("model.expert_model_parallel_size");
     llvm::Optional<int64_t> VPP = count("model.virtual_pipeline_model_parallel_size");
-    std::vector<std::string> P;
-    P.push_back(fmt::format("tp = {}", TP.getValueOr(1)));
-    P.push_back(fmt::format("cp = {}", CP.getValueOr(1)));
-    P.push_back(fmt::format("ep = {}", EP.getValueOr(1)));
+    emit("parallel", "tp", ast::makeInt(TP.getValueOr(1)));
+    emit("parallel", "cp", ast::makeInt(CP.getValueOr(1)));
+    emit("parallel", "ep", ast::makeInt(EP.getValueOr(1)));
     // Megatron: ETP unset (None) means ETP = TP.
     Entry *ETPEntry = peek("model.expert_tensor_parallel_size");
     llvm::Optional<int64_t> ETP = count("model.expert_tensor_parallel_size");
     if (ETPEntry && !ETP && ETPEntry->V.K == Value::Kind::Null)
       ETP = TP.getValueOr(1);
-    P.push_back(fmt::format("etp = {}", ETP.getValueOr(TP.getValueOr(1))));
-    P.push_back(fmt::format("pp = {}", PP.getValueOr(1)));
+    emit("parallel", "etp", ast::makeInt(ETP.getValueOr(TP.getValueOr(1))));
+    emit("parallel", "pp", ast::makeInt(PP.getValueOr(1)));
     if (VPP && *VPP > 1)
-      P.push_back(fmt::format("vpp = {}", *VPP));
+      emit("parallel", "vpp", ast::makeInt(*VPP));
     if (auto SP = flag("model.sequence_parallel"))
-      P.push_back(fmt::format("sp = {}", *SP ? "true" : "false"));
-    for (std::string &S : P)
-      emit("parallel", S);
+      emit("parallel", "sp", ast::makeBool(*SP));
     if (Entry *L = get("model.pipeline_model_parallel_layout")) {
       std::string Layout;
       if (L->V.K == Value::Kind::String) {
-        if (llvm::Optional<std::string> Quoted = moeString(L->V.S))
-          emit("parallel", "layout = " + *Quoted);
+        if (ast::isStringLiteralText(L->V.S))
+          emit("parallel", "layout", ast::makeString(L->V.S));
         else
           error(*L, "'model.pipeline_model_parallel_layout' holds a control character, which a .moe string "
                     "cannot hold");
       } else if (layoutOfStages(L->V, Layout))
-        emit("parallel", fmt::format("layout = \"{}\"", Layout));
+        emit("parallel", "layout", ast::makeString(Layout));
       else if (L->V.K != Value::Kind::Null)
         error(*L, "'model.pipeline_model_parallel_layout' must be a layout string or a list of stages, each a list "
                   "of embedding, decoder, mtp and loss");
@@ -1004,28 +1002,28 @@ private:
       if (V.empty())
         error(*C, "'model.cp_comm_type' must be p2p, all_gather, a2a or a2a+p2p, not '" + C->V.S + "'");
       else if (V != "p2p")
-        emit("parallel", fmt::format("cp_comm = {}", V.str()));
+        emit("parallel", "cp_comm", ast::makeName(V));
     } else if (Entry *C = peek("model.cp_comm_type"); C && C->V.K == Value::Kind::List) {
       unmapped(*C, "a per-layer list of CP communication types has no .moe equivalent");
     }
     if (Entry *H = get("model.hierarchical_context_parallel_sizes"); H && H->V.K != Value::Kind::Null) {
-      std::vector<std::string> Sizes;
+      std::vector<ast::ExprPtr> Sizes;
       bool Ok = H->V.K == Value::Kind::List;
       for (const Value &V : H->V.Items)
-        Ok &= V.K == Value::Kind::Int, Sizes.push_back(renderPlain(V));
+        Ok &= V.K == Value::Kind::Int, Sizes.push_back(ast::makeInt(V.I));
       if (!Ok)
         error(*H, "'model.hierarchical_context_parallel_sizes' must be a list of integers");
       else
-        emit("parallel", "cp_hierarchy = [" + llvm::join(Sizes, ", ") + "]");
+        emit("parallel", "cp_hierarchy", ast::makeList(std::move(Sizes)));
     }
     if (flag("comm_overlap.tp_comm_overlap").getValueOr(false))
-      emit("parallel", "tp_comm_overlap = true");
+      emit("parallel", "tp_comm_overlap", ast::makeBool(true));
     bool MFSDP = flag("ddp.use_megatron_fsdp").getValueOr(false);
     bool TFSDP = flag("dist.use_torch_fsdp2").getValueOr(false);
     if (MFSDP || TFSDP) {
-      emit("parallel", "fsdp = true");
+      emit("parallel", "fsdp", ast::makeBool(true));
       if (TFSDP && !MFSDP)
-        emit("parallel", "fsdp_impl = torch");
+        emit("parallel", "fsdp_impl", ast::makeName("torch"));
     }
     if (Entry *S = get("ddp.data_parallel_sharding_strategy"); S && S->V.K != Value::Kind::Null) {
       if (!(MFSDP && S->V == Value::string("optim_grads_params")) && !(!MFSDP && S->V == Value::string("no_shard")))
@@ -1126,7 +1124,7 @@ private:
     if (Middle)
       Layout += fmt::format("({}|)*{}", Run(Rest / Middle), Middle);
     Layout += Run(LastN) + std::string(Model->MtpLayers, 'm') + "L";
-    emit("parallel", fmt::format("layout = \"{}\"", Layout));
+    emit("parallel", "layout", ast::makeString(Layout));
     note(fmt::format("num_layers_in_first/last_pipeline_stage = {}/{} written as parallel.layout \"{}\"", FirstN, LastN,
                      Layout));
   }
@@ -1167,7 +1165,7 @@ private:
     if (Stages > 2)
       Layout += fmt::format("({}|)*{}", Run(Per), Stages - 2);
     Layout += Run(Per - L) + "L";
-    emit("parallel", fmt::format("layout = \"{}\"", Layout));
+    emit("parallel", "layout", ast::makeString(Layout));
     note(fmt::format("account_for_embedding/loss_in_pipeline_split written as parallel.layout \"{}\"", Layout));
   }
 
@@ -1194,9 +1192,9 @@ private:
                   ", which a .moe recipe requires (a Bridge recipe would bring them; add them as overrides)");
       return;
     }
-    emit("#seq_len", fmt::format("seq_len    = {}", *Seq)); // top level, written first
-    emit("batch", fmt::format("micro = {}", *Micro));
-    emit("batch", fmt::format("global = {}", *Global));
+    emit("#first", "seq_len", ast::makeInt(*Seq));
+    emit("batch", "micro", ast::makeInt(*Micro));
+    emit("batch", "global", ast::makeInt(*Global));
   }
 
   //--- precision, dispatcher, recompute, graphs --------------------------------
@@ -1216,10 +1214,10 @@ private:
           {"bf16_with_nvfp4_mixed", "nvfp4"}};
       for (auto [Bridge, Moe] : Names)
         if (Preset->V == Value::string(Bridge)) {
-          emit("", fmt::format("precision  = {}", Moe.str()));
+          emit("", "precision", ast::makeName(Moe));
           // The MXFP8 preset gathers parameters in FP8 (rule 45).
           if (Moe == "mxfp8")
-            emit("", "fp8_param_gather = true");
+            emit("", "fp8_param_gather", ast::makeBool(true));
           return;
         }
       unmapped(*Preset, "a preset other than the BF16-based ones (bf16_mixed, bf16_with_*_mixed) has no .moe "
@@ -1256,23 +1254,23 @@ private:
       P = "bf16";
     }
     if (!P.empty())
-      emit("", "precision  = " + P);
+      emit("", "precision", ast::makeName(P));
     llvm::Optional<bool> Fp8Params = flag("mixed_precision.fp8_param_gather");
     if (Fp8Params.getValueOr(false))
-      emit("", "fp8_param_gather = true");
+      emit("", "fp8_param_gather", ast::makeBool(true));
     else if (Fp8Params && !P.empty() &&
              presetFp8ParamGather(DefaultTarget, parseEnum<Precision>(P).getValueOr(Precision::BF16)))
-      emit("", "fp8_param_gather = false"); // the imported recipe's target would turn it on
+      emit("", "fp8_param_gather", ast::makeBool(false)); // the imported recipe's target would turn it on
     if (flag("mixed_precision.fp4_param_gather").getValueOr(false) || flag("model.fp4_param").getValueOr(false))
-      emit("", "fp4_param_gather = true");
+      emit("", "fp4_param_gather", ast::makeBool(true));
     bool Bf16Layers = flag("mixed_precision.first_last_layers_bf16").getValueOr(false);
     llvm::Optional<int64_t> Start = count("mixed_precision.num_layers_at_start_in_bf16", 0);
     llvm::Optional<int64_t> End = count("mixed_precision.num_layers_at_end_in_bf16", 0);
     if (Bf16Layers) {
       if (Start.getValueOr(0))
-        emit("bf16_layers", fmt::format("first = {}", *Start));
+        emit("bf16_layers", "first", ast::makeInt(*Start));
       if (End.getValueOr(0))
-        emit("bf16_layers", fmt::format("last = {}", *End));
+        emit("bf16_layers", "last", ast::makeInt(*End));
     }
   }
 
@@ -1286,17 +1284,17 @@ private:
     }
     StringRef T = Type->V.S;
     if (T == "alltoall" || T == "allgather") {
-      emit("", fmt::format("dispatcher = {}", T.str()));
+      emit("", "dispatcher", ast::makeName(T));
       if (Backend)
         unmapped(*Backend, "a flex backend has no effect with the " + T.str() + " dispatcher (Bridge rule 17)");
     } else if (T == "flex") {
       StringRef B = Backend ? StringRef(Backend->V.S) : "";
       if (B == "deepep" || B == "hybridep") {
-        emit("", fmt::format("dispatcher = {}", B.str()));
+        emit("", "dispatcher", ast::makeName(B));
         dispatcherSms(B);
       } else if (!Backend) {
         // Flex with no backend falls back to alltoall (rule 18).
-        emit("", "dispatcher = alltoall");
+        emit("", "dispatcher", ast::makeName("alltoall"));
         note("moe_token_dispatcher_type = flex without a backend runs alltoall; written as dispatcher = alltoall");
       } else
         unmapped(*Backend,
@@ -1305,25 +1303,25 @@ private:
       error(*Type, "'model.moe_token_dispatcher_type' must be allgather, alltoall or flex, not '" + T.str() + "'");
     }
     if (auto V = flag("model.moe_shared_expert_overlap"); V && *V)
-      emit("moe", "shared_expert_overlap = true");
+      emit("moe", "shared_expert_overlap", ast::makeBool(true));
     if (auto V = flag("model.moe_grouped_gemm"); V && !*V)
-      emit("moe", "grouped_gemm = false");
+      emit("moe", "grouped_gemm", ast::makeBool(false));
     if (Entry *D = get("model.moe_router_dtype")) {
       if (D->V.K == Value::Kind::Null)
-        emit("moe", "router_dtype = bf16");
+        emit("moe", "router_dtype", ast::makeName("bf16"));
       else if (D->V == Value::string("fp64"))
-        emit("moe", "router_dtype = fp64");
+        emit("moe", "router_dtype", ast::makeName("fp64"));
       else if (D->V != Value::string("fp32"))
         error(*D, "'model.moe_router_dtype' must be fp32, fp64 or null, not " + renderPlain(D->V));
     }
     if (auto CF = number("model.moe_expert_capacity_factor"))
-      emit("moe", fmt::format("capacity_factor = {}", renderHydra(Value::real(*CF))));
+      emit("moe", "capacity_factor", ast::makeReal(*CF));
     if (auto V = flag("model.moe_pad_expert_input_to_capacity"); V && *V)
-      emit("moe", "pad_to_capacity = true");
+      emit("moe", "pad_to_capacity", ast::makeBool(true));
     if (auto V = flag("comm_overlap.overlap_moe_expert_parallel_comm"); V && *V)
-      emit("moe", "overlap_ep_comm = true");
+      emit("moe", "overlap_ep_comm", ast::makeBool(true));
     if (auto V = flag("comm_overlap.delay_wgrad_compute"); V && *V)
-      emit("moe", "delay_wgrad = true");
+      emit("moe", "delay_wgrad", ast::makeBool(true));
   }
 
   /// The SMs of the fused backend in use: its own 0.16.1 field
@@ -1333,7 +1331,7 @@ private:
     llvm::Optional<int64_t> Flex = count("model.moe_flex_dispatcher_num_sms");
     llvm::Optional<int64_t> Own = count(("model.moe_" + Backend + "_num_sms").str());
     if (llvm::Optional<int64_t> Sms = Own ? Own : Flex)
-      emit("moe", fmt::format("dispatcher_sms = {}", *Sms));
+      emit("moe", "dispatcher_sms", ast::makeInt(*Sms));
   }
 
   void recompute() {
@@ -1357,7 +1355,7 @@ private:
         if (Entry *E = get(K); E && E->V.K != Value::Kind::Null)
           unmapped(*E, "inactive without recompute_granularity = full");
       if (G)
-        emit("", "recompute  = none");
+        emit("", "recompute", ast::makeName("none"));
       return;
     }
     if (Gran == "selective") {
@@ -1382,7 +1380,14 @@ private:
         }
       }
       // An empty list is a valid "nothing recomputed" control (rule 28).
-      emit("", Names.empty() ? "recompute  = none" : "recompute  = selective(" + llvm::join(Names, ", ") + ")");
+      if (Names.empty()) {
+        emit("", "recompute", ast::makeName("none"));
+      } else {
+        std::vector<ast::Argument> Args;
+        for (const std::string &M : Names)
+          Args.push_back(ast::makeArg("", ast::makeName(M)));
+        emit("", "recompute", ast::makeCall("selective", std::move(Args)));
+      }
       for (StringRef K : {"model.recompute_method", "model.recompute_num_layers"})
         if (Entry *E = get(K); E && E->V.K != Value::Kind::Null)
           unmapped(*E, "selective recompute takes no method or layer count");
@@ -1399,10 +1404,14 @@ private:
       if (Modules && Modules->V.K != Value::Kind::Null)
         unmapped(*Modules, "full recompute recomputes whole layers; the module list does not apply");
       if (Method == "uniform" && N.getValueOr(1) == 1)
-        emit("", "recompute  = full");
-      else
-        emit("", N ? fmt::format("recompute  = full(method = {}, layers = {})", Method, *N)
-                   : fmt::format("recompute  = full(method = {})", Method));
+        emit("", "recompute", ast::makeName("full"));
+      else {
+        std::vector<ast::Argument> Args;
+        Args.push_back(ast::makeArg("method", ast::makeName(Method)));
+        if (N)
+          Args.push_back(ast::makeArg("layers", ast::makeInt(*N)));
+        emit("", "recompute", ast::makeCall("full", std::move(Args)));
+      }
       return;
     }
     error(*G, "'model.recompute_granularity' must be null, selective or full, not '" + Gran + "'");
@@ -1435,11 +1444,11 @@ private:
       if (!Scopes.empty())
         unmapped(*List, "graph modules without a cuda_graph_impl are inactive");
       if (Impl)
-        emit("", "cuda_graph = none");
+        emit("", "cuda_graph", ast::makeName("none"));
     } else if (I == "full_iteration") {
       if (!Scopes.empty())
         error(*List, "a full-iteration graph takes an empty module list (Bridge rule 33)");
-      emit("", "cuda_graph = full_iteration");
+      emit("", "cuda_graph", ast::makeName("full_iteration"));
     } else if (I == "transformer_engine" || I == "local") {
       static const char *Known[] = {"attn", "mlp", "moe", "moe_router", "moe_preprocess", "mamba"};
       for (const std::string &S : Scopes)
@@ -1450,9 +1459,9 @@ private:
       if (Scopes.empty()) {
         unmapped(List ? *List : *Impl, "a per-layer graph of the whole layer (empty module list) has no .moe scope");
       } else {
-        emit("", "cuda_graph = [" + llvm::join(Scopes, ", ") + "]");
+        emit("", "cuda_graph", ast::makeNameList(Scopes));
         if (I == "local")
-          emit("", "cuda_graph_impl = local");
+          emit("", "cuda_graph_impl", ast::makeName("local"));
       }
     } else {
       error(*Impl,
@@ -1479,7 +1488,7 @@ private:
         error(*peek("optimizer.optimizer_offload_fraction"),
               "'optimizer.optimizer_offload_fraction' must be in [0, 1]");
       else
-        emit("offload", "optimizer = " + renderHydra(Value::real(F)));
+        emit("offload", "optimizer", ast::makeReal(F));
       if (!Fraction)
         note("optimizer_cpu_offload without optimizer_offload_fraction: written as offload.optimizer = 1.0 (the "
              "whole state)");
@@ -1488,14 +1497,14 @@ private:
     }
     if (flag("optimizer.overlap_cpu_optimizer_d2h_h2d").getValueOr(false)) {
       if (Optim)
-        emit("offload", "overlap_copies = true");
+        emit("offload", "overlap_copies", ast::makeBool(true));
       else
         unmapped(*peek("optimizer.overlap_cpu_optimizer_d2h_h2d"), "inactive without optimizer.optimizer_cpu_offload");
     }
     if (flag("model.cpu_offloading").getValueOr(false)) {
-      emit("offload", "activations = true");
+      emit("offload", "activations", ast::makeBool(true));
       if (auto N = count("model.cpu_offloading_num_layers", 0))
-        emit("offload", fmt::format("activation_layers = {}", *N));
+        emit("offload", "activation_layers", ast::makeInt(*N));
     } else if (Entry *E = get("model.cpu_offloading_num_layers"); E && E->V.K != Value::Kind::Null) {
       unmapped(*E, "inactive without model.cpu_offloading");
     }
@@ -1521,7 +1530,7 @@ private:
         error(*Modules, "fine-grained activation offloading cannot be enabled with cpu_offloading "
                         "(transformer_config.py)");
       else
-        emit("offload", "activations = [" + llvm::join(*N, ", ") + "]");
+        emit("offload", "activations", ast::makeNameList(*N));
     } else if (FineGrained) {
       error(*peek("model.fine_grained_activation_offloading"),
             "fine-grained activation offloading needs a non-empty model.offload_modules");
@@ -1536,7 +1545,7 @@ private:
     bool LayerWiseMuon = Type && Type->V.S == "dist_muon";
     if (Type) {
       if (Type->V.S == "sgd" || Type->V.S == "muon" || LayerWiseMuon)
-        emit("optimizer", LayerWiseMuon ? "type = muon" : "type = " + Type->V.S);
+        emit("optimizer", "type", ast::makeName(LayerWiseMuon ? "muon" : Type->V.S));
       else if (Type->V.S != "adam")
         error(*Type, "'optimizer.optimizer' must be adam, sgd, muon or dist_muon, not '" + Type->V.S + "'");
     }
@@ -1558,11 +1567,11 @@ private:
                           "(optimizer/muon.py:192); the recipe states Muon with a distributed optimizer, which moec "
                           "export writes as the layer-wise dist_muon");
     } else if (Dist && !*Dist) {
-      emit("optimizer", "distributed = false");
+      emit("optimizer", "distributed", ast::makeBool(false));
     }
     llvm::Optional<bool> PA = flag("optimizer.use_precision_aware_optimizer");
     if (PA)
-      emit("optimizer", fmt::format("precision_aware = {}", *PA ? "true" : "false"));
+      emit("optimizer", "precision_aware", ast::makeBool(*PA));
     // The dtypes moec writes for its precision_aware choice (fp32 master,
     // bf16 or fp32 moments) come back as that choice; others have no field.
     bool Aware = PA.getValueOr(false);
@@ -1583,9 +1592,9 @@ private:
       }
     schedule();
     if (auto V = flag("ddp.overlap_grad_reduce"); V && !*V)
-      emit("optimizer", "overlap_grad_reduce = false");
+      emit("optimizer", "overlap_grad_reduce", ast::makeBool(false));
     if (auto V = flag("ddp.overlap_param_gather"); V && !*V)
-      emit("optimizer", "overlap_param_gather = false");
+      emit("optimizer", "overlap_param_gather", ast::makeBool(false));
   }
 
   /// The dataset split (GPTDatasetConfig.split, Megatron's "969,30,1") and
@@ -1594,24 +1603,24 @@ private:
     if (Entry *S = text("dataset.split")) {
       llvm::SmallVector<llvm::StringRef, 3> Parts;
       llvm::StringRef(S->V.S).split(Parts, ',');
-      std::vector<std::string> Weights;
+      std::vector<ast::ExprPtr> Weights;
       for (llvm::StringRef P : Parts) {
         int64_t W = 0;
         if (P.trim().getAsInteger(10, W) || W < 0) {
           Weights.clear();
           break;
         }
-        Weights.push_back(std::to_string(W));
+        Weights.push_back(ast::makeInt(W));
       }
       if (Weights.empty() || Weights.size() > 3)
         unmapped(*S, "data.split takes one to three whole weights");
       else
-        emit("data", "split = [" + llvm::join(Weights, ", ") + "]");
+        emit("data", "split", ast::makeList(std::move(Weights)));
     }
     if (auto Interval = count("train.eval_interval")) {
-      emit("data", fmt::format("eval_interval = {}", *Interval));
+      emit("data", "eval_interval", ast::makeInt(*Interval));
       if (auto Iters = count("train.eval_iters"))
-        emit("data", fmt::format("eval_iters = {}", *Iters));
+        emit("data", "eval_iters", ast::makeInt(*Iters));
     }
   }
 
@@ -1619,19 +1628,19 @@ private:
   /// OptimizerParamScheduler): what moerun applies step by step.
   void schedule() {
     if (auto Lr = number("optimizer.lr"))
-      emit("optimizer", "lr = " + renderHydra(Value::real(*Lr)));
+      emit("optimizer", "lr", ast::makeReal(*Lr));
     if (auto Min = number("optimizer.min_lr"))
-      emit("optimizer", "min_lr = " + renderHydra(Value::real(*Min)));
+      emit("optimizer", "min_lr", ast::makeReal(*Min));
     if (auto W = count("scheduler.lr_warmup_iters", 0); W && *W > 0)
-      emit("optimizer", fmt::format("warmup_steps = {}", *W));
+      emit("optimizer", "warmup_steps", ast::makeInt(*W));
     if (Entry *D = text("scheduler.lr_decay_style")) {
       if (D->V.S == "constant" || D->V.S == "linear" || D->V.S == "cosine")
-        emit("optimizer", "decay = " + D->V.S);
+        emit("optimizer", "decay", ast::makeName(D->V.S));
       else
         unmapped(*D, "optimizer.decay is constant, linear or cosine");
     }
     if (auto Steps = count("scheduler.lr_decay_iters"))
-      emit("optimizer", fmt::format("decay_steps = {}", *Steps));
+      emit("optimizer", "decay_steps", ast::makeInt(*Steps));
     // AdamW's settings where they differ from the .moe defaults, which are
     // Megatron-Core's (AdamWConfig).
     const AdamWConfig Defaults;
@@ -1641,7 +1650,7 @@ private:
                                        {"optimizer.adam_eps", "adam_eps", Defaults.Eps},
                                        {"optimizer.clip_grad", "clip_grad", Defaults.ClipGrad}})
       if (auto V = number(Key); V && *V != Default)
-        emit("optimizer", std::string(Field) + " = " + renderHydra(Value::real(*V)));
+        emit("optimizer", Field, ast::makeReal(*V));
     // The schedule in samples, as a fraction, or from a non-zero start has
     // no .moe field.
     if (Entry *E = get("scheduler.lr_warmup_fraction"); E && E->V.K != Value::Kind::Null)
@@ -1659,7 +1668,7 @@ private:
       if (Model && !Model->isVLM())
         unmapped(*peek("model.freeze_language_model"), "language.frozen is for VLMs: nothing else would train");
       else
-        emit("language", "frozen = true");
+        emit("language", "frozen", ast::makeBool(true));
     }
     llvm::Optional<bool> VM = flag("model.freeze_vision_model");
     llvm::Optional<bool> VP = flag("model.freeze_vision_projection");
@@ -1677,7 +1686,7 @@ private:
       return;
     }
     if (VM.getValueOr(false))
-      emit("vision", "frozen = true");
+      emit("vision", "frozen", ast::makeBool(true));
   }
 
   void reportLeftovers() {
@@ -1715,73 +1724,102 @@ private:
 
   //--- output ------------------------------------------------------------------
 
+  /// A line of the header comment: the configuration's values are shown as
+  /// read, but a line break or control character would end the comment.
+  static std::string commentLine(StringRef S) {
+    std::string Out;
+    for (char C : S)
+      Out += C == '\n'                              ? std::string("\\n")
+             : (unsigned char)C < 0x20 && C != '\t' ? std::string(" ")
+                                                    : std::string(1, C);
+    return Out;
+  }
+
+  ast::Definition recipeDefinition() {
+    ast::Definition R;
+    R.Kind = ast::DefKind::Recipe;
+    R.Name = RecipeName;
+    R.Entries.push_back(ast::makeAssignment("model", ast::makeName(ModelName)));
+    std::vector<ast::Entry> Cluster;
+    Cluster.push_back(ast::makeAssignment("gpu", ast::makeName(GpuName)));
+    Cluster.push_back(ast::makeAssignment(Gpus ? "gpus" : "nodes", ast::makeInt(Gpus ? Gpus : Nodes)));
+    R.Entries.push_back(ast::makeSection("cluster", std::move(Cluster)));
+    // seq_len, batch and parallel first, as recipes are usually written.
+    auto Rank = [](const std::pair<std::string, std::vector<ast::Entry>> &S) {
+      return S.first == "#first" ? 0 : S.first == "batch" ? 1 : S.first == "parallel" ? 2 : 3;
+    };
+    std::stable_sort(Out.begin(), Out.end(), [&](const auto &A, const auto &B) { return Rank(A) < Rank(B); });
+    for (auto &[Section, Entries] : Out) {
+      if (Section.empty() || Section[0] == '#')
+        for (ast::Entry &E : Entries)
+          R.Entries.push_back(std::move(E));
+      else
+        R.Entries.push_back(ast::makeSection(Section, std::move(Entries)));
+    }
+    return R;
+  }
+
   void write() {
+    for (auto [What, Name] : {std::pair<StringRef, StringRef>{"model", ModelName}, {"GPU system", GpuName}})
+      if (!ast::isIdentifier(Name)) {
+        globalError(fmt::format("the {} name '{}' is not a .moe name (letters, digits and '_', not starting with a "
+                                "digit, not a keyword); give another with --{}",
+                                What.str(), commentLine(Name), What == "model" ? "model" : "gpu"));
+        return;
+      }
+    ast::File F = std::move(ModelFile);
+    F.Definitions.push_back(recipeDefinition());
     std::string S;
     S += fmt::format("# Imported from {} by `moec import --from megatron-bridge`.\n",
-                     Opts.SourceName.empty() ? std::string("a Megatron-Bridge configuration") : Opts.SourceName);
+                     Opts.SourceName.empty() ? std::string("a Megatron-Bridge configuration")
+                                             : commentLine(Opts.SourceName));
     if (!Comments.empty()) {
       S += "# Not translated (no .moe equivalent):\n";
       for (const std::string &C : Comments)
-        S += "#   " + C + "\n";
+        S += "#   " + commentLine(C) + "\n";
     }
-    if (!ModelDefinition.empty())
-      S += "\n" + ModelDefinition;
-    S += fmt::format("\nrecipe {} {{\n", RecipeName);
-    S += fmt::format("  model      = {}\n", ModelName);
-    S += Gpus ? fmt::format("  cluster    {{ gpu = {}; gpus = {} }}\n", GpuName, Gpus)
-              : fmt::format("  cluster    {{ gpu = {}; nodes = {} }}\n", GpuName, Nodes);
-    // seq_len, batch and parallel first, as recipes are usually written.
-    auto Rank = [](const std::pair<std::string, std::vector<std::string>> &S) {
-      if (S.first == "#seq_len")
-        return 0;
-      return S.first == "batch" ? 1 : S.first == "parallel" ? 2 : 3;
-    };
-    std::stable_sort(Out.begin(), Out.end(), [&](const auto &A, const auto &B) { return Rank(A) < Rank(B); });
-    for (auto &[Section, Lines] : Out) {
-      if (Section.empty() || Section[0] == '#') {
-        for (const std::string &L : Lines)
-          S += "  " + L + "\n";
-        continue;
-      }
-      std::string Pad(std::max<int>(1, 10 - int(Section.size())), ' ');
-      std::string OneLine = "  " + Section + Pad + " { " + llvm::join(Lines, "; ") + " }";
-      if (OneLine.size() <= 100) {
-        S += OneLine + "\n";
-        continue;
-      }
-      // Several entries to a line, a long one (a layout) on its own.
-      S += "  " + Section + Pad + " {\n";
-      std::string Line;
-      for (const std::string &L : Lines) {
-        if (!Line.empty() && Line.size() + 2 + L.size() > 90) {
-          S += "    " + Line + "\n";
-          Line.clear();
-        }
-        Line += (Line.empty() ? "" : "; ") + L;
-      }
-      S += "    " + Line + "\n  }\n";
-    }
-    S += "}\n";
-    // What is written must parse: a recipe moec cannot read back is moec's
-    // error, and nothing is written. It is written in moec fmt's layout.
+    S += "\n";
     {
-      llvm::SourceMgr SM;
-      DiagnosticEngine Check(SM);
-      unsigned ID = SM.AddNewSourceBuffer(llvm::MemoryBuffer::getMemBufferCopy(S, "<import>"), llvm::SMLoc());
-      FormatResult Formatted = formatBuffer(ID, Check);
-      if (!Formatted.ok()) {
-        std::vector<Diagnostic> Why = Check.finish();
-        globalError("internal error: the recipe moec import wrote does not " +
-                    std::string(Formatted.St == FormatResult::Status::SyntaxError ? "parse" : "format") + " (" +
-                    (!Formatted.Message.empty() ? Formatted.Message
-                     : Why.empty()              ? std::string("no diagnostic")
-                                                : Why.front().Message) +
-                    "); please report it with the configuration");
-        return;
-      }
-      S = std::move(Formatted.Text);
+      llvm::raw_string_ostream OS(S);
+      ast::PrintOptions Print;
+      Print.InlineWidth = 100;
+      ast::print(F, OS, Print);
     }
-    Res.Source = std::move(S);
+    // What is written must mean the tree built: a recipe moec cannot read
+    // back, or reads differently, is moec's error, and nothing is written.
+    // It is written in moec fmt's layout.
+    auto Internal = [&](StringRef Why) {
+      globalError(
+          ("internal error: the recipe moec import wrote " + Why + "; please report it with the configuration").str());
+    };
+    llvm::SourceMgr SM;
+    DiagnosticEngine Check(SM);
+    unsigned ID = SM.AddNewSourceBuffer(llvm::MemoryBuffer::getMemBufferCopy(S, "<import>"), llvm::SMLoc());
+    FormatResult Formatted = formatBuffer(ID, Check);
+    if (!Formatted.ok()) {
+      std::vector<Diagnostic> Why = Check.finish();
+      Internal(std::string(Formatted.St == FormatResult::Status::SyntaxError ? "does not parse" : "does not format") +
+               " (" +
+               (!Formatted.Message.empty() ? Formatted.Message
+                : Why.empty()              ? std::string("no diagnostic")
+                                           : Why.front().Message) +
+               ")");
+      return;
+    }
+    unsigned OutID =
+        SM.AddNewSourceBuffer(llvm::MemoryBuffer::getMemBufferCopy(Formatted.Text, "<import>"), llvm::SMLoc());
+    std::unique_ptr<ast::File> Back = parseBuffer(OutID, Check);
+    auto Dump = [](const ast::File &X) {
+      std::string D;
+      llvm::raw_string_ostream OS(D);
+      ast::dump(X, OS);
+      return OS.str();
+    };
+    if (!Back || Check.errorCount() || Dump(*Back) != Dump(F)) {
+      Internal("parses to another recipe than the one built");
+      return;
+    }
+    Res.Source = std::move(Formatted.Text);
     Res.RecipeName = RecipeName;
     Res.ModelName = ModelName;
   }

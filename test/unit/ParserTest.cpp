@@ -1,6 +1,7 @@
 //===- ParserTest.cpp - Round trips through ast::dump; errors are diagnostics -===//
 #include "moec/Syntax/Parser.h"
 #include "moec/AST/AST.h"
+#include "moec/AST/Builder.h"
 #include "moec/Diag/DiagnosticEngine.h"
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/SmallString.h"
@@ -254,6 +255,85 @@ recipe r extends base {
 }
 )moe",
                   "forms.moe");
+}
+
+// A tree built in memory (as moec import builds its recipes) prints as
+// source that parses back to the same tree, node kinds included.
+TEST(ASTBuilder, BuiltTreesPrintAsSourceThatParsesBackToThem) {
+  ast::File F;
+  ast::Definition M;
+  M.Kind = ast::DefKind::Model;
+  M.Name = "imported_model";
+  M.Base = "qwen3_30b_a3b";
+  M.Entries.push_back(ast::makeAssignment("rope_theta", ast::makeNumber(1e6)));
+  M.Entries.push_back(ast::makeAssignment("topk_scaling", ast::makeNumber(2.446)));
+  F.Definitions.push_back(std::move(M));
+  ast::Definition R;
+  R.Kind = ast::DefKind::Recipe;
+  R.Name = "r";
+  R.Entries.push_back(ast::makeAssignment("model", ast::makeName("imported_model")));
+  std::vector<ast::Entry> Cluster;
+  Cluster.push_back(ast::makeAssignment("gpu", ast::makeName("h100_sxm")));
+  Cluster.push_back(ast::makeAssignment("gpus", ast::makeInt(16)));
+  R.Entries.push_back(ast::makeSection("cluster", std::move(Cluster)));
+  R.Entries.push_back(ast::makeAssignment("precision", ast::makeName("fp8.tensorwise")));
+  std::vector<ast::Entry> Numbers;
+  Numbers.push_back(ast::makeAssignment("negative", ast::makeInt(-3)));
+  Numbers.push_back(ast::makeAssignment("lowest", ast::makeInt(INT64_MIN)));
+  Numbers.push_back(ast::makeAssignment("whole_real", ast::makeReal(2)));
+  Numbers.push_back(ast::makeAssignment("small", ast::makeReal(1e-5)));
+  Numbers.push_back(ast::makeAssignment("large", ast::makeReal(1e20)));
+  Numbers.push_back(ast::makeAssignment("negative_real", ast::makeReal(-0.5)));
+  Numbers.push_back(ast::makeAssignment("quoted", ast::makeString("say \"E|t\"\\n\nnext\tline")));
+  R.Entries.push_back(ast::makeSection("numbers", std::move(Numbers)));
+  std::vector<ast::Argument> Args;
+  Args.push_back(ast::makeArg("", ast::makeName("moe_act")));
+  Args.push_back(ast::makeArg("layers", ast::makeInt(2)));
+  R.Entries.push_back(ast::makeAssignment("recompute", ast::makeCall("full", std::move(Args))));
+  R.Entries.push_back(ast::makeAssignment("cuda_graph", ast::makeNameList({"attn", "moe_router"})));
+  std::vector<ast::Entry> Deeper;
+  Deeper.push_back(ast::makeAssignment("x", ast::makeList({})));
+  std::vector<ast::Entry> Outer;
+  Outer.push_back(ast::makeSection("deeper", std::move(Deeper)));
+  R.Entries.push_back(ast::makeSection("outer", std::move(Outer)));
+  F.Definitions.push_back(std::move(R));
+
+  for (unsigned Width : {0u, 100u}) {
+    std::string Text;
+    llvm::raw_string_ostream OS(Text);
+    ast::PrintOptions Opts;
+    Opts.InlineWidth = Width;
+    ast::print(F, OS, Opts);
+    Parsed Back(OS.str(), "built.moe");
+    ASSERT_TRUE(Back.File) << Back.summary() << "\n" << Text;
+    EXPECT_TRUE(Back.Final.empty()) << Back.summary() << "\n" << Text;
+    EXPECT_EQ(sexpr(*Back.File), sexpr(F)) << Text;
+    // Inline where the section fits the width, a line per entry otherwise.
+    bool Inline = Width != 0;
+    EXPECT_EQ(Text.find("  cluster { gpu = h100_sxm; gpus = 16 }\n") != std::string::npos, Inline) << Text;
+    EXPECT_EQ(Text.find("  outer { deeper { x = [] } }\n") != std::string::npos, Inline) << Text;
+    EXPECT_NE(Text.find("  numbers {\n    negative = -3\n"), std::string::npos) << Text;
+  }
+  std::string Text;
+  llvm::raw_string_ostream OS(Text);
+  ast::print(F, OS, ast::PrintOptions());
+  for (const char *Spelled : {"rope_theta = 1000000\n", "topk_scaling = 2.446\n", "lowest = -9223372036854775808\n",
+                              "whole_real = 2.0\n", "small = 1e-05\n", "large = 1e+20\n", "negative_real = -0.5\n",
+                              "quoted = \"say \\\"E|t\\\"\\\\n\\nnext\tline\"\n"})
+    EXPECT_NE(OS.str().find(Spelled), std::string::npos) << Spelled << " in\n" << Text;
+}
+
+TEST(ASTBuilder, NamesAndStringsTheLanguageCanHold) {
+  EXPECT_TRUE(ast::isIdentifier("h100_sxm"));
+  EXPECT_TRUE(ast::isIdentifier("_x1"));
+  EXPECT_FALSE(ast::isIdentifier(""));
+  EXPECT_FALSE(ast::isIdentifier("1x"));
+  EXPECT_FALSE(ast::isIdentifier("gb200-nvl72"));
+  EXPECT_FALSE(ast::isIdentifier("true"));
+  EXPECT_FALSE(ast::isIdentifier("model"));
+  EXPECT_TRUE(ast::isStringLiteralText("tab\tand\nnewline \"quoted\""));
+  EXPECT_FALSE(ast::isStringLiteralText("carriage\rreturn"));
+  EXPECT_FALSE(ast::isStringLiteralText(llvm::StringRef("nul\0", 4)));
 }
 
 TEST(ParserRoundTrip, PrecedenceIsKept) {

@@ -158,7 +158,17 @@ struct File {
   std::vector<Definition> Definitions;
 };
 
-/// Prints the tree as indented text for --dump-ast.
+struct PrintOptions {
+  /// A section whose entries fit on one line within this many columns is
+  /// printed on one line (`cluster { gpu = h100_sxm; gpus = 16 }`); 0: every
+  /// entry on a line of its own.
+  unsigned InlineWidth = 0;
+};
+/// Prints the tree as .moe source that parses back to the same tree: entries
+/// on lines of their own (except as InlineWidth allows), two-space indentation. Reads no
+/// source positions, so trees built in memory (moec/AST/Builder.h) print too.
+void print(const File &F, llvm::raw_ostream &OS, const PrintOptions &Opts);
+/// print with the default options, for --dump-ast.
 void dump(const File &F, llvm::raw_ostream &OS);
 /// Prints an expression as source text (canonical spacing).
 void printExpr(const Expr &E, llvm::raw_ostream &OS);
