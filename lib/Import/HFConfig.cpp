@@ -1,5 +1,6 @@
 //===- HFConfig.cpp -------------------------------------------------------===//
 #include "moec/Import/HFConfig.h"
+#include "moec/AST/Builder.h"
 
 #include "llvm/ADT/StringSet.h"
 #include "llvm/Support/JSON.h"
@@ -138,18 +139,22 @@ llvm::Expected<HFImport> moec::importHFConfig(llvm::StringRef JsonText, llvm::St
   const json::Object *Vision = Root->getObject("vision_config");
   ConfigReader C(Text ? *Text : *Root);
 
-  std::string Out = fmt::format("model {} {{\n", ModelName.str());
-  auto Line = [&](const std::string &S) { Out += "  " + S + "\n"; };
+  if (!ast::isIdentifier(ModelName))
+    return fail(fmt::format("'{}' is not a .moe model name", ModelName.str()));
+  std::vector<ast::Entry> Model;
+  auto Set = [](std::vector<ast::Entry> &In, llvm::StringRef Field, ast::ExprPtr V) {
+    In.push_back(ast::makeAssignment(Field, std::move(V)));
+  };
   auto Req = [&](const char *Field, std::initializer_list<llvm::StringRef> Keys) -> llvm::Error {
     llvm::Expected<int64_t> V = C.required(Keys);
     if (!V)
       return V.takeError();
-    Line(fmt::format("{} = {}", Field, *V));
+    Set(Model, Field, ast::makeInt(*V));
     return llvm::Error::success();
   };
   auto Opt = [&](const char *Field, std::initializer_list<llvm::StringRef> Keys) {
     if (auto V = C.integer(Keys))
-      Line(fmt::format("{} = {}", Field, *V));
+      Set(Model, Field, ast::makeInt(*V));
   };
 
   if (auto E = Req("layers", {"num_hidden_layers", "num_layers", "n_layers"}))
@@ -163,8 +168,7 @@ llvm::Expected<HFImport> moec::importHFConfig(llvm::StringRef JsonText, llvm::St
   Opt("kv_heads", {"num_key_value_heads"});
   Opt("max_seq_len", {"max_position_embeddings"});
   if (auto Theta = C.number("rope_theta"); Theta && *Theta >= 1 && *Theta < 1e15)
-    Line(*Theta == std::trunc(*Theta) ? fmt::format("rope_theta = {}", int64_t(*Theta))
-                                      : fmt::format("rope_theta = {}", *Theta));
+    Set(Model, "rope_theta", ast::makeNumber(*Theta));
   Opt("mtp_layers", {"num_nextn_predict_layers", "mtp_num_layers"});
 
   // MoE: DeepSeek (n_routed_experts), Qwen (num_experts), Mixtral (num_local_experts).
@@ -173,7 +177,7 @@ llvm::Expected<HFImport> moec::importHFConfig(llvm::StringRef JsonText, llvm::St
   llvm::Optional<int64_t> Ffn = C.integer({"intermediate_size", "ffn_hidden_size"});
   bool IsMixtral = C.integer({"num_local_experts"}).hasValue() && !MoeFfn;
   if (Ffn && !IsMixtral)
-    Line(fmt::format("ffn_hidden = {}", *Ffn));
+    Set(Model, "ffn_hidden", ast::makeInt(*Ffn));
 
   // MLA (DeepSeek-V3) or an explicit head_dim (Qwen3).
   if (auto KvLora = C.integer({"kv_lora_rank"})) {
@@ -187,17 +191,23 @@ llvm::Expected<HFImport> moec::importHFConfig(llvm::StringRef JsonText, llvm::St
     auto V = C.required({"v_head_dim"});
     if (!V)
       return V.takeError();
-    Line(fmt::format("head_dim = {}", *Nope));
-    Line(fmt::format("attention = mla({}kv_lora_rank = {}, qk_head_dim = {}, qk_rope_head_dim = {}, v_head_dim = {})",
-                     QLora ? fmt::format("q_lora_rank = {}, ", *QLora) : std::string(), *KvLora, *Nope, *Rope, *V));
+    Set(Model, "head_dim", ast::makeInt(*Nope));
+    std::vector<ast::Argument> Mla;
+    if (QLora)
+      Mla.push_back(ast::makeArg("q_lora_rank", ast::makeInt(*QLora)));
+    Mla.push_back(ast::makeArg("kv_lora_rank", ast::makeInt(*KvLora)));
+    Mla.push_back(ast::makeArg("qk_head_dim", ast::makeInt(*Nope)));
+    Mla.push_back(ast::makeArg("qk_rope_head_dim", ast::makeInt(*Rope)));
+    Mla.push_back(ast::makeArg("v_head_dim", ast::makeInt(*V)));
+    Set(Model, "attention", ast::makeCall("mla", std::move(Mla)));
   } else if (auto HeadDim = C.integer({"head_dim"})) {
-    Line(fmt::format("head_dim = {}", *HeadDim));
+    Set(Model, "head_dim", ast::makeInt(*HeadDim));
   }
   // HF configs carry no flag: the Qwen3 modeling code (qwen3, qwen3_moe,
   // qwen3_next, qwen3_vl*, qwen3_5*) always normalises q and k.
   llvm::Optional<llvm::StringRef> Type = Root->getString("model_type");
   if (Type && Type->startswith("qwen3"))
-    Line("qk_norm = true");
+    Set(Model, "qk_norm", ast::makeBool(true));
 
   if (Experts && *Experts > 0) {
     auto TopK = C.required({"num_experts_per_tok", "moe_top_k"});
@@ -206,8 +216,10 @@ llvm::Expected<HFImport> moec::importHFConfig(llvm::StringRef JsonText, llvm::St
     int64_t ExpertFfn = MoeFfn ? *MoeFfn : Ffn ? *Ffn : 0;
     if (!ExpertFfn)
       return fail("config has neither 'moe_intermediate_size' nor 'intermediate_size'");
-    Out += "  moe {\n";
-    Line(fmt::format("  experts = {}; top_k = {}; ffn_hidden = {}", *Experts, *TopK, ExpertFfn));
+    std::vector<ast::Entry> Moe;
+    Set(Moe, "experts", ast::makeInt(*Experts));
+    Set(Moe, "top_k", ast::makeInt(*TopK));
+    Set(Moe, "ffn_hidden", ast::makeInt(ExpertFfn));
     llvm::Optional<int64_t> Shared = C.integer({"n_shared_experts"});
     llvm::Optional<int64_t> SharedFfn = C.integer({"shared_expert_intermediate_size"});
     if (Shared && *Shared > 0) {
@@ -215,26 +227,28 @@ llvm::Expected<HFImport> moec::importHFConfig(llvm::StringRef JsonText, llvm::St
       if (llvm::MulOverflow(*Shared, ExpertFfn, SharedHidden))
         return fail(fmt::format("config's n_shared_experts x expert FFN size ({} x {}) overflows a 64-bit integer",
                                 *Shared, ExpertFfn));
-      Line(fmt::format("  shared_experts = {}; shared_ffn_hidden = {}", *Shared, SharedHidden));
+      Set(Moe, "shared_experts", ast::makeInt(*Shared));
+      Set(Moe, "shared_ffn_hidden", ast::makeInt(SharedHidden));
     } else if (SharedFfn && *SharedFfn > 0) {
-      Line(fmt::format("  shared_experts = 1; shared_ffn_hidden = {}", *SharedFfn));
+      Set(Moe, "shared_experts", ast::makeInt(1));
+      Set(Moe, "shared_ffn_hidden", ast::makeInt(*SharedFfn));
     }
     if (auto Dense = C.integer({"first_k_dense_replace"}); Dense && *Dense > 0)
-      Line(fmt::format("  dense_layers = {}", *Dense));
+      Set(Moe, "dense_layers", ast::makeInt(*Dense));
     if (auto Scoring = C.string("scoring_func"); Scoring && *Scoring == "sigmoid")
-      Line("  router = sigmoid");
+      Set(Moe, "router", ast::makeName("sigmoid"));
     if (auto Method = C.string("topk_method"); Method && *Method == "noaux_tc")
-      Line("  expert_bias = true");
+      Set(Moe, "expert_bias", ast::makeBool(true));
     // DeepSeek's factor on the routing weights, Megatron's moe_router_topk_scaling_factor
     // (Megatron-Bridge 0.3.1 models/conversion/model_bridge.py:276 maps one to the other).
     if (auto Scaling = C.number("routed_scaling_factor"); Scaling && *Scaling > 0 && *Scaling < 1e6)
-      Line(fmt::format("  topk_scaling = {}", *Scaling));
+      Set(Moe, "topk_scaling", ast::makeNumber(*Scaling));
     if (auto Groups = C.integer({"n_group"}); Groups && *Groups > 1) {
-      Line(fmt::format("  groups = {}", *Groups));
+      Set(Moe, "groups", ast::makeInt(*Groups));
       if (auto GroupTopK = C.integer({"topk_group"}))
-        Line(fmt::format("  group_top_k = {}", *GroupTopK));
+        Set(Moe, "group_top_k", ast::makeInt(*GroupTopK));
     }
-    Out += "  }\n";
+    Model.push_back(ast::makeSection("moe", std::move(Moe)));
   }
 
   // Qwen3-Next: Gated DeltaNet layers between full-attention layers.
@@ -250,19 +264,23 @@ llvm::Expected<HFImport> moec::importHFConfig(llvm::StringRef JsonText, llvm::St
       return HeadDim.takeError();
     C.integer({"linear_value_head_dim"});
     C.integer({"linear_conv_kernel_dim"});
-    Out += fmt::format("  linear_attention {{ interval = {}; key_heads = {}; value_heads = {}; head_dim = {} }}\n",
-                       *Interval, *KeyHeads, *ValueHeads, *HeadDim);
+    std::vector<ast::Entry> Linear;
+    Set(Linear, "interval", ast::makeInt(*Interval));
+    Set(Linear, "key_heads", ast::makeInt(*KeyHeads));
+    Set(Linear, "value_heads", ast::makeInt(*ValueHeads));
+    Set(Linear, "head_dim", ast::makeInt(*HeadDim));
+    Model.push_back(ast::makeSection("linear_attention", std::move(Linear)));
   }
 
   std::vector<std::string> Ignored = C.unused(Uninteresting);
   if (Vision) {
     ConfigReader V(*Vision);
-    std::string Section = "  vision {\n";
+    std::vector<ast::Entry> Tower;
     auto VReq = [&](const char *Field, std::initializer_list<llvm::StringRef> Keys) -> llvm::Error {
       llvm::Expected<int64_t> X = V.required(Keys);
       if (!X)
         return fail("vision_config: " + llvm::toString(X.takeError()));
-      Section += fmt::format("    {} = {}\n", Field, *X);
+      Set(Tower, Field, ast::makeInt(*X));
       return llvm::Error::success();
     };
     if (auto E = VReq("layers", {"depth", "num_hidden_layers"}))
@@ -276,11 +294,18 @@ llvm::Expected<HFImport> moec::importHFConfig(llvm::StringRef JsonText, llvm::St
     if (auto E = VReq("patch_size", {"patch_size"}))
       return std::move(E);
     if (auto M = V.integer({"spatial_merge_size"}))
-      Section += fmt::format("    spatial_merge = {}\n", *M);
+      Set(Tower, "spatial_merge", ast::makeInt(*M));
     if (auto O = V.integer({"out_hidden_size"}))
-      Section += fmt::format("    out_hidden = {}\n", *O);
-    Out += Section + "  }\n";
+      Set(Tower, "out_hidden", ast::makeInt(*O));
+    Model.push_back(ast::makeSection("vision", std::move(Tower)));
   }
-  Out += "}\n";
-  return HFImport{std::move(Out), std::move(Ignored)};
+  ast::File F;
+  F.Definitions.emplace_back();
+  F.Definitions.back().Kind = ast::DefKind::Model;
+  F.Definitions.back().Name = ModelName.str();
+  F.Definitions.back().Entries = std::move(Model);
+  std::string Out;
+  llvm::raw_string_ostream OS(Out);
+  ast::print(F, OS, ast::PrintOptions());
+  return HFImport{std::move(OS.str()), std::move(Ignored)};
 }

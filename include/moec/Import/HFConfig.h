@@ -2,8 +2,9 @@
 //
 // `model = hf("config.json")` lets users start from the configuration they
 // already have. The importer reads the field names of DeepSeek-V3,
-// Qwen3-MoE, Qwen3-Next, Qwen3-VL and Mixtral configs and writes the
-// equivalent `model NAME { ... }` definition as .moe text, which Sema then
+// Qwen3-MoE, Qwen3-Next, Qwen3-VL and Mixtral configs, builds the equivalent
+// `model NAME { ... }` definition as a syntax tree and prints it as .moe
+// text (ast::print), which Sema then
 // parses and checks like any other model, so an imported model and a written
 // one cannot behave differently.
 //
