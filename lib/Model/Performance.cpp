@@ -291,6 +291,8 @@ double pairedShare(int64_t Microbatches, int64_t PP, int64_t VPP, int64_t Rank) 
 /// Per-token costs of one layer, in seconds per token a GPU handles.
 struct LayerTime {
   double GpuFwd = 0;          // forward GPU time (GEMM + core + memory-bound)
+  double FwdPromotion = 0;    // the part of GpuFwd that split accumulation adds
+  double BwdPromotion = 0;    // what it adds to each backward GEMM pass (dgrad, wgrad)
   double ExpertFwd = 0;       // the routed experts' part of it (between dispatch and combine)
   double Recompute = 0;       // forward work redone in the backward
   double RecomputeEpFrac = 0; // fraction of the forward EP exchanges redone
@@ -354,6 +356,15 @@ private:
     if (R.Prec == Precision::BF16 || S.Bf16)
       return PeakBf16 * C.Bf16GemmEfficiency;
     return PeakLow * EffLow;
+  }
+  /// How much slower the low-precision GEMMs of a pass run for their split
+  /// accumulation (1 where the GPU or the recipe needs none).
+  double splitAccumulationSlowdown(bool Backward) const {
+    bool Fp8 =
+        R.Prec == Precision::FP8Delayed || R.Prec == Precision::FP8Tensorwise || R.Prec == Precision::FP8Blockwise;
+    if (!Fp8 || R.Gpu.Arch != GpuArch::Hopper)
+      return 1;
+    return Backward || R.Prec == Precision::FP8Blockwise ? C.HopperFp8SplitAccumulationSlowdown : 1;
   }
   double attentionSecondsPerFlop(double FlopsPerScore) const;
   double coreSecondsPerFlop(const LayerShape &S) const;
@@ -431,14 +442,20 @@ LayerTime StepModel::layerTime(const LayerShape &S, const LayerFlops &F, const L
   double ExpertRate = Rate * C.GroupedGemmEfficiency;
   auto mem = [&](double Elements) { return Elements * ActBytes / Hbm; };
 
-  double Gemm =
-      (F.AttnProj + F.MlaUp + F.DenseMlp + F.Shared + F.MtpProj) / Rate + F.Experts / ExpertRate + F.Logits / Bf16Rate;
+  double TeGemm = (F.AttnProj + F.MlaUp + F.DenseMlp + F.Shared + F.MtpProj) / Rate + F.Experts / ExpertRate;
+  double Gemm = TeGemm + F.Logits / Bf16Rate;
   double Core = F.AttnCore * coreSecondsPerFlop(S);
   double Mem = mem(E.total()) + (S.Mtp ? mem(3 * Vocab) : 0);
   LayerTime T;
-  T.GpuFwd = Gemm + Core + Mem;
+  // The layer's Transformer Engine GEMMs run in the recipe's precision (the
+  // output layer is BF16, not a TE module).
+  double LowGemm = R.Prec == Precision::BF16 || S.Bf16 ? 0 : TeGemm;
+  double FwdSlow = splitAccumulationSlowdown(false), BwdSlow = splitAccumulationSlowdown(true);
+  T.FwdPromotion = (FwdSlow - 1) * LowGemm;
+  T.BwdPromotion = (BwdSlow - 1) * LowGemm;
+  T.GpuFwd = Gemm + Core + Mem + T.FwdPromotion;
   if (S.MoE)
-    T.ExpertFwd = F.Experts / ExpertRate + mem(E.MoeAct);
+    T.ExpertFwd = F.Experts / ExpertRate * (LowGemm > 0 ? FwdSlow : 1) + mem(E.MoeAct);
 
   switch (R.Recompute.Kind) {
   case RecomputeKind::None:
@@ -449,27 +466,27 @@ LayerTime StepModel::layerTime(const LayerShape &S, const LayerFlops &F, const L
     T.RecomputeHost = 1;
     break;
   case RecomputeKind::Selective: {
-    double X = 0;
+    double X = 0, GemmSlow = LowGemm > 0 ? FwdSlow : 1;
     if (recomputes(RecomputeModule::CoreAttn))
       X += Core;
     if (recomputes(RecomputeModule::MlaUpProj))
-      X += F.MlaUp / Rate;
+      X += F.MlaUp / Rate * GemmSlow;
     if (recomputes(RecomputeModule::LayerNorm))
       X += mem(E.Norm);
     if (recomputes(RecomputeModule::Mlp) && !S.MoE)
-      X += F.DenseMlp / Rate + mem(E.MlpAct);
+      X += F.DenseMlp / Rate * GemmSlow + mem(E.MlpAct);
     if (recomputes(RecomputeModule::GdnNormOut))
       X += mem(E.GdnNorm);
     if (S.MoE) {
       if (recomputes(RecomputeModule::Moe)) {
-        X += F.Experts / ExpertRate + F.Shared / Rate + mem(E.MoeAct + E.MoeOther);
+        X += (F.Experts / ExpertRate + F.Shared / Rate) * GemmSlow + mem(E.MoeAct + E.MoeOther);
         T.RecomputeEpFrac = 1;
         T.RecomputeHost = 1.0 / 3.0;
       } else {
         if (recomputes(RecomputeModule::MoeAct))
           X += mem(E.MoeAct);
         if (recomputes(RecomputeModule::SharedExperts))
-          X += F.Shared / Rate;
+          X += F.Shared / Rate * GemmSlow;
       }
     }
     T.Recompute = X;
@@ -688,10 +705,13 @@ StepTimeBreakdown StepModel::run() {
     // Backward: data and weight gradients (2x the forward); a frozen
     // language model computes no weight gradients, so its GEMMs run once
     // more and its attention core twice.
-    double Bwd = 2;
-    if (R.LanguageFrozen && F.gemm() + F.AttnCore > 0)
+    double Bwd = 2, BwdGemmPasses = 2;
+    if (R.LanguageFrozen && F.gemm() + F.AttnCore > 0) {
       Bwd = (F.gemm() + 2 * F.AttnCore) / (F.gemm() + F.AttnCore);
-    double GpuF = T.GpuFwd * N, GpuB = Bwd * T.GpuFwd * N, Rec = T.Recompute * N;
+      BwdGemmPasses = 1;
+    }
+    double GpuF = T.GpuFwd * N, Rec = T.Recompute * N;
+    double GpuB = (Bwd * (T.GpuFwd - T.FwdPromotion) + BwdGemmPasses * T.BwdPromotion) * N;
     // Communication of the layer, one micro batch, and what stays exposed.
     double Tp = tpSeconds(S) * TpExposed;
     double Hide = 0;

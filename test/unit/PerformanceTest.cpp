@@ -517,3 +517,42 @@ TEST(PerfStepTime, SoftmaxExponentialsRunAtTheSfuRate) {
   // per FLOP: on H100 DeepSeek-V3's core runs a little above the anchor.
   EXPECT_LT(compute("h100_sxm", "deepseek_v3"), compute("h100_rates_unknown", "deepseek_v3"));
 }
+
+TEST(PerfStepTime, HopperFp8GemmsPayForSplitAccumulation) {
+  // Hopper's FP8 GEMMs under Transformer Engine's delayed and tensorwise
+  // recipes promote partial sums in dgrad and wgrad, blockwise in all three;
+  // Blackwell accumulates in FP32 and pays nothing. Priced against the same
+  // recipe with the slowdown taken away.
+  std::string Base = std::string(Shape) + "  parallel { ep = 8 }\n  dispatcher = hybridep\n";
+  Calibration Fast = Calibration::defaults();
+  Fast.HopperFp8SplitAccumulationSlowdown = 1;
+  auto compute = [&](const char *Gpu, const char *Prec, const Calibration &C) {
+    Recipe R = one(recipe("qwen3_30b_a3b", Gpu, 8, Base + "  precision = " + Prec));
+    return predictStepTime(R, handPlan(R), C).Compute;
+  };
+  const Calibration &Real = Calibration::defaults();
+  // Tensorwise: the backward's GEMMs (two passes of the forward's) run
+  // 1.15x; the forward does not. Blockwise also the forward's.
+  double Tensorwise = compute("h100_sxm", "fp8.tensorwise", Real) - compute("h100_sxm", "fp8.tensorwise", Fast);
+  double Blockwise = compute("h100_sxm", "fp8.blockwise", Real) - compute("h100_sxm", "fp8.blockwise", Fast);
+  EXPECT_GT(Tensorwise, 0);
+  EXPECT_NEAR(Blockwise / Tensorwise, 3.0 / 2.0, 1e-9);
+  EXPECT_NEAR(compute("h100_sxm", "fp8.delayed", Real) - compute("h100_sxm", "fp8.delayed", Fast), Tensorwise, 1e-12);
+  // The extra time is 0.15 of the layers' low-precision GEMM time per
+  // backward pass: the whole GEMM difference between FP8 and BF16 peaks
+  // bounds it from above.
+  double Bf16 = compute("h100_sxm", "bf16", Real);
+  EXPECT_LT(Tensorwise, 2 * 0.15 * Bf16);
+  // No cost in BF16, on Blackwell, or in MXFP8.
+  EXPECT_EQ(compute("h100_sxm", "bf16", Real), compute("h100_sxm", "bf16", Fast));
+  EXPECT_EQ(compute("b200", "fp8.tensorwise", Real), compute("b200", "fp8.tensorwise", Fast));
+  EXPECT_EQ(compute("b200", "mxfp8", Real), compute("b200", "mxfp8", Fast));
+  // A frozen language model computes no weight gradients: one promoted
+  // backward pass instead of two.
+  auto frozenExtra = [&](const Calibration &C) {
+    Recipe R = one(
+        recipe("qwen3_30b_a3b", "h100_sxm", 8, Base + "  precision = fp8.tensorwise\n  language { frozen = true }"));
+    return predictStepTime(R, handPlan(R), C).Compute;
+  };
+  EXPECT_NEAR((frozenExtra(Real) - frozenExtra(Fast)) / Tensorwise, 0.5, 1e-9);
+}

@@ -48,6 +48,19 @@ struct Calibration {
   // Grouped expert GEMMs relative to a dense GEMM of the same precision:
   // A 4.5, DeepGEMM grouped 1346 vs dense 1520 TFLOP/s (0.89).
   double GroupedGemmEfficiency = 0.89;
+  // Hopper's FP8 tensor cores accumulate with about 14 bits (DeepSeek-V3
+  // technical report, 3.3.2), so Transformer Engine asks cuBLASLt for split
+  // accumulation (CUBLASLT_MATMUL_DESC_FAST_ACCUM off: the partial sums are
+  // promoted to FP32 on the CUDA cores) in the GEMMs where precision matters:
+  // dgrad and wgrad under the delayed and current (tensorwise) recipes
+  // (transformer_engine/pytorch/module/base.py _2X_ACC_DGRAD/_2X_ACC_WGRAD;
+  // common/recipe/__init__.py Float8CurrentScaling fp8_gemm_dgrad/wgrad),
+  // all three under the blockwise recipe (Float8BlockScaling). Blackwell's
+  // tensor cores accumulate FP8 in full FP32, and MXFP8/NVFP4 have no such
+  // setting. The cost: fast accumulation runs FP8 GEMMs 1.1-1.2x faster on
+  // H100 (pytorch/ao issue 2377); DeepGEMM's promotion interleaving alone
+  // recovers 10%+ (DeepGEMM README). The midpoint:
+  double HopperFp8SplitAccumulationSlowdown = 1.15;
   // Memory-bound kernels (norms, residuals, RoPE, SwiGLU, permutation,
   // quantization casts, cross entropy): achievable fraction of HBM bandwidth.
   double HbmEfficiency = 0.70;
