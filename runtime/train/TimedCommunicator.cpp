@@ -37,54 +37,55 @@ private:
 
 } // namespace
 
-void TimedCommunicator::allReduceSum(float *Data, size_t Count) {
-  Timed T(Clock);
-  Inner.allReduceSum(Data, Count);
+void TimedCommunicator::doAllReduceSum(void *Data, size_t Count, DType T) {
+  Timed Scope(Clock);
+  Inner.allReduceSum(Data, Count, T);
 }
-void TimedCommunicator::reduceScatterSum(const float *In, float *Out, size_t CountPerRank) {
-  Timed T(Clock);
-  Inner.reduceScatterSum(In, Out, CountPerRank);
+void TimedCommunicator::doReduceScatterSum(const void *In, void *Out, size_t CountPerRank, DType T) {
+  Timed Scope(Clock);
+  Inner.reduceScatterSum(In, Out, CountPerRank, T);
 }
-void TimedCommunicator::allGather(const float *In, float *Out, size_t CountPerRank) {
-  Timed T(Clock);
-  Inner.allGather(In, Out, CountPerRank);
+void TimedCommunicator::doAllGather(const void *In, void *Out, size_t CountPerRank, DType T) {
+  Timed Scope(Clock);
+  Inner.allGather(In, Out, CountPerRank, T);
 }
-void TimedCommunicator::allToAllV(const float *Send, const std::vector<size_t> &SendCounts,
-                                  const std::vector<size_t> &SendOffsets, float *Recv,
-                                  const std::vector<size_t> &RecvCounts, const std::vector<size_t> &RecvOffsets) {
-  Timed T(Clock);
-  Inner.allToAllV(Send, SendCounts, SendOffsets, Recv, RecvCounts, RecvOffsets);
+void TimedCommunicator::doAllToAllV(const void *Send, const std::vector<size_t> &SendCounts,
+                                    const std::vector<size_t> &SendOffsets, void *Recv,
+                                    const std::vector<size_t> &RecvCounts, const std::vector<size_t> &RecvOffsets,
+                                    DType T) {
+  Timed Scope(Clock);
+  Inner.allToAllV(Send, SendCounts, SendOffsets, Recv, RecvCounts, RecvOffsets, T);
 }
-void TimedCommunicator::allToAll(const int64_t *Send, int64_t *Recv, size_t CountPerRank) {
-  Timed T(Clock);
-  Inner.allToAll(Send, Recv, CountPerRank);
+void TimedCommunicator::doAllToAll(const void *Send, void *Recv, size_t CountPerRank, DType T) {
+  Timed Scope(Clock);
+  Inner.allToAll(Send, Recv, CountPerRank, T);
 }
-void TimedCommunicator::sendRecv(const float *Send, size_t SendCount, int Dest, float *Recv, size_t RecvCount,
-                                 int Source) {
-  Timed T(Clock);
-  Inner.sendRecv(Send, SendCount, Dest, Recv, RecvCount, Source);
+void TimedCommunicator::doSendRecv(const void *Send, size_t SendCount, int Dest, void *Recv, size_t RecvCount,
+                                   int Source, DType T) {
+  Timed Scope(Clock);
+  Inner.sendRecv(Send, SendCount, Dest, Recv, RecvCount, Source, T);
 }
-void TimedCommunicator::send(const float *Data, size_t Count, int Dest) {
-  Timed T(Clock);
-  Inner.send(Data, Count, Dest);
+void TimedCommunicator::doSend(const void *Data, size_t Count, int Dest, DType T) {
+  Timed Scope(Clock);
+  Inner.send(Data, Count, Dest, T);
 }
-void TimedCommunicator::recv(float *Data, size_t Count, int Source) {
-  Timed T(Clock);
-  Inner.recv(Data, Count, Source);
+void TimedCommunicator::doRecv(void *Data, size_t Count, int Source, DType T) {
+  Timed Scope(Clock);
+  Inner.recv(Data, Count, Source, T);
 }
-std::unique_ptr<Request> TimedCommunicator::isend(const float *Data, size_t Count, int Dest, int Tag) {
+std::unique_ptr<Request> TimedCommunicator::doIsend(const void *Data, size_t Count, int Dest, int Tag, DType T) {
   std::unique_ptr<Request> R;
   {
-    Timed T(Clock);
-    R = Inner.isend(Data, Count, Dest, Tag);
+    Timed Scope(Clock);
+    R = Inner.isend(Data, Count, Dest, Tag, T);
   }
   return std::make_unique<TimedRequest>(std::move(R), Clock);
 }
-std::unique_ptr<Request> TimedCommunicator::irecv(float *Data, size_t Count, int Source, int Tag) {
+std::unique_ptr<Request> TimedCommunicator::doIrecv(void *Data, size_t Count, int Source, int Tag, DType T) {
   std::unique_ptr<Request> R;
   {
-    Timed T(Clock);
-    R = Inner.irecv(Data, Count, Source, Tag);
+    Timed Scope(Clock);
+    R = Inner.irecv(Data, Count, Source, Tag, T);
   }
   return std::make_unique<TimedRequest>(std::move(R), Clock);
 }

@@ -30,19 +30,23 @@ public:
   int size() const override { return Inner.size(); }
   const std::string &name() const override { return Inner.name(); }
 
-  void allReduceSum(float *Data, size_t Count) override;
-  void reduceScatterSum(const float *In, float *Out, size_t CountPerRank) override;
-  void allGather(const float *In, float *Out, size_t CountPerRank) override;
-  void allToAllV(const float *Send, const std::vector<size_t> &SendCounts, const std::vector<size_t> &SendOffsets,
-                 float *Recv, const std::vector<size_t> &RecvCounts, const std::vector<size_t> &RecvOffsets) override;
-  void allToAll(const int64_t *Send, int64_t *Recv, size_t CountPerRank) override;
-  void sendRecv(const float *Send, size_t SendCount, int Dest, float *Recv, size_t RecvCount, int Source) override;
-  void send(const float *Data, size_t Count, int Dest) override;
-  void recv(float *Data, size_t Count, int Source) override;
-  std::unique_ptr<Request> isend(const float *Data, size_t Count, int Dest, int Tag) override;
-  std::unique_ptr<Request> irecv(float *Data, size_t Count, int Source, int Tag) override;
   void broadcast(void *Bytes, size_t Size, int Root) override;
   void barrier() override;
+
+protected:
+  void doAllReduceSum(void *Data, size_t Count, DType T) override;
+  void doReduceScatterSum(const void *In, void *Out, size_t CountPerRank, DType T) override;
+  void doAllGather(const void *In, void *Out, size_t CountPerRank, DType T) override;
+  void doAllToAllV(const void *Send, const std::vector<size_t> &SendCounts, const std::vector<size_t> &SendOffsets,
+                   void *Recv, const std::vector<size_t> &RecvCounts, const std::vector<size_t> &RecvOffsets,
+                   DType T) override;
+  void doAllToAll(const void *Send, void *Recv, size_t CountPerRank, DType T) override;
+  void doSendRecv(const void *Send, size_t SendCount, int Dest, void *Recv, size_t RecvCount, int Source,
+                  DType T) override;
+  void doSend(const void *Data, size_t Count, int Dest, DType T) override;
+  void doRecv(void *Data, size_t Count, int Source, DType T) override;
+  std::unique_ptr<Request> doIsend(const void *Data, size_t Count, int Dest, int Tag, DType T) override;
+  std::unique_ptr<Request> doIrecv(void *Data, size_t Count, int Source, int Tag, DType T) override;
 
 private:
   Communicator &Inner;

@@ -49,6 +49,41 @@ int checkedCount(size_t Count) {
   return int(Count);
 }
 
+MPI_Datatype mpiType(DType T) {
+  switch (T) {
+  case DType::F32:
+    return MPI_FLOAT;
+  case DType::BF16:
+    return MPI_UINT16_T; // moved as bits; summed by bf16Sum
+  case DType::I32:
+    return MPI_INT32_T;
+  case DType::I64:
+    return MPI_INT64_T;
+  }
+  return MPI_BYTE;
+}
+
+/// MPI has no bf16 arithmetic: partial sums in fp32, rounded back to bf16 at
+/// each step, as NCCL's bf16 reductions do.
+void bf16Sum(void *In, void *InOut, int *Len, MPI_Datatype *) {
+  const uint16_t *A = static_cast<const uint16_t *>(In);
+  uint16_t *B = static_cast<uint16_t *>(InOut);
+  for (int I = 0; I < *Len; ++I)
+    B[I] = bf16FromFloat(floatFromBf16(A[I]) + floatFromBf16(B[I]));
+}
+
+MPI_Op sumOp(DType T) {
+  if (T != DType::BF16)
+    return MPI_SUM;
+  // Created once per process and left to MPI_Finalize.
+  static MPI_Op Bf16 = [] {
+    MPI_Op Op;
+    MOERT_MPI(MPI_Op_create(&bf16Sum, /*commute=*/1, &Op));
+    return Op;
+  }();
+  return Bf16;
+}
+
 class MpiCommunicator final : public Communicator {
 public:
   MpiCommunicator(MPI_Comm Comm, std::string Name, bool Owned) : Comm(Comm), Name(std::move(Name)), Owned(Owned) {
@@ -66,20 +101,27 @@ public:
   int size() const override { return Size; }
   const std::string &name() const override { return Name; }
 
-  void allReduceSum(float *Data, size_t Count) override {
+  void broadcast(void *Bytes, size_t Size, int Root) override {
+    MOERT_MPI(MPI_Bcast(Bytes, checkedCount(Size), MPI_BYTE, Root, Comm));
+  }
+  void barrier() override { MOERT_MPI(MPI_Barrier(Comm)); }
+
+protected:
+  void doAllReduceSum(void *Data, size_t Count, DType T) override {
     if (Size == 1 || Count == 0)
       return;
-    MOERT_MPI(MPI_Allreduce(MPI_IN_PLACE, Data, checkedCount(Count), MPI_FLOAT, MPI_SUM, Comm));
+    MOERT_MPI(MPI_Allreduce(MPI_IN_PLACE, Data, checkedCount(Count), mpiType(T), sumOp(T), Comm));
   }
-  void reduceScatterSum(const float *In, float *Out, size_t CountPerRank) override {
-    MOERT_MPI(MPI_Reduce_scatter_block(In, Out, checkedCount(CountPerRank), MPI_FLOAT, MPI_SUM, Comm));
+  void doReduceScatterSum(const void *In, void *Out, size_t CountPerRank, DType T) override {
+    MOERT_MPI(MPI_Reduce_scatter_block(In, Out, checkedCount(CountPerRank), mpiType(T), sumOp(T), Comm));
   }
-  void allGather(const float *In, float *Out, size_t CountPerRank) override {
+  void doAllGather(const void *In, void *Out, size_t CountPerRank, DType T) override {
     MOERT_MPI(
-        MPI_Allgather(In, checkedCount(CountPerRank), MPI_FLOAT, Out, checkedCount(CountPerRank), MPI_FLOAT, Comm));
+        MPI_Allgather(In, checkedCount(CountPerRank), mpiType(T), Out, checkedCount(CountPerRank), mpiType(T), Comm));
   }
-  void allToAllV(const float *Send, const std::vector<size_t> &SendCounts, const std::vector<size_t> &SendOffsets,
-                 float *Recv, const std::vector<size_t> &RecvCounts, const std::vector<size_t> &RecvOffsets) override {
+  void doAllToAllV(const void *Send, const std::vector<size_t> &SendCounts, const std::vector<size_t> &SendOffsets,
+                   void *Recv, const std::vector<size_t> &RecvCounts, const std::vector<size_t> &RecvOffsets,
+                   DType T) override {
     std::vector<int> SC(Size), SD(Size), RC(Size), RD(Size);
     for (int P = 0; P < Size; ++P) {
       SC[P] = checkedCount(SendCounts[P]);
@@ -87,37 +129,34 @@ public:
       RC[P] = checkedCount(RecvCounts[P]);
       RD[P] = checkedCount(RecvOffsets[P]);
     }
-    MOERT_MPI(MPI_Alltoallv(Send, SC.data(), SD.data(), MPI_FLOAT, Recv, RC.data(), RD.data(), MPI_FLOAT, Comm));
+    MOERT_MPI(MPI_Alltoallv(Send, SC.data(), SD.data(), mpiType(T), Recv, RC.data(), RD.data(), mpiType(T), Comm));
   }
-  void allToAll(const int64_t *Send, int64_t *Recv, size_t CountPerRank) override {
-    MOERT_MPI(MPI_Alltoall(Send, checkedCount(CountPerRank), MPI_INT64_T, Recv, checkedCount(CountPerRank), MPI_INT64_T,
-                           Comm));
+  void doAllToAll(const void *Send, void *Recv, size_t CountPerRank, DType T) override {
+    MOERT_MPI(
+        MPI_Alltoall(Send, checkedCount(CountPerRank), mpiType(T), Recv, checkedCount(CountPerRank), mpiType(T), Comm));
   }
-  void sendRecv(const float *Send, size_t SendCount, int Dest, float *Recv, size_t RecvCount, int Source) override {
-    MOERT_MPI(MPI_Sendrecv(Send, checkedCount(SendCount), MPI_FLOAT, Dest < 0 ? MPI_PROC_NULL : Dest, /*tag=*/0, Recv,
-                           checkedCount(RecvCount), MPI_FLOAT, Source < 0 ? MPI_PROC_NULL : Source, 0, Comm,
+  void doSendRecv(const void *Send, size_t SendCount, int Dest, void *Recv, size_t RecvCount, int Source,
+                  DType T) override {
+    MOERT_MPI(MPI_Sendrecv(Send, checkedCount(SendCount), mpiType(T), Dest < 0 ? MPI_PROC_NULL : Dest, /*tag=*/0, Recv,
+                           checkedCount(RecvCount), mpiType(T), Source < 0 ? MPI_PROC_NULL : Source, 0, Comm,
                            MPI_STATUS_IGNORE));
   }
-  void send(const float *Data, size_t Count, int Dest) override {
-    MOERT_MPI(MPI_Send(Data, checkedCount(Count), MPI_FLOAT, Dest, 0, Comm));
+  void doSend(const void *Data, size_t Count, int Dest, DType T) override {
+    MOERT_MPI(MPI_Send(Data, checkedCount(Count), mpiType(T), Dest, 0, Comm));
   }
-  void recv(float *Data, size_t Count, int Source) override {
-    MOERT_MPI(MPI_Recv(Data, checkedCount(Count), MPI_FLOAT, Source, 0, Comm, MPI_STATUS_IGNORE));
+  void doRecv(void *Data, size_t Count, int Source, DType T) override {
+    MOERT_MPI(MPI_Recv(Data, checkedCount(Count), mpiType(T), Source, 0, Comm, MPI_STATUS_IGNORE));
   }
-  std::unique_ptr<Request> isend(const float *Data, size_t Count, int Dest, int Tag) override {
+  std::unique_ptr<Request> doIsend(const void *Data, size_t Count, int Dest, int Tag, DType T) override {
     auto R = std::make_unique<MpiRequest>();
-    MOERT_MPI(MPI_Isend(Data, checkedCount(Count), MPI_FLOAT, Dest, Tag, Comm, &R->Handle));
+    MOERT_MPI(MPI_Isend(Data, checkedCount(Count), mpiType(T), Dest, Tag, Comm, &R->Handle));
     return R;
   }
-  std::unique_ptr<Request> irecv(float *Data, size_t Count, int Source, int Tag) override {
+  std::unique_ptr<Request> doIrecv(void *Data, size_t Count, int Source, int Tag, DType T) override {
     auto R = std::make_unique<MpiRequest>();
-    MOERT_MPI(MPI_Irecv(Data, checkedCount(Count), MPI_FLOAT, Source, Tag, Comm, &R->Handle));
+    MOERT_MPI(MPI_Irecv(Data, checkedCount(Count), mpiType(T), Source, Tag, Comm, &R->Handle));
     return R;
   }
-  void broadcast(void *Bytes, size_t Size, int Root) override {
-    MOERT_MPI(MPI_Bcast(Bytes, checkedCount(Size), MPI_BYTE, Root, Comm));
-  }
-  void barrier() override { MOERT_MPI(MPI_Barrier(Comm)); }
 
 private:
   MPI_Comm Comm;

@@ -26,25 +26,28 @@ size_t extent(const std::vector<size_t> &Counts, const std::vector<size_t> &Offs
   return E;
 }
 
+/// Host bytes of Count elements of T.
+using Staging = std::vector<char>;
+
 /// A host-side request; a receive copies its staging buffer to the device
 /// when it completes. Owns the staging buffer.
 class StagedRequest : public Request {
 public:
-  StagedRequest(std::unique_ptr<Request> Inner, std::vector<float> Staging, float *DeviceDest)
-      : Inner(std::move(Inner)), Staging(std::move(Staging)), DeviceDest(DeviceDest) {}
+  StagedRequest(std::unique_ptr<Request> Inner, Staging Buffer, void *DeviceDest)
+      : Inner(std::move(Inner)), Buffer(std::move(Buffer)), DeviceDest(DeviceDest) {}
   void wait() override {
     if (!Inner)
       return;
     Inner->wait();
     Inner.reset();
     if (DeviceDest)
-      toDevice(DeviceDest, Staging.data(), Staging.size() * sizeof(float));
+      toDevice(DeviceDest, Buffer.data(), Buffer.size());
   }
 
 private:
   std::unique_ptr<Request> Inner;
-  std::vector<float> Staging;
-  float *DeviceDest;
+  Staging Buffer;
+  void *DeviceDest;
 };
 
 class HostStagedCommunicator : public DeviceCommunicator {
@@ -57,70 +60,8 @@ public:
   void setComputeStream(cudaStream_t S) override { Compute = S; }
   void synchronize() override { MOERT_CUDA_CHECK(cudaStreamSynchronize(Compute)); }
 
-  void allReduceSum(float *Data, size_t Count) override {
-    std::vector<float> H = fetch(Data, Count);
-    Host.allReduceSum(H.data(), Count);
-    toDevice(Data, H.data(), Count * sizeof(float));
-  }
-  void reduceScatterSum(const float *In, float *Out, size_t CountPerRank) override {
-    std::vector<float> H = fetch(In, CountPerRank * size());
-    std::vector<float> R(CountPerRank);
-    Host.reduceScatterSum(H.data(), R.data(), CountPerRank);
-    toDevice(Out, R.data(), CountPerRank * sizeof(float));
-  }
-  void allGather(const float *In, float *Out, size_t CountPerRank) override {
-    std::vector<float> H = fetch(In, CountPerRank);
-    std::vector<float> R(CountPerRank * size());
-    Host.allGather(H.data(), R.data(), CountPerRank);
-    toDevice(Out, R.data(), R.size() * sizeof(float));
-  }
-  void allToAllV(const float *Send, const std::vector<size_t> &SendCounts, const std::vector<size_t> &SendOffsets,
-                 float *Recv, const std::vector<size_t> &RecvCounts, const std::vector<size_t> &RecvOffsets) override {
-    std::vector<float> S = fetch(Send, extent(SendCounts, SendOffsets));
-    size_t RecvExtent = extent(RecvCounts, RecvOffsets);
-    // Keep the device bytes between the received slices as they were.
-    std::vector<float> R = fetch(Recv, RecvExtent);
-    Host.allToAllV(S.data(), SendCounts, SendOffsets, R.data(), RecvCounts, RecvOffsets);
-    toDevice(Recv, R.data(), RecvExtent * sizeof(float));
-  }
-  void allToAll(const int64_t *Send, int64_t *Recv, size_t CountPerRank) override {
-    size_t N = CountPerRank * size();
-    std::vector<int64_t> S(N), R(N);
-    sync();
-    toHost(S.data(), Send, N * sizeof(int64_t));
-    Host.allToAll(S.data(), R.data(), CountPerRank);
-    toDevice(Recv, R.data(), N * sizeof(int64_t));
-  }
-  void sendRecv(const float *Send, size_t SendCount, int Dest, float *Recv, size_t RecvCount, int Source) override {
-    std::vector<float> S = Dest >= 0 ? fetch(Send, SendCount) : std::vector<float>();
-    std::vector<float> R(Source >= 0 ? RecvCount : 0);
-    Host.sendRecv(S.data(), SendCount, Dest, R.data(), RecvCount, Source);
-    if (Source >= 0)
-      toDevice(Recv, R.data(), RecvCount * sizeof(float));
-  }
-  void send(const float *Data, size_t Count, int Dest) override {
-    std::vector<float> S = fetch(Data, Count);
-    Host.send(S.data(), Count, Dest);
-  }
-  void recv(float *Data, size_t Count, int Source) override {
-    std::vector<float> R(Count);
-    Host.recv(R.data(), Count, Source);
-    toDevice(Data, R.data(), Count * sizeof(float));
-  }
-  std::unique_ptr<Request> isend(const float *Data, size_t Count, int Dest, int Tag) override {
-    std::vector<float> S = fetch(Data, Count);
-    // The staging vector moves into the request: its heap buffer, which the
-    // pending send reads, stays where it is.
-    auto Inner = Host.isend(S.data(), Count, Dest, Tag);
-    return std::make_unique<StagedRequest>(std::move(Inner), std::move(S), nullptr);
-  }
-  std::unique_ptr<Request> irecv(float *Data, size_t Count, int Source, int Tag) override {
-    std::vector<float> R(Count);
-    auto Inner = Host.irecv(R.data(), Count, Source, Tag);
-    return std::make_unique<StagedRequest>(std::move(Inner), std::move(R), Data);
-  }
   void broadcast(void *Bytes, size_t Size, int Root) override {
-    std::vector<char> H(Size);
+    Staging H(Size);
     sync();
     toHost(H.data(), Bytes, Size);
     Host.broadcast(H.data(), Size, Root);
@@ -131,12 +72,75 @@ public:
     Host.barrier();
   }
 
+protected:
+  void doAllReduceSum(void *Data, size_t Count, DType T) override {
+    Staging H = fetch(Data, Count, T);
+    Host.allReduceSum(H.data(), Count, T);
+    toDevice(Data, H.data(), H.size());
+  }
+  void doReduceScatterSum(const void *In, void *Out, size_t CountPerRank, DType T) override {
+    Staging H = fetch(In, CountPerRank * size(), T);
+    Staging R(CountPerRank * dtypeSize(T));
+    Host.reduceScatterSum(H.data(), R.data(), CountPerRank, T);
+    toDevice(Out, R.data(), R.size());
+  }
+  void doAllGather(const void *In, void *Out, size_t CountPerRank, DType T) override {
+    Staging H = fetch(In, CountPerRank, T);
+    Staging R(CountPerRank * size() * dtypeSize(T));
+    Host.allGather(H.data(), R.data(), CountPerRank, T);
+    toDevice(Out, R.data(), R.size());
+  }
+  void doAllToAllV(const void *Send, const std::vector<size_t> &SendCounts, const std::vector<size_t> &SendOffsets,
+                   void *Recv, const std::vector<size_t> &RecvCounts, const std::vector<size_t> &RecvOffsets,
+                   DType T) override {
+    Staging S = fetch(Send, extent(SendCounts, SendOffsets), T);
+    // Keep the device bytes between the received slices as they were.
+    Staging R = fetch(Recv, extent(RecvCounts, RecvOffsets), T);
+    Host.allToAllV(S.data(), SendCounts, SendOffsets, R.data(), RecvCounts, RecvOffsets, T);
+    toDevice(Recv, R.data(), R.size());
+  }
+  void doAllToAll(const void *Send, void *Recv, size_t CountPerRank, DType T) override {
+    Staging S = fetch(Send, CountPerRank * size(), T);
+    Staging R(S.size());
+    Host.allToAll(S.data(), R.data(), CountPerRank, T);
+    toDevice(Recv, R.data(), R.size());
+  }
+  void doSendRecv(const void *Send, size_t SendCount, int Dest, void *Recv, size_t RecvCount, int Source,
+                  DType T) override {
+    Staging S = Dest >= 0 ? fetch(Send, SendCount, T) : Staging();
+    Staging R(Source >= 0 ? RecvCount * dtypeSize(T) : 0);
+    Host.sendRecv(S.data(), SendCount, Dest, R.data(), RecvCount, Source, T);
+    if (Source >= 0)
+      toDevice(Recv, R.data(), R.size());
+  }
+  void doSend(const void *Data, size_t Count, int Dest, DType T) override {
+    Staging S = fetch(Data, Count, T);
+    Host.send(S.data(), Count, Dest, T);
+  }
+  void doRecv(void *Data, size_t Count, int Source, DType T) override {
+    Staging R(Count * dtypeSize(T));
+    Host.recv(R.data(), Count, Source, T);
+    toDevice(Data, R.data(), R.size());
+  }
+  std::unique_ptr<Request> doIsend(const void *Data, size_t Count, int Dest, int Tag, DType T) override {
+    Staging S = fetch(Data, Count, T);
+    // The staging vector moves into the request: its heap buffer, which the
+    // pending send reads, stays where it is.
+    auto Inner = Host.isend(S.data(), Count, Dest, Tag, T);
+    return std::make_unique<StagedRequest>(std::move(Inner), std::move(S), nullptr);
+  }
+  std::unique_ptr<Request> doIrecv(void *Data, size_t Count, int Source, int Tag, DType T) override {
+    Staging R(Count * dtypeSize(T));
+    auto Inner = Host.irecv(R.data(), Count, Source, Tag, T);
+    return std::make_unique<StagedRequest>(std::move(Inner), std::move(R), Data);
+  }
+
 private:
   void sync() { MOERT_CUDA_CHECK(cudaStreamSynchronize(Compute)); }
-  std::vector<float> fetch(const float *Device, size_t Count) {
+  Staging fetch(const void *Device, size_t Count, DType T) {
     sync();
-    std::vector<float> H(Count);
-    toHost(H.data(), Device, Count * sizeof(float));
+    Staging H(Count * dtypeSize(T));
+    toHost(H.data(), Device, H.size());
     return H;
   }
 

@@ -25,6 +25,26 @@ void checkNccl(ncclResult_t R, const char *Call, const char *File, int Line) {
 }
 #define MOERT_NCCL_CHECK(Call) checkNccl((Call), #Call, __FILE__, __LINE__)
 
+ncclDataType_t ncclType(DType T) {
+  switch (T) {
+  case DType::F32:
+    return ncclFloat32;
+  case DType::BF16:
+    return ncclBfloat16;
+  case DType::I32:
+    return ncclInt32;
+  case DType::I64:
+    return ncclInt64;
+  }
+  return ncclChar;
+}
+
+/// Element Offset of a buffer of T.
+const void *at(const void *Base, size_t Offset, DType T) {
+  return static_cast<const char *>(Base) + Offset * dtypeSize(T);
+}
+void *at(void *Base, size_t Offset, DType T) { return static_cast<char *>(Base) + Offset * dtypeSize(T); }
+
 /// Completes when the event recorded after the transfer fires; wait() orders
 /// the compute stream after it.
 class NcclRequest : public Request {
@@ -89,79 +109,6 @@ public:
       MOERT_CUDA_CHECK(cudaStreamSynchronize(S));
   }
 
-  void allReduceSum(float *Data, size_t Count) override {
-    begin(CollStream);
-    MOERT_NCCL_CHECK(ncclAllReduce(Data, Data, Count, ncclFloat, ncclSum, Comm, CollStream));
-    end(CollStream);
-  }
-
-  void reduceScatterSum(const float *In, float *Out, size_t CountPerRank) override {
-    begin(CollStream);
-    MOERT_NCCL_CHECK(ncclReduceScatter(In, Out, CountPerRank, ncclFloat, ncclSum, Comm, CollStream));
-    end(CollStream);
-  }
-
-  void allGather(const float *In, float *Out, size_t CountPerRank) override {
-    begin(CollStream);
-    MOERT_NCCL_CHECK(ncclAllGather(In, Out, CountPerRank, ncclFloat, Comm, CollStream));
-    end(CollStream);
-  }
-
-  void allToAllV(const float *Send, const std::vector<size_t> &SendCounts, const std::vector<size_t> &SendOffsets,
-                 float *Recv, const std::vector<size_t> &RecvCounts, const std::vector<size_t> &RecvOffsets) override {
-    checkPeers(SendCounts.size(), "allToAllV send counts");
-    checkPeers(RecvCounts.size(), "allToAllV receive counts");
-    begin(CollStream);
-    MOERT_NCCL_CHECK(ncclGroupStart());
-    for (int P = 0; P < size(); ++P) {
-      // Zero-sized transfers are skipped on both sides alike (the counts
-      // agree pairwise), so no empty message is ever matched.
-      if (SendCounts[P])
-        MOERT_NCCL_CHECK(ncclSend(Send + SendOffsets[P], SendCounts[P], ncclFloat, P, Comm, CollStream));
-      if (RecvCounts[P])
-        MOERT_NCCL_CHECK(ncclRecv(Recv + RecvOffsets[P], RecvCounts[P], ncclFloat, P, Comm, CollStream));
-    }
-    MOERT_NCCL_CHECK(ncclGroupEnd());
-    end(CollStream);
-  }
-
-  void allToAll(const int64_t *Send, int64_t *Recv, size_t CountPerRank) override {
-    begin(CollStream);
-    MOERT_NCCL_CHECK(ncclGroupStart());
-    for (int P = 0; P < size(); ++P) {
-      MOERT_NCCL_CHECK(ncclSend(Send + P * CountPerRank, CountPerRank, ncclInt64, P, Comm, CollStream));
-      MOERT_NCCL_CHECK(ncclRecv(Recv + P * CountPerRank, CountPerRank, ncclInt64, P, Comm, CollStream));
-    }
-    MOERT_NCCL_CHECK(ncclGroupEnd());
-    end(CollStream);
-  }
-
-  void sendRecv(const float *Send, size_t SendCount, int Dest, float *Recv, size_t RecvCount, int Source) override {
-    begin(CollStream);
-    MOERT_NCCL_CHECK(ncclGroupStart());
-    if (Dest >= 0)
-      MOERT_NCCL_CHECK(ncclSend(Send, SendCount, ncclFloat, Dest, Comm, CollStream));
-    if (Source >= 0)
-      MOERT_NCCL_CHECK(ncclRecv(Recv, RecvCount, ncclFloat, Source, Comm, CollStream));
-    MOERT_NCCL_CHECK(ncclGroupEnd());
-    end(CollStream);
-  }
-
-  void send(const float *Data, size_t Count, int Dest) override { sendRecv(Data, Count, Dest, nullptr, 0, -1); }
-  void recv(float *Data, size_t Count, int Source) override { sendRecv(nullptr, 0, -1, Data, Count, Source); }
-
-  std::unique_ptr<Request> isend(const float *Data, size_t Count, int Dest, int Tag) override {
-    begin(SendStream);
-    MOERT_NCCL_CHECK(ncclSend(Data, Count, ncclFloat, Dest, Comm, SendStream));
-    return request(SendStream);
-  }
-
-  std::unique_ptr<Request> irecv(float *Data, size_t Count, int Source, int Tag) override {
-    begin(RecvStream);
-    MOERT_NCCL_CHECK(ncclRecv(Data, Count, ncclFloat, Source, Comm, RecvStream));
-    return request(RecvStream);
-  }
-
   void broadcast(void *Bytes, size_t Size, int Root) override {
     begin(CollStream);
     MOERT_NCCL_CHECK(ncclBroadcast(Bytes, Bytes, Size, ncclChar, Root, Comm, CollStream));
@@ -178,6 +125,86 @@ public:
     if (Comm)
       ncclCommAbort(Comm);
     Comm = nullptr;
+  }
+
+protected:
+  void doAllReduceSum(void *Data, size_t Count, DType T) override {
+    begin(CollStream);
+    MOERT_NCCL_CHECK(ncclAllReduce(Data, Data, Count, ncclType(T), ncclSum, Comm, CollStream));
+    end(CollStream);
+  }
+
+  void doReduceScatterSum(const void *In, void *Out, size_t CountPerRank, DType T) override {
+    begin(CollStream);
+    MOERT_NCCL_CHECK(ncclReduceScatter(In, Out, CountPerRank, ncclType(T), ncclSum, Comm, CollStream));
+    end(CollStream);
+  }
+
+  void doAllGather(const void *In, void *Out, size_t CountPerRank, DType T) override {
+    begin(CollStream);
+    MOERT_NCCL_CHECK(ncclAllGather(In, Out, CountPerRank, ncclType(T), Comm, CollStream));
+    end(CollStream);
+  }
+
+  void doAllToAllV(const void *Send, const std::vector<size_t> &SendCounts, const std::vector<size_t> &SendOffsets,
+                   void *Recv, const std::vector<size_t> &RecvCounts, const std::vector<size_t> &RecvOffsets,
+                   DType T) override {
+    checkPeers(SendCounts.size(), "allToAllV send counts");
+    checkPeers(RecvCounts.size(), "allToAllV receive counts");
+    begin(CollStream);
+    MOERT_NCCL_CHECK(ncclGroupStart());
+    for (int P = 0; P < size(); ++P) {
+      // Zero-sized transfers are skipped on both sides alike (the counts
+      // agree pairwise), so no empty message is ever matched.
+      if (SendCounts[P])
+        MOERT_NCCL_CHECK(ncclSend(at(Send, SendOffsets[P], T), SendCounts[P], ncclType(T), P, Comm, CollStream));
+      if (RecvCounts[P])
+        MOERT_NCCL_CHECK(ncclRecv(at(Recv, RecvOffsets[P], T), RecvCounts[P], ncclType(T), P, Comm, CollStream));
+    }
+    MOERT_NCCL_CHECK(ncclGroupEnd());
+    end(CollStream);
+  }
+
+  void doAllToAll(const void *Send, void *Recv, size_t CountPerRank, DType T) override {
+    begin(CollStream);
+    MOERT_NCCL_CHECK(ncclGroupStart());
+    for (int P = 0; P < size(); ++P) {
+      MOERT_NCCL_CHECK(ncclSend(at(Send, P * CountPerRank, T), CountPerRank, ncclType(T), P, Comm, CollStream));
+      MOERT_NCCL_CHECK(ncclRecv(at(Recv, P * CountPerRank, T), CountPerRank, ncclType(T), P, Comm, CollStream));
+    }
+    MOERT_NCCL_CHECK(ncclGroupEnd());
+    end(CollStream);
+  }
+
+  void doSendRecv(const void *Send, size_t SendCount, int Dest, void *Recv, size_t RecvCount, int Source,
+                  DType T) override {
+    begin(CollStream);
+    MOERT_NCCL_CHECK(ncclGroupStart());
+    if (Dest >= 0)
+      MOERT_NCCL_CHECK(ncclSend(Send, SendCount, ncclType(T), Dest, Comm, CollStream));
+    if (Source >= 0)
+      MOERT_NCCL_CHECK(ncclRecv(Recv, RecvCount, ncclType(T), Source, Comm, CollStream));
+    MOERT_NCCL_CHECK(ncclGroupEnd());
+    end(CollStream);
+  }
+
+  void doSend(const void *Data, size_t Count, int Dest, DType T) override {
+    doSendRecv(Data, Count, Dest, nullptr, 0, -1, T);
+  }
+  void doRecv(void *Data, size_t Count, int Source, DType T) override {
+    doSendRecv(nullptr, 0, -1, Data, Count, Source, T);
+  }
+
+  std::unique_ptr<Request> doIsend(const void *Data, size_t Count, int Dest, int Tag, DType T) override {
+    begin(SendStream);
+    MOERT_NCCL_CHECK(ncclSend(Data, Count, ncclType(T), Dest, Comm, SendStream));
+    return request(SendStream);
+  }
+
+  std::unique_ptr<Request> doIrecv(void *Data, size_t Count, int Source, int Tag, DType T) override {
+    begin(RecvStream);
+    MOERT_NCCL_CHECK(ncclRecv(Data, Count, ncclType(T), Source, Comm, RecvStream));
+    return request(RecvStream);
   }
 
 private:

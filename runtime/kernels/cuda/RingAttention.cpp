@@ -43,9 +43,9 @@ struct Ring {
 /// One hop: receive the previous rank's buffer, send ours to the next.
 struct Hop {
   std::unique_ptr<Request> RecvReq, SendReq;
-  Hop(DeviceCommunicator &Cp, const Ring &R, const void *Send, void *Recv, size_t Floats, int Tag) {
-    RecvReq = Cp.irecv(static_cast<float *>(Recv), Floats, R.prev(), Tag);
-    SendReq = Cp.isend(static_cast<const float *>(Send), Floats, R.next(), Tag);
+  Hop(DeviceCommunicator &Cp, const Ring &R, const void *Send, void *Recv, size_t Count, DType T, int Tag) {
+    RecvReq = Cp.irecv(Recv, Count, R.prev(), Tag, T);
+    SendReq = Cp.isend(Send, Count, R.next(), Tag, T);
   }
   void wait() {
     RecvReq->wait();
@@ -67,15 +67,14 @@ void ringAttentionForward(DeviceCommunicator &Cp, const AttentionDims &Dims, con
   Ring R(Cp, Dims);
   Cp.setComputeStream(Stream);
   attentionInit(R.Shape, Out, Lse, Stream);
-  // A block is K then V in bf16: 2 * KvCount bf16 = KvCount floats on the
-  // wire.
+  // A block is K then V in bf16, sent as 2 * KvCount bf16 elements.
   DeviceBuffer<bf16> Cur(2 * R.KvCount), Next(R.Size > 1 ? 2 * R.KvCount : 0);
   copyAsync(Cur.data(), K, R.KvCount * sizeof(bf16), Stream);
   copyAsync(Cur.data() + R.KvCount, V, R.KvCount * sizeof(bf16), Stream);
   for (int Step = 0; Step < R.Size; ++Step) {
     std::unique_ptr<Hop> H;
     if (Step + 1 < R.Size)
-      H = std::make_unique<Hop>(Cp, R, Cur.data(), Next.data(), R.KvCount, KvTag);
+      H = std::make_unique<Hop>(Cp, R, Cur.data(), Next.data(), 2 * R.KvCount, DType::BF16, KvTag);
     int Owner = (R.Rank - Step + R.Size) % R.Size;
     attentionForwardBlock(R.Shape, Q, R.positionsOf(R.Rank), Cur.data(), Cur.data() + R.KvCount, R.positionsOf(Owner),
                           Out, Lse, Stream);
@@ -109,14 +108,14 @@ void ringAttentionBackward(DeviceCommunicator &Cp, const AttentionDims &Dims, co
   for (int Step = 0; Step < R.Size; ++Step) {
     std::unique_ptr<Hop> KvHop, GradHop;
     if (Step + 1 < R.Size)
-      KvHop = std::make_unique<Hop>(Cp, R, Cur.data(), Next.data(), R.KvCount, KvTag);
+      KvHop = std::make_unique<Hop>(Cp, R, Cur.data(), Next.data(), 2 * R.KvCount, DType::BF16, KvTag);
     int Owner = (R.Rank - Step + R.Size) % R.Size;
     attentionBackwardBlock(S, Q, R.positionsOf(R.Rank), Cur.data(), Cur.data() + R.KvCount, R.positionsOf(Owner), Lse,
                            Delta.data(), DOut, DQ, CurGrad.data(), CurGrad.data() + R.KvCount, Stream);
     // After the last step the block in hand belongs to the next rank, which
     // is where this hop sends its gradients.
     if (Ringed)
-      GradHop = std::make_unique<Hop>(Cp, R, CurGrad.data(), NextGrad.data(), 2 * R.KvCount, GradTag);
+      GradHop = std::make_unique<Hop>(Cp, R, CurGrad.data(), NextGrad.data(), 2 * R.KvCount, DType::F32, GradTag);
     if (KvHop)
       KvHop->wait();
     if (GradHop) {

@@ -121,6 +121,36 @@ TEST_F(Nccl, RingSendRecvNonBlockingPairsAndBroadcast) {
   Comm->barrier();
 }
 
+TEST_F(Nccl, TypedBuffersTravelAsTheirOwnType) {
+  // bf16 sums in NCCL's own bf16 arithmetic, int32 and int64 moved whole:
+  // the values are exact in each type, so the results are too.
+  const size_t N = 64;
+  std::vector<uint16_t> Half(N);
+  for (size_t I = 0; I < N; ++I)
+    Half[I] = bf16FromFloat(float(Rank + 1) * float(I % 8) / 4);
+  auto D = up(Half);
+  Comm->allReduceSum(D.data(), N, DType::BF16);
+  std::vector<uint16_t> Got = D.download();
+  for (size_t I = 0; I < N; ++I)
+    ASSERT_EQ(floatFromBf16(Got[I]), float(Size * (Size + 1) / 2) * float(I % 8) / 4) << I;
+  std::vector<int64_t> Big(Size, (int64_t(1) << 40) + Rank);
+  auto B = up(Big);
+  DeviceBuffer<int64_t> Gathered(Size * Size);
+  Comm->allGather(B.data(), Gathered.data(), Size, DType::I64);
+  std::vector<int64_t> All = Gathered.download();
+  for (int P = 0; P < Size; ++P)
+    EXPECT_EQ(All[P * Size], (int64_t(1) << 40) + P);
+  std::vector<int32_t> Counts(Size);
+  for (int P = 0; P < Size; ++P)
+    Counts[P] = 10 * Rank + P;
+  auto C = up(Counts);
+  DeviceBuffer<int32_t> Back(Size);
+  Comm->allToAll(C.data(), Back.data(), 1, DType::I32);
+  std::vector<int32_t> Received = Back.download();
+  for (int P = 0; P < Size; ++P)
+    EXPECT_EQ(Received[P], 10 * P + Rank);
+}
+
 TEST_F(Nccl, ComputeStreamOrdering) {
   // Work queued on a created compute stream before the collective must be
   // seen by it, and work after it must see its result.

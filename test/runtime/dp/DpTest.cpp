@@ -216,34 +216,38 @@ public:
   int rank() const override { return Inner.rank(); }
   int size() const override { return Inner.size(); }
   const std::string &name() const override { return Inner.name(); }
-  void allReduceSum(float *Data, size_t Count) override {
-    ++AllReduces;
-    Inner.allReduceSum(Data, Count);
-  }
-  void reduceScatterSum(const float *In, float *Out, size_t N) override {
-    ++ReduceScatters;
-    Inner.reduceScatterSum(In, Out, N);
-  }
-  void allGather(const float *In, float *Out, size_t N) override {
-    ++AllGathers;
-    Inner.allGather(In, Out, N);
-  }
-  void allToAllV(const float *S, const std::vector<size_t> &SC, const std::vector<size_t> &SO, float *R,
-                 const std::vector<size_t> &RC, const std::vector<size_t> &RO) override {
-    Inner.allToAllV(S, SC, SO, R, RC, RO);
-  }
-  void allToAll(const int64_t *S, int64_t *R, size_t N) override { Inner.allToAll(S, R, N); }
-  void sendRecv(const float *S, size_t SN, int Dest, float *R, size_t RN, int Src) override {
-    Inner.sendRecv(S, SN, Dest, R, RN, Src);
-  }
-  void send(const float *D, size_t N, int Dest) override { Inner.send(D, N, Dest); }
-  void recv(float *D, size_t N, int Src) override { Inner.recv(D, N, Src); }
-  std::unique_ptr<Request> isend(const float *D, size_t N, int Dest, int Tag) override {
-    return Inner.isend(D, N, Dest, Tag);
-  }
-  std::unique_ptr<Request> irecv(float *D, size_t N, int Src, int Tag) override { return Inner.irecv(D, N, Src, Tag); }
   void broadcast(void *B, size_t N, int Root) override { Inner.broadcast(B, N, Root); }
   void barrier() override { Inner.barrier(); }
+
+protected:
+  void doAllReduceSum(void *Data, size_t Count, DType T) override {
+    ++AllReduces;
+    Inner.allReduceSum(Data, Count, T);
+  }
+  void doReduceScatterSum(const void *In, void *Out, size_t N, DType T) override {
+    ++ReduceScatters;
+    Inner.reduceScatterSum(In, Out, N, T);
+  }
+  void doAllGather(const void *In, void *Out, size_t N, DType T) override {
+    ++AllGathers;
+    Inner.allGather(In, Out, N, T);
+  }
+  void doAllToAllV(const void *S, const std::vector<size_t> &SC, const std::vector<size_t> &SO, void *R,
+                   const std::vector<size_t> &RC, const std::vector<size_t> &RO, DType T) override {
+    Inner.allToAllV(S, SC, SO, R, RC, RO, T);
+  }
+  void doAllToAll(const void *S, void *R, size_t N, DType T) override { Inner.allToAll(S, R, N, T); }
+  void doSendRecv(const void *S, size_t SN, int Dest, void *R, size_t RN, int Src, DType T) override {
+    Inner.sendRecv(S, SN, Dest, R, RN, Src, T);
+  }
+  void doSend(const void *D, size_t N, int Dest, DType T) override { Inner.send(D, N, Dest, T); }
+  void doRecv(void *D, size_t N, int Src, DType T) override { Inner.recv(D, N, Src, T); }
+  std::unique_ptr<Request> doIsend(const void *D, size_t N, int Dest, int Tag, DType T) override {
+    return Inner.isend(D, N, Dest, Tag, T);
+  }
+  std::unique_ptr<Request> doIrecv(void *D, size_t N, int Src, int Tag, DType T) override {
+    return Inner.irecv(D, N, Src, Tag, T);
+  }
 
 private:
   Communicator &Inner;

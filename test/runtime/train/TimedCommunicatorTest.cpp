@@ -42,8 +42,9 @@ TEST(TimedCommunicator, ChargesWaitingForASlowPeer) {
   if (W.rank() == 0)
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
   W.barrier();
-  if (W.rank() != 0)
+  if (W.rank() != 0) {
     EXPECT_GT(Clock.Seconds, 0.1);
+  }
   // Non-blocking: rank 1 posts its receive at once, rank 0 sends late; the
   // wait is charged.
   double Before = Clock.Seconds;
