@@ -110,13 +110,13 @@ struct Trainer::Impl final : public PipelineStage {
   /// Held-out samples for evaluate(): the validation part of the split, or
   /// mock samples past any index training reaches; null without one.
   std::shared_ptr<const TokenSource> ValidData;
-  bool Evaluating = false;            ///< batch() and forward() serve evaluate()
-  int64_t EvalBase = 0;               ///< the first validation sample of the global batch evaluated
-  std::vector<PipelineOp> ForwardOps; ///< every forward of one global batch, in pipeline order
+  bool Evaluating = false;     ///< batch() and forward() serve evaluate()
+  int64_t EvalBase = 0;        ///< the first validation sample of the global batch evaluated
+  PipelineSchedule ForwardOps; ///< every rank's forwards of one global batch, in pipeline order
   std::unique_ptr<PipelineExecutor> Executor;
   std::unique_ptr<AdamW> Optimizer;
   LrSchedule Schedule;
-  std::vector<PipelineOp> Ops;
+  PipelineSchedule Ops;                  ///< every pp rank's schedule of a training step
   int64_t StepIndex = 0;                 ///< steps done
   int64_t ConsumedSamples = 0;           ///< global samples trained on (the data position)
   std::map<int64_t, MicroBatch> Batches; ///< this step's, by local micro batch
@@ -230,15 +230,22 @@ struct Trainer::Impl final : public PipelineStage {
                             "(data { split = [969, 30, 1] }) or leave eval_interval unset");
 
     Executor = std::make_unique<PipelineExecutor>(group("pp"), int(Plan.Parallel.VPP), *this);
-    for (const moec::LaunchOp &Op : Plan.Schedule[size_t(PpRank)])
-      Ops.push_back(
-          {Op.K == moec::LaunchOp::Forward ? PipelineOp::Forward : PipelineOp::Backward, Op.Microbatch, int(Op.Chunk)});
+    // The executor reads the neighbours' schedules too: they say in which
+    // order messages arrive.
+    for (const std::vector<moec::LaunchOp> &RankOps : Plan.Schedule) {
+      Ops.emplace_back();
+      for (const moec::LaunchOp &Op : RankOps)
+        Ops.back().push_back({Op.K == moec::LaunchOp::Forward ? PipelineOp::Forward : PipelineOp::Backward,
+                              Op.Microbatch, int(Op.Chunk)});
+    }
     // Evaluation runs forwards only, micro batch by micro batch through the
     // chunks: every rank in the same order, so each receive's sender has
     // already run the op that feeds it.
+    std::vector<PipelineOp> Forwards;
     for (int64_t Mb = 0; Mb < Plan.Microbatches; ++Mb)
       for (int C = 0; C < int(Plan.Parallel.VPP); ++C)
-        ForwardOps.push_back({PipelineOp::ForwardOnly, Mb, C});
+        Forwards.push_back({PipelineOp::ForwardOnly, Mb, C});
+    ForwardOps.assign(Plan.Schedule.size(), Forwards);
     AdamWOptions AOpts = Options.Optimizer;
     if (Options.OptimizerFromPlan) {
       const moec::LaunchOptimizer &O = Plan.Optimizer;

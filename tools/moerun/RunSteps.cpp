@@ -40,14 +40,6 @@
 
 using namespace moerun;
 
-std::vector<moert::PipelineOp> moerun::pipelineOpsFor(const moec::LaunchPlan &Plan, int64_t PpRank) {
-  std::vector<moert::PipelineOp> Ops;
-  for (const moec::LaunchOp &Op : Plan.Schedule[size_t(PpRank)])
-    Ops.push_back({Op.K == moec::LaunchOp::Forward ? moert::PipelineOp::Forward : moert::PipelineOp::Backward,
-                   Op.Microbatch, int(Op.Chunk)});
-  return Ops;
-}
-
 namespace {
 
 /// The step (1-based) of a test hook K:R for this rank; 0 when it is not

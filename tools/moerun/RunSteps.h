@@ -55,9 +55,6 @@ struct RunContext {
   StepLog *Log;
 };
 
-/// This rank's pipeline schedule in the executor's terms.
-std::vector<moert::PipelineOp> pipelineOpsFor(const moec::LaunchPlan &Plan, int64_t PpRank);
-
 /// Trains until step Opts.Steps (from the loaded checkpoint's step, or 0);
 /// returns the process exit code (0 on success, and after a SIGTERM that
 /// was saved). Called on every rank after all launch checks passed.

@@ -41,12 +41,45 @@ Tensor PipelineExecutor::receive(int64_t Mb, int Chunk, Direction Dir, int Peer)
     Local.erase(It);
     return T;
   }
-  Tensor T(Stage.activationShape(Mb, Chunk));
+  // Post the receives of everything Peer sends here before this message,
+  // in its order, then this one's.
+  const MessageKey Key{Mb, Chunk, Dir};
+  std::deque<MessageKey> &Queue = Unposted[Peer];
+  while (!Posted.count(Key)) {
+    if (Queue.empty())
+      scheduleError(Pp, "a receive that the neighbour's schedule never sends", Mb, Chunk);
+    auto [QMb, QChunk, QDir] = Queue.front();
+    PostedReceive R;
+    R.Data = Tensor(Stage.activationShape(QMb, QChunk));
+    R.Req = Pp.irecv(R.Data.data(), size_t(R.Data.numel()), Peer, tagFor(QMb, QChunk, Vpp, QDir == Bwd));
+    Posted.emplace(Queue.front(), std::move(R));
+    Queue.pop_front();
+  }
+  auto It = Posted.find(Key);
   double Start = now();
-  std::unique_ptr<Request> Req = Pp.irecv(T.data(), size_t(T.numel()), Peer, tagFor(Mb, Chunk, Vpp, Dir == Bwd));
-  Req->wait();
+  It->second.Req->wait();
   Stats.CommSeconds += now() - Start;
+  Tensor T = std::move(It->second.Data);
+  Posted.erase(It);
   return T;
+}
+
+std::deque<PipelineExecutor::MessageKey> PipelineExecutor::sendsToMe(int Peer,
+                                                                     const std::vector<PipelineOp> &PeerOps) const {
+  // The peer's view of the ring, as runStep walks it on that rank.
+  const int PeerPrev = (Peer + Size - 1) % Size, PeerNext = (Peer + 1) % Size;
+  auto stage = [&](int Chunk) { return Chunk * Size + Peer; };
+  std::deque<MessageKey> Order;
+  for (const PipelineOp &Op : PeerOps) {
+    const int C = Op.Chunk;
+    if (Op.K != PipelineOp::Backward) {
+      if (stage(C) != Size * Vpp - 1 && PeerNext == Rank)
+        Order.emplace_back(Op.Microbatch, C + (Peer == Size - 1 ? 1 : 0), Fwd);
+    } else if (stage(C) != 0 && PeerPrev == Rank) {
+      Order.emplace_back(Op.Microbatch, C - (Peer == 0 ? 1 : 0), Bwd);
+    }
+  }
+  return Order;
 }
 
 void PipelineExecutor::send(Tensor Data, int64_t Mb, int PeerChunk, Direction Dir, int Peer) {
@@ -69,9 +102,18 @@ void PipelineExecutor::waitSends() {
   Stats.CommSeconds += now() - Start;
 }
 
-void PipelineExecutor::runStep(const std::vector<PipelineOp> &Ops, const std::function<void()> &OnOp) {
+void PipelineExecutor::runStep(const PipelineSchedule &Schedules, const std::function<void()> &OnOp) {
   Stats = PipelineStepStats();
   const int Prev = (Rank + Size - 1) % Size, Next = (Rank + 1) % Size;
+  if (Schedules.size() != size_t(Size))
+    scheduleError(Pp, "the schedules are not one per pipeline rank", 0, 0);
+  const std::vector<PipelineOp> &Ops = Schedules[size_t(Rank)];
+  Unposted.clear();
+  Posted.clear();
+  if (Size > 1)
+    for (int Peer : {Prev, Next})
+      if (!Unposted.count(Peer))
+        Unposted[Peer] = sendsToMe(Peer, Schedules[size_t(Peer)]);
   std::set<std::pair<int64_t, int>> InFlight;
   for (const PipelineOp &Op : Ops) {
     const int C = Op.Chunk;
@@ -109,6 +151,13 @@ void PipelineExecutor::runStep(const std::vector<PipelineOp> &Ops, const std::fu
       OnOp();
   }
   waitSends();
+  for (const auto &[Peer, Queue] : Unposted)
+    if (!Queue.empty())
+      scheduleError(Pp, "the neighbour's schedule sends a message no op here receives", std::get<0>(Queue.front()),
+                    std::get<1>(Queue.front()));
+  if (!Posted.empty())
+    scheduleError(Pp, "a message was received ahead that no op here used", std::get<0>(Posted.begin()->first),
+                  std::get<1>(Posted.begin()->first));
   if (!InFlight.empty())
     scheduleError(Pp, "step ended with forwards whose backward never ran", InFlight.begin()->first,
                   InFlight.begin()->second);

@@ -15,9 +15,15 @@
 // (the data is needed now), but its send is only waited on before the step
 // ends, so a rank is never blocked in a rendezvous send while its peer is
 // blocked in one the other way (1F1B's steady state sends forward and
-// backward between the same pair at once). Tags encode (micro batch, chunk
-// of the receiver, direction), so messages can never be matched to the wrong
-// op even when two are in flight between one pair.
+// backward between the same pair at once).
+//
+// Matching: NCCL has no tags, so a receive is matched with the sender's
+// sends to this rank in posting order. The executor therefore reads its
+// neighbours' schedules, derives the order in which each of them sends to
+// this rank, and posts its receives in that order: a message needed now is
+// received after every message its sender posted before it, which are kept
+// until their ops run. Tags still encode (micro batch, chunk of the receiver,
+// direction), so over MPI a mistake in that order cannot go unnoticed.
 //
 //===----------------------------------------------------------------------===//
 #ifndef MOERT_PARALLEL_PP_PIPELINEEXECUTOR_H
@@ -27,6 +33,7 @@
 #include "kernels/host/Tensor.h"
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -65,6 +72,9 @@ public:
   virtual std::vector<int64_t> activationShape(int64_t Mb, int Chunk) = 0;
 };
 
+/// Every pipeline rank's ops of one step, indexed by pipeline rank.
+using PipelineSchedule = std::vector<std::vector<PipelineOp>>;
+
 /// Where time went in the last step, for the step log.
 struct PipelineStepStats {
   double ComputeSeconds = 0; ///< inside forward() and backward()
@@ -78,10 +88,11 @@ public:
   /// model chunks per rank.
   PipelineExecutor(Communicator &Pp, int Vpp, PipelineStage &Stage);
 
-  /// Runs the ops in order. Every rank of the pp group must run the
-  /// schedule of the same step; returns when all sends have completed.
-  /// OnOp (optional) is called after each op: a watchdog's heartbeat.
-  void runStep(const std::vector<PipelineOp> &Ops, const std::function<void()> &OnOp = nullptr);
+  /// Runs this rank's ops of Schedules in order; the other ranks' tell in
+  /// which order the neighbours send. Every rank of the pp group must run
+  /// the same step's schedules; returns when all sends have completed. OnOp
+  /// (optional) is called after each op: a watchdog's heartbeat.
+  void runStep(const PipelineSchedule &Schedules, const std::function<void()> &OnOp = nullptr);
 
   const PipelineStepStats &lastStats() const { return Stats; }
 
@@ -98,10 +109,18 @@ public:
 
 private:
   enum Direction { Fwd = 0, Bwd = 1 };
+  /// A message: (micro batch, chunk of the receiver, direction).
+  using MessageKey = std::tuple<int64_t, int, int>;
   struct PendingSend {
     Tensor Data; // kept alive until the send completes
     std::unique_ptr<Request> Req;
   };
+  struct PostedReceive {
+    Tensor Data;
+    std::unique_ptr<Request> Req;
+  };
+  /// The messages Peer's ops send to this rank, in the order it sends them.
+  std::deque<MessageKey> sendsToMe(int Peer, const std::vector<PipelineOp> &PeerOps) const;
 
   Tensor receive(int64_t Mb, int Chunk, Direction Dir, int Peer);
   void send(Tensor Data, int64_t Mb, int PeerChunk, Direction Dir, int Peer);
@@ -112,7 +131,11 @@ private:
   PipelineStage &Stage;
   std::vector<PendingSend> Pending;
   /// PP = 1: the successor is this rank; tensors are handed over here.
-  std::map<std::tuple<int64_t, int, int>, Tensor> Local;
+  std::map<MessageKey, Tensor> Local;
+  /// Per peer: the messages it will send here that have no receive posted
+  /// yet, in its sending order; and the receives posted ahead of their op.
+  std::map<int, std::deque<MessageKey>> Unposted;
+  std::map<MessageKey, PostedReceive> Posted;
   PipelineStepStats Stats;
 };
 
