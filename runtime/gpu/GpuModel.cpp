@@ -64,7 +64,7 @@ struct LayerState {
   FBuf Rstd1, Rstd2, AttnOut, Lse;
   // MoE
   FBuf Logits, Scores, TopW, Fraction;
-  DeviceBuffer<int32_t> TopIdx, Perm, RowOfCopy;
+  DeviceBuffer<int32_t> TopIdx, Perm, RowOfCopy, PermScratch;
   DeviceBuffer<int64_t> Counts;
   std::vector<int64_t> Rows;
   double GroupTokens = 0;
@@ -152,7 +152,9 @@ struct GpuModel::Impl {
     St.Perm.resize(static_cast<size_t>(N * K));
     St.RowOfCopy.resize(static_cast<size_t>(N * K));
     St.Counts.resize(static_cast<size_t>(E));
-    buildPermutation(N, K, E, St.TopIdx.data(), St.Perm.data(), St.RowOfCopy.data(), St.Counts.data(), S);
+    St.PermScratch.resize(permutationScratch(N * K, E));
+    buildPermutation(N, K, E, St.TopIdx.data(), St.Perm.data(), St.RowOfCopy.data(), St.Counts.data(),
+                     St.PermScratch.data(), S);
     St.Rows = St.Counts.download();
     const int64_t NK = N * K;
     St.ExpertIn.resize(static_cast<size_t>(NK * H));

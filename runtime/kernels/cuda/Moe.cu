@@ -2,6 +2,9 @@
 #include "kernels/cuda/Moe.h"
 
 #include <algorithm>
+#include <limits>
+#include <stdexcept>
+#include <string>
 
 namespace moert::cuda {
 
@@ -124,32 +127,75 @@ __global__ void routerBackwardKernel(int64_t N, int64_t E, int64_t K, bool Sigmo
     Out[J] = float(Sc[J] * (DScore(J) - Dot));
 }
 
-/// Thread e counts the copies routed to expert e. The placement needs every
-/// count first (its start row), hence two kernels.
-__global__ void expertCountKernel(int64_t Copies, int64_t E, const int32_t *TopIdx, int64_t *Counts) {
-  int64_t J = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (J >= E)
-    return;
-  int64_t C = 0;
-  for (int64_t I = 0; I < Copies; ++I)
-    C += TopIdx[I] == J;
-  Counts[J] = C;
+// The permutation as a stable counting sort over tiles of PermuteTile
+// copies: per tile a histogram of its experts, an exclusive scan of the
+// (expert, tile) counts in expert-major order, then each copy's row = its
+// (expert, tile) start + the copies of the same expert before it in the tile.
+constexpr int PermuteTile = 256, ScanThreads = 1024;
+
+/// Block b: TileCounts[e * Tiles + b] = copies of tile b routed to expert e.
+__global__ void tileHistogramKernel(int64_t Copies, int64_t E, int64_t Tiles, const int32_t *TopIdx,
+                                    int32_t *TileCounts) {
+  __shared__ int Hist[MaxPermuteExperts];
+  for (int64_t J = threadIdx.x; J < E; J += blockDim.x)
+    Hist[J] = 0;
+  __syncthreads();
+  int64_t Copy = int64_t(blockIdx.x) * PermuteTile + threadIdx.x;
+  if (Copy < Copies)
+    atomicAdd(&Hist[TopIdx[Copy]], 1);
+  __syncthreads();
+  for (int64_t J = threadIdx.x; J < E; J += blockDim.x)
+    TileCounts[J * Tiles + blockIdx.x] = Hist[J];
 }
 
-__global__ void placeCopiesKernel(int64_t Copies, int64_t E, const int32_t *TopIdx, const int64_t *Counts,
-                                  int32_t *Permutation, int32_t *RowOfCopy) {
-  int64_t J = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (J >= E)
+/// One block: TileCounts becomes its exclusive prefix sum (each thread scans
+/// a contiguous run, the runs' totals are scanned in shared memory), and
+/// ExpertCounts[e] the copies of expert e.
+__global__ void tileScanKernel(int64_t E, int64_t Tiles, int64_t Copies, int32_t *TileCounts, int64_t *ExpertCounts) {
+  __shared__ int64_t Partial[ScanThreads];
+  const int64_t Total = E * Tiles, Run = (Total + ScanThreads - 1) / ScanThreads;
+  const int64_t Start = int64_t(threadIdx.x) * Run;
+  const int64_t Begin = Start < Total ? Start : Total, End = Begin + Run < Total ? Begin + Run : Total;
+  int64_t Sum = 0;
+  for (int64_t I = Begin; I < End; ++I)
+    Sum += TileCounts[I];
+  Partial[threadIdx.x] = Sum;
+  __syncthreads();
+  // Hillis-Steele inclusive scan of the runs' totals.
+  for (int Offset = 1; Offset < ScanThreads; Offset *= 2) {
+    int64_t Left = threadIdx.x >= unsigned(Offset) ? Partial[threadIdx.x - Offset] : 0;
+    __syncthreads();
+    Partial[threadIdx.x] += Left;
+    __syncthreads();
+  }
+  int64_t Base = Partial[threadIdx.x] - Sum;
+  for (int64_t I = Begin; I < End; ++I) {
+    int64_t Count = TileCounts[I];
+    TileCounts[I] = int32_t(Base);
+    Base += Count;
+  }
+  __syncthreads();
+  for (int64_t J = threadIdx.x; J < E; J += blockDim.x)
+    ExpertCounts[J] = (J + 1 < E ? int64_t(TileCounts[(J + 1) * Tiles]) : Copies) - TileCounts[J * Tiles];
+}
+
+/// Block b places tile b's copies: after the copies of the same expert
+/// before it in the tile, from the (expert, tile) start.
+__global__ void tilePlaceKernel(int64_t Copies, int64_t Tiles, const int32_t *TopIdx, const int32_t *TileStarts,
+                                int32_t *Permutation, int32_t *RowOfCopy) {
+  __shared__ int32_t Experts[PermuteTile];
+  const int64_t First = int64_t(blockIdx.x) * PermuteTile, Copy = First + threadIdx.x;
+  Experts[threadIdx.x] = Copy < Copies ? TopIdx[Copy] : -1;
+  __syncthreads();
+  if (Copy >= Copies)
     return;
-  int64_t Row = 0;
-  for (int64_t P = 0; P < J; ++P)
-    Row += Counts[P];
-  for (int64_t I = 0; I < Copies; ++I)
-    if (TopIdx[I] == J) {
-      Permutation[Row] = int32_t(I);
-      RowOfCopy[I] = int32_t(Row);
-      ++Row;
-    }
+  const int32_t Expert = Experts[threadIdx.x];
+  int32_t Before = 0;
+  for (unsigned I = 0; I < threadIdx.x; ++I)
+    Before += Experts[I] == Expert;
+  int32_t Row = TileStarts[int64_t(Expert) * Tiles + blockIdx.x] + Before;
+  Permutation[Row] = int32_t(Copy);
+  RowOfCopy[Copy] = Row;
 }
 
 /// One block per output row; threads stride over the features.
@@ -224,11 +270,26 @@ void routerBackward(int64_t N, int64_t E, int64_t K, bool Sigmoid, const float *
   MOERT_CUDA_CHECK_LAUNCH();
 }
 
+size_t permutationScratch(int64_t Copies, int64_t E) { return size_t(E * ((Copies + PermuteTile - 1) / PermuteTile)); }
+
 void buildPermutation(int64_t N, int64_t K, int64_t E, const int32_t *TopIdx, int32_t *Permutation, int32_t *RowOfCopy,
-                      int64_t *ExpertCounts, cudaStream_t Stream) {
-  expertCountKernel<<<blocksFor(E, 128), 128, 0, Stream>>>(N * K, E, TopIdx, ExpertCounts);
+                      int64_t *ExpertCounts, int32_t *Scratch, cudaStream_t Stream) {
+  if (E < 1 || E > MaxPermuteExperts)
+    throw std::invalid_argument("buildPermutation: " + std::to_string(E) + " experts; 1 to " +
+                                std::to_string(MaxPermuteExperts) + " supported");
+  const int64_t Copies = N * K;
+  if (Copies > std::numeric_limits<int32_t>::max())
+    throw std::invalid_argument("buildPermutation: more copies than int32 rows");
+  if (Copies == 0) {
+    MOERT_CUDA_CHECK(cudaMemsetAsync(ExpertCounts, 0, size_t(E) * sizeof(int64_t), Stream));
+    return;
+  }
+  const int64_t Tiles = (Copies + PermuteTile - 1) / PermuteTile;
+  tileHistogramKernel<<<unsigned(Tiles), PermuteTile, 0, Stream>>>(Copies, E, Tiles, TopIdx, Scratch);
   MOERT_CUDA_CHECK_LAUNCH();
-  placeCopiesKernel<<<blocksFor(E, 128), 128, 0, Stream>>>(N * K, E, TopIdx, ExpertCounts, Permutation, RowOfCopy);
+  tileScanKernel<<<1, ScanThreads, 0, Stream>>>(E, Tiles, Copies, Scratch, ExpertCounts);
+  MOERT_CUDA_CHECK_LAUNCH();
+  tilePlaceKernel<<<unsigned(Tiles), PermuteTile, 0, Stream>>>(Copies, Tiles, TopIdx, Scratch, Permutation, RowOfCopy);
   MOERT_CUDA_CHECK_LAUNCH();
 }
 

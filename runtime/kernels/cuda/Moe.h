@@ -20,8 +20,9 @@
 //    over the K copies of a token run in k order in fp32.
 //
 // One thread per token in the router kernels (E up to a few hundred); the
-// permutation is built by one thread per expert scanning the copies in order,
-// which keeps it stable and deterministic.
+// permutation is a stable counting sort over tiles of copies (a histogram
+// per tile, one scan, a placement per tile), parallel over the copies and
+// deterministic.
 //
 //===----------------------------------------------------------------------===//
 #ifndef MOERT_KERNELS_CUDA_MOE_H
@@ -47,10 +48,15 @@ void routerBackward(int64_t N, int64_t E, int64_t K, bool Sigmoid, const float *
                     const float *TopW, const float *DTopW, const float *Fraction, float AuxPerScore, float *DLogits,
                     cudaStream_t Stream);
 
+/// The most experts buildPermutation takes (one shared-memory histogram).
+constexpr int64_t MaxPermuteExperts = 1024;
+/// int32 elements of scratch buildPermutation needs for Copies = N * K.
+size_t permutationScratch(int64_t Copies, int64_t E);
 /// Permutation [N * K] (send row -> copy), RowOfCopy [N * K] (copy -> send
-/// row), ExpertCounts [E] (int64).
+/// row), ExpertCounts [E] (int64); Scratch holds permutationScratch(N * K, E)
+/// int32. No host round trip: the counts stay on the device.
 void buildPermutation(int64_t N, int64_t K, int64_t E, const int32_t *TopIdx, int32_t *Permutation, int32_t *RowOfCopy,
-                      int64_t *ExpertCounts, cudaStream_t Stream);
+                      int64_t *ExpertCounts, int32_t *Scratch, cudaStream_t Stream);
 
 /// Out [N * K, H]: row j = X[Permutation[j] / K].
 void permuteTokens(int64_t N, int64_t K, int64_t H, const bf16 *X, const int32_t *Permutation, bf16 *Out,

@@ -20,7 +20,11 @@
 #include "parallel/ep/TokenDispatcher.h"
 #include "parallel/tp/VocabParallel.h"
 
+#include <algorithm>
 #include <numeric>
+#include <random>
+#include <stdexcept>
+#include <tuple>
 
 using namespace moert;
 using namespace moert::cuda;
@@ -451,6 +455,41 @@ TEST_P(CudaRouter, TopKStatsAndBackwardMatchHostRouting) {
 
 INSTANTIATE_TEST_SUITE_P(SoftmaxAndSigmoid, CudaRouter, ::testing::Bool());
 
+TEST(CudaPermute, StableCountingSortOverManyTiles) {
+  // Copies spread over several 256-copy tiles, experts from a skewed draw
+  // (some never chosen): rows sorted by expert, then copy number.
+  for (auto [N, K, E] : {std::tuple<int64_t, int64_t, int64_t>{700, 4, 64}, {300, 8, 256}, {5, 1, 3}, {0, 2, 8}}) {
+    SCOPED_TRACE("N " + std::to_string(N) + " K " + std::to_string(K) + " E " + std::to_string(E));
+    std::mt19937 Gen(unsigned(N + E));
+    std::vector<int32_t> TopIdx(size_t(N * K));
+    for (int32_t &X : TopIdx)
+      X = int32_t(std::min<int64_t>(E - 1, int64_t(Gen() % E) * int64_t(Gen() % E) / E + int64_t(Gen() % 2)));
+    std::vector<int32_t> Expected(TopIdx.size());
+    std::iota(Expected.begin(), Expected.end(), 0);
+    std::stable_sort(Expected.begin(), Expected.end(), [&](int32_t A, int32_t B) { return TopIdx[A] < TopIdx[B]; });
+    std::vector<int64_t> Counts(size_t(E), 0);
+    for (int32_t X : TopIdx)
+      ++Counts[size_t(X)];
+
+    DeviceBuffer<int32_t> GIdx, Perm(TopIdx.size()), RowOf(TopIdx.size()), Scratch(permutationScratch(N * K, E));
+    GIdx.upload(TopIdx);
+    DeviceBuffer<int64_t> GCounts;
+    GCounts.upload(std::vector<int64_t>(size_t(E), -1)); // overwritten, even with no copies
+    buildPermutation(N, K, E, GIdx.data(), Perm.data(), RowOf.data(), GCounts.data(), Scratch.data(), nullptr);
+    sync();
+    EXPECT_EQ(Perm.download(), Expected);
+    EXPECT_EQ(GCounts.download(), Counts);
+    std::vector<int32_t> Rows = RowOf.download();
+    for (size_t Row = 0; Row < Expected.size(); ++Row)
+      ASSERT_EQ(Rows[size_t(Expected[Row])], int32_t(Row));
+  }
+  DeviceBuffer<int32_t> Any(1);
+  DeviceBuffer<int64_t> Counts(1);
+  EXPECT_THROW(buildPermutation(1, 1, MaxPermuteExperts + 1, Any.data(), Any.data(), Any.data(), Counts.data(),
+                                Any.data(), nullptr),
+               std::invalid_argument);
+}
+
 TEST(CudaPermute, MatchesTokenDispatcherOnOneRank) {
   const int64_t N = 40, E = 8, K = 2, H = 48;
   std::mt19937 Gen(91);
@@ -479,7 +518,8 @@ TEST(CudaPermute, MatchesTokenDispatcherOnOneRank) {
   auto GIdx = uploadVec(TopIdx);
   DeviceBuffer<int32_t> Perm(N * K), RowOf(N * K);
   DeviceBuffer<int64_t> Counts(E);
-  buildPermutation(N, K, E, GIdx.data(), Perm.data(), RowOf.data(), Counts.data(), nullptr);
+  DeviceBuffer<int32_t> Scratch(permutationScratch(N * K, E));
+  buildPermutation(N, K, E, GIdx.data(), Perm.data(), RowOf.data(), Counts.data(), Scratch.data(), nullptr);
   auto GX = uploadBf16(X);
   DeviceBuffer<bf16> GRows(N * K * H), GY(N * H), GDRows(N * K * H), GDX(N * H);
   permuteTokens(N, K, H, GX.data(), Perm.data(), GRows.data(), nullptr);

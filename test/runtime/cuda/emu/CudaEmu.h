@@ -61,6 +61,13 @@ inline double __shfl_xor_sync(unsigned, double V, int Offset) { return moert::em
 inline float __expf(float X) { return std::exp(X); }
 inline float rsqrtf(float X) { return 1.0f / std::sqrt(X); }
 inline float atomicAdd(float *Address, float Value) { return moert::emu::atomicAddFloat(Address, Value); }
+// The threads of a block are fibers that switch only at barriers, so an
+// integer update between two barriers is already atomic.
+inline int atomicAdd(int *Address, int Value) {
+  int Old = *Address;
+  *Address += Value;
+  return Old;
+}
 using std::max;
 using std::min;
 
