@@ -2,8 +2,8 @@
 //
 // The CUDA backend stores activations and weights in BF16 (__nv_bfloat16) and
 // accumulates in fp32; master weights, optimizer moments, softmax statistics
-// (Lse) and gradient accumulators stay fp32. DeviceBuffer<T> owns one device
-// allocation; the helpers move host fp32 data in and out, rounding to bf16
+// (Lse) and gradient accumulators stay fp32. DeviceBuffer<T> owns one block
+// of the caching allocator (DeviceAllocator.h); the helpers move host fp32 data in and out, rounding to bf16
 // (round-to-nearest-even) on the way in.
 //
 //===----------------------------------------------------------------------===//
@@ -11,6 +11,7 @@
 #define MOERT_KERNELS_CUDA_DEVICEBUFFER_H
 
 #include "kernels/cuda/CudaCheck.h"
+#include "kernels/cuda/DeviceAllocator.h"
 
 #include <cuda_bf16.h>
 
@@ -45,7 +46,7 @@ public:
       return;
     release();
     if (NewCount)
-      MOERT_CUDA_CHECK(cudaMalloc(reinterpret_cast<void **>(&Ptr), NewCount * sizeof(T)));
+      Ptr = static_cast<T *>(deviceAllocate(NewCount * sizeof(T)));
     Count = NewCount;
   }
   void zero() {
@@ -71,8 +72,7 @@ public:
 
 private:
   void release() {
-    if (Ptr)
-      cudaFree(Ptr); // no check: destructors must not throw
+    deviceRelease(Ptr); // back to the cache (DeviceAllocator.h); never throws
     Ptr = nullptr;
     Count = 0;
   }

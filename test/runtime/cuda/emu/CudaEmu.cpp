@@ -158,6 +158,11 @@ void launch(dim3 Grid, dim3 Block, const std::function<void()> &Kernel) {
       }
 }
 
+DeviceMemory &deviceMemory() {
+  static DeviceMemory M;
+  return M;
+}
+
 } // namespace moert::emu
 
 //===----------------------------------------------------------------------===//
@@ -166,13 +171,28 @@ void launch(dim3 Grid, dim3 Block, const std::function<void()> &Kernel) {
 extern "C" {
 
 cudaError_t CUDARTAPI cudaMalloc(void **Ptr, size_t Size) {
+  moert::emu::DeviceMemory &M = moert::emu::deviceMemory();
+  if (Size > M.Limit - M.LiveBytes)
+    return cudaErrorMemoryAllocation;
   *Ptr = std::malloc(Size ? Size : 1);
   // Fresh device memory is garbage: NaN bytes make uninitialised reads show.
   std::memset(*Ptr, 0xff, Size);
+  M.Live[*Ptr] = Size;
+  M.LiveBytes += Size;
   return cudaSuccess;
 }
 cudaError_t CUDARTAPI cudaFree(void *Ptr) {
+  moert::emu::DeviceMemory &M = moert::emu::deviceMemory();
+  auto It = M.Live.find(Ptr);
+  if (It != M.Live.end()) {
+    M.LiveBytes -= It->second;
+    M.Live.erase(It);
+  }
   std::free(Ptr);
+  return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaGetDevice(int *Device) {
+  *Device = 0;
   return cudaSuccess;
 }
 cudaError_t CUDARTAPI cudaMemcpy(void *Dst, const void *Src, size_t Size, enum cudaMemcpyKind) {

@@ -27,6 +27,7 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <unordered_map>
 
 #undef __global__
 #define __global__
@@ -47,6 +48,14 @@ double shflXor(double V, int Offset);
 float atomicAddFloat(float *Address, float Value);
 /// Runs Body for every thread of every block (1-D blocks; grid up to 3-D).
 void launch(dim3 Grid, dim3 Block, const std::function<void()> &Body);
+/// The emulated device's memory: cudaMalloc fails with
+/// cudaErrorMemoryAllocation past Limit bytes live (tests lower it).
+struct DeviceMemory {
+  std::unordered_map<void *, size_t> Live;
+  size_t LiveBytes = 0;
+  size_t Limit = SIZE_MAX;
+};
+DeviceMemory &deviceMemory();
 } // namespace moert::emu
 
 #define threadIdx ::moert::emu::ThreadIdx
