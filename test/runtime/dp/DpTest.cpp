@@ -10,6 +10,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "MpiTestEnv.h"
+#include "comm/ForwardingComm.h"
 
 #include "parallel/dp/AdamW.h"
 #include "parallel/dp/GradientReducer.h"
@@ -208,49 +209,24 @@ std::string describe(const Layout &L) {
 }
 
 /// Forwards to a real group and counts the collectives issued on it.
-class CountingComm final : public Communicator {
+class CountingComm final : public ForwardingCommunicator {
 public:
-  explicit CountingComm(Communicator &Inner) : Inner(Inner) {}
+  using ForwardingCommunicator::ForwardingCommunicator;
   int AllReduces = 0, ReduceScatters = 0, AllGathers = 0;
-
-  int rank() const override { return Inner.rank(); }
-  int size() const override { return Inner.size(); }
-  const std::string &name() const override { return Inner.name(); }
-  void broadcast(void *B, size_t N, int Root) override { Inner.broadcast(B, N, Root); }
-  void barrier() override { Inner.barrier(); }
 
 protected:
   void doAllReduceSum(void *Data, size_t Count, DType T) override {
     ++AllReduces;
-    Inner.allReduceSum(Data, Count, T);
+    ForwardingCommunicator::doAllReduceSum(Data, Count, T);
   }
   void doReduceScatterSum(const void *In, void *Out, size_t N, DType T) override {
     ++ReduceScatters;
-    Inner.reduceScatterSum(In, Out, N, T);
+    ForwardingCommunicator::doReduceScatterSum(In, Out, N, T);
   }
   void doAllGather(const void *In, void *Out, size_t N, DType T) override {
     ++AllGathers;
-    Inner.allGather(In, Out, N, T);
+    ForwardingCommunicator::doAllGather(In, Out, N, T);
   }
-  void doAllToAllV(const void *S, const std::vector<size_t> &SC, const std::vector<size_t> &SO, void *R,
-                   const std::vector<size_t> &RC, const std::vector<size_t> &RO, DType T) override {
-    Inner.allToAllV(S, SC, SO, R, RC, RO, T);
-  }
-  void doAllToAll(const void *S, void *R, size_t N, DType T) override { Inner.allToAll(S, R, N, T); }
-  void doSendRecv(const void *S, size_t SN, int Dest, void *R, size_t RN, int Src, DType T) override {
-    Inner.sendRecv(S, SN, Dest, R, RN, Src, T);
-  }
-  void doSend(const void *D, size_t N, int Dest, DType T) override { Inner.send(D, N, Dest, T); }
-  void doRecv(void *D, size_t N, int Src, DType T) override { Inner.recv(D, N, Src, T); }
-  std::unique_ptr<Request> doIsend(const void *D, size_t N, int Dest, int Tag, DType T) override {
-    return Inner.isend(D, N, Dest, Tag, T);
-  }
-  std::unique_ptr<Request> doIrecv(void *D, size_t N, int Src, int Tag, DType T) override {
-    return Inner.irecv(D, N, Src, Tag, T);
-  }
-
-private:
-  Communicator &Inner;
 };
 
 } // namespace

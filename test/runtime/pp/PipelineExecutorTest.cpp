@@ -9,6 +9,7 @@
 //===----------------------------------------------------------------------===//
 #include "parallel/pp/PipelineExecutor.h"
 #include "MpiTestEnv.h"
+#include "comm/ForwardingComm.h"
 #include "moec/Layout/Pipeline.h"
 
 #include <gtest/gtest.h>
@@ -77,40 +78,17 @@ std::vector<PipelineOp> convert(const std::vector<moec::ScheduledOp> &Ops) {
 /// The world with NCCL's matching: every message travels with one tag, so
 /// messages between a pair match in posting order, whatever tag the
 /// executor gives them (MPI's non-overtaking rule for one tag).
-class TaglessComm final : public Communicator {
+class TaglessComm final : public ForwardingCommunicator {
 public:
-  explicit TaglessComm(Communicator &Inner) : Inner(Inner) {}
-  int rank() const override { return Inner.rank(); }
-  int size() const override { return Inner.size(); }
-  const std::string &name() const override { return Inner.name(); }
-  void broadcast(void *B, size_t N, int Root) override { Inner.broadcast(B, N, Root); }
-  void barrier() override { Inner.barrier(); }
+  using ForwardingCommunicator::ForwardingCommunicator;
 
 protected:
-  void doAllReduceSum(void *D, size_t N, DType T) override { Inner.allReduceSum(D, N, T); }
-  void doReduceScatterSum(const void *In, void *Out, size_t N, DType T) override {
-    Inner.reduceScatterSum(In, Out, N, T);
-  }
-  void doAllGather(const void *In, void *Out, size_t N, DType T) override { Inner.allGather(In, Out, N, T); }
-  void doAllToAllV(const void *S, const std::vector<size_t> &SC, const std::vector<size_t> &SO, void *R,
-                   const std::vector<size_t> &RC, const std::vector<size_t> &RO, DType T) override {
-    Inner.allToAllV(S, SC, SO, R, RC, RO, T);
-  }
-  void doAllToAll(const void *S, void *R, size_t N, DType T) override { Inner.allToAll(S, R, N, T); }
-  void doSendRecv(const void *S, size_t SN, int Dest, void *R, size_t RN, int Src, DType T) override {
-    Inner.sendRecv(S, SN, Dest, R, RN, Src, T);
-  }
-  void doSend(const void *D, size_t N, int Dest, DType T) override { Inner.send(D, N, Dest, T); }
-  void doRecv(void *D, size_t N, int Src, DType T) override { Inner.recv(D, N, Src, T); }
   std::unique_ptr<Request> doIsend(const void *D, size_t N, int Dest, int, DType T) override {
     return Inner.isend(D, N, Dest, /*Tag=*/0, T);
   }
   std::unique_ptr<Request> doIrecv(void *D, size_t N, int Src, int, DType T) override {
     return Inner.irecv(D, N, Src, /*Tag=*/0, T);
   }
-
-private:
-  Communicator &Inner;
 };
 
 /// Runs Steps steps of the schedules (one per rank) and checks the closed
