@@ -98,6 +98,22 @@ Entry moec::ast::makeSection(StringRef Name, std::vector<Entry> Children) {
   return E;
 }
 
+Definition moec::ast::makeDefinition(DefKind Kind, StringRef Name, std::vector<Entry> Entries, StringRef Base) {
+  Definition D;
+  D.Kind = Kind;
+  D.Name = Name.str();
+  D.Base = Base.str();
+  D.Entries = std::move(Entries);
+  return D;
+}
+
+std::string moec::ast::printed(const File &F, const PrintOptions &Opts) {
+  std::string Text;
+  llvm::raw_string_ostream OS(Text);
+  print(F, OS, Opts);
+  return OS.str();
+}
+
 bool moec::ast::isIdentifier(StringRef S) {
   static const char *Keywords[] = {"import", "recipe", "model", "gpu", "cluster", "extends", "sweep", "true", "false"};
   return !S.empty() && (llvm::isAlpha(S[0]) || S[0] == '_') &&

@@ -72,13 +72,11 @@ constexpr double DefaultRotaryBase = 10000;
 /// Model) exactly as Sema lowers a user's (defaults, derived fields, checks);
 /// the messages when it fails.
 llvm::Optional<ModelSpec> lowerModelDefinition(const ast::File &Model, std::string &Messages) {
-  std::string Text;
-  llvm::raw_string_ostream OS(Text);
-  ast::print(Model, OS, ast::PrintOptions());
+  std::string Text = ast::printed(Model);
   llvm::SourceMgr SM;
   DiagnosticEngine Diags(SM);
   Sema S(Diags);
-  S.loadBuffer(llvm::MemoryBuffer::getMemBufferCopy(OS.str(), "<imported model>"));
+  S.loadBuffer(llvm::MemoryBuffer::getMemBufferCopy(Text, "<imported model>"));
   S.analyze();
   for (const Diagnostic &D : Diags.finish())
     if (D.Sev == Severity::Error)
@@ -763,12 +761,7 @@ private:
     }
     if (!Changes.empty() || (!Wanted.empty() && Named == Models.end())) {
       std::string Name = !Wanted.empty() && Named == Models.end() ? sanitizeName(Wanted) : Model->Name + "_imported";
-      ast::Definition D;
-      D.Kind = ast::DefKind::Model;
-      D.Name = Name;
-      D.Base = Model->Name;
-      D.Entries = std::move(Changes);
-      ModelFile.Definitions.push_back(std::move(D));
+      ModelFile.Definitions.push_back(ast::makeDefinition(ast::DefKind::Model, Name, std::move(Changes), Model->Name));
       ModelName = Name;
       Res.ModelFromCatalog = false;
     }
@@ -884,10 +877,7 @@ private:
     if (!MoE.empty())
       Lines.push_back(ast::makeSection("moe", std::move(MoE)));
     ast::File Def;
-    Def.Definitions.emplace_back();
-    Def.Definitions.back().Kind = ast::DefKind::Model;
-    Def.Definitions.back().Name = Name;
-    Def.Definitions.back().Entries = std::move(Lines);
+    Def.Definitions.push_back(ast::makeDefinition(ast::DefKind::Model, Name, std::move(Lines)));
     std::string Messages;
     llvm::Optional<ModelSpec> Spec = lowerModelDefinition(Def, Messages);
     if (!Spec) {

@@ -158,13 +158,13 @@ llvm::Expected<HFImport> moec::importHFConfig(llvm::StringRef JsonText, llvm::St
   };
 
   if (auto E = Req("layers", {"num_hidden_layers", "num_layers", "n_layers"}))
-    return std::move(E);
+    return E;
   if (auto E = Req("hidden", {"hidden_size", "d_model"}))
-    return std::move(E);
+    return E;
   if (auto E = Req("heads", {"num_attention_heads", "n_heads"}))
-    return std::move(E);
+    return E;
   if (auto E = Req("vocab", {"vocab_size"}))
-    return std::move(E);
+    return E;
   Opt("kv_heads", {"num_key_value_heads"});
   Opt("max_seq_len", {"max_position_embeddings"});
   if (auto Theta = C.number("rope_theta"); Theta && *Theta >= 1 && *Theta < 1e15)
@@ -284,15 +284,15 @@ llvm::Expected<HFImport> moec::importHFConfig(llvm::StringRef JsonText, llvm::St
       return llvm::Error::success();
     };
     if (auto E = VReq("layers", {"depth", "num_hidden_layers"}))
-      return std::move(E);
+      return E;
     if (auto E = VReq("hidden", {"hidden_size", "embed_dim"}))
-      return std::move(E);
+      return E;
     if (auto E = VReq("heads", {"num_heads", "num_attention_heads"}))
-      return std::move(E);
+      return E;
     if (auto E = VReq("ffn_hidden", {"intermediate_size"}))
-      return std::move(E);
+      return E;
     if (auto E = VReq("patch_size", {"patch_size"}))
-      return std::move(E);
+      return E;
     if (auto M = V.integer({"spatial_merge_size"}))
       Set(Tower, "spatial_merge", ast::makeInt(*M));
     if (auto O = V.integer({"out_hidden_size"}))
@@ -300,12 +300,6 @@ llvm::Expected<HFImport> moec::importHFConfig(llvm::StringRef JsonText, llvm::St
     Model.push_back(ast::makeSection("vision", std::move(Tower)));
   }
   ast::File F;
-  F.Definitions.emplace_back();
-  F.Definitions.back().Kind = ast::DefKind::Model;
-  F.Definitions.back().Name = ModelName.str();
-  F.Definitions.back().Entries = std::move(Model);
-  std::string Out;
-  llvm::raw_string_ostream OS(Out);
-  ast::print(F, OS, ast::PrintOptions());
-  return HFImport{std::move(OS.str()), std::move(Ignored)};
+  F.Definitions.push_back(ast::makeDefinition(ast::DefKind::Model, ModelName, std::move(Model)));
+  return HFImport{ast::printed(F), std::move(Ignored)};
 }

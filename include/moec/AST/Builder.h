@@ -39,6 +39,10 @@ ExprPtr makeCall(llvm::StringRef Callee, std::vector<Argument> Args);
 
 Entry makeAssignment(llvm::StringRef Path, ExprPtr Value);
 Entry makeSection(llvm::StringRef Name, std::vector<Entry> Children);
+/// `Kind Name [extends Base] { Entries }`.
+Definition makeDefinition(DefKind Kind, llvm::StringRef Name, std::vector<Entry> Entries, llvm::StringRef Base = "");
+/// F as source text (ast::print into a string).
+std::string printed(const File &F, const PrintOptions &Opts = PrintOptions());
 
 /// Whether S is an identifier of the language (a name a path is made of,
 /// not a keyword).

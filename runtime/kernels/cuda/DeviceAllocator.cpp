@@ -60,7 +60,8 @@ public:
         (void)cudaGetLastError();
         throw std::runtime_error("device " + std::to_string(Device) + ": cannot allocate " + std::to_string(Size) +
                                  " bytes (" + cudaGetErrorString(E) + "); " + std::to_string(D.Stats.AllocatedBytes) +
-                                 " bytes in use");
+                                 " bytes in use; compare with the plan's memory.peak_bytes (moec plan) and lower the "
+                                 "micro batch or recompute more");
       }
       ++D.Stats.DeviceMallocs;
       D.Stats.ReservedBytes += Size;

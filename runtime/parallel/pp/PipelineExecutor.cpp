@@ -49,7 +49,7 @@ Tensor PipelineExecutor::receive(int64_t Mb, int Chunk, Direction Dir, int Peer)
     if (Queue.empty())
       scheduleError(Pp, "a receive that the neighbour's schedule never sends", Mb, Chunk);
     auto [QMb, QChunk, QDir] = Queue.front();
-    PostedReceive R;
+    Transfer R;
     R.Data = Tensor(Stage.activationShape(QMb, QChunk));
     R.Req = Pp.irecv(R.Data.data(), size_t(R.Data.numel()), Peer, tagFor(QMb, QChunk, Vpp, QDir == Bwd));
     Posted.emplace(Queue.front(), std::move(R));
@@ -66,17 +66,16 @@ Tensor PipelineExecutor::receive(int64_t Mb, int Chunk, Direction Dir, int Peer)
 
 std::deque<PipelineExecutor::MessageKey> PipelineExecutor::sendsToMe(int Peer,
                                                                      const std::vector<PipelineOp> &PeerOps) const {
-  // The peer's view of the ring, as runStep walks it on that rank.
+  // What runStep sends, walked on the peer's side of the ring.
   const int PeerPrev = (Peer + Size - 1) % Size, PeerNext = (Peer + 1) % Size;
-  auto stage = [&](int Chunk) { return Chunk * Size + Peer; };
   std::deque<MessageKey> Order;
   for (const PipelineOp &Op : PeerOps) {
-    const int C = Op.Chunk;
+    const int C = Op.Chunk, V = virtualStageOf(Peer, C);
     if (Op.K != PipelineOp::Backward) {
-      if (stage(C) != Size * Vpp - 1 && PeerNext == Rank)
-        Order.emplace_back(Op.Microbatch, C + (Peer == Size - 1 ? 1 : 0), Fwd);
-    } else if (stage(C) != 0 && PeerPrev == Rank) {
-      Order.emplace_back(Op.Microbatch, C - (Peer == 0 ? 1 : 0), Bwd);
+      if (V != Size * Vpp - 1 && PeerNext == Rank)
+        Order.emplace_back(Op.Microbatch, successorChunk(Peer, C), Fwd);
+    } else if (V != 0 && PeerPrev == Rank) {
+      Order.emplace_back(Op.Microbatch, predecessorChunk(Peer, C), Bwd);
     }
   }
   return Order;
@@ -87,16 +86,15 @@ void PipelineExecutor::send(Tensor Data, int64_t Mb, int PeerChunk, Direction Di
     Local[{Mb, PeerChunk, Dir}] = std::move(Data);
     return;
   }
-  PendingSend S;
+  Transfer S;
   S.Data = std::move(Data);
-  // The tensor's storage does not move when the PendingSend does.
   S.Req = Pp.isend(S.Data.data(), size_t(S.Data.numel()), Peer, tagFor(Mb, PeerChunk, Vpp, Dir == Bwd));
   Pending.push_back(std::move(S));
 }
 
 void PipelineExecutor::waitSends() {
   double Start = now();
-  for (PendingSend &S : Pending)
+  for (Transfer &S : Pending)
     S.Req->wait();
   Pending.clear();
   Stats.CommSeconds += now() - Start;
@@ -120,7 +118,7 @@ void PipelineExecutor::runStep(const PipelineSchedule &Schedules, const std::fun
     if (C < 0 || C >= Vpp)
       scheduleError(Pp, "chunk out of range", Op.Microbatch, C);
     // The neighbours' chunks: v - 1 and v + 1 in virtual-stage order.
-    const int PrevChunk = C - (Rank == 0 ? 1 : 0), NextChunk = C + (Rank == Size - 1 ? 1 : 0);
+    const int PrevChunk = predecessorChunk(Rank, C), NextChunk = successorChunk(Rank, C);
     if (Op.K != PipelineOp::Backward) {
       if (Op.K == PipelineOp::Forward && !InFlight.insert({Op.Microbatch, C}).second)
         scheduleError(Pp, "forward run twice", Op.Microbatch, C);

@@ -98,7 +98,7 @@ public:
 
   int pipelineRank() const { return Rank; }
   int pipelineSize() const { return Size; }
-  int virtualStage(int Chunk) const { return Chunk * Size + Rank; }
+  int virtualStage(int Chunk) const { return virtualStageOf(Rank, Chunk); }
   bool isFirstVirtualStage(int Chunk) const { return virtualStage(Chunk) == 0; }
   bool isLastVirtualStage(int Chunk) const { return virtualStage(Chunk) == Size * Vpp - 1; }
 
@@ -111,14 +111,18 @@ private:
   enum Direction { Fwd = 0, Bwd = 1 };
   /// A message: (micro batch, chunk of the receiver, direction).
   using MessageKey = std::tuple<int64_t, int, int>;
-  struct PendingSend {
-    Tensor Data; // kept alive until the send completes
-    std::unique_ptr<Request> Req;
-  };
-  struct PostedReceive {
+  /// A posted send or receive and the tensor it reads or fills, kept alive
+  /// until it completes (the storage does not move with the Transfer).
+  struct Transfer {
     Tensor Data;
     std::unique_ptr<Request> Req;
   };
+  /// The ring as pipeline rank R walks it: chunk C there is virtual stage
+  /// C * PP + R; its output goes to chunk successorChunk(R, C) of rank R + 1,
+  /// its input gradient to chunk predecessorChunk(R, C) of rank R - 1.
+  int virtualStageOf(int R, int Chunk) const { return Chunk * Size + R; }
+  int successorChunk(int R, int Chunk) const { return Chunk + (R == Size - 1 ? 1 : 0); }
+  int predecessorChunk(int R, int Chunk) const { return Chunk - (R == 0 ? 1 : 0); }
   /// The messages Peer's ops send to this rank, in the order it sends them.
   std::deque<MessageKey> sendsToMe(int Peer, const std::vector<PipelineOp> &PeerOps) const;
 
@@ -129,13 +133,13 @@ private:
   Communicator &Pp;
   int Rank, Size, Vpp;
   PipelineStage &Stage;
-  std::vector<PendingSend> Pending;
+  std::vector<Transfer> Pending;
   /// PP = 1: the successor is this rank; tensors are handed over here.
   std::map<MessageKey, Tensor> Local;
   /// Per peer: the messages it will send here that have no receive posted
   /// yet, in its sending order; and the receives posted ahead of their op.
   std::map<int, std::deque<MessageKey>> Unposted;
-  std::map<MessageKey, PostedReceive> Posted;
+  std::map<MessageKey, Transfer> Posted;
   PipelineStepStats Stats;
 };
 
