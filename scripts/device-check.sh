@@ -4,53 +4,99 @@
 #
 #   scripts/device-check.sh            # results under $OUT (or ./device-out)
 #
-# 1. records the GPU and toolchain (nvidia-smi, nvcc, cmake, mpirun);
-# 2. configures build-gpu/ with -DMOEC_CUDA=ON (sm_90; set
-#    CMAKE_CUDA_ARCHITECTURES for other GPUs) and builds ONLY the GPU test
-#    programs and the benchmark, with every core;
-# 3. runs `ctest -L gpu` (kernels vs the CPU backend, the one-GPU training
-#    step vs the CPU model and its loss falling, NCCL with one rank,
-#    ring attention over 1/2/4 ranks sharing the GPU through host staging,
-#    CUDA-graph replay);
-# 4. runs the kernel benchmarks (bench/cuda) into $OUT/cuda-benchmarks.md.
-# Every step logs to $OUT and a failed step does not stop the later ones, so
-# one run brings back everything it could do; the exit status is that of the
-# first failed step. $OUT/summary.txt lists the steps and their results.
-# Step limits add up to about 11 minutes in the worst case; a normal run
-# (build about 3 minutes on 16 cores) takes about 6. Needs what the CPU build
-# needs (LLVM 14, ANTLR, fmt, GoogleTest, OpenMPI, OpenBLAS; scripts/setup.sh)
-# plus CUDA 13 with NCCL.
+# The device machine has CUDA but not the project's other build dependencies
+# (LLVM, ANTLR, fmt, GoogleTest, OpenMPI, OpenBLAS) and no network, so the
+# programs are built beforehand on the build machine and travel as one file:
+#
+#   scripts/device-bundle.sh           # here: writes device-bundle/bundle.tar.xz
+#   run(command="scripts/device-check.sh", carry=["device-bundle"])
+#
+# Without a bundle (a machine that has everything) it configures build-gpu/
+# with -DMOEC_CUDA=ON (sm_90; set CMAKE_CUDA_ARCHITECTURES for other GPUs) and
+# makes the bundle there first. Then:
+# 1. records the GPU and toolchain (nvidia-smi, nvcc);
+# 2. runs every GPU test (ctest label "gpu", listed in the bundle's tests.tsv)
+#    under the bundled mpiexec: kernels against the CPU backend, the caching
+#    allocator, the one-GPU training step against the CPU model and its loss
+#    falling, NCCL with one rank, ring attention over 1/2/4 ranks sharing the
+#    GPU through host staging, CUDA-graph replay;
+# 3. runs the kernel benchmarks into $OUT/cuda-benchmarks.md;
+# 4. runs the kernel test again under compute-sanitizer (memcheck, then
+#    racecheck) where the machine has it.
+# A failed step does not stop the later ones, so one run brings back
+# everything it could do; the exit status is that of the first failed step.
+# $OUT gets summary.txt, device-report.md (each step's tests passed, failed
+# or skipped), cuda-benchmarks.md and logs.tar.gz; on the build machine,
+# scripts/device-results.py $OUT puts the two tables into docs/benchmarks.md.
 set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 out="${OUT:-$root/device-out}"
-build="${MOEC_GPU_BUILD_DIR:-$root/build-gpu}"
-arch="${CMAKE_CUDA_ARCHITECTURES:-90}"
 mkdir -p "$out"
 cd "$root"
-export OUT="$out" MOEC_CUDA_BUILD_DIR="$build"
+export OUT="$out"
 status=0
 summary="$out/summary.txt"
 : >"$summary"
+
+# Step logs go to logs/ and travel back as one logs.tar.gz at the end (the
+# device tool returns at most 8 files).
+logs="$out/logs"
+mkdir -p "$logs"
+report="$out/device-report.md"
+printf '| step | result | s |\n| --- | --- | ---: |\n' >"$report"
 
 step() { # step NAME TIMEOUT_S COMMAND...
   local name="$1" limit="$2"
   shift 2
   local start=$SECONDS
-  timeout "$limit" "$@" >"$out/$name.log" 2>&1
+  timeout "$limit" "$@" >"$logs/$name.log" 2>&1
   local rc=$?
   echo "$name: exit $rc in $((SECONDS - start)) s" | tee -a "$summary"
+  # GoogleTest's own count where the step ran tests, else the exit status.
+  local result
+  result="$(sed 's/\x1b\[[0-9;]*m//g' "$logs/$name.log" |
+    grep -E '^\[  PASSED  \] [0-9]+ tests?|^\[  FAILED  \] [0-9]+ tests?|^\[  SKIPPED \] [0-9]+ tests?' |
+    sed -E 's/^\[ *([A-Z]+) *\] ([0-9]+) tests?.*/\2 \1/' | tr 'A-Z\n' 'a-z,' | sed 's/,$//; s/,/, /g')"
+  [ -z "$result" ] && result="exit $rc"
+  [ $rc -ne 0 ] && result="$result (exit $rc)"
+  echo "| $name | $result | $((SECONDS - start)) |" >>"$report"
   if [ $rc -ne 0 ] && [ $status -eq 0 ]; then status=$rc; fi
   return $rc
 }
 
-step env 60 bash -c 'nvidia-smi; nvcc --version; cmake --version; mpirun --version; nproc; free -g'
-step configure 120 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-  -DMOEC_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$arch"
-targets="moert-cuda-kernel-test moert-cuda-model-test moert-cuda-nccl-test moert-cuda-ring-test moert-cuda-graph-test moert-cuda-graph-policy-test moert-cuda-bench"
-step build 240 ninja -C "$build" -j"$(nproc)" $targets
-step ctest-gpu 200 ctest --test-dir "$build" -L gpu --output-on-failure
-step graph-policy 30 ctest --test-dir "$build" -R moert-cuda-graph-policy --output-on-failure
-step bench 120 "$root/bench/cuda/run.sh"
-cp "$build/Testing/Temporary/LastTest.log" "$out/ctest-LastTest.log" 2>/dev/null
+step env 60 bash -c 'nvidia-smi; nvcc --version; nproc; free -g; cat /etc/os-release'
+
+if [ ! -f device-bundle/bundle.tar.xz ]; then
+  build="${MOEC_GPU_BUILD_DIR:-$root/build-gpu}"
+  step configure 120 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+    -DMOEC_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="${CMAKE_CUDA_ARCHITECTURES:-90}"
+  step bundle 300 "$root/scripts/device-bundle.sh" "$build"
+fi
+unpacked="${TMPDIR:-/tmp}/moec-device-bundle"
+rm -rf "$unpacked" && mkdir -p "$unpacked"
+step unpack 60 tar -C "$unpacked" -xJf device-bundle/bundle.tar.xz
+# shellcheck source=/dev/null
+source "$unpacked/env.sh"
+echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH" >>"$logs/env.log"
+
+# One step per GPU test, as ctest would run it.
+# (The list comes in on fd 3: mpiexec forwards stdin to rank 0.)
+while IFS=$'\t' read -r -u 3 name limit env launcher program; do
+  # shellcheck disable=SC2086 # env, launcher and program are word lists
+  # On a GPU each test takes seconds: a hang must not eat the lease.
+  [ "$limit" -gt 60 ] && limit=60
+  step "${name#runtime.}" "$limit" env $env "$MOEC_DEVICE_MPIEXEC" $launcher $program
+done 3<"$unpacked/tests.tsv"
+
+step bench 120 moert-cuda-bench --out "$out/cuda-benchmarks.md"
+
+if command -v compute-sanitizer >/dev/null; then
+  for tool in memcheck racecheck; do
+    step "sanitizer-$tool" 90 env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
+      "$MOEC_DEVICE_MPIEXEC" --oversubscribe --mca btl self,vader -np 1 \
+      compute-sanitizer --tool "$tool" --error-exitcode 9 "$unpacked/bin/moert-cuda-kernel-test"
+  done
+fi
+tar -C "$out" -czf "$out/logs.tar.gz" logs && rm -rf "$logs"
 echo "results in $out; first failing status: $status" | tee -a "$summary"
 exit $status

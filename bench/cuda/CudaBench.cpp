@@ -85,6 +85,20 @@ std::vector<int64_t> unevenRows(int64_t Experts, int64_t Total, uint64_t Seed) {
   return Rows;
 }
 
+std::string groupedModeName(GroupedMode Mode) {
+  switch (Mode) {
+  case GroupedMode::Batched:
+    return "grouped GEMM (cublasGemmGroupedBatchedEx)";
+  case GroupedMode::Loop:
+    return "grouped GEMM (loop of cublasGemmEx)";
+  case GroupedMode::Streams:
+    return "grouped GEMM (cublasGemmEx over " + std::to_string(GroupedGemmStreams) + " streams)";
+  case GroupedMode::Auto:
+    return "grouped GEMM (Auto: loop or streams by expert size)";
+  }
+  return "grouped GEMM";
+}
+
 void benchGemm(std::vector<Row> &Rows, int64_t Experts, int64_t Tokens, int64_t K, int64_t N, int Runs) {
   BlasHandle H;
   std::vector<int64_t> Counts = unevenRows(Experts, Tokens, 7);
@@ -97,7 +111,7 @@ void benchGemm(std::vector<Row> &Rows, int64_t Experts, int64_t Tokens, int64_t 
   double Dense = timeMs(
       [&] { gemm(H, false, false, Tokens, N, K, 1.0f, X.data(), W.data(), 0.0f, Y.data(), OutType::BF16); }, Runs);
   Rows.push_back({"dense GEMM (cuBLAS, same M N K)", Shape.str(), Dense, Flops / Dense / 1e9, "reference"});
-  for (GroupedMode Mode : {GroupedMode::Batched, GroupedMode::Loop}) {
+  for (GroupedMode Mode : {GroupedMode::Batched, GroupedMode::Loop, GroupedMode::Streams, GroupedMode::Auto}) {
     double T = timeMs(
         [&] { groupedGemm(H, Mode, Counts, N, K, X.data(), W.data(), false, 0.0f, Y.data(), OutType::BF16); }, Runs);
     bool Batched = Mode == GroupedMode::Batched;
@@ -106,8 +120,7 @@ void benchGemm(std::vector<Row> &Rows, int64_t Experts, int64_t Tokens, int64_t 
     Note << std::fixed << T / Dense << "x dense time";
     if (Batched && H.batchedUnsupported())
       Note << "; cublasGemmGroupedBatchedEx unsupported, ran as loop";
-    Rows.push_back({Batched ? "grouped GEMM (cublasGemmGroupedBatchedEx)" : "grouped GEMM (loop of cublasGemmEx)",
-                    Shape.str(), T, Flops / T / 1e9, Note.str()});
+    Rows.push_back({groupedModeName(Mode), Shape.str(), T, Flops / T / 1e9, Note.str()});
   }
 }
 
@@ -165,6 +178,10 @@ int main(int Argc, char **Argv) {
     // (and a fine-grained one: 64 experts, FFN 2048).
     benchGemm(Rows, 8, Quick ? 8192 : 32768, 4096, 14336, Runs);
     benchGemm(Rows, 64, Quick ? 8192 : 32768, 4096, 2048, Runs);
+    // Qwen3-30B-A3B's experts at EP16 (8 local, hidden 2048, expert FFN 768):
+    // gate and up as one [2048, 1536] GEMM, then down with K = 768.
+    benchGemm(Rows, 8, Quick ? 4096 : 16384, 2048, 1536, Runs);
+    benchGemm(Rows, 8, Quick ? 4096 : 16384, 768, 2048, Runs);
     benchAttention(Rows, Quick ? 2048 : 8192, 32, 8, 128, Runs);
     benchAttention(Rows, Quick ? 2048 : 4096, 16, 16, 64, Runs);
   } catch (const std::exception &E) {

@@ -29,16 +29,4 @@ if [ -n "${OUT:-}" ]; then
   echo "wrote $OUT/cuda-benchmarks.md"
   exit 0
 fi
-python3 - "$root/docs/benchmarks.md" "$table" <<'PY'
-import sys
-doc, table = sys.argv[1], open(sys.argv[2]).read()
-begin, end = "<!-- cuda-bench:begin -->", "<!-- cuda-bench:end -->"
-text = open(doc).read()
-block = f"{begin}\n## CUDA kernels\n\n{table.rstrip()}\n{end}"
-if begin in text and end in text:
-    text = text[:text.index(begin)] + block + text[text.index(end) + len(end):]
-else:
-    text = text.rstrip() + "\n\n" + block + "\n"
-open(doc, "w").write(text)
-print(f"updated {doc}")
-PY
+"$root/scripts/device-results.py" --bench "$table"

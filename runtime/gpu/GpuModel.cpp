@@ -26,6 +26,13 @@ namespace moert::cuda {
 
 namespace {
 
+/// The expert GEMMs' mode: per-expert cuBLAS GEMMs, over side streams where
+/// the experts are small (Gemm.h). Measured on an H200 (docs/benchmarks.md,
+/// "CUDA kernels"), one cublasGemmGroupedBatchedEx took 2.3-3.0x the time of
+/// a dense GEMM of the same size, and refused this model's bf16-in,
+/// fp32-accumulated weight gradients.
+constexpr GroupedMode ExpertGemms = GroupedMode::Auto;
+
 using Buf = DeviceBuffer<bf16>;
 using FBuf = DeviceBuffer<float>;
 
@@ -163,13 +170,13 @@ struct GpuModel::Impl {
     St.EU.resize(static_cast<size_t>(NK * F));
     St.EAct.resize(static_cast<size_t>(NK * F));
     St.EOut.resize(static_cast<size_t>(NK * H));
-    groupedGemm(Blas, GroupedMode::Batched, St.Rows, F, H, St.ExpertIn.data(), w(expert(L, "gate")), false, 0.0f,
-                St.EG.data(), OutType::BF16);
-    groupedGemm(Blas, GroupedMode::Batched, St.Rows, F, H, St.ExpertIn.data(), w(expert(L, "up")), false, 0.0f,
-                St.EU.data(), OutType::BF16);
+    groupedGemm(Blas, ExpertGemms, St.Rows, F, H, St.ExpertIn.data(), w(expert(L, "gate")), false, 0.0f, St.EG.data(),
+                OutType::BF16);
+    groupedGemm(Blas, ExpertGemms, St.Rows, F, H, St.ExpertIn.data(), w(expert(L, "up")), false, 0.0f, St.EU.data(),
+                OutType::BF16);
     swiGluForward(NK * F, St.EG.data(), St.EU.data(), St.EAct.data(), S);
-    groupedGemm(Blas, GroupedMode::Batched, St.Rows, H, F, St.EAct.data(), w(expert(L, "down")), false, 0.0f,
-                St.EOut.data(), OutType::BF16);
+    groupedGemm(Blas, ExpertGemms, St.Rows, H, F, St.EAct.data(), w(expert(L, "down")), false, 0.0f, St.EOut.data(),
+                OutType::BF16);
     Y.resize(static_cast<size_t>(N * H));
     unpermuteTokens(N, K, H, St.EOut.data(), St.RowOfCopy.data(), St.TopW.data(), Y.data(), S);
     return Aux * C.AuxLossCoeff * double(E);
@@ -236,20 +243,17 @@ struct GpuModel::Impl {
     FBuf DTopW(static_cast<size_t>(NK)), DInF(static_cast<size_t>(NK * H));
     unpermuteTokensBackward(N, K, H, DY.data(), St.EOut.data(), St.RowOfCopy.data(), St.TopW.data(), DRows.data(),
                             DTopW.data(), S);
-    groupedGemm(Blas, GroupedMode::Batched, St.Rows, F, H, DRows.data(), w(expert(L, "down")), true, 0.0f, DEAct.data(),
+    groupedGemm(Blas, ExpertGemms, St.Rows, F, H, DRows.data(), w(expert(L, "down")), true, 0.0f, DEAct.data(),
                 OutType::BF16);
-    groupedWeightGradGemm(Blas, GroupedMode::Batched, St.Rows, F, H, St.EAct.data(), DRows.data(), 1.0f,
-                          g(expert(L, "down")));
+    groupedWeightGradGemm(Blas, ExpertGemms, St.Rows, F, H, St.EAct.data(), DRows.data(), 1.0f, g(expert(L, "down")));
     swiGluBackward(NK * F, St.EG.data(), St.EU.data(), DEAct.data(), DEG.data(), DEU.data(), S);
     MOERT_CUDA_CHECK(cudaMemsetAsync(DInF.data(), 0, DInF.bytes(), S));
-    groupedGemm(Blas, GroupedMode::Batched, St.Rows, H, F, DEG.data(), w(expert(L, "gate")), true, 1.0f, DInF.data(),
+    groupedGemm(Blas, ExpertGemms, St.Rows, H, F, DEG.data(), w(expert(L, "gate")), true, 1.0f, DInF.data(),
                 OutType::F32);
-    groupedGemm(Blas, GroupedMode::Batched, St.Rows, H, F, DEU.data(), w(expert(L, "up")), true, 1.0f, DInF.data(),
+    groupedGemm(Blas, ExpertGemms, St.Rows, H, F, DEU.data(), w(expert(L, "up")), true, 1.0f, DInF.data(),
                 OutType::F32);
-    groupedWeightGradGemm(Blas, GroupedMode::Batched, St.Rows, H, F, St.ExpertIn.data(), DEG.data(), 1.0f,
-                          g(expert(L, "gate")));
-    groupedWeightGradGemm(Blas, GroupedMode::Batched, St.Rows, H, F, St.ExpertIn.data(), DEU.data(), 1.0f,
-                          g(expert(L, "up")));
+    groupedWeightGradGemm(Blas, ExpertGemms, St.Rows, H, F, St.ExpertIn.data(), DEG.data(), 1.0f, g(expert(L, "gate")));
+    groupedWeightGradGemm(Blas, ExpertGemms, St.Rows, H, F, St.ExpertIn.data(), DEU.data(), 1.0f, g(expert(L, "up")));
     Buf DIn = toBf(DInF), DXb(static_cast<size_t>(N * H));
     permuteTokensBackward(N, K, H, DIn.data(), St.RowOfCopy.data(), DXb.data(), S);
     DXn2.resize(static_cast<size_t>(N * H));

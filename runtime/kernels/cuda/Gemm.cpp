@@ -1,6 +1,7 @@
 //===- kernels/cuda/Gemm.cpp ----------------------------------------------===//
 #include "kernels/cuda/Gemm.h"
 
+#include <algorithm>
 #include <climits>
 #include <cstdio>
 #include <sstream>
@@ -36,8 +37,39 @@ BlasHandle::BlasHandle(cudaStream_t S) : Stream(S) {
 }
 
 BlasHandle::~BlasHandle() {
+  for (Side &S : Sides) {
+    cublasDestroy(S.Handle);
+    cudaEventDestroy(S.Done);
+    cudaStreamDestroy(S.Stream);
+  }
+  if (Fork)
+    cudaEventDestroy(Fork);
   if (Handle)
     cublasDestroy(Handle);
+}
+
+int BlasHandle::multiprocessors() {
+  if (Multiprocessors == 0) {
+    int Device = 0;
+    MOERT_CUDA_CHECK(cudaGetDevice(&Device));
+    MOERT_CUDA_CHECK(cudaDeviceGetAttribute(&Multiprocessors, cudaDevAttrMultiProcessorCount, Device));
+  }
+  return Multiprocessors;
+}
+
+std::vector<BlasHandle::Side> &BlasHandle::sides() {
+  if (!Sides.empty())
+    return Sides;
+  MOERT_CUDA_CHECK(cudaEventCreateWithFlags(&Fork, cudaEventDisableTiming));
+  for (int I = 0; I < GroupedGemmStreams; ++I) {
+    Side S;
+    MOERT_CUDA_CHECK(cudaStreamCreateWithFlags(&S.Stream, cudaStreamNonBlocking));
+    MOERT_CUDA_CHECK(cudaEventCreateWithFlags(&S.Done, cudaEventDisableTiming));
+    MOERT_CUBLAS_CHECK(cublasCreate(&S.Handle));
+    MOERT_CUBLAS_CHECK(cublasSetStream(S.Handle, S.Stream));
+    Sides.push_back(S);
+  }
+  return Sides;
 }
 
 void BlasHandle::setStream(cudaStream_t NewStream) {
@@ -88,6 +120,8 @@ struct GroupedCall {
     size_t G = M.size();
     if (G == 0)
       return;
+    if (Mode == GroupedMode::Auto)
+      Mode = meanTiles() < double(H.multiprocessors()) ? GroupedMode::Streams : GroupedMode::Loop;
     if (Mode == GroupedMode::Batched && !H.BatchedFellBack) {
       // The pointer arrays live in device memory (cuBLAS reads them there).
       H.PointerScratch.resize(std::max(H.PointerScratch.size(), 3 * G));
@@ -123,10 +157,39 @@ struct GroupedCall {
                    "cublasGemmEx\n",
                    cublasGetStatusName(S));
     }
+    if (Mode == GroupedMode::Streams && G > 1) {
+      // Fork: every side stream starts after the work queued on the
+      // handle's stream; join: that stream's later work waits for them all.
+      std::vector<BlasHandle::Side> &Sides = H.sides();
+      size_t Used = std::min(G, Sides.size());
+      MOERT_CUDA_CHECK(cudaEventRecord(H.Fork, H.stream()));
+      for (size_t S = 0; S < Used; ++S)
+        MOERT_CUDA_CHECK(cudaStreamWaitEvent(Sides[S].Stream, H.Fork, 0));
+      for (size_t I = 0; I < G; ++I)
+        runOne(Sides[I % Used].Handle, I, CType);
+      for (size_t S = 0; S < Used; ++S) {
+        MOERT_CUDA_CHECK(cudaEventRecord(Sides[S].Done, Sides[S].Stream));
+        MOERT_CUDA_CHECK(cudaStreamWaitEvent(H.stream(), Sides[S].Done, 0));
+      }
+      return;
+    }
     for (size_t I = 0; I < G; ++I)
-      MOERT_CUBLAS_CHECK(cublasGemmEx(H.get(), OpA[I], OpB[I], M[I], N[I], K[I], &Alpha[I], A[I], CUDA_R_16BF, LdA[I],
-                                      B[I], CUDA_R_16BF, LdB[I], &Beta[I], C[I], cudaType(CType), LdC[I],
-                                      CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+      runOne(H.get(), I, CType);
+  }
+
+  /// Output tiles of 128 x 256 in the mean problem (a typical Hopper cuBLAS
+  /// tile): below the multiprocessor count, one GEMM leaves SMs idle.
+  double meanTiles() const {
+    double Tiles = 0;
+    for (size_t I = 0; I < M.size(); ++I)
+      Tiles += double((M[I] + 255) / 256) * double((N[I] + 127) / 128);
+    return Tiles / double(M.size());
+  }
+
+  void runOne(cublasHandle_t Handle, size_t I, OutType CType) {
+    MOERT_CUBLAS_CHECK(cublasGemmEx(Handle, OpA[I], OpB[I], M[I], N[I], K[I], &Alpha[I], A[I], CUDA_R_16BF, LdA[I],
+                                    B[I], CUDA_R_16BF, LdB[I], &Beta[I], C[I], cudaType(CType), LdC[I],
+                                    CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
   }
 };
 

@@ -112,7 +112,9 @@ TEST_P(CudaGroupedGemm, ExpertForwardDataAndWeightGradientsMatchHostLoops) {
     ASSERT_EQ(DWGot[In * Out + I], DW0[In * Out + I]);
 }
 
-INSTANTIATE_TEST_SUITE_P(Modes, CudaGroupedGemm, ::testing::Values(GroupedMode::Loop, GroupedMode::Batched));
+INSTANTIATE_TEST_SUITE_P(Modes, CudaGroupedGemm,
+                         ::testing::Values(GroupedMode::Loop, GroupedMode::Streams, GroupedMode::Batched,
+                                           GroupedMode::Auto));
 
 //===--------------------------------------------------------------------===//
 // Attention

@@ -216,11 +216,35 @@ const char *CUDARTAPI cudaGetErrorName(cudaError_t) { return "emulated"; }
 const char *CUDARTAPI cudaGetErrorString(cudaError_t) { return "emulated"; }
 cudaError_t CUDARTAPI cudaDeviceSynchronize(void) { return cudaSuccess; }
 cudaError_t CUDARTAPI cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+// Work runs when it is launched, so every stream is already in order: streams
+// and events are distinct tokens and waiting on one is a no-op.
+cudaError_t CUDARTAPI cudaStreamCreateWithFlags(cudaStream_t *Stream, unsigned int) {
+  *Stream = reinterpret_cast<cudaStream_t>(new char);
+  return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaStreamDestroy(cudaStream_t Stream) {
+  delete reinterpret_cast<char *>(Stream);
+  return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaEventCreateWithFlags(cudaEvent_t *Event, unsigned int) {
+  *Event = reinterpret_cast<cudaEvent_t>(new char);
+  return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaEventDestroy(cudaEvent_t Event) {
+  delete reinterpret_cast<char *>(Event);
+  return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaEventRecord(cudaEvent_t, cudaStream_t) { return cudaSuccess; }
+cudaError_t CUDARTAPI cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned int) { return cudaSuccess; }
 cudaError_t CUDARTAPI cudaGetDeviceCount(int *Count) {
   *Count = 1;
   return cudaSuccess;
 }
 cudaError_t CUDARTAPI cudaSetDevice(int) { return cudaSuccess; }
+cudaError_t CUDARTAPI cudaDeviceGetAttribute(int *Value, enum cudaDeviceAttr Attr, int) {
+  *Value = Attr == cudaDevAttrMultiProcessorCount ? 132 : 0; // an H100's or H200's
+  return cudaSuccess;
+}
 cudaError_t CUDARTAPI cudaGetDeviceProperties(struct cudaDeviceProp *Prop, int) {
   std::memset(Prop, 0, sizeof(*Prop));
   std::strcpy(Prop->name, "CPU emulation of the CUDA kernels");
