@@ -48,6 +48,34 @@ if(MOEC_CUDA)
   add_library(MoecNccl INTERFACE)
   target_include_directories(MoecNccl SYSTEM INTERFACE ${MOEC_NCCL_INCLUDE_DIR})
   target_link_libraries(MoecNccl INTERFACE ${MOEC_NCCL_LIBRARY})
+  # cuDNN (from the toolkit) and its header-only C++ frontend (fetched by
+  # scripts/setup.sh from PyPI's nvidia-cudnn-frontend) give the fused
+  # attention; without either the backend keeps its CUDA-core attention only.
+  find_path(MOEC_CUDNN_INCLUDE_DIR cudnn.h HINTS ${CUDAToolkit_INCLUDE_DIRS})
+  find_library(MOEC_CUDNN_LIBRARY cudnn HINTS ${CUDAToolkit_LIBRARY_DIR}
+               PATH_SUFFIXES lib64 lib)
+  file(GLOB MOEC_CUDNN_FRONTEND_HINTS
+       "$ENV{HOME}/.cache/moec/cudnn-frontend-*/include"
+       "$ENV{XDG_CACHE_HOME}/moec/cudnn-frontend-*/include")
+  find_path(MOEC_CUDNN_FRONTEND_INCLUDE_DIR cudnn_frontend.h
+            HINTS ${MOEC_CUDNN_FRONTEND_HINTS} ENV CUDNN_FRONTEND_HOME
+            PATH_SUFFIXES include)
+  if(MOEC_CUDNN_INCLUDE_DIR AND MOEC_CUDNN_LIBRARY AND MOEC_CUDNN_FRONTEND_INCLUDE_DIR)
+    set(MOEC_CUDNN ON)
+    add_library(MoecCudnn INTERFACE)
+    target_include_directories(MoecCudnn SYSTEM INTERFACE ${MOEC_CUDNN_INCLUDE_DIR}
+                               ${MOEC_CUDNN_FRONTEND_INCLUDE_DIR})
+    # The frontend compiles some of its engines at run time (NVRTC).
+    target_link_libraries(MoecCudnn INTERFACE ${MOEC_CUDNN_LIBRARY} CUDA::nvrtc)
+    target_compile_definitions(MoecCudnn INTERFACE MOERT_HAS_CUDNN=1)
+    message(STATUS "MOEC_CUDA: cuDNN fused attention ON (${MOEC_CUDNN_LIBRARY}, "
+            "frontend ${MOEC_CUDNN_FRONTEND_INCLUDE_DIR})")
+  else()
+    set(MOEC_CUDNN OFF)
+    message(STATUS "MOEC_CUDA: cuDNN fused attention OFF (cudnn.h: '${MOEC_CUDNN_INCLUDE_DIR}', "
+            "libcudnn: '${MOEC_CUDNN_LIBRARY}', cudnn_frontend.h: "
+            "'${MOEC_CUDNN_FRONTEND_INCLUDE_DIR}'; scripts/setup.sh fetches the frontend)")
+  endif()
   message(STATUS "MOEC_CUDA: CUDA backend ON (nvcc ${CMAKE_CUDA_COMPILER_VERSION}, "
           "architectures ${CMAKE_CUDA_ARCHITECTURES}, NCCL ${MOEC_NCCL_LIBRARY})")
 else()

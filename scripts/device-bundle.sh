@@ -94,7 +94,7 @@ cat >"$bundle.tmp/env.sh" <<'SH'
 bundle="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 multiarch="$bundle/usr/lib/x86_64-linux-gnu"
 cuda_libs=""
-for lib in libcublas.so.13 libnccl.so.2 libcudnn.so.9; do
+for lib in libcublas.so.13 libnccl.so.2 libcudnn.so.9 libnvrtc.so.13; do
   found="$(find /usr/local/cuda*/ /usr/lib/x86_64-linux-gnu /opt -name "$lib" 2>/dev/null | head -1)"
   [ -n "$found" ] && cuda_libs="$cuda_libs:$(dirname "$found")"
 done

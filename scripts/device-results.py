@@ -44,7 +44,8 @@ def main():
         today = datetime.date.today().isoformat()
         body = (f"## GPU tests on a device\n\n`scripts/device-check.sh` on {device}, {today}: each GPU "
                 "test program as ctest runs it (label `gpu`), then the kernel benchmark and the kernel "
-                "test under compute-sanitizer. *result* is GoogleTest's count, or the exit status.\n\n"
+                "test under compute-sanitizer (our kernels; cuDNN's are left out). *result* is GoogleTest's "
+                "count, or the exit status.\n\n"
                 + report.read_text())
         text = replace_block(text, "device-check", body)
     DOC.write_text(text)

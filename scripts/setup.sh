@@ -31,3 +31,27 @@ if ((${#missing[@]})); then
   $SUDO apt-get update -qq
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
+
+# cuDNN's C++ frontend (header-only; PyPI's nvidia-cudnn-frontend wheel carries
+# the headers), for the CUDA backend's fused attention. Fetched only where the
+# CUDA toolkit has cuDNN; without it the CUDA backend builds without cuDNN
+# attention (cmake/MoecCuda.cmake says which).
+cudnn_frontend_version=1.32.0
+cudnn_frontend="${XDG_CACHE_HOME:-$HOME/.cache}/moec/cudnn-frontend-$cudnn_frontend_version"
+if command -v nvcc >/dev/null && [ -f "$(dirname "$(command -v nvcc)")/../include/cudnn.h" ] &&
+  [ ! -f "$cudnn_frontend/include/cudnn_frontend.h" ]; then
+  wheels="$(mktemp -d)"
+  if python3 -m pip download -q --no-deps --only-binary=:all: -d "$wheels" \
+    "nvidia-cudnn-frontend==$cudnn_frontend_version" 2>/dev/null; then
+    mkdir -p "$cudnn_frontend.tmp"
+    python3 -c 'import sys, zipfile
+z = zipfile.ZipFile(sys.argv[1])
+z.extractall(sys.argv[2], [n for n in z.namelist() if n.startswith("include/")])' \
+      "$(ls "$wheels"/*.whl | head -1)" "$cudnn_frontend.tmp"
+    rm -rf "$cudnn_frontend" && mv "$cudnn_frontend.tmp" "$cudnn_frontend"
+  else
+    echo "setup: could not fetch nvidia-cudnn-frontend $cudnn_frontend_version from PyPI;" \
+      "the CUDA backend builds without cuDNN attention" >&2
+  fi
+  rm -rf "$wheels"
+fi

@@ -12,6 +12,9 @@
 //
 //===----------------------------------------------------------------------===//
 #include "kernels/cuda/Attention.h"
+#if MOERT_HAS_CUDNN
+#include "kernels/cuda/CudnnAttention.h"
+#endif
 #include "kernels/cuda/Gemm.h"
 
 #include <algorithm>
@@ -85,6 +88,13 @@ std::vector<int64_t> unevenRows(int64_t Experts, int64_t Total, uint64_t Seed) {
   return Rows;
 }
 
+std::string fixed(double V, int Digits) {
+  std::ostringstream OS;
+  OS.precision(Digits);
+  OS << std::fixed << V;
+  return OS.str();
+}
+
 std::string groupedModeName(GroupedMode Mode) {
   switch (Mode) {
   case GroupedMode::Batched:
@@ -148,6 +158,22 @@ void benchAttention(std::vector<Row> &Rows, int64_t Seq, int64_t QHeads, int64_t
       },
       Runs);
   Rows.push_back({"causal attention backward", Shape.str(), B, 2.5 * Flops / B / 1e9, "FLOPs counted as 2.5x forward"});
+#if MOERT_HAS_CUDNN
+  CudnnAttention Fused;
+  DeviceBuffer<bf16> OutBf(QN), DQb(QN), DKb(KN), DVb(KN);
+  std::string Version = "cuDNN " + std::to_string(CudnnAttention::version());
+  double FF = timeMs([&] { Fused.forward(S, Q.data(), K.data(), V.data(), OutBf.data(), Lse.data(), nullptr); }, Runs);
+  Rows.push_back({"causal attention forward (cuDNN SDPA)", Shape.str(), FF, Flops / FF / 1e9,
+                  Version + ", " + fixed(F / FF, 1) + "x the CUDA-core kernel"});
+  double FB = timeMs(
+      [&] {
+        Fused.backward(S, Q.data(), K.data(), V.data(), OutBf.data(), DOut.data(), Lse.data(), DQb.data(), DKb.data(),
+                       DVb.data(), nullptr);
+      },
+      Runs);
+  Rows.push_back({"causal attention backward (cuDNN SDPA)", Shape.str(), FB, 2.5 * Flops / FB / 1e9,
+                  Version + ", " + fixed(B / FB, 1) + "x the CUDA-core kernel"});
+#endif
 }
 
 } // namespace

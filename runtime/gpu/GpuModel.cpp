@@ -12,6 +12,9 @@
 #include "kernels/cuda/AdamW.h"
 #include "kernels/cuda/Attention.h"
 #include "kernels/cuda/CrossEntropy.h"
+#if MOERT_HAS_CUDNN
+#include "kernels/cuda/CudnnAttention.h"
+#endif
 #include "kernels/cuda/Elementwise.h"
 #include "kernels/cuda/Gemm.h"
 #include "kernels/cuda/Moe.h"
@@ -88,6 +91,12 @@ struct GpuModel::Impl {
   FBuf Master, Grad, M, V;
   Buf Value;
   BlasHandle Blas;
+#if MOERT_HAS_CUDNN
+  // Attention on the tensor cores where cuDNN was built in (its fused SDPA
+  // writes bf16 Out and gradients); the CUDA-core kernels otherwise, as in the
+  // emulation.
+  CudnnAttention Fused;
+#endif
   int64_t Steps = 0;
   cudaStream_t S = nullptr; // the legacy stream: host copies order after it
   // Per micro batch.
@@ -196,11 +205,16 @@ struct GpuModel::Impl {
     linear(St.Xn1.data(), N, H, KW, Pre + "attn.v", St.V);
     applyRope(N, C.Heads, C.HeadDim, St.Q.data(), RowPositions.data(), C.RopeTheta, false, S);
     applyRope(N, C.KvHeads, C.HeadDim, St.K.data(), RowPositions.data(), C.RopeTheta, false, S);
-    St.AttnOut.resize(static_cast<size_t>(N * QW));
     St.Lse.resize(static_cast<size_t>(Seqs * C.Heads * SeqLen));
+#if MOERT_HAS_CUDNN
+    St.AttnBf.resize(static_cast<size_t>(N * QW));
+    Fused.forward(attnShape(), St.Q.data(), St.K.data(), St.V.data(), St.AttnBf.data(), St.Lse.data(), S);
+#else
+    St.AttnOut.resize(static_cast<size_t>(N * QW));
     causalAttentionForward(attnShape(), St.Q.data(), St.K.data(), St.V.data(), SeqPositions.data(), St.AttnOut.data(),
                            St.Lse.data(), S);
     St.AttnBf = toBf(St.AttnOut);
+#endif
     Buf Y;
     linear(St.AttnBf.data(), N, QW, H, Pre + "attn.o", Y);
     St.H = copyOf(St.X);
@@ -302,11 +316,17 @@ struct GpuModel::Impl {
     Buf DAttn(static_cast<size_t>(N * QW));
     gemm(Blas, false, true, N, QW, H, 1.0f, DH.data(), w(Pre + "attn.o"), 0.0f, DAttn.data(), OutType::BF16);
     gemm(Blas, true, false, QW, H, N, 1.0f, St.AttnBf.data(), DH.data(), 1.0f, g(Pre + "attn.o"), OutType::F32);
+#if MOERT_HAS_CUDNN
+    Buf DQb(static_cast<size_t>(N * QW)), DKb(static_cast<size_t>(N * KW)), DVb(static_cast<size_t>(N * KW));
+    Fused.backward(attnShape(), St.Q.data(), St.K.data(), St.V.data(), St.AttnBf.data(), DAttn.data(), St.Lse.data(),
+                   DQb.data(), DKb.data(), DVb.data(), S);
+#else
     FBuf Delta(St.Lse.size()), DQ(static_cast<size_t>(N * QW)), DK(static_cast<size_t>(N * KW)),
         DV(static_cast<size_t>(N * KW));
     causalAttentionBackward(attnShape(), St.Q.data(), St.K.data(), St.V.data(), SeqPositions.data(), St.AttnOut.data(),
                             St.Lse.data(), DAttn.data(), Delta.data(), DQ.data(), DK.data(), DV.data(), S);
     Buf DQb = toBf(DQ), DKb = toBf(DK), DVb = toBf(DV);
+#endif
     applyRope(N, C.Heads, C.HeadDim, DQb.data(), RowPositions.data(), C.RopeTheta, true, S);
     applyRope(N, C.KvHeads, C.HeadDim, DKb.data(), RowPositions.data(), C.RopeTheta, true, S);
     FBuf DXn1f(static_cast<size_t>(N * H));

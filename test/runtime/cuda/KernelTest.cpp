@@ -11,6 +11,9 @@
 #include "kernels/cuda/AdamW.h"
 #include "kernels/cuda/Attention.h"
 #include "kernels/cuda/CrossEntropy.h"
+#if MOERT_HAS_CUDNN
+#include "kernels/cuda/CudnnAttention.h"
+#endif
 #include "kernels/cuda/Elementwise.h"
 #include "kernels/cuda/Gemm.h"
 #include "kernels/cuda/Moe.h"
@@ -164,6 +167,50 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CudaAttention,
                                            AttnCase{1, 70, 2, 2, 32},
                                            AttnCase{1, 129, 4, 1, 128}, // one KV head for four
                                            AttnCase{1, 1, 1, 1, 64}));
+
+#if MOERT_HAS_CUDNN
+// cuDNN's fused attention against the same host reference. Out and the
+// gradients are bf16 there (one rounding of each, Bf16Tol), and the backward
+// reads the bf16 Out, so the gradients get twice that.
+class CudnnFusedAttention : public ::testing::TestWithParam<AttnCase> {};
+
+TEST_P(CudnnFusedAttention, CausalForwardAndBackwardMatchHostAttention) {
+  AttnCase C = GetParam();
+  AttentionDims D{C.Batch, C.SeqLen, C.QHeads, C.KvHeads, C.HeadDim};
+  int64_t QN = C.Batch * C.SeqLen * C.QHeads * C.HeadDim;
+  int64_t KN = C.Batch * C.SeqLen * C.KvHeads * C.HeadDim;
+  int64_t LN = C.Batch * C.QHeads * C.SeqLen;
+  auto Q = randomBf16(QN, 31), K = randomBf16(KN, 32), V = randomBf16(KN, 33);
+  auto DOut = randomBf16(QN, 34);
+  auto Self = createSelfCommunicator("cp");
+  std::vector<float> Out(QN), Lse(LN), DQ(QN), DK(KN), DV(KN);
+  contextParallelAttentionForward(*Self, D, Q.data(), K.data(), V.data(), Out.data(), Lse.data());
+  contextParallelAttentionBackward(*Self, D, Q.data(), K.data(), V.data(), Out.data(), Lse.data(), DOut.data(),
+                                   DQ.data(), DK.data(), DV.data());
+
+  DeviceAttentionShape S{
+      C.Batch, C.SeqLen, C.SeqLen, C.QHeads, C.KvHeads, C.HeadDim, float(1.0 / std::sqrt(double(C.HeadDim)))};
+  auto DQb = uploadBf16(Q), DKb = uploadBf16(K), DVb = uploadBf16(V), DDO = uploadBf16(DOut);
+  // Outputs start as NaN: an element cuDNN does not write fails the check.
+  auto GOut = uploadBf16(std::vector<float>(QN, NAN)), GDQ = uploadBf16(std::vector<float>(QN, NAN));
+  auto GDK = uploadBf16(std::vector<float>(KN, NAN)), GDV = uploadBf16(std::vector<float>(KN, NAN));
+  auto GLse = uploadVec(std::vector<float>(LN, NAN));
+  CudnnAttention Attn;
+  Attn.forward(S, DQb.data(), DKb.data(), DVb.data(), GOut.data(), GLse.data(), nullptr);
+  Attn.backward(S, DQb.data(), DKb.data(), DVb.data(), GOut.data(), DDO.data(), GLse.data(), GDQ.data(), GDK.data(),
+                GDV.data(), nullptr);
+  sync();
+  EXPECT_TRUE(near(downloadBf16(GOut), Out, Bf16Tol, "Out"));
+  EXPECT_TRUE(near(GLse.download(), Lse, AttnTol, "Lse"));
+  EXPECT_TRUE(near(downloadBf16(GDQ), DQ, 2 * Bf16Tol, "dQ"));
+  EXPECT_TRUE(near(downloadBf16(GDK), DK, 2 * Bf16Tol, "dK"));
+  EXPECT_TRUE(near(downloadBf16(GDV), DV, 2 * Bf16Tol, "dV"));
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, CudnnFusedAttention,
+                         ::testing::Values(AttnCase{2, 100, 4, 2, 64}, // partial tiles, GQA
+                                           AttnCase{1, 129, 4, 1, 128}, AttnCase{2, 512, 8, 2, 128}));
+#endif // MOERT_HAS_CUDNN
 
 /// Rows of [Batch, Seq, Width] at the given sequence positions.
 std::vector<float> gatherRows(const std::vector<float> &Full, int64_t Batch, int64_t Seq, int64_t Width,
