@@ -13,6 +13,8 @@
 #              or CUDA's (OpenBLAS, OpenMPI, libevent, hwloc, gfortran);
 #   usr/       OpenMPI's and PMIx's installed trees (mpiexec, orted, their
 #              plugins), relocated there through OPAL_PREFIX;
+#   step_h200.toml  the plan of bench/cuda/step_h200.moe, for the step
+#              benchmark;
 #   tests.tsv  the GPU tests as ctest lists them (label "gpu"): name, time
 #              limit, environment, mpiexec's options, program and arguments;
 #   env.sh     the environment that makes the tree usable where it lands.
@@ -39,14 +41,16 @@ names = set()
 for t in tests:
     names.update(os.path.basename(a) for a in t["command"] if a.startswith(sys.argv[2]))
 print(" ".join(sorted(names)))' "$tests_json" "$build")"
-cmake --build "$build" --target $programs moert-cuda-bench -- -j"$(nproc)"
+cmake --build "$build" --target $programs moert-cuda-bench moert-cuda-step-bench moec -- -j"$(nproc)"
 
 rm -rf "$bundle.tmp"
 mkdir -p "$bundle.tmp/bin" "$bundle.tmp/lib"
 for p in $programs; do
   cp "$(find "$build" -type f -name "$p" -perm -u+x | head -1)" "$bundle.tmp/bin/"
 done
-cp "$build/bench/cuda/moert-cuda-bench" "$bundle.tmp/bin/"
+cp "$build/bench/cuda/moert-cuda-bench" "$build/bench/cuda/moert-cuda-step-bench" "$bundle.tmp/bin/"
+# The step benchmark's plan, made here (moec does not travel).
+"$build/tools/moec/moec" plan --quiet "$root/bench/cuda/step_h200.moe" -o "$bundle.tmp/step_h200.toml" 2>/dev/null
 
 python3 - "$tests_json" "$build" "$bundle.tmp/tests.tsv" <<'PY'
 import json, os, sys

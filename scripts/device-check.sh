@@ -20,13 +20,15 @@
 #    allocator, the one-GPU training step against the CPU model and its loss
 #    falling, NCCL with one rank, ring attention over 1/2/4 ranks sharing the
 #    GPU through host staging, CUDA-graph replay;
-# 3. runs the kernel benchmarks into $OUT/cuda-benchmarks.md;
+# 3. runs the kernel benchmarks into $OUT/cuda-benchmarks.md, and one
+#    training step of bench/cuda/step_h200.moe's plan against the plan's
+#    prediction into $OUT/step-bench.md;
 # 4. runs the kernel test again under compute-sanitizer (memcheck, then
 #    racecheck) where the machine has it.
 # A failed step does not stop the later ones, so one run brings back
 # everything it could do; the exit status is that of the first failed step.
 # $OUT gets summary.txt, device-report.md (each step's tests passed, failed
-# or skipped), cuda-benchmarks.md and logs.tar.gz; on the build machine,
+# or skipped), cuda-benchmarks.md, step-bench.md and logs.tar.gz; on the build machine,
 # scripts/device-results.py $OUT puts the two tables into docs/benchmarks.md.
 set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -89,6 +91,7 @@ while IFS=$'\t' read -r -u 3 name limit env launcher program; do
 done 3<"$unpacked/tests.tsv"
 
 step bench 120 moert-cuda-bench --out "$out/cuda-benchmarks.md"
+step step-bench 150 moert-cuda-step-bench "$unpacked/step_h200.toml" --out "$out/step-bench.md"
 
 if command -v compute-sanitizer >/dev/null; then
   for tool in memcheck racecheck; do

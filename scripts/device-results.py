@@ -5,9 +5,10 @@
     scripts/device-results.py --bench TABLE  # bench/cuda/run.sh's table alone
 
 DIR's cuda-benchmarks.md replaces the "CUDA kernels" section (between the
-cuda-bench markers) and its device-report.md the "GPU tests on a device"
-section (between the device-check markers); a section is added at the end of
-the page the first time.
+cuda-bench markers), its step-bench.md the "One GPU training step" section
+(gpu-step markers) and its device-report.md the "GPU tests on a device"
+section (device-check markers); a section is added at the end of the page
+the first time.
 """
 import argparse
 import datetime
@@ -37,6 +38,9 @@ def main():
         sys.exit(f"device-results: no benchmark table ({bench})")
     text = DOC.read_text()
     text = replace_block(text, "cuda-bench", "## CUDA kernels\n\n" + bench.read_text())
+    step = args.dir / "step-bench.md" if args.dir else None
+    if step is not None and step.is_file():
+        text = replace_block(text, "gpu-step", "## One GPU training step\n\n" + step.read_text())
     if report is not None:
         if not report.is_file():
             sys.exit(f"device-results: no {report}")

@@ -32,7 +32,26 @@ namespace {
 
 [[noreturn]] void refuse(const std::string &Message) { throw std::runtime_error("trainer: " + Message); }
 
-ModelConfig modelConfig(const moec::LaunchPlan &Plan) {
+/// Hi/lo float pair of a double, so sums over ranks keep ~48 bits.
+void splitDouble(double X, float *Out) {
+  Out[0] = float(X);
+  Out[1] = float(X - double(Out[0]));
+}
+double joinDouble(const float *In) { return double(In[0]) + double(In[1]); }
+
+/// User + system CPU seconds of this process so far.
+double cpuSeconds() {
+  struct rusage U;
+  if (getrusage(RUSAGE_SELF, &U) != 0)
+    return 0;
+  return double(U.ru_utime.tv_sec + U.ru_stime.tv_sec) + 1e-6 * double(U.ru_utime.tv_usec + U.ru_stime.tv_usec);
+}
+
+double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+} // namespace
+
+ModelConfig moert::modelConfigOf(const moec::LaunchPlan &Plan) {
   const moec::LaunchModel &M = Plan.Model;
   if (!M.Unsupported.empty()) {
     std::string Names;
@@ -73,25 +92,6 @@ ModelConfig modelConfig(const moec::LaunchPlan &Plan) {
     refuse("dense layers need the model's ffn_hidden");
   return C;
 }
-
-/// Hi/lo float pair of a double, so sums over ranks keep ~48 bits.
-void splitDouble(double X, float *Out) {
-  Out[0] = float(X);
-  Out[1] = float(X - double(Out[0]));
-}
-double joinDouble(const float *In) { return double(In[0]) + double(In[1]); }
-
-/// User + system CPU seconds of this process so far.
-double cpuSeconds() {
-  struct rusage U;
-  if (getrusage(RUSAGE_SELF, &U) != 0)
-    return 0;
-  return double(U.ru_utime.tv_sec + U.ru_stime.tv_sec) + 1e-6 * double(U.ru_utime.tv_usec + U.ru_stime.tv_usec);
-}
-
-double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
-
-} // namespace
 
 struct Trainer::Impl final : public PipelineStage {
   const moec::LaunchPlan &Plan;
@@ -149,7 +149,7 @@ struct Trainer::Impl final : public PipelineStage {
         group("pp").rank() != PpRank)
       refuse("the process groups do not match the plan's layout");
 
-    Config = modelConfig(Plan);
+    Config = modelConfigOf(Plan);
     if (Plan.GlobalBatch <= 0 || Plan.MicroBatch <= 0 || Plan.SeqLen <= 0 || Plan.GlobalBatch % Plan.MicroBatch)
       refuse("global_batch must be a positive multiple of micro_batch");
     int64_t M = Plan.GlobalBatch / Plan.MicroBatch;

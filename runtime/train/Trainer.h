@@ -47,6 +47,10 @@
 
 namespace moert {
 
+/// The plan's model as the runtime builds it; std::runtime_error naming what
+/// the runtime does not implement (MTP layers, an unsupported attention).
+ModelConfig modelConfigOf(const moec::LaunchPlan &Plan);
+
 /// One communicator per group kind of the plan, split from World. Every rank
 /// calls it together (kinds in name order).
 std::map<std::string, std::unique_ptr<Communicator>> createPlanGroups(const moec::LaunchPlan &Plan, CommWorld &World);
