@@ -11,6 +11,7 @@
 // backward). Writes a Markdown table (GPU named) to --out, or stdout.
 //
 //===----------------------------------------------------------------------===//
+#include "BenchFormat.h"
 #include "kernels/cuda/Attention.h"
 #if MOERT_HAS_CUDNN
 #include "kernels/cuda/CudnnAttention.h"
@@ -30,6 +31,7 @@
 #include <vector>
 
 using namespace moert::cuda;
+using moert::bench::fixed;
 
 namespace {
 
@@ -88,13 +90,6 @@ std::vector<int64_t> unevenRows(int64_t Experts, int64_t Total, uint64_t Seed) {
   return Rows;
 }
 
-std::string fixed(double V, int Digits) {
-  std::ostringstream OS;
-  OS.precision(Digits);
-  OS << std::fixed << V;
-  return OS.str();
-}
-
 std::string groupedModeName(GroupedMode Mode) {
   switch (Mode) {
   case GroupedMode::Batched:
@@ -124,13 +119,10 @@ void benchGemm(std::vector<Row> &Rows, int64_t Experts, int64_t Tokens, int64_t 
   for (GroupedMode Mode : {GroupedMode::Batched, GroupedMode::Loop, GroupedMode::Streams, GroupedMode::Auto}) {
     double T = timeMs(
         [&] { groupedGemm(H, Mode, Counts, N, K, X.data(), W.data(), false, 0.0f, Y.data(), OutType::BF16); }, Runs);
-    bool Batched = Mode == GroupedMode::Batched;
-    std::ostringstream Note;
-    Note.precision(2);
-    Note << std::fixed << T / Dense << "x dense time";
-    if (Batched && H.batchedUnsupported())
-      Note << "; cublasGemmGroupedBatchedEx unsupported, ran as loop";
-    Rows.push_back({groupedModeName(Mode), Shape.str(), T, Flops / T / 1e9, Note.str()});
+    std::string Note = fixed(T / Dense, 2) + "x dense time";
+    if (Mode == GroupedMode::Batched && H.batchedUnsupported())
+      Note += "; cublasGemmGroupedBatchedEx unsupported, ran as loop";
+    Rows.push_back({groupedModeName(Mode), Shape.str(), T, Flops / T / 1e9, Note});
   }
 }
 

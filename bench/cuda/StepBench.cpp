@@ -12,6 +12,7 @@
 // and exits 0.
 //
 //===----------------------------------------------------------------------===//
+#include "BenchFormat.h"
 #include "comm/Communicator.h"
 #include "gpu/GpuModel.h"
 #include "kernels/cuda/CudaCheck.h"
@@ -34,6 +35,7 @@
 
 using namespace moert;
 using namespace moert::cuda;
+using moert::bench::fixed;
 
 namespace {
 
@@ -47,13 +49,6 @@ MicroBatch mockBatch(const moec::LaunchPlan &Plan, int64_t Vocab, uint64_t Seed)
   for (int64_t I = 0; I < MB.Sequences * MB.SeqLen; ++I)
     MB.Labels.push_back((I + 1) % MB.SeqLen ? MB.Tokens[size_t(I + 1)] : -1);
   return MB;
-}
-
-std::string fixed(double V, int Digits) {
-  std::ostringstream OS;
-  OS.precision(Digits);
-  OS << std::fixed << V;
-  return OS.str();
 }
 
 int run(const std::string &PlanPath, int Steps, const std::string &OutPath) {

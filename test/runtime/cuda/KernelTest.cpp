@@ -127,24 +127,32 @@ struct AttnCase {
   int64_t Batch, SeqLen, QHeads, KvHeads, HeadDim;
 };
 
+/// Random bf16 inputs of a case and the host's causal attention on them (the
+/// CPU backend's context-parallel attention on one rank), forward and back.
+struct HostAttention {
+  int64_t QN, KN, LN;
+  std::vector<float> Q, K, V, DOut, Out, Lse, DQ, DK, DV;
+  DeviceAttentionShape Shape;
+
+  HostAttention(const AttnCase &C, uint64_t Seed)
+      : QN(C.Batch * C.SeqLen * C.QHeads * C.HeadDim), KN(C.Batch * C.SeqLen * C.KvHeads * C.HeadDim),
+        LN(C.Batch * C.QHeads * C.SeqLen), Q(randomBf16(QN, Seed)), K(randomBf16(KN, Seed + 1)),
+        V(randomBf16(KN, Seed + 2)), DOut(randomBf16(QN, Seed + 3)), Out(QN), Lse(LN), DQ(QN), DK(KN), DV(KN),
+        Shape{C.Batch, C.SeqLen, C.SeqLen, C.QHeads, C.KvHeads, C.HeadDim, float(1.0 / std::sqrt(double(C.HeadDim)))} {
+    AttentionDims D{C.Batch, C.SeqLen, C.QHeads, C.KvHeads, C.HeadDim};
+    auto Self = createSelfCommunicator("cp");
+    contextParallelAttentionForward(*Self, D, Q.data(), K.data(), V.data(), Out.data(), Lse.data());
+    contextParallelAttentionBackward(*Self, D, Q.data(), K.data(), V.data(), Out.data(), Lse.data(), DOut.data(),
+                                     DQ.data(), DK.data(), DV.data());
+  }
+};
+
 class CudaAttention : public ::testing::TestWithParam<AttnCase> {};
 
 TEST_P(CudaAttention, CausalForwardAndBackwardMatchHostAttention) {
   AttnCase C = GetParam();
-  AttentionDims D{C.Batch, C.SeqLen, C.QHeads, C.KvHeads, C.HeadDim};
-  int64_t QN = C.Batch * C.SeqLen * C.QHeads * C.HeadDim;
-  int64_t KN = C.Batch * C.SeqLen * C.KvHeads * C.HeadDim;
-  int64_t LN = C.Batch * C.QHeads * C.SeqLen;
-  auto Q = randomBf16(QN, 21), K = randomBf16(KN, 22), V = randomBf16(KN, 23);
-  auto DOut = randomBf16(QN, 24);
-  auto Self = createSelfCommunicator("cp");
-  std::vector<float> Out(QN), Lse(LN), DQ(QN), DK(KN), DV(KN);
-  contextParallelAttentionForward(*Self, D, Q.data(), K.data(), V.data(), Out.data(), Lse.data());
-  contextParallelAttentionBackward(*Self, D, Q.data(), K.data(), V.data(), Out.data(), Lse.data(), DOut.data(),
-                                   DQ.data(), DK.data(), DV.data());
-
-  DeviceAttentionShape S{
-      C.Batch, C.SeqLen, C.SeqLen, C.QHeads, C.KvHeads, C.HeadDim, float(1.0 / std::sqrt(double(C.HeadDim)))};
+  HostAttention Ref(C, 21);
+  const auto &[QN, KN, LN, Q, K, V, DOut, Out, Lse, DQ, DK, DV, S] = Ref;
   std::vector<int32_t> Pos(C.SeqLen);
   std::iota(Pos.begin(), Pos.end(), 0);
   auto DQb = uploadBf16(Q), DKb = uploadBf16(K), DVb = uploadBf16(V);
@@ -175,21 +183,8 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CudaAttention,
 class CudnnFusedAttention : public ::testing::TestWithParam<AttnCase> {};
 
 TEST_P(CudnnFusedAttention, CausalForwardAndBackwardMatchHostAttention) {
-  AttnCase C = GetParam();
-  AttentionDims D{C.Batch, C.SeqLen, C.QHeads, C.KvHeads, C.HeadDim};
-  int64_t QN = C.Batch * C.SeqLen * C.QHeads * C.HeadDim;
-  int64_t KN = C.Batch * C.SeqLen * C.KvHeads * C.HeadDim;
-  int64_t LN = C.Batch * C.QHeads * C.SeqLen;
-  auto Q = randomBf16(QN, 31), K = randomBf16(KN, 32), V = randomBf16(KN, 33);
-  auto DOut = randomBf16(QN, 34);
-  auto Self = createSelfCommunicator("cp");
-  std::vector<float> Out(QN), Lse(LN), DQ(QN), DK(KN), DV(KN);
-  contextParallelAttentionForward(*Self, D, Q.data(), K.data(), V.data(), Out.data(), Lse.data());
-  contextParallelAttentionBackward(*Self, D, Q.data(), K.data(), V.data(), Out.data(), Lse.data(), DOut.data(),
-                                   DQ.data(), DK.data(), DV.data());
-
-  DeviceAttentionShape S{
-      C.Batch, C.SeqLen, C.SeqLen, C.QHeads, C.KvHeads, C.HeadDim, float(1.0 / std::sqrt(double(C.HeadDim)))};
+  HostAttention Ref(GetParam(), 31);
+  const auto &[QN, KN, LN, Q, K, V, DOut, Out, Lse, DQ, DK, DV, S] = Ref;
   auto DQb = uploadBf16(Q), DKb = uploadBf16(K), DVb = uploadBf16(V), DDO = uploadBf16(DOut);
   // Outputs start as NaN: an element cuDNN does not write fails the check.
   auto GOut = uploadBf16(std::vector<float>(QN, NAN)), GDQ = uploadBf16(std::vector<float>(QN, NAN));
