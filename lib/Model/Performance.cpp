@@ -366,6 +366,11 @@ private:
       return 1;
     return Backward || R.Prec == Precision::FP8Blockwise ? C.HopperFp8SplitAccumulationSlowdown : 1;
   }
+  /// Grouped expert GEMMs against a dense GEMM of the same precision: on
+  /// Hopper, Transformer Engine's per-expert GEMMs over streams.
+  double groupedGemmEfficiency() const {
+    return R.Gpu.Arch == GpuArch::Hopper ? C.HopperGroupedGemmEfficiency : C.GroupedGemmEfficiency;
+  }
   double attentionSecondsPerFlop(double FlopsPerScore) const;
   double coreSecondsPerFlop(const LayerShape &S) const;
   LayerTime layerTime(const LayerShape &S, const LayerFlops &F, const LayerMemory &E) const;
@@ -439,7 +444,7 @@ double StepModel::coreSecondsPerFlop(const LayerShape &S) const {
 
 LayerTime StepModel::layerTime(const LayerShape &S, const LayerFlops &F, const LayerMemory &E) const {
   double Rate = gemmRate(S), Bf16Rate = PeakBf16 * C.Bf16GemmEfficiency;
-  double ExpertRate = Rate * C.GroupedGemmEfficiency;
+  double ExpertRate = Rate * groupedGemmEfficiency();
   auto mem = [&](double Elements) { return Elements * ActBytes / Hbm; };
 
   double TeGemm = (F.AttnProj + F.MlaUp + F.DenseMlp + F.Shared + F.MtpProj) / Rate + F.Experts / ExpertRate;

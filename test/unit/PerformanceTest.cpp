@@ -518,6 +518,30 @@ TEST(PerfStepTime, SoftmaxExponentialsRunAtTheSfuRate) {
   EXPECT_LT(compute("h100_sxm", "deepseek_v3"), compute("h100_rates_unknown", "deepseek_v3"));
 }
 
+TEST(PerfStepTime, HopperExpertGemmsRunAsPerExpertGemms) {
+  // On Hopper, Transformer Engine's grouped expert GEMMs are per-expert cuBLAS
+  // GEMMs over streams (HopperGroupedGemmEfficiency, measured on an H200);
+  // elsewhere one grouped kernel (GroupedGemmEfficiency). The expert GEMMs'
+  // time goes as the inverse of the efficiency; nothing else moves.
+  std::string Base = std::string(Shape) + "  parallel { ep = 8 }\n  dispatcher = hybridep\n  precision = bf16\n";
+  auto compute = [&](const char *Gpu, double HopperEfficiency) {
+    Calibration C = Calibration::defaults();
+    C.HopperGroupedGemmEfficiency = HopperEfficiency;
+    Recipe R = one(recipe("qwen3_30b_a3b", Gpu, 8, Base));
+    return predictStepTime(R, handPlan(R), C).Compute;
+  };
+  const Calibration &Real = Calibration::defaults();
+  double Grouped = Real.GroupedGemmEfficiency;
+  double AsGrouped = compute("h100_sxm", Grouped);
+  double Measured = compute("h100_sxm", Real.HopperGroupedGemmEfficiency) - AsGrouped;
+  double Halved = compute("h100_sxm", Grouped / 2) - AsGrouped; // expert GEMMs twice as long
+  EXPECT_GT(Measured, 0);
+  EXPECT_NEAR(Measured / Halved, Grouped / Real.HopperGroupedGemmEfficiency - 1, 1e-9);
+  EXPECT_LT(Halved, AsGrouped); // the expert GEMMs are part of the compute
+  // Blackwell keeps the grouped kernel's efficiency.
+  EXPECT_EQ(compute("b200", Real.HopperGroupedGemmEfficiency), compute("b200", Grouped / 2));
+}
+
 TEST(PerfStepTime, HopperFp8GemmsPayForSplitAccumulation) {
   // Hopper's FP8 GEMMs under Transformer Engine's delayed and tensorwise
   // recipes promote partial sums in dgrad and wgrad, blockwise in all three;

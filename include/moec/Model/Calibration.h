@@ -48,6 +48,17 @@ struct Calibration {
   // Grouped expert GEMMs relative to a dense GEMM of the same precision:
   // A 4.5, DeepGEMM grouped 1346 vs dense 1520 TFLOP/s (0.89).
   double GroupedGemmEfficiency = 0.89;
+  // On Hopper, Transformer Engine runs a grouped expert GEMM as one cuBLAS
+  // GEMM per local expert spread over four streams
+  // (transformer_engine/pytorch/csrc/extensions/gemm.cpp, "only multi-stream
+  // cublas backend"; the CUTLASS grouped kernel is opt-in and BF16-only
+  // there, common/gemm/cublaslt_gemm.cu), not as one grouped kernel. That
+  // scheme, measured on an H200 (docs/benchmarks.md, "CUDA kernels": per-
+  // expert cublasGemmEx over four streams at Qwen3-30B-A3B's EP16 shapes, 8
+  // experts of 2048 -> 1536 and 768 -> 2048, BF16), took 1.12-1.38x the time
+  // of one dense GEMM of the same size over four runs: 0.80 of it. FP8 adds a
+  // quantization per expert (split_quantize), not priced here.
+  double HopperGroupedGemmEfficiency = 0.80;
   // Hopper's FP8 tensor cores accumulate with about 14 bits (DeepSeek-V3
   // technical report, 3.3.2), so Transformer Engine asks cuBLASLt for split
   // accumulation (CUBLASLT_MATMUL_DESC_FAST_ACCUM off: the partial sums are
