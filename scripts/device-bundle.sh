@@ -19,8 +19,8 @@
 #              limit, environment, mpiexec's options, program and arguments;
 #   env.sh     the environment that makes the tree usable where it lands.
 # The device machine takes CUDA's own libraries (cuBLAS, NCCL, cuDNN) from its
-# CUDA installation. The file is about 15 MB; carry it with the call:
-#   run(command="scripts/device-check.sh", carry=["device-bundle"])
+# CUDA installation. The file is about 12 MB; copy device-bundle/ into the
+# GPU machine's checkout and run scripts/device-check.sh there.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 build="$(cd "${1:-$root/build}" && pwd)"
@@ -34,20 +34,18 @@ fi
 # The GPU tests, from ctest itself, so the list and the ranks are the ones
 # test/runtime/cuda/CMakeLists.txt declares.
 tests_json="$(cd "$build" && ctest -N -L gpu --show-only=json-v1)"
-programs="$(python3 -c '
-import json, os, sys
+paths="$(python3 -c '
+import json, sys
 tests = json.loads(sys.argv[1])["tests"]
-names = set()
-for t in tests:
-    names.update(os.path.basename(a) for a in t["command"] if a.startswith(sys.argv[2]))
-print(" ".join(sorted(names)))' "$tests_json" "$build")"
-cmake --build "$build" --target $programs moert-cuda-bench moert-cuda-step-bench moec -- -j"$(nproc)"
+print(" ".join(sorted({a for t in tests for a in t["command"] if a.startswith(sys.argv[2])})))' \
+  "$tests_json" "$build")"
+cmake --build "$build" --target $(for p in $paths; do basename "$p"; done) moert-cuda-bench \
+  moert-cuda-step-bench moec -- -j"$(nproc)"
 
 rm -rf "$bundle.tmp"
 mkdir -p "$bundle.tmp/bin" "$bundle.tmp/lib"
-for p in $programs; do
-  cp "$(find "$build" -type f -name "$p" -perm -u+x | head -1)" "$bundle.tmp/bin/"
-done
+# shellcheck disable=SC2086 # a list of paths without spaces (the build tree's)
+cp $paths "$bundle.tmp/bin/"
 cp "$build/bench/cuda/moert-cuda-bench" "$build/bench/cuda/moert-cuda-step-bench" "$bundle.tmp/bin/"
 # The step benchmark's plan, made here (moec does not travel).
 "$build/tools/moec/moec" plan --quiet "$root/bench/cuda/step_h200.moe" -o "$bundle.tmp/step_h200.toml" 2>/dev/null

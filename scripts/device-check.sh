@@ -8,8 +8,8 @@
 # (LLVM, ANTLR, fmt, GoogleTest, OpenMPI, OpenBLAS) and no network, so the
 # programs are built beforehand on the build machine and travel as one file:
 #
-#   scripts/device-bundle.sh           # here: writes device-bundle/bundle.tar.xz
-#   run(command="scripts/device-check.sh", carry=["device-bundle"])
+#   scripts/device-bundle.sh   # build machine: writes device-bundle/bundle.tar.xz
+#   scripts/device-check.sh    # GPU machine, in a checkout that has device-bundle/
 #
 # Without a bundle (a machine that has everything) it configures build-gpu/
 # with -DMOEC_CUDA=ON (sm_90; set CMAKE_CUDA_ARCHITECTURES for other GPUs) and

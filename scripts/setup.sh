@@ -4,7 +4,7 @@
 set -euo pipefail
 
 packages=(
-  cmake ninja-build g++ python3 python3-venv
+  cmake ninja-build g++ python3 python3-venv python3-pip   # pip: the cuDNN frontend's headers, below
   antlr4 libantlr4-runtime-dev default-jre-headless
   llvm-14-dev llvm-14-tools
   libfmt-dev libtomlplusplus-dev libyaml-cpp-dev

@@ -89,6 +89,19 @@ void gemm(BlasHandle &H, bool TransA, bool TransB, int64_t M, int64_t N, int64_t
                                   cudaType(CType), toInt(LdC, "ldc"), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
+GroupedMode autoGroupedMode(const std::vector<int64_t> &OutputRows, int64_t OutputCols, int Multiprocessors) {
+  double Tiles = 0;
+  size_t Problems = 0;
+  for (int64_t R : OutputRows)
+    if (R > 0) {
+      Tiles += double((OutputCols + 255) / 256) * double((R + 127) / 128);
+      ++Problems;
+    }
+  if (Problems == 0)
+    return GroupedMode::Loop;
+  return Tiles / double(Problems) < double(Multiprocessors) ? GroupedMode::Streams : GroupedMode::Loop;
+}
+
 /// One grouped call: per-problem arrays in cuBLAS's (column-major) terms.
 struct GroupedCall {
   std::vector<cublasOperation_t> OpA, OpB;
@@ -121,7 +134,8 @@ struct GroupedCall {
     if (G == 0)
       return;
     if (Mode == GroupedMode::Auto)
-      Mode = meanTiles() < double(H.multiprocessors()) ? GroupedMode::Streams : GroupedMode::Loop;
+      // Row-major outputs: N[g] rows of M[g] (one width for every expert).
+      Mode = autoGroupedMode(std::vector<int64_t>(N.begin(), N.end()), M[0], H.multiprocessors());
     if (Mode == GroupedMode::Batched && !H.BatchedFellBack) {
       // The pointer arrays live in device memory (cuBLAS reads them there).
       H.PointerScratch.resize(std::max(H.PointerScratch.size(), 3 * G));
@@ -175,15 +189,6 @@ struct GroupedCall {
     }
     for (size_t I = 0; I < G; ++I)
       runOne(H.get(), I, CType);
-  }
-
-  /// Output tiles of 128 x 256 in the mean problem (a typical Hopper cuBLAS
-  /// tile): below the multiprocessor count, one GEMM leaves SMs idle.
-  double meanTiles() const {
-    double Tiles = 0;
-    for (size_t I = 0; I < M.size(); ++I)
-      Tiles += double((M[I] + 255) / 256) * double((N[I] + 127) / 128);
-    return Tiles / double(M.size());
   }
 
   void runOne(cublasHandle_t Handle, size_t I, OutType CType) {

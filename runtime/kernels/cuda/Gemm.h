@@ -16,10 +16,10 @@
 // Loop, once and with a note on stderr, when this cuBLAS refuses the type
 // combination. Auto takes Streams when the mean expert's output has fewer
 // 128 x 256 tiles than the GPU has multiprocessors (one GEMM cannot fill the
-// GPU), else Loop. On an H200 (docs/benchmarks.md) Batched took 2.3-3.0x the
-// time of one dense GEMM of the same size; Streams beat Loop by 5-7% where
-// experts are small and lost 20% where they are large (8 experts, 4096 x
-// 14336). Experts with no rows are skipped (their weight gradients are left
+// GPU), else Loop. On an H200 (docs/benchmarks.md, four runs) Batched took
+// 2.3-3.0x the time of one dense GEMM of the same size; Streams beat Loop by
+// 4-8% where experts are small and lost 2-20% where they are large (8
+// experts, 4096 x 14336). Experts with no rows are skipped (their weight gradients are left
 // unchanged, scaled by Beta).
 //
 //===----------------------------------------------------------------------===//
@@ -40,6 +40,12 @@ enum class GroupedMode { Loop, Streams, Batched, Auto };
 
 /// How many side streams GroupedMode::Streams spreads the experts over.
 inline constexpr int GroupedGemmStreams = 4;
+
+/// What GroupedMode::Auto runs for problems whose outputs are OutputRows[g]
+/// x OutputCols (empty problems skipped), on a GPU of this many
+/// multiprocessors: Streams when the mean output has fewer 128 x 256 tiles (a
+/// typical Hopper cuBLAS tile) than the GPU has multiprocessors, else Loop.
+GroupedMode autoGroupedMode(const std::vector<int64_t> &OutputRows, int64_t OutputCols, int Multiprocessors);
 
 /// A cuBLAS handle bound to a stream, with the device scratch the grouped
 /// calls need for their pointer arrays.

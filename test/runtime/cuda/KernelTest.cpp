@@ -119,6 +119,23 @@ INSTANTIATE_TEST_SUITE_P(Modes, CudaGroupedGemm,
                          ::testing::Values(GroupedMode::Loop, GroupedMode::Streams, GroupedMode::Batched,
                                            GroupedMode::Auto));
 
+TEST(CudaGroupedGemm, AutoSpreadsSmallExpertsOverStreams) {
+  // The H200 shapes of docs/benchmarks.md (132 multiprocessors): 8 experts of
+  // 4096 rows x 14336 fill the GPU (32 x 56 tiles each) and run as a loop;
+  // 64 of 512 x 2048 (4 x 8) and 8 of 2048 x 1536 (16 x 6) do not.
+  EXPECT_EQ(autoGroupedMode(std::vector<int64_t>(8, 4096), 14336, 132), GroupedMode::Loop);
+  EXPECT_EQ(autoGroupedMode(std::vector<int64_t>(64, 512), 2048, 132), GroupedMode::Streams);
+  EXPECT_EQ(autoGroupedMode(std::vector<int64_t>(8, 2048), 1536, 132), GroupedMode::Streams);
+  // Empty experts do not count toward the mean; none at all is a loop.
+  std::vector<int64_t> Skewed(8, 0);
+  Skewed[0] = 32768;
+  EXPECT_EQ(autoGroupedMode(Skewed, 2048, 132), GroupedMode::Loop);
+  EXPECT_EQ(autoGroupedMode({}, 2048, 132), GroupedMode::Loop);
+  // 17 x 8 = 136 tiles: a loop on 132 multiprocessors, streams on 148.
+  EXPECT_EQ(autoGroupedMode(std::vector<int64_t>(8, 2176), 2048, 132), GroupedMode::Loop);
+  EXPECT_EQ(autoGroupedMode(std::vector<int64_t>(8, 2176), 2048, 148), GroupedMode::Streams);
+}
+
 //===--------------------------------------------------------------------===//
 // Attention
 //===--------------------------------------------------------------------===//
