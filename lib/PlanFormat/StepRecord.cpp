@@ -14,6 +14,7 @@ llvm::ArrayRef<StepLogKey> moec::stepLogKeys() {
       {"step", &StepRecord::Step},
       {"loss", &StepRecord::Loss},
       {"aux_loss", &StepRecord::AuxLoss},
+      {"mtp_loss", &StepRecord::MtpLoss},
       {"lr", &StepRecord::LearningRate},
       {"grad_norm", &StepRecord::GradNorm},
       {"step_time_s", &StepRecord::StepTimeSeconds},

@@ -73,6 +73,29 @@ struct LayerState {
   }
 };
 
+/// One multi-token-prediction block's parameters.
+struct MtpParams {
+  Parameter *ENorm = nullptr, *HNorm = nullptr, *Proj = nullptr, *FinalNorm = nullptr;
+  LayerParams Layer;
+};
+
+/// One MTP block's saved activations for one micro batch: the future
+/// tokens' embeddings before and after enorm, the incoming hidden states
+/// after hnorm (concatenated, [Ns, 2 * Hidden]), the layer, its output before
+/// and after the block's final norm, and the softmax of its logits.
+struct MtpState {
+  std::vector<int32_t> Tokens, Labels;
+  Tensor E, Cat;
+  std::vector<float> RstdE, RstdH;
+  LayerState Layer;
+  Tensor Y, Out, Probs;
+  std::vector<float> RstdOut;
+  int64_t bytes() const {
+    return E.bytes() + Cat.bytes() + Y.bytes() + Out.bytes() + Probs.bytes() +
+           int64_t((RstdE.size() + RstdH.size() + RstdOut.size()) * sizeof(float));
+  }
+};
+
 /// One in-flight micro batch.
 struct MicroState {
   int64_t Sequences = 0, SeqLen = 0;
@@ -83,8 +106,12 @@ struct MicroState {
   // vocabulary slice.
   Tensor HLast, XnF, Probs;
   std::vector<float> RstdF;
+  std::vector<MtpState> Mtp;
   int64_t outputBytes() const {
-    return HLast.bytes() + XnF.bytes() + Probs.bytes() + int64_t(RstdF.size() * sizeof(float));
+    int64_t B = HLast.bytes() + XnF.bytes() + Probs.bytes() + int64_t(RstdF.size() * sizeof(float));
+    for (const MtpState &S : Mtp)
+      B += S.bytes();
+    return B;
   }
 };
 
@@ -113,6 +140,7 @@ struct StageModel::Impl {
   bool CountRouting = true;
   Parameter *Embedding = nullptr, *FinalNorm = nullptr, *Output = nullptr;
   std::vector<LayerParams> Layers;
+  std::vector<MtpParams> Mtp;
   std::unique_ptr<TokenDispatcher> Dispatcher;
   std::unique_ptr<Communicator> WholeExperts; ///< the etp group when the context has none
   std::unique_ptr<MoeBlock> Moe;
@@ -174,6 +202,8 @@ struct StageModel::Impl {
       fail("MoeFfnHidden must divide by the etp size");
     if (Stage.FirstLayer < 0 || Stage.NumLayers < 0 || Stage.FirstLayer + Stage.NumLayers > C.Layers)
       fail("stage layers out of range");
+    if (Stage.HasMtp && (!Stage.HasLoss || C.MtpLayers <= 0 || int64_t(Options.MtpCeScale.size()) != C.MtpLayers))
+      fail("MTP blocks need the loss chunk, MtpLayers > 0 and a loss scale per block");
   }
 
   Parameter *addParam(const std::string &Name, ParamKind Kind, std::vector<int64_t> Shape, double Std, int Split) {
@@ -194,9 +224,6 @@ struct StageModel::Impl {
   void build() {
     const ModelConfig &C = Config;
     const double Std = 0.02;
-    // Projections that write into the residual stream start smaller, as in
-    // GPT-2/Megatron, so the residual's variance does not grow with depth.
-    const double OutStd = 0.02 / std::sqrt(2.0 * double(C.Layers));
     const ParamKind Dense = ParamKind::Dense, Rep = ParamKind::SequenceParallelReplicated;
     if (Stage.HasEmbedding)
       Embedding = addParam("embedding", Dense, {C.Vocab, C.Hidden}, Std, 1);
@@ -204,78 +231,104 @@ struct StageModel::Impl {
       Dispatcher = std::make_unique<TokenDispatcher>(*Groups.Ep, C.Experts, C.TopK, C.Hidden);
       Moe = std::make_unique<MoeBlock>(Config, *Groups.TpCp, *Dispatcher, *Groups.Etp);
     }
-    for (int64_t L = Stage.FirstLayer; L < Stage.FirstLayer + Stage.NumLayers; ++L) {
-      std::string Pre = "layers." + std::to_string(L) + ".";
-      LayerParams P;
-      P.Index = L;
-      P.Moe = C.isMoeLayer(L);
-      P.AttnNorm = addParam(Pre + "attn_norm", Rep, {C.Hidden}, 0.0, 0);
-      if (C.Mla) {
-        // The down-projections and their norms are whole on every tp rank,
-        // which runs them on its sequence shard (Megatron-Core's duplicated
-        // linear_q_down_proj / linear_kv_down_proj); the up-projections are
-        // column-parallel by heads.
-        const ModelConfig::LatentAttention &A = *C.Mla;
-        if (A.QLoraRank > 0) {
-          P.QDown = addParam(Pre + "attn.q_down", Rep, {C.Hidden, A.QLoraRank}, Std, 0);
-          P.QDownNorm = addParam(Pre + "attn.q_down_norm", Rep, {A.QLoraRank}, 0.0, 0);
-          P.QUp = addParam(Pre + "attn.q_up", Dense, {A.QLoraRank, C.Heads * A.qkDim()}, Std, 2);
-        } else {
-          P.Q = addParam(Pre + "attn.q", Dense, {C.Hidden, C.Heads * A.qkDim()}, Std, 2);
-        }
-        P.KvDown = addParam(Pre + "attn.kv_down", Rep, {C.Hidden, A.KvLoraRank + A.QkRopeDim}, Std, 0);
-        P.KvDownNorm = addParam(Pre + "attn.kv_down_norm", Rep, {A.KvLoraRank}, 0.0, 0);
-        P.KvUp = addParam(Pre + "attn.kv_up", Dense, {A.KvLoraRank, C.Heads * (A.QkNopeDim + A.VHeadDim)}, Std, 2);
-        P.O = addParam(Pre + "attn.o", Dense, {C.Heads * A.VHeadDim, C.Hidden}, OutStd, 1);
-      } else {
-        P.Q = addParam(Pre + "attn.q", Dense, {C.Hidden, C.Heads * C.HeadDim}, Std, 2);
-        P.K = addParam(Pre + "attn.k", Dense, {C.Hidden, C.KvHeads * C.HeadDim}, Std, 2);
-        P.V = addParam(Pre + "attn.v", Dense, {C.Hidden, C.KvHeads * C.HeadDim}, Std, 2);
-        P.O = addParam(Pre + "attn.o", Dense, {C.Heads * C.HeadDim, C.Hidden}, OutStd, 1);
-      }
-      if (C.QkNorm) {
-        P.QNorm = addParam(Pre + "attn.q_norm", Rep, {C.HeadDim}, 0.0, 0);
-        P.KNorm = addParam(Pre + "attn.k_norm", Rep, {C.HeadDim}, 0.0, 0);
-      }
-      P.MlpNorm = addParam(Pre + "mlp_norm", Rep, {C.Hidden}, 0.0, 0);
-      if (!P.Moe) {
-        P.Gate = addParam(Pre + "mlp.gate", Dense, {C.Hidden, C.FfnHidden}, Std, 2);
-        P.Up = addParam(Pre + "mlp.up", Dense, {C.Hidden, C.FfnHidden}, Std, 2);
-        P.Down = addParam(Pre + "mlp.down", Dense, {C.FfnHidden, C.Hidden}, OutStd, 1);
-      } else {
-        P.Routed.Router = addParam(Pre + "router", Rep, {C.Hidden, C.Experts}, Std, 0);
-        if (C.ExpertBias) {
-          // Megatron-Core starts the bias at zero (router.py register_buffer).
-          auto B = std::make_unique<ExpertBias>();
-          B->State.Name = Pre + "router.expert_bias";
-          B->State.Kind = Rep;
-          B->State.Value = Tensor({C.Experts});
-          B->Tokens.assign(size_t(C.Experts), 0.0f);
-          P.Routed.Bias = B.get();
-          Biases.push_back(std::move(B));
-        }
-        // Under etp = tp the experts are split as the dense MLP is.
-        bool Split = Groups.Etp->size() > 1;
-        for (int64_t E = 0; E < Dispatcher->localExperts(); ++E) {
-          std::string EP = Pre + "experts." + std::to_string(Dispatcher->globalExpert(E)) + ".";
-          ParamKind X = ParamKind::Expert;
-          P.Routed.Gate.push_back(addParam(EP + "gate", X, {C.Hidden, C.MoeFfnHidden}, Std, Split ? 2 : 0));
-          P.Routed.Up.push_back(addParam(EP + "up", X, {C.Hidden, C.MoeFfnHidden}, Std, Split ? 2 : 0));
-          P.Routed.Down.push_back(addParam(EP + "down", X, {C.MoeFfnHidden, C.Hidden}, OutStd, Split ? 1 : 0));
-        }
-        if (C.SharedFfnHidden > 0) {
-          int64_t SF = C.SharedFfnHidden;
-          P.SGate = addParam(Pre + "shared.gate", Dense, {C.Hidden, SF}, Std, 2);
-          P.SUp = addParam(Pre + "shared.up", Dense, {C.Hidden, SF}, Std, 2);
-          P.SDown = addParam(Pre + "shared.down", Dense, {SF, C.Hidden}, OutStd, 1);
-        }
-      }
-      Layers.push_back(std::move(P));
-    }
+    for (int64_t L = Stage.FirstLayer; L < Stage.FirstLayer + Stage.NumLayers; ++L)
+      Layers.push_back(buildLayer(L, "layers." + std::to_string(L) + "."));
     if (Stage.HasLoss) {
       FinalNorm = addParam("final_norm", Rep, {C.Hidden}, 0.0, 0);
       Output = addParam("output", Dense, {C.Hidden, C.Vocab}, Std, 2);
     }
+    if (Stage.HasMtp) {
+      if (!Embedding) {
+        Embedding = addParam("embedding", Dense, {C.Vocab, C.Hidden}, Std, 1);
+        Embedding->TiedCopy = true;
+      }
+      for (int64_t K = 0; K < C.MtpLayers; ++K) {
+        std::string Pre = "mtp." + std::to_string(K) + ".";
+        MtpParams M;
+        M.ENorm = addParam(Pre + "enorm", Rep, {C.Hidden}, 0.0, 0);
+        M.HNorm = addParam(Pre + "hnorm", Rep, {C.Hidden}, 0.0, 0);
+        M.Proj = addParam(Pre + "eh_proj", Rep, {2 * C.Hidden, C.Hidden}, Std, 0);
+        M.Layer = buildLayer(C.Layers + K, Pre + "layer.");
+        M.FinalNorm = addParam(Pre + "final_norm", Rep, {C.Hidden}, 0.0, 0);
+        Mtp.push_back(std::move(M));
+      }
+    }
+  }
+
+  /// The parameters of decoder layer L (L >= Layers: an MTP block's), named
+  /// from Pre.
+  LayerParams buildLayer(int64_t L, const std::string &Pre) {
+    const ModelConfig &C = Config;
+    const double Std = 0.02;
+    // Projections that write into the residual stream start smaller, as in
+    // GPT-2/Megatron, so the residual's variance does not grow with depth.
+    const double OutStd = 0.02 / std::sqrt(2.0 * double(C.Layers));
+    const ParamKind Dense = ParamKind::Dense, Rep = ParamKind::SequenceParallelReplicated;
+    LayerParams P;
+    P.Index = L;
+    P.Moe = C.isMoeLayer(L);
+    P.AttnNorm = addParam(Pre + "attn_norm", Rep, {C.Hidden}, 0.0, 0);
+    if (C.Mla) {
+      // The down-projections and their norms are whole on every tp rank,
+      // which runs them on its sequence shard (Megatron-Core's duplicated
+      // linear_q_down_proj / linear_kv_down_proj); the up-projections are
+      // column-parallel by heads.
+      const ModelConfig::LatentAttention &A = *C.Mla;
+      if (A.QLoraRank > 0) {
+        P.QDown = addParam(Pre + "attn.q_down", Rep, {C.Hidden, A.QLoraRank}, Std, 0);
+        P.QDownNorm = addParam(Pre + "attn.q_down_norm", Rep, {A.QLoraRank}, 0.0, 0);
+        P.QUp = addParam(Pre + "attn.q_up", Dense, {A.QLoraRank, C.Heads * A.qkDim()}, Std, 2);
+      } else {
+        P.Q = addParam(Pre + "attn.q", Dense, {C.Hidden, C.Heads * A.qkDim()}, Std, 2);
+      }
+      P.KvDown = addParam(Pre + "attn.kv_down", Rep, {C.Hidden, A.KvLoraRank + A.QkRopeDim}, Std, 0);
+      P.KvDownNorm = addParam(Pre + "attn.kv_down_norm", Rep, {A.KvLoraRank}, 0.0, 0);
+      P.KvUp = addParam(Pre + "attn.kv_up", Dense, {A.KvLoraRank, C.Heads * (A.QkNopeDim + A.VHeadDim)}, Std, 2);
+      P.O = addParam(Pre + "attn.o", Dense, {C.Heads * A.VHeadDim, C.Hidden}, OutStd, 1);
+    } else {
+      P.Q = addParam(Pre + "attn.q", Dense, {C.Hidden, C.Heads * C.HeadDim}, Std, 2);
+      P.K = addParam(Pre + "attn.k", Dense, {C.Hidden, C.KvHeads * C.HeadDim}, Std, 2);
+      P.V = addParam(Pre + "attn.v", Dense, {C.Hidden, C.KvHeads * C.HeadDim}, Std, 2);
+      P.O = addParam(Pre + "attn.o", Dense, {C.Heads * C.HeadDim, C.Hidden}, OutStd, 1);
+    }
+    if (C.QkNorm) {
+      P.QNorm = addParam(Pre + "attn.q_norm", Rep, {C.HeadDim}, 0.0, 0);
+      P.KNorm = addParam(Pre + "attn.k_norm", Rep, {C.HeadDim}, 0.0, 0);
+    }
+    P.MlpNorm = addParam(Pre + "mlp_norm", Rep, {C.Hidden}, 0.0, 0);
+    if (!P.Moe) {
+      P.Gate = addParam(Pre + "mlp.gate", Dense, {C.Hidden, C.FfnHidden}, Std, 2);
+      P.Up = addParam(Pre + "mlp.up", Dense, {C.Hidden, C.FfnHidden}, Std, 2);
+      P.Down = addParam(Pre + "mlp.down", Dense, {C.FfnHidden, C.Hidden}, OutStd, 1);
+    } else {
+      P.Routed.Router = addParam(Pre + "router", Rep, {C.Hidden, C.Experts}, Std, 0);
+      if (C.ExpertBias) {
+        // Megatron-Core starts the bias at zero (router.py register_buffer).
+        auto B = std::make_unique<ExpertBias>();
+        B->State.Name = Pre + "router.expert_bias";
+        B->State.Kind = Rep;
+        B->State.Value = Tensor({C.Experts});
+        B->Tokens.assign(size_t(C.Experts), 0.0f);
+        P.Routed.Bias = B.get();
+        Biases.push_back(std::move(B));
+      }
+      // Under etp = tp the experts are split as the dense MLP is.
+      bool Split = Groups.Etp->size() > 1;
+      for (int64_t E = 0; E < Dispatcher->localExperts(); ++E) {
+        std::string EP = Pre + "experts." + std::to_string(Dispatcher->globalExpert(E)) + ".";
+        ParamKind X = ParamKind::Expert;
+        P.Routed.Gate.push_back(addParam(EP + "gate", X, {C.Hidden, C.MoeFfnHidden}, Std, Split ? 2 : 0));
+        P.Routed.Up.push_back(addParam(EP + "up", X, {C.Hidden, C.MoeFfnHidden}, Std, Split ? 2 : 0));
+        P.Routed.Down.push_back(addParam(EP + "down", X, {C.MoeFfnHidden, C.Hidden}, OutStd, Split ? 1 : 0));
+      }
+      if (C.SharedFfnHidden > 0) {
+        int64_t SF = C.SharedFfnHidden;
+        P.SGate = addParam(Pre + "shared.gate", Dense, {C.Hidden, SF}, Std, 2);
+        P.SUp = addParam(Pre + "shared.up", Dense, {C.Hidden, SF}, Std, 2);
+        P.SDown = addParam(Pre + "shared.down", Dense, {SF, C.Hidden}, OutStd, 1);
+      }
+    }
+    return P;
   }
 
   // ---- activation accounting ------------------------------------------
@@ -657,8 +710,99 @@ struct StageModel::Impl {
       Loss.CeSum += Losses[I];
       Loss.Tokens += 1;
     }
+    if (Stage.HasMtp)
+      mtpForward(M, MB);
     charge({{"output", M.outputBytes()}}, +1);
     return Tensor();
+  }
+
+  /// The MTP blocks after the main loss (Megatron-Core
+  /// multi_token_prediction.py MultiTokenPredictionLayer; the losses as
+  /// gpt_model.py _postprocess computes them). Block k reads the block
+  /// before's output, or the decoder's after its final norm.
+  void mtpForward(MicroState &M, const MicroBatch &MB) {
+    const ModelConfig &C = Config;
+    const size_t N = M.Tokens.size();
+    if (MB.MtpTokens.size() != Mtp.size() || MB.MtpLabels.size() != Mtp.size())
+      fail("micro batch lacks the tokens and labels of its " + std::to_string(Mtp.size()) + " MTP blocks");
+    M.Mtp.resize(Mtp.size());
+    Loss.MtpCeSum.resize(Mtp.size());
+    Loss.MtpTokens.resize(Mtp.size());
+    const int64_t Ns = int64_t(N) / TpSize, Hd = C.Hidden;
+    const Tensor *H = &M.XnF;
+    for (size_t K = 0; K < Mtp.size(); ++K) {
+      const MtpParams &P = Mtp[K];
+      MtpState &S = M.Mtp[K];
+      S.Tokens = MB.MtpTokens[K];
+      S.Labels = MB.MtpLabels[K];
+      if (S.Tokens.size() != N || S.Labels.size() != N)
+        fail("MTP tokens or labels are not [Sequences * SeqLen / CP]");
+      S.E = vocabParallelEmbeddingForward(*Groups.Tp, S.Tokens, Embedding->Value, TpRank * Embedding->Value.rows());
+      Tensor En = rmsNormForward(S.E, P.ENorm->Value, C.RmsNormEps, S.RstdE);
+      Tensor Hn = rmsNormForward(*H, P.HNorm->Value, C.RmsNormEps, S.RstdH);
+      // [embedding, hidden], in Megatron's order.
+      S.Cat = Tensor({Ns, 2 * Hd});
+      for (int64_t I = 0; I < Ns; ++I) {
+        std::copy(En.row(I), En.row(I) + Hd, S.Cat.row(I));
+        std::copy(Hn.row(I), Hn.row(I) + Hd, S.Cat.row(I) + Hd);
+      }
+      S.Layer.X = matmul(S.Cat, P.Proj->Value);
+      double Aux = 0;
+      S.Y = layerForward(P.Layer, M, S.Layer, Aux, CountRouting);
+      if (P.Layer.Moe)
+        Loss.AuxSum += Aux;
+      dropForRecompute(S.Layer);
+      charge(S.Layer.bytes(), +1);
+      S.Out = rmsNormForward(S.Y, P.FinalNorm->Value, C.RmsNormEps, S.RstdOut);
+      std::vector<Tensor> Logits = columnParallelForward(*Groups.Tp, S.Out, {&Output->Value});
+      std::vector<double> Losses;
+      vocabParallelCrossEntropyForward(*Groups.Tp, Logits[0], S.Labels, TpRank * Output->Value.cols(), Losses);
+      S.Probs = std::move(Logits[0]);
+      for (int64_t I = TpRank * Ns; I < (TpRank + 1) * Ns; ++I) {
+        if (S.Labels[size_t(I)] < 0)
+          continue;
+        Loss.MtpCeSum[K] += Losses[size_t(I)];
+        Loss.MtpTokens[K] += 1;
+      }
+      H = &S.Out;
+    }
+  }
+
+  /// Backward of the MTP blocks, last first; returns the gradient of the
+  /// decoder's normalised output that the first block read.
+  Tensor mtpBackward(MicroState &M) {
+    const int64_t Hd = Config.Hidden;
+    Tensor DH; // into block K's output, from block K + 1
+    for (size_t K = Mtp.size(); K-- > 0;) {
+      const MtpParams &P = Mtp[K];
+      MtpState &S = M.Mtp[K];
+      Tensor DLogits = vocabParallelCrossEntropyBackward(S.Probs, S.Labels, TpRank * Output->Value.cols(),
+                                                         float(Options.MtpCeScale.at(K)));
+      Tensor DOut = columnParallelBackward(*Groups.Tp, S.Out, nullptr, {&Output->Value}, {&DLogits}, {&Output->Grad});
+      if (DH.numel())
+        addInto(DOut, DH);
+      Tensor DY = rmsNormBackward(S.Y, P.FinalNorm->Value, S.RstdOut, DOut, P.FinalNorm->Grad);
+      auto Before = S.Layer.bytes();
+      recompute(P.Layer, M, S.Layer);
+      auto After = S.Layer.bytes();
+      charge(minus(After, Before), +1);
+      Tensor DX = layerBackward(P.Layer, M, S.Layer, DY);
+      charge(After, -1);
+      S.Layer = LayerState();
+      Tensor DCat;
+      matmulBackward(S.Cat, P.Proj->Value, DX, P.Proj->Grad, DCat);
+      int64_t Ns = DCat.rows();
+      Tensor DEn({Ns, Hd}), DHn({Ns, Hd});
+      for (int64_t I = 0; I < Ns; ++I) {
+        std::copy(DCat.row(I), DCat.row(I) + Hd, DEn.row(I));
+        std::copy(DCat.row(I) + Hd, DCat.row(I) + 2 * Hd, DHn.row(I));
+      }
+      Tensor DE = rmsNormBackward(S.E, P.ENorm->Value, S.RstdE, DEn, P.ENorm->Grad);
+      vocabParallelEmbeddingBackward(*Groups.Tp, S.Tokens, DE, Embedding->Grad, TpRank * Embedding->Value.rows());
+      const Tensor &In = K ? M.Mtp[K - 1].Out : M.XnF;
+      DH = rmsNormBackward(In, P.HNorm->Value, S.RstdH, DHn, P.HNorm->Grad);
+    }
+    return DH;
   }
 
   void discard(int64_t Id) {
@@ -670,6 +814,8 @@ struct StageModel::Impl {
       charge({{"output", M.outputBytes()}}, -1);
     for (LayerState &S : M.Layers)
       charge(S.bytes(), -1);
+    for (MtpState &S : M.Mtp)
+      charge(S.Layer.bytes(), -1);
     InFlight.erase(It);
   }
 
@@ -683,6 +829,8 @@ struct StageModel::Impl {
       Tensor DLogits =
           vocabParallelCrossEntropyBackward(M.Probs, M.Labels, TpRank * Output->Value.cols(), float(Options.CeScale));
       Tensor DXn = columnParallelBackward(*Groups.Tp, M.XnF, nullptr, {&Output->Value}, {&DLogits}, {&Output->Grad});
+      if (Stage.HasMtp)
+        addInto(DXn, mtpBackward(M));
       DY = rmsNormBackward(M.HLast, FinalNorm->Value, M.RstdF, DXn, FinalNorm->Grad);
       charge({{"output", M.outputBytes()}}, -1);
     } else {

@@ -53,6 +53,13 @@
 //   layers.L.shared.down      [SharedFfnHidden, Hidden] rows/t
 //   final_norm                [Hidden]                   full    SPReplicated
 //   output                    [Hidden, Vocab]            cols/t  Dense
+//   MTP block k - 1 (k = 1..MtpLayers):
+//   mtp.K.enorm, .hnorm       [Hidden]                   full    SPReplicated
+//   mtp.K.eh_proj             [2 * Hidden, Hidden]       full    SPReplicated
+//   mtp.K.layer.*             as layers.L.* of layer Layers + k - 1
+//   mtp.K.final_norm          [Hidden]                   full    SPReplicated
+//     (eh_proj is whole on every tp rank, which projects its sequence shard;
+//     Megatron splits it by columns and gathers: the same product)
 // Column shards of q/k/v hold whole heads (head h = columns [h*HeadDim,
 // (h+1)*HeadDim)), so tp rank t owns query heads [t*Heads/TP, ...) and the KV
 // heads they read. Matrices start as normal(0, 0.02) (the residual-writing
@@ -128,6 +135,20 @@ struct ModelConfig {
   };
   std::optional<LatentAttention> Mla;
 
+  /// Multi-token prediction (DeepSeek-V3; Megatron-Core
+  /// MultiTokenPredictionBlock): MtpLayers blocks after the decoder, on the
+  /// loss chunk. Block k (1-based) takes the previous block's output (the
+  /// decoder's after the final norm for k = 1) and the embeddings of the
+  /// tokens k places ahead, RMS-normalises both, projects their
+  /// concatenation [embedding, hidden] from 2 x Hidden to Hidden, runs one
+  /// decoder layer (index Layers + k - 1: an MoE layer in an MoE model) and
+  /// its own final norm, and predicts the token k + 1 places ahead through
+  /// the shared output head. Its cross entropy joins the objective weighted
+  /// by MtpLossScale / MtpLayers (Megatron's mtp_loss_scaling_factor, 0.1
+  /// by default: transformer_config.py).
+  int64_t MtpLayers = 0;
+  double MtpLossScale = 0.1;
+
   bool isMoeLayer(int64_t Layer) const { return Experts > 0 && Layer >= DenseLayers; }
 };
 
@@ -154,6 +175,12 @@ struct Parameter {
   TpSplit Split = TpSplit::None;
   Tensor Value; ///< this rank's shard, fp32 (the master copy)
   Tensor Grad;  ///< same shape; backward accumulates into it
+  /// A copy of the parameter of the same name on the first pipeline stage
+  /// (the embedding the MTP block reads on the last stage, Megatron's shared
+  /// embedding): the trainer sums its gradient with the original's over the
+  /// embedding group so that both take the same steps, and checkpoints hold
+  /// the original only.
+  bool TiedCopy = false;
 };
 
 /// The router's expert bias of one MoE layer: model state the optimizer does
@@ -198,6 +225,10 @@ struct ModelOptions {
   /// Multiplies each micro batch's auxiliary loss (1 / micro batches in the
   /// global batch).
   double AuxScale = 1.0;
+  /// Multiplies the sum of depth k's multi-token-prediction losses (index
+  /// k - 1): MtpLossScale / MtpLayers / the tokens in the global batch that
+  /// have a label k + 1 places ahead.
+  std::vector<double> MtpCeScale;
   RecomputeOptions Recompute;
 };
 
@@ -207,6 +238,9 @@ struct StageSpec {
   int64_t NumLayers = 0;
   bool HasEmbedding = false;
   bool HasLoss = false; ///< final norm, output head and cross entropy
+  /// The MTP blocks (ModelConfig::MtpLayers) follow the loss on this chunk;
+  /// without the embedding the chunk holds a TiedCopy of it.
+  bool HasMtp = false;
 };
 
 /// One micro batch as this rank sees it: Sequences sequences of SeqLen tokens,
@@ -218,6 +252,10 @@ struct MicroBatch {
   int64_t SeqLen = 0;
   std::vector<int32_t> Tokens;
   std::vector<int32_t> Labels;
+  /// For the MTP blocks, depth k at index k - 1, in Tokens' order: the token
+  /// k places ahead of each (0 past its sequence's end, as Megatron-Core's
+  /// roll_tensor fills) and its label (-1 past the end: no loss).
+  std::vector<std::vector<int32_t>> MtpTokens, MtpLabels;
 };
 
 class StageModel {
@@ -260,6 +298,10 @@ public:
     double CeSum = 0;   ///< unscaled sum of this rank's per-token CE losses
     int64_t Tokens = 0; ///< tokens in CeSum
     double AuxSum = 0;  ///< unscaled sum of aux losses (per micro batch, per MoE layer)
+    /// Per MTP block (depth k at k - 1): the unscaled sum of its CE losses
+    /// over this rank's shard, and the tokens in it (as CeSum and Tokens).
+    std::vector<double> MtpCeSum;
+    std::vector<int64_t> MtpTokens;
   };
   LossTotals &loss();
   /// Peak bytes of saved activations per module and in total ("total") since

@@ -59,8 +59,6 @@ ModelConfig moert::modelConfigOf(const moec::LaunchPlan &Plan) {
       Names += (Names.empty() ? "" : ", ") + U;
     refuse("the CPU runtime does not implement " + Names);
   }
-  if (M.MtpLayers > 0)
-    refuse("multi-token prediction layers are not implemented");
   ModelConfig C;
   C.Layers = M.Layers;
   C.Hidden = M.Hidden;
@@ -70,6 +68,7 @@ ModelConfig moert::modelConfigOf(const moec::LaunchPlan &Plan) {
   C.HeadDim = M.HeadDim;
   C.Vocab = M.Vocab;
   C.QkNorm = M.QkNorm;
+  C.MtpLayers = M.MtpLayers;
   C.RopeTheta = M.RopeTheta;
   if (M.Mla)
     C.Mla = ModelConfig::LatentAttention{M.Mla->QLoraRank, M.Mla->KvLoraRank, M.Mla->QkHeadDim, M.Mla->QkRopeHeadDim,
@@ -101,6 +100,7 @@ struct Trainer::Impl final : public PipelineStage {
   /// Timed views of the plan's groups (and of the world), by kind.
   std::map<std::string, std::unique_ptr<Communicator>> Timed;
   std::vector<std::unique_ptr<Communicator>> Selves;
+  std::unique_ptr<Communicator> EmbeddingGroup; ///< with MTP blocks on a later stage than the embedding
   int64_t PpRank = 0, DpRank = 0, CpRank = 0, CpSize = 1, TpSize = 1;
   ModelConfig Config;
   ModelOptions MOpts;
@@ -158,6 +158,18 @@ struct Trainer::Impl final : public PipelineStage {
     MOpts.Seed = Options.Seed;
     MOpts.CeScale = 1.0 / double(Plan.GlobalBatch * Plan.SeqLen);
     MOpts.AuxScale = 1.0 / double(M);
+    // Depth k's loss is the mean over the tokens with a label k + 1 places
+    // ahead in their sequence (Megatron's rolled loss mask), which is
+    // Megatron's mean per micro batch and rank when CP is 1; under CP
+    // Megatron divides by each CP rank's own count, which differs between
+    // layouts, so the runtime keeps the global mean.
+    for (int64_t K = 1; K <= Config.MtpLayers; ++K) {
+      if (Plan.SeqLen <= K)
+        refuse("seq_len " + std::to_string(Plan.SeqLen) + " leaves MTP block " + std::to_string(K) +
+               " no token to predict");
+      MOpts.MtpCeScale.push_back(Config.MtpLossScale / double(Config.MtpLayers) /
+                                 double(Plan.GlobalBatch * (Plan.SeqLen - K)));
+    }
     recompute(Notes);
     if (Plan.Parallel.FSDP)
       Notes.push_back("fsdp: the CPU runtime keeps whole parameter replicas "
@@ -175,8 +187,27 @@ struct Trainer::Impl final : public PipelineStage {
     ParallelContext Ctx{&group("tp"), &group("cp"), &group("tp-cp"), &group("ep"), &group("etp")};
     for (int64_t C = 0; C < Plan.Parallel.VPP; ++C) {
       const moec::LaunchStage &S = Plan.stage(PpRank, C);
-      StageSpec Spec{S.FirstLayer, S.DecoderLayers, S.Embedding, S.Loss};
+      if (S.MtpLayers > 0 && (!S.Loss || S.MtpLayers != Config.MtpLayers))
+        refuse("the CPU runtime runs the MTP blocks on the stage with the loss, all of them: the pipeline layout "
+               "puts " +
+               std::to_string(S.MtpLayers) + " of " + std::to_string(Config.MtpLayers) + " on a stage " +
+               (S.Loss ? "with" : "without") + " it");
+      StageSpec Spec{S.FirstLayer, S.DecoderLayers, S.Embedding, S.Loss, S.MtpLayers > 0};
       Chunks.push_back(std::make_unique<StageModel>(Config, Spec, Ctx, MOpts));
+    }
+
+    // The MTP blocks read the embedding on the last stage: its first and last
+    // stages form an embedding group (one per pp group; the stages between
+    // are groups of their own, which every rank's split needs).
+    if (Config.MtpLayers > 0 && Plan.Parallel.PP > 1) {
+      std::vector<std::vector<int>> Lists;
+      for (const std::vector<int> &Pp : Plan.Groups.at("pp")) {
+        Lists.push_back({Pp.front(), Pp.back()});
+        for (size_t I = 1; I + 1 < Pp.size(); ++I)
+          Lists.push_back({Pp[I]});
+      }
+      EmbeddingGroup = World.split("embedding", Lists);
+      Timed["embedding"] = std::make_unique<TimedCommunicator>(*EmbeddingGroup, Clock);
     }
 
     Data = Options.Data;
@@ -356,6 +387,14 @@ struct Trainer::Impl final : public PipelineStage {
         B.Tokens.push_back(Sample[size_t(P)]);
         B.Labels.push_back(Sample[size_t(P + 1)]);
       }
+      B.MtpTokens.resize(size_t(Config.MtpLayers));
+      B.MtpLabels.resize(size_t(Config.MtpLayers));
+      for (int64_t K = 1; K <= Config.MtpLayers; ++K)
+        for (int64_t P : Pos) {
+          bool Inside = P + K < Plan.SeqLen;
+          B.MtpTokens[size_t(K - 1)].push_back(Inside ? Sample[size_t(P + K)] : 0);
+          B.MtpLabels[size_t(K - 1)].push_back(Inside ? Sample[size_t(P + K + 1)] : -1);
+        }
     }
     return B;
   }
@@ -423,6 +462,7 @@ struct Trainer::Impl final : public PipelineStage {
     Executor->runStep(Ops, OnOp);
     double Lr = Schedule.ofStep(StepIndex + 1);
     Optimizer->setLr(Lr);
+    tieEmbeddingGrads();
     AdamWStepInfo Info = Optimizer->step();
     updateExpertBiases();
     double Seconds = now() - T0;
@@ -434,8 +474,8 @@ struct Trainer::Impl final : public PipelineStage {
     Batches.clear();
 
     int64_t Activations = 0;
-    double CeSum = 0, AuxSum = 0;
-    int64_t Tokens = 0;
+    double CeSum = 0, AuxSum = 0, MtpSum = 0;
+    int64_t Tokens = 0, MtpTokens = 0;
     for (auto &C : Chunks) {
       auto It = C->peakActivationBytes().find("total");
       if (It != C->peakActivationBytes().end())
@@ -443,6 +483,10 @@ struct Trainer::Impl final : public PipelineStage {
       CeSum += C->loss().CeSum;
       Tokens += C->loss().Tokens;
       AuxSum += C->loss().AuxSum;
+      for (size_t K = 0; K < C->loss().MtpCeSum.size(); ++K) {
+        MtpSum += C->loss().MtpCeSum[K];
+        MtpTokens += C->loss().MtpTokens[K];
+      }
     }
     LastPeak = Activations + staticBytes();
     // Every tp-cp rank of a micro batch holds the same aux losses: count one.
@@ -450,11 +494,13 @@ struct Trainer::Impl final : public PipelineStage {
       AuxSum = 0;
 
     Communicator &W = World.world(); // not timed: bookkeeping, not the step
-    float Sums[6];
+    float Sums[10];
     splitDouble(CeSum, Sums);
     splitDouble(AuxSum, Sums + 2);
     splitDouble(double(Tokens), Sums + 4);
-    W.allReduceSum(Sums, 6);
+    splitDouble(MtpSum, Sums + 6);
+    splitDouble(double(MtpTokens), Sums + 8);
+    W.allReduceSum(Sums, 10);
     const int PerRank = 8;
     float Mine[PerRank];
     splitDouble(Seconds, Mine);
@@ -472,6 +518,8 @@ struct Trainer::Impl final : public PipelineStage {
     S.Tokens = int64_t(std::llround(joinDouble(Sums + 4)));
     S.Loss = S.Tokens ? joinDouble(Sums) / double(S.Tokens) : 0.0;
     S.AuxLoss = joinDouble(Sums + 2) * MOpts.AuxScale;
+    double MtpCount = joinDouble(Sums + 8);
+    S.MtpLoss = MtpCount > 0 ? joinDouble(Sums + 6) / MtpCount : 0.0;
     S.GradNorm = Info.GradNorm;
     S.LearningRate = Lr;
     for (int R = 0; R < W.size(); ++R) {
@@ -489,7 +537,19 @@ struct Trainer::Impl final : public PipelineStage {
     return S;
   }
 
+  /// Megatron's _allreduce_embedding_grads: the first stage's embedding and
+  /// the MTP stage's copy each take the sum of both gradients.
+  void tieEmbeddingGrads() {
+    if (!Timed.count("embedding"))
+      return;
+    for (Parameter *Param : allParameters())
+      if (Param->Name == "embedding")
+        group("embedding").allReduceSum(Param->Grad.data(), size_t(Param->Grad.numel()));
+  }
+
   bool owns(const Parameter &Param) {
+    if (Param.TiedCopy)
+      return false;
     if (Param.Kind == ParamKind::Expert) // split over etp = tp: the tp shards are gathered first
       return group("edp").rank() == 0 && (Param.Split == TpSplit::None || group("tp").rank() == 0);
     return group("tp").rank() == 0 && group("dp-cp").rank() == 0;

@@ -71,11 +71,14 @@ struct TrainerOptions {
 
 /// One finished step, the same on every rank (reduced over the world).
 struct TrainStepStats {
-  int64_t Step = 0;                   ///< 1-based
-  double LearningRate = 0;            ///< the step's rate (the plan's schedule)
-  double Loss = 0;                    ///< mean cross entropy over the global batch's tokens
-  double AuxLoss = 0;                 ///< sum over micro batches and MoE layers of aux loss * AuxScale
-  int64_t Tokens = 0;                 ///< tokens in the mean
+  int64_t Step = 0;        ///< 1-based
+  double LearningRate = 0; ///< the step's rate (the plan's schedule)
+  double Loss = 0;         ///< mean cross entropy over the global batch's tokens
+  double AuxLoss = 0;      ///< sum over micro batches and MoE layers of aux loss * AuxScale
+  int64_t Tokens = 0;      ///< tokens in the mean
+  /// Mean cross entropy of the MTP blocks over their (token, depth) pairs
+  /// that have a label (0 without MTP blocks), unscaled.
+  double MtpLoss = 0;
   double StepSeconds = 0;             ///< slowest rank, from the step's start to its update
   double TokensPerSecond = 0;         ///< whole job: global_batch * seq_len / StepSeconds
   int64_t PeakBytes = 0;              ///< largest over the ranks of RankPeakBytes

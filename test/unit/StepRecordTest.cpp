@@ -48,6 +48,7 @@ TEST(StepRecord, EveryKeyRoundTrips) {
   R.MFU = 0.41;
   R.PredictedPeakBytes = 1.2e11;
   R.ValidLoss = 4.75;
+  R.MtpLoss = 5.25;
   std::string Line = formatStepLogLine(R);
   ASSERT_EQ(Line.back(), '\n');
   llvm::Expected<StepRecord> Back = parseStepLogLine(Line);

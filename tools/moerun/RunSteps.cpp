@@ -200,6 +200,8 @@ int moerun::runSteps(RunContext &Ctx) {
       R.LearningRate = St.LearningRate;
       R.GradNorm = St.GradNorm;
       R.AuxLoss = St.AuxLoss;
+      if (Ctx.Plan.Model.MtpLayers > 0)
+        R.MtpLoss = St.MtpLoss;
       R.StepTimeSeconds = St.StepSeconds;
       R.TokensPerSecond = St.TokensPerSecond;
       R.PeakBytes = St.PeakBytes;

@@ -16,10 +16,12 @@ std::string moerun::formatHumanLine(const StepRecord &R, int64_t TotalSteps) {
   std::string Tail = R.MFU ? fmt::format("  MFU {:.1f}%", 100 * *R.MFU) : "";
   if (R.ValidLoss)
     Tail += fmt::format("  validation loss {:.6f}", *R.ValidLoss);
-  return fmt::format("step {}/{}  loss {:.6f}  aux {:.4g}  lr {:.3g}  {:.3f} s{}  {:.0f} tokens/s  peak {:.1f} MB{}  "
+  std::string Mtp = R.MtpLoss ? fmt::format("  mtp {:.6f}", *R.MtpLoss) : "";
+  return fmt::format("step {}/{}  loss {:.6f}  aux {:.4g}{}  lr {:.3g}  {:.3f} s{}  {:.0f} tokens/s  peak {:.1f} MB{}  "
                      "compute {:.3f} s (gemm {:.3f} s)  comm {:.3f} s{}\n",
-                     R.Step, TotalSteps, R.Loss, R.AuxLoss, R.LearningRate, R.StepTimeSeconds, Plan, R.TokensPerSecond,
-                     double(R.PeakBytes) / 1e6, PlanPeak, R.ComputeSeconds, R.GemmSeconds, R.CommSeconds, Tail);
+                     R.Step, TotalSteps, R.Loss, R.AuxLoss, Mtp, R.LearningRate, R.StepTimeSeconds, Plan,
+                     R.TokensPerSecond, double(R.PeakBytes) / 1e6, PlanPeak, R.ComputeSeconds, R.GemmSeconds,
+                     R.CommSeconds, Tail);
 }
 
 StepLog::~StepLog() {

@@ -30,9 +30,11 @@
 namespace moec {
 
 struct StepRecord {
-  int64_t Step = 0;        ///< 1-based
-  double Loss = 0;         ///< mean cross entropy over the global batch
-  double AuxLoss = 0;      ///< MoE load-balancing loss of the step (0: dense)
+  int64_t Step = 0;   ///< 1-based
+  double Loss = 0;    ///< mean cross entropy over the global batch
+  double AuxLoss = 0; ///< MoE load-balancing loss of the step (0: dense)
+  /// Mean cross entropy of the multi-token-prediction blocks (unset: none).
+  std::optional<double> MtpLoss;
   double LearningRate = 0; ///< the step's rate (the plan's schedule)
   double GradNorm = 0;     ///< global gradient norm before clipping
   double StepTimeSeconds = 0;

@@ -202,7 +202,9 @@ AdamWStepInfo AdamW::step() {
     const GradBucket &D = R.dpCpBucket();
     size_t Begin = D.shardBegin(), End = Begin + D.shardSize();
     for (const GradBucket::Slot &S : D.Slots) {
-      if (S.Param->Kind == ParamKind::SequenceParallelReplicated && !TpOwner)
+      // A tied copy's gradient is its original's: count it once (Megatron
+      // leaves shared parameters out of the norm).
+      if ((S.Param->Kind == ParamKind::SequenceParallelReplicated && !TpOwner) || S.Param->TiedCopy)
         continue;
       Overlap O = overlap(S, Begin, End);
       Local += sumSquares(R.dpCpShard().data() + (O.Lo - Begin), O.Hi - O.Lo);
@@ -224,7 +226,7 @@ AdamWStepInfo AdamW::step() {
         Owner = G.Edp->rank() == 0;
         break;
       }
-      if (Owner)
+      if (Owner && !Param->TiedCopy)
         Local += sumSquares(Param->Grad.data(), size_t(Param->Grad.numel()));
     }
   }

@@ -30,12 +30,14 @@ struct FdCase {
   unsigned Seed = 7;
   int64_t TopK = 2; ///< 1: sigmoid weights are the score itself, not normalised
   bool QkNorm = false;
+  int64_t Mtp = 0; ///< multi-token-prediction blocks
   std::string name() const {
     return std::string(Sigmoid      ? "Sigmoid"
                        : PreSoftmax ? "PreSoftmax"
                                     : "Softmax") +
            (Shared ? "Shared" : "") + (Groups > 1 ? "Groups" : "") + (SharedWidth ? std::to_string(SharedWidth) : "") +
-           (TopK != 2 ? "Top" + std::to_string(TopK) : "") + (QkNorm ? "QkNorm" : "");
+           (TopK != 2 ? "Top" + std::to_string(TopK) : "") + (QkNorm ? "QkNorm" : "") +
+           (Mtp ? "Mtp" + std::to_string(Mtp) : "");
   }
 };
 
@@ -48,6 +50,7 @@ ModelConfig caseConfig(const FdCase &Case) {
   if (Case.SharedWidth)
     C.SharedFfnHidden = Case.SharedWidth;
   C.TopK = Case.TopK;
+  C.MtpLayers = Case.Mtp;
   return C;
 }
 
@@ -78,6 +81,12 @@ TEST_P(FiniteDifferences, EveryParameterAndTheChunkInput) {
   ModelOptions O;
   MicroBatch MB = randomBatch(2, 8, C.Vocab, Case.Seed);
   O.CeScale = 1.0 / double(MB.Tokens.size()); // mean CE: the loss is O(1)
+  if (C.MtpLayers) {
+    addMtpTokens(MB, C.MtpLayers, C.Vocab, Case.Seed + 1);
+    // Unequal weights, so that a block's loss reaching another's gradient shows.
+    for (int64_t K = 0; K < C.MtpLayers; ++K)
+      O.MtpCeScale.push_back(double(K + 1) * 0.3 / double(MB.Tokens.size()));
+  }
   StageModel M(C, wholeModel(C), G.context(), O);
   // Weights of std 0.02 make most gradients tiny; scale them up so the
   // difference quotients stand well above fp32 round-off, and make the norm
@@ -126,7 +135,8 @@ TEST_P(FiniteDifferences, EveryParameterAndTheChunkInput) {
 
   // The input gradient of a chunk: layer 0 (with the embedding) feeds layer 1
   // (with the loss); perturb the hidden states passed between them.
-  StageSpec First{0, 1, true, false}, Second{1, 1, false, true};
+  // With MTP blocks the second chunk reads its own copy of the embedding.
+  StageSpec First{0, 1, true, false}, Second{1, 1, false, true, C.MtpLayers > 0};
   StageModel A(C, First, G.context(), O), B(C, Second, G.context(), O);
   for (StageModel *Chunk : {&A, &B})
     for (Parameter *P : Chunk->parameters())
@@ -155,7 +165,8 @@ INSTANTIATE_TEST_SUITE_P(Routers, FiniteDifferences,
                                            FdCase{false, 1, true}, FdCase{false, 0, false, 2, 1, 0, 15},
                                            FdCase{true, 1, false, 2, 1}, FdCase{false, 1, false, 1, 1, 12},
                                            FdCase{true, 1, false, 1, 1, 0, 9, 1},
-                                           FdCase{false, 0, false, 1, 1, 0, 7, 2, true}),
+                                           FdCase{false, 0, false, 1, 1, 0, 7, 2, true},
+                                           FdCase{true, 1, false, 1, 1, 0, 7, 4, false, 2}),
                          [](const ::testing::TestParamInfo<FdCase> &I) { return I.param.name(); });
 
 // Group-limited routing chooses every token's experts inside its best

@@ -47,6 +47,21 @@ inline MicroBatch randomBatch(int64_t Sequences, int64_t SeqLen, int64_t Vocab, 
   return MB;
 }
 
+/// Random tokens and labels for Depth MTP blocks, the positions past each
+/// sequence's end without a label, as the trainer fills them.
+inline void addMtpTokens(MicroBatch &MB, int64_t Depth, int64_t Vocab, unsigned Seed) {
+  std::mt19937 Gen(Seed);
+  std::uniform_int_distribution<int32_t> Tok(0, int32_t(Vocab - 1));
+  MB.MtpTokens.assign(size_t(Depth), {});
+  MB.MtpLabels.assign(size_t(Depth), {});
+  for (int64_t K = 1; K <= Depth; ++K)
+    for (int64_t I = 0; I < int64_t(MB.Tokens.size()); ++I) {
+      bool Inside = I % MB.SeqLen + K < MB.SeqLen;
+      MB.MtpTokens[size_t(K - 1)].push_back(Inside ? Tok(Gen) : 0);
+      MB.MtpLabels[size_t(K - 1)].push_back(Inside ? Tok(Gen) : -1);
+    }
+}
+
 /// The CP rank's view of a full micro batch: its tokens in localPositions
 /// order.
 inline MicroBatch cpShard(const MicroBatch &Full, int CpRank, int CpSize) {
@@ -74,11 +89,15 @@ inline StageSpec wholeModel(const ModelConfig &C) {
   S.FirstLayer = 0;
   S.NumLayers = C.Layers;
   S.HasEmbedding = S.HasLoss = true;
+  S.HasMtp = C.MtpLayers > 0;
   return S;
 }
 
 inline double objective(StageModel &M, const ModelOptions &O) {
-  return O.CeScale * M.loss().CeSum + O.AuxScale * M.loss().AuxSum;
+  double L = O.CeScale * M.loss().CeSum + O.AuxScale * M.loss().AuxSum;
+  for (size_t K = 0; K < M.loss().MtpCeSum.size(); ++K)
+    L += O.MtpCeScale.at(K) * M.loss().MtpCeSum[K];
+  return L;
 }
 
 /// Every parameter's gradient by name.

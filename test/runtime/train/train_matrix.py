@@ -97,6 +97,12 @@ LAYOUTS = [
     ("dsv3_tp2_etp2_ep2", 4, "tp = 2; ep = 2; etp = 2", None),
     ("dsv3_cp2_ep2_pp2", 4, "cp = 2; ep = 2; pp = 2", "selective(mla_up_proj, moe)"),
     ("dsv3_dp2_cp2_ep4_pp2", 8, "cp = 2; ep = 4; pp = 2", None),
+    # DeepSeek-V3's multi-token prediction (MTP_MODEL: two blocks, chained): each block's
+    # future tokens come from the whole sequence whatever CP splits; under PP the last stage
+    # holds a copy of the embedding whose gradient is summed with the first stage's.
+    ("mtp_tp2_cp2", 4, "tp = 2; cp = 2", None),
+    ("mtp_ep2_pp2_full", 4, "ep = 2; pp = 2", "full"),
+    ("mtp_cp2_ep2_pp2_distopt", 4, "cp = 2; ep = 2; pp = 2", "selective(mla_up_proj, moe)"),
 ]
 # tiny_moe with the sigmoid router and aux-loss-free balancing; a bias update rate of
 # Megatron's 1e-3 changes routing within 3 steps of this tiny model.
@@ -109,9 +115,11 @@ MLAKV_MODEL = ("model tiny_mlakv extends tiny_moe {\n  kv_heads = 4\n  attention
                "qk_head_dim = 8, qk_rope_head_dim = 8, v_head_dim = 12)\n}\n")
 DSV3_MODEL = ("model tiny_dsv3 extends tiny_mla {\n  moe {\n    router = sigmoid; expert_bias = true; groups = 4; "
               "group_top_k = 2\n    topk_scaling = 2.5; shared_experts = 1; shared_ffn_hidden = 32\n  }\n}\n")
+MTP_MODEL = "model tiny_mtp extends tiny_dsv3 { mtp_layers = 2 }\n"
 # A layout's name prefix picks its model (and its own one-rank reference, "<prefix>one_rank").
 MODELS = {"bias_": ("tiny_biased", BIASED_MODEL), "qk_": ("tiny_qk", QK_MODEL), "mla_": ("tiny_mla", MLA_MODEL),
-          "mlakv_": ("tiny_mlakv", MLAKV_MODEL), "dsv3_": ("tiny_dsv3", MLA_MODEL + DSV3_MODEL)}
+          "mlakv_": ("tiny_mlakv", MLAKV_MODEL), "dsv3_": ("tiny_dsv3", MLA_MODEL + DSV3_MODEL),
+          "mtp_": ("tiny_mtp", MLA_MODEL + DSV3_MODEL + MTP_MODEL)}
 
 
 def model_of(name):
