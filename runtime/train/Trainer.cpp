@@ -758,7 +758,27 @@ struct Trainer::Impl final : public PipelineStage {
 
   /// The Hugging Face name of a runtime parameter and whether it is stored
   /// [out, in] (a Linear weight: transposed here); empty when it has none.
-  static std::pair<std::string, bool> huggingFaceName(const std::string &Name) {
+  /// The Hugging Face prefix of a layer's runtime name, "layers.L." ->
+  /// "model.layers.L.", or of an MTP block's, "mtp.K." -> "model.layers.{Layers
+  /// + K}." (DeepSeek-V3 stores block K as the layer after the decoder's, its
+  /// decoder layer's tensors under the same prefix); Tail gets the rest of
+  /// the name ("layer." dropped). Empty for any other name.
+  std::string huggingFaceLayerPrefix(llvm::StringRef Name, llvm::StringRef &Tail, bool &MtpOwn) const {
+    MtpOwn = false;
+    if (Name.consume_front("layers.")) {
+      auto [Layer, Rest] = Name.split('.');
+      Tail = Rest;
+      return "model.layers." + Layer.str() + ".";
+    }
+    int64_t K = 0;
+    if (!Name.consume_front("mtp.") || Name.consumeInteger(10, K) || !Name.consume_front("."))
+      return "";
+    MtpOwn = !Name.consume_front("layer.");
+    Tail = Name;
+    return "model.layers." + std::to_string(Config.Layers + K) + ".";
+  }
+
+  std::pair<std::string, bool> huggingFaceName(const std::string &Name) const {
     static const std::pair<const char *, std::pair<const char *, bool>> Suffixes[] = {
         {"attn_norm", {"input_layernorm.weight", false}},
         {"attn.q", {"self_attn.q_proj.weight", true}},
@@ -789,11 +809,23 @@ struct Trainer::Impl final : public PipelineStage {
       return {"model.norm.weight", false};
     if (Name == "output")
       return {"lm_head.weight", true};
-    llvm::StringRef Rest(Name);
-    if (!Rest.consume_front("layers."))
+    static const std::pair<const char *, std::pair<const char *, bool>> MtpSuffixes[] = {
+        {"enorm", {"enorm.weight", false}},
+        {"hnorm", {"hnorm.weight", false}},
+        {"eh_proj", {"eh_proj.weight", true}},
+        {"final_norm", {"shared_head.norm.weight", false}},
+    };
+    llvm::StringRef Tail;
+    bool MtpOwn = false;
+    std::string Pre = huggingFaceLayerPrefix(Name, Tail, MtpOwn);
+    if (Pre.empty())
       return {"", false};
-    auto [Layer, Tail] = Rest.split('.');
-    std::string Pre = "model.layers." + Layer.str() + ".";
+    if (MtpOwn) {
+      for (const auto &[Suffix, Hf] : MtpSuffixes)
+        if (Tail == Suffix)
+          return {Pre + Hf.first, Hf.second};
+      return {"", false};
+    }
     llvm::StringRef Expert = Tail;
     if (Expert.consume_front("experts.")) {
       auto [Id, Kind] = Expert.split('.');
@@ -862,8 +894,9 @@ struct Trainer::Impl final : public PipelineStage {
     for (ExpertBias *B : allBiases()) {
       if (!Ok)
         break;
-      llvm::StringRef Layer = llvm::StringRef(B->State.Name).drop_front(7).split('.').first;
-      std::string Hf = "model.layers." + Layer.str() + ".mlp.gate.e_score_correction_bias";
+      llvm::StringRef Tail;
+      bool MtpOwn = false;
+      std::string Hf = huggingFaceLayerPrefix(B->State.Name, Tail, MtpOwn) + "mlp.gate.e_score_correction_bias";
       auto It = File.tensors().find(Hf);
       if (It == File.tensors().end())
         continue;

@@ -54,6 +54,7 @@ TOL = 1e-6
 GRAD_TOL = 1e-5
 AUX_COEFF = 1e-2  # moert::ModelConfig::AuxLossCoeff, Megatron's moe_aux_loss_coeff default
 DEEPSEEK_LAYOUTS = [("one_rank", 1, "tp = 1"), ("tp2", 2, "tp = 2"), ("cp2", 2, "cp = 2"), ("ep2_pp2", 4, "ep = 2; pp = 2")]
+MTP_LAYOUTS = [("one_rank", 1, "tp = 1"), ("tp2_cp2", 4, "tp = 2; cp = 2"), ("ep2_pp2", 4, "ep = 2; pp = 2")]
 GRAD_LAYOUTS = [("one_rank", 1, "tp = 1"), ("tp2", 2, "tp = 2"), ("ep2", 2, "ep = 2"), ("pp2", 2, "pp = 2")]
 LAYOUTS = [("one_rank", 1, "tp = 1"), ("tp2", 2, "tp = 2"), ("ep2", 2, "ep = 2"), ("pp2", 2, "pp = 2"),
            ("tp2_etp2_ep2", 4, "tp = 2; ep = 2; etp = 2")]
@@ -77,7 +78,7 @@ def tiny_qwen3_moe(out_dir, perturb_q_norm=True):
     return model
 
 
-def tiny_deepseek_v3(out_dir):
+def tiny_deepseek_v3(out_dir, layers=2, save=True):
     """DeepSeek-V3's architecture at a few dozen dimensions: multi-head latent attention with a
     query latent (q 24, kv 16, no-RoPE 8 + RoPE 8 per head, values 12, interleaved RoPE), a dense
     first layer, then the sigmoid router with group-limited top-4 (4 groups, the best 2), the
@@ -85,7 +86,7 @@ def tiny_deepseek_v3(out_dir):
     expert."""
     from transformers import DeepseekV3Config, DeepseekV3ForCausalLM
     config = DeepseekV3Config(vocab_size=VOCAB, hidden_size=64, intermediate_size=96, moe_intermediate_size=32,
-                              num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4, n_shared_experts=1,
+                              num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=4, n_shared_experts=1,
                               n_routed_experts=8, routed_scaling_factor=2.5, kv_lora_rank=16, q_lora_rank=24,
                               qk_rope_head_dim=8, v_head_dim=12, qk_nope_head_dim=8, n_group=4, topk_group=2,
                               num_experts_per_tok=4, first_k_dense_replace=1, norm_topk_prob=True,
@@ -104,8 +105,78 @@ def tiny_deepseek_v3(out_dir):
         for name, p in model.named_parameters():
             if name.endswith("norm.weight"):
                 p.add_(0.2 * torch.randn_like(p))
-    model.save_pretrained(out_dir, safe_serialization=True)
+    if save:
+        model.save_pretrained(out_dir, safe_serialization=True)
     return model
+
+
+def tiny_deepseek_v3_mtp(out_dir):
+    """tiny_deepseek_v3 with one multi-token-prediction block, stored as DeepSeek-V3 stores its
+    own: config.json says num_hidden_layers 2 and num_nextn_predict_layers 1, and the block is
+    model.layers.2, a decoder layer's tensors beside enorm, hnorm, eh_proj ([H, 2H]),
+    shared_head.norm and copies of the embedding and the output head. transformers builds no
+    MTP block; a three-layer model supplies the block's decoder layer (returned with the two-layer
+    main model and the block's own tensors)."""
+    import json
+    from safetensors.torch import load_file, save_file
+    from transformers import DeepseekV3ForCausalLM
+    full = tiny_deepseek_v3(out_dir, layers=3, save=False)
+    config = full.config.to_dict()
+    config["num_hidden_layers"] = 2
+    main = DeepseekV3ForCausalLM(type(full.config)(**config)).float().eval()
+    missing, _ = main.load_state_dict(full.state_dict(), strict=False)
+    assert not missing, missing
+    for layer in main.model.layers:
+        layer.self_attn.q_a_layernorm.variance_epsilon = config["rms_norm_eps"]
+        layer.self_attn.kv_a_layernorm.variance_epsilon = config["rms_norm_eps"]
+    main.save_pretrained(out_dir, safe_serialization=True)
+    H = config["hidden_size"]
+    torch.manual_seed(2)
+    own = {"enorm.weight": 1 + 0.2 * torch.randn(H), "hnorm.weight": 1 + 0.2 * torch.randn(H),
+           "eh_proj.weight": 0.1 * torch.randn(H, 2 * H), "shared_head.norm.weight": 1 + 0.2 * torch.randn(H)}
+    tensors = load_file(os.path.join(out_dir, "model.safetensors"))
+    for name, t in full.state_dict().items():
+        if name.startswith("model.layers.2."):
+            tensors[name] = t.contiguous()
+    for name, t in own.items():
+        tensors["model.layers.2." + name] = t
+    tensors["model.layers.2.embed_tokens.weight"] = tensors["model.embed_tokens.weight"].clone()
+    tensors["model.layers.2.shared_head.head.weight"] = tensors["lm_head.weight"].clone()
+    save_file(tensors, os.path.join(out_dir, "model.safetensors"), metadata={"format": "pt"})
+    with open(os.path.join(out_dir, "config.json")) as f:
+        saved = json.load(f)
+    saved["num_nextn_predict_layers"] = 1
+    with open(os.path.join(out_dir, "config.json"), "w") as f:
+        json.dump(saved, f, indent=2)
+    return full, main, own
+
+
+def mtp_reference_loss(full, main, own, samples):
+    """The MTP block's mean cross entropy as Megatron-Core computes it, built from transformers'
+    DeepseekV3DecoderLayer: the main model's normalised output and the embeddings of the next
+    tokens (0 past the end) through enorm / hnorm, [embedding, hidden] through eh_proj, the layer
+    (causal, RoPE at the same positions), shared_head.norm and the output head, against the
+    tokens two ahead; the last position has no label."""
+    cfg = main.config
+    x = torch.stack([s[:-1] for s in samples])
+    labels = torch.stack([s[2:] for s in samples])
+    B, T = x.shape
+
+    def rms(v, w):
+        return v * torch.rsqrt(v.pow(2).mean(-1, keepdim=True) + cfg.rms_norm_eps) * w
+
+    with torch.no_grad():
+        h = main.model(input_ids=x).last_hidden_state
+        ahead = torch.cat([x[:, 1:], torch.zeros(B, 1, dtype=x.dtype)], 1)
+        e = main.model.embed_tokens(ahead)
+        X = torch.cat([rms(e, own["enorm.weight"]), rms(h, own["hnorm.weight"])], -1) @ own["eh_proj.weight"].t()
+        pos = torch.arange(T).unsqueeze(0).expand(B, T)
+        mask = torch.full((T, T), float("-inf")).triu(1)[None, None].expand(B, 1, T, T)
+        Y = full.model.layers[2](X, attention_mask=mask, position_ids=pos,
+                                 position_embeddings=full.model.rotary_emb(X, pos))
+        Y = Y[0] if isinstance(Y, tuple) else Y
+        logits = main.lm_head(rms(Y, own["shared_head.norm.weight"])).double()
+    return float(torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, VOCAB), labels.reshape(-1)))
 
 
 def windows(prefix):
@@ -295,6 +366,31 @@ def deepseek_v3(a, corpus, samples):
                   "told apart")
 
 
+def deepseek_v3_mtp(a, corpus, samples):
+    """DeepSeek-V3 with its MTP block read from the checkpoint by --init-from-hf: the step-1 loss
+    and MTP loss moerun logs against transformers' main model and the block's reference, under
+    one rank and the layouts of MTP_LAYOUTS (cp takes each token's next from the whole sequence;
+    pp puts the block and a copy of the embedding on the last stage)."""
+    hf_dir = os.path.join(a.work, "deepseek_v3_mtp_tiny")
+    full, main, own = tiny_deepseek_v3_mtp(hf_dir)
+    ref, ref_mtp = reference_loss(main, samples), mtp_reference_loss(full, main, own, samples)
+    print(f"transformers DeepseekV3ForCausalLM with the MTP block: loss {ref!r}, MTP loss {ref_mtp!r}")
+    for name, ranks, parallel in MTP_LAYOUTS:
+        plan = harness.plan(a, "mtp_" + name, recipe("mtp_" + name, ranks, parallel, hf_dir, corpus))
+        log = os.path.join(a.work, "mtp_" + name + ".jsonl")
+        rc, out = harness.moerun(a, ranks, plan, ["--steps", "1", "--init-from-hf", hf_dir, "--log", log])
+        first = harness.records(log)[0] if rc == 0 and os.path.exists(log) else {}
+        errs = [abs(first[k] - want) / abs(want) if k in first else float("inf")
+                for k, want in (("loss", ref), ("mtp_loss", ref_mtp))]
+        check(max(errs) <= TOL, f"DeepSeek-V3 MTP {name} ({ranks} ranks): loss and MTP loss equal the reference "
+              f"within {max(errs):.1e} relative", out)
+    # Control: the block's eh_proj read transposed ([embedding, hidden] halves swapped) must show.
+    swapped = dict(own, **{"eh_proj.weight": own["eh_proj.weight"].roll(own["eh_proj.weight"].shape[0], 1)})
+    other = mtp_reference_loss(full, main, swapped, samples)
+    check(abs(other - ref_mtp) / abs(ref_mtp) > 100 * TOL,
+          f"DeepSeek-V3 MTP control (embedding and hidden halves swapped): told apart, {other!r}")
+
+
 def main():
     a = harness.args(extra=[("--driver", "moert-train-driver, for the gradient dumps")])
     corpus = os.path.join(a.work, "corpus")
@@ -311,6 +407,7 @@ def main():
     for name, ranks, parallel in GRAD_LAYOUTS:
         check_gradients(a, f"gradients under {name}", name, ranks, parallel, hf_dir, corpus, grads)
     deepseek_v3(a, corpus, samples)
+    deepseek_v3_mtp(a, corpus, samples)
     # Control: the same weights but the q-norm left at ones in the checkpoint moerun reads.
     control_dir = os.path.join(a.work, "control")
     tiny_qwen3_moe(control_dir, perturb_q_norm=False)
