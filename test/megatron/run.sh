@@ -10,6 +10,8 @@
 #                                                      import defines the model; test/megatron/providers.py)
 #        test/megatron/run.sh --router PATH/TO/moert-route (the runtime's router against Megatron-Core's
 #                                                      topk_routing_with_score_function; router.py)
+#        test/megatron/run.sh --delta-rule PATH/TO/moert-delta-rule (the runtime's gated delta rule against
+#                                                      Megatron-Core's torch_chunk_gated_delta_rule; gdn.py)
 #        test/megatron/run.sh --hf-reference PATH/TO/moec --moerun M --driver D --mkdata K --mpirun R --work DIR
 #                                                     (moerun against transformers' Qwen3-MoE on the same
 #                                                      weights and tokens; test/runtime/train/hf_reference.py)
@@ -20,12 +22,12 @@ here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
 mode=differential
 case "${1:-}" in
-  --roundtrip | --schedule | --providers | --exports | --router | --hf-reference) mode="${1#--}"; shift ;;
+  --roundtrip | --schedule | --providers | --exports | --router | --delta-rule | --hf-reference) mode="${1#--}"; shift ;;
 esac
 tool="${1:?usage: run.sh [--roundtrip|--exports|--providers|--schedule] PATH/TO/moec, or --router PATH/TO/moert-route}"
 shift
 args=(--moec "$tool")
-[ "$mode" = router ] && args=(--tool "$tool")
+[ "$mode" = router ] || [ "$mode" = delta-rule ] && args=(--tool "$tool")
 case "$mode" in
   roundtrip) args+=(--doc "$root/docs/megatron-bridge.md") ;;
   schedule) args+=(--moerun "${1:?usage: run.sh --schedule PATH/TO/moec PATH/TO/moerun}"); shift ;;
@@ -36,4 +38,5 @@ esac
 py="$("$root/scripts/megatron-venv.sh")"
 script="$here/$mode.py"
 [ "$mode" = hf-reference ] && script="$root/test/runtime/train/hf_reference.py"
+[ "$mode" = delta-rule ] && script="$here/gdn.py"
 exec "$py" "$script" "${args[@]}" "$@"
