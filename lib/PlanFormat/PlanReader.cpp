@@ -242,9 +242,22 @@ bool PlanParser::readModel(const toml::table &Config) {
       return fail(APre + ".qk_rope_head_dim", fmt::format("{} is odd: RoPE rotates pairs", A.QkRopeHeadDim));
     Model.Mla = A;
   }
-  for (const char *Feature : {"linear_attention", "vision"})
-    if (M->contains(Feature))
-      Model.Unsupported.push_back(Feature);
+  if (M->contains("linear_attention")) {
+    const std::string LPre = Pre + ".linear_attention";
+    const toml::table *T = table(*M, Pre, "linear_attention");
+    if (!T)
+      return false;
+    LaunchLinearAttention L;
+    if (!readInt(*T, LPre, "interval", L.Interval, 1) || !readInt(*T, LPre, "key_heads", L.KeyHeads, 1) ||
+        !readInt(*T, LPre, "value_heads", L.ValueHeads, 1) || !readInt(*T, LPre, "head_dim", L.HeadDim, 1))
+      return false;
+    if (L.ValueHeads % L.KeyHeads)
+      return fail(LPre + ".value_heads",
+                  fmt::format("{} is not a multiple of the {} key heads", L.ValueHeads, L.KeyHeads));
+    Model.LinearAttention = L;
+  }
+  if (M->contains("vision"))
+    Model.Unsupported.push_back("vision");
   return true;
 }
 

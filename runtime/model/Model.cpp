@@ -1,6 +1,7 @@
 //===- model/Model.cpp - StageModel: layers, recompute, accounting --------===//
 #include "model/Model.h"
 
+#include "model/GatedDeltaNet.h"
 #include "model/ModelOps.h"
 #include "model/MoeBlock.h"
 #include "parallel/cp/ContextParallelAttention.h"
@@ -28,6 +29,9 @@ struct LayerParams {
   bool Moe = false;
   Parameter *AttnNorm = nullptr, *Q = nullptr, *K = nullptr, *V = nullptr, *O = nullptr, *MlpNorm = nullptr;
   Parameter *QNorm = nullptr, *KNorm = nullptr; ///< with ModelConfig::QkNorm
+  Parameter *OGate = nullptr;                   ///< full attention beside linear layers: [Hidden, Heads*HeadDim]
+  bool Linear = false;                          ///< Gated DeltaNet instead of attention
+  GdnWeights Gdn;
   /// Multi-head latent attention (Q is the query projection without a q
   /// latent; K and V are unused).
   Parameter *QDown = nullptr, *QDownNorm = nullptr, *QUp = nullptr;
@@ -50,6 +54,8 @@ struct LayerState {
   // Q, K, V above are the up-projections (mla_up_proj).
   Tensor Qc, QcN, Ckv, CkvN, KPe;
   std::vector<float> RstdQc, RstdCkv;
+  Tensor OGate;                  // attention: the output gate before its sigmoid
+  GdnSaved Gdn;                  // attention: a linear layer's Gated DeltaNet
   Tensor AttnOut, Lse;           // core_attn
   Tensor G, U, Act;              // mlp
   MoeSaved Routed;               // moe (Routed.Act: moe_act)
@@ -63,7 +69,8 @@ struct LayerState {
     B["layernorm"] = Xn1.bytes() + Xn2.bytes() + int64_t((Rstd1.size() + Rstd2.size()) * sizeof(float));
     B["attention"] = Q.bytes() + K.bytes() + V.bytes() + H.bytes() + QPre.bytes() + KPre.bytes() +
                      int64_t((RstdQ.size() + RstdK.size()) * sizeof(float)) + Qc.bytes() + QcN.bytes() + Ckv.bytes() +
-                     CkvN.bytes() + KPe.bytes() + int64_t((RstdQc.size() + RstdCkv.size()) * sizeof(float));
+                     CkvN.bytes() + KPe.bytes() + int64_t((RstdQc.size() + RstdCkv.size()) * sizeof(float)) +
+                     OGate.bytes() + Gdn.bytes();
     B["core_attn"] = AttnOut.bytes() + Lse.bytes();
     B["mlp"] = G.bytes() + U.bytes() + Act.bytes();
     B["moe"] = Routed.moeBytes();
@@ -144,6 +151,7 @@ struct StageModel::Impl {
   std::unique_ptr<TokenDispatcher> Dispatcher;
   std::unique_ptr<Communicator> WholeExperts; ///< the etp group when the context has none
   std::unique_ptr<MoeBlock> Moe;
+  std::unique_ptr<GatedDeltaNetBlock> Gdn;
   std::map<int64_t, MicroState> InFlight;
   LossTotals Loss;
   std::map<std::string, int64_t> Current, Peak;
@@ -191,6 +199,16 @@ struct StageModel::Impl {
     }
     if (C.Vocab % TpSize)
       fail("Vocab must divide by the tp size");
+    if (C.Linear) {
+      const ModelConfig::LinearAttention &L = *C.Linear;
+      if (L.Interval <= 0 || L.KeyHeads <= 0 || L.ValueHeads <= 0 || L.HeadDim <= 0 || L.ConvKernel <= 0 ||
+          L.ValueHeads % L.KeyHeads || L.KeyHeads % TpSize)
+        fail("invalid linear-attention dimensions (value heads a multiple of key heads, key heads of the tp size)");
+      if (Groups.Cp->size() > 1)
+        fail("Gated DeltaNet runs without context parallelism");
+      if (C.Mla)
+        fail("linear attention beside latent attention");
+    }
     if (C.Experts > 0 && (C.TopK <= 0 || C.TopK > C.Experts || C.MoeFfnHidden <= 0 || C.SharedFfnHidden % TpSize))
       fail("invalid MoE dimensions");
     if (C.FfnHidden % TpSize)
@@ -231,6 +249,8 @@ struct StageModel::Impl {
       Dispatcher = std::make_unique<TokenDispatcher>(*Groups.Ep, C.Experts, C.TopK, C.Hidden);
       Moe = std::make_unique<MoeBlock>(Config, *Groups.TpCp, *Dispatcher, *Groups.Etp);
     }
+    if (C.Linear)
+      Gdn = std::make_unique<GatedDeltaNetBlock>(Config, *Groups.Tp);
     for (int64_t L = Stage.FirstLayer; L < Stage.FirstLayer + Stage.NumLayers; ++L)
       Layers.push_back(buildLayer(L, "layers." + std::to_string(L) + "."));
     if (Stage.HasLoss) {
@@ -268,7 +288,28 @@ struct StageModel::Impl {
     P.Index = L;
     P.Moe = C.isMoeLayer(L);
     P.AttnNorm = addParam(Pre + "attn_norm", Rep, {C.Hidden}, 0.0, 0);
-    if (C.Mla) {
+    P.Linear = C.isLinearLayer(L);
+    if (P.Linear) {
+      const ModelConfig::LinearAttention &A = *C.Linear;
+      const int64_t Kc = A.KeyHeads * A.HeadDim, Vc = A.ValueHeads * A.HeadDim, Hv = A.ValueHeads;
+      GdnWeights &G = P.Gdn;
+      G.Q = addParam(Pre + "gdn.q", Dense, {C.Hidden, Kc}, Std, 2);
+      G.K = addParam(Pre + "gdn.k", Dense, {C.Hidden, Kc}, Std, 2);
+      G.V = addParam(Pre + "gdn.v", Dense, {C.Hidden, Vc}, Std, 2);
+      G.Z = addParam(Pre + "gdn.z", Dense, {C.Hidden, Vc}, Std, 2);
+      G.B = addParam(Pre + "gdn.b", Dense, {C.Hidden, Hv}, Std, 2);
+      G.A = addParam(Pre + "gdn.a", Dense, {C.Hidden, Hv}, Std, 2);
+      // The conv, dt_bias and A_log follow their channels and heads over tp
+      // (rows); the conv starts at the scale of a width-ConvKernel average.
+      const double ConvStd = 1.0 / std::sqrt(double(A.ConvKernel));
+      G.ConvQ = addParam(Pre + "gdn.conv_q", Dense, {Kc, A.ConvKernel}, ConvStd, 1);
+      G.ConvK = addParam(Pre + "gdn.conv_k", Dense, {Kc, A.ConvKernel}, ConvStd, 1);
+      G.ConvV = addParam(Pre + "gdn.conv_v", Dense, {Vc, A.ConvKernel}, ConvStd, 1);
+      G.DtBias = addParam(Pre + "gdn.dt_bias", Dense, {Hv, 1}, Std, 1);
+      G.ALog = addParam(Pre + "gdn.a_log", Dense, {Hv, 1}, 0.0, 1);
+      G.Norm = addParam(Pre + "gdn.norm", Rep, {A.HeadDim}, 0.0, 0);
+      G.Out = addParam(Pre + "gdn.out", Dense, {Vc, C.Hidden}, OutStd, 1);
+    } else if (C.Mla) {
       // The down-projections and their norms are whole on every tp rank,
       // which runs them on its sequence shard (Megatron-Core's duplicated
       // linear_q_down_proj / linear_kv_down_proj); the up-projections are
@@ -290,8 +331,10 @@ struct StageModel::Impl {
       P.K = addParam(Pre + "attn.k", Dense, {C.Hidden, C.KvHeads * C.HeadDim}, Std, 2);
       P.V = addParam(Pre + "attn.v", Dense, {C.Hidden, C.KvHeads * C.HeadDim}, Std, 2);
       P.O = addParam(Pre + "attn.o", Dense, {C.Heads * C.HeadDim, C.Hidden}, OutStd, 1);
+      if (C.Linear)
+        P.OGate = addParam(Pre + "attn.gate", Dense, {C.Hidden, C.Heads * C.HeadDim}, Std, 2);
     }
-    if (C.QkNorm) {
+    if (C.QkNorm && !P.Linear) {
       P.QNorm = addParam(Pre + "attn.q_norm", Rep, {C.HeadDim}, 0.0, 0);
       P.KNorm = addParam(Pre + "attn.k_norm", Rep, {C.HeadDim}, 0.0, 0);
     }
@@ -477,7 +520,12 @@ struct StageModel::Impl {
       mlaUp(P, M, S);
       return;
     }
-    std::vector<Tensor> Y = columnParallelForward(*Groups.Tp, S.Xn1, {&P.Q->Value, &P.K->Value, &P.V->Value});
+    std::vector<const Tensor *> Ws = {&P.Q->Value, &P.K->Value, &P.V->Value};
+    if (P.OGate)
+      Ws.push_back(&P.OGate->Value);
+    std::vector<Tensor> Y = columnParallelForward(*Groups.Tp, S.Xn1, Ws);
+    if (P.OGate)
+      S.OGate = std::move(Y[3]);
     if (P.QNorm) {
       S.QPre = std::move(Y[0]);
       S.KPre = std::move(Y[1]);
@@ -512,13 +560,28 @@ struct StageModel::Impl {
     S.SAct = swiGlu(S.SG, S.SU);
   }
 
+  /// The attention output the out-projection reads: gated by sigmoid(OGate)
+  /// where the layer has the output gate.
+  static Tensor gatedAttention(const LayerState &S) {
+    if (!S.OGate.numel())
+      return S.AttnOut;
+    Tensor Y = S.AttnOut;
+    for (int64_t I = 0; I < Y.numel(); ++I)
+      Y[I] *= float(1.0 / (1.0 + std::exp(-double(S.OGate[I]))));
+    return Y;
+  }
+
   /// The whole layer; fills every saved activation. Returns the output and
   /// the layer's aux loss.
   Tensor layerForward(const LayerParams &P, const MicroState &M, LayerState &S, double &Aux, bool Count) {
     attnNorm(P, S);
-    qkv(P, M, S);
-    coreAttn(M, S);
-    S.H = add(S.X, rowParallelForward(*Groups.Tp, S.AttnOut, P.O->Value));
+    if (P.Linear) {
+      S.H = add(S.X, Gdn->forward(P.Gdn, S.Xn1, M.Sequences, S.Gdn));
+    } else {
+      qkv(P, M, S);
+      coreAttn(M, S);
+      S.H = add(S.X, rowParallelForward(*Groups.Tp, gatedAttention(S), P.O->Value));
+    }
     mlpNorm(P, S);
     Tensor Y;
     Aux = 0;
@@ -557,7 +620,7 @@ struct StageModel::Impl {
       S.Q = S.K = S.V = Tensor();
       S.Dropped.insert("mla_up_proj");
     }
-    if (selective("core_attn")) {
+    if (selective("core_attn") && S.AttnOut.numel()) {
       S.AttnOut = Tensor();
       S.Lse = Tensor();
       S.Dropped.insert("core_attn");
@@ -631,7 +694,20 @@ struct StageModel::Impl {
     }
     Tensor DH = add(DY, rmsNormBackward(S.H, P.MlpNorm->Value, S.Rstd2, DXn2, P.MlpNorm->Grad));
     // Attention branch.
-    Tensor DOut = rowParallelBackward(Tp, S.AttnOut, P.O->Value, DH, P.O->Grad);
+    if (P.Linear) {
+      Tensor DXn1 = Gdn->backward(P.Gdn, S.Xn1, M.Sequences, S.Gdn, DH);
+      return add(DH, rmsNormBackward(S.X, P.AttnNorm->Value, S.Rstd1, DXn1, P.AttnNorm->Grad));
+    }
+    Tensor DOut = rowParallelBackward(Tp, gatedAttention(S), P.O->Value, DH, P.O->Grad);
+    Tensor DOGate;
+    if (P.OGate) {
+      DOGate = Tensor(S.OGate.shape());
+      for (int64_t I = 0; I < DOut.numel(); ++I) {
+        float Sig = float(1.0 / (1.0 + std::exp(-double(S.OGate[I]))));
+        DOGate[I] = DOut[I] * S.AttnOut[I] * Sig * (1 - Sig);
+        DOut[I] *= Sig;
+      }
+    }
     Tensor DQ(S.Q.shape()), DK(S.K.shape()), DV(S.V.shape());
     contextParallelAttentionBackward(*Groups.Cp, attentionDims(M), S.Q.data(), S.K.data(), S.V.data(), S.AttnOut.data(),
                                      S.Lse.data(), DOut.data(), DQ.data(), DK.data(), DV.data());
@@ -645,8 +721,14 @@ struct StageModel::Impl {
       DQ = headNormBackward(S.QPre, *P.QNorm, S.RstdQ, DQ);
       DK = headNormBackward(S.KPre, *P.KNorm, S.RstdK, DK);
     }
-    Tensor DXn1 = columnParallelBackward(Tp, S.Xn1, nullptr, {&P.Q->Value, &P.K->Value, &P.V->Value}, {&DQ, &DK, &DV},
-                                         {&P.Q->Grad, &P.K->Grad, &P.V->Grad});
+    std::vector<const Tensor *> Ws = {&P.Q->Value, &P.K->Value, &P.V->Value}, DYs = {&DQ, &DK, &DV};
+    std::vector<Tensor *> DWs = {&P.Q->Grad, &P.K->Grad, &P.V->Grad};
+    if (P.OGate) {
+      Ws.push_back(&P.OGate->Value);
+      DYs.push_back(&DOGate);
+      DWs.push_back(&P.OGate->Grad);
+    }
+    Tensor DXn1 = columnParallelBackward(Tp, S.Xn1, nullptr, Ws, DYs, DWs);
     return add(DH, rmsNormBackward(S.X, P.AttnNorm->Value, S.Rstd1, DXn1, P.AttnNorm->Grad));
   }
 

@@ -135,6 +135,19 @@ struct ModelConfig {
   };
   std::optional<LatentAttention> Mla;
 
+  /// Gated DeltaNet linear attention (Qwen3-Next; model/GatedDeltaNet.h):
+  /// layer L mixes its tokens with it when (L + 1) % Interval != 0
+  /// (Megatron's pattern, 1-based: every Interval-th layer is full
+  /// attention); the full-attention layers then gate their output with a
+  /// sigmoid (Megatron's attention_output_gate). Key and value heads are
+  /// HeadDim wide; the conv is ConvKernel tokens wide (Megatron's
+  /// linear_conv_kernel_dim default).
+  struct LinearAttention {
+    int64_t Interval = 0, KeyHeads = 0, ValueHeads = 0, HeadDim = 0, ConvKernel = 4;
+  };
+  std::optional<LinearAttention> Linear;
+  bool isLinearLayer(int64_t Layer) const { return Linear && Layer < Layers && (Layer + 1) % Linear->Interval != 0; }
+
   /// Multi-token prediction (DeepSeek-V3; Megatron-Core
   /// MultiTokenPredictionBlock): MtpLayers blocks after the decoder, on the
   /// loss chunk. Block k (1-based) takes the previous block's output (the

@@ -69,6 +69,9 @@ ModelConfig moert::modelConfigOf(const moec::LaunchPlan &Plan) {
   C.Vocab = M.Vocab;
   C.QkNorm = M.QkNorm;
   C.MtpLayers = M.MtpLayers;
+  if (M.LinearAttention)
+    C.Linear = ModelConfig::LinearAttention{M.LinearAttention->Interval, M.LinearAttention->KeyHeads,
+                                            M.LinearAttention->ValueHeads, M.LinearAttention->HeadDim};
   C.RopeTheta = M.RopeTheta;
   if (M.Mla)
     C.Mla = ModelConfig::LatentAttention{M.Mla->QLoraRank, M.Mla->KvLoraRank, M.Mla->QkHeadDim, M.Mla->QkRopeHeadDim,
@@ -128,6 +131,12 @@ struct Trainer::Impl final : public PipelineStage {
     if (Plan.WorldSize != World.size())
       refuse("the plan is for " + std::to_string(Plan.WorldSize) + " ranks, the job has " +
              std::to_string(World.size()));
+    if (Plan.Model.LinearAttention && Plan.Parallel.CP > 1)
+      refuse("Gated DeltaNet (linear_attention) runs without context parallelism, as in Megatron-Core 0.16; cp is " +
+             std::to_string(Plan.Parallel.CP));
+    if (Plan.Model.LinearAttention && Plan.Model.LinearAttention->KeyHeads % Plan.Parallel.TP)
+      refuse("linear_attention.key_heads " + std::to_string(Plan.Model.LinearAttention->KeyHeads) +
+             " do not split over tp " + std::to_string(Plan.Parallel.TP));
     if (Plan.Parallel.ETP != 1 && Plan.Parallel.ETP != Plan.Parallel.TP)
       refuse("expert tensor parallelism is implemented over the tp group: etp must be 1 or tp (" +
              std::to_string(Plan.Parallel.TP) + "), not " + std::to_string(Plan.Parallel.ETP));

@@ -48,6 +48,12 @@ struct LaunchMla {
   int64_t KvLoraRank = 0, QkHeadDim = 0, QkRopeHeadDim = 0, VHeadDim = 0;
 };
 
+/// Gated DeltaNet linear attention (the plan's config.model.linear_attention):
+/// every Interval-th layer full attention, the others linear.
+struct LaunchLinearAttention {
+  int64_t Interval = 0, KeyHeads = 0, ValueHeads = 0, HeadDim = 0;
+};
+
 struct LaunchModel {
   std::string Name;
   int64_t Layers = 0, Hidden = 0, Heads = 0, KvHeads = 0, HeadDim = 0, Vocab = 0, MtpLayers = 0;
@@ -56,8 +62,9 @@ struct LaunchModel {
   double RopeTheta = 10000.0; ///< RoPE base (Megatron's rotary_base default when the model does not say)
   std::optional<LaunchMoE> MoE;
   std::optional<LaunchMla> Mla;
+  std::optional<LaunchLinearAttention> LinearAttention;
   /// The plan describes a model feature the CPU runtime does not implement
-  /// (linear attention, vision): the names, for a clear refusal.
+  /// (vision): the names, for a clear refusal.
   std::vector<std::string> Unsupported;
 };
 

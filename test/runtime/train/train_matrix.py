@@ -103,6 +103,14 @@ LAYOUTS = [
     ("mtp_tp2_cp2", 4, "tp = 2; cp = 2", None),
     ("mtp_ep2_pp2_full", 4, "ep = 2; pp = 2", "full"),
     ("mtp_cp2_ep2_pp2_distopt", 4, "cp = 2; ep = 2; pp = 2", "selective(mla_up_proj, moe)"),
+    # Qwen3-Next's layers (NEXT_MODEL): Gated DeltaNet on every layer but each second, gated full
+    # attention with QK-norm on those, one MTP block; tp splits the linear layers by heads (the
+    # conv, dt_bias and A_log with them). No cp: Megatron-Core 0.16 has none for Gated DeltaNet.
+    ("next_tp2", 2, "tp = 2", None),
+    ("next_dp2_tp2_ep2", 4, "tp = 2; ep = 2", None),
+    ("next_ep2_pp2_full", 4, "ep = 2; pp = 2", "full"),
+    ("next_tp2_pp2_selective", 4, "tp = 2; pp = 2", "selective(core_attn, layernorm, moe)"),
+    ("next_dp2_ep2_distopt", 2, "ep = 2", None),
 ]
 # tiny_moe with the sigmoid router and aux-loss-free balancing; a bias update rate of
 # Megatron's 1e-3 changes routing within 3 steps of this tiny model.
@@ -116,10 +124,12 @@ MLAKV_MODEL = ("model tiny_mlakv extends tiny_moe {\n  kv_heads = 4\n  attention
 DSV3_MODEL = ("model tiny_dsv3 extends tiny_mla {\n  moe {\n    router = sigmoid; expert_bias = true; groups = 4; "
               "group_top_k = 2\n    topk_scaling = 2.5; shared_experts = 1; shared_ffn_hidden = 32\n  }\n}\n")
 MTP_MODEL = "model tiny_mtp extends tiny_dsv3 { mtp_layers = 2 }\n"
+NEXT_MODEL = ("model tiny_next extends tiny_moe {\n  qk_norm = true; mtp_layers = 1\n"
+              "  linear_attention { interval = 2; key_heads = 2; value_heads = 4; head_dim = 8 }\n}\n")
 # A layout's name prefix picks its model (and its own one-rank reference, "<prefix>one_rank").
 MODELS = {"bias_": ("tiny_biased", BIASED_MODEL), "qk_": ("tiny_qk", QK_MODEL), "mla_": ("tiny_mla", MLA_MODEL),
           "mlakv_": ("tiny_mlakv", MLAKV_MODEL), "dsv3_": ("tiny_dsv3", MLA_MODEL + DSV3_MODEL),
-          "mtp_": ("tiny_mtp", MLA_MODEL + DSV3_MODEL + MTP_MODEL)}
+          "mtp_": ("tiny_mtp", MLA_MODEL + DSV3_MODEL + MTP_MODEL), "next_": ("tiny_next", NEXT_MODEL)}
 
 
 def model_of(name):

@@ -1,0 +1,241 @@
+//===- model/GatedDeltaNet.cpp - Gated DeltaNet ----------------------------===//
+#include "model/GatedDeltaNet.h"
+
+#include "model/GatedDeltaRule.h"
+#include "parallel/tp/SequenceParallelLinear.h"
+
+#include <cmath>
+#include <stdexcept>
+
+using namespace moert;
+
+namespace {
+
+constexpr double L2NormEps = 1e-6; // fla's l2norm, as Megatron-Core calls it
+
+double sigmoid(double X) { return 1.0 / (1.0 + std::exp(-X)); }
+double softplus(double X) { return X > 20 ? X : std::log1p(std::exp(X)); }
+
+/// Causal depthwise conv over each sequence's tokens: Y[t, c] = sum_j W[c, j]
+/// X[t + j - (Width - 1), c], zero before the sequence's start (PyTorch's
+/// conv1d with padding Width - 1, its first SeqLen outputs).
+Tensor causalConv(const Tensor &X, const Tensor &W, int64_t SeqLen) {
+  const int64_t N = X.rows(), Ch = X.cols(), Width = W.cols();
+  Tensor Y({N, Ch});
+  for (int64_t T = 0; T < N; ++T) {
+    const int64_t Pos = T % SeqLen;
+    for (int64_t J = 0; J < Width; ++J) {
+      const int64_t Back = Width - 1 - J;
+      if (Back > Pos)
+        continue;
+      const float *In = X.row(T - Back);
+      float *Out = Y.row(T);
+      for (int64_t C = 0; C < Ch; ++C)
+        Out[C] += W.row(C)[J] * In[C];
+    }
+  }
+  return Y;
+}
+
+/// Adds the conv's gradients: DX (returned) and DW.
+Tensor causalConvBackward(const Tensor &X, const Tensor &W, const Tensor &DY, int64_t SeqLen, Tensor &DW) {
+  const int64_t N = X.rows(), Ch = X.cols(), Width = W.cols();
+  Tensor DX({N, Ch});
+  for (int64_t T = 0; T < N; ++T) {
+    const int64_t Pos = T % SeqLen;
+    for (int64_t J = 0; J < Width; ++J) {
+      const int64_t Back = Width - 1 - J;
+      if (Back > Pos)
+        continue;
+      const float *In = X.row(T - Back), *D = DY.row(T);
+      float *DIn = DX.row(T - Back);
+      for (int64_t C = 0; C < Ch; ++C) {
+        DIn[C] += W.row(C)[J] * D[C];
+        DW.row(C)[J] += In[C] * D[C];
+      }
+    }
+  }
+  return DX;
+}
+
+float siluOf(float X) { return float(X * sigmoid(X)); }
+float siluSlope(float X) {
+  double S = sigmoid(X);
+  return float(S * (1 + X * (1 - S)));
+}
+
+Tensor silu(const Tensor &X) {
+  Tensor Y = X;
+  for (float &V : Y.storage())
+    V = siluOf(V);
+  return Y;
+}
+
+/// Each Width-wide head of X divided by its L2 norm; Inv gets 1 / norm.
+Tensor l2normHeads(const Tensor &X, int64_t Width, std::vector<float> &Inv) {
+  Tensor Y = X;
+  const int64_t Heads = X.numel() / Width;
+  Inv.resize(size_t(Heads));
+  for (int64_t H = 0; H < Heads; ++H) {
+    float *V = Y.data() + H * Width;
+    double Sum = 0;
+    for (int64_t I = 0; I < Width; ++I)
+      Sum += double(V[I]) * V[I];
+    Inv[size_t(H)] = float(1.0 / std::sqrt(Sum + L2NormEps));
+    for (int64_t I = 0; I < Width; ++I)
+      V[I] *= Inv[size_t(H)];
+  }
+  return Y;
+}
+
+/// dX = Inv (dY - Y (dY . Y)) per head, Y the normalised heads.
+Tensor l2normHeadsBackward(const Tensor &Y, const std::vector<float> &Inv, const Tensor &DY, int64_t Width) {
+  Tensor DX = DY;
+  for (size_t H = 0; H < Inv.size(); ++H) {
+    const float *Yh = Y.data() + H * size_t(Width);
+    float *D = DX.data() + H * size_t(Width);
+    double Dot = 0;
+    for (int64_t I = 0; I < Width; ++I)
+      Dot += double(D[I]) * Yh[I];
+    for (int64_t I = 0; I < Width; ++I)
+      D[I] = float(Inv[H] * (D[I] - Yh[I] * Dot));
+  }
+  return DX;
+}
+
+} // namespace
+
+int64_t GdnSaved::bytes() const {
+  int64_t B = 0;
+  for (const Tensor *T : {&ConvQ, &ConvK, &ConvV, &PreQ, &PreK, &PreV, &Q, &K, &V, &Z, &RawA, &G, &Beta, &O, &Gated})
+    B += T->bytes();
+  return B + int64_t((InvQ.size() + InvK.size() + RstdO.size()) * sizeof(float));
+}
+
+GatedDeltaNetBlock::GatedDeltaNetBlock(const ModelConfig &Config, Communicator &Tp) : Config(Config), Tp(Tp) {
+  const ModelConfig::LinearAttention &L = *Config.Linear;
+  if (L.KeyHeads <= 0 || L.ValueHeads <= 0 || L.HeadDim <= 0 || L.ConvKernel <= 0 || L.ValueHeads % L.KeyHeads ||
+      L.KeyHeads % Tp.size())
+    throw std::invalid_argument("Gated DeltaNet: key heads must divide the value heads and split over tp");
+  KeyHeads = L.KeyHeads / Tp.size();
+  ValueHeads = L.ValueHeads / Tp.size();
+}
+
+Tensor GatedDeltaNetBlock::forward(const GdnWeights &W, const Tensor &Xn, int64_t Sequences, GdnSaved &S) {
+  const int64_t D = Config.Linear->HeadDim;
+  std::vector<Tensor> P =
+      columnParallelForward(Tp, Xn, {&W.Q->Value, &W.K->Value, &W.V->Value, &W.Z->Value, &W.B->Value, &W.A->Value});
+  const int64_t N = P[0].rows(), SeqLen = N / Sequences;
+  S.ConvQ = std::move(P[0]);
+  S.ConvK = std::move(P[1]);
+  S.ConvV = std::move(P[2]);
+  S.Z = std::move(P[3]);
+  S.PreQ = causalConv(S.ConvQ, W.ConvQ->Value, SeqLen);
+  S.PreK = causalConv(S.ConvK, W.ConvK->Value, SeqLen);
+  S.PreV = causalConv(S.ConvV, W.ConvV->Value, SeqLen);
+  S.Q = l2normHeads(silu(S.PreQ), D, S.InvQ);
+  S.K = l2normHeads(silu(S.PreK), D, S.InvK);
+  S.V = silu(S.PreV);
+  S.RawA = Tensor({N, ValueHeads});
+  S.G = Tensor({N, ValueHeads});
+  S.Beta = Tensor({N, ValueHeads});
+  for (int64_t T = 0; T < N; ++T)
+    for (int64_t H = 0; H < ValueHeads; ++H) {
+      float U = P[5].row(T)[H] + W.DtBias->Value[H];
+      S.RawA.row(T)[H] = U;
+      S.G.row(T)[H] = float(-std::exp(double(W.ALog->Value[H])) * softplus(U));
+      S.Beta.row(T)[H] = float(sigmoid(P[4].row(T)[H]));
+    }
+  S.O = Tensor({N, ValueHeads * D});
+  DeltaRuleHead Head;
+  Head.Tokens = SeqLen;
+  Head.Dk = Head.Dv = D;
+  Head.QkStride = KeyHeads * D;
+  Head.VStride = ValueHeads * D;
+  Head.GStride = ValueHeads;
+  const int64_t Share = ValueHeads / KeyHeads;
+  for (int64_t Seq = 0; Seq < Sequences; ++Seq)
+    for (int64_t H = 0; H < ValueHeads; ++H) {
+      const int64_t First = Seq * SeqLen, Kh = H / Share;
+      gatedDeltaRuleForward(Head, S.Q.row(First) + Kh * D, S.K.row(First) + Kh * D, S.V.row(First) + H * D,
+                            S.G.row(First) + H, S.Beta.row(First) + H, S.O.row(First) + H * D);
+    }
+  // RMSNorm over each head, times w and silu(z).
+  S.Gated = Tensor({N, ValueHeads * D});
+  S.RstdO.resize(size_t(N * ValueHeads));
+  for (int64_t I = 0; I < N * ValueHeads; ++I) {
+    const float *O = S.O.data() + I * D, *Z = S.Z.data() + I * D;
+    double Sum = 0;
+    for (int64_t C = 0; C < D; ++C)
+      Sum += double(O[C]) * O[C];
+    float Rstd = float(1.0 / std::sqrt(Sum / double(D) + Config.RmsNormEps));
+    S.RstdO[size_t(I)] = Rstd;
+    float *Y = S.Gated.data() + I * D;
+    for (int64_t C = 0; C < D; ++C)
+      Y[C] = O[C] * Rstd * W.Norm->Value[C] * siluOf(Z[C]);
+  }
+  return rowParallelForward(Tp, S.Gated, W.Out->Value);
+}
+
+Tensor GatedDeltaNetBlock::backward(const GdnWeights &W, const Tensor &Xn, int64_t Sequences, const GdnSaved &S,
+                                    const Tensor &DY) {
+  const int64_t D = Config.Linear->HeadDim, N = S.O.rows(), SeqLen = N / Sequences;
+  Tensor DGated = rowParallelBackward(Tp, S.Gated, W.Out->Value, DY, W.Out->Grad);
+  // The gated norm.
+  Tensor DO({N, ValueHeads * D}), DZ({N, ValueHeads * D});
+  for (int64_t I = 0; I < N * ValueHeads; ++I) {
+    const float *O = S.O.data() + I * D, *Z = S.Z.data() + I * D, *Dy = DGated.data() + I * D;
+    const float Rstd = S.RstdO[size_t(I)];
+    float *Do = DO.data() + I * D, *Dz = DZ.data() + I * D;
+    double Dot = 0;
+    for (int64_t C = 0; C < D; ++C) {
+      float Nrm = O[C] * Rstd, Gate = siluOf(Z[C]);
+      Dz[C] = Dy[C] * Nrm * W.Norm->Value[C] * siluSlope(Z[C]);
+      W.Norm->Grad[C] += Dy[C] * Nrm * Gate;
+      Do[C] = Dy[C] * W.Norm->Value[C] * Gate; // d(normalised)
+      Dot += double(Do[C]) * Nrm;
+    }
+    for (int64_t C = 0; C < D; ++C)
+      Do[C] = float(Rstd * (Do[C] - O[C] * Rstd * Dot / double(D)));
+  }
+  // The rule.
+  Tensor DQ(S.Q.shape()), DK(S.K.shape()), DV(S.V.shape()), DG(S.G.shape()), DBeta(S.Beta.shape());
+  DeltaRuleHead Head;
+  Head.Tokens = SeqLen;
+  Head.Dk = Head.Dv = D;
+  Head.QkStride = KeyHeads * D;
+  Head.VStride = ValueHeads * D;
+  Head.GStride = ValueHeads;
+  const int64_t Share = ValueHeads / KeyHeads;
+  for (int64_t Seq = 0; Seq < Sequences; ++Seq)
+    for (int64_t H = 0; H < ValueHeads; ++H) {
+      const int64_t First = Seq * SeqLen, Kh = H / Share;
+      gatedDeltaRuleBackward(Head, S.Q.row(First) + Kh * D, S.K.row(First) + Kh * D, S.V.row(First) + H * D,
+                             S.G.row(First) + H, S.Beta.row(First) + H, DO.row(First) + H * D, DQ.row(First) + Kh * D,
+                             DK.row(First) + Kh * D, DV.row(First) + H * D, DG.row(First) + H, DBeta.row(First) + H);
+    }
+  // g = -exp(A_log) softplus(a + dt_bias), beta = sigmoid(b).
+  Tensor DA({N, ValueHeads}), DB({N, ValueHeads});
+  for (int64_t T = 0; T < N; ++T)
+    for (int64_t H = 0; H < ValueHeads; ++H) {
+      float Dg = DG.row(T)[H], U = S.RawA.row(T)[H], Beta = S.Beta.row(T)[H];
+      W.ALog->Grad[H] += Dg * S.G.row(T)[H];
+      float Du = float(Dg * -std::exp(double(W.ALog->Value[H])) * sigmoid(U));
+      DA.row(T)[H] = Du;
+      W.DtBias->Grad[H] += Du;
+      DB.row(T)[H] = DBeta.row(T)[H] * Beta * (1 - Beta);
+    }
+  // l2norm, silu, conv.
+  auto Back = [&](const Tensor &DAct, const Tensor &Pre, const Tensor &In, Parameter &Conv) {
+    Tensor DPre = DAct;
+    for (int64_t I = 0; I < DPre.numel(); ++I)
+      DPre[I] *= siluSlope(Pre[I]);
+    return causalConvBackward(In, Conv.Value, DPre, SeqLen, Conv.Grad);
+  };
+  Tensor DCq = Back(l2normHeadsBackward(S.Q, S.InvQ, DQ, D), S.PreQ, S.ConvQ, *W.ConvQ);
+  Tensor DCk = Back(l2normHeadsBackward(S.K, S.InvK, DK, D), S.PreK, S.ConvK, *W.ConvK);
+  Tensor DCv = Back(DV, S.PreV, S.ConvV, *W.ConvV);
+  return columnParallelBackward(
+      Tp, Xn, nullptr, {&W.Q->Value, &W.K->Value, &W.V->Value, &W.Z->Value, &W.B->Value, &W.A->Value},
+      {&DCq, &DCk, &DCv, &DZ, &DB, &DA}, {&W.Q->Grad, &W.K->Grad, &W.V->Grad, &W.Z->Grad, &W.B->Grad, &W.A->Grad});
+}

@@ -1,0 +1,71 @@
+//===- model/GatedDeltaNet.h - Gated DeltaNet, Qwen3-Next's linear attention -===//
+//
+// The token mixer of the linear-attention layers, as Megatron-Core 0.16.1's
+// GatedDeltaNet computes it (megatron/core/ssm/gated_delta_net.py forward):
+//
+//   q, k, v, z, b, a = Xn W_q, Xn W_k, Xn W_v, Xn W_z, Xn W_b, Xn W_a
+//   q, k, v = silu(causal depthwise conv of width ConvKernel over each)
+//   q, k = l2norm per head (eps 1e-6); key head j serves value heads
+//          j r .. j r + r - 1 (r = ValueHeads / KeyHeads, repeat_interleave)
+//   g = -exp(A_log) softplus(a + dt_bias), beta = sigmoid(b)   per value head
+//   o = the gated delta rule (model/GatedDeltaRule.h) per sequence and head
+//   y = (RMSNorm over each head of o) * w * silu(z), then y W_out
+//
+// Under tensor parallelism every projection but W_out is column-parallel by
+// whole heads (the conv, dt_bias and A_log follow their channels and heads),
+// W_out is row-parallel; the norm weight w [HeadDim] is whole on every rank.
+// Megatron packs the six projections into one in_proj and splits it per
+// rank; separate matrices compute the same. A micro batch's tokens are
+// sequence-major and whole sequences (no context parallelism: Megatron-Core
+// 0.16.1 has none for GatedDeltaNet).
+//
+//===----------------------------------------------------------------------===//
+#ifndef MOERT_MODEL_GATEDDELTANET_H
+#define MOERT_MODEL_GATEDDELTANET_H
+
+#include "model/Model.h"
+
+namespace moert {
+
+struct GdnWeights {
+  Parameter *Q = nullptr, *K = nullptr, *V = nullptr;             ///< [Hidden, heads x HeadDim] cols/t
+  Parameter *Z = nullptr;                                         ///< [Hidden, ValueHeads x HeadDim] cols/t
+  Parameter *B = nullptr, *A = nullptr;                           ///< [Hidden, ValueHeads] cols/t
+  Parameter *ConvQ = nullptr, *ConvK = nullptr, *ConvV = nullptr; ///< [channels, ConvKernel] rows/t
+  Parameter *DtBias = nullptr, *ALog = nullptr;                   ///< [ValueHeads] rows/t
+  Parameter *Norm = nullptr;                                      ///< [HeadDim] whole
+  Parameter *Out = nullptr;                                       ///< [ValueHeads x HeadDim, Hidden] rows/t
+};
+
+/// What the backward needs, for all tokens of the micro batch and this
+/// rank's heads.
+struct GdnSaved {
+  Tensor ConvQ, ConvK, ConvV; ///< the projections before the conv
+  Tensor PreQ, PreK, PreV;    ///< the conv outputs before silu
+  Tensor Q, K, V;             ///< the rule's inputs (q, k after l2norm)
+  std::vector<float> InvQ, InvK;
+  Tensor Z, RawA, G, Beta; ///< RawA = a + dt_bias
+  Tensor O, Gated;         ///< the rule's output; the gated norm's
+  std::vector<float> RstdO;
+  int64_t bytes() const;
+};
+
+class GatedDeltaNetBlock {
+public:
+  GatedDeltaNetBlock(const ModelConfig &Config, Communicator &Tp);
+
+  /// Xn [Ns, Hidden] (this rank's sequence shard of Sequences whole
+  /// sequences) -> the mixer's output [Ns, Hidden].
+  Tensor forward(const GdnWeights &W, const Tensor &Xn, int64_t Sequences, GdnSaved &S);
+  /// DY [Ns, Hidden] -> dXn; accumulates the weights' gradients.
+  Tensor backward(const GdnWeights &W, const Tensor &Xn, int64_t Sequences, const GdnSaved &S, const Tensor &DY);
+
+private:
+  const ModelConfig &Config;
+  Communicator &Tp;
+  int64_t KeyHeads = 0, ValueHeads = 0; ///< this rank's
+};
+
+} // namespace moert
+
+#endif
