@@ -10,7 +10,7 @@
 #                                                      import defines the model; test/megatron/providers.py)
 #        test/megatron/run.sh --router PATH/TO/moert-route (the runtime's router against Megatron-Core's
 #                                                      topk_routing_with_score_function; router.py)
-#        test/megatron/run.sh --delta-rule PATH/TO/moert-delta-rule (the runtime's gated delta rule against
+#        test/megatron/run.sh --delta-rule PATH/TO/moert-delta-rule --block-tool PATH/TO/moert-gdn (the gated delta rule against
 #                                                      Megatron-Core's torch_chunk_gated_delta_rule; gdn.py)
 #        test/megatron/run.sh --hf-reference PATH/TO/moec --moerun M --driver D --mkdata K --mpirun R --work DIR
 #                                                     (moerun against transformers' Qwen3-MoE on the same

@@ -114,7 +114,8 @@ TEST_P(FiniteDifferences, EveryParameterAndTheChunkInput) {
 
   // Gated DeltaNet's conv, silu and per-head l2norm curve within a step of
   // 1e-2 of these weights; a smaller step, with the floor its fp32 round-off
-  // needs (test/megatron/gdn.py checks the rule itself tighter).
+  // needs (test/megatron/gdn.py checks the block against Hugging Face's
+  // within 3.5e-6).
   const double Step = Case.Linear ? 1e-3 : 1e-2, Rel = 0.01, Abs = Case.Linear ? 2e-4 : 2e-5;
   int Checked = 0;
   for (Parameter *P : M.parameters()) {
