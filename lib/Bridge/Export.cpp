@@ -138,6 +138,8 @@ private:
     // Unset: the provider's rotary_base (GPTModelProvider's 10000).
     if (M.RopeTheta)
       set("model.rotary_base", Value::real(*M.RopeTheta), "model.rope_theta");
+    if (M.RopeFraction)
+      set("model.rotary_percent", Value::real(*M.RopeFraction), "model.rope_fraction");
     if (M.MLA) {
       set("model.q_lora_rank", Value::integer(M.MLA->QLoraRank), "model.attention = mla(q_lora_rank)");
       set("model.kv_lora_rank", Value::integer(M.MLA->KvLoraRank), "model.attention = mla(kv_lora_rank)");
@@ -169,6 +171,8 @@ private:
         set("model.moe_router_group_topk", Value::integer(*X.GroupTopK), "model.moe.group_top_k");
       if (X.TopKScaling)
         set("model.moe_router_topk_scaling_factor", Value::real(*X.TopKScaling), "model.moe.topk_scaling");
+      if (X.SharedExpertGate)
+        set("model.moe_shared_expert_gate", Value::boolean(true), "model.moe.shared_expert_gate");
     }
     if (M.LinearAttention)
       drop("model.linear_attention", "{...}",

@@ -647,8 +647,13 @@ private:
                                  ModelName, renderPlain(Expected)));
     };
     Check("model.qk_layernorm", Value::boolean(Model->QkNorm));
+    if (auto F = number("model.rotary_percent"); F && *F != Model->RopeFraction.getValueOr(1.0))
+      unmapped(*get("model.rotary_percent"),
+               fmt::format("differs from the catalog model '{}' ({}); the recipe keeps the catalog's value", ModelName,
+                           Model->RopeFraction.getValueOr(1.0)));
     if (!X)
       return;
+    Check("model.moe_shared_expert_gate", Value::boolean(X->SharedExpertGate));
     Check("model.moe_router_score_function", Value::string(enumName(X->RouterKind)));
     Check("model.moe_router_enable_expert_bias", Value::boolean(X->ExpertBias));
     Check("model.moe_router_pre_softmax", Value::boolean(X->PreSoftmax));
@@ -831,6 +836,12 @@ private:
     Field("model.max_position_embeddings", "max_seq_len");
     if (auto Theta = ropeBase())
       Lines.push_back(ast::makeAssignment("rope_theta", ast::makeNumber(*Theta)));
+    if (auto F = number("model.rotary_percent")) {
+      if (*F > 0 && *F < 1)
+        Lines.push_back(ast::makeAssignment("rope_fraction", ast::makeNumber(*F)));
+      else if (*F != 1)
+        unmapped(*get("model.rotary_percent"), "rope_fraction is a number in (0, 1]");
+    }
     std::vector<ast::Entry> MoE;
     auto Set = [&](StringRef Field, ast::ExprPtr V) { MoE.push_back(ast::makeAssignment(Field, std::move(V))); };
     if (auto Experts = Int("model.num_moe_experts")) {
@@ -864,6 +875,8 @@ private:
         Set("expert_bias", ast::makeBool(true));
       if (auto V = flag("model.moe_router_pre_softmax"); V && *V)
         Set("pre_softmax", ast::makeBool(true));
+      if (auto V = flag("model.moe_shared_expert_gate"); V && *V)
+        Set("shared_expert_gate", ast::makeBool(true));
       Sub("model.moe_router_num_groups", "groups");
       Sub("model.moe_router_group_topk", "group_top_k");
       if (Entry *E = get("model.moe_router_topk_scaling_factor"); E && E->V.K != Value::Kind::Null) {
@@ -919,7 +932,8 @@ private:
       Keys.push_back(F.Key);
     for (StringRef K : {"model.mtp_num_layers", "model.max_position_embeddings", "model.moe_router_score_function",
                         "model.moe_router_enable_expert_bias", "model.moe_router_pre_softmax", "model.moe_layer_freq",
-                        "model.moe_router_topk_scaling_factor", "model.rotary_base"})
+                        "model.moe_router_topk_scaling_factor", "model.rotary_base", "model.rotary_percent",
+                        "model.moe_shared_expert_gate"})
       Keys.push_back(K);
     return Keys;
   }

@@ -77,6 +77,8 @@ json::Value moec::recipeToJSON(const Recipe &R) {
   Model["qk_norm"] = M.QkNorm;
   if (M.RopeTheta)
     Model["rope_theta"] = *M.RopeTheta;
+  if (M.RopeFraction)
+    Model["rope_fraction"] = *M.RopeFraction;
   if (M.MLA)
     Model["mla"] = json::Object{{"q_lora_rank", M.MLA->QLoraRank},
                                 {"kv_lora_rank", M.MLA->KvLoraRank},
@@ -91,6 +93,8 @@ json::Value moec::recipeToJSON(const Recipe &R) {
       MoE["shared_ffn_hidden"] = *M.MoE->SharedFfnHidden;
     MoE["pre_softmax"] = M.MoE->PreSoftmax;
     MoE["expert_bias"] = M.MoE->ExpertBias;
+    if (M.MoE->SharedExpertGate)
+      MoE["shared_expert_gate"] = true;
     if (M.MoE->TopKScaling)
       MoE["topk_scaling"] = *M.MoE->TopKScaling;
     if (M.MoE->Groups)

@@ -122,7 +122,6 @@ const llvm::StringSet<> Uninteresting = {"architectures",
                                          "vision_config",
                                          "decoder_sparse_step",
                                          "mlp_only_layers",
-                                         "partial_rotary_factor",
                                          "layer_types",
                                          "head_dim"};
 } // namespace
@@ -208,6 +207,9 @@ llvm::Expected<HFImport> moec::importHFConfig(llvm::StringRef JsonText, llvm::St
   llvm::Optional<llvm::StringRef> Type = Root->getString("model_type");
   if (Type && Type->startswith("qwen3"))
     Set(Model, "qk_norm", ast::makeBool(true));
+  // Qwen3-Next rotates a quarter of each head (Megatron's rotary_percent).
+  if (auto Fraction = C.number("partial_rotary_factor"); Fraction && *Fraction > 0 && *Fraction < 1)
+    Set(Model, "rope_fraction", ast::makeNumber(*Fraction));
 
   if (Experts && *Experts > 0) {
     auto TopK = C.required({"num_experts_per_tok", "moe_top_k"});
@@ -248,6 +250,10 @@ llvm::Expected<HFImport> moec::importHFConfig(llvm::StringRef JsonText, llvm::St
       if (auto GroupTopK = C.integer({"topk_group"}))
         Set(Moe, "group_top_k", ast::makeInt(*GroupTopK));
     }
+    // Qwen3-Next's modeling code always gates its shared expert with a
+    // sigmoid (shared_expert_gate; Megatron's moe_shared_expert_gate).
+    if (Type && *Type == "qwen3_next" && (Shared.getValueOr(0) > 0 || SharedFfn.getValueOr(0) > 0))
+      Set(Moe, "shared_expert_gate", ast::makeBool(true));
     Model.push_back(ast::makeSection("moe", std::move(Moe)));
   }
 

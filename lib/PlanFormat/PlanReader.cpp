@@ -178,6 +178,12 @@ bool PlanParser::readModel(const toml::table &Config) {
       return fail(Pre + ".rope_theta", "expected a number of at least 1");
     Model.RopeTheta = *V;
   }
+  if (const toml::node *N = M->get("rope_fraction")) {
+    std::optional<double> V = N->value<double>();
+    if (!N->is_number() || !V || !(*V > 0 && *V <= 1))
+      return fail(Pre + ".rope_fraction", "expected a number in (0, 1]");
+    Model.RopeFraction = *V;
+  }
   if (M->contains("ffn_hidden")) {
     int64_t F = 0;
     if (!readInt(*M, Pre, "ffn_hidden", F, 1))
@@ -214,6 +220,7 @@ bool PlanParser::readModel(const toml::table &Config) {
     }
     if (!readBool(*T, MPre, "pre_softmax", MoE.PreSoftmax, false) ||
         !readBool(*T, MPre, "expert_bias", MoE.ExpertBias, false) ||
+        !readBool(*T, MPre, "shared_expert_gate", MoE.SharedExpertGate, false) ||
         !readInt(*T, MPre, "groups", MoE.Groups, 1, false) ||
         !readInt(*T, MPre, "group_top_k", MoE.GroupTopK, 1, false))
       return false;

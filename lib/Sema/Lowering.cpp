@@ -103,6 +103,7 @@ const ModelSpec *SemaImpl::lowerModel(DefInfo &D) {
   M.FfnHidden = R.optCount("ffn_hidden");
   M.MaxSeqLen = R.optCount("max_seq_len");
   M.RopeTheta = R.optReal("rope_theta");
+  M.RopeFraction = R.optReal("rope_fraction");
   M.QkNorm = R.boolean("qk_norm");
   if (!Sc.isSet("head_dim") && !Sc.get("head_dim") && M.Hidden && M.Heads)
     Diags.report(diag::missing_field, D.AST->NameRange, "model", D.name(), "head_dim")
@@ -136,6 +137,7 @@ const ModelSpec *SemaImpl::lowerModel(DefInfo &D) {
     S.DenseLayers = R.count("moe.dense_layers");
     S.RouterKind = R.enumValue<Router>("moe.router");
     S.ExpertBias = R.boolean("moe.expert_bias");
+    S.SharedExpertGate = R.boolean("moe.shared_expert_gate");
     S.PreSoftmax = R.boolean("moe.pre_softmax");
     S.TopKScaling = R.optReal("moe.topk_scaling");
     S.Groups = R.optCount("moe.groups");

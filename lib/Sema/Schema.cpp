@@ -191,6 +191,9 @@ const FieldSpec ModelFields[] = {
     COUNT(Model, "max_seq_len", Optional, "", 1, "maximum position embeddings"),
     FIELD(Model, "rope_theta", Number, Optional, "", 1, NoMax, {},
           "RoPE base frequency (unset: 10000, Megatron's rotary_base default); moerun rotates by it"),
+    FIELD(Model, "rope_fraction", Number, Optional, "", 1e-6, 1, {},
+          "fraction of each attention head RoPE rotates (Megatron rotary_percent, Hugging Face "
+          "partial_rotary_factor; Qwen3-Next 0.25); unset: all of it"),
     FIELD(Model, "qk_norm", Bool, Default, "false", 0, 0, {},
           "RMSNorm on queries and keys before attention (Megatron qk_layernorm; the Qwen3 family); with MLA, the "
           "norms of the query and key/value latents (DeepSeek-V3)"),
@@ -205,6 +208,8 @@ const FieldSpec ModelFields[] = {
     FIELD(Model, "moe.router", Enum, Default, "softmax", 0, 0, RouterValues, "router score function"),
     FIELD(Model, "moe.expert_bias", Bool, Default, "false", 0, 0, {},
           "aux-loss-free load balancing with a per-expert bias"),
+    FIELD(Model, "moe.shared_expert_gate", Bool, Default, "false", 0, 0, {},
+          "a sigmoid gate per token on the shared experts' output (Megatron moe_shared_expert_gate; Qwen3-Next)"),
     FIELD(Model, "moe.pre_softmax", Bool, Default, "false", 0, 0, {},
           "softmax over all experts before the top-k selection (Megatron moe_router_pre_softmax); top_k = 1 with "
           "softmax needs it"),

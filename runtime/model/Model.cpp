@@ -39,6 +39,7 @@ struct LayerParams {
   Parameter *Gate = nullptr, *Up = nullptr, *Down = nullptr; ///< dense MLP
   MoeWeights Routed;
   Parameter *SGate = nullptr, *SUp = nullptr, *SDown = nullptr; ///< shared
+  Parameter *SGateW = nullptr;                                  ///< the shared experts' sigmoid gate, [Hidden, 1]
 };
 
 /// One layer's saved activations for one micro batch, by module.
@@ -60,6 +61,7 @@ struct LayerState {
   Tensor G, U, Act;              // mlp
   MoeSaved Routed;               // moe (Routed.Act: moe_act)
   Tensor SG, SU, SAct;           // shared_experts
+  Tensor SOut, SScore;           // shared_experts: the ungated output and its gate per token
   std::set<std::string> Dropped; // modules to recompute
   bool FullDropped = false;
 
@@ -75,7 +77,7 @@ struct LayerState {
     B["mlp"] = G.bytes() + U.bytes() + Act.bytes();
     B["moe"] = Routed.moeBytes();
     B["moe_act"] = Routed.actBytes();
-    B["shared_experts"] = SG.bytes() + SU.bytes() + SAct.bytes();
+    B["shared_experts"] = SG.bytes() + SU.bytes() + SAct.bytes() + SOut.bytes() + SScore.bytes();
     return B;
   }
 };
@@ -369,6 +371,8 @@ struct StageModel::Impl {
         P.SGate = addParam(Pre + "shared.gate", Dense, {C.Hidden, SF}, Std, 2);
         P.SUp = addParam(Pre + "shared.up", Dense, {C.Hidden, SF}, Std, 2);
         P.SDown = addParam(Pre + "shared.down", Dense, {SF, C.Hidden}, OutStd, 1);
+        if (C.SharedExpertGate)
+          P.SGateW = addParam(Pre + "shared.gate_weight", Rep, {C.Hidden, 1}, Std, 0);
       }
     }
     return P;
@@ -532,8 +536,8 @@ struct StageModel::Impl {
       Y[0] = headNorm(S.QPre, *P.QNorm, S.RstdQ);
       Y[1] = headNorm(S.KPre, *P.KNorm, S.RstdK);
     }
-    applyRope(Y[0], Config.HeadDim, M.Positions, Config.RopeTheta, false);
-    applyRope(Y[1], Config.HeadDim, M.Positions, Config.RopeTheta, false);
+    applyRope(Y[0], Config.HeadDim, M.Positions, Config.RopeTheta, false, Config.RotaryDim);
+    applyRope(Y[1], Config.HeadDim, M.Positions, Config.RopeTheta, false, Config.RotaryDim);
     S.Q = std::move(Y[0]);
     S.K = std::move(Y[1]);
     S.V = std::move(Y[2]);
@@ -592,7 +596,18 @@ struct StageModel::Impl {
       Aux = Moe->forward(P.Routed, S.Xn2, S.Routed, Y, Count);
       if (P.SGate) {
         sharedExperts(P, S);
-        addInto(Y, rowParallelForward(*Groups.Tp, S.SAct, P.SDown->Value));
+        Tensor Shared = rowParallelForward(*Groups.Tp, S.SAct, P.SDown->Value);
+        if (P.SGateW) {
+          S.SOut = Shared;
+          S.SScore = matmul(S.Xn2, P.SGateW->Value);
+          for (int64_t I = 0; I < Shared.rows(); ++I) {
+            float &Score = S.SScore[I];
+            Score = float(1.0 / (1.0 + std::exp(-double(Score))));
+            for (int64_t C = 0; C < Shared.cols(); ++C)
+              Shared.row(I)[C] *= Score;
+          }
+        }
+        addInto(Y, Shared);
       }
     }
     addInto(Y, S.H);
@@ -685,7 +700,22 @@ struct StageModel::Impl {
     } else {
       DXn2 = Moe->backward(P.Routed, S.Xn2, S.Routed, DY, Options.AuxScale);
       if (P.SGate) {
-        Tensor DAct = rowParallelBackward(Tp, S.SAct, P.SDown->Value, DY, P.SDown->Grad);
+        Tensor DShared = DY;
+        if (P.SGateW) {
+          // Y = out * s, s = sigmoid(Xn2 w) per token.
+          Tensor DLogit({DY.rows(), 1});
+          for (int64_t I = 0; I < DY.rows(); ++I) {
+            double Ds = 0;
+            const float Score = S.SScore[I];
+            for (int64_t C = 0; C < DY.cols(); ++C) {
+              Ds += double(DY.row(I)[C]) * S.SOut.row(I)[C];
+              DShared.row(I)[C] *= Score;
+            }
+            DLogit[I] = float(Ds * Score * (1 - Score));
+          }
+          matmulBackward(S.Xn2, P.SGateW->Value, DLogit, P.SGateW->Grad, DXn2, 1.0f);
+        }
+        Tensor DAct = rowParallelBackward(Tp, S.SAct, P.SDown->Value, DShared, P.SDown->Grad);
         Tensor DG, DU;
         swiGluBackward(S.SG, S.SU, DAct, DG, DU);
         addInto(DXn2, columnParallelBackward(Tp, S.Xn2, nullptr, {&P.SGate->Value, &P.SUp->Value}, {&DG, &DU},
@@ -715,8 +745,8 @@ struct StageModel::Impl {
       Tensor DXn1 = mlaBackward(P, M, S, DQ, DK, DV);
       return add(DH, rmsNormBackward(S.X, P.AttnNorm->Value, S.Rstd1, DXn1, P.AttnNorm->Grad));
     }
-    applyRope(DQ, Config.HeadDim, M.Positions, Config.RopeTheta, true);
-    applyRope(DK, Config.HeadDim, M.Positions, Config.RopeTheta, true);
+    applyRope(DQ, Config.HeadDim, M.Positions, Config.RopeTheta, true, Config.RotaryDim);
+    applyRope(DK, Config.HeadDim, M.Positions, Config.RopeTheta, true, Config.RotaryDim);
     if (P.QNorm) {
       DQ = headNormBackward(S.QPre, *P.QNorm, S.RstdQ, DQ);
       DK = headNormBackward(S.KPre, *P.KNorm, S.RstdK, DK);

@@ -51,6 +51,7 @@
 //     under etp = tp, gate/up are cols/t and down rows/t)
 //   layers.L.shared.gate,.up  [Hidden, SharedFfnHidden] cols/t
 //   layers.L.shared.down      [SharedFfnHidden, Hidden] rows/t
+//   layers.L.shared.gate_weight [Hidden, 1]              full    SPReplicated (SharedExpertGate)
 //   final_norm                [Hidden]                   full    SPReplicated
 //   output                    [Hidden, Vocab]            cols/t  Dense
 //   MTP block k - 1 (k = 1..MtpLayers):
@@ -117,6 +118,12 @@ struct ModelConfig {
   double AuxLossCoeff = 1e-2;
   double RmsNormEps = 1e-5;
   double RopeTheta = 10000.0;
+  /// RoPE rotates the first RotaryDim columns of each head (Megatron's
+  /// rotary_percent x head_dim; Qwen3-Next a quarter); 0: all of them.
+  int64_t RotaryDim = 0;
+  /// The shared experts' output is scaled per token by sigmoid(x w) with a
+  /// [Hidden] weight w (Megatron's moe_shared_expert_gate; Qwen3-Next).
+  bool SharedExpertGate = false;
 
   /// RMSNorm of every query and key head (weights [HeadDim], shared by the
   /// heads) before RoPE: Megatron's q_layernorm / k_layernorm (Qwen3).

@@ -45,12 +45,14 @@ Tensor rmsNormBackward(const Tensor &X, const Tensor &W, const std::vector<float
   return DX;
 }
 
-void applyRope(Tensor &X, int64_t HeadDim, const std::vector<int64_t> &Positions, double Theta, bool Inverse) {
-  int64_t N = X.rows(), Heads = X.cols() / HeadDim, Half = HeadDim / 2;
+void applyRope(Tensor &X, int64_t HeadDim, const std::vector<int64_t> &Positions, double Theta, bool Inverse,
+               int64_t RotaryDim) {
+  const int64_t Rotated = RotaryDim > 0 ? RotaryDim : HeadDim;
+  int64_t N = X.rows(), Heads = X.cols() / HeadDim, Half = Rotated / 2;
   std::vector<float> Cos(Half), Sin(Half);
   std::vector<double> Freq(Half);
   for (int64_t J = 0; J < Half; ++J)
-    Freq[J] = std::pow(Theta, -2.0 * double(J) / double(HeadDim));
+    Freq[J] = std::pow(Theta, -2.0 * double(J) / double(Rotated));
   for (int64_t I = 0; I < N; ++I) {
     for (int64_t J = 0; J < Half; ++J) {
       double Angle = double(Positions[I]) * Freq[J];

@@ -23,8 +23,12 @@ Tensor rmsNormBackward(const Tensor &X, const Tensor &W, const std::vector<float
 /// Rotary embedding, rotate-half convention, in place on X [N, Heads *
 /// HeadDim]: for pair i < HeadDim / 2 with angle Positions[n] * Theta^(-2i /
 /// HeadDim), (x_i, x_{i+D/2}) -> (x_i c - x_{i+D/2} s, x_{i+D/2} c + x_i s).
-/// Inverse = true applies the transposed rotation (the backward).
-void applyRope(Tensor &X, int64_t HeadDim, const std::vector<int64_t> &Positions, double Theta, bool Inverse);
+/// Inverse = true applies the transposed rotation (the backward). RotaryDim
+/// > 0 rotates only each head's first RotaryDim columns, as if the head were
+/// that wide, and leaves the rest (Megatron's rotary_percent, Hugging Face's
+/// partial_rotary_factor).
+void applyRope(Tensor &X, int64_t HeadDim, const std::vector<int64_t> &Positions, double Theta, bool Inverse,
+               int64_t RotaryDim = 0);
 
 /// Rotary embedding of multi-head latent attention: in every Stride-wide
 /// group of X's columns (a head), the RopeDim columns from Offset on, in

@@ -69,6 +69,13 @@ ModelConfig moert::modelConfigOf(const moec::LaunchPlan &Plan) {
   C.Vocab = M.Vocab;
   C.QkNorm = M.QkNorm;
   C.MtpLayers = M.MtpLayers;
+  if (M.RopeFraction < 1) {
+    // Megatron's RotaryEmbedding rotates int(head_dim x rotary_percent) dims.
+    C.RotaryDim = int64_t(double(M.HeadDim) * M.RopeFraction);
+    if (C.RotaryDim < 2 || C.RotaryDim % 2)
+      refuse("rope_fraction " + std::to_string(M.RopeFraction) + " of head_dim " + std::to_string(M.HeadDim) +
+             " rotates " + std::to_string(C.RotaryDim) + " dimensions; RoPE needs an even number, at least 2");
+  }
   if (M.LinearAttention)
     C.Linear = ModelConfig::LinearAttention{M.LinearAttention->Interval, M.LinearAttention->KeyHeads,
                                             M.LinearAttention->ValueHeads, M.LinearAttention->HeadDim};
@@ -88,6 +95,7 @@ ModelConfig moert::modelConfigOf(const moec::LaunchPlan &Plan) {
     C.RouterGroups = M.MoE->Groups;
     C.RouterGroupTopK = M.MoE->GroupTopK;
     C.ExpertBias = M.MoE->ExpertBias;
+    C.SharedExpertGate = M.MoE->SharedExpertGate;
     C.TopKScaling = M.MoE->TopKScaling;
   }
   if (C.DenseLayers > 0 && C.FfnHidden <= 0)

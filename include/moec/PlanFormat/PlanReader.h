@@ -36,7 +36,8 @@ struct LaunchMoE {
   /// softmax over the chosen.
   bool PreSoftmax = false;
   bool ExpertBias = false;
-  double TopKScaling = 1.0; ///< factor on the routing weights after the top-k
+  bool SharedExpertGate = false; ///< a sigmoid gate per token on the shared experts' output
+  double TopKScaling = 1.0;      ///< factor on the routing weights after the top-k
   /// Group-limited routing: the experts in Groups equal groups, a token
   /// choosing among the GroupTopK best (1 and 1: no limit).
   int64_t Groups = 1, GroupTopK = 1;
@@ -60,6 +61,7 @@ struct LaunchModel {
   std::optional<int64_t> FfnHidden;
   bool QkNorm = false;        ///< RMSNorm of each query and key head before RoPE (Qwen3)
   double RopeTheta = 10000.0; ///< RoPE base (Megatron's rotary_base default when the model does not say)
+  double RopeFraction = 1.0;  ///< of each head RoPE rotates (Megatron's rotary_percent)
   std::optional<LaunchMoE> MoE;
   std::optional<LaunchMla> Mla;
   std::optional<LaunchLinearAttention> LinearAttention;

@@ -92,6 +92,7 @@ struct MoESpec {
   llvm::Optional<int64_t> SharedFfnHidden;
   Router RouterKind = Router::Softmax;
   bool ExpertBias = false;
+  bool SharedExpertGate = false;      // sigmoid gate on the shared experts' output (moe_shared_expert_gate)
   bool PreSoftmax = false;            // softmax before the top-k selection
   llvm::Optional<double> TopKScaling; // factor on the routing weights (moe_router_topk_scaling_factor)
   llvm::Optional<int64_t> Groups, GroupTopK;
@@ -111,6 +112,7 @@ struct ModelSpec {
   int64_t Layers = 0, Hidden = 0, Heads = 0, KvHeads = 0, HeadDim = 0, Vocab = 0, MtpLayers = 0;
   llvm::Optional<int64_t> FfnHidden, MaxSeqLen;
   llvm::Optional<double> RopeTheta;
+  llvm::Optional<double> RopeFraction; // of each head RoPE rotates (rotary_percent); unset: all
   bool QkNorm = false;
   llvm::Optional<MLASpec> MLA;
   llvm::Optional<MoESpec> MoE;

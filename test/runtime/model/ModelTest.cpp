@@ -31,7 +31,7 @@ struct FdCase {
   int64_t TopK = 2; ///< 1: sigmoid weights are the score itself, not normalised
   bool QkNorm = false;
   int64_t Mtp = 0;     ///< multi-token-prediction blocks
-  bool Linear = false; ///< Gated DeltaNet on layer 0, gated full attention on layer 1
+  bool Linear = false; ///< Qwen3-Next: Gated DeltaNet on layer 0, gated full attention on layer 1
   std::string name() const {
     return std::string(Sigmoid      ? "Sigmoid"
                        : PreSoftmax ? "PreSoftmax"
@@ -52,8 +52,11 @@ ModelConfig caseConfig(const FdCase &Case) {
     C.SharedFfnHidden = Case.SharedWidth;
   C.TopK = Case.TopK;
   C.MtpLayers = Case.Mtp;
-  if (Case.Linear)
+  if (Case.Linear) { // Qwen3-Next's layers: also partial RoPE and the shared experts' gate
     C.Linear = ModelConfig::LinearAttention{2, 2, 4, 4, 4};
+    C.RotaryDim = C.HeadDim / 2;
+    C.SharedExpertGate = true;
+  }
   return C;
 }
 
