@@ -121,6 +121,21 @@ GatedDeltaNetBlock::GatedDeltaNetBlock(const ModelConfig &Config, Communicator &
   ValueHeads = L.ValueHeads / Tp.size();
 }
 
+void GatedDeltaNetBlock::forEachHead(
+    int64_t Sequences, int64_t SeqLen,
+    const std::function<void(const DeltaRuleHead &, int64_t Row, int64_t H, int64_t Kh)> &Fn) const {
+  const int64_t D = Config.Linear->HeadDim;
+  DeltaRuleHead Head;
+  Head.Tokens = SeqLen;
+  Head.Dk = Head.Dv = D;
+  Head.QkStride = KeyHeads * D;
+  Head.VStride = ValueHeads * D;
+  Head.GStride = ValueHeads;
+  for (int64_t Seq = 0; Seq < Sequences; ++Seq)
+    for (int64_t H = 0; H < ValueHeads; ++H)
+      Fn(Head, Seq * SeqLen, H, H / (ValueHeads / KeyHeads));
+}
+
 Tensor GatedDeltaNetBlock::forward(const GdnWeights &W, const Tensor &Xn, int64_t Sequences, GdnSaved &S) {
   const int64_t D = Config.Linear->HeadDim;
   std::vector<Tensor> P =
@@ -147,19 +162,10 @@ Tensor GatedDeltaNetBlock::forward(const GdnWeights &W, const Tensor &Xn, int64_
       S.Beta.row(T)[H] = float(sigmoid(P[4].row(T)[H]));
     }
   S.O = Tensor({N, ValueHeads * D});
-  DeltaRuleHead Head;
-  Head.Tokens = SeqLen;
-  Head.Dk = Head.Dv = D;
-  Head.QkStride = KeyHeads * D;
-  Head.VStride = ValueHeads * D;
-  Head.GStride = ValueHeads;
-  const int64_t Share = ValueHeads / KeyHeads;
-  for (int64_t Seq = 0; Seq < Sequences; ++Seq)
-    for (int64_t H = 0; H < ValueHeads; ++H) {
-      const int64_t First = Seq * SeqLen, Kh = H / Share;
-      gatedDeltaRuleForward(Head, S.Q.row(First) + Kh * D, S.K.row(First) + Kh * D, S.V.row(First) + H * D,
-                            S.G.row(First) + H, S.Beta.row(First) + H, S.O.row(First) + H * D);
-    }
+  forEachHead(Sequences, SeqLen, [&](const DeltaRuleHead &Head, int64_t Row, int64_t H, int64_t Kh) {
+    gatedDeltaRuleForward(Head, S.Q.row(Row) + Kh * D, S.K.row(Row) + Kh * D, S.V.row(Row) + H * D, S.G.row(Row) + H,
+                          S.Beta.row(Row) + H, S.O.row(Row) + H * D);
+  });
   // RMSNorm over each head, times w and silu(z).
   S.Gated = Tensor({N, ValueHeads * D});
   S.RstdO.resize(size_t(N * ValueHeads));
@@ -200,20 +206,11 @@ Tensor GatedDeltaNetBlock::backward(const GdnWeights &W, const Tensor &Xn, int64
   }
   // The rule.
   Tensor DQ(S.Q.shape()), DK(S.K.shape()), DV(S.V.shape()), DG(S.G.shape()), DBeta(S.Beta.shape());
-  DeltaRuleHead Head;
-  Head.Tokens = SeqLen;
-  Head.Dk = Head.Dv = D;
-  Head.QkStride = KeyHeads * D;
-  Head.VStride = ValueHeads * D;
-  Head.GStride = ValueHeads;
-  const int64_t Share = ValueHeads / KeyHeads;
-  for (int64_t Seq = 0; Seq < Sequences; ++Seq)
-    for (int64_t H = 0; H < ValueHeads; ++H) {
-      const int64_t First = Seq * SeqLen, Kh = H / Share;
-      gatedDeltaRuleBackward(Head, S.Q.row(First) + Kh * D, S.K.row(First) + Kh * D, S.V.row(First) + H * D,
-                             S.G.row(First) + H, S.Beta.row(First) + H, DO.row(First) + H * D, DQ.row(First) + Kh * D,
-                             DK.row(First) + Kh * D, DV.row(First) + H * D, DG.row(First) + H, DBeta.row(First) + H);
-    }
+  forEachHead(Sequences, SeqLen, [&](const DeltaRuleHead &Head, int64_t Row, int64_t H, int64_t Kh) {
+    gatedDeltaRuleBackward(Head, S.Q.row(Row) + Kh * D, S.K.row(Row) + Kh * D, S.V.row(Row) + H * D, S.G.row(Row) + H,
+                           S.Beta.row(Row) + H, DO.row(Row) + H * D, DQ.row(Row) + Kh * D, DK.row(Row) + Kh * D,
+                           DV.row(Row) + H * D, DG.row(Row) + H, DBeta.row(Row) + H);
+  });
   // g = -exp(A_log) softplus(a + dt_bias), beta = sigmoid(b).
   Tensor DA({N, ValueHeads}), DB({N, ValueHeads});
   for (int64_t T = 0; T < N; ++T)

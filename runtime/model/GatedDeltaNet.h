@@ -23,7 +23,10 @@
 #ifndef MOERT_MODEL_GATEDDELTANET_H
 #define MOERT_MODEL_GATEDDELTANET_H
 
+#include "model/GatedDeltaRule.h"
 #include "model/Model.h"
+
+#include <functional>
 
 namespace moert {
 
@@ -61,6 +64,11 @@ public:
   Tensor backward(const GdnWeights &W, const Tensor &Xn, int64_t Sequences, const GdnSaved &S, const Tensor &DY);
 
 private:
+  /// Fn(head view, first row of the sequence, value head, its key head) for
+  /// every sequence and value head of this rank.
+  void forEachHead(int64_t Sequences, int64_t SeqLen,
+                   const std::function<void(const DeltaRuleHead &, int64_t Row, int64_t H, int64_t Kh)> &Fn) const;
+
   const ModelConfig &Config;
   Communicator &Tp;
   int64_t KeyHeads = 0, ValueHeads = 0; ///< this rank's
