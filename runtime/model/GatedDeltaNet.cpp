@@ -16,45 +16,45 @@ constexpr double L2NormEps = 1e-6; // fla's l2norm, as Megatron-Core calls it
 double sigmoid(double X) { return 1.0 / (1.0 + std::exp(-X)); }
 double softplus(double X) { return X > 20 ? X : std::log1p(std::exp(X)); }
 
+/// Calls Tap(T, Src, J) for every output token T of a causal conv of Width
+/// taps over sequences of SeqLen tokens and every tap J that reads token Src
+/// = T - (Width - 1 - J) of the same sequence.
+template <class Fn> void forEachTap(int64_t Tokens, int64_t Width, int64_t SeqLen, Fn Tap) {
+  for (int64_t T = 0; T < Tokens; ++T)
+    for (int64_t J = 0; J < Width; ++J) {
+      const int64_t Back = Width - 1 - J;
+      if (Back <= T % SeqLen)
+        Tap(T, T - Back, J);
+    }
+}
+
 /// Causal depthwise conv over each sequence's tokens: Y[t, c] = sum_j W[c, j]
 /// X[t + j - (Width - 1), c], zero before the sequence's start (PyTorch's
 /// conv1d with padding Width - 1, its first SeqLen outputs).
 Tensor causalConv(const Tensor &X, const Tensor &W, int64_t SeqLen) {
-  const int64_t N = X.rows(), Ch = X.cols(), Width = W.cols();
-  Tensor Y({N, Ch});
-  for (int64_t T = 0; T < N; ++T) {
-    const int64_t Pos = T % SeqLen;
-    for (int64_t J = 0; J < Width; ++J) {
-      const int64_t Back = Width - 1 - J;
-      if (Back > Pos)
-        continue;
-      const float *In = X.row(T - Back);
-      float *Out = Y.row(T);
-      for (int64_t C = 0; C < Ch; ++C)
-        Out[C] += W.row(C)[J] * In[C];
-    }
-  }
+  const int64_t Ch = X.cols();
+  Tensor Y({X.rows(), Ch});
+  forEachTap(X.rows(), W.cols(), SeqLen, [&](int64_t T, int64_t Src, int64_t J) {
+    const float *In = X.row(Src);
+    float *Out = Y.row(T);
+    for (int64_t C = 0; C < Ch; ++C)
+      Out[C] += W.row(C)[J] * In[C];
+  });
   return Y;
 }
 
 /// Adds the conv's gradients: DX (returned) and DW.
 Tensor causalConvBackward(const Tensor &X, const Tensor &W, const Tensor &DY, int64_t SeqLen, Tensor &DW) {
-  const int64_t N = X.rows(), Ch = X.cols(), Width = W.cols();
-  Tensor DX({N, Ch});
-  for (int64_t T = 0; T < N; ++T) {
-    const int64_t Pos = T % SeqLen;
-    for (int64_t J = 0; J < Width; ++J) {
-      const int64_t Back = Width - 1 - J;
-      if (Back > Pos)
-        continue;
-      const float *In = X.row(T - Back), *D = DY.row(T);
-      float *DIn = DX.row(T - Back);
-      for (int64_t C = 0; C < Ch; ++C) {
-        DIn[C] += W.row(C)[J] * D[C];
-        DW.row(C)[J] += In[C] * D[C];
-      }
+  const int64_t Ch = X.cols();
+  Tensor DX({X.rows(), Ch});
+  forEachTap(X.rows(), W.cols(), SeqLen, [&](int64_t T, int64_t Src, int64_t J) {
+    const float *In = X.row(Src), *D = DY.row(T);
+    float *DIn = DX.row(Src);
+    for (int64_t C = 0; C < Ch; ++C) {
+      DIn[C] += W.row(C)[J] * D[C];
+      DW.row(C)[J] += In[C] * D[C];
     }
-  }
+  });
   return DX;
 }
 

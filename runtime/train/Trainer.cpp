@@ -74,7 +74,8 @@ ModelConfig moert::modelConfigOf(const moec::LaunchPlan &Plan) {
     C.RotaryDim = int64_t(double(M.HeadDim) * M.RopeFraction);
     if (C.RotaryDim < 2 || C.RotaryDim % 2)
       refuse("rope_fraction " + std::to_string(M.RopeFraction) + " of head_dim " + std::to_string(M.HeadDim) +
-             " rotates " + std::to_string(C.RotaryDim) + " dimensions; RoPE needs an even number, at least 2");
+             " rotates " + std::to_string(C.RotaryDim) +
+             " dimensions; RoPE needs an even number, at least 2: choose a rope_fraction that gives one");
   }
   if (M.LinearAttention)
     C.Linear = ModelConfig::LinearAttention{M.LinearAttention->Interval, M.LinearAttention->KeyHeads,
@@ -140,11 +141,12 @@ struct Trainer::Impl final : public PipelineStage {
       refuse("the plan is for " + std::to_string(Plan.WorldSize) + " ranks, the job has " +
              std::to_string(World.size()));
     if (Plan.Model.LinearAttention && Plan.Parallel.CP > 1)
-      refuse("Gated DeltaNet (linear_attention) runs without context parallelism, as in Megatron-Core 0.16; cp is " +
-             std::to_string(Plan.Parallel.CP));
+      refuse("Gated DeltaNet (linear_attention) runs without context parallelism, as in Megatron-Core 0.16, whose "
+             "GatedDeltaNet has no context-parallel form (ssm/gated_delta_net.py:37); cp is " +
+             std::to_string(Plan.Parallel.CP) + ": set parallel { cp = 1 }");
     if (Plan.Model.LinearAttention && Plan.Model.LinearAttention->KeyHeads % Plan.Parallel.TP)
       refuse("linear_attention.key_heads " + std::to_string(Plan.Model.LinearAttention->KeyHeads) +
-             " do not split over tp " + std::to_string(Plan.Parallel.TP));
+             " do not split over tp " + std::to_string(Plan.Parallel.TP) + ": choose a tp that divides them");
     if (Plan.Parallel.ETP != 1 && Plan.Parallel.ETP != Plan.Parallel.TP)
       refuse("expert tensor parallelism is implemented over the tp group: etp must be 1 or tp (" +
              std::to_string(Plan.Parallel.TP) + "), not " + std::to_string(Plan.Parallel.ETP));
@@ -183,7 +185,7 @@ struct Trainer::Impl final : public PipelineStage {
     for (int64_t K = 1; K <= Config.MtpLayers; ++K) {
       if (Plan.SeqLen <= K)
         refuse("seq_len " + std::to_string(Plan.SeqLen) + " leaves MTP block " + std::to_string(K) +
-               " no token to predict");
+               " no token to predict: make seq_len longer than mtp_layers + 1");
       MOpts.MtpCeScale.push_back(Config.MtpLossScale / double(Config.MtpLayers) /
                                  double(Plan.GlobalBatch * (Plan.SeqLen - K)));
     }
@@ -208,7 +210,7 @@ struct Trainer::Impl final : public PipelineStage {
         refuse("the CPU runtime runs the MTP blocks on the stage with the loss, all of them: the pipeline layout "
                "puts " +
                std::to_string(S.MtpLayers) + " of " + std::to_string(Config.MtpLayers) + " on a stage " +
-               (S.Loss ? "with" : "without") + " it");
+               (S.Loss ? "with" : "without") + " it; put every 'm' of pipeline_layout in the stage with 'L'");
       StageSpec Spec{S.FirstLayer, S.DecoderLayers, S.Embedding, S.Loss, S.MtpLayers > 0};
       Chunks.push_back(std::make_unique<StageModel>(Config, Spec, Ctx, MOpts));
     }
