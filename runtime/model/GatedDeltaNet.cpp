@@ -136,6 +136,29 @@ void GatedDeltaNetBlock::forEachHead(
       Fn(Head, Seq * SeqLen, H, H / (ValueHeads / KeyHeads));
 }
 
+void GatedDeltaNetBlock::gatedNorm(const GdnWeights &W, GdnSaved &S) const {
+  // RMSNorm over each head, times w and silu(z).
+  const int64_t D = Config.Linear->HeadDim, N = S.O.rows();
+  S.Gated = Tensor({N, ValueHeads * D});
+  S.RstdO.resize(size_t(N * ValueHeads));
+  for (int64_t I = 0; I < N * ValueHeads; ++I) {
+    const float *O = S.O.data() + I * D, *Z = S.Z.data() + I * D;
+    double Sum = 0;
+    for (int64_t C = 0; C < D; ++C)
+      Sum += double(O[C]) * O[C];
+    float Rstd = float(1.0 / std::sqrt(Sum / double(D) + Config.RmsNormEps));
+    S.RstdO[size_t(I)] = Rstd;
+    float *Y = S.Gated.data() + I * D;
+    for (int64_t C = 0; C < D; ++C)
+      Y[C] = O[C] * Rstd * W.Norm->Value[C] * siluOf(Z[C]);
+  }
+}
+
+void GatedDeltaNetBlock::recomputeNormOut(const GdnWeights &W, GdnSaved &S) const {
+  if (!S.Gated.numel())
+    gatedNorm(W, S);
+}
+
 Tensor GatedDeltaNetBlock::forward(const GdnWeights &W, const Tensor &Xn, int64_t Sequences, GdnSaved &S) {
   const int64_t D = Config.Linear->HeadDim;
   std::vector<Tensor> P =
@@ -166,20 +189,7 @@ Tensor GatedDeltaNetBlock::forward(const GdnWeights &W, const Tensor &Xn, int64_
     gatedDeltaRuleForward(Head, S.Q.row(Row) + Kh * D, S.K.row(Row) + Kh * D, S.V.row(Row) + H * D, S.G.row(Row) + H,
                           S.Beta.row(Row) + H, S.O.row(Row) + H * D);
   });
-  // RMSNorm over each head, times w and silu(z).
-  S.Gated = Tensor({N, ValueHeads * D});
-  S.RstdO.resize(size_t(N * ValueHeads));
-  for (int64_t I = 0; I < N * ValueHeads; ++I) {
-    const float *O = S.O.data() + I * D, *Z = S.Z.data() + I * D;
-    double Sum = 0;
-    for (int64_t C = 0; C < D; ++C)
-      Sum += double(O[C]) * O[C];
-    float Rstd = float(1.0 / std::sqrt(Sum / double(D) + Config.RmsNormEps));
-    S.RstdO[size_t(I)] = Rstd;
-    float *Y = S.Gated.data() + I * D;
-    for (int64_t C = 0; C < D; ++C)
-      Y[C] = O[C] * Rstd * W.Norm->Value[C] * siluOf(Z[C]);
-  }
+  gatedNorm(W, S);
   return rowParallelForward(Tp, S.Gated, W.Out->Value);
 }
 

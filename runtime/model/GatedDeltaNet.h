@@ -51,6 +51,13 @@ struct GdnSaved {
   Tensor O, Gated;         ///< the rule's output; the gated norm's
   std::vector<float> RstdO;
   int64_t bytes() const;
+  /// Drops the gated norm's output and statistics (recompute module
+  /// gdn_norm_out: Megatron-Core 0.19 checkpoints the norm without its
+  /// output and reruns it before the output projection's backward).
+  void dropNormOut() {
+    Gated = Tensor();
+    RstdO.clear();
+  }
 };
 
 class GatedDeltaNetBlock {
@@ -62,8 +69,12 @@ public:
   Tensor forward(const GdnWeights &W, const Tensor &Xn, int64_t Sequences, GdnSaved &S);
   /// DY [Ns, Hidden] -> dXn; accumulates the weights' gradients.
   Tensor backward(const GdnWeights &W, const Tensor &Xn, int64_t Sequences, const GdnSaved &S, const Tensor &DY);
+  /// Brings back what GdnSaved::dropNormOut removed, bit for bit.
+  void recomputeNormOut(const GdnWeights &W, GdnSaved &S) const;
 
 private:
+  /// S.Gated and S.RstdO from S.O and S.Z.
+  void gatedNorm(const GdnWeights &W, GdnSaved &S) const;
   /// Fn(head view, first row of the sequence, value head, its key head) for
   /// every sequence and value head of this rank.
   void forEachHead(int64_t Sequences, int64_t SeqLen,

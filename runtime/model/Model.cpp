@@ -170,8 +170,8 @@ struct StageModel::Impl {
     TpRank = G.Tp->rank();
     TpSize = G.Tp->size();
     validate();
-    static const std::set<std::string> Known = {"core_attn", "layernorm",      "mlp",        "moe_act",
-                                                "moe",       "shared_experts", "mla_up_proj"};
+    static const std::set<std::string> Known = {"core_attn", "layernorm",      "mlp",         "moe_act",
+                                                "moe",       "shared_experts", "mla_up_proj", "gdn_norm_out"};
     for (const std::string &M : O.Recompute.Modules) {
       if (!Known.count(M))
         fail("unknown recompute module '" + M + "'");
@@ -635,6 +635,10 @@ struct StageModel::Impl {
       S.Q = S.K = S.V = Tensor();
       S.Dropped.insert("mla_up_proj");
     }
+    if (selective("gdn_norm_out") && S.Gdn.Gated.numel()) {
+      S.Gdn.dropNormOut();
+      S.Dropped.insert("gdn_norm_out");
+    }
     if (selective("core_attn") && S.AttnOut.numel()) {
       S.AttnOut = Tensor();
       S.Lse = Tensor();
@@ -672,6 +676,8 @@ struct StageModel::Impl {
     }
     if (S.Dropped.count("mla_up_proj"))
       mlaUp(P, M, S);
+    if (S.Dropped.count("gdn_norm_out"))
+      Gdn->recomputeNormOut(P.Gdn, S.Gdn);
     if (S.Dropped.count("core_attn"))
       coreAttn(M, S);
     if (S.Dropped.count("mlp"))

@@ -308,6 +308,33 @@ TEST(StageModel, RecomputeIsExactAndSavesMemory) {
   EXPECT_GT(Base["shared_experts"], 0);
 }
 
+TEST(StageModel, GdnNormOutRecomputeIsExactAndSavesMemory) {
+  FdCase Next{false, 1};
+  Next.Linear = true;
+  ModelConfig C = caseConfig(Next);
+  SelfGroups G;
+  MicroBatch MB = randomBatch(2, 8, C.Vocab, 5);
+  auto Run = [&](RecomputeOptions R, std::map<std::string, int64_t> &Peak) {
+    ModelOptions O;
+    O.CeScale = 1.0 / double(MB.Tokens.size());
+    O.Recompute = R;
+    StageModel M(C, wholeModel(C), G.context(), O);
+    double L = runChunks({&M}, O, MB);
+    Peak = M.peakActivationBytes();
+    auto Grads = gradients(M);
+    Grads["loss"] = {float(L)};
+    return Grads;
+  };
+  std::map<std::string, int64_t> Base, NormOut;
+  auto G0 = Run({}, Base);
+  auto G1 = Run({false, {"gdn_norm_out"}}, NormOut);
+  EXPECT_EQ(G0, G1);
+  // Layer 0's gated norm output, [tokens, value heads x head dim], and its
+  // statistics per token and head.
+  const int64_t Tokens = 16, Heads = C.Linear->ValueHeads, Dim = C.Linear->HeadDim;
+  EXPECT_EQ(Base["attention"] - NormOut["attention"], int64_t(sizeof(float)) * (Tokens * Heads * Dim + Tokens * Heads));
+}
+
 TEST(StageModel, InterleavedMicroBatchesMatchSequentialOnes) {
   ModelConfig C = tinyConfig(false, 0);
   SelfGroups G;

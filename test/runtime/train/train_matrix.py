@@ -109,7 +109,7 @@ LAYOUTS = [
     ("next_tp2", 2, "tp = 2", None),
     ("next_dp2_tp2_ep2", 4, "tp = 2; ep = 2", None),
     ("next_ep2_pp2_full", 4, "ep = 2; pp = 2", "full"),
-    ("next_tp2_pp2_selective", 4, "tp = 2; pp = 2", "selective(core_attn, layernorm, moe)"),
+    ("next_tp2_pp2_selective", 4, "tp = 2; pp = 2", "selective(core_attn, layernorm, moe, gdn_norm_out)"),
     ("next_dp2_ep2_distopt", 2, "ep = 2", None),
 ]
 # tiny_moe with the sigmoid router and aux-loss-free balancing; a bias update rate of
