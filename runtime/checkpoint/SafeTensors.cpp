@@ -6,8 +6,10 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <fcntl.h>
+#include <limits>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -44,6 +46,27 @@ bool readAt(int Fd, char *Data, size_t N, uint64_t Offset) {
     Offset += uint64_t(R);
   }
   return true;
+}
+
+size_t elementBytes(SafeTensorDtype D) { return D == SafeTensorDtype::F32 ? 4 : 2; }
+
+/// bfloat16 is the top half of a float's bits.
+float bf16ToFloat(uint16_t H) {
+  uint32_t Bits = uint32_t(H) << 16;
+  float F;
+  std::memcpy(&F, &Bits, 4);
+  return F;
+}
+
+/// IEEE 754 binary16: 1 sign, 5 exponent (bias 15), 10 mantissa bits.
+float f16ToFloat(uint16_t H) {
+  const float Sign = (H & 0x8000) ? -1.0f : 1.0f;
+  const int Exp = (H >> 10) & 0x1f, Mant = H & 0x3ff;
+  if (Exp == 0) // zero and subnormals: Mant x 2^-24
+    return Sign * std::ldexp(float(Mant), -24);
+  if (Exp == 31)
+    return Mant ? std::numeric_limits<float>::quiet_NaN() : Sign * std::numeric_limits<float>::infinity();
+  return Sign * std::ldexp(float(1024 + Mant), Exp - 25);
 }
 
 uint64_t elements(const std::vector<int64_t> &Shape) {
@@ -159,9 +182,15 @@ bool SafeTensorsFile::open(const std::string &P, std::string &Error) {
     const json::Array *Offsets = T ? T->getArray("data_offsets") : nullptr;
     if (!Dtype || !Shape || !Offsets || Offsets->size() != 2)
       return Fail("tensor '" + Name + "' lacks dtype, shape or data_offsets");
-    if (*Dtype != "F32")
-      return Fail("tensor '" + Name + "' is " + Dtype->str() + "; moerun reads F32 tensors only");
     SafeTensorEntry E;
+    if (*Dtype == "F32")
+      E.Dtype = SafeTensorDtype::F32;
+    else if (*Dtype == "BF16")
+      E.Dtype = SafeTensorDtype::BF16;
+    else if (*Dtype == "F16")
+      E.Dtype = SafeTensorDtype::F16;
+    else
+      return Fail("tensor '" + Name + "' is " + Dtype->str() + "; moerun reads F32, BF16 and F16 tensors");
     for (const json::Value &D : *Shape) {
       auto Dim = D.getAsInteger();
       if (!Dim || *Dim < 0)
@@ -173,9 +202,9 @@ bool SafeTensorsFile::open(const std::string &P, std::string &Error) {
       return Fail("tensor '" + Name + "' lies outside the file's data");
     E.Begin = uint64_t(*B);
     E.End = uint64_t(*End);
-    if (E.End - E.Begin != elements(E.Shape) * sizeof(float))
+    if (E.End - E.Begin != elements(E.Shape) * elementBytes(E.Dtype))
       return Fail("tensor '" + Name + "' has " + std::to_string(E.End - E.Begin) + " bytes for its shape's " +
-                  std::to_string(elements(E.Shape)) + " F32 elements");
+                  std::to_string(elements(E.Shape)) + " " + Dtype->str() + " elements");
     Ranges.push_back({E.Begin, E.End});
     Entries[Name] = std::move(E);
   }
@@ -197,12 +226,22 @@ bool SafeTensorsFile::read(const std::string &Name, std::vector<float> &Out, std
     return false;
   }
   const SafeTensorEntry &E = It->second;
-  Out.resize(size_t((E.End - E.Begin) / sizeof(float)));
+  const size_t Bytes = size_t(E.End - E.Begin), N = Bytes / elementBytes(E.Dtype);
+  Out.resize(N);
+  // Narrow elements are read into the back of Out and widened front to back,
+  // which never overwrites an element not yet read.
+  char *Raw = reinterpret_cast<char *>(Out.data()) + (N * sizeof(float) - Bytes);
   int Fd = ::open(Path.c_str(), O_RDONLY | O_CLOEXEC);
-  bool Ok = Fd >= 0 && readAt(Fd, reinterpret_cast<char *>(Out.data()), size_t(E.End - E.Begin), DataStart + E.Begin);
+  bool Ok = Fd >= 0 && readAt(Fd, Raw, Bytes, DataStart + E.Begin);
   if (Fd >= 0)
     ::close(Fd);
   if (!Ok)
     Error = "cannot read tensor '" + Name + "' of '" + Path + "' (truncated?)";
+  else if (E.Dtype != SafeTensorDtype::F32)
+    for (size_t I = 0; I < N; ++I) {
+      uint16_t Half;
+      std::memcpy(&Half, Raw + 2 * I, 2);
+      Out[I] = E.Dtype == SafeTensorDtype::BF16 ? bf16ToFloat(Half) : f16ToFloat(Half);
+    }
   return Ok;
 }

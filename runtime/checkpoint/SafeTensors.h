@@ -12,8 +12,9 @@
 // The writer pads the header with spaces to a multiple of 8 bytes, so that
 // every tensor's data starts 8-byte aligned, as the format recommends.
 //
-// Only the dtypes moerun writes are read: F32 (the CPU backend's master
-// weights and Adam moments). Anything else, or a header that is not what the
+// moerun writes F32 (the CPU backend's master weights and Adam moments) and
+// reads F32, BF16 and F16 (the dtypes Hugging Face checkpoints are saved in),
+// widened to float as it reads. Anything else (FP8 with its scales, integers), or a header that is not what the
 // format says (offsets out of order or past the end, a shape that does not
 // match the byte count), is an error naming the file and the tensor.
 //
@@ -40,8 +41,12 @@ bool writeSafeTensors(const std::string &Path, const std::vector<SafeTensor> &Te
                       const std::map<std::string, std::string> &Metadata, std::string &Error);
 
 /// One tensor of a file that has been read: where its data lies.
+/// The element types the reader takes.
+enum class SafeTensorDtype { F32, BF16, F16 };
+
 struct SafeTensorEntry {
   std::vector<int64_t> Shape;
+  SafeTensorDtype Dtype = SafeTensorDtype::F32;
   uint64_t Begin = 0, End = 0; ///< byte offsets into the file's data
 };
 
@@ -54,7 +59,7 @@ public:
   bool open(const std::string &Path, std::string &Error);
   const std::map<std::string, SafeTensorEntry> &tensors() const { return Entries; }
   const std::map<std::string, std::string> &metadata() const { return Metadata; }
-  /// The tensor's elements; false with Error set when it is absent or the
+  /// The tensor's elements as float; false with Error set when it is absent or the
   /// file is shorter than its header says.
   bool read(const std::string &Name, std::vector<float> &Out, std::string &Error) const;
 

@@ -4,11 +4,13 @@
 
 #include <fmt/format.h>
 
+#include "checkpoint/HuggingFaceCheckpoint.h"
 #include "checkpoint/SafeTensors.h"
 #include "kernels/host/Blas.h"
 #include "model/Router.h"
 #include "parallel/cp/ContextParallelAttention.h"
 #include "parallel/pp/PipelineExecutor.h"
+#include "train/HuggingFaceImport.h"
 
 #include <algorithm>
 #include <chrono>
@@ -775,87 +777,6 @@ struct Trainer::Impl final : public PipelineStage {
     return true;
   }
 
-  /// The Hugging Face name of a runtime parameter and whether it is stored
-  /// [out, in] (a Linear weight: transposed here); empty when it has none.
-  /// The Hugging Face prefix of a layer's runtime name, "layers.L." ->
-  /// "model.layers.L.", or of an MTP block's, "mtp.K." -> "model.layers.{Layers
-  /// + K}." (DeepSeek-V3 stores block K as the layer after the decoder's, its
-  /// decoder layer's tensors under the same prefix); Tail gets the rest of
-  /// the name ("layer." dropped). Empty for any other name.
-  std::string huggingFaceLayerPrefix(llvm::StringRef Name, llvm::StringRef &Tail, bool &MtpOwn) const {
-    MtpOwn = false;
-    if (Name.consume_front("layers.")) {
-      auto [Layer, Rest] = Name.split('.');
-      Tail = Rest;
-      return "model.layers." + Layer.str() + ".";
-    }
-    int64_t K = 0;
-    if (!Name.consume_front("mtp.") || Name.consumeInteger(10, K) || !Name.consume_front("."))
-      return "";
-    MtpOwn = !Name.consume_front("layer.");
-    Tail = Name;
-    return "model.layers." + std::to_string(Config.Layers + K) + ".";
-  }
-
-  std::pair<std::string, bool> huggingFaceName(const std::string &Name) const {
-    static const std::pair<const char *, std::pair<const char *, bool>> Suffixes[] = {
-        {"attn_norm", {"input_layernorm.weight", false}},
-        {"attn.q", {"self_attn.q_proj.weight", true}},
-        {"attn.k", {"self_attn.k_proj.weight", true}},
-        {"attn.v", {"self_attn.v_proj.weight", true}},
-        {"attn.o", {"self_attn.o_proj.weight", true}},
-        {"attn.q_norm", {"self_attn.q_norm.weight", false}},
-        // Multi-head latent attention (DeepSeek-V2/V3).
-        {"attn.q_down", {"self_attn.q_a_proj.weight", true}},
-        {"attn.q_down_norm", {"self_attn.q_a_layernorm.weight", false}},
-        {"attn.q_up", {"self_attn.q_b_proj.weight", true}},
-        {"attn.kv_down", {"self_attn.kv_a_proj_with_mqa.weight", true}},
-        {"attn.kv_down_norm", {"self_attn.kv_a_layernorm.weight", false}},
-        {"attn.kv_up", {"self_attn.kv_b_proj.weight", true}},
-        {"attn.k_norm", {"self_attn.k_norm.weight", false}},
-        {"mlp_norm", {"post_attention_layernorm.weight", false}},
-        {"router", {"mlp.gate.weight", true}},
-        {"mlp.gate", {"mlp.gate_proj.weight", true}},
-        {"mlp.up", {"mlp.up_proj.weight", true}},
-        {"mlp.down", {"mlp.down_proj.weight", true}},
-        {"shared.gate", {"mlp.shared_expert.gate_proj.weight", true}},
-        {"shared.up", {"mlp.shared_expert.up_proj.weight", true}},
-        {"shared.down", {"mlp.shared_expert.down_proj.weight", true}},
-    };
-    if (Name == "embedding")
-      return {"model.embed_tokens.weight", false};
-    if (Name == "final_norm")
-      return {"model.norm.weight", false};
-    if (Name == "output")
-      return {"lm_head.weight", true};
-    static const std::pair<const char *, std::pair<const char *, bool>> MtpSuffixes[] = {
-        {"enorm", {"enorm.weight", false}},
-        {"hnorm", {"hnorm.weight", false}},
-        {"eh_proj", {"eh_proj.weight", true}},
-        {"final_norm", {"shared_head.norm.weight", false}},
-    };
-    llvm::StringRef Tail;
-    bool MtpOwn = false;
-    std::string Pre = huggingFaceLayerPrefix(Name, Tail, MtpOwn);
-    if (Pre.empty())
-      return {"", false};
-    if (MtpOwn) {
-      for (const auto &[Suffix, Hf] : MtpSuffixes)
-        if (Tail == Suffix)
-          return {Pre + Hf.first, Hf.second};
-      return {"", false};
-    }
-    llvm::StringRef Expert = Tail;
-    if (Expert.consume_front("experts.")) {
-      auto [Id, Kind] = Expert.split('.');
-      return {Pre + "mlp.experts." + Id.str() + "." + Kind.str() + "_proj.weight", true};
-    }
-    for (const auto &[Suffix, Hf] : Suffixes)
-      if (Tail == Suffix)
-        return {Pre + Hf.first, Hf.second};
-    return {"", false};
-  }
-
   bool initFromHuggingFace(const std::string &Dir, std::string &Error) {
     bool Ok = true;
     auto Refuse = [&](const std::string &Why) {
@@ -863,71 +784,28 @@ struct Trainer::Impl final : public PipelineStage {
         Error = Why;
       Ok = false;
     };
-    SafeTensorsFile File;
+    HuggingFaceCheckpoint Checkpoint;
     std::string E;
-    if (!File.open(Dir + "/model.safetensors", E))
+    if (!Checkpoint.open(Dir, E))
       Refuse(E);
-    std::vector<float> Full, Transposed;
+    HuggingFaceImport Import(Config, Checkpoint);
+    std::vector<float> Full;
     for (Parameter *Param : allParameters()) {
       if (!Ok)
         break;
-      auto [Hf, Linear] = huggingFaceName(Param->Name);
-      auto It = Hf.empty() ? File.tensors().end() : File.tensors().find(Hf);
-      // DeepSeek names its shared experts in the plural, Qwen2-MoE in the singular.
-      if (It == File.tensors().end() && llvm::StringRef(Hf).contains(".shared_expert.")) {
-        std::string Plural = llvm::StringRef(Hf).str();
-        Plural.replace(Plural.find(".shared_expert."), 15, ".shared_experts.");
-        if (File.tensors().count(Plural)) {
-          Hf = Plural;
-          It = File.tensors().find(Hf);
-        }
-      }
-      if (It == File.tensors().end()) {
-        Refuse("the Hugging Face checkpoint has no tensor for '" + Param->Name + "'" +
-               (Hf.empty() ? std::string() : " ('" + Hf + "')"));
-        break;
-      }
-      std::vector<int64_t> Shape = fullShape(*Param), Stored = Shape;
-      if (Linear)
-        std::reverse(Stored.begin(), Stored.end());
-      if (It->second.Shape != Stored) {
-        Refuse("tensor '" + Hf + "' is not of the shape of '" + Param->Name + "': another model");
-        break;
-      }
-      if (!File.read(Hf, Full, E)) {
+      if (!Import.read(Param->Name, fullShape(*Param), Full, E))
         Refuse(E);
-        break;
-      }
-      if (Linear) { // [out, in] -> [in, out]
-        int64_t In = Shape[0], Out = Shape[1];
-        Transposed.resize(Full.size());
-        for (int64_t O = 0; O < Out; ++O)
-          for (int64_t I = 0; I < In; ++I)
-            Transposed[size_t(I * Out + O)] = Full[size_t(O * In + I)];
-        Full.swap(Transposed);
-      }
-      sliceShard(Full, Param->Split, Param->Value.data(), Param->Value.shape());
+      else
+        sliceShard(Full, Param->Split, Param->Value.data(), Param->Value.shape());
     }
-    // DeepSeek-V3's aux-loss-free bias, where the checkpoint has it (it
-    // starts at zero otherwise, as in Megatron-Core).
     for (ExpertBias *B : allBiases()) {
+      bool Found = false;
       if (!Ok)
         break;
-      llvm::StringRef Tail;
-      bool MtpOwn = false;
-      std::string Hf = huggingFaceLayerPrefix(B->State.Name, Tail, MtpOwn) + "mlp.gate.e_score_correction_bias";
-      auto It = File.tensors().find(Hf);
-      if (It == File.tensors().end())
-        continue;
-      if (It->second.Shape != B->State.Value.shape()) {
-        Refuse("tensor '" + Hf + "' is not of the shape of '" + B->State.Name + "': another model");
-        break;
-      }
-      if (!File.read(Hf, Full, E)) {
+      if (!Import.readExpertBias(B->State.Name, B->State.Value.shape(), Full, Found, E))
         Refuse(E);
-        break;
-      }
-      std::copy(Full.begin(), Full.end(), B->State.Value.data());
+      else if (Found)
+        std::copy(Full.begin(), Full.end(), B->State.Value.data());
     }
     return agree(Ok);
   }

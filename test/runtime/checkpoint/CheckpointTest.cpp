@@ -7,9 +7,12 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <limits>
+#include <tuple>
 
 using namespace moert;
 namespace fs = llvm::sys::fs;
@@ -79,6 +82,39 @@ TEST(SafeTensors, RoundTripAndLayout) {
   EXPECT_NE(Error.find("no tensor 'z'"), std::string::npos);
 }
 
+/// A file of tensors given as raw bytes, back to back in header order.
+std::string rawTensors(const std::vector<std::tuple<std::string, std::string, std::string>> &Tensors) {
+  std::string Header = "{", Data;
+  for (const auto &[Name, Dtype, Bytes] : Tensors) {
+    Header += (Header.size() > 1 ? "," : "") + ("\"" + Name + "\":{\"dtype\":\"" + Dtype + "\",\"shape\":[") +
+              std::to_string(Bytes.size() / (Dtype == "F32" ? 4 : 2)) + "],\"data_offsets\":[" +
+              std::to_string(Data.size()) + "," + std::to_string(Data.size() + Bytes.size()) + "]}";
+    Data += Bytes;
+  }
+  std::string File = rawFile(Header + "}", 0);
+  return File + Data;
+}
+
+TEST(SafeTensors, HalfPrecisionTensorsAreWidenedToFloat) {
+  Scratch D;
+  // Little-endian 16-bit words: bf16 1.0 (0x3f80), -2.5 (0xc020), 2^-133 (0x0001,
+  // a subnormal); f16 1.0 (0x3c00), -0.5 (0xb800), 65504 (0x7bff, the largest),
+  // 2^-24 (0x0001, the smallest subnormal), +inf (0x7c00).
+  const std::string Bf16("\x80\x3f\x20\xc0\x01\x00", 6), F16("\x00\x3c\x00\xb8\xff\x7b\x01\x00\x00\x7c", 10);
+  writeAll(D / "h.safetensors", rawTensors({{"b", "BF16", Bf16}, {"h", "F16", F16}}));
+  SafeTensorsFile F;
+  std::string Error;
+  ASSERT_TRUE(F.open(D / "h.safetensors", Error)) << Error;
+  EXPECT_EQ(F.tensors().at("b").Dtype, SafeTensorDtype::BF16);
+  EXPECT_EQ(F.tensors().at("h").Shape, (std::vector<int64_t>{5}));
+  std::vector<float> Out;
+  ASSERT_TRUE(F.read("b", Out, Error)) << Error;
+  EXPECT_EQ(Out, (std::vector<float>{1.0f, -2.5f, std::ldexp(1.0f, -133)}));
+  ASSERT_TRUE(F.read("h", Out, Error)) << Error;
+  EXPECT_EQ(Out,
+            (std::vector<float>{1.0f, -0.5f, 65504.0f, std::ldexp(1.0f, -24), std::numeric_limits<float>::infinity()}));
+}
+
 struct BadHeader {
   std::string Header;
   size_t DataBytes;
@@ -90,7 +126,8 @@ TEST(SafeTensors, MalformedFilesAreRefusedWithTheReason) {
   const BadHeader Cases[] = {
       {"not json", 0, "not JSON"},
       {"[1]", 0, "not a JSON object"},
-      {R"({"a":{"dtype":"F16","shape":[1],"data_offsets":[0,2]}})", 2, "is F16"},
+      {R"({"a":{"dtype":"F8_E4M3","shape":[1],"data_offsets":[0,1]}})", 1, "is F8_E4M3; moerun reads F32, BF16"},
+      {R"({"a":{"dtype":"BF16","shape":[2],"data_offsets":[0,2]}})", 2, "2 bytes for its shape's 2 BF16"},
       {R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,4]}})", 4, "4 bytes for its shape's 2"},
       {R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", 2, "outside the file's data"},
       {R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", 8, "hole"},

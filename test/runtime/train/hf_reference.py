@@ -15,6 +15,13 @@ it, so the reference recomputes them with hooks on the routers and builds Megatr
 load-balancing loss with Megatron-Core 0.16.1's own functions (compute_routing_scores_for_aux_loss,
 switch_load_balancing_loss_func); a control without that term must be told apart.
 
+The Qwen3-Next family (Qwen3NextForCausalLM): Gated DeltaNet on the first layer, gated full
+attention with partial RoPE on the second, zero-centred RMSNorms (1 + w), the gated shared expert;
+loss under one rank, tp 2, ep 2 x pp 2 and tp 2 x etp 2 x ep 2, all gradients under one rank, tp 2
+and ep 2 x pp 2. The reference's fused tensors (in_proj_qkvz, in_proj_ba, conv1d, the query and
+gate heads of q_proj) are cut here into moerun's matrices independently of moerun's own import.
+Its decay rates are kept at 0.05-0.5 (test/megatron/gdn.py says why).
+
 Layouts: one rank, tp 2, ep 2, pp 2 and tp 2 with etp 2 and ep 2. Tolerance 1e-6 relative: both
 sides compute in fp32 (the loss itself is summed in double on both), and the logits come from
 sums of a few hundred products in different orders (BLAS blocking, tp/ep/etp partial sums), so
@@ -55,6 +62,9 @@ GRAD_TOL = 1e-5
 AUX_COEFF = 1e-2  # moert::ModelConfig::AuxLossCoeff, Megatron's moe_aux_loss_coeff default
 DEEPSEEK_LAYOUTS = [("one_rank", 1, "tp = 1"), ("tp2", 2, "tp = 2"), ("cp2", 2, "cp = 2"), ("ep2_pp2", 4, "ep = 2; pp = 2")]
 MTP_LAYOUTS = [("one_rank", 1, "tp = 1"), ("tp2_cp2", 4, "tp = 2; cp = 2"), ("ep2_pp2", 4, "ep = 2; pp = 2")]
+NEXT_LAYOUTS = [("one_rank", 1, "tp = 1"), ("tp2", 2, "tp = 2"), ("ep2_pp2", 4, "ep = 2; pp = 2"),
+                ("tp2_etp2_ep2", 4, "tp = 2; ep = 2; etp = 2")]
+NEXT_GRAD_LAYOUTS = NEXT_LAYOUTS[:3]
 GRAD_LAYOUTS = [("one_rank", 1, "tp = 1"), ("tp2", 2, "tp = 2"), ("ep2", 2, "ep = 2"), ("pp2", 2, "pp = 2")]
 LAYOUTS = [("one_rank", 1, "tp = 1"), ("tp2", 2, "tp = 2"), ("ep2", 2, "ep = 2"), ("pp2", 2, "pp = 2"),
            ("tp2_etp2_ep2", 4, "tp = 2; ep = 2; etp = 2")]
@@ -149,6 +159,78 @@ def tiny_deepseek_v3_mtp(out_dir):
     with open(os.path.join(out_dir, "config.json"), "w") as f:
         json.dump(saved, f, indent=2)
     return full, main, own
+
+
+def tiny_qwen3_next(out_dir, swap_query_gate=False):
+    """Qwen3-Next's architecture at a few dozen dimensions: layer 0 Gated DeltaNet (2 key heads,
+    4 value heads, 8 wide), layer 1 full attention (4 query heads, 2 key-value heads, 16 wide,
+    RoPE on a quarter of each head) whose output a sigmoid gates, 8 experts top-2 and a gated
+    shared expert 48 wide on both. swap_query_gate saves q_proj with each head's query and gate
+    exchanged (the control)."""
+    from transformers import Qwen3NextConfig, Qwen3NextForCausalLM
+    config = Qwen3NextConfig(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, moe_intermediate_size=32,
+                             shared_expert_intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+                             num_key_value_heads=2, head_dim=16, partial_rotary_factor=0.25, num_experts=8,
+                             num_experts_per_tok=2, norm_topk_prob=True, rope_theta=1000000.0, rms_norm_eps=1e-5,
+                             full_attention_interval=2, linear_num_key_heads=2, linear_num_value_heads=4,
+                             linear_key_head_dim=8, linear_value_head_dim=8, linear_conv_kernel_dim=4,
+                             tie_word_embeddings=False, max_position_embeddings=128, decoder_sparse_step=1,
+                             mlp_only_layers=[], attention_dropout=0.0)
+    torch.manual_seed(3)
+    model = Qwen3NextForCausalLM(config).float().eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("norm.weight"):  # zero-centred ones start at 0, the gated norm's at 1
+                p.add_(0.2 * torch.randn_like(p))
+            elif name.endswith("A_log"):
+                p.copy_(torch.empty_like(p).uniform_(0.05, 0.5).log())
+            elif name.endswith("dt_bias"):
+                p.add_(0.3 * torch.randn_like(p))
+    if swap_query_gate:
+        with torch.no_grad():
+            q = model.model.layers[1].self_attn.q_proj.weight
+            heads = config.num_attention_heads
+            q.copy_(q.reshape(heads, 2, -1).flip(1).reshape(q.shape))
+    model.save_pretrained(out_dir, safe_serialization=True)
+    return model
+
+
+def qwen3_next_runtime_view(grads, cfg):
+    """Hugging Face name -> gradient, cut into moerun's names and layouts ([in, out] for Linear
+    weights): the fused Gated DeltaNet projections per key head, the conv over q, k and v, and
+    q_proj's per-head [query, gate]."""
+    hk, hv, d = cfg.linear_num_key_heads, cfg.linear_num_value_heads, cfg.linear_key_head_dim
+    r, heads, hd = hv // hk, cfg.num_attention_heads, cfg.head_dim
+    out = {}
+    for hf, g in grads.items():
+        m = re.fullmatch(r"model\.layers\.(\d+)\.(linear_attn|self_attn|mlp)\.(.*)", hf)
+        pre = f"layers.{m.group(1)}." if m else ""
+        rest = m.group(3) if m else ""
+        if m and m.group(2) == "linear_attn":
+            if rest == "in_proj_qkvz.weight":
+                q, k, v, z = g.reshape(hk, 2 * d + 2 * r * d, -1).split([d, d, r * d, r * d], dim=1)
+                for n, t in zip("qkvz", (q, k, v, z)):
+                    out[pre + "gdn." + n] = t.reshape(-1, t.shape[-1]).t()
+            elif rest == "in_proj_ba.weight":
+                b, a = g.reshape(hk, 2 * r, -1).split([r, r], dim=1)
+                out[pre + "gdn.b"], out[pre + "gdn.a"] = (t.reshape(-1, t.shape[-1]).t() for t in (b, a))
+            elif rest == "conv1d.weight":
+                for n, t in zip(("conv_q", "conv_k", "conv_v"), g[:, 0, :].split([hk * d, hk * d, hv * d])):
+                    out[pre + "gdn." + n] = t
+            elif rest in ("dt_bias", "A_log"):
+                out[pre + "gdn." + rest.lower()] = g.reshape(-1, 1)
+            else:
+                out[pre + {"norm.weight": "gdn.norm", "out_proj.weight": "gdn.out"}[rest]] = (
+                    g.t() if rest == "out_proj.weight" else g)
+        elif m and rest == "q_proj.weight":
+            q, gate = g.reshape(heads, 2, hd, -1).unbind(1)
+            out[pre + "attn.q"], out[pre + "attn.gate"] = (t.reshape(heads * hd, -1).t() for t in (q, gate))
+        elif m and rest == "shared_expert_gate.weight":
+            out[pre + "shared.gate_weight"] = g.t()
+        else:
+            name, linear = runtime_name(hf)
+            out[name] = g.t() if linear else g
+    return out
 
 
 def mtp_reference_loss(full, main, own, samples):
@@ -277,6 +359,7 @@ def runtime_name(hf):
     for p in ("gate", "up", "down"):
         names[f"mlp.{p}_proj"] = (f"mlp.{p}", True)
         names[f"mlp.shared_experts.{p}_proj"] = (f"shared.{p}", True)
+        names[f"mlp.shared_expert.{p}_proj"] = (f"shared.{p}", True)
     name, linear = names[rest]
     return f"layers.{layer}.{name}", linear
 
@@ -300,19 +383,31 @@ def driver_gradients(a, name, ranks, parallel, hf_dir, corpus):
     return compare_dumps.read_run(dump, "grads"), p.stdout
 
 
-def compare_gradients(ours, ref):
-    """The worst error over every tensor (of the tensor's largest reference magnitude) and the
-    tensors that miss GRAD_TOL."""
-    worst, bad = 0.0, []
-    for hf, g in ref.items():
+def runtime_view(grads):
+    """Hugging Face name -> gradient, as moerun's names and layouts (Linear weights transposed)."""
+    out = {}
+    for hf, g in grads.items():
         name, linear = runtime_name(hf)
-        want = g.t() if linear else g
+        out[name] = g.t() if linear else g
+    return out
+
+
+def compare_gradients(ours, ref):
+    """The worst error over every tensor of ref (moerun's names; of the tensor's largest reference
+    magnitude) and the tensors that miss GRAD_TOL."""
+    if any(k.startswith("model.") or k == "lm_head.weight" for k in ref):
+        ref = runtime_view(ref)
+    worst, bad = 0.0, []
+    for name, want in ref.items():
+        if name not in ours:
+            bad.append(f"{name}: not in moerun's dump")
+            continue
         shape, values = ours[name]
         got = torch.tensor(values, dtype=torch.float32).reshape(shape)
         err = float((got - want).abs().max()) / max(float(want.abs().max()), 1e-30)
         worst = max(worst, err)
         if err > GRAD_TOL:
-            bad.append(f"{name} ({hf}): {err:.1e}")
+            bad.append(f"{name}: {err:.1e}")
     return worst, bad
 
 
@@ -391,6 +486,28 @@ def deepseek_v3_mtp(a, corpus, samples):
           f"DeepSeek-V3 MTP control (embedding and hidden halves swapped): told apart, {other!r}")
 
 
+def qwen3_next(a, corpus, samples):
+    """The Qwen3-Next family: loss under NEXT_LAYOUTS and every gradient under NEXT_GRAD_LAYOUTS
+    against transformers (no cp: Megatron-Core 0.16 has none for Gated DeltaNet)."""
+    hf_dir = os.path.join(a.work, "qwen3_next_tiny")
+    model = tiny_qwen3_next(hf_dir)
+    ref = reference_loss(model, samples)
+    print(f"transformers Qwen3NextForCausalLM: loss {ref!r}")
+    grads = qwen3_next_runtime_view(reference_gradients(model, samples), model.config)
+    for name, ranks, parallel in NEXT_LAYOUTS:
+        check_loss(a, f"Qwen3-Next {name}", "next_" + name, ranks, parallel, hf_dir, corpus, ref)
+    for name, ranks, parallel in NEXT_GRAD_LAYOUTS:
+        check_gradients(a, f"Qwen3-Next gradients under {name}", "next_" + name, ranks, parallel, hf_dir, corpus,
+                        grads)
+    # Control: each head's query and output gate exchanged in the checkpoint moerun reads.
+    control_dir = os.path.join(a.work, "qwen3_next_control")
+    tiny_qwen3_next(control_dir, swap_query_gate=True)
+    loss, out = run(a, "next_control", 1, "tp = 1", control_dir, corpus)
+    rel = abs(loss - ref) / abs(ref) if loss is not None else 0.0
+    check(loss is not None and rel > 100 * TOL, f"Qwen3-Next control (query and gate heads exchanged): told apart, "
+          f"{rel:.1e} relative", out)
+
+
 def main():
     a = harness.args(extra=[("--driver", "moert-train-driver, for the gradient dumps")])
     corpus = os.path.join(a.work, "corpus")
@@ -408,6 +525,7 @@ def main():
         check_gradients(a, f"gradients under {name}", name, ranks, parallel, hf_dir, corpus, grads)
     deepseek_v3(a, corpus, samples)
     deepseek_v3_mtp(a, corpus, samples)
+    qwen3_next(a, corpus, samples)
     # Control: the same weights but the q-norm left at ones in the checkpoint moerun reads.
     control_dir = os.path.join(a.work, "control")
     tiny_qwen3_moe(control_dir, perturb_q_norm=False)

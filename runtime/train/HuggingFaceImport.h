@@ -1,0 +1,74 @@
+//===- train/HuggingFaceImport.h - Runtime parameters from HF tensors -*- C++ -*-===//
+//
+// Where each runtime parameter's full value lies in a Hugging Face checkpoint
+// of its family (`moerun --init-from-hf`), and how it is cut from there:
+//
+//  - Llama-like names (model.layers.L.self_attn.q_proj, ...): Qwen3-MoE,
+//    DeepSeek-V3 (latent attention, its MTP block stored as the layer after
+//    the decoder's, model.layers.{Layers + k}), Qwen2-MoE's singular
+//    shared_expert or DeepSeek's plural shared_experts, whichever the file has.
+//  - Linear weights are stored [out, in]; the runtime keeps [in, out].
+//  - Qwen3-Next (model_type qwen3_next; transformers' modeling_qwen3_next):
+//    every RMSNorm but the Gated DeltaNet's is zero-centred, output = norm(x)
+//    x (1 + w), so w + 1 is loaded; a gated full-attention layer's q_proj
+//    holds each head's query and then its output gate ([q, gate] per head);
+//    a linear layer's in_proj_qkvz holds per key head its q, k, its value
+//    heads' v and z, in_proj_ba per key head its value heads' b then a;
+//    conv1d.weight [channels, 1, kernel] runs over q, k, v concatenated;
+//    mlp.shared_expert_gate.weight is the shared expert's sigmoid gate.
+//
+//===----------------------------------------------------------------------===//
+#ifndef MOERT_TRAIN_HUGGINGFACEIMPORT_H
+#define MOERT_TRAIN_HUGGINGFACEIMPORT_H
+
+#include "checkpoint/HuggingFaceCheckpoint.h"
+#include "model/Model.h"
+
+#include "llvm/ADT/StringRef.h"
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace moert {
+
+/// Where a runtime parameter's full value comes from.
+struct HfSource {
+  std::string Tensor;        ///< the checkpoint's tensor
+  std::vector<int64_t> Rows; ///< its rows (first dimension) taken, in order; empty: all
+  bool Transpose = false;    ///< the rows taken form an [out, in] Linear weight
+  float Offset = 0;          ///< added to every value (zero-centred norms)
+};
+
+class HuggingFaceImport {
+public:
+  HuggingFaceImport(const ModelConfig &Config, const HuggingFaceCheckpoint &Checkpoint);
+
+  /// The source of a runtime parameter; nullopt when the family has none.
+  std::optional<HfSource> source(llvm::StringRef Name) const;
+  /// The full value of a runtime parameter of full shape Shape, or false
+  /// with Error naming the tensor that is missing or of another shape.
+  bool read(llvm::StringRef Name, const std::vector<int64_t> &Shape, std::vector<float> &Out, std::string &Error) const;
+  /// The aux-loss-free expert bias of a router (DeepSeek-V3's
+  /// e_score_correction_bias) into Out, Found false where the checkpoint has
+  /// none (the bias then starts at zero, as in Megatron-Core); false with
+  /// Error when it is of another shape or cannot be read.
+  bool readExpertBias(llvm::StringRef Name, const std::vector<int64_t> &Shape, std::vector<float> &Out, bool &Found,
+                      std::string &Error) const;
+
+private:
+  /// "layers.L." -> "model.layers.L.", "mtp.K." -> "model.layers.{Layers +
+  /// K}."; Tail gets the rest of the name, MtpOwn whether it is one of the
+  /// MTP block's own tensors rather than its decoder layer's.
+  std::string layerPrefix(llvm::StringRef Name, llvm::StringRef &Tail, bool &MtpOwn, int64_t &Layer) const;
+  std::optional<HfSource> linearAttention(const std::string &Pre, llvm::StringRef Tail) const;
+  std::optional<HfSource> gatedQuery(const std::string &Pre, bool Gate) const;
+
+  const ModelConfig &Config;
+  const HuggingFaceCheckpoint &Checkpoint;
+  bool ZeroCentredNorms = false;
+};
+
+} // namespace moert
+
+#endif
