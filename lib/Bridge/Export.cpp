@@ -140,6 +140,9 @@ private:
       set("model.rotary_base", Value::real(*M.RopeTheta), "model.rope_theta");
     if (M.RopeFraction)
       set("model.rotary_percent", Value::real(*M.RopeFraction), "model.rope_fraction");
+    // Unset: the provider's layernorm_epsilon (GPTModelProvider's 1e-5).
+    if (M.NormEpsilon)
+      set("model.layernorm_epsilon", Value::real(*M.NormEpsilon), "model.norm_epsilon");
     if (M.MLA) {
       set("model.q_lora_rank", Value::integer(M.MLA->QLoraRank), "model.attention = mla(q_lora_rank)");
       set("model.kv_lora_rank", Value::integer(M.MLA->KvLoraRank), "model.attention = mla(kv_lora_rank)");

@@ -67,6 +67,8 @@ const std::vector<GpuSpec> &bridge::catalogGpus() { return catalog().Gpus; }
 namespace {
 /// Megatron-Core's rotary_base when a config does not set it (GPTModelProvider, transformer_config).
 constexpr double DefaultRotaryBase = 10000;
+/// Megatron-Core 0.16.1's layernorm_epsilon default (transformer/transformer_config.py:150).
+constexpr double DefaultNormEpsilon = 1e-5;
 
 /// Lowers the model definition the importer built (the one definition of
 /// Model) exactly as Sema lowers a user's (defaults, derived fields, checks);
@@ -651,6 +653,10 @@ private:
       unmapped(*get("model.rotary_percent"),
                fmt::format("differs from the catalog model '{}' ({}); the recipe keeps the catalog's value", ModelName,
                            Model->RopeFraction.getValueOr(1.0)));
+    if (auto F = number("model.layernorm_epsilon"); F && *F != Model->NormEpsilon.getValueOr(DefaultNormEpsilon))
+      unmapped(*get("model.layernorm_epsilon"),
+               fmt::format("differs from the catalog model '{}' ({}); the recipe keeps the catalog's value", ModelName,
+                           Model->NormEpsilon.getValueOr(DefaultNormEpsilon)));
     if (!X)
       return;
     Check("model.moe_shared_expert_gate", Value::boolean(X->SharedExpertGate));
@@ -842,6 +848,13 @@ private:
       else if (*F != 1)
         unmapped(*get("model.rotary_percent"), "rope_fraction is a number in (0, 1]");
     }
+    if (auto F = number("model.layernorm_epsilon")) {
+      if (*F > 0 && *F < 0.1) {
+        if (*F != DefaultNormEpsilon)
+          Lines.push_back(ast::makeAssignment("norm_epsilon", ast::makeNumber(*F)));
+      } else
+        unmapped(*get("model.layernorm_epsilon"), "norm_epsilon is a number in (0, 0.1)");
+    }
     std::vector<ast::Entry> MoE;
     auto Set = [&](StringRef Field, ast::ExprPtr V) { MoE.push_back(ast::makeAssignment(Field, std::move(V))); };
     if (auto Experts = Int("model.num_moe_experts")) {
@@ -933,7 +946,7 @@ private:
     for (StringRef K : {"model.mtp_num_layers", "model.max_position_embeddings", "model.moe_router_score_function",
                         "model.moe_router_enable_expert_bias", "model.moe_router_pre_softmax", "model.moe_layer_freq",
                         "model.moe_router_topk_scaling_factor", "model.rotary_base", "model.rotary_percent",
-                        "model.moe_shared_expert_gate"})
+                        "model.moe_shared_expert_gate", "model.layernorm_epsilon"})
       Keys.push_back(K);
     return Keys;
   }

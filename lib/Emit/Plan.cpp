@@ -79,6 +79,8 @@ json::Value moec::recipeToJSON(const Recipe &R) {
     Model["rope_theta"] = *M.RopeTheta;
   if (M.RopeFraction)
     Model["rope_fraction"] = *M.RopeFraction;
+  if (M.NormEpsilon)
+    Model["norm_epsilon"] = *M.NormEpsilon;
   if (M.MLA)
     Model["mla"] = json::Object{{"q_lora_rank", M.MLA->QLoraRank},
                                 {"kv_lora_rank", M.MLA->KvLoraRank},

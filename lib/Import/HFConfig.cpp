@@ -94,7 +94,6 @@ const llvm::StringSet<> Uninteresting = {"architectures",
                                          "tie_word_embeddings",
                                          "use_cache",
                                          "initializer_range",
-                                         "rms_norm_eps",
                                          "hidden_act",
                                          "attention_bias",
                                          "attention_dropout",
@@ -168,7 +167,11 @@ llvm::Expected<HFImport> moec::importHFConfig(llvm::StringRef JsonText, llvm::St
   Opt("max_seq_len", {"max_position_embeddings"});
   if (auto Theta = C.number("rope_theta"); Theta && *Theta >= 1 && *Theta < 1e15)
     Set(Model, "rope_theta", ast::makeNumber(*Theta));
-  Opt("mtp_layers", {"num_nextn_predict_layers", "mtp_num_layers"});
+  if (auto Eps = C.number("rms_norm_eps"); Eps && *Eps > 0 && *Eps < 0.1)
+    Set(Model, "norm_epsilon", ast::makeNumber(*Eps));
+  // DeepSeek-V3 says num_nextn_predict_layers, the Qwen3.5 family mtp_num_hidden_layers
+  // (Megatron-Bridge main 067f987 models/conversion/model_bridge.py:498 maps both).
+  Opt("mtp_layers", {"num_nextn_predict_layers", "mtp_num_hidden_layers", "mtp_num_layers"});
 
   // MoE: DeepSeek (n_routed_experts), Qwen (num_experts), Mixtral (num_local_experts).
   llvm::Optional<int64_t> Experts = C.integer({"n_routed_experts", "num_experts", "num_local_experts"});

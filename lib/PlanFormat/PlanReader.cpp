@@ -184,6 +184,12 @@ bool PlanParser::readModel(const toml::table &Config) {
       return fail(Pre + ".rope_fraction", "expected a number in (0, 1]");
     Model.RopeFraction = *V;
   }
+  if (const toml::node *N = M->get("norm_epsilon")) {
+    std::optional<double> V = N->value<double>();
+    if (!N->is_number() || !V || !(*V > 0 && *V < 1))
+      return fail(Pre + ".norm_epsilon", "expected a number in (0, 1)");
+    Model.NormEpsilon = *V;
+  }
   if (M->contains("ffn_hidden")) {
     int64_t F = 0;
     if (!readInt(*M, Pre, "ffn_hidden", F, 1))

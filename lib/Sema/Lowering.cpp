@@ -104,6 +104,7 @@ const ModelSpec *SemaImpl::lowerModel(DefInfo &D) {
   M.MaxSeqLen = R.optCount("max_seq_len");
   M.RopeTheta = R.optReal("rope_theta");
   M.RopeFraction = R.optReal("rope_fraction");
+  M.NormEpsilon = R.optReal("norm_epsilon");
   M.QkNorm = R.boolean("qk_norm");
   if (!Sc.isSet("head_dim") && !Sc.get("head_dim") && M.Hidden && M.Heads)
     Diags.report(diag::missing_field, D.AST->NameRange, "model", D.name(), "head_dim")

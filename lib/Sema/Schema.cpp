@@ -194,6 +194,9 @@ const FieldSpec ModelFields[] = {
     FIELD(Model, "rope_fraction", Number, Optional, "", 1e-6, 1, {},
           "fraction of each attention head RoPE rotates (Megatron rotary_percent, Hugging Face "
           "partial_rotary_factor; Qwen3-Next 0.25); unset: all of it"),
+    FIELD(Model, "norm_epsilon", Number, Optional, "", 1e-12, 0.1, {},
+          "epsilon of every RMSNorm (Megatron layernorm_epsilon, Hugging Face rms_norm_eps; the Qwen3 and "
+          "DeepSeek-V3 checkpoints 1e-6); unset: Megatron's default 1e-5"),
     FIELD(Model, "qk_norm", Bool, Default, "false", 0, 0, {},
           "RMSNorm on queries and keys before attention (Megatron qk_layernorm; the Qwen3 family); with MLA, the "
           "norms of the query and key/value latents (DeepSeek-V3)"),

@@ -1,6 +1,8 @@
 //===- train/HuggingFaceImport.cpp - Runtime parameters from HF tensors ---===//
 #include "train/HuggingFaceImport.h"
 
+#include "llvm/ADT/ArrayRef.h"
+
 #include <numeric>
 
 using namespace moert;
@@ -44,12 +46,18 @@ constexpr NameRule LayerRules[] = {
     {"shared.gate_weight", "mlp.shared_expert_gate.weight", Stored::Linear},
 };
 
-/// An MTP block's own tensors (DeepSeek-V3), after "mtp.K.".
+/// An MTP block's own tensors, after "mtp.K.": DeepSeek-V3's, then Qwen3-Next's.
 constexpr NameRule MtpRules[] = {
     {"enorm", "enorm.weight", Stored::Norm},
     {"hnorm", "hnorm.weight", Stored::Norm},
     {"eh_proj", "eh_proj.weight", Stored::Linear},
     {"final_norm", "shared_head.norm.weight", Stored::Norm},
+};
+constexpr NameRule Qwen3NextMtpRules[] = {
+    {"enorm", "pre_fc_norm_embedding.weight", Stored::Norm},
+    {"hnorm", "pre_fc_norm_hidden.weight", Stored::Norm},
+    {"eh_proj", "fc.weight", Stored::Linear},
+    {"final_norm", "norm.weight", Stored::Norm},
 };
 
 constexpr NameRule ModelRules[] = {
@@ -83,7 +91,7 @@ std::string shapeText(const std::vector<int64_t> &S) {
 } // namespace
 
 HuggingFaceImport::HuggingFaceImport(const ModelConfig &Config, const HuggingFaceCheckpoint &Checkpoint)
-    : Config(Config), Checkpoint(Checkpoint), ZeroCentredNorms(Checkpoint.modelType() == "qwen3_next") {}
+    : Config(Config), Checkpoint(Checkpoint), Qwen3Next(Checkpoint.modelType() == "qwen3_next") {}
 
 std::string HuggingFaceImport::layerPrefix(llvm::StringRef Name, llvm::StringRef &Tail, bool &MtpOwn,
                                            int64_t &Layer) const {
@@ -100,6 +108,8 @@ std::string HuggingFaceImport::layerPrefix(llvm::StringRef Name, llvm::StringRef
   MtpOwn = !Name.consume_front("layer.");
   Tail = Name;
   Layer = Config.Layers + K;
+  if (Qwen3Next) // one block, its own tensors unnumbered
+    return MtpOwn ? (K == 0 ? "mtp." : "") : "mtp.layers." + std::to_string(K) + ".";
   return "model.layers." + std::to_string(Layer) + ".";
 }
 
@@ -169,7 +179,8 @@ std::optional<HfSource> HuggingFaceImport::linearAttention(const std::string &Pr
 std::optional<HfSource> HuggingFaceImport::source(llvm::StringRef Name) const {
   auto From = [&](const std::string &Tensor, Stored How) {
     HfSource S = tensor(Tensor, {}, How == Stored::Linear);
-    S.Offset = How == Stored::Norm && ZeroCentredNorms ? 1.0f : 0.0f;
+    // Qwen3-Next's RMSNorms are zero-centred: output = norm(x) x (1 + w).
+    S.Offset = How == Stored::Norm && Qwen3Next ? 1.0f : 0.0f;
     return S;
   };
   for (const NameRule &R : ModelRules)
@@ -182,7 +193,7 @@ std::optional<HfSource> HuggingFaceImport::source(llvm::StringRef Name) const {
   if (Pre.empty())
     return std::nullopt;
   if (MtpOwn) {
-    for (const NameRule &R : MtpRules)
+    for (const NameRule &R : Qwen3Next ? llvm::makeArrayRef(Qwen3NextMtpRules) : llvm::makeArrayRef(MtpRules))
       if (Tail == R.Runtime)
         return From(Pre + R.HuggingFace, R.How);
     return std::nullopt;

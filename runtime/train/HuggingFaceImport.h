@@ -15,7 +15,11 @@
 //    a linear layer's in_proj_qkvz holds per key head its q, k, its value
 //    heads' v and z, in_proj_ba per key head its value heads' b then a;
 //    conv1d.weight [channels, 1, kernel] runs over q, k, v concatenated;
-//    mlp.shared_expert_gate.weight is the shared expert's sigmoid gate.
+//    mlp.shared_expert_gate.weight is the shared expert's sigmoid gate; its
+//    one MTP block is mtp.* (mtp.fc = eh_proj, mtp.pre_fc_norm_embedding =
+//    enorm, mtp.pre_fc_norm_hidden = hnorm, mtp.norm = the block's final
+//    norm, mtp.layers.0 its decoder layer: Megatron-Bridge 0.3.1
+//    models/qwen/qwen3_next_bridge.py mapping_registry).
 //
 //===----------------------------------------------------------------------===//
 #ifndef MOERT_TRAIN_HUGGINGFACEIMPORT_H
@@ -58,15 +62,16 @@ public:
 
 private:
   /// "layers.L." -> "model.layers.L.", "mtp.K." -> "model.layers.{Layers +
-  /// K}."; Tail gets the rest of the name, MtpOwn whether it is one of the
-  /// MTP block's own tensors rather than its decoder layer's.
+  /// K}." (Qwen3-Next: "mtp.layers.K." for the block's layer, "mtp." for its
+  /// own tensors); Tail gets the rest of the name, MtpOwn whether it is one
+  /// of the MTP block's own tensors rather than its decoder layer's.
   std::string layerPrefix(llvm::StringRef Name, llvm::StringRef &Tail, bool &MtpOwn, int64_t &Layer) const;
   std::optional<HfSource> linearAttention(const std::string &Pre, llvm::StringRef Tail) const;
   std::optional<HfSource> gatedQuery(const std::string &Pre, bool Gate) const;
 
   const ModelConfig &Config;
   const HuggingFaceCheckpoint &Checkpoint;
-  bool ZeroCentredNorms = false;
+  bool Qwen3Next = false; ///< config.json model_type qwen3_next
 };
 
 } // namespace moert

@@ -83,6 +83,7 @@ ModelConfig moert::modelConfigOf(const moec::LaunchPlan &Plan) {
     C.Linear = ModelConfig::LinearAttention{M.LinearAttention->Interval, M.LinearAttention->KeyHeads,
                                             M.LinearAttention->ValueHeads, M.LinearAttention->HeadDim};
   C.RopeTheta = M.RopeTheta;
+  C.RmsNormEps = M.NormEpsilon;
   if (M.Mla)
     C.Mla = ModelConfig::LatentAttention{M.Mla->QLoraRank, M.Mla->KvLoraRank, M.Mla->QkHeadDim, M.Mla->QkRopeHeadDim,
                                          M.Mla->VHeadDim};

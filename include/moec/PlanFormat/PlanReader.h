@@ -62,6 +62,7 @@ struct LaunchModel {
   bool QkNorm = false;        ///< RMSNorm of each query and key head before RoPE (Qwen3)
   double RopeTheta = 10000.0; ///< RoPE base (Megatron's rotary_base default when the model does not say)
   double RopeFraction = 1.0;  ///< of each head RoPE rotates (Megatron's rotary_percent)
+  double NormEpsilon = 1e-5;  ///< of every RMSNorm (Megatron's layernorm_epsilon default)
   std::optional<LaunchMoE> MoE;
   std::optional<LaunchMla> Mla;
   std::optional<LaunchLinearAttention> LinearAttention;

@@ -161,17 +161,21 @@ def tiny_deepseek_v3_mtp(out_dir):
     return full, main, own
 
 
-def tiny_qwen3_next(out_dir, swap_query_gate=False):
+def tiny_qwen3_next(out_dir, swap_query_gate=False, layers=2):
     """Qwen3-Next's architecture at a few dozen dimensions: layer 0 Gated DeltaNet (2 key heads,
     4 value heads, 8 wide), layer 1 full attention (4 query heads, 2 key-value heads, 16 wide,
     RoPE on a quarter of each head) whose output a sigmoid gates, 8 experts top-2 and a gated
-    shared expert 48 wide on both. swap_query_gate saves q_proj with each head's query and gate
-    exchanged (the control)."""
+    shared expert 48 wide on both; rms_norm_eps 1e-6, as Qwen3-Next's own (hf() carries it as
+    norm_epsilon: the Gated DeltaNet's output norm divides by a root mean square near 1e-3, where
+    an epsilon of Megatron's default 1e-5 moves the loss by 5e-4). swap_query_gate saves q_proj
+    with each head's query and gate exchanged (the control); layers 3 adds a second full-attention
+    layer (the MTP block's)."""
     from transformers import Qwen3NextConfig, Qwen3NextForCausalLM
     config = Qwen3NextConfig(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, moe_intermediate_size=32,
-                             shared_expert_intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+                             shared_expert_intermediate_size=48, num_hidden_layers=layers, num_attention_heads=4,
                              num_key_value_heads=2, head_dim=16, partial_rotary_factor=0.25, num_experts=8,
-                             num_experts_per_tok=2, norm_topk_prob=True, rope_theta=1000000.0, rms_norm_eps=1e-5,
+                             layer_types=["linear_attention", "full_attention", "full_attention"][:layers],
+                             num_experts_per_tok=2, norm_topk_prob=True, rope_theta=1000000.0, rms_norm_eps=1e-6,
                              full_attention_interval=2, linear_num_key_heads=2, linear_num_value_heads=4,
                              linear_key_head_dim=8, linear_value_head_dim=8, linear_conv_kernel_dim=4,
                              tie_word_embeddings=False, max_position_embeddings=128, decoder_sparse_step=1,
@@ -191,8 +195,71 @@ def tiny_qwen3_next(out_dir, swap_query_gate=False):
             q = model.model.layers[1].self_attn.q_proj.weight
             heads = config.num_attention_heads
             q.copy_(q.reshape(heads, 2, -1).flip(1).reshape(q.shape))
-    model.save_pretrained(out_dir, safe_serialization=True)
+    if out_dir:
+        model.save_pretrained(out_dir, safe_serialization=True)
     return model
+
+
+def tiny_qwen3_next_mtp(out_dir):
+    """tiny_qwen3_next with one multi-token-prediction block, stored as Qwen3-Next stores its own
+    (mtp.fc [H, 2H] over [embedding, hidden], mtp.pre_fc_norm_embedding, mtp.pre_fc_norm_hidden,
+    mtp.norm, all zero-centred, and a gated full-attention layer mtp.layers.0; config.json
+    mtp_num_hidden_layers 1). transformers builds no MTP block; a three-layer model supplies the
+    block's layer (returned with the two-layer main model and the block's own tensors)."""
+    import json
+    from safetensors.torch import load_file, save_file
+    from transformers import Qwen3NextForCausalLM
+    full = tiny_qwen3_next(None, layers=3)
+    config = full.config.to_dict()
+    config["num_hidden_layers"], config["layer_types"] = 2, config["layer_types"][:2]
+    main = Qwen3NextForCausalLM(type(full.config)(**config)).float().eval()
+    missing, _ = main.load_state_dict(full.state_dict(), strict=False)
+    assert not missing, missing
+    main.save_pretrained(out_dir, safe_serialization=True)
+    H = config["hidden_size"]
+    torch.manual_seed(4)
+    own = {"pre_fc_norm_embedding.weight": 0.2 * torch.randn(H), "pre_fc_norm_hidden.weight": 0.2 * torch.randn(H),
+           "fc.weight": 0.1 * torch.randn(H, 2 * H), "norm.weight": 0.2 * torch.randn(H)}
+    tensors = load_file(os.path.join(out_dir, "model.safetensors"))
+    for name, t in full.state_dict().items():
+        if name.startswith("model.layers.2."):
+            tensors["mtp.layers.0." + name[len("model.layers.2."):]] = t.contiguous()
+    for name, t in own.items():
+        tensors["mtp." + name] = t
+    save_file(tensors, os.path.join(out_dir, "model.safetensors"), metadata={"format": "pt"})
+    with open(os.path.join(out_dir, "config.json")) as f:
+        saved = json.load(f)
+    saved["mtp_num_hidden_layers"] = 1
+    with open(os.path.join(out_dir, "config.json"), "w") as f:
+        json.dump(saved, f, indent=2)
+    return full, main, own
+
+
+def qwen3_next_mtp_reference_loss(full, main, own, samples):
+    """The Qwen3-Next MTP block's mean cross entropy as Megatron-Core computes it (see
+    mtp_reference_loss), its norms zero-centred (x (1 + w)) and its layer transformers'
+    Qwen3NextDecoderLayer of full attention."""
+    cfg = main.config
+    x = torch.stack([s[:-1] for s in samples])
+    labels = torch.stack([s[2:] for s in samples])
+    B, T = x.shape
+
+    def rms(v, w):
+        return v * torch.rsqrt(v.pow(2).mean(-1, keepdim=True) + cfg.rms_norm_eps) * (1 + w)
+
+    with torch.no_grad():
+        h = main.model(input_ids=x).last_hidden_state
+        ahead = torch.cat([x[:, 1:], torch.zeros(B, 1, dtype=x.dtype)], 1)
+        e = main.model.embed_tokens(ahead)
+        X = torch.cat([rms(e, own["pre_fc_norm_embedding.weight"]), rms(h, own["pre_fc_norm_hidden.weight"])],
+                      -1) @ own["fc.weight"].t()
+        pos = torch.arange(T).unsqueeze(0).expand(B, T)
+        mask = torch.full((T, T), float("-inf")).triu(1)[None, None].expand(B, 1, T, T)
+        Y = full.model.layers[2](X, attention_mask=mask, position_ids=pos,
+                                 position_embeddings=full.model.rotary_emb(X, pos))
+        Y = Y[0] if isinstance(Y, tuple) else Y
+        logits = main.lm_head(rms(Y, own["norm.weight"])).double()
+    return float(torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, VOCAB), labels.reshape(-1)))
 
 
 def qwen3_next_runtime_view(grads, cfg):
@@ -461,6 +528,19 @@ def deepseek_v3(a, corpus, samples):
                   "told apart")
 
 
+def check_mtp_losses(a, label, prefix, hf_dir, corpus, ref, ref_mtp, layouts):
+    """moerun's step-1 loss and MTP loss under each layout against the references."""
+    for name, ranks, parallel in layouts:
+        plan = harness.plan(a, prefix + name, recipe(prefix + name, ranks, parallel, hf_dir, corpus))
+        log = os.path.join(a.work, prefix + name + ".jsonl")
+        rc, out = harness.moerun(a, ranks, plan, ["--steps", "1", "--init-from-hf", hf_dir, "--log", log])
+        first = harness.records(log)[0] if rc == 0 and os.path.exists(log) else {}
+        errs = [abs(first[k] - want) / abs(want) if k in first else float("inf")
+                for k, want in (("loss", ref), ("mtp_loss", ref_mtp))]
+        check(max(errs) <= TOL, f"{label} {name} ({ranks} ranks): loss and MTP loss equal the reference "
+              f"within {max(errs):.1e} relative", out)
+
+
 def deepseek_v3_mtp(a, corpus, samples):
     """DeepSeek-V3 with its MTP block read from the checkpoint by --init-from-hf: the step-1 loss
     and MTP loss moerun logs against transformers' main model and the block's reference, under
@@ -470,15 +550,7 @@ def deepseek_v3_mtp(a, corpus, samples):
     full, main, own = tiny_deepseek_v3_mtp(hf_dir)
     ref, ref_mtp = reference_loss(main, samples), mtp_reference_loss(full, main, own, samples)
     print(f"transformers DeepseekV3ForCausalLM with the MTP block: loss {ref!r}, MTP loss {ref_mtp!r}")
-    for name, ranks, parallel in MTP_LAYOUTS:
-        plan = harness.plan(a, "mtp_" + name, recipe("mtp_" + name, ranks, parallel, hf_dir, corpus))
-        log = os.path.join(a.work, "mtp_" + name + ".jsonl")
-        rc, out = harness.moerun(a, ranks, plan, ["--steps", "1", "--init-from-hf", hf_dir, "--log", log])
-        first = harness.records(log)[0] if rc == 0 and os.path.exists(log) else {}
-        errs = [abs(first[k] - want) / abs(want) if k in first else float("inf")
-                for k, want in (("loss", ref), ("mtp_loss", ref_mtp))]
-        check(max(errs) <= TOL, f"DeepSeek-V3 MTP {name} ({ranks} ranks): loss and MTP loss equal the reference "
-              f"within {max(errs):.1e} relative", out)
+    check_mtp_losses(a, "DeepSeek-V3 MTP", "mtp_", hf_dir, corpus, ref, ref_mtp, MTP_LAYOUTS)
     # Control: the block's eh_proj read transposed ([embedding, hidden] halves swapped) must show.
     swapped = dict(own, **{"eh_proj.weight": own["eh_proj.weight"].roll(own["eh_proj.weight"].shape[0], 1)})
     other = mtp_reference_loss(full, main, swapped, samples)
@@ -506,6 +578,17 @@ def qwen3_next(a, corpus, samples):
     rel = abs(loss - ref) / abs(ref) if loss is not None else 0.0
     check(loss is not None and rel > 100 * TOL, f"Qwen3-Next control (query and gate heads exchanged): told apart, "
           f"{rel:.1e} relative", out)
+    # Its MTP block, read from mtp.*.
+    hf_dir = os.path.join(a.work, "qwen3_next_mtp_tiny")
+    full, main, own = tiny_qwen3_next_mtp(hf_dir)
+    ref, ref_mtp = reference_loss(main, samples), qwen3_next_mtp_reference_loss(full, main, own, samples)
+    print(f"transformers Qwen3NextForCausalLM with the MTP block: loss {ref!r}, MTP loss {ref_mtp!r}")
+    check_mtp_losses(a, "Qwen3-Next MTP", "next_mtp_", hf_dir, corpus, ref, ref_mtp, NEXT_GRAD_LAYOUTS)
+    # Control: the block's norms read as plain weights (not 1 + w) must show.
+    plain = {k: v - 1 for k, v in own.items() if "norm" in k}
+    other = qwen3_next_mtp_reference_loss(full, main, dict(own, **plain), samples)
+    check(abs(other - ref_mtp) / abs(ref_mtp) > 100 * TOL,
+          f"Qwen3-Next MTP control (norms not zero-centred): told apart, {other!r}")
 
 
 def main():
