@@ -124,18 +124,6 @@ struct MicroState {
   }
 };
 
-Tensor add(const Tensor &A, const Tensor &B) {
-  Tensor C = A;
-  for (int64_t I = 0; I < C.numel(); ++I)
-    C[I] += B[I];
-  return C;
-}
-
-void addInto(Tensor &A, const Tensor &B) {
-  for (int64_t I = 0; I < A.numel(); ++I)
-    A[I] += B[I];
-}
-
 } // namespace
 
 struct StageModel::Impl {

@@ -100,6 +100,18 @@ namespace {
 float sigmoid(float X) { return 1.0f / (1.0f + std::exp(-X)); }
 } // namespace
 
+Tensor add(const Tensor &A, const Tensor &B) {
+  Tensor C = A;
+  for (int64_t I = 0; I < C.numel(); ++I)
+    C[I] += B[I];
+  return C;
+}
+
+void addInto(Tensor &A, const Tensor &B) {
+  for (int64_t I = 0; I < A.numel(); ++I)
+    A[I] += B[I];
+}
+
 Tensor swiGlu(const Tensor &G, const Tensor &U) {
   Tensor A(G.shape());
   for (int64_t I = 0; I < G.numel(); ++I)

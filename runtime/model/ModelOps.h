@@ -40,6 +40,10 @@ void applyRope(Tensor &X, int64_t HeadDim, const std::vector<int64_t> &Positions
 void applyInterleavedRope(Tensor &X, int64_t Stride, int64_t Offset, int64_t RopeDim,
                           const std::vector<int64_t> &Positions, double Theta, bool Inverse);
 
+/// A + B, and A += B, elementwise (same element counts).
+Tensor add(const Tensor &A, const Tensor &B);
+void addInto(Tensor &A, const Tensor &B);
+
 /// Act = silu(G) * U.
 Tensor swiGlu(const Tensor &G, const Tensor &U);
 /// From DAct: DG and DU (overwritten).

@@ -12,6 +12,8 @@
 #                                                      topk_routing_with_score_function; router.py)
 #        test/megatron/run.sh --delta-rule PATH/TO/moert-delta-rule --block-tool PATH/TO/moert-gdn (the gated delta rule against
 #                                                      Megatron-Core's torch_chunk_gated_delta_rule; gdn.py)
+#        test/megatron/run.sh --vision PATH/TO/moert-vision (the runtime's vision tower against transformers'
+#                                                      Qwen3VLMoeVisionModel; vision.py)
 #        test/megatron/run.sh --hf-reference PATH/TO/moec --moerun M --driver D --mkdata K --mpirun R --work DIR
 #                                                     (moerun against transformers' Qwen3-MoE on the same
 #                                                      weights and tokens; test/runtime/train/hf_reference.py)
@@ -22,12 +24,13 @@ here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
 mode=differential
 case "${1:-}" in
-  --roundtrip | --schedule | --providers | --exports | --router | --delta-rule | --hf-reference) mode="${1#--}"; shift ;;
+  --roundtrip | --schedule | --providers | --exports | --router | --delta-rule | --vision | --hf-reference)
+    mode="${1#--}"; shift ;;
 esac
 tool="${1:?usage: run.sh [--roundtrip|--exports|--providers|--schedule] PATH/TO/moec, or --router PATH/TO/moert-route}"
 shift
 args=(--moec "$tool")
-[ "$mode" = router ] || [ "$mode" = delta-rule ] && args=(--tool "$tool")
+[ "$mode" = router ] || [ "$mode" = delta-rule ] || [ "$mode" = vision ] && args=(--tool "$tool")
 case "$mode" in
   roundtrip) args+=(--doc "$root/docs/megatron-bridge.md") ;;
   schedule) args+=(--moerun "${1:?usage: run.sh --schedule PATH/TO/moec PATH/TO/moerun}"); shift ;;

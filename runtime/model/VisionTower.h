@@ -1,0 +1,113 @@
+//===- model/VisionTower.h - Qwen3-VL's vision encoder ----------*- C++ -*-===//
+//
+// The vision tower of the Qwen3-VL catalog models, as transformers'
+// Qwen3VLMoeVisionModel computes it (models/qwen3_vl_moe/modeling_qwen3_vl_moe.py):
+//
+//   X = patches W_patch + b           a patch is InChannels x TemporalPatch x
+//                                     PatchSize^2 pixels (the Conv3d whose
+//                                     stride is its kernel is this linear)
+//   X += the learned position table, bilinearly interpolated from its
+//        PositionGrid^2 grid to the image's rows x cols of patches
+//   Depth blocks, each pre-LayerNorm (weight and bias, eps 1e-6):
+//     X += proj(attention(rope2d(q), rope2d(k), v)) + b, q k v = LN1(X) W_qkv + b
+//     X += fc2(gelu_tanh(fc1(LN2(X)))), with biases
+//   attention is bidirectional within each frame of each image (no mask;
+//   frames and images apart, as cu_seqlens splits them);
+//   rope2d rotates dims (i, i + d/2) of a head of width d by angle a_i,
+//   a = [row f_0 .. row f_{d/4-1}, col f_0 .. col f_{d/4-1}] for the patch's
+//   row and column in its image, f_j = theta^(-4j/d) (rotate_half RoPE).
+//   The merger: LayerNorm per patch, every MergeSize^2 consecutive patches
+//   (a MergeSize x MergeSize block: patches arrive in merge order, block by
+//   block) concatenated, fc1, GELU (erf), fc2 to OutHidden, the decoder's
+//   width. After each block of DeepstackLayers, a merger of its own with the
+//   LayerNorm after the concatenation gives a deepstack feature (the decoder
+//   adds feature j to its visual tokens after layer j).
+//
+// Patches are in merge order: per image and frame, block row, block column,
+// then the block's rows and columns. Every parameter is whole on every rank.
+//
+//===----------------------------------------------------------------------===//
+#ifndef MOERT_MODEL_VISIONTOWER_H
+#define MOERT_MODEL_VISIONTOWER_H
+
+#include "model/Model.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace moert {
+
+struct VisionConfig {
+  int64_t Depth = 0, Hidden = 0, Heads = 0, FfnHidden = 0, OutHidden = 0;
+  int64_t PatchSize = 16, TemporalPatch = 2, InChannels = 3, MergeSize = 2;
+  int64_t PositionGrid = 48; ///< the position table is PositionGrid^2 x Hidden
+  std::vector<int64_t> DeepstackLayers;
+  double Eps = 1e-6, RopeTheta = 10000;
+  int64_t headDim() const { return Hidden / Heads; }
+  int64_t patchDim() const { return InChannels * TemporalPatch * PatchSize * PatchSize; }
+  int64_t mergeUnit() const { return MergeSize * MergeSize; }
+};
+
+/// One image (or video) in patches: Frames x Rows x Cols.
+struct ImageGrid {
+  int64_t Frames = 1, Rows = 0, Cols = 0;
+  int64_t patches() const { return Frames * Rows * Cols; }
+};
+
+/// What the backward needs, per block and merger.
+struct VisionSaved {
+  struct LayerNormSaved {
+    Tensor X;
+    std::vector<float> Mean, Rstd;
+  };
+  struct Block {
+    LayerNormSaved Ln1, Ln2;
+    Tensor Xn1, Q, K, V, Attn, Lse, Xn2, H1, Act;
+  };
+  struct Merger {
+    LayerNormSaved Ln;
+    Tensor Xn, H1, Act;
+  };
+  std::vector<ImageGrid> Grids;
+  Tensor Patches;
+  std::vector<float> Cos, Sin;   ///< [patches, HeadDim / 2]
+  std::vector<int64_t> PosIndex; ///< 4 table rows per patch
+  std::vector<float> PosWeight;  ///< and their bilinear weights
+  std::vector<Block> Blocks;
+  Merger Final;
+  std::vector<Merger> Deepstack;
+};
+
+struct VisionOutput {
+  Tensor Tokens;                 ///< [patches / MergeSize^2, OutHidden]
+  std::vector<Tensor> Deepstack; ///< one per DeepstackLayers entry, shaped as Tokens
+};
+
+class VisionTower {
+public:
+  /// Parameters "vision.*", initialised from Seed as the decoder's are.
+  VisionTower(const VisionConfig &Config, uint64_t Seed);
+  ~VisionTower();
+
+  const VisionConfig &config() const { return Config; }
+  std::vector<Parameter *> parameters();
+  /// The parameter of that name (without "vision."), or null.
+  Parameter *find(const std::string &Name);
+
+  /// Patches [sum of patches, patchDim] of Grids' images -> merged tokens.
+  VisionOutput forward(const Tensor &Patches, const std::vector<ImageGrid> &Grids, VisionSaved &S);
+  /// The output gradients (DDeepstack empty or one per feature) -> the
+  /// patches' gradient; accumulates every parameter's.
+  Tensor backward(const VisionSaved &S, const Tensor &DTokens, const std::vector<Tensor> &DDeepstack);
+
+private:
+  struct Weights;
+  VisionConfig Config;
+  std::vector<std::unique_ptr<Parameter>> Params;
+  std::unique_ptr<Weights> W;
+};
+
+} // namespace moert
+
+#endif
