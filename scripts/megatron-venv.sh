@@ -32,6 +32,9 @@ DEPS=(
   "six==1.17.0"
   "rich==14.0.0"
   "transformers==4.57.1"
+  # the reference of moerun-mkdata --images (test/megatron/image_patches.py): PIL's decoders and
+  # bicubic resampling, which transformers' Qwen2VLImageProcessor runs
+  "pillow==13.0.0"
   # imported at module level by megatron.bridge (data/datasets/sft.py, data/energon/...)
   "datasets==3.6.0"
   "megatron-energon==6.0.1"

@@ -10,6 +10,7 @@ packages=(
   libfmt-dev libtomlplusplus-dev libyaml-cpp-dev
   googletest libgtest-dev
   libopenmpi-dev openmpi-bin libopenblas-dev
+  libpng-dev libjpeg-dev   # moerun-mkdata --images decodes PNG and JPEG files
   clang-14 libclang-rt-14-dev
   clang-format-14   # the house style (.clang-format), checked by the style.clang-format test
   chromium

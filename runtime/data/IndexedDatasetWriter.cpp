@@ -58,9 +58,9 @@ template <typename T> void append(std::vector<unsigned char> &Out, T V) {
   Out.insert(Out.end(), Buf, Buf + sizeof(T));
 }
 
-/// Writes Bytes to Path through a temporary file in the same directory and a
-/// rename, so Path holds either its old content or all of the new one.
-bool writeAtomically(const std::string &Path, const std::vector<unsigned char> &Bytes, std::string &Error) {
+} // namespace
+
+bool writeFileAtomically(const std::string &Path, const std::vector<unsigned char> &Bytes, std::string &Error) {
   std::string Tmp = Path + ".tmp." + std::to_string(getpid());
   std::FILE *F = std::fopen(Tmp.c_str(), "wb");
   if (!F) {
@@ -84,8 +84,6 @@ bool writeAtomically(const std::string &Path, const std::vector<unsigned char> &
   }
   return true;
 }
-
-} // namespace
 
 bool IndexedDatasetWriter::finish(const std::string &Prefix, std::string &Error) {
   std::optional<size_t> TokenBytes = tokenDTypeSize(uint8_t(DType));
@@ -121,7 +119,7 @@ bool IndexedDatasetWriter::finish(const std::string &Prefix, std::string &Error)
   for (int64_t D : DocIndices)
     append<int64_t>(Idx, D);
 
-  return writeAtomically(Prefix + ".bin", Bin, Error) && writeAtomically(Prefix + ".idx", Idx, Error);
+  return writeFileAtomically(Prefix + ".bin", Bin, Error) && writeFileAtomically(Prefix + ".idx", Idx, Error);
 }
 
 } // namespace moert

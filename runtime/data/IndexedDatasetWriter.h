@@ -19,6 +19,10 @@
 
 namespace moert {
 
+/// Writes Bytes to Path through a temporary file in the same directory, an
+/// fsync and a rename, so Path holds either its old content or all of the new.
+bool writeFileAtomically(const std::string &Path, const std::vector<unsigned char> &Bytes, std::string &Error);
+
 class IndexedDatasetWriter {
 public:
   /// DType must be an integer dtype (finish() reports otherwise).

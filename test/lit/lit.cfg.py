@@ -18,6 +18,7 @@ moec = os.path.join(config.moec_obj_root, "tools", "moec", "moec")
 config.substitutions.append(
     ("%expect-exit", '"%s" "%s"' % (sys.executable, os.path.join(os.path.dirname(__file__), "Inputs", "expect-exit.py"))))
 config.substitutions.append(("%moec", moec))
+config.substitutions.append(("%mkdata", os.path.join(config.moec_obj_root, "tools", "moerun-mkdata", "moerun-mkdata")))
 config.substitutions.append(("%examples", os.path.join(config.moec_src_root, "examples")))
 config.substitutions.append(("%srcroot", config.moec_src_root))
 config.substitutions.append(("%python", sys.executable))

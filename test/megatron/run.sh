@@ -14,6 +14,8 @@
 #                                                      Megatron-Core's torch_chunk_gated_delta_rule; gdn.py)
 #        test/megatron/run.sh --vision PATH/TO/moert-vision (the runtime's vision tower against transformers'
 #                                                      Qwen3VLMoeVisionModel; vision.py)
+#        test/megatron/run.sh --image-patches PATH/TO/moerun-mkdata (moerun-mkdata --images against transformers'
+#                                                      Qwen2VLImageProcessor; image_patches.py)
 #        test/megatron/run.sh --hf-reference PATH/TO/moec --moerun M --driver D --mkdata K --mpirun R --work DIR
 #                                                     (moerun against transformers' Qwen3-MoE on the same
 #                                                      weights and tokens; test/runtime/train/hf_reference.py)
@@ -24,13 +26,15 @@ here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
 mode=differential
 case "${1:-}" in
-  --roundtrip | --schedule | --providers | --exports | --router | --delta-rule | --vision | --hf-reference)
+  --roundtrip | --schedule | --providers | --exports | --router | --delta-rule | --vision | --image-patches | \
+    --hf-reference)
     mode="${1#--}"; shift ;;
 esac
 tool="${1:?usage: run.sh [--roundtrip|--exports|--providers|--schedule] PATH/TO/moec, or --router PATH/TO/moert-route}"
 shift
 args=(--moec "$tool")
 [ "$mode" = router ] || [ "$mode" = delta-rule ] || [ "$mode" = vision ] && args=(--tool "$tool")
+[ "$mode" = image-patches ] && args=(--mkdata "$tool")
 case "$mode" in
   roundtrip) args+=(--doc "$root/docs/megatron-bridge.md") ;;
   schedule) args+=(--moerun "${1:?usage: run.sh --schedule PATH/TO/moec PATH/TO/moerun}"); shift ;;
@@ -42,4 +46,5 @@ py="$("$root/scripts/megatron-venv.sh")"
 script="$here/$mode.py"
 [ "$mode" = hf-reference ] && script="$root/test/runtime/train/hf_reference.py"
 [ "$mode" = delta-rule ] && script="$here/gdn.py"
+[ "$mode" = image-patches ] && script="$here/image_patches.py"
 exec "$py" "$script" "${args[@]}" "$@"
