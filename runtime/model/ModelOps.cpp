@@ -1,6 +1,7 @@
 //===- model/ModelOps.cpp -------------------------------------------------===//
 #include "model/ModelOps.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -45,9 +46,12 @@ Tensor rmsNormBackward(const Tensor &X, const Tensor &W, const std::vector<float
   return DX;
 }
 
-void applyRope(Tensor &X, int64_t HeadDim, const std::vector<int64_t> &Positions, double Theta, bool Inverse,
-               int64_t RotaryDim) {
-  const int64_t Rotated = RotaryDim > 0 ? RotaryDim : HeadDim;
+namespace {
+
+/// Rotates (x_j, x_{j+R/2}) of each head's first R columns by
+/// PositionOf(row, j) x Theta^(-2j / R) (backwards when Inverse).
+template <typename PositionOf>
+void rotateHalves(Tensor &X, int64_t HeadDim, int64_t Rotated, double Theta, bool Inverse, PositionOf Position) {
   int64_t N = X.rows(), Heads = X.cols() / HeadDim, Half = Rotated / 2;
   std::vector<float> Cos(Half), Sin(Half);
   std::vector<double> Freq(Half);
@@ -55,7 +59,7 @@ void applyRope(Tensor &X, int64_t HeadDim, const std::vector<int64_t> &Positions
     Freq[J] = std::pow(Theta, -2.0 * double(J) / double(Rotated));
   for (int64_t I = 0; I < N; ++I) {
     for (int64_t J = 0; J < Half; ++J) {
-      double Angle = double(Positions[I]) * Freq[J];
+      double Angle = double(Position(I, J)) * Freq[J];
       Cos[J] = float(std::cos(Angle));
       Sin[J] = float(Inverse ? -std::sin(Angle) : std::sin(Angle));
     }
@@ -69,6 +73,74 @@ void applyRope(Tensor &X, int64_t HeadDim, const std::vector<int64_t> &Positions
       }
     }
   }
+}
+
+} // namespace
+
+void applyRope(Tensor &X, int64_t HeadDim, const std::vector<int64_t> &Positions, double Theta, bool Inverse,
+               int64_t RotaryDim) {
+  rotateHalves(X, HeadDim, RotaryDim > 0 ? RotaryDim : HeadDim, Theta, Inverse,
+               [&](int64_t I, int64_t) { return Positions[size_t(I)]; });
+}
+
+void applyMultimodalRope(Tensor &X, int64_t HeadDim, const MultimodalPositions &Positions, double Theta,
+                         const std::array<int64_t, 3> &Sections, bool Inverse) {
+  rotateHalves(X, HeadDim, HeadDim, Theta, Inverse, [&](int64_t I, int64_t J) {
+    const int Axis = int(J % 3);
+    const bool Spatial = Axis > 0 && J < 3 * Sections[size_t(Axis)];
+    return Positions.Axes[Spatial ? Axis : 0][size_t(I)];
+  });
+}
+
+MultimodalPositions multimodalPositions(const std::vector<int32_t> &Tokens, int32_t ImageToken,
+                                        const std::vector<std::array<int64_t, 3>> &Grids, int64_t MergeSize,
+                                        std::string &Error) {
+  MultimodalPositions P;
+  for (auto &Axis : P.Axes)
+    Axis.reserve(Tokens.size());
+  int64_t Next = 0; // the position after the largest so far
+  size_t Image = 0;
+  auto Text = [&]() {
+    for (auto &Axis : P.Axes)
+      Axis.push_back(Next);
+    ++Next;
+  };
+  for (size_t I = 0; I < Tokens.size();) {
+    if (Tokens[I] != ImageToken) {
+      Text();
+      ++I;
+      continue;
+    }
+    if (Image >= Grids.size()) {
+      Error = "token " + std::to_string(I) + " starts image " + std::to_string(Image + 1) + " of a sequence with " +
+              std::to_string(Grids.size());
+      return {};
+    }
+    const auto [Frames, Rows, Cols] = Grids[Image++];
+    const int64_t H = Rows / MergeSize, W = Cols / MergeSize, Count = Frames * H * W;
+    if (I + size_t(Count) > Tokens.size()) {
+      Error = "image " + std::to_string(Image) + " needs " + std::to_string(Count) + " tokens from token " +
+              std::to_string(I) + ", past the sequence's end";
+      return {};
+    }
+    int64_t Largest = Next;
+    for (int64_t T = 0; T < Frames; ++T)
+      for (int64_t Y = 0; Y < H; ++Y)
+        for (int64_t X = 0; X < W; ++X) {
+          if (Tokens[I] != ImageToken) {
+            Error = "image " + std::to_string(Image) + " has " + std::to_string(Count) + " tokens, token " +
+                    std::to_string(I) + " is not one of them";
+            return {};
+          }
+          P.Axes[0].push_back(Next + T);
+          P.Axes[1].push_back(Next + Y);
+          P.Axes[2].push_back(Next + X);
+          Largest = std::max({Largest, Next + T, Next + Y, Next + X});
+          ++I;
+        }
+    Next = Largest + 1;
+  }
+  return P;
 }
 
 void applyInterleavedRope(Tensor &X, int64_t Stride, int64_t Offset, int64_t RopeDim,

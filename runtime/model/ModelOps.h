@@ -9,6 +9,7 @@
 
 #include "kernels/host/Tensor.h"
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -29,6 +30,30 @@ Tensor rmsNormBackward(const Tensor &X, const Tensor &W, const std::vector<float
 /// partial_rotary_factor).
 void applyRope(Tensor &X, int64_t HeadDim, const std::vector<int64_t> &Positions, double Theta, bool Inverse,
                int64_t RotaryDim = 0);
+
+/// A sequence's positions along time, rows and columns (Qwen-VL's
+/// multimodal RoPE): equal on text tokens, counting on; an image's tokens
+/// (one per MergeSize x MergeSize block of patches) at the next position plus
+/// their frame, block row and block column; the text after an image from one
+/// past the largest position so far (transformers' Qwen3-VL get_rope_index).
+struct MultimodalPositions {
+  std::array<std::vector<int64_t>, 3> Axes; ///< time, rows, columns; one entry per token
+};
+
+/// The positions of Tokens, whose images are the runs of ImageToken, image i
+/// Grids[i] = {frames, rows, cols} of patches; empty with Error when the
+/// runs do not fit the grids.
+MultimodalPositions multimodalPositions(const std::vector<int32_t> &Tokens, int32_t ImageToken,
+                                        const std::vector<std::array<int64_t, 3>> &Grids, int64_t MergeSize,
+                                        std::string &Error);
+
+/// applyRope with three positions per token (Qwen3-VL's interleaved MRoPE):
+/// frequency j of a head rotates by the row position when j % 3 == 1 and
+/// j < 3 Sections[1], by the column position when j % 3 == 2 and j < 3
+/// Sections[2], else by the time position (Sections: mrope_section, [24, 20,
+/// 20] for a head of 128). On text tokens, applyRope itself.
+void applyMultimodalRope(Tensor &X, int64_t HeadDim, const MultimodalPositions &Positions, double Theta,
+                         const std::array<int64_t, 3> &Sections, bool Inverse);
 
 /// Rotary embedding of multi-head latent attention: in every Stride-wide
 /// group of X's columns (a head), the RopeDim columns from Offset on, in

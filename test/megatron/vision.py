@@ -15,7 +15,16 @@ each within RTOL of the tensor's largest magnitude (the runtime computes in floa
 the runtime given the images in another grid (rows and columns exchanged), and the reference's
 qkv read with query and key exchanged, must each be told apart. Exit 0 when every case agrees.
 
+With --mrope-tool, the decoder's side of the images (runtime/model/ModelOps multimodalPositions and
+applyMultimodalRope, tool `moert-mrope`) against transformers' Qwen3-VL: get_rope_index's time,
+row and column positions for sequences mixing text and images (runs of image_token_id after a
+vision_start token; images of several grids, at the start, back to back, at the end), and the
+interleaved MRoPE of Qwen3VLMoeTextRotaryEmbedding applied as apply_rotary_pos_emb does (within
+MROPE_RTOL; the rotation back must return the input). A control with the row and column sections
+exchanged must be told apart.
+
 Usage: PY=$(scripts/megatron-venv.sh); $PY test/megatron/vision.py --tool build/test/runtime/model/moert-vision
+           [--mrope-tool build/test/runtime/model/moert-mrope]
 """
 
 import argparse
@@ -29,6 +38,14 @@ import oracle  # noqa: E402,F401  (puts the import-time stand-ins on sys.path)
 import torch  # noqa: E402
 
 RTOL = 2e-5
+MROPE_RTOL = 2e-6
+IMAGE, START, END = 9, 7, 8  # image_token_id, vision_start_token_id, vision_end_token_id of the tiny vocabulary
+# (head_dim, mrope_section, merge, [text, image grid (t, h, w) or None, ...] pieces of one sequence)
+MROPE_CASES = [
+    (24, [4, 4, 4], 2, [3, (1, 4, 6), 5]),
+    (32, [6, 5, 5], 2, [(1, 2, 2), 2, (1, 6, 4), (1, 2, 8), 4]),
+    (16, [2, 3, 3], 2, [1, (1, 8, 2)]),
+]
 # (depth, hidden, heads, ffn, out_hidden, patch, position grid, deepstack layers, images (frames, rows, cols))
 CASES = [
     (1, 16, 2, 24, 12, 2, 2, [], [(1, 2, 2)]),
@@ -127,11 +144,71 @@ def run_case(tool, case, seed, exchange_grid=False, swap_qk=False):
     return errs
 
 
+def mrope_case(tool, head_dim, sections, merge, pieces, seed, tool_sections=None):
+    """(positions equal, rotation error, round-trip error) of one sequence against transformers."""
+    import types
+    from transformers.models.qwen3_vl_moe.configuration_qwen3_vl_moe import Qwen3VLMoeTextConfig
+    from transformers.models.qwen3_vl_moe.modeling_qwen3_vl_moe import (Qwen3VLMoeModel, Qwen3VLMoeTextRotaryEmbedding,
+                                                                        apply_rotary_pos_emb)
+    g = torch.Generator().manual_seed(seed)
+    tokens, grids = [], []
+    for p in pieces:
+        if isinstance(p, int):
+            tokens += torch.randint(10, 100, (p,), generator=g).tolist()
+        else:
+            t, h, w = p
+            tokens += [START] + [IMAGE] * (t * (h // merge) * (w // merge)) + [END]
+            grids.append(p)
+    fake = types.SimpleNamespace(config=types.SimpleNamespace(
+        vision_config=types.SimpleNamespace(spatial_merge_size=merge), image_token_id=IMAGE, video_token_id=-1,
+        vision_start_token_id=START))
+    ids = torch.tensor([tokens])
+    positions, _ = Qwen3VLMoeModel.get_rope_index(fake, ids, torch.tensor(grids))
+    heads, theta = 2, 5000.0
+    config = Qwen3VLMoeTextConfig(head_dim=head_dim, hidden_size=heads * head_dim, num_attention_heads=heads,
+                                  rope_theta=theta, max_position_embeddings=4096,
+                                  rope_scaling={"rope_type": "default", "mrope_section": sections,
+                                                "mrope_interleaved": True})
+    rotary = Qwen3VLMoeTextRotaryEmbedding(config)
+    x = torch.randn(1, heads, len(tokens), head_dim, generator=g)
+    cos, sin = rotary(x, positions)
+    want, _ = apply_rotary_pos_emb(x, x, cos, sin)
+    use = tool_sections or sections
+    text = " ".join(map(str, [head_dim, theta, *use, merge, IMAGE, len(tokens), *tokens, len(grids)]))
+    text += " " + " ".join(f"{t} {h} {w}" for t, h, w in grids) + f" {heads}\n"
+    flat = x[0].transpose(0, 1).reshape(len(tokens), heads * head_dim)
+    text += " ".join(f"{v:.9g}" for v in flat.reshape(-1).tolist()) + "\n"
+    p = subprocess.run([tool], input=text, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if p.returncode != 0:
+        raise RuntimeError(p.stderr)
+    lines = p.stdout.strip().split("\n")
+    ours_pos = torch.tensor([[int(v) for v in line.split()] for line in lines[:3]])
+    same_pos = torch.equal(ours_pos, positions[:, 0])
+    rotated = torch.tensor([float(v) for v in lines[3].split()]).reshape(len(tokens), heads, head_dim)
+    back = torch.tensor([float(v) for v in lines[4].split()]).reshape(len(tokens), heads * head_dim)
+    return same_pos, error(rotated.transpose(0, 1), want[0]), error(back, flat)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--tool", required=True)
+    ap.add_argument("--mrope-tool")
     args = ap.parse_args()
     failed = 0
+    if args.mrope_tool:
+        for seed, (hd, sections, merge, pieces) in enumerate(MROPE_CASES):
+            same, err, back = mrope_case(args.mrope_tool, hd, sections, merge, pieces, seed + 1)
+            ok = same and err <= MROPE_RTOL and back <= MROPE_RTOL
+            failed += not ok
+            print(f"MRoPE head {hd}, sections {sections}, pieces {pieces}: positions "
+                  f"{'equal' if same else 'DIFFER'}, rotation within {err:.1e}, back within {back:.1e}"
+                  f"{'' if ok else ' FAILED'}")
+        hd, sections, merge, pieces = MROPE_CASES[1]
+        _, err, _ = mrope_case(args.mrope_tool, hd, sections, merge, pieces, 2,
+                               tool_sections=[sections[0], sections[2] + 1, sections[1] - 1])
+        told = err > MROPE_RTOL
+        failed += not told
+        print(f"control (row and column sections moved): {'told apart' if told else 'NOT told apart'}")
     for seed, case in enumerate(CASES):
         errs = run_case(args.tool, case, seed + 1)
         bad = [n for n, e in errs.items() if e > RTOL]
