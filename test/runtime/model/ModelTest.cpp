@@ -266,20 +266,28 @@ TEST(StageModel, TwoChunksEqualOneChunk) {
   EXPECT_EQ(A.parameters().size() + B.parameters().size(), Whole.parameters().size());
 }
 
+/// One micro batch through the whole model under recompute settings R: every
+/// gradient and the loss ("loss"), and the peak activation bytes by module.
+std::map<std::string, std::vector<float>> gradientsUnderRecompute(const ModelConfig &C, SelfGroups &G,
+                                                                  const MicroBatch &MB, RecomputeOptions R,
+                                                                  std::map<std::string, int64_t> &Peak) {
+  ModelOptions O;
+  O.CeScale = 1.0 / double(MB.Tokens.size());
+  O.Recompute = R;
+  StageModel M(C, wholeModel(C), G.context(), O);
+  double L = runChunks({&M}, O, MB);
+  Peak = M.peakActivationBytes();
+  auto Grads = gradients(M);
+  Grads["loss"] = {float(L)};
+  return Grads;
+}
+
 TEST(StageModel, RecomputeIsExactAndSavesMemory) {
   ModelConfig C = tinyConfig(true, 1, 3);
   SelfGroups G;
   MicroBatch MB = randomBatch(2, 8, C.Vocab, 5);
   auto Run = [&](RecomputeOptions R, std::map<std::string, int64_t> &Peak) {
-    ModelOptions O;
-    O.CeScale = 1.0 / double(MB.Tokens.size());
-    O.Recompute = R;
-    StageModel M(C, wholeModel(C), G.context(), O);
-    double L = runChunks({&M}, O, MB);
-    Peak = M.peakActivationBytes();
-    auto Grads = gradients(M);
-    Grads["loss"] = {float(L)};
-    return Grads;
+    return gradientsUnderRecompute(C, G, MB, R, Peak);
   };
   std::map<std::string, int64_t> Base, Full, Sel, MoePeak;
   auto G0 = Run({}, Base);
@@ -315,15 +323,7 @@ TEST(StageModel, GdnNormOutRecomputeIsExactAndSavesMemory) {
   SelfGroups G;
   MicroBatch MB = randomBatch(2, 8, C.Vocab, 5);
   auto Run = [&](RecomputeOptions R, std::map<std::string, int64_t> &Peak) {
-    ModelOptions O;
-    O.CeScale = 1.0 / double(MB.Tokens.size());
-    O.Recompute = R;
-    StageModel M(C, wholeModel(C), G.context(), O);
-    double L = runChunks({&M}, O, MB);
-    Peak = M.peakActivationBytes();
-    auto Grads = gradients(M);
-    Grads["loss"] = {float(L)};
-    return Grads;
+    return gradientsUnderRecompute(C, G, MB, R, Peak);
   };
   std::map<std::string, int64_t> Base, NormOut;
   auto G0 = Run({}, Base);

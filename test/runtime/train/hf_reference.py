@@ -127,8 +127,6 @@ def tiny_deepseek_v3_mtp(out_dir):
     shared_head.norm and copies of the embedding and the output head. transformers builds no
     MTP block; a three-layer model supplies the block's decoder layer (returned with the two-layer
     main model and the block's own tensors)."""
-    import json
-    from safetensors.torch import load_file, save_file
     from transformers import DeepseekV3ForCausalLM
     full = tiny_deepseek_v3(out_dir, layers=3, save=False)
     config = full.config.to_dict()
@@ -144,20 +142,11 @@ def tiny_deepseek_v3_mtp(out_dir):
     torch.manual_seed(2)
     own = {"enorm.weight": 1 + 0.2 * torch.randn(H), "hnorm.weight": 1 + 0.2 * torch.randn(H),
            "eh_proj.weight": 0.1 * torch.randn(H, 2 * H), "shared_head.norm.weight": 1 + 0.2 * torch.randn(H)}
-    tensors = load_file(os.path.join(out_dir, "model.safetensors"))
-    for name, t in full.state_dict().items():
-        if name.startswith("model.layers.2."):
-            tensors[name] = t.contiguous()
-    for name, t in own.items():
-        tensors["model.layers.2." + name] = t
-    tensors["model.layers.2.embed_tokens.weight"] = tensors["model.embed_tokens.weight"].clone()
-    tensors["model.layers.2.shared_head.head.weight"] = tensors["lm_head.weight"].clone()
-    save_file(tensors, os.path.join(out_dir, "model.safetensors"), metadata={"format": "pt"})
-    with open(os.path.join(out_dir, "config.json")) as f:
-        saved = json.load(f)
-    saved["num_nextn_predict_layers"] = 1
-    with open(os.path.join(out_dir, "config.json"), "w") as f:
-        json.dump(saved, f, indent=2)
+    tensors = {n: t.contiguous() for n, t in full.state_dict().items() if n.startswith("model.layers.2.")}
+    tensors.update({"model.layers.2." + n: t for n, t in own.items()})
+    tensors["model.layers.2.embed_tokens.weight"] = main.model.embed_tokens.weight.detach().clone()
+    tensors["model.layers.2.shared_head.head.weight"] = main.lm_head.weight.detach().clone()
+    add_to_checkpoint(out_dir, tensors, {"num_nextn_predict_layers": 1})
     return full, main, own
 
 
@@ -206,8 +195,6 @@ def tiny_qwen3_next_mtp(out_dir):
     mtp.norm, all zero-centred, and a gated full-attention layer mtp.layers.0; config.json
     mtp_num_hidden_layers 1). transformers builds no MTP block; a three-layer model supplies the
     block's layer (returned with the two-layer main model and the block's own tensors)."""
-    import json
-    from safetensors.torch import load_file, save_file
     from transformers import Qwen3NextForCausalLM
     full = tiny_qwen3_next(None, layers=3)
     config = full.config.to_dict()
@@ -220,46 +207,12 @@ def tiny_qwen3_next_mtp(out_dir):
     torch.manual_seed(4)
     own = {"pre_fc_norm_embedding.weight": 0.2 * torch.randn(H), "pre_fc_norm_hidden.weight": 0.2 * torch.randn(H),
            "fc.weight": 0.1 * torch.randn(H, 2 * H), "norm.weight": 0.2 * torch.randn(H)}
-    tensors = load_file(os.path.join(out_dir, "model.safetensors"))
-    for name, t in full.state_dict().items():
-        if name.startswith("model.layers.2."):
-            tensors["mtp.layers.0." + name[len("model.layers.2."):]] = t.contiguous()
-    for name, t in own.items():
-        tensors["mtp." + name] = t
-    save_file(tensors, os.path.join(out_dir, "model.safetensors"), metadata={"format": "pt"})
-    with open(os.path.join(out_dir, "config.json")) as f:
-        saved = json.load(f)
-    saved["mtp_num_hidden_layers"] = 1
-    with open(os.path.join(out_dir, "config.json"), "w") as f:
-        json.dump(saved, f, indent=2)
+    prefix = "model.layers.2."
+    tensors = {"mtp.layers.0." + n[len(prefix):]: t.contiguous() for n, t in full.state_dict().items()
+               if n.startswith(prefix)}
+    tensors.update({"mtp." + n: t for n, t in own.items()})
+    add_to_checkpoint(out_dir, tensors, {"mtp_num_hidden_layers": 1})
     return full, main, own
-
-
-def qwen3_next_mtp_reference_loss(full, main, own, samples):
-    """The Qwen3-Next MTP block's mean cross entropy as Megatron-Core computes it (see
-    mtp_reference_loss), its norms zero-centred (x (1 + w)) and its layer transformers'
-    Qwen3NextDecoderLayer of full attention."""
-    cfg = main.config
-    x = torch.stack([s[:-1] for s in samples])
-    labels = torch.stack([s[2:] for s in samples])
-    B, T = x.shape
-
-    def rms(v, w):
-        return v * torch.rsqrt(v.pow(2).mean(-1, keepdim=True) + cfg.rms_norm_eps) * (1 + w)
-
-    with torch.no_grad():
-        h = main.model(input_ids=x).last_hidden_state
-        ahead = torch.cat([x[:, 1:], torch.zeros(B, 1, dtype=x.dtype)], 1)
-        e = main.model.embed_tokens(ahead)
-        X = torch.cat([rms(e, own["pre_fc_norm_embedding.weight"]), rms(h, own["pre_fc_norm_hidden.weight"])],
-                      -1) @ own["fc.weight"].t()
-        pos = torch.arange(T).unsqueeze(0).expand(B, T)
-        mask = torch.full((T, T), float("-inf")).triu(1)[None, None].expand(B, 1, T, T)
-        Y = full.model.layers[2](X, attention_mask=mask, position_ids=pos,
-                                 position_embeddings=full.model.rotary_emb(X, pos))
-        Y = Y[0] if isinstance(Y, tuple) else Y
-        logits = main.lm_head(rms(Y, own["norm.weight"])).double()
-    return float(torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, VOCAB), labels.reshape(-1)))
 
 
 def qwen3_next_runtime_view(grads, cfg):
@@ -300,32 +253,55 @@ def qwen3_next_runtime_view(grads, cfg):
     return out
 
 
-def mtp_reference_loss(full, main, own, samples):
+# The MTP block's own tensors (enorm, hnorm, eh_proj, the block's final norm) as each family names them.
+DEEPSEEK_MTP = ("enorm.weight", "hnorm.weight", "eh_proj.weight", "shared_head.norm.weight")
+QWEN3_NEXT_MTP = ("pre_fc_norm_embedding.weight", "pre_fc_norm_hidden.weight", "fc.weight", "norm.weight")
+
+
+def mtp_reference_loss(full, main, own, samples, names=DEEPSEEK_MTP, zero_centred=False):
     """The MTP block's mean cross entropy as Megatron-Core computes it, built from transformers'
-    DeepseekV3DecoderLayer: the main model's normalised output and the embeddings of the next
-    tokens (0 past the end) through enorm / hnorm, [embedding, hidden] through eh_proj, the layer
-    (causal, RoPE at the same positions), shared_head.norm and the output head, against the
-    tokens two ahead; the last position has no label."""
+    decoder layer (layer 2 of the three-layer model full): the main model's normalised output and
+    the embeddings of the next tokens (0 past the end) through enorm / hnorm, [embedding, hidden]
+    through eh_proj, the layer (causal, RoPE at the same positions), the block's final norm and the
+    output head, against the tokens two ahead; the last position has no label. Qwen3-Next's norms
+    are zero-centred (x (1 + w))."""
     cfg = main.config
     x = torch.stack([s[:-1] for s in samples])
     labels = torch.stack([s[2:] for s in samples])
     B, T = x.shape
+    enorm, hnorm, proj, final = (own[n] for n in names)
 
     def rms(v, w):
-        return v * torch.rsqrt(v.pow(2).mean(-1, keepdim=True) + cfg.rms_norm_eps) * w
+        return v * torch.rsqrt(v.pow(2).mean(-1, keepdim=True) + cfg.rms_norm_eps) * (1 + w if zero_centred else w)
 
     with torch.no_grad():
         h = main.model(input_ids=x).last_hidden_state
         ahead = torch.cat([x[:, 1:], torch.zeros(B, 1, dtype=x.dtype)], 1)
         e = main.model.embed_tokens(ahead)
-        X = torch.cat([rms(e, own["enorm.weight"]), rms(h, own["hnorm.weight"])], -1) @ own["eh_proj.weight"].t()
+        X = torch.cat([rms(e, enorm), rms(h, hnorm)], -1) @ proj.t()
         pos = torch.arange(T).unsqueeze(0).expand(B, T)
         mask = torch.full((T, T), float("-inf")).triu(1)[None, None].expand(B, 1, T, T)
         Y = full.model.layers[2](X, attention_mask=mask, position_ids=pos,
                                  position_embeddings=full.model.rotary_emb(X, pos))
         Y = Y[0] if isinstance(Y, tuple) else Y
-        logits = main.lm_head(rms(Y, own["shared_head.norm.weight"])).double()
+        logits = main.lm_head(rms(Y, final)).double()
     return float(torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, VOCAB), labels.reshape(-1)))
+
+
+def add_to_checkpoint(out_dir, tensors, config):
+    """Adds tensors to a saved model.safetensors and keys to its config.json (the MTP blocks that
+    transformers does not build)."""
+    import json
+    from safetensors.torch import load_file, save_file
+    path = os.path.join(out_dir, "model.safetensors")
+    saved = load_file(path)
+    saved.update(tensors)
+    save_file(saved, path, metadata={"format": "pt"})
+    with open(os.path.join(out_dir, "config.json")) as f:
+        cfg = json.load(f)
+    cfg.update(config)
+    with open(os.path.join(out_dir, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2)
 
 
 def windows(prefix):
@@ -581,12 +557,11 @@ def qwen3_next(a, corpus, samples):
     # Its MTP block, read from mtp.*.
     hf_dir = os.path.join(a.work, "qwen3_next_mtp_tiny")
     full, main, own = tiny_qwen3_next_mtp(hf_dir)
-    ref, ref_mtp = reference_loss(main, samples), qwen3_next_mtp_reference_loss(full, main, own, samples)
+    ref, ref_mtp = reference_loss(main, samples), mtp_reference_loss(full, main, own, samples, QWEN3_NEXT_MTP, True)
     print(f"transformers Qwen3NextForCausalLM with the MTP block: loss {ref!r}, MTP loss {ref_mtp!r}")
     check_mtp_losses(a, "Qwen3-Next MTP", "next_mtp_", hf_dir, corpus, ref, ref_mtp, NEXT_GRAD_LAYOUTS)
     # Control: the block's norms read as plain weights (not 1 + w) must show.
-    plain = {k: v - 1 for k, v in own.items() if "norm" in k}
-    other = qwen3_next_mtp_reference_loss(full, main, dict(own, **plain), samples)
+    other = mtp_reference_loss(full, main, own, samples, QWEN3_NEXT_MTP, zero_centred=False)
     check(abs(other - ref_mtp) / abs(ref_mtp) > 100 * TOL,
           f"Qwen3-Next MTP control (norms not zero-centred): told apart, {other!r}")
 
