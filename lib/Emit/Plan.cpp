@@ -110,10 +110,21 @@ json::Value moec::recipeToJSON(const Recipe &R) {
                                              {"key_heads", M.LinearAttention->KeyHeads},
                                              {"value_heads", M.LinearAttention->ValueHeads},
                                              {"head_dim", M.LinearAttention->HeadDim}};
-  if (M.Vision)
-    Model["vision"] = json::Object{{"layers", M.Vision->Layers},        {"hidden", M.Vision->Hidden},
-                                   {"heads", M.Vision->Heads},          {"ffn_hidden", M.Vision->FfnHidden},
-                                   {"patch_size", M.Vision->PatchSize}, {"spatial_merge", M.Vision->SpatialMerge}};
+  if (M.Vision) {
+    json::Object V{{"layers", M.Vision->Layers},
+                   {"hidden", M.Vision->Hidden},
+                   {"heads", M.Vision->Heads},
+                   {"ffn_hidden", M.Vision->FfnHidden},
+                   {"patch_size", M.Vision->PatchSize},
+                   {"spatial_merge", M.Vision->SpatialMerge},
+                   {"temporal_patch", M.Vision->TemporalPatch},
+                   {"out_hidden", M.Vision->OutHidden.getValueOr(M.Hidden)}};
+    if (M.Vision->PositionEmbeddings)
+      V["position_embeddings"] = *M.Vision->PositionEmbeddings;
+    if (!M.Vision->DeepstackLayers.empty())
+      V["deepstack_layers"] = json::Array(M.Vision->DeepstackLayers);
+    Model["vision"] = std::move(V);
+  }
 
   const GpuSpec &G = R.Gpu;
   json::Object Gpu{{"name", G.Name},

@@ -58,6 +58,22 @@ public:
     }
     return llvm::None;
   }
+  /// A list of non-negative integers; None when absent or anything else
+  /// (a list of other values is not used: it is reported as ignored).
+  llvm::Optional<std::vector<int64_t>> integerList(llvm::StringRef Key) {
+    const json::Array *A = O.getArray(Key);
+    if (!A)
+      return llvm::None;
+    std::vector<int64_t> Out;
+    for (const json::Value &V : *A) {
+      auto I = V.getAsInteger();
+      if (!I || *I < 0 || *I > (1 << 20))
+        return llvm::None;
+      Out.push_back(*I);
+    }
+    Used.insert(Key);
+    return Out;
+  }
   void markUsed(llvm::StringRef Key) { Used.insert(Key); }
   llvm::Expected<int64_t> required(std::initializer_list<llvm::StringRef> Keys) {
     if (auto V = integer(Keys))
@@ -306,6 +322,16 @@ llvm::Expected<HFImport> moec::importHFConfig(llvm::StringRef JsonText, llvm::St
       Set(Tower, "spatial_merge", ast::makeInt(*M));
     if (auto O = V.integer({"out_hidden_size"}))
       Set(Tower, "out_hidden", ast::makeInt(*O));
+    if (auto T = V.integer({"temporal_patch_size"}))
+      Set(Tower, "temporal_patch", ast::makeInt(*T));
+    if (auto P = V.integer({"num_position_embeddings"}))
+      Set(Tower, "position_embeddings", ast::makeInt(*P));
+    if (auto Layers = V.integerList("deepstack_visual_indexes"); Layers && !Layers->empty()) {
+      std::vector<ast::ExprPtr> Items;
+      for (int64_t L : *Layers)
+        Items.push_back(ast::makeInt(L));
+      Set(Tower, "deepstack_layers", ast::makeList(std::move(Items)));
+    }
     Model.push_back(ast::makeSection("vision", std::move(Tower)));
   }
   ast::File F;

@@ -269,8 +269,34 @@ bool PlanParser::readModel(const toml::table &Config) {
                   fmt::format("{} is not a multiple of the {} key heads", L.ValueHeads, L.KeyHeads));
     Model.LinearAttention = L;
   }
-  if (M->contains("vision"))
+  if (M->contains("vision")) {
+    const std::string VPre = Pre + ".vision";
+    const toml::table *T = table(*M, Pre, "vision");
+    if (!T)
+      return false;
+    LaunchVision V;
+    if (!readInt(*T, VPre, "layers", V.Layers, 1) || !readInt(*T, VPre, "hidden", V.Hidden, 1) ||
+        !readInt(*T, VPre, "heads", V.Heads, 1) || !readInt(*T, VPre, "ffn_hidden", V.FfnHidden, 1) ||
+        !readInt(*T, VPre, "patch_size", V.PatchSize, 1) || !readInt(*T, VPre, "spatial_merge", V.SpatialMerge, 1) ||
+        !readInt(*T, VPre, "out_hidden", V.OutHidden, 1) ||
+        (T->contains("temporal_patch") && !readInt(*T, VPre, "temporal_patch", V.TemporalPatch, 1)) ||
+        (T->contains("position_embeddings") && !readInt(*T, VPre, "position_embeddings", V.PositionEmbeddings, 1)))
+      return false;
+    if (T->contains("deepstack_layers")) {
+      const toml::array *L = array(*T, VPre, "deepstack_layers");
+      if (!L)
+        return false;
+      for (size_t I = 0; I < L->size(); ++I) {
+        std::optional<int64_t> Layer = (*L)[I].value_exact<int64_t>();
+        if (!(*L)[I].is_integer() || !Layer || *Layer < 0 || *Layer >= V.Layers)
+          return fail(index(VPre + ".deepstack_layers", I),
+                      fmt::format("expected an encoder block, below {}", V.Layers));
+        V.DeepstackLayers.push_back(*Layer);
+      }
+    }
+    Model.Vision = V;
     Model.Unsupported.push_back("vision");
+  }
   return true;
 }
 

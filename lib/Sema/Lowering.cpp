@@ -158,6 +158,27 @@ const ModelSpec *SemaImpl::lowerModel(DefInfo &D) {
     S.PatchSize = R.count("vision.patch_size");
     S.SpatialMerge = R.count("vision.spatial_merge", 1);
     S.OutHidden = R.optCount("vision.out_hidden");
+    S.TemporalPatch = R.count("vision.temporal_patch", 2);
+    S.PositionEmbeddings = R.optCount("vision.position_embeddings");
+    if (const Value *L = Sc.get("vision.deepstack_layers")) {
+      for (const Value &Layer : L->Elements)
+        S.DeepstackLayers.push_back(Layer.Num.getInteger());
+      for (int64_t Layer : S.DeepstackLayers)
+        if (Layer >= S.Layers && S.Layers > 0) {
+          Diags.report(diag::value_out_of_range, Sc.provenance("vision.deepstack_layers").Range,
+                       "vision.deepstack_layers", fmt::format("[{}]", fmt::join(S.DeepstackLayers, ", ")),
+                       fmt::format("encoder blocks, below vision.layers = {}", S.Layers));
+          break;
+        }
+    }
+    // The table is a square grid (transformers' num_grid_per_side).
+    if (S.PositionEmbeddings) {
+      const auto Side = int64_t(std::llround(std::sqrt(double(*S.PositionEmbeddings))));
+      if (Side * Side != *S.PositionEmbeddings)
+        Diags.report(diag::value_out_of_range, Sc.provenance("vision.position_embeddings").Range,
+                     "vision.position_embeddings", std::to_string(*S.PositionEmbeddings),
+                     "a square number (a grid of positions)");
+    }
     M.Vision = S;
   }
   if (Diags.errorCount() == Before)

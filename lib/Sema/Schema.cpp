@@ -233,6 +233,14 @@ const FieldSpec ModelFields[] = {
     COUNT(Model, "vision.patch_size", RequiredInSection, "", 1, "image patch size in pixels"),
     COUNT(Model, "vision.spatial_merge", Default, "1", 1, "patches merged per side by the projector"),
     COUNT(Model, "vision.out_hidden", Optional, "", 1, "projector output width (the decoder's hidden size when unset)"),
+    COUNT(Model, "vision.temporal_patch", Default, "2", 1,
+          "frames per patch (Hugging Face temporal_patch_size; an image is that many identical frames)"),
+    COUNT(Model, "vision.position_embeddings", Optional, "", 1,
+          "rows of the learned position table, a square grid interpolated to each image (Hugging Face "
+          "num_position_embeddings; Qwen3-VL 2304); unset: no learned positions"),
+    FIELD(Model, "vision.deepstack_layers", CountList, Optional, "", 0, NoMax, {},
+          "encoder blocks whose output, merged, the decoder adds to its visual tokens after its first layers "
+          "(Hugging Face deepstack_visual_indexes; Qwen3-VL [8, 16, 24]); unset: none"),
 };
 
 const FieldSpec GpuFields[] = {

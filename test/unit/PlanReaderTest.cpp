@@ -305,6 +305,33 @@ TEST_F(Damaged, Routing) {
             "plan.toml: config.model.moe.pre_softmax: expected true or false");
 }
 
+TEST(PlanReader, VisionEncoderIsReadAndStillRefused) {
+  const char *Vl = R"(
+recipe vl {
+  model = qwen3_vl_30b_a3b
+  cluster { gpu = h100_sxm; nodes = 2 }
+  seq_len = 4K
+  batch { micro = 1; global = 64 }
+  parallel { ep = 8 }
+}
+)";
+  const std::string Doc = planToTOML(planOf(Vl));
+  LaunchPlan L = read(Doc);
+  ASSERT_TRUE(L.Model.Vision.has_value());
+  EXPECT_EQ(L.Model.Vision->Layers, 27);
+  EXPECT_EQ(L.Model.Vision->Hidden, 1152);
+  EXPECT_EQ(L.Model.Vision->OutHidden, 2048);
+  EXPECT_EQ(L.Model.Vision->TemporalPatch, 2);
+  EXPECT_EQ(L.Model.Vision->PositionEmbeddings, 2304);
+  EXPECT_EQ(L.Model.Vision->DeepstackLayers, (std::vector<int64_t>{8, 16, 24}));
+  // The decoder does not take the encoder's tokens yet: the trainer refuses it by name.
+  EXPECT_EQ(L.Model.Unsupported, (std::vector<std::string>{"vision"}));
+  EXPECT_EQ(errorOf(replaced(Doc, "deepstack_layers = [ 8, 16, 24 ]", "deepstack_layers = [ 8, 27 ]")),
+            "plan.toml: config.model.vision.deepstack_layers[1]: expected an encoder block, below 27");
+  EXPECT_EQ(errorOf(replaced(Doc, "patch_size = 16", "patch_size = 0")),
+            "plan.toml: config.model.vision.patch_size: must be at least 1, got 0");
+}
+
 TEST_F(Damaged, WrongType) {
   std::string E = errorOf(replaced(Good, "seq_len = 64", "seq_len = '64'"));
   EXPECT_EQ(E, "plan.toml: config.seq_len: expected an integer");

@@ -55,6 +55,17 @@ struct LaunchLinearAttention {
   int64_t Interval = 0, KeyHeads = 0, ValueHeads = 0, HeadDim = 0;
 };
 
+/// The vision encoder (the plan's config.model.vision; model/VisionTower.h
+/// runs it): blocks, width, heads, MLP size, patch side in pixels, patches
+/// merged per side into one decoder token, frames per patch, the decoder's
+/// width, the learned position table's rows (0: none; a square grid) and
+/// the blocks whose merged output the decoder adds after its first layers.
+struct LaunchVision {
+  int64_t Layers = 0, Hidden = 0, Heads = 0, FfnHidden = 0, PatchSize = 0, SpatialMerge = 1, TemporalPatch = 2;
+  int64_t OutHidden = 0, PositionEmbeddings = 0;
+  std::vector<int64_t> DeepstackLayers;
+};
+
 struct LaunchModel {
   std::string Name;
   int64_t Layers = 0, Hidden = 0, Heads = 0, KvHeads = 0, HeadDim = 0, Vocab = 0, MtpLayers = 0;
@@ -66,8 +77,10 @@ struct LaunchModel {
   std::optional<LaunchMoE> MoE;
   std::optional<LaunchMla> Mla;
   std::optional<LaunchLinearAttention> LinearAttention;
+  std::optional<LaunchVision> Vision;
   /// The plan describes a model feature the CPU runtime does not implement
-  /// (vision): the names, for a clear refusal.
+  /// (vision: the encoder exists, the decoder does not take its tokens yet):
+  /// the names, for a clear refusal.
   std::vector<std::string> Unsupported;
 };
 

@@ -103,8 +103,9 @@ struct LinearAttentionSpec {
 };
 
 struct VisionSpec {
-  int64_t Layers = 0, Hidden = 0, Heads = 0, FfnHidden = 0, PatchSize = 0, SpatialMerge = 1;
-  llvm::Optional<int64_t> OutHidden;
+  int64_t Layers = 0, Hidden = 0, Heads = 0, FfnHidden = 0, PatchSize = 0, SpatialMerge = 1, TemporalPatch = 2;
+  llvm::Optional<int64_t> OutHidden, PositionEmbeddings;
+  std::vector<int64_t> DeepstackLayers;
 };
 
 struct ModelSpec {
