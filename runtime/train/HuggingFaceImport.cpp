@@ -259,9 +259,15 @@ bool HuggingFaceImport::read(llvm::StringRef Name, const std::vector<int64_t> &S
             shapeText(Shape) + ": another model";
     return false;
   }
-  std::vector<float> Full;
-  if (!Checkpoint.read(S->Tensor, Full, Error))
-    return false;
+  // A fused tensor (in_proj_qkvz, conv1d, q_proj) serves the parameters
+  // that follow one another: it is read once for all of them.
+  if (S->Tensor != LastTensor) {
+    LastTensor.clear();
+    if (!Checkpoint.read(S->Tensor, Last, Error))
+      return false;
+    LastTensor = S->Tensor;
+  }
+  const std::vector<float> &Full = Last;
   Out.resize(size_t(Elements));
   for (int64_t I = 0; I < Taken; ++I) {
     const float *Row = Full.data() + (S->Rows.empty() ? I : S->Rows[size_t(I)]) * RowWidth;

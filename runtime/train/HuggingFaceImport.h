@@ -72,6 +72,9 @@ private:
   const ModelConfig &Config;
   const HuggingFaceCheckpoint &Checkpoint;
   bool Qwen3Next = false; ///< config.json model_type qwen3_next
+  /// The tensor read last and its values (read() is called per parameter).
+  mutable std::string LastTensor;
+  mutable std::vector<float> Last;
 };
 
 } // namespace moert
