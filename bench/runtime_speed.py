@@ -73,6 +73,11 @@ LAYOUTS = [
 GEMM_EFFICIENCY = HBM_EFFICIENCY = 0.70
 
 
+# The step log's <dim>_comm_s and the plan's predicted.breakdown_s part it is set beside.
+COMM_PARTS = [("tp", "tensor_parallel"), ("cp", "context_parallel"), ("ep", "expert_parallel"),
+              ("dp", "data_parallel"), ("pp", "pipeline_p2p")]
+
+
 def machine_gpu(rates):
     """A system for this machine's core: the catalog's cpu with its measured rates."""
     return (f"gpu this_core extends cpu {{\n  bf16 = {rates['sgemm_1024_gflops'] / GEMM_EFFICIENCY:.1f}GFLOPS\n"
@@ -129,8 +134,13 @@ def run_layout(args, work, name, ranks, parallel):
         return sum(r[key] for r in timed) / len(timed)
 
     with open(plan, "rb") as f:
-        predicted = tomllib.load(f)["predicted"]["step_time_s"]
+        planned = tomllib.load(f)["predicted"]
+    predicted = planned["step_time_s"]
+    # Communication by parallel dimension: the run's seconds inside the
+    # dimension's calls and the plan's exposed seconds of that dimension.
+    by_dim = [(dim, mean(f"{dim}_comm_s"), planned["breakdown_s"][part]) for dim, part in COMM_PARTS]
     return dict(name=name, ranks=ranks, parallel=parallel, plan=plan, predicted=predicted, on_machine=on_machine,
+                comm_by_dim=[d for d in by_dim if d[1] >= 0.0005 or d[2] >= 0.0005],
                 step=mean("step_time_s"), cpu=mean("cpu_s"), gemm=mean("gemm_s"), comm=mean("comm_s"),
                 compute=mean("compute_s"), tokens=mean("tokens_per_s"), loss=rows[-1]["loss"],
                 peak=max(r["peak_bytes"] for r in rows),
@@ -250,6 +260,10 @@ def load():
     return " / ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
+def by_dimension(r):
+    return ", ".join(f"{dim} {run:.3f} / {plan:.3f}" for dim, run, plan in r["comm_by_dim"]) or "–"
+
+
 def section(results, prof, info, args):
     one = next(r for r in results if r["ranks"] == 1)
     share_wall = one["gemm"] / one["step"]
@@ -268,7 +282,9 @@ def section(results, prof, info, args):
            "(`blasSeconds()`), and inside communicator calls (which includes waiting for peers). With more "
            f"ranks than the machine's {info['cores']} cores, ranks take turns on the cores, so wall time "
            "grows with the rank count even when the work per rank falls: *CPU s x ranks* is the work of the "
-           "whole job and shows what parallelism costs in total.",
+           "whole job and shows what parallelism costs in total. *comm by dimension*: *comm s* split by the "
+           "parallel dimension of the group (the step log's `tp_comm_s` ... `pp_comm_s`), each as run / plan "
+           "(the plan's `predicted.breakdown_s` part); a dimension's calls include waiting for a slower peer.",
            "",
            "*predicted s*: the plan's `predicted.step_time_s` (`moec plan` on the catalog's `cpu` system), "
            "against *step s* in the column after it; *this core s*: the same plan priced on a system with "
@@ -276,15 +292,18 @@ def section(results, prof, info, args):
            "`bench/cpu_rates.c`, below), which separates the step model from the catalog's fit to one machine.",
            "",
            "| layout | ranks | step s | predicted s | step / predicted | this core s | step / this core | CPU s | "
-           "CPU s x ranks | gemm s | gemm / step | comm s | tokens/s | peak MB | loss after last step |",
-           "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+           "CPU s x ranks | gemm s | gemm / step | comm s | comm by dimension | tokens/s | peak MB | "
+           "loss after last step |",
+           "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: "
+           "| ---: |"]
 
     for r in results:
         this_core = f"{r['on_machine']:.3f} | {r['step'] / r['on_machine']:.2f}" if r["on_machine"] else "– | –"
         out.append(f"| {r['name']} (`{r['parallel']}`) | {r['ranks']} | {r['step']:.3f} | {r['predicted']:.3f} | "
                    f"{r['step'] / r['predicted']:.2f} | {this_core} | {r['cpu']:.3f} | "
                    f"{r['cpu'] * r['ranks']:.3f} | {r['gemm']:.3f} | {100 * r['gemm'] / r['step']:.0f}% | "
-                   f"{r['comm']:.3f} | {r['tokens']:.0f} | {r['peak'] / 1e6:.1f} | {r['loss']:.4f} |")
+                   f"{r['comm']:.3f} | {by_dimension(r)} | {r['tokens']:.0f} | {r['peak'] / 1e6:.1f} | "
+                   f"{r['loss']:.4f} |")
     own_core = [r for r in results if r["ranks"] <= info["cores"]]
     worst = max((abs(r["step"] / r["predicted"] - 1) for r in own_core), default=float("inf"))
     predicted_ok = worst <= TARGET_PREDICTION
@@ -296,6 +315,19 @@ def section(results, prof, info, args):
             f"({', '.join(r['name'] for r in own_core)}; target: within {100 * TARGET_PREDICTION:.0f}%: "
             f"{'PASS' if predicted_ok else 'FAIL'}). The layouts with more ranks than cores take turns on "
             "them, which the plan, one device per rank, does not model."]
+    # Expert parallelism on its own cores: the plan prices balanced routing, the
+    # run routes by a freshly initialised router.
+    for r in own_core:
+        ep = next((run - plan for dim, run, plan in r["comm_by_dim"] if dim == "ep"), 0.0)
+        if ep >= 0.05 * r["step"]:
+            out += ["",
+                    f"**{r['name']}: {ep:.3f} s of the step ({100 * ep / r['step']:.0f}%) is waiting in the "
+                    "expert-parallel all-to-all** beyond what the plan prices for it: a rank whose experts "
+                    "got fewer of the micro batch's tokens waits there for the other. The plan assumes "
+                    "balanced routing (as the published runs force it, Megatron "
+                    "`moe_router_force_load_balancing`); the run routes by the router it initialised. "
+                    f"Without that wait the step would be {(r['step'] - ep) / r['predicted']:.2f} x the "
+                    "plan's."]
     if all(r["on_machine"] for r in own_core):
         worst_own = max(abs(r["step"] / r["on_machine"] - 1) for r in own_core)
         out += ["",

@@ -151,9 +151,30 @@ void moec::writeRunFigure(const Plan &P, const ReportRun &Run, llvm::raw_ostream
                       {"tokens_per_gpu", "tokens/s per GPU (median)", Tokens, T.TokensPerSecPerGpu, +PerSecond},
                       {"peak_memory", "peak memory (largest rank, without reserve)", Peak, PlanPeak, +Bytes},
                       {"mfu", "MFU (of the dense BF16 peak)", Mfu, T.MFU, +Percent}};
+  // Communication by parallel dimension, where the log splits it: time
+  // inside the dimension's calls (waiting for a slower peer included)
+  // against the plan's exposed time of that dimension.
+  using Part = std::optional<double> StepRecord::*;
+  struct CommRow {
+    const char *Key, *Label;
+    Part Measured;
+    double Predicted;
+  };
+  const CommRow CommRows[] = {
+      {"tp_comm", "tensor-parallel communication", &StepRecord::TpCommSeconds, T.TensorParallel},
+      {"cp_comm", "context-parallel communication", &StepRecord::CpCommSeconds, T.ContextParallel},
+      {"ep_comm", "expert-parallel communication", &StepRecord::EpCommSeconds, T.ExpertParallel},
+      {"dp_comm", "data-parallel communication", &StepRecord::DpCommSeconds, T.DataParallel},
+      {"pp_comm", "pipeline communication", &StepRecord::PpCommSeconds, T.PipelineP2P}};
+  std::vector<Row> All(std::begin(Rows), std::end(Rows));
+  for (const CommRow &C : CommRows) {
+    double Measured = medianOf(Timed, [&](const StepRecord &S) { return (S.*C.Measured).value_or(std::nan("")); });
+    if (std::isfinite(Measured) && (Measured > 0 || C.Predicted > 0))
+      All.push_back({C.Key, C.Label, Measured, C.Predicted, +Seconds});
+  }
   OS << "<table class=\"run\"><thead><tr><th>measure</th><th>run</th><th>plan</th><th>run / plan</th></tr>"
         "</thead><tbody>";
-  for (const Row &R : Rows) {
+  for (const Row &R : All) {
     double Ratio = R.Predicted > 0 ? R.Measured / R.Predicted : std::nan("");
     OS << "<tr data-measure=\"" << R.Key << "\" data-ratio=\"" << escapeHtml(figure(Ratio, "{:.4g}")) << "\"><td>"
        << escapeHtml(R.Label) << "</td><td>" << escapeHtml(R.Show(R.Measured)) << "</td><td>"

@@ -6,7 +6,8 @@
 // requests: inside wait()) to a clock shared by all the groups of a rank.
 // The trainer wraps every process group with one, so a step's time splits
 // into communication (time inside communicator calls, waiting for peers
-// included) and the rest (compute).
+// included) and the rest (compute), and the communication into the parallel
+// dimensions the plan's predicted.breakdown_s prices (tp, cp, ep, dp, pp).
 //
 //===----------------------------------------------------------------------===//
 #ifndef MOERT_TRAIN_TIMEDCOMMUNICATOR_H
@@ -14,17 +15,29 @@
 
 #include "comm/Communicator.h"
 
+#include <array>
+
 namespace moert {
+
+/// The parallel dimension whose traffic a process group carries.
+enum class CommPart { Tensor, Context, Expert, Data, Pipeline };
+constexpr size_t NumCommParts = 5;
+/// The part of a plan's group kind: tp and etp carry a tensor-parallel
+/// layer's activations; ep and tp-cp (the router's load statistics) the MoE
+/// layer's routing; dp, dp-cp, edp, the embedding group and the world (the
+/// gradient norm's reduction) synchronise gradients.
+CommPart commPartOfGroup(const std::string &Kind);
 
 /// Seconds accumulated by the TimedCommunicators that share it.
 struct CommClock {
   double Seconds = 0;
   int64_t Calls = 0;
+  std::array<double, NumCommParts> PartSeconds{}; ///< Seconds by CommPart
 };
 
 class TimedCommunicator final : public Communicator {
 public:
-  TimedCommunicator(Communicator &Inner, CommClock &Clock) : Inner(Inner), Clock(Clock) {}
+  TimedCommunicator(Communicator &Inner, CommClock &Clock, CommPart Part) : Inner(Inner), Clock(Clock), Part(Part) {}
 
   int rank() const override { return Inner.rank(); }
   int size() const override { return Inner.size(); }
@@ -51,6 +64,7 @@ protected:
 private:
   Communicator &Inner;
   CommClock &Clock;
+  CommPart Part;
 };
 
 } // namespace moert

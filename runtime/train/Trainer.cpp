@@ -154,8 +154,8 @@ struct Trainer::Impl final : public PipelineStage {
       refuse("expert tensor parallelism is implemented over the tp group: etp must be 1 or tp (" +
              std::to_string(Plan.Parallel.TP) + "), not " + std::to_string(Plan.Parallel.ETP));
     for (auto &[Kind, Comm] : Groups)
-      Timed[Kind] = std::make_unique<TimedCommunicator>(*Comm, Clock);
-    Timed["world"] = std::make_unique<TimedCommunicator>(World.world(), Clock);
+      time(Kind, *Comm);
+    time("world", World.world());
 
     const moec::LaunchRank &Me = Plan.Ranks[size_t(World.rank())];
     auto Coord = [&](const char *K) {
@@ -229,7 +229,7 @@ struct Trainer::Impl final : public PipelineStage {
           Lists.push_back({Pp[I]});
       }
       EmbeddingGroup = World.split("embedding", Lists);
-      Timed["embedding"] = std::make_unique<TimedCommunicator>(*EmbeddingGroup, Clock);
+      time("embedding", *EmbeddingGroup);
     }
 
     Data = Options.Data;
@@ -340,8 +340,14 @@ struct Trainer::Impl final : public PipelineStage {
       return *It->second;
     // A kind the plan does not list is a dimension of size one.
     Selves.push_back(createSelfCommunicator(Kind));
-    Timed[Kind] = std::make_unique<TimedCommunicator>(*Selves.back(), Clock);
-    return *Timed[Kind];
+    return time(Kind, *Selves.back());
+  }
+
+  /// Registers the group of a kind, timed under its part of the step.
+  Communicator &time(const std::string &Kind, Communicator &Comm) {
+    auto &Slot = Timed[Kind];
+    Slot = std::make_unique<TimedCommunicator>(Comm, Clock, commPartOfGroup(Kind));
+    return *Slot;
   }
 
   void recompute(std::vector<std::string> &Notes) {
@@ -480,6 +486,7 @@ struct Trainer::Impl final : public PipelineStage {
       C->resetStepStats();
     Batches.clear();
     double Comm0 = Clock.Seconds, Blas0 = blasSeconds(), T0 = now();
+    std::array<double, NumCommParts> Parts0 = Clock.PartSeconds;
     double Cpu0 = cpuSeconds();
     Executor->runStep(Ops, OnOp);
     double Lr = Schedule.ofStep(StepIndex + 1);
@@ -523,7 +530,7 @@ struct Trainer::Impl final : public PipelineStage {
     splitDouble(MtpSum, Sums + 6);
     splitDouble(double(MtpTokens), Sums + 8);
     W.allReduceSum(Sums, 10);
-    const int PerRank = 8;
+    const int PerRank = 8 + int(NumCommParts);
     float Mine[PerRank];
     splitDouble(Seconds, Mine);
     splitDouble(CommSeconds, Mine + 2);
@@ -532,6 +539,8 @@ struct Trainer::Impl final : public PipelineStage {
     Mine[5] = float(LastPeak >> 20);
     Mine[6] = float(LastPeak & ((int64_t(1) << 20) - 1));
     Mine[7] = float(Cpu);
+    for (size_t P = 0; P < NumCommParts; ++P)
+      Mine[8 + P] = float(Clock.PartSeconds[P] - Parts0[P]);
     std::vector<float> All(size_t(W.size() * PerRank));
     W.allGather(Mine, All.data(), PerRank);
 
@@ -551,6 +560,9 @@ struct Trainer::Impl final : public PipelineStage {
       S.ComputeSeconds += (joinDouble(X) - joinDouble(X + 2)) / W.size();
       S.BlasSeconds += double(X[4]) / W.size();
       S.CpuSeconds += double(X[7]) / W.size();
+      for (size_t P = 0; P < NumCommParts; ++P)
+        S.CommPartSeconds[P] += double(X[8 + P]) / W.size();
+
       int64_t Peak = (int64_t(X[5]) << 20) + int64_t(X[6]);
       S.RankPeakBytes.push_back(Peak);
       S.PeakBytes = std::max(S.PeakBytes, Peak);

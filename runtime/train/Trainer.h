@@ -84,9 +84,11 @@ struct TrainStepStats {
   int64_t PeakBytes = 0;              ///< largest over the ranks of RankPeakBytes
   std::vector<int64_t> RankPeakBytes; ///< per world rank: see localPeakBytes()
   double CommSeconds = 0;             ///< mean over ranks of time inside communicator calls
-  double ComputeSeconds = 0;          ///< mean over ranks of step time minus CommSeconds
-  double BlasSeconds = 0;             ///< mean over ranks of time inside gemm (part of compute)
-  double GradNorm = 0;                ///< global gradient norm before clipping
+  /// CommSeconds by the parallel dimension of the group (CommPart).
+  std::array<double, NumCommParts> CommPartSeconds{};
+  double ComputeSeconds = 0; ///< mean over ranks of step time minus CommSeconds
+  double BlasSeconds = 0;    ///< mean over ranks of time inside gemm (part of compute)
+  double GradNorm = 0;       ///< global gradient norm before clipping
   /// Mean over ranks of the process CPU time of the step (getrusage: user +
   /// system). On a machine with other load, StepSeconds includes time the
   /// ranks waited for a core; CpuSeconds does not (but it counts MPI's busy

@@ -376,6 +376,38 @@ TEST(ReportRun, MeasuresTheRunAgainstThePlan) {
   EXPECT_EQ(occurrences(renderHtmlReport(P, {}, {}, &Run), "<figure id=\"run\""), 1u);
 }
 
+TEST(ReportRun, SplitsCommunicationByDimensionWhereTheLogDoes) {
+  Plan P = planOf(OneF1B); // cp2 ep2 pp2 over 8 ranks
+  ASSERT_GT(P.Time.ExpertParallel, 0);
+  ASSERT_GT(P.Time.PipelineP2P, 0);
+  ASSERT_GT(P.Time.DataParallel, 0);
+  ASSERT_EQ(P.Time.TensorParallel, 0);
+  ReportRun Run = runOf(P, 1.0, 4);
+  std::string Fig;
+  llvm::raw_string_ostream OS(Fig);
+  writeRunFigure(P, Run, OS);
+  OS.flush();
+  // A log without the split (an older moerun) gets no rows for it.
+  EXPECT_EQ(ratioOf(Fig, "ep_comm"), "missing");
+  EXPECT_EQ(ratioOf(Fig, "cp_comm"), "missing");
+
+  for (StepRecord &S : Run.Steps) {
+    S.EpCommSeconds = 3 * P.Time.ExpertParallel;
+    S.CpCommSeconds = 0.5 * P.Time.ContextParallel;
+    S.TpCommSeconds = 0.25; // measured where the plan predicts none
+    S.DpCommSeconds = 4 * P.Time.DataParallel;
+    S.PpCommSeconds = 2 * P.Time.PipelineP2P;
+  }
+  Fig.clear();
+  writeRunFigure(P, Run, OS);
+  OS.flush();
+  EXPECT_EQ(ratioOf(Fig, "ep_comm"), "3");
+  EXPECT_EQ(ratioOf(Fig, "cp_comm"), P.Time.ContextParallel > 0 ? "0.5" : "missing");
+  EXPECT_EQ(ratioOf(Fig, "tp_comm"), "–");
+  EXPECT_EQ(ratioOf(Fig, "dp_comm"), "4");
+  EXPECT_EQ(ratioOf(Fig, "pp_comm"), "2");
+}
+
 TEST(ReportPage, EscapesRecipeText) {
   Plan P = planOf(OneF1B);
   P.R.Name = P.R.PointName = "a<b&c>\"d'";

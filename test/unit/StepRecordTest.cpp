@@ -49,6 +49,11 @@ TEST(StepRecord, EveryKeyRoundTrips) {
   R.PredictedPeakBytes = 1.2e11;
   R.ValidLoss = 4.75;
   R.MtpLoss = 5.25;
+  R.TpCommSeconds = 0.01;
+  R.CpCommSeconds = 0.02;
+  R.EpCommSeconds = 0.03;
+  R.DpCommSeconds = 0.015;
+  R.PpCommSeconds = 0.005;
   std::string Line = formatStepLogLine(R);
   ASSERT_EQ(Line.back(), '\n');
   llvm::Expected<StepRecord> Back = parseStepLogLine(Line);
@@ -56,6 +61,7 @@ TEST(StepRecord, EveryKeyRoundTrips) {
   EXPECT_EQ(formatStepLogLine(*Back), Line);
   EXPECT_EQ(Back->PeakBytes, R.PeakBytes);
   EXPECT_EQ(Back->MFU, R.MFU);
+  EXPECT_EQ(Back->EpCommSeconds, R.EpCommSeconds);
   // Every key of the table is on a full line, once.
   for (const StepLogKey &K : stepLogKeys())
     EXPECT_NE(Line.find("\"" + std::string(K.Key) + "\":"), std::string::npos) << K.Key;

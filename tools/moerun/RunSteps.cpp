@@ -207,6 +207,12 @@ int moerun::runSteps(RunContext &Ctx) {
       R.PeakBytes = St.PeakBytes;
       R.ComputeSeconds = St.ComputeSeconds;
       R.CommSeconds = St.CommSeconds;
+      auto Part = [&](moert::CommPart P) { return St.CommPartSeconds[size_t(P)]; };
+      R.TpCommSeconds = Part(moert::CommPart::Tensor);
+      R.CpCommSeconds = Part(moert::CommPart::Context);
+      R.EpCommSeconds = Part(moert::CommPart::Expert);
+      R.DpCommSeconds = Part(moert::CommPart::Data);
+      R.PpCommSeconds = Part(moert::CommPart::Pipeline);
       R.GemmSeconds = St.BlasSeconds;
       R.CpuSeconds = St.CpuSeconds;
       const moec::LaunchPrediction &Pred = Ctx.Plan.Predicted;

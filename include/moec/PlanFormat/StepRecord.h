@@ -6,10 +6,15 @@
 //
 //   {"step":1,"loss":10.37,"aux_loss":0.0101,"lr":0.001,"grad_norm":1.2,
 //    "step_time_s":0.41,"tokens_per_s":1248.8,"peak_bytes":123456,
-//    "compute_s":0.30,"comm_s":0.08,"gemm_s":0.21,"cpu_s":0.40,
-//    "predicted_step_time_s":0.35,"mfu":0.41,"predicted_peak_bytes":120000}
+//    "compute_s":0.30,"comm_s":0.08,"tp_comm_s":0,"cp_comm_s":0,
+//    "ep_comm_s":0.05,"dp_comm_s":0.03,"pp_comm_s":0,"gemm_s":0.21,
+//    "cpu_s":0.40,"predicted_step_time_s":0.35,"mfu":0.41,
+//    "predicted_peak_bytes":120000}
 //
-// The last three only when the plan predicts them; "valid_loss" (the
+// The five <dim>_comm_s split comm_s by the parallel dimension whose group
+// carried the traffic, as the plan's predicted.breakdown_s prices it
+// (absent from logs of older moeruns). The last three only when the plan
+// predicts them; "valid_loss" (the
 // held-out loss) only on the steps after which the run evaluated. Non-finite numbers are
 // written as null and read back as NaN. Readers ignore keys they do not know,
 // so a newer moerun's log still reads.
@@ -42,6 +47,8 @@ struct StepRecord {
   int64_t PeakBytes = 0;      ///< largest peak memory over the ranks
   double ComputeSeconds = 0;
   double CommSeconds = 0;
+  /// CommSeconds by parallel dimension (unset: a log without them).
+  std::optional<double> TpCommSeconds, CpCommSeconds, EpCommSeconds, DpCommSeconds, PpCommSeconds;
   double GemmSeconds = 0; ///< part of ComputeSeconds spent inside BLAS gemm
   double CpuSeconds = 0;  ///< process CPU time of the step (mean over ranks)
   /// The plan's predictions beside the measurements (unset: not in the plan).

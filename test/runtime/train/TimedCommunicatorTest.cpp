@@ -3,7 +3,8 @@
 //
 // The decorator must be transparent (same results as the communicator it
 // wraps) and must charge waiting for a slow peer to the clock, including the
-// wait() of non-blocking requests.
+// wait() of non-blocking requests, under the part of the step its group
+// carries.
 //
 //===----------------------------------------------------------------------===//
 #include "train/TimedCommunicator.h"
@@ -18,7 +19,7 @@ using namespace moert;
 
 TEST(TimedCommunicator, ForwardsCollectives) {
   CommClock Clock;
-  TimedCommunicator W(test::world().world(), Clock);
+  TimedCommunicator W(test::world().world(), Clock, CommPart::Data);
   EXPECT_EQ(W.rank(), test::world().rank());
   EXPECT_EQ(W.size(), test::world().size());
   std::vector<float> V(4, float(W.rank() + 1));
@@ -35,7 +36,7 @@ TEST(TimedCommunicator, ForwardsCollectives) {
 
 TEST(TimedCommunicator, ChargesWaitingForASlowPeer) {
   CommClock Clock;
-  TimedCommunicator W(test::world().world(), Clock);
+  TimedCommunicator W(test::world().world(), Clock, CommPart::Expert);
   if (W.size() < 2)
     GTEST_SKIP() << "needs a peer";
   // Rank 0 arrives 200 ms late: everyone else waits inside the barrier.
@@ -60,4 +61,19 @@ TEST(TimedCommunicator, ChargesWaitingForASlowPeer) {
     EXPECT_GT(Clock.Seconds - Before, 0.1);
   }
   W.barrier();
+  // Every second went to the group's part, none to the others.
+  EXPECT_DOUBLE_EQ(Clock.PartSeconds[size_t(CommPart::Expert)], Clock.Seconds);
+  for (CommPart P : {CommPart::Tensor, CommPart::Context, CommPart::Data, CommPart::Pipeline})
+    EXPECT_EQ(Clock.PartSeconds[size_t(P)], 0.0);
+}
+
+TEST(TimedCommunicator, GroupsGoToThePartThePlanPrices) {
+  EXPECT_EQ(commPartOfGroup("tp"), CommPart::Tensor);
+  EXPECT_EQ(commPartOfGroup("etp"), CommPart::Tensor);
+  EXPECT_EQ(commPartOfGroup("cp"), CommPart::Context);
+  EXPECT_EQ(commPartOfGroup("ep"), CommPart::Expert);
+  EXPECT_EQ(commPartOfGroup("tp-cp"), CommPart::Expert);
+  EXPECT_EQ(commPartOfGroup("pp"), CommPart::Pipeline);
+  for (const char *Kind : {"dp", "dp-cp", "edp", "embedding", "world"})
+    EXPECT_EQ(commPartOfGroup(Kind), CommPart::Data) << Kind;
 }

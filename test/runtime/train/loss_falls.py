@@ -11,6 +11,9 @@ the loss from ln 256 ~ 5.5 towards ln 15 ~ 2.7), plans tiny_moe on 4 ranks
     step_time_s, tokens_per_s, peak_bytes, compute_s, comm_s, aux_loss, gemm_s,
     cpu_s, all finite and positive (comm_s may be 0), compute_s + comm_s <=
     step_time_s and gemm_s <= compute_s;
+  * comm_s split by dimension: tp_comm_s + cp_comm_s + ep_comm_s + dp_comm_s
+    + pp_comm_s = comm_s, cp and pp (of size one here) 0, tp, ep and dp
+    positive;
   * tokens_per_s = global_batch * seq_len / step_time_s;
   * standard output has the human line of every step, the note that the CPU
     computes in fp32 and the peak bytes of every rank;
@@ -75,6 +78,13 @@ def main():
             errors.append(f"step {r['step']}: compute + comm exceeds the step time")
         if not errors and r["gemm_s"] > r["compute_s"] * 1.001:
             errors.append(f"step {r['step']}: gemm_s exceeds compute_s")
+        parts = {d: r.get(f"{d}_comm_s") for d in ("tp", "cp", "ep", "dp", "pp")}
+        if not all(isinstance(v, (int, float)) and v >= 0 for v in parts.values()):
+            errors.append(f"step {r.get('step')}: communication by dimension {parts}")
+        elif abs(sum(parts.values()) - r["comm_s"]) > 1e-5 * max(r["comm_s"], 1e-3):
+            errors.append(f"step {r['step']}: the dimensions' {sum(parts.values())} s are not comm_s {r['comm_s']}")
+        elif parts["cp"] != 0 or parts["pp"] != 0 or min(parts["tp"], parts["ep"], parts["dp"]) <= 0:
+            errors.append(f"step {r['step']}: communication by dimension {parts} for tp 2 ep 2 dp 2")
         if not errors and abs(r["tokens_per_s"] * r["step_time_s"] - GLOBAL * SEQ_LEN) > 1e-3 * GLOBAL * SEQ_LEN:
             errors.append(f"step {r['step']}: tokens_per_s is not {GLOBAL * SEQ_LEN} / step_time_s")
         if f"step {r.get('step')}/{STEPS}" not in p.stdout:
