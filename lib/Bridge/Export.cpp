@@ -345,6 +345,8 @@ private:
     }
     set("model.moe_shared_expert_overlap", Value::boolean(M.SharedExpertOverlap), "moe.shared_expert_overlap");
     set("model.moe_grouped_gemm", Value::boolean(M.GroupedGemm), "moe.grouped_gemm");
+    if (M.ForceBalance) // Megatron's default is false: only a benchmark sets it
+      set("model.moe_router_force_load_balancing", Value::boolean(true), "moe.force_balance");
     // MCore's moe_router_dtype is fp32, fp64 or None (the model's dtype).
     set("model.moe_router_dtype",
         M.RouterPrecision == RouterDtype::BF16

@@ -339,8 +339,6 @@ private:
 /// Why a known Bridge field has no .moe equivalent.
 StringRef knownReason(StringRef Key) {
   return llvm::StringSwitch<StringRef>(Key)
-      .Case("model.moe_router_force_load_balancing",
-            "forced load-balanced routing is for benchmarks; moec plans natural dropless routing")
       .Cases("model.moe_flex_dispatcher_num_sms", "model.moe_hybridep_num_sms", "model.moe_deepep_num_sms",
              "SMs of a fused dispatcher backend the recipe does not use")
       .Cases("model.moe_paged_stash", "model.moe_expert_rank_capacity_factor",
@@ -436,6 +434,7 @@ public:
     evaluation();
     precision();
     dispatcher();
+    moeSwitches();
     recompute();
     graphs();
     offload();
@@ -1319,10 +1318,16 @@ private:
     } else {
       error(*Type, "'model.moe_token_dispatcher_type' must be allgather, alltoall or flex, not '" + T.str() + "'");
     }
+  }
+
+  /// The recipe's moe { ... } switches, whatever the dispatcher.
+  void moeSwitches() {
     if (auto V = flag("model.moe_shared_expert_overlap"); V && *V)
       emit("moe", "shared_expert_overlap", ast::makeBool(true));
     if (auto V = flag("model.moe_grouped_gemm"); V && !*V)
       emit("moe", "grouped_gemm", ast::makeBool(false));
+    if (auto V = flag("model.moe_router_force_load_balancing"); V && *V)
+      emit("moe", "force_balance", ast::makeBool(true));
     if (Entry *D = get("model.moe_router_dtype")) {
       if (D->V.K == Value::Kind::Null)
         emit("moe", "router_dtype", ast::makeName("bf16"));

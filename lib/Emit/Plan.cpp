@@ -95,6 +95,8 @@ json::Value moec::recipeToJSON(const Recipe &R) {
       MoE["shared_ffn_hidden"] = *M.MoE->SharedFfnHidden;
     MoE["pre_softmax"] = M.MoE->PreSoftmax;
     MoE["expert_bias"] = M.MoE->ExpertBias;
+    if (R.MoE.ForceBalance)
+      MoE["force_balance"] = true;
     if (M.MoE->SharedExpertGate)
       MoE["shared_expert_gate"] = true;
     if (M.MoE->TopKScaling)

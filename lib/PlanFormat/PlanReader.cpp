@@ -227,6 +227,7 @@ bool PlanParser::readModel(const toml::table &Config) {
     if (!readBool(*T, MPre, "pre_softmax", MoE.PreSoftmax, false) ||
         !readBool(*T, MPre, "expert_bias", MoE.ExpertBias, false) ||
         !readBool(*T, MPre, "shared_expert_gate", MoE.SharedExpertGate, false) ||
+        !readBool(*T, MPre, "force_balance", MoE.ForceBalance, false) ||
         !readInt(*T, MPre, "groups", MoE.Groups, 1, false) ||
         !readInt(*T, MPre, "group_top_k", MoE.GroupTopK, 1, false))
       return false;

@@ -436,6 +436,7 @@ llvm::Optional<Recipe> SemaImpl::lowerRecipe(Scope &Sc, std::string PointName) {
   MC.DispatcherSms = R.optCount("moe.dispatcher_sms");
   MC.RouterPrecision = R.enumValue<RouterDtype>("moe.router_dtype");
   MC.GroupedGemm = R.boolean("moe.grouped_gemm");
+  MC.ForceBalance = R.boolean("moe.force_balance");
   OptimizerConfig &O = Out.Optimizer;
   O.Kind = R.enumValue<OptimizerKind>("optimizer.type");
   O.Distributed = R.boolean("optimizer.distributed");

@@ -113,6 +113,9 @@ const FieldSpec RecipeFields[] = {
     FIELD(Recipe, "moe.shared_expert_overlap", Bool, Default, "false", 0, 0, {},
           "overlap shared-expert computation with token dispatch"),
     FIELD(Recipe, "moe.router_dtype", Enum, Default, "fp32", 0, 0, RouterDtypeValues, "router computation precision"),
+    FIELD(Recipe, "moe.force_balance", Bool, Default, "false", 0, 0, {},
+          "route by random logits, balanced across experts in expectation, for benchmarks (Megatron "
+          "moe_router_force_load_balancing): the router's own choice is ignored"),
     FIELD(Recipe, "moe.grouped_gemm", Bool, Default, "true", 0, 0, {}, "grouped GEMM for the experts of a rank"),
     FIELD(Recipe, "offload.optimizer", Number, Default, "0", 0, 1, {}, "fraction of optimizer state kept on the CPU"),
     FIELD(Recipe, "offload.overlap_copies", Bool, Default, "false", 0, 0, {},

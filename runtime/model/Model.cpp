@@ -110,6 +110,9 @@ struct MicroState {
   int64_t Sequences = 0, SeqLen = 0;
   std::vector<int32_t> Tokens, Labels;
   std::vector<int64_t> Positions; ///< absolute position of each of the N tokens
+  /// With ModelConfig::ForceBalance: a key per token of this rank's SP shard
+  /// (its global sample and position), the same under every layout.
+  std::vector<uint64_t> TokenKeys;
   std::vector<LayerState> Layers;
   // Loss chunk: final norm input and output, the softmax over this rank's
   // vocabulary slice.
@@ -132,6 +135,7 @@ struct StageModel::Impl {
   ParallelContext Groups;
   ModelOptions Options;
   int64_t TpRank = 0, TpSize = 1;
+  std::vector<uint64_t> BalanceKeys; ///< balanceKeys()'s, for the call it made them for
   std::vector<std::unique_ptr<Parameter>> Params;
   std::vector<std::unique_ptr<ExpertBias>> Biases;
   bool CountRouting = true;
@@ -563,6 +567,18 @@ struct StageModel::Impl {
     return Y;
   }
 
+  /// The keys forced routing draws layer P's logits from (null without
+  /// ModelConfig::ForceBalance): the token's, salted by the seed and layer.
+  const uint64_t *balanceKeys(const LayerParams &P, const MicroState &M) {
+    if (!Config.ForceBalance)
+      return nullptr;
+    uint64_t Salt = mix64(Options.Seed * 0x100000001b3ull + uint64_t(P.Index));
+    BalanceKeys.resize(M.TokenKeys.size());
+    for (size_t I = 0; I < BalanceKeys.size(); ++I)
+      BalanceKeys[I] = M.TokenKeys[I] ^ Salt;
+    return BalanceKeys.data();
+  }
+
   /// The whole layer; fills every saved activation. Returns the output and
   /// the layer's aux loss.
   Tensor layerForward(const LayerParams &P, const MicroState &M, LayerState &S, double &Aux, bool Count) {
@@ -581,7 +597,7 @@ struct StageModel::Impl {
       denseMlp(P, S);
       Y = rowParallelForward(*Groups.Tp, S.Act, P.Down->Value);
     } else {
-      Aux = Moe->forward(P.Routed, S.Xn2, S.Routed, Y, Count);
+      Aux = Moe->forward(P.Routed, S.Xn2, S.Routed, Y, Count, balanceKeys(P, M));
       if (P.SGate) {
         sharedExperts(P, S);
         Tensor Shared = rowParallelForward(*Groups.Tp, S.SAct, P.SDown->Value);
@@ -672,7 +688,7 @@ struct StageModel::Impl {
       denseMlp(P, S);
     if (S.Dropped.count("moe")) {
       Tensor Y;
-      Moe->forward(P.Routed, S.Xn2, S.Routed, Y);
+      Moe->forward(P.Routed, S.Xn2, S.Routed, Y, /*CountTokens=*/false, balanceKeys(P, M));
     }
     if (S.Dropped.count("moe_act"))
       Moe->recomputeAct(S.Routed);
@@ -777,6 +793,12 @@ struct StageModel::Impl {
     M.Positions.resize(N);
     for (int64_t I = 0; I < N; ++I)
       M.Positions[I] = Local[I % int64_t(Local.size())];
+    M.TokenKeys.clear();
+    if (Config.ForceBalance)
+      for (int64_t I = TpRank * (N / TpSize); I < (TpRank + 1) * (N / TpSize); ++I) {
+        int64_t Sample = MB.FirstSample + I / int64_t(Local.size());
+        M.TokenKeys.push_back(mix64(uint64_t(Sample) * uint64_t(MB.SeqLen) + uint64_t(M.Positions[I])));
+      }
 
     Tensor X;
     if (Stage.HasEmbedding) {

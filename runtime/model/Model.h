@@ -111,6 +111,13 @@ struct ModelConfig {
   /// (moe_router_bias_update_rate, Megatron's default).
   bool ExpertBias = false;
   double BiasUpdateRate = 1e-3;
+  /// Route by standard-normal logits drawn per (token, layer, expert) in
+  /// place of the router's (Megatron moe_router_force_load_balancing, for
+  /// benchmarks): every expert's load is equal in expectation. The router's
+  /// weight still gets the straight-through gradient of those logits, as in
+  /// Megatron's RandomSTE. A token is named by its global sample and
+  /// position (MicroBatch::FirstSample), so every layout routes alike.
+  bool ForceBalance = false;
   /// Multiplies every routing weight after the top-k (and its
   /// normalisation): Megatron's moe_router_topk_scaling_factor, DeepSeek's
   /// routed_scaling_factor.
@@ -270,6 +277,10 @@ struct StageSpec {
 struct MicroBatch {
   int64_t Sequences = 1;
   int64_t SeqLen = 0;
+  /// The index of the first sequence among the samples the run has read
+  /// (its sequences are FirstSample, FirstSample + 1, ...): names a token
+  /// for forced routing (ModelConfig::ForceBalance).
+  int64_t FirstSample = 0;
   std::vector<int32_t> Tokens;
   std::vector<int32_t> Labels;
   /// For the MTP blocks, depth k at index k - 1, in Tokens' order: the token

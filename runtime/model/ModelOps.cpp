@@ -207,15 +207,11 @@ Tensor initParameter(uint64_t Seed, const std::string &Name, const std::vector<i
     std::fill(T.storage().begin(), T.storage().end(), 1.0f);
     return T;
   }
-  // FNV-1a over the name, mixed with the seed (splitmix64 finaliser).
+  // FNV-1a over the name, mixed with the seed.
   uint64_t H = 1469598103934665603ull;
   for (unsigned char C : Name)
     H = (H ^ C) * 1099511628211ull;
-  uint64_t Z = H ^ (Seed + 0x9e3779b97f4a7c15ull);
-  Z = (Z ^ (Z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  Z = (Z ^ (Z >> 27)) * 0x94d049bb133111ebull;
-  Z ^= Z >> 31;
-  std::mt19937_64 Gen(Z);
+  std::mt19937_64 Gen(mix64(H ^ (Seed + 0x9e3779b97f4a7c15ull)));
   auto Uniform = [&Gen] { return (double(Gen() >> 11) + 0.5) * 0x1.0p-53; };
   const double TwoPi = 6.283185307179586;
   for (int64_t I = 0; I < T.numel(); I += 2) {
@@ -225,6 +221,20 @@ Tensor initParameter(uint64_t Seed, const std::string &Name, const std::vector<i
       T[I + 1] = float(Std * R * std::sin(A));
   }
   return T;
+}
+
+uint64_t mix64(uint64_t Z) {
+  Z = (Z ^ (Z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  Z = (Z ^ (Z >> 27)) * 0x94d049bb133111ebull;
+  return Z ^ (Z >> 31);
+}
+
+double normalOfKey(uint64_t Key) {
+  const double TwoPi = 6.283185307179586;
+  // Two uniforms in (0, 1) from two hashes of the key.
+  double U1 = (double(mix64(Key * 2 + 0x9e3779b97f4a7c15ull) >> 11) + 0.5) * 0x1.0p-53;
+  double U2 = (double(mix64(Key * 2 + 1 + 0x9e3779b97f4a7c15ull) >> 11) + 0.5) * 0x1.0p-53;
+  return std::sqrt(-2.0 * std::log(U1)) * std::cos(TwoPi * U2);
 }
 
 Tensor rowShard(const Tensor &Full, int64_t Part, int64_t Parts) {

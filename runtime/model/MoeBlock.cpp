@@ -108,10 +108,13 @@ Tensor MoeBlock::reduceExpertRows(const Tensor &Partial, const MoeSaved &S) {
   return Out;
 }
 
-double MoeBlock::forward(const MoeWeights &W, const Tensor &Xn, MoeSaved &S, Tensor &Y, bool CountTokens) {
+double MoeBlock::forward(const MoeWeights &W, const Tensor &Xn, MoeSaved &S, Tensor &Y, bool CountTokens,
+                         const uint64_t *BalanceKeys) {
   int64_t N = Xn.rows(), E = Config.Experts, K = Config.TopK;
   // Router scores and each token's experts.
   S.Scores = matmul(Xn, W.Router->Value);
+  if (BalanceKeys)
+    Router::forceBalancedLogits(S.Scores.data(), N, E, BalanceKeys);
   Router(Config).route(S.Scores.data(), N, S.TopIdx, S.TopW, W.Bias ? W.Bias->State.Value.data() : nullptr);
   if (CountTokens && W.Bias)
     for (int32_t Expert : S.TopIdx)

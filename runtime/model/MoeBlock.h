@@ -56,8 +56,11 @@ public:
   /// Xn [Ns, Hidden] -> routed output [Ns, Hidden]; returns the aux loss
   /// (already multiplied by AuxLossCoeff * Experts), the same on every rank
   /// of the TpCp group.
-  /// CountTokens: add the routed copies to W.Bias->Tokens.
-  double forward(const MoeWeights &W, const Tensor &Xn, MoeSaved &S, Tensor &Y, bool CountTokens = false);
+  /// CountTokens: add the routed copies to W.Bias->Tokens. BalanceKeys
+  /// [Ns] (ModelConfig::ForceBalance; else null): each token's key for
+  /// Router::forceBalancedLogits.
+  double forward(const MoeWeights &W, const Tensor &Xn, MoeSaved &S, Tensor &Y, bool CountTokens = false,
+                 const uint64_t *BalanceKeys = nullptr);
   /// Recomputes Act from G and U (selective "moe_act").
   void recomputeAct(MoeSaved &S);
   /// DY [Ns, Hidden] is the gradient of the routed output; AuxGradScale

@@ -1,5 +1,6 @@
 //===- model/Router.cpp ---------------------------------------------------===//
 #include "model/Router.h"
+#include "model/ModelOps.h"
 
 #include <algorithm>
 #include <cmath>
@@ -42,6 +43,12 @@ int64_t Router::selectGroups(const float *Selection, std::vector<int32_t> &Order
     for (int64_t X = 0; X < PerGroup; ++X)
       Order[Kept++] = int32_t(Groups[Gi] * PerGroup + X);
   return Kept;
+}
+
+void Router::forceBalancedLogits(float *Rows, int64_t N, int64_t Experts, const uint64_t *Keys) {
+  for (int64_t I = 0; I < N; ++I)
+    for (int64_t J = 0; J < Experts; ++J)
+      Rows[I * Experts + J] = float(normalOfKey(mix64(Keys[I]) + uint64_t(J)));
 }
 
 void Router::updateBias(float *Bias, const float *Tokens, int64_t Experts, double Rate) {

@@ -36,6 +36,11 @@ public:
   /// each bias moves by Rate towards the mean load (sign of mean - tokens).
   static void updateBias(float *Bias, const float *Tokens, int64_t Experts, double Rate);
 
+  /// Megatron's moe_router_force_load_balancing: Rows [N, Experts] of
+  /// logits replaced by standard-normal draws, row I's from Keys[I] (a
+  /// token and layer) and the expert.
+  static void forceBalancedLogits(float *Rows, int64_t N, int64_t Experts, const uint64_t *Keys);
+
   /// Whether the routing weights are the chosen scores over their sum.
   bool normalisedWeights() const;
 

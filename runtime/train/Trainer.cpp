@@ -99,6 +99,7 @@ ModelConfig moert::modelConfigOf(const moec::LaunchPlan &Plan) {
     C.RouterGroups = M.MoE->Groups;
     C.RouterGroupTopK = M.MoE->GroupTopK;
     C.ExpertBias = M.MoE->ExpertBias;
+    C.ForceBalance = M.MoE->ForceBalance;
     C.SharedExpertGate = M.MoE->SharedExpertGate;
     C.TopKScaling = M.MoE->TopKScaling;
   }
@@ -406,6 +407,7 @@ struct Trainer::Impl final : public PipelineStage {
     B.SeqLen = Plan.SeqLen;
     int64_t Global = DpRank * Plan.Microbatches + Mb;
     int64_t First = (Evaluating ? EvalBase : ConsumedSamples) + Global * Plan.MicroBatch;
+    B.FirstSample = First;
     const TokenSource &Source = Evaluating ? *ValidData : *Data;
     std::vector<int64_t> Pos = localPositions(int(CpRank), int(CpSize), Plan.SeqLen);
     std::vector<int32_t> Sample(size_t(Plan.SeqLen + 1));

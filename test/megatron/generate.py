@@ -200,6 +200,8 @@ def draw(r, idx):
         pool = ["attn_norm", "qkv_linear", "core_attn", "attn_proj", "mlp_norm", "expert_fc1",
                 "moe_act", "fused_group_mlp"]
         c["offload_modules"] = [m for m in pool if r.random() < 0.3] or [r.choice(pool)]
+    # moe.force_balance (moe_router_force_load_balancing), as the perf recipes set it
+    c["force_balance"] = _w(r, [(None, 94), (True, 4), (False, 2)])
     return c
 
 
@@ -259,6 +261,8 @@ def to_moe(name, c):
         moe.append("router_dtype = %s" % c["router_dtype"])
     if c["grouped_gemm"] is not None:
         moe.append("grouped_gemm = %s" % str(c["grouped_gemm"]).lower())
+    if c["force_balance"] is not None:
+        moe.append("force_balance = %s" % str(c["force_balance"]).lower())
     if moe:
         L.append("  moe { %s }" % "; ".join(moe))
     off = []
@@ -318,6 +322,7 @@ def to_bridge(c):
         # .moe defaults: router_dtype fp32, grouped_gemm true (some recipes leave the dtype None)
         "moe_router_dtype": ROUTER_DTYPES[c["router_dtype"] or "fp32"],
         "moe_grouped_gemm": True if c["grouped_gemm"] is None else c["grouped_gemm"],
+        "moe_router_force_load_balancing": bool(c["force_balance"]),
     }
     if c["cp"] > 1:
         m["cp_comm_type"] = CP_COMM[c["cp_comm"] or "p2p"]

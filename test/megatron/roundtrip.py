@@ -61,6 +61,7 @@ FIELDS = [
     "model.cuda_graph_impl", "model.cuda_graph_scope",
     "model.fp8", "model.fp8_recipe", "model.fp4", "model.cp_comm_type",
     "model.hierarchical_context_parallel_sizes", "model.moe_router_dtype",
+    "model.moe_router_force_load_balancing",
     "optimizer.optimizer", "optimizer.use_distributed_optimizer", "ddp.use_distributed_optimizer",
     "optimizer.use_precision_aware_optimizer",
     "optimizer.optimizer_cpu_offload", "optimizer.optimizer_offload_fraction",

@@ -37,7 +37,9 @@ struct LaunchMoE {
   bool PreSoftmax = false;
   bool ExpertBias = false;
   bool SharedExpertGate = false; ///< a sigmoid gate per token on the shared experts' output
-  double TopKScaling = 1.0;      ///< factor on the routing weights after the top-k
+  /// Route by standard-normal logits (the recipe's moe.force_balance).
+  bool ForceBalance = false;
+  double TopKScaling = 1.0; ///< factor on the routing weights after the top-k
   /// Group-limited routing: the experts in Groups equal groups, a token
   /// choosing among the GroupTopK best (1 and 1: no limit).
   int64_t Groups = 1, GroupTopK = 1;

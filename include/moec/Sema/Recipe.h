@@ -146,6 +146,10 @@ struct MoERuntimeConfig {
   llvm::Optional<int64_t> DispatcherSms; // unset: Megatron's default for the dispatcher
   RouterDtype RouterPrecision = RouterDtype::FP32;
   bool GroupedGemm = true;
+  /// Routing by standard-normal logits in place of the router's
+  /// (moe_router_force_load_balancing): what published benchmarks run and
+  /// what the step model prices, every expert's load equal in expectation.
+  bool ForceBalance = false;
   bool dropAndPad() const { return CapacityFactor && PadToCapacity; }
 };
 

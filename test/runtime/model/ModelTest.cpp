@@ -213,6 +213,64 @@ TEST(Routing, GroupLimitedTopKStaysInTheBestGroups) {
   }
 }
 
+// Forced routing (Megatron moe_router_force_load_balancing) ignores the
+// router: two models whose router weights differ route every token alike,
+// the routing changes with the token's sample (FirstSample), and over many
+// tokens each expert gets close to its equal share.
+TEST(Routing, ForcedBalanceIgnoresTheRouterAndBalances) {
+  ModelConfig C = tinyConfig(false, 0);
+  C.ForceBalance = true;
+  SelfGroups G;
+  MicroBatch MB = randomBatch(16, 32, C.Vocab, 5);
+  auto Route = [&](uint64_t Seed, int64_t FirstSample) {
+    ModelOptions O;
+    O.Seed = Seed;
+    MicroBatch B = MB;
+    B.FirstSample = FirstSample;
+    StageModel M(C, wholeModel(C), G.context(), O);
+    M.forward(0, B, nullptr);
+    std::vector<int32_t> Routed = *M.routedExperts(0, 1);
+    M.backward(0, nullptr);
+    return Routed;
+  };
+  std::vector<int32_t> A = Route(1, 0);
+  // Unforced, the routing is the router's: other weights, other choices.
+  ModelConfig Unforced = C;
+  Unforced.ForceBalance = false;
+  {
+    ModelOptions O;
+    StageModel M1(Unforced, wholeModel(Unforced), G.context(), O);
+    O.Seed = 99;
+    StageModel M2(Unforced, wholeModel(Unforced), G.context(), O);
+    M1.forward(0, MB, nullptr);
+    M2.forward(0, MB, nullptr);
+    EXPECT_NE(*M1.routedExperts(0, 1), *M2.routedExperts(0, 1)) << "the router's weights choose unforced";
+    M1.backward(0, nullptr);
+    M2.backward(0, nullptr);
+  }
+  EXPECT_EQ(Route(1, 0), A);
+  EXPECT_NE(Route(1, 16), A) << "the next samples draw other logits";
+  {
+    ModelOptions O;
+    O.Seed = 1;
+    StageModel M(C, wholeModel(C), G.context(), O);
+    for (Parameter *P : M.parameters())
+      if (P->Name.find("router") != std::string::npos)
+        for (float &W : P->Value.storage())
+          W = -3.0f * W + 0.5f;
+    M.forward(0, MB, nullptr);
+    EXPECT_EQ(*M.routedExperts(0, 1), A) << "forced routing must not read the router's weights";
+    M.backward(0, nullptr);
+  }
+  std::vector<int64_t> Load(size_t(C.Experts), 0);
+  for (int32_t E : A)
+    ++Load[size_t(E)];
+  // 512 tokens x top-2 over 4 experts: 256 each in expectation, a standard
+  // deviation near 14; 60 is over four of them.
+  for (int64_t L : Load)
+    EXPECT_NEAR(double(L), double(A.size()) / double(C.Experts), 60.0);
+}
+
 /// Runs micro batches through chunks in order and backward in reverse;
 /// returns the objective.
 double runChunks(std::vector<StageModel *> Chunks, const ModelOptions &O, const MicroBatch &MB) {

@@ -111,6 +111,11 @@ LAYOUTS = [
     ("next_ep2_pp2_full", 4, "ep = 2; pp = 2", "full"),
     ("next_tp2_pp2_selective", 4, "tp = 2; pp = 2", "selective(core_attn, layernorm, moe, gdn_norm_out)"),
     ("next_dp2_ep2_distopt", 2, "ep = 2", None),
+    # Forced balanced routing (moe.force_balance, Megatron moe_router_force_load_balancing): the
+    # logits are drawn per token from its sample and position, so every layout routes as one rank
+    # does, recomputation included.
+    ("fb_dp2_tp2_ep2", 4, "tp = 2; ep = 2", None),
+    ("fb_cp2_ep2_pp2", 4, "cp = 2; ep = 2; pp = 2", "selective(moe)"),
 ]
 # tiny_moe with the sigmoid router and aux-loss-free balancing; a bias update rate of
 # Megatron's 1e-3 changes routing within 3 steps of this tiny model.
@@ -129,7 +134,10 @@ NEXT_MODEL = ("model tiny_next extends tiny_moe {\n  qk_norm = true; mtp_layers 
 # A layout's name prefix picks its model (and its own one-rank reference, "<prefix>one_rank").
 MODELS = {"bias_": ("tiny_biased", BIASED_MODEL), "qk_": ("tiny_qk", QK_MODEL), "mla_": ("tiny_mla", MLA_MODEL),
           "mlakv_": ("tiny_mlakv", MLAKV_MODEL), "dsv3_": ("tiny_dsv3", MLA_MODEL + DSV3_MODEL),
-          "mtp_": ("tiny_mtp", MLA_MODEL + DSV3_MODEL + MTP_MODEL), "next_": ("tiny_next", NEXT_MODEL)}
+          "mtp_": ("tiny_mtp", MLA_MODEL + DSV3_MODEL + MTP_MODEL), "next_": ("tiny_next", NEXT_MODEL),
+          "fb_": ("tiny_moe", "")}
+# A layout's name prefix that adds recipe lines (to its one-rank reference too).
+RECIPE_LINES = {"fb_": "  moe { force_balance = true }"}
 
 
 def model_of(name):
@@ -149,6 +157,7 @@ def recipe(name, ranks, parallel, recompute):
     ]
     if recompute:
         lines.append(f"  recompute = {recompute}")
+    lines += [line for prefix, line in RECIPE_LINES.items() if name.startswith(prefix)]
     lines.append("}")
     return "\n".join(lines) + "\n"
 
@@ -225,6 +234,10 @@ def main():
             print("bias_one_rank: the expert biases are missing from the dump or did not move")
             return 1
         print("bias_one_rank: its expert biases moved")
+    if "fb_" in refs and not compare_dumps.compare(ref, refs["fb_"], args.tol)[0]:
+        # The same model and data routed by the router: forcing must have changed the run.
+        print("fb_one_rank: equals the unforced one-rank run; moe.force_balance did nothing")
+        return 1
     failed = []
     for name, ranks, parallel, recompute in LAYOUTS:
         if wanted and name not in wanted:
