@@ -120,7 +120,10 @@ json::Value moec::recipeToJSON(const Recipe &R) {
                    {"patch_size", M.Vision->PatchSize},
                    {"spatial_merge", M.Vision->SpatialMerge},
                    {"temporal_patch", M.Vision->TemporalPatch},
-                   {"out_hidden", M.Vision->OutHidden.getValueOr(M.Hidden)}};
+                   {"out_hidden", M.Vision->OutHidden.getValueOr(M.Hidden)},
+                   {"start_token", M.Vision->StartToken},
+                   {"image_token", M.Vision->ImageToken},
+                   {"end_token", M.Vision->EndToken}};
     if (M.Vision->PositionEmbeddings)
       V["position_embeddings"] = *M.Vision->PositionEmbeddings;
     if (!M.Vision->DeepstackLayers.empty())
@@ -177,6 +180,10 @@ json::Value moec::recipeToJSON(const Recipe &R) {
   if (R.EvalInterval) {
     Data["eval_interval"] = *R.EvalInterval;
     Data["eval_iters"] = R.EvalIters;
+  }
+  if (R.Model.Vision) {
+    Data["images_per_sample"] = R.ImagesPerSample;
+    Data["image_size"] = R.ImageSize;
   }
 
   json::Object Out{{"model", std::move(Model)},

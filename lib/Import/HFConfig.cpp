@@ -332,6 +332,13 @@ llvm::Expected<HFImport> moec::importHFConfig(llvm::StringRef JsonText, llvm::St
         Items.push_back(ast::makeInt(L));
       Set(Tower, "deepstack_layers", ast::makeList(std::move(Items)));
     }
+    // An image's ids in the text sit beside vision_config, at the top.
+    ConfigReader Top(*Root);
+    for (auto [Field, Key] : {std::pair{"start_token", "vision_start_token_id"},
+                              {"image_token", "image_token_id"},
+                              {"end_token", "vision_end_token_id"}})
+      if (auto Id = Top.integer({Key}))
+        Set(Tower, Field, ast::makeInt(*Id));
     Model.push_back(ast::makeSection("vision", std::move(Tower)));
   }
   ast::File F;

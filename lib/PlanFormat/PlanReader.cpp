@@ -281,8 +281,14 @@ bool PlanParser::readModel(const toml::table &Config) {
         !readInt(*T, VPre, "patch_size", V.PatchSize, 1) || !readInt(*T, VPre, "spatial_merge", V.SpatialMerge, 1) ||
         !readInt(*T, VPre, "out_hidden", V.OutHidden, 1) ||
         (T->contains("temporal_patch") && !readInt(*T, VPre, "temporal_patch", V.TemporalPatch, 1)) ||
-        (T->contains("position_embeddings") && !readInt(*T, VPre, "position_embeddings", V.PositionEmbeddings, 1)))
+        (T->contains("position_embeddings") && !readInt(*T, VPre, "position_embeddings", V.PositionEmbeddings, 1)) ||
+        !readInt(*T, VPre, "start_token", V.StartToken, 0) || !readInt(*T, VPre, "image_token", V.ImageToken, 0) ||
+        !readInt(*T, VPre, "end_token", V.EndToken, 0))
       return false;
+    for (auto [Key, Id] :
+         {std::pair{"start_token", V.StartToken}, {"image_token", V.ImageToken}, {"end_token", V.EndToken}})
+      if (Id >= Model.Vocab)
+        return fail(VPre + "." + Key, fmt::format("{} is not below the vocabulary of {}", Id, Model.Vocab));
     if (T->contains("deepstack_layers")) {
       const toml::array *L = array(*T, VPre, "deepstack_layers");
       if (!L)
@@ -383,6 +389,10 @@ bool PlanParser::readConfig(const toml::table &Root) {
   }
   if (D->contains("eval_interval") && (!readInt(*D, "config.data", "eval_interval", P.Data.EvalInterval, 1) ||
                                        !readInt(*D, "config.data", "eval_iters", P.Data.EvalIters, 1)))
+    return false;
+  if (D->contains("images_per_sample") &&
+      (!readInt(*D, "config.data", "images_per_sample", P.Data.ImagesPerSample, 0) ||
+       !readInt(*D, "config.data", "image_size", P.Data.ImageSize, 1)))
     return false;
 
   // Optional: plans written before [config.optimizer] existed keep the

@@ -179,6 +179,25 @@ const ModelSpec *SemaImpl::lowerModel(DefInfo &D) {
                      "vision.position_embeddings", std::to_string(*S.PositionEmbeddings),
                      "a square number (a grid of positions)");
     }
+    // An image in the text: its ids default to the vocabulary's last three.
+    const struct {
+      const char *Field;
+      int64_t VisionSpec::*Id;
+      int64_t FromEnd;
+    } Tokens[] = {{"vision.start_token", &VisionSpec::StartToken, 3},
+                  {"vision.image_token", &VisionSpec::ImageToken, 2},
+                  {"vision.end_token", &VisionSpec::EndToken, 1}};
+    for (const auto &T : Tokens) {
+      S.*T.Id = R.optCount(T.Field).getValueOr(M.Vocab - T.FromEnd);
+      if (M.Vocab > 0 && (S.*T.Id < 0 || S.*T.Id >= M.Vocab))
+        Diags.report(diag::value_out_of_range, Sc.provenance(T.Field).Range, T.Field, std::to_string(S.*T.Id),
+                     fmt::format("token ids, below vocab = {}", M.Vocab));
+    }
+    if (S.StartToken == S.ImageToken || S.ImageToken == S.EndToken || S.StartToken == S.EndToken)
+      Diags.report(
+          diag::value_out_of_range, Sc.provenance("vision.image_token").Range, "vision.image_token",
+          std::to_string(S.ImageToken),
+          fmt::format("an id apart from vision.start_token = {} and vision.end_token = {}", S.StartToken, S.EndToken));
     M.Vision = S;
   }
   if (Diags.errorCount() == Before)

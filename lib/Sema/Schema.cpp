@@ -244,6 +244,14 @@ const FieldSpec ModelFields[] = {
     FIELD(Model, "vision.deepstack_layers", CountList, Optional, "", 0, NoMax, {},
           "encoder blocks whose output, merged, the decoder adds to its visual tokens after its first layers "
           "(Hugging Face deepstack_visual_indexes; Qwen3-VL [8, 16, 24]); unset: none"),
+    COUNT(Model, "vision.start_token", Optional, "", 0,
+          "token id that opens an image in the text (Hugging Face vision_start_token_id; Qwen3-VL 151652); unset: "
+          "vocab - 3"),
+    COUNT(Model, "vision.image_token", Optional, "", 0,
+          "token id of each of an image's placeholders, one per merged patch (Hugging Face image_token_id; Qwen3-VL "
+          "151655); unset: vocab - 2"),
+    COUNT(Model, "vision.end_token", Optional, "", 0,
+          "token id that closes an image (Hugging Face vision_end_token_id; Qwen3-VL 151653); unset: vocab - 1"),
 };
 
 const FieldSpec GpuFields[] = {

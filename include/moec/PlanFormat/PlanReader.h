@@ -66,6 +66,9 @@ struct LaunchVision {
   int64_t Layers = 0, Hidden = 0, Heads = 0, FfnHidden = 0, PatchSize = 0, SpatialMerge = 1, TemporalPatch = 2;
   int64_t OutHidden = 0, PositionEmbeddings = 0;
   std::vector<int64_t> DeepstackLayers;
+  /// Token ids of an image in the text: StartToken, ImageToken once per
+  /// merged patch, EndToken.
+  int64_t StartToken = 0, ImageToken = 0, EndToken = 0;
 };
 
 struct LaunchModel {
@@ -110,6 +113,9 @@ struct LaunchData {
   /// none) over EvalIters global batches.
   std::vector<int64_t> Split;
   int64_t EvalInterval = 0, EvalIters = 0;
+  /// With a vision encoder: images per sample, and the side in pixels of a
+  /// mock image (data.images_per_sample, data.image_size).
+  int64_t ImagesPerSample = 1, ImageSize = 448;
 };
 
 /// [config.optimizer]. A plan without the table (written before it existed)

@@ -106,6 +106,8 @@ struct VisionSpec {
   int64_t Layers = 0, Hidden = 0, Heads = 0, FfnHidden = 0, PatchSize = 0, SpatialMerge = 1, TemporalPatch = 2;
   llvm::Optional<int64_t> OutHidden, PositionEmbeddings;
   std::vector<int64_t> DeepstackLayers;
+  /// Token ids of an image in the text: start, Placeholders x image, end.
+  int64_t StartToken = 0, ImageToken = 0, EndToken = 0;
 };
 
 struct ModelSpec {
