@@ -302,7 +302,6 @@ bool PlanParser::readModel(const toml::table &Config) {
       }
     }
     Model.Vision = V;
-    Model.Unsupported.push_back("vision");
   }
   return true;
 }
@@ -343,6 +342,8 @@ bool PlanParser::readConfig(const toml::table &Root) {
   if (!readModel(*C) || !readParallel(*C) || !readInt(*C, "config", "micro_batch", P.MicroBatch, 1) ||
       !readInt(*C, "config", "global_batch", P.GlobalBatch, 1) || !readInt(*C, "config", "seq_len", P.SeqLen, 1) ||
       !readString(*C, "config", "precision", P.Precision) || !readString(*C, "config", "dispatcher", P.Dispatcher))
+    return false;
+  if (C->contains("vision_frozen") && !readBool(*C, "config", "vision_frozen", P.VisionFrozen))
     return false;
 
   const toml::table *R = table(*C, "config", "recompute");

@@ -19,6 +19,7 @@ llvm::ArrayRef<StepLogKey> moec::stepLogKeys() {
       {"grad_norm", &StepRecord::GradNorm},
       {"step_time_s", &StepRecord::StepTimeSeconds},
       {"tokens_per_s", &StepRecord::TokensPerSecond},
+      {"useful_tokens_per_s", &StepRecord::UsefulTokensPerSecond},
       {"peak_bytes", &StepRecord::PeakBytes},
       {"compute_s", &StepRecord::ComputeSeconds},
       {"comm_s", &StepRecord::CommSeconds},

@@ -4,6 +4,7 @@
 #include "model/GatedDeltaNet.h"
 #include "model/ModelOps.h"
 #include "model/MoeBlock.h"
+#include "model/VisionTower.h"
 #include "parallel/cp/ContextParallelAttention.h"
 #include "parallel/tp/SequenceParallelLinear.h"
 #include "parallel/tp/VocabParallel.h"
@@ -119,6 +120,11 @@ struct MicroState {
   Tensor HLast, XnF, Probs;
   std::vector<float> RstdF;
   std::vector<MtpState> Mtp;
+  // Embedding chunk with a vision tower: its activations and output, and
+  // the (SP shard row, tower row) pairs of the image placeholders.
+  VisionSaved Vision;
+  VisionOutput VisionOut;
+  std::vector<std::pair<int64_t, int64_t>> VisualRows;
   int64_t outputBytes() const {
     int64_t B = HLast.bytes() + XnF.bytes() + Probs.bytes() + int64_t(RstdF.size() * sizeof(float));
     for (const MtpState &S : Mtp)
@@ -146,6 +152,7 @@ struct StageModel::Impl {
   std::unique_ptr<Communicator> WholeExperts; ///< the etp group when the context has none
   std::unique_ptr<MoeBlock> Moe;
   std::unique_ptr<GatedDeltaNetBlock> Gdn;
+  std::unique_ptr<VisionTower> Tower; ///< on the embedding chunk of a vision model
   std::map<int64_t, MicroState> InFlight;
   LossTotals Loss;
   std::map<std::string, int64_t> Current, Peak;
@@ -214,6 +221,10 @@ struct StageModel::Impl {
       fail("MoeFfnHidden must divide by the etp size");
     if (Stage.FirstLayer < 0 || Stage.NumLayers < 0 || Stage.FirstLayer + Stage.NumLayers > C.Layers)
       fail("stage layers out of range");
+    if (C.Vision && Stage.HasEmbedding &&
+        (C.Vision->OutHidden != C.Hidden || int64_t(C.Vision->DeepstackLayers.size()) > Stage.NumLayers))
+      fail("the vision tower's output must be the decoder's width, and the embedding chunk must hold a decoder "
+           "layer per deepstack feature");
     if (Stage.HasMtp && (!Stage.HasLoss || C.MtpLayers <= 0 || int64_t(Options.MtpCeScale.size()) != C.MtpLayers))
       fail("MTP blocks need the loss chunk, MtpLayers > 0 and a loss scale per block");
   }
@@ -239,6 +250,13 @@ struct StageModel::Impl {
     const ParamKind Dense = ParamKind::Dense, Rep = ParamKind::SequenceParallelReplicated;
     if (Stage.HasEmbedding)
       Embedding = addParam("embedding", Dense, {C.Vocab, C.Hidden}, Std, 1);
+    if (Stage.HasEmbedding && C.Vision) {
+      Tower = std::make_unique<VisionTower>(*C.Vision, Options.Seed);
+      // Every tp rank runs the whole tower and back-propagates its own
+      // sequence shard's rows: the gradients are summed over tp too.
+      for (Parameter *P : Tower->parameters())
+        P->Kind = Rep;
+    }
     if (C.Experts > 0) {
       Dispatcher = std::make_unique<TokenDispatcher>(*Groups.Ep, C.Experts, C.TopK, C.Hidden);
       Moe = std::make_unique<MoeBlock>(Config, *Groups.TpCp, *Dispatcher, *Groups.Etp);
@@ -803,6 +821,8 @@ struct StageModel::Impl {
     Tensor X;
     if (Stage.HasEmbedding) {
       X = vocabParallelEmbeddingForward(*Groups.Tp, M.Tokens, Embedding->Value, TpRank * Embedding->Value.rows());
+      if (Tower)
+        visionForward(MB, M, X);
     } else {
       if (!Input || Input->rows() != N / TpSize || Input->cols() != Config.Hidden)
         fail("stage input is not [Sequences * SeqLen / CP / TP, Hidden]");
@@ -814,6 +834,10 @@ struct StageModel::Impl {
       S.X = std::move(X);
       double Aux = 0;
       X = layerForward(Layers[L], M, S, Aux, CountRouting);
+      if (Tower && L < M.VisionOut.Deepstack.size())
+        for (auto [Row, From] : M.VisualRows)
+          for (int64_t C = 0; C < Config.Hidden; ++C)
+            X.row(Row)[C] += M.VisionOut.Deepstack[L].row(From)[C];
       if (Layers[L].Moe)
         Loss.AuxSum += Aux;
       dropForRecompute(S);
@@ -947,6 +971,49 @@ struct StageModel::Impl {
     InFlight.erase(It);
   }
 
+  bool VisionFrozen() const { return Config.VisionFrozen; }
+
+  /// Runs the tower on the micro batch's images and puts its tokens in place
+  /// of the placeholders' embeddings in X, this rank's sequence shard.
+  void visionForward(const MicroBatch &MB, MicroState &M, Tensor &X) {
+    const int64_t Ns = X.rows(), First = TpRank * Ns;
+    if (int64_t(MB.VisionRows.size()) != int64_t(M.Tokens.size()))
+      fail("a vision model's micro batch needs a vision row per token");
+    M.VisualRows.clear();
+    M.VisionOut = VisionOutput();
+    if (MB.Images.empty())
+      return;
+    const int64_t Dim = Config.Vision->patchDim();
+    Tensor Patches({int64_t(MB.ImagePatches.size()) / Dim, Dim});
+    std::copy(MB.ImagePatches.begin(), MB.ImagePatches.end(), Patches.data());
+    M.VisionOut = Tower->forward(Patches, MB.Images, M.Vision);
+    for (int64_t I = 0; I < Ns; ++I) {
+      int32_t From = MB.VisionRows[size_t(First + I)];
+      if (From < 0)
+        continue;
+      if (From >= M.VisionOut.Tokens.rows())
+        fail("a placeholder's vision row is past the tower's output");
+      std::copy_n(M.VisionOut.Tokens.row(From), Config.Hidden, X.row(I));
+      M.VisualRows.push_back({I, From});
+    }
+  }
+
+  /// The placeholders' rows of DY go to the tower (and not to the embedding
+  /// table, whose rows they replaced); the tower accumulates its gradients.
+  void visionBackward(MicroState &M, Tensor &DY, const std::vector<Tensor> &DDeepstack) {
+    if (M.VisionOut.Tokens.numel() == 0)
+      return;
+    Tensor DTokens(M.VisionOut.Tokens.shape());
+    for (auto [Row, From] : M.VisualRows) {
+      std::copy_n(DY.row(Row), Config.Hidden, DTokens.row(From));
+      std::fill_n(DY.row(Row), Config.Hidden, 0.0f);
+    }
+    if (!VisionFrozen())
+      Tower->backward(M.Vision, DTokens, DDeepstack);
+    M.Vision = VisionSaved();
+    M.VisionOut = VisionOutput();
+  }
+
   Tensor backward(int64_t Id, const Tensor *OutputGrad) {
     auto It = InFlight.find(Id);
     if (It == InFlight.end())
@@ -968,8 +1035,16 @@ struct StageModel::Impl {
              "[Sequences * SeqLen / CP / TP, Hidden]");
       DY = *OutputGrad;
     }
+    std::vector<Tensor> DDeepstack;
+    if (Tower && !VisionFrozen())
+      for (const Tensor &F : M.VisionOut.Deepstack)
+        DDeepstack.push_back(Tensor(F.shape()));
     for (size_t L = Layers.size(); L-- > 0;) {
       LayerState &S = M.Layers[L];
+      if (L < DDeepstack.size())
+        for (auto [Row, From] : M.VisualRows)
+          for (int64_t C = 0; C < Config.Hidden; ++C)
+            DDeepstack[L].row(From)[C] += DY.row(Row)[C];
       auto Before = S.bytes();
       recompute(Layers[L], M, S);
       auto After = S.bytes();
@@ -979,6 +1054,8 @@ struct StageModel::Impl {
       S = LayerState();
     }
     Tensor Result;
+    if (Tower)
+      visionBackward(M, DY, DDeepstack);
     if (Stage.HasEmbedding)
       vocabParallelEmbeddingBackward(*Groups.Tp, M.Tokens, DY, Embedding->Grad, TpRank * Embedding->Value.rows());
     else
@@ -1004,6 +1081,9 @@ std::vector<Parameter *> StageModel::parameters() {
   std::vector<Parameter *> R;
   for (auto &Param : P->Params)
     R.push_back(Param.get());
+  if (P->Tower && !P->Config.VisionFrozen)
+    for (Parameter *Param : P->Tower->parameters())
+      R.push_back(Param);
   return R;
 }
 

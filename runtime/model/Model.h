@@ -89,6 +89,24 @@
 
 namespace moert {
 
+/// The vision tower (model/VisionTower.h) of a vision-language model.
+struct VisionConfig {
+  int64_t Depth = 0, Hidden = 0, Heads = 0, FfnHidden = 0, OutHidden = 0;
+  int64_t PatchSize = 16, TemporalPatch = 2, InChannels = 3, MergeSize = 2;
+  int64_t PositionGrid = 48; ///< the position table is PositionGrid^2 x Hidden
+  std::vector<int64_t> DeepstackLayers;
+  double Eps = 1e-6, RopeTheta = 10000;
+  int64_t headDim() const { return Hidden / Heads; }
+  int64_t patchDim() const { return InChannels * TemporalPatch * PatchSize * PatchSize; }
+  int64_t mergeUnit() const { return MergeSize * MergeSize; }
+};
+
+/// One image (or video) in patches: Frames x Rows x Cols.
+struct ImageGrid {
+  int64_t Frames = 1, Rows = 0, Cols = 0;
+  int64_t patches() const { return Frames * Rows * Cols; }
+};
+
 struct ModelConfig {
   int64_t Layers = 0, Hidden = 0, FfnHidden = 0;
   int64_t Heads = 0, KvHeads = 0, HeadDim = 0, Vocab = 0;
@@ -118,6 +136,12 @@ struct ModelConfig {
   /// Megatron's RandomSTE. A token is named by its global sample and
   /// position (MicroBatch::FirstSample), so every layout routes alike.
   bool ForceBalance = false;
+  /// A vision tower on the embedding chunk: its merged tokens replace the
+  /// embeddings of the image placeholders (MicroBatch::VisionRows) and its
+  /// deepstack feature j is added to them after decoder layer j. Frozen: its
+  /// parameters take no gradient and are not the stage's parameters().
+  std::optional<VisionConfig> Vision;
+  bool VisionFrozen = false;
   /// Multiplies every routing weight after the top-k (and its
   /// normalisation): Megatron's moe_router_topk_scaling_factor, DeepSeek's
   /// routed_scaling_factor.
@@ -287,6 +311,13 @@ struct MicroBatch {
   /// k places ahead of each (0 past its sequence's end, as Megatron-Core's
   /// roll_tensor fills) and its label (-1 past the end: no loss).
   std::vector<std::vector<int32_t>> MtpTokens, MtpLabels;
+  /// With a vision tower: the micro batch's images (all its sequences', in
+  /// order) as patches [sum of patches, patchDim] in merge order, and for
+  /// each token in Tokens' order the tower output row that replaces its
+  /// embedding (-1: a text token).
+  std::vector<ImageGrid> Images;
+  std::vector<float> ImagePatches;
+  std::vector<int32_t> VisionRows;
 };
 
 class StageModel {

@@ -38,23 +38,6 @@
 
 namespace moert {
 
-struct VisionConfig {
-  int64_t Depth = 0, Hidden = 0, Heads = 0, FfnHidden = 0, OutHidden = 0;
-  int64_t PatchSize = 16, TemporalPatch = 2, InChannels = 3, MergeSize = 2;
-  int64_t PositionGrid = 48; ///< the position table is PositionGrid^2 x Hidden
-  std::vector<int64_t> DeepstackLayers;
-  double Eps = 1e-6, RopeTheta = 10000;
-  int64_t headDim() const { return Hidden / Heads; }
-  int64_t patchDim() const { return InChannels * TemporalPatch * PatchSize * PatchSize; }
-  int64_t mergeUnit() const { return MergeSize * MergeSize; }
-};
-
-/// One image (or video) in patches: Frames x Rows x Cols.
-struct ImageGrid {
-  int64_t Frames = 1, Rows = 0, Cols = 0;
-  int64_t patches() const { return Frames * Rows * Cols; }
-};
-
 /// What the backward needs, per block and merger.
 struct VisionSaved {
   struct LayerNormSaved {

@@ -6,6 +6,7 @@
 
 #include "checkpoint/HuggingFaceCheckpoint.h"
 #include "checkpoint/SafeTensors.h"
+#include "data/MultimodalSamples.h"
 #include "kernels/host/Blas.h"
 #include "model/Router.h"
 #include "parallel/cp/ContextParallelAttention.h"
@@ -105,6 +106,33 @@ ModelConfig moert::modelConfigOf(const moec::LaunchPlan &Plan) {
   }
   if (C.DenseLayers > 0 && C.FfnHidden <= 0)
     refuse("dense layers need the model's ffn_hidden");
+  if (M.Vision) {
+    const moec::LaunchVision &V = *M.Vision;
+    VisionConfig T;
+    T.Depth = V.Layers;
+    T.Hidden = V.Hidden;
+    T.Heads = V.Heads;
+    T.FfnHidden = V.FfnHidden;
+    T.OutHidden = V.OutHidden;
+    T.PatchSize = V.PatchSize;
+    T.TemporalPatch = V.TemporalPatch;
+    T.MergeSize = V.SpatialMerge;
+    T.DeepstackLayers = V.DeepstackLayers;
+    T.PositionGrid = int64_t(std::llround(std::sqrt(double(V.PositionEmbeddings))));
+    if (V.PositionEmbeddings <= 0 || T.PositionGrid * T.PositionGrid != V.PositionEmbeddings)
+      refuse("the vision tower interpolates a learned position table: set vision.position_embeddings (a square "
+             "number; Qwen3-VL 2304)");
+    if (T.OutHidden != C.Hidden)
+      refuse("vision.out_hidden " + std::to_string(T.OutHidden) + " is not the decoder's hidden size " +
+             std::to_string(C.Hidden) + ": the tower's tokens replace the placeholders' embeddings");
+    if (T.Hidden % T.Heads || (T.Hidden / T.Heads) % 4)
+      refuse("vision.hidden / vision.heads must be a multiple of 4 (the 2-D RoPE rotates rows and columns in pairs)");
+    if (C.MtpLayers > 0)
+      refuse("multi-token prediction beside a vision tower: the MTP blocks' future tokens would cross the image "
+             "placeholders; set mtp_layers = 0");
+    C.Vision = T;
+    C.VisionFrozen = Plan.VisionFrozen;
+  }
   return C;
 }
 
@@ -123,6 +151,9 @@ struct Trainer::Impl final : public PipelineStage {
   std::vector<std::unique_ptr<StageModel>> Chunks;
   std::shared_ptr<const TokenSource> Data;
   std::shared_ptr<const IndexedDataset> Dataset; ///< the plan's indexed dataset, if Data reads one
+  /// A vision model's samples: images and their placeholders before the text
+  /// of Data (of ValidData when evaluating).
+  std::unique_ptr<MultimodalSamples> Multimodal, ValidMultimodal;
   /// Held-out samples for evaluate(): the validation part of the split, or
   /// mock samples past any index training reaches; null without one.
   std::shared_ptr<const TokenSource> ValidData;
@@ -278,6 +309,8 @@ struct Trainer::Impl final : public PipelineStage {
     }
     if (Data->seqLen() != Plan.SeqLen || Data->vocab() != Config.Vocab)
       refuse("the data source's seq_len or vocab differs from the plan's");
+    if (Config.Vision)
+      openImages(Notes);
     if (Plan.Data.EvalInterval > 0 && !ValidData)
       refuse(Options.Data ? "data.eval_interval: the caller's data source has no validation part"
                           : "data.eval_interval: data.split gives the validation part no sequence; give it a weight "
@@ -398,6 +431,39 @@ struct Trainer::Impl final : public PipelineStage {
     }
   }
 
+  /// A vision model's samples: mock images of data.image_size, or the
+  /// decoded images beside a real dataset (PREFIX.vision.*).
+  void openImages(std::vector<std::string> &Notes) {
+    const moec::LaunchVision &V = *Plan.Model.Vision;
+    ImageTokens Ids{int32_t(V.StartToken), int32_t(V.ImageToken), int32_t(V.EndToken)};
+    PatchGeometry Geometry{V.PatchSize, V.TemporalPatch, V.SpatialMerge};
+    auto Make = [&](std::shared_ptr<const TokenSource> Text,
+                    const std::shared_ptr<const VisionDataset> &Images) -> std::unique_ptr<MultimodalSamples> {
+      if (!Text)
+        return nullptr;
+      if (Images)
+        return std::make_unique<MultimodalSamples>(Text, Ids, Geometry, Plan.Data.ImagesPerSample, Images);
+      return std::make_unique<MultimodalSamples>(Text, Ids, Geometry, Plan.Data.ImagesPerSample, Plan.Data.ImageSize,
+                                                 Options.Seed);
+    };
+    std::shared_ptr<VisionDataset> Images;
+    if (!Plan.Data.Mock) {
+      Images = std::make_shared<VisionDataset>();
+      std::string Error;
+      if (!Images->open(Plan.Data.Path, Error))
+        refuse("the plan's images beside '" + Plan.Data.Path + "' (moerun-mkdata --images writes them): " + Error);
+      Notes.push_back(fmt::format("images: {} decoded images from {}.vision.*, {} per sample", Images->images().size(),
+                                  Plan.Data.Path, Plan.Data.ImagesPerSample));
+    } else {
+      Notes.push_back(fmt::format("images: mock, {} per sample of {} x {} pixels", Plan.Data.ImagesPerSample,
+                                  Plan.Data.ImageSize, Plan.Data.ImageSize));
+    }
+    Multimodal = Make(Data, Images);
+    ValidMultimodal = Make(ValidData, Images);
+    if (std::string Why = Multimodal->problem(); !Why.empty())
+      refuse(Why);
+  }
+
   const MicroBatch &batch(int64_t Mb) {
     auto It = Batches.find(Mb);
     if (It != Batches.end())
@@ -411,6 +477,10 @@ struct Trainer::Impl final : public PipelineStage {
     const TokenSource &Source = Evaluating ? *ValidData : *Data;
     std::vector<int64_t> Pos = localPositions(int(CpRank), int(CpSize), Plan.SeqLen);
     std::vector<int32_t> Sample(size_t(Plan.SeqLen + 1));
+    if (Multimodal) {
+      multimodalBatch(B, First, Pos);
+      return B;
+    }
     for (int64_t S = 0; S < Plan.MicroBatch; ++S) {
       Source.sample(First + S, Sample.data());
       for (int64_t P : Pos) {
@@ -427,6 +497,33 @@ struct Trainer::Impl final : public PipelineStage {
         }
     }
     return B;
+  }
+
+  /// A vision model's micro batch: each sequence's images and placeholders,
+  /// its text, labels without the images, and the tower row of every
+  /// placeholder among this CP rank's positions.
+  void multimodalBatch(MicroBatch &B, int64_t First, const std::vector<int64_t> &Pos) {
+    const MultimodalSamples &Source = Evaluating ? *ValidMultimodal : *Multimodal;
+    const int32_t Placeholder = int32_t(Plan.Model.Vision->ImageToken);
+    int64_t RowsBefore = 0; // tower rows of the micro batch's earlier images
+    for (int64_t S = 0; S < Plan.MicroBatch; ++S) {
+      MultimodalSample Sample = Source.sample(First + S);
+      std::vector<int32_t> Labels = Source.labels(Sample.Tokens);
+      std::vector<int32_t> Row(Sample.Tokens.size(), -1);
+      for (size_t P = 0, K = 0; P < Row.size(); ++P)
+        if (Sample.Tokens[P] == Placeholder)
+          Row[P] = int32_t(RowsBefore + int64_t(K++));
+      for (int64_t P : Pos) {
+        B.Tokens.push_back(Sample.Tokens[size_t(P)]);
+        B.Labels.push_back(Labels[size_t(P)]);
+        B.VisionRows.push_back(Row[size_t(P)]);
+      }
+      for (SampleImage &I : Sample.Images) {
+        B.Images.push_back({I.Frames, I.Rows, I.Cols});
+        B.ImagePatches.insert(B.ImagePatches.end(), I.Patches.begin(), I.Patches.end());
+      }
+      RowsBefore += Sample.imageTokens() / (Config.Vision->MergeSize * Config.Vision->MergeSize);
+    }
   }
 
   // PipelineStage.
@@ -570,6 +667,7 @@ struct Trainer::Impl final : public PipelineStage {
       S.PeakBytes = std::max(S.PeakBytes, Peak);
     }
     S.TokensPerSecond = S.StepSeconds > 0 ? double(Plan.GlobalBatch * Plan.SeqLen) / S.StepSeconds : 0.0;
+    S.UsefulTokensPerSecond = S.StepSeconds > 0 ? double(S.Tokens) / S.StepSeconds : 0.0;
     return S;
   }
 

@@ -79,8 +79,11 @@ struct TrainStepStats {
   /// Mean cross entropy of the MTP blocks over their (token, depth) pairs
   /// that have a label (0 without MTP blocks), unscaled.
   double MtpLoss = 0;
-  double StepSeconds = 0;             ///< slowest rank, from the step's start to its update
-  double TokensPerSecond = 0;         ///< whole job: global_batch * seq_len / StepSeconds
+  double StepSeconds = 0;     ///< slowest rank, from the step's start to its update
+  double TokensPerSecond = 0; ///< whole job: global_batch * seq_len / StepSeconds
+  /// Whole job: the tokens with a label (text, not image placeholders) over
+  /// StepSeconds.
+  double UsefulTokensPerSecond = 0;
   int64_t PeakBytes = 0;              ///< largest over the ranks of RankPeakBytes
   std::vector<int64_t> RankPeakBytes; ///< per world rank: see localPeakBytes()
   double CommSeconds = 0;             ///< mean over ranks of time inside communicator calls

@@ -305,7 +305,7 @@ TEST_F(Damaged, Routing) {
             "plan.toml: config.model.moe.pre_softmax: expected true or false");
 }
 
-TEST(PlanReader, VisionEncoderIsReadAndStillRefused) {
+TEST(PlanReader, VisionEncoderIsRead) {
   const char *Vl = R"(
 recipe vl {
   model = qwen3_vl_30b_a3b
@@ -313,6 +313,8 @@ recipe vl {
   seq_len = 4K
   batch { micro = 1; global = 64 }
   parallel { ep = 8 }
+  vision { frozen = true }
+  data { images_per_sample = 2; image_size = 512 }
 }
 )";
   const std::string Doc = planToTOML(planOf(Vl));
@@ -324,8 +326,15 @@ recipe vl {
   EXPECT_EQ(L.Model.Vision->TemporalPatch, 2);
   EXPECT_EQ(L.Model.Vision->PositionEmbeddings, 2304);
   EXPECT_EQ(L.Model.Vision->DeepstackLayers, (std::vector<int64_t>{8, 16, 24}));
-  // The decoder does not take the encoder's tokens yet: the trainer refuses it by name.
-  EXPECT_EQ(L.Model.Unsupported, (std::vector<std::string>{"vision"}));
+  EXPECT_EQ(L.Model.Vision->StartToken, 151652);
+  EXPECT_EQ(L.Model.Vision->ImageToken, 151655);
+  EXPECT_EQ(L.Model.Vision->EndToken, 151653);
+  EXPECT_TRUE(L.VisionFrozen);
+  EXPECT_EQ(L.Data.ImagesPerSample, 2);
+  EXPECT_EQ(L.Data.ImageSize, 512);
+  EXPECT_TRUE(L.Model.Unsupported.empty());
+  EXPECT_EQ(errorOf(replaced(Doc, "image_token = 151655", "image_token = 151936")),
+            "plan.toml: config.model.vision.image_token: 151936 is not below the vocabulary of 151936");
   EXPECT_EQ(errorOf(replaced(Doc, "deepstack_layers = [ 8, 16, 24 ]", "deepstack_layers = [ 8, 27 ]")),
             "plan.toml: config.model.vision.deepstack_layers[1]: expected an encoder block, below 27");
   EXPECT_EQ(errorOf(replaced(Doc, "patch_size = 16", "patch_size = 0")),

@@ -49,6 +49,7 @@ TEST(StepRecord, EveryKeyRoundTrips) {
   R.PredictedPeakBytes = 1.2e11;
   R.ValidLoss = 4.75;
   R.MtpLoss = 5.25;
+  R.UsefulTokensPerSecond = 1000.5;
   R.TpCommSeconds = 0.01;
   R.CpCommSeconds = 0.02;
   R.EpCommSeconds = 0.03;

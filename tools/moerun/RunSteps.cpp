@@ -204,6 +204,8 @@ int moerun::runSteps(RunContext &Ctx) {
         R.MtpLoss = St.MtpLoss;
       R.StepTimeSeconds = St.StepSeconds;
       R.TokensPerSecond = St.TokensPerSecond;
+      if (Ctx.Plan.Model.Vision)
+        R.UsefulTokensPerSecond = St.UsefulTokensPerSecond;
       R.PeakBytes = St.PeakBytes;
       R.ComputeSeconds = St.ComputeSeconds;
       R.CommSeconds = St.CommSeconds;

@@ -83,9 +83,9 @@ struct LaunchModel {
   std::optional<LaunchMla> Mla;
   std::optional<LaunchLinearAttention> LinearAttention;
   std::optional<LaunchVision> Vision;
-  /// The plan describes a model feature the CPU runtime does not implement
-  /// (vision: the encoder exists, the decoder does not take its tokens yet):
-  /// the names, for a clear refusal.
+  /// The plan describes a model feature the CPU runtime does not implement:
+  /// the names, for a clear refusal (none today; kept for plans of features
+  /// to come).
   std::vector<std::string> Unsupported;
 };
 
@@ -180,6 +180,7 @@ struct LaunchPlan {
   LaunchParallel Parallel;
   int64_t MicroBatch = 0, GlobalBatch = 0, SeqLen = 0;
   std::string Precision, Dispatcher;
+  bool VisionFrozen = false; ///< the recipe's vision.frozen (optional: absent is false)
   LaunchRecompute Recompute;
   LaunchData Data;
   LaunchOptimizer Optimizer;

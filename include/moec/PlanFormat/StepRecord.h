@@ -44,7 +44,9 @@ struct StepRecord {
   double GradNorm = 0;     ///< global gradient norm before clipping
   double StepTimeSeconds = 0;
   double TokensPerSecond = 0; ///< whole job: global batch x seq_len / step time
-  int64_t PeakBytes = 0;      ///< largest peak memory over the ranks
+  /// A vision model's: the text tokens (those with a label) per second.
+  std::optional<double> UsefulTokensPerSecond;
+  int64_t PeakBytes = 0; ///< largest peak memory over the ranks
   double ComputeSeconds = 0;
   double CommSeconds = 0;
   /// CommSeconds by parallel dimension (unset: a log without them).

@@ -8,6 +8,7 @@
 //===----------------------------------------------------------------------===//
 #include "DataTestUtil.h"
 #include "data/ImagePatches.h"
+#include "data/MultimodalSamples.h"
 #include "data/VisionDataset.h"
 
 #include <gtest/gtest.h>
@@ -140,6 +141,59 @@ TEST(ImagePatches, PatchesAreInMergeOrderWithEveryFrame) {
   for (int64_t P = 0; P < 16; ++P)
     for (int64_t K = 0; K < 6; ++K) // 3 channels x 2 identical frames
       EXPECT_EQ(Out.Values[size_t(P * 6 + K)], float(double(Order[P]) * (1.0 / 255.0))) << P << " " << K;
+}
+
+// A vision-language sample: the image's start, one placeholder per merged
+// patch and end, then text of the same index; labels skip the image; the
+// same index gives the same sample; a dataset's images go round.
+TEST(MultimodalSamples, ImagesThenTextWithTheImageOutOfTheLoss) {
+  auto Text = std::make_shared<MockSource>(64, 24, 7);
+  ImageTokens Ids{61, 62, 63};
+  PatchGeometry G{2, 2, 2};
+  MultimodalSamples Mock(Text, Ids, G, 1, 8, 3); // 8 pixels: 4 x 4 patches, 4 placeholders
+  ASSERT_EQ(Mock.problem(), "");
+  MultimodalSample S = Mock.sample(5);
+  ASSERT_EQ(S.Tokens.size(), 25u);
+  ASSERT_EQ(S.Images.size(), 1u);
+  EXPECT_EQ(S.Images[0].Rows, 4);
+  EXPECT_EQ(S.Images[0].Patches.size(), size_t(16 * G.patchDim()));
+  EXPECT_EQ(S.imageTokens(), 16);
+  EXPECT_EQ(std::vector<int32_t>(S.Tokens.begin(), S.Tokens.begin() + 6),
+            (std::vector<int32_t>{61, 62, 62, 62, 62, 63}));
+  std::vector<int32_t> Words = Text->sample(5);
+  for (size_t K = 6; K < S.Tokens.size(); ++K)
+    EXPECT_EQ(S.Tokens[K], Words[K - 6] >= 61 ? 0 : Words[K - 6]) << K;
+  std::vector<int32_t> L = Mock.labels(S.Tokens);
+  EXPECT_EQ(std::count(L.begin(), L.begin() + 5, -1), 5);
+  EXPECT_EQ(L[5], S.Tokens[6]);
+  EXPECT_EQ(Mock.sample(5).Images[0].Patches, S.Images[0].Patches);
+  EXPECT_NE(Mock.sample(6).Images[0].Patches, S.Images[0].Patches);
+  for (float V : S.Images[0].Patches)
+    ASSERT_TRUE(V >= -1.0f && V <= 1.0f);
+  // Two 16-pixel images take 2 x (16 + 2) tokens: more than 24.
+  EXPECT_EQ(MultimodalSamples(Text, Ids, G, 2, 16, 3).problem(),
+            "a sample's images take 36 tokens, more than seq_len 24");
+
+  ScratchDir D;
+  VisionDatasetHeader H = header();
+  std::vector<VisionImageEntry> E(2);
+  E[0].Rows = E[0].Cols = 2;
+  E[1].Rows = 2;
+  E[1].Cols = 4;
+  std::vector<std::vector<float>> V(2);
+  for (size_t I = 0; I < 2; ++I)
+    V[I].assign(E[I].patches() * H.patchDim(), float(I + 1));
+  std::string Error;
+  ASSERT_TRUE(writeVisionDataset(D.file("c"), H, E, V, Error)) << Error;
+  auto Images = std::make_shared<VisionDataset>();
+  ASSERT_TRUE(Images->open(D.file("c"), Error)) << Error;
+  MultimodalSamples Real(Text, Ids, G, 1, Images);
+  EXPECT_EQ(Real.problem(), "");
+  EXPECT_EQ(Real.sample(0).imageTokens(), 4);
+  EXPECT_EQ(Real.sample(1).imageTokens(), 8);
+  EXPECT_EQ(Real.sample(2).Images[0].Patches, V[0]);
+  EXPECT_EQ(MultimodalSamples(Text, Ids, PatchGeometry{4, 2, 2}, 1, Images).problem(),
+            "the image dataset's patches (2 pixels, 2 frames, merged 2 a side) are not the vision tower's (4, 2, 2)");
 }
 
 } // namespace
