@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from runtime_speed import machine  # noqa: E402
+from runtime_speed import env, machine, mpi  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -43,11 +43,6 @@ IMAGES = [(320, 240), (256, 256), (400, 200), (224, 336), (288, 288), (352, 224)
 MIN_PIXELS, MAX_PIXELS = 256 * 256, 448 * 448
 
 
-def env():
-    return dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-                OPENBLAS_NUM_THREADS="1", OMPI_MCA_rmaps_base_oversubscribe="1")
-
-
 def recipe(name, ranks, parallel, data):
     return (MODEL + f"recipe {name} {{\n  model = small_vl\n  cluster {{ gpu = cpu; gpus = {ranks} }}\n"
             f"  seq_len = {SEQ_LEN}\n  batch {{ micro = {MICRO}; global = {GLOBAL} }}\n"
@@ -61,8 +56,8 @@ def run(args, work, name, ranks, parallel, data):
     subprocess.run([args.moec, "plan", str(moe), "-o", str(plan), "--quiet"], check=True, env=env(),
                    stderr=subprocess.DEVNULL)
     log = work / f"{name}.jsonl"
-    cmd = ["mpirun", "--oversubscribe", "--bind-to", "none", "--mca", "btl", "self,vader", "-np", str(ranks),
-           args.moerun, str(plan), "--steps", str(args.steps), "--log", str(log), "--timeout", "0"]
+    cmd = mpi("mpirun", ranks) + [args.moerun, str(plan), "--steps", str(args.steps), "--log", str(log),
+                                  "--timeout", "0"]
     p = subprocess.run(cmd, env=env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     if p.returncode != 0:
         sys.exit(f"moerun failed on {name} (exit {p.returncode}):\n{p.stdout}")
