@@ -51,7 +51,7 @@ std::string MultimodalSamples::problem() const {
   }
   if (Largest > Text->seqLen())
     return "a sample's images take " + std::to_string(Largest) + " tokens, more than seq_len " +
-           std::to_string(Text->seqLen());
+           std::to_string(Text->seqLen()) + ": raise seq_len, or lower data.image_size or data.images_per_sample";
   return "";
 }
 

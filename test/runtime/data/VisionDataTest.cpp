@@ -172,7 +172,8 @@ TEST(MultimodalSamples, ImagesThenTextWithTheImageOutOfTheLoss) {
     ASSERT_TRUE(V >= -1.0f && V <= 1.0f);
   // Two 16-pixel images take 2 x (16 + 2) tokens: more than 24.
   EXPECT_EQ(MultimodalSamples(Text, Ids, G, 2, 16, 3).problem(),
-            "a sample's images take 36 tokens, more than seq_len 24");
+            "a sample's images take 36 tokens, more than seq_len 24: raise seq_len, or lower "
+            "data.image_size or data.images_per_sample");
 
   ScratchDir D;
   VisionDatasetHeader H = header();
