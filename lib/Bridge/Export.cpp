@@ -140,6 +140,12 @@ private:
       set("model.rotary_base", Value::real(*M.RopeTheta), "model.rope_theta");
     if (M.RopeFraction)
       set("model.rotary_percent", Value::real(*M.RopeFraction), "model.rope_fraction");
+    if (!M.MropeSection.empty()) {
+      std::vector<Value> Section;
+      for (int64_t N : M.MropeSection)
+        Section.push_back(Value::integer(N));
+      set("model.mrope_section", Value::list(std::move(Section)), "model.mrope_section");
+    }
     // Unset: the provider's layernorm_epsilon (GPTModelProvider's 1e-5).
     if (M.NormEpsilon)
       set("model.layernorm_epsilon", Value::real(*M.NormEpsilon), "model.norm_epsilon");

@@ -374,6 +374,16 @@ StringRef quietCategory(StringRef Key, const Value &V) {
   return "";
 }
 
+/// How a ConfigContainer writes a model's mrope_section (null: none).
+Value mropeSection(const std::vector<int64_t> &Section) {
+  if (Section.empty())
+    return Value::null();
+  std::vector<Value> Items;
+  for (int64_t N : Section)
+    Items.push_back(Value::integer(N));
+  return Value::list(std::move(Items));
+}
+
 /// The leading dense layers a moe_layer_freq describes (1: none; a list of
 /// 0s then 1s over every layer: the 0s), or -1 for a pattern the schema
 /// cannot say (MoE layers only after a dense prefix).
@@ -652,6 +662,7 @@ private:
       unmapped(*get("model.rotary_percent"),
                fmt::format("differs from the catalog model '{}' ({}); the recipe keeps the catalog's value", ModelName,
                            Model->RopeFraction.getValueOr(1.0)));
+    Check("model.mrope_section", mropeSection(Model->MropeSection));
     if (auto F = number("model.layernorm_epsilon"); F && *F != Model->NormEpsilon.getValueOr(DefaultNormEpsilon))
       unmapped(*get("model.layernorm_epsilon"),
                fmt::format("differs from the catalog model '{}' ({}); the recipe keeps the catalog's value", ModelName,
@@ -847,6 +858,16 @@ private:
       else if (*F != 1)
         unmapped(*get("model.rotary_percent"), "rope_fraction is a number in (0, 1]");
     }
+    if (Entry *E = get("model.mrope_section"); E && E->V.K != Value::Kind::Null) {
+      std::vector<ast::ExprPtr> Items;
+      for (const Value &N : E->V.K == Value::Kind::List ? E->V.Items : std::vector<Value>{})
+        if (N.K == Value::Kind::Int && N.I >= 0)
+          Items.push_back(ast::makeInt(N.I));
+      if (E->V.K == Value::Kind::List && Items.size() == E->V.Items.size())
+        Lines.push_back(ast::makeAssignment("mrope_section", ast::makeList(std::move(Items))));
+      else
+        unmapped(*E, "mrope_section is a list of counts");
+    }
     if (auto F = number("model.layernorm_epsilon")) {
       if (*F > 0 && *F < 0.1) {
         if (*F != DefaultNormEpsilon)
@@ -945,7 +966,7 @@ private:
     for (StringRef K : {"model.mtp_num_layers", "model.max_position_embeddings", "model.moe_router_score_function",
                         "model.moe_router_enable_expert_bias", "model.moe_router_pre_softmax", "model.moe_layer_freq",
                         "model.moe_router_topk_scaling_factor", "model.rotary_base", "model.rotary_percent",
-                        "model.moe_shared_expert_gate", "model.layernorm_epsilon"})
+                        "model.moe_shared_expert_gate", "model.layernorm_epsilon", "model.mrope_section"})
       Keys.push_back(K);
     return Keys;
   }

@@ -79,6 +79,8 @@ json::Value moec::recipeToJSON(const Recipe &R) {
     Model["rope_theta"] = *M.RopeTheta;
   if (M.RopeFraction)
     Model["rope_fraction"] = *M.RopeFraction;
+  if (!M.MropeSection.empty())
+    Model["mrope_section"] = json::Array(M.MropeSection);
   if (M.NormEpsilon)
     Model["norm_epsilon"] = *M.NormEpsilon;
   if (M.MLA)

@@ -183,6 +183,17 @@ llvm::Expected<HFImport> moec::importHFConfig(llvm::StringRef JsonText, llvm::St
   Opt("max_seq_len", {"max_position_embeddings"});
   if (auto Theta = C.number("rope_theta"); Theta && *Theta >= 1 && *Theta < 1e15)
     Set(Model, "rope_theta", ast::makeNumber(*Theta));
+  // Qwen-VL's multimodal RoPE: rope_scaling (rope_parameters in newer
+  // transformers) says how the frequencies split over time, rows, columns.
+  for (llvm::StringRef Key : {"rope_scaling", "rope_parameters"})
+    if (const json::Object *Rope = (Text ? *Text : *Root).getObject(Key))
+      if (auto Section = ConfigReader(*Rope).integerList("mrope_section"); Section && !Section->empty()) {
+        std::vector<ast::ExprPtr> Items;
+        for (int64_t N : *Section)
+          Items.push_back(ast::makeInt(N));
+        Set(Model, "mrope_section", ast::makeList(std::move(Items)));
+        break;
+      }
   if (auto Eps = C.number("rms_norm_eps"); Eps && *Eps > 0 && *Eps < 0.1)
     Set(Model, "norm_epsilon", ast::makeNumber(*Eps));
   // DeepSeek-V3 says num_nextn_predict_layers, the Qwen3.5 family mtp_num_hidden_layers

@@ -184,6 +184,23 @@ bool PlanParser::readModel(const toml::table &Config) {
       return fail(Pre + ".rope_fraction", "expected a number in (0, 1]");
     Model.RopeFraction = *V;
   }
+  if (M->contains("mrope_section")) {
+    const toml::array *L = array(*M, Pre, "mrope_section");
+    if (!L)
+      return false;
+    const int64_t Rotated = int64_t(std::llround(double(Model.HeadDim) * Model.RopeFraction));
+    int64_t Sum = 0;
+    for (size_t I = 0; I < L->size(); ++I) {
+      std::optional<int64_t> N = (*L)[I].value_exact<int64_t>();
+      if (!(*L)[I].is_integer() || !N || *N < 0 || *N > Rotated)
+        return fail(index(Pre + ".mrope_section", I), fmt::format("expected a count of at most {}", Rotated));
+      Model.MropeSection.push_back(*N);
+      Sum += *N;
+    }
+    if (L->size() != 3 || 2 * Sum != Rotated)
+      return fail(Pre + ".mrope_section",
+                  fmt::format("expected three counts summing to {}, half the dimensions RoPE rotates", Rotated / 2));
+  }
   if (const toml::node *N = M->get("norm_epsilon")) {
     std::optional<double> V = N->value<double>();
     if (!N->is_number() || !V || !(*V > 0 && *V < 1))

@@ -106,6 +106,22 @@ const ModelSpec *SemaImpl::lowerModel(DefInfo &D) {
   M.RopeFraction = R.optReal("rope_fraction");
   M.NormEpsilon = R.optReal("norm_epsilon");
   M.QkNorm = R.boolean("qk_norm");
+  if (const Value *L = Sc.get("mrope_section")) {
+    for (const Value &Axis : L->Elements)
+      M.MropeSection.push_back(Axis.Num.getInteger());
+    // One count per axis (time, rows, columns), together half the rotated
+    // dimensions: each frequency rotates a pair of them.
+    const int64_t Rotated = int64_t(std::llround(double(M.HeadDim) * M.RopeFraction.getValueOr(1.0)));
+    int64_t Sum = 0;
+    for (int64_t N : M.MropeSection)
+      Sum += N;
+    if (M.HeadDim > 0 && (M.MropeSection.size() != 3 || 2 * Sum != Rotated))
+      Diags.report(diag::value_out_of_range, Sc.provenance("mrope_section").Range, "mrope_section",
+                   fmt::format("[{}]", fmt::join(M.MropeSection, ", ")),
+                   fmt::format("three counts (time, rows, columns) summing to {}, half of the {} dimensions RoPE "
+                               "rotates in a head",
+                               Rotated / 2, Rotated));
+  }
   if (!Sc.isSet("head_dim") && !Sc.get("head_dim") && M.Hidden && M.Heads)
     Diags.report(diag::missing_field, D.AST->NameRange, "model", D.name(), "head_dim")
         .note(diag::note_value_set_here, Sc.provenance("hidden").Range, "hidden");

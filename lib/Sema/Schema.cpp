@@ -197,6 +197,11 @@ const FieldSpec ModelFields[] = {
     FIELD(Model, "rope_fraction", Number, Optional, "", 1e-6, 1, {},
           "fraction of each attention head RoPE rotates (Megatron rotary_percent, Hugging Face "
           "partial_rotary_factor; Qwen3-Next 0.25); unset: all of it"),
+    FIELD(Model, "mrope_section", CountList, Optional, "", 0, NoMax, {},
+          "multimodal RoPE of a vision-language model (Megatron mrope_section, Hugging Face "
+          "rope_scaling.mrope_section; Qwen3-VL [24, 20, 20]): how many of each head's rotary frequencies follow a "
+          "token's time, row and column positions, interleaved; their sum is half the rotated dimensions; unset: "
+          "one position per token"),
     FIELD(Model, "norm_epsilon", Number, Optional, "", 1e-12, 0.1, {},
           "epsilon of every RMSNorm (Megatron layernorm_epsilon, Hugging Face rms_norm_eps; the Qwen3 and "
           "DeepSeek-V3 checkpoints 1e-6); unset: Megatron's default 1e-5"),

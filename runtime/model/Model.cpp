@@ -111,6 +111,9 @@ struct MicroState {
   int64_t Sequences = 0, SeqLen = 0;
   std::vector<int32_t> Tokens, Labels;
   std::vector<int64_t> Positions; ///< absolute position of each of the N tokens
+  /// Under multimodal RoPE, each of the N tokens' time, row and column
+  /// positions (empty: Positions alone).
+  MultimodalPositions Multimodal;
   /// With ModelConfig::ForceBalance: a key per token of this rank's SP shard
   /// (its global sample and position), the same under every layout.
   std::vector<uint64_t> TokenKeys;
@@ -125,6 +128,7 @@ struct MicroState {
   VisionSaved Vision;
   VisionOutput VisionOut;
   std::vector<std::pair<int64_t, int64_t>> VisualRows;
+  int64_t VisionBytes = 0; ///< charged to "vision" until the backward
   int64_t outputBytes() const {
     int64_t B = HLast.bytes() + XnF.bytes() + Probs.bytes() + int64_t(RstdF.size() * sizeof(float));
     for (const MtpState &S : Mtp)
@@ -225,6 +229,13 @@ struct StageModel::Impl {
         (C.Vision->OutHidden != C.Hidden || int64_t(C.Vision->DeepstackLayers.size()) > Stage.NumLayers))
       fail("the vision tower's output must be the decoder's width, and the embedding chunk must hold a decoder "
            "layer per deepstack feature");
+    if (C.MropeSection) {
+      const auto &S = *C.MropeSection;
+      const int64_t Rotated = C.RotaryDim > 0 ? C.RotaryDim : C.HeadDim;
+      if (C.Mla || S[0] < 0 || S[1] < 0 || S[2] < 0 || 2 * (S[0] + S[1] + S[2]) != Rotated)
+        fail("multimodal RoPE needs query-key heads (no latent attention) and sections summing to half the "
+             "rotated dimensions");
+    }
     if (Stage.HasMtp && (!Stage.HasLoss || C.MtpLayers <= 0 || int64_t(Options.MtpCeScale.size()) != C.MtpLayers))
       fail("MTP blocks need the loss chunk, MtpLayers > 0 and a loss scale per block");
   }
@@ -546,12 +557,23 @@ struct StageModel::Impl {
       Y[0] = headNorm(S.QPre, *P.QNorm, S.RstdQ);
       Y[1] = headNorm(S.KPre, *P.KNorm, S.RstdK);
     }
-    applyRope(Y[0], Config.HeadDim, M.Positions, Config.RopeTheta, false, Config.RotaryDim);
-    applyRope(Y[1], Config.HeadDim, M.Positions, Config.RopeTheta, false, Config.RotaryDim);
+    rope(Y[0], M, false);
+    rope(Y[1], M, false);
     S.Q = std::move(Y[0]);
     S.K = std::move(Y[1]);
     S.V = std::move(Y[2]);
   }
+  /// Rotates queries or keys (or, Inverse, their gradients) of micro batch
+  /// M: by each token's time, row and column positions under multimodal
+  /// RoPE, else by its place in the sequence.
+  void rope(Tensor &X, const MicroState &M, bool Inverse) const {
+    if (Config.MropeSection && !M.Multimodal.Axes[0].empty())
+      applyMultimodalRope(X, Config.HeadDim, M.Multimodal, Config.RopeTheta, *Config.MropeSection, Inverse,
+                          Config.RotaryDim);
+    else
+      applyRope(X, Config.HeadDim, M.Positions, Config.RopeTheta, Inverse, Config.RotaryDim);
+  }
+
   void coreAttn(const MicroState &M, LayerState &S) {
     AttentionDims D = attentionDims(M);
     S.AttnOut = Tensor({S.Q.rows(), D.QHeads * D.vHeadDim()});
@@ -773,8 +795,8 @@ struct StageModel::Impl {
       Tensor DXn1 = mlaBackward(P, M, S, DQ, DK, DV);
       return add(DH, rmsNormBackward(S.X, P.AttnNorm->Value, S.Rstd1, DXn1, P.AttnNorm->Grad));
     }
-    applyRope(DQ, Config.HeadDim, M.Positions, Config.RopeTheta, true, Config.RotaryDim);
-    applyRope(DK, Config.HeadDim, M.Positions, Config.RopeTheta, true, Config.RotaryDim);
+    rope(DQ, M, true);
+    rope(DK, M, true);
     if (P.QNorm) {
       DQ = headNormBackward(S.QPre, *P.QNorm, S.RstdQ, DQ);
       DK = headNormBackward(S.KPre, *P.KNorm, S.RstdK, DK);
@@ -811,6 +833,14 @@ struct StageModel::Impl {
     M.Positions.resize(N);
     for (int64_t I = 0; I < N; ++I)
       M.Positions[I] = Local[I % int64_t(Local.size())];
+    M.Multimodal = MultimodalPositions();
+    if (Config.MropeSection && !MB.RopePositions[0].empty()) {
+      for (const auto &Axis : MB.RopePositions)
+        if (int64_t(Axis.size()) != N)
+          fail("a micro batch's multimodal positions are not one per token");
+      for (size_t A = 0; A < 3; ++A)
+        M.Multimodal.Axes[A] = MB.RopePositions[A];
+    }
     M.TokenKeys.clear();
     if (Config.ForceBalance)
       for (int64_t I = TpRank * (N / TpSize); I < (TpRank + 1) * (N / TpSize); ++I) {
@@ -968,6 +998,7 @@ struct StageModel::Impl {
       charge(S.bytes(), -1);
     for (MtpState &S : M.Mtp)
       charge(S.Layer.bytes(), -1);
+    charge({{"vision", M.VisionBytes}}, -1);
     InFlight.erase(It);
   }
 
@@ -987,6 +1018,12 @@ struct StageModel::Impl {
     Tensor Patches({int64_t(MB.ImagePatches.size()) / Dim, Dim});
     std::copy(MB.ImagePatches.begin(), MB.ImagePatches.end(), Patches.data());
     M.VisionOut = Tower->forward(Patches, MB.Images, M.Vision);
+    // A frozen tower has no backward: only its outputs stay, the deepstack
+    // features until the layers that add them.
+    if (VisionFrozen())
+      M.Vision = VisionSaved();
+    M.VisionBytes = M.Vision.bytes() + M.VisionOut.bytes();
+    charge({{"vision", M.VisionBytes}}, +1);
     for (int64_t I = 0; I < Ns; ++I) {
       int32_t From = MB.VisionRows[size_t(First + I)];
       if (From < 0)
@@ -1012,6 +1049,8 @@ struct StageModel::Impl {
       Tower->backward(M.Vision, DTokens, DDeepstack);
     M.Vision = VisionSaved();
     M.VisionOut = VisionOutput();
+    charge({{"vision", M.VisionBytes}}, -1);
+    M.VisionBytes = 0;
   }
 
   Tensor backward(int64_t Id, const Tensor *OutputGrad) {
@@ -1087,6 +1126,12 @@ std::vector<Parameter *> StageModel::parameters() {
   return R;
 }
 
+std::vector<Parameter *> StageModel::frozenParameters() {
+  if (P->Tower && P->Config.VisionFrozen)
+    return P->Tower->parameters();
+  return {};
+}
+
 std::vector<ExpertBias *> StageModel::expertBiases() {
   std::vector<ExpertBias *> R;
   for (auto &B : P->Biases)
@@ -1095,6 +1140,8 @@ std::vector<ExpertBias *> StageModel::expertBiases() {
 }
 
 void StageModel::setCountRouting(bool Count) { P->CountRouting = Count; }
+
+void StageModel::setCeScale(double Scale) { P->Options.CeScale = Scale; }
 
 StageModel::LossTotals &StageModel::loss() { return P->Loss; }
 

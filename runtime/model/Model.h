@@ -80,6 +80,7 @@
 #include "comm/Communicator.h"
 #include "kernels/host/Tensor.h"
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -152,6 +153,11 @@ struct ModelConfig {
   /// RoPE rotates the first RotaryDim columns of each head (Megatron's
   /// rotary_percent x head_dim; Qwen3-Next a quarter); 0: all of them.
   int64_t RotaryDim = 0;
+  /// Qwen-VL's interleaved multimodal RoPE (Megatron mrope_section): of the
+  /// rotated dimensions' frequencies, how many follow each token's time, row
+  /// and column positions (MicroBatch::RopePositions; model/ModelOps.h
+  /// applyMultimodalRope). Their sum is half the rotated dimensions.
+  std::optional<std::array<int64_t, 3>> MropeSection;
   /// The shared experts' output is scaled per token by sigmoid(x w) with a
   /// [Hidden] weight w (Megatron's moe_shared_expert_gate; Qwen3-Next).
   bool SharedExpertGate = false;
@@ -318,6 +324,12 @@ struct MicroBatch {
   std::vector<ImageGrid> Images;
   std::vector<float> ImagePatches;
   std::vector<int32_t> VisionRows;
+  /// Under multimodal RoPE (ModelConfig::MropeSection): each token's time,
+  /// row and column positions, in Tokens' order, counted over its whole
+  /// sequence (an image's tokens by their place in the image; Qwen3-VL's
+  /// get_rope_index). Empty: a token's one position is its place in the
+  /// sequence.
+  std::array<std::vector<int64_t>, 3> RopePositions;
 };
 
 class StageModel {
@@ -344,9 +356,15 @@ public:
   void discard(int64_t Id);
 
   std::vector<Parameter *> parameters();
+  /// Model weights the optimizer does not step and that take no gradient
+  /// (a frozen vision tower's): loaded and checkpointed with the rest.
+  std::vector<Parameter *> frozenParameters();
   /// The expert biases of the stage's MoE layers (empty unless
   /// ModelConfig::ExpertBias).
   std::vector<ExpertBias *> expertBiases();
+  /// Replaces ModelOptions::CeScale for the micro batches that follow (a
+  /// global batch whose labels are masked has its own token count).
+  void setCeScale(double Scale);
   /// Whether forward() counts routed tokens into the expert biases' Tokens
   /// (training forwards do; evaluation and recomputation do not, as in
   /// Megatron, which counts only under autograd).
@@ -371,7 +389,9 @@ public:
   /// thing Full recompute keeps), "layernorm", "attention" (Q/K/V after RoPE
   /// and the mid-layer residual), "core_attn" (attention output and LSE),
   /// "mlp", "moe" (router state, dispatched rows, expert projections),
-  /// "moe_act", "shared_experts", "output" (final norm and vocab softmax).
+  /// "moe_act", "shared_experts", "output" (final norm and vocab softmax),
+  /// "vision" (the tower's saved activations and outputs; a frozen tower's
+  /// outputs only).
   /// Recomputed modules count while their recomputed copy is alive in
   /// backward.
   const std::map<std::string, int64_t> &peakActivationBytes() const;

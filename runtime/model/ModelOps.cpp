@@ -84,8 +84,8 @@ void applyRope(Tensor &X, int64_t HeadDim, const std::vector<int64_t> &Positions
 }
 
 void applyMultimodalRope(Tensor &X, int64_t HeadDim, const MultimodalPositions &Positions, double Theta,
-                         const std::array<int64_t, 3> &Sections, bool Inverse) {
-  rotateHalves(X, HeadDim, HeadDim, Theta, Inverse, [&](int64_t I, int64_t J) {
+                         const std::array<int64_t, 3> &Sections, bool Inverse, int64_t RotaryDim) {
+  rotateHalves(X, HeadDim, RotaryDim > 0 ? RotaryDim : HeadDim, Theta, Inverse, [&](int64_t I, int64_t J) {
     const int Axis = int(J % 3);
     const bool Spatial = Axis > 0 && J < 3 * Sections[size_t(Axis)];
     return Positions.Axes[Spatial ? Axis : 0][size_t(I)];

@@ -51,9 +51,10 @@ MultimodalPositions multimodalPositions(const std::vector<int32_t> &Tokens, int3
 /// frequency j of a head rotates by the row position when j % 3 == 1 and
 /// j < 3 Sections[1], by the column position when j % 3 == 2 and j < 3
 /// Sections[2], else by the time position (Sections: mrope_section, [24, 20,
-/// 20] for a head of 128). On text tokens, applyRope itself.
+/// 20] for a head of 128). On text tokens, applyRope itself; RotaryDim as
+/// applyRope's (the sections then cover RotaryDim / 2 frequencies).
 void applyMultimodalRope(Tensor &X, int64_t HeadDim, const MultimodalPositions &Positions, double Theta,
-                         const std::array<int64_t, 3> &Sections, bool Inverse);
+                         const std::array<int64_t, 3> &Sections, bool Inverse, int64_t RotaryDim = 0);
 
 /// Rotary embedding of multi-head latent attention: in every Stride-wide
 /// group of X's columns (a head), the RopeDim columns from Offset on, in

@@ -226,6 +226,34 @@ struct VisionTower::Weights {
   std::vector<Merger> Deepstack;
 };
 
+namespace {
+template <typename T> int64_t vectorBytes(const std::vector<T> &V) { return int64_t(V.size() * sizeof(T)); }
+int64_t layerNormBytes(const VisionSaved::LayerNormSaved &L) {
+  return L.X.bytes() + vectorBytes(L.Mean) + vectorBytes(L.Rstd);
+}
+int64_t mergerBytes(const VisionSaved::Merger &M) {
+  return layerNormBytes(M.Ln) + M.Xn.bytes() + M.H1.bytes() + M.Act.bytes();
+}
+} // namespace
+
+int64_t VisionSaved::bytes() const {
+  int64_t B = Patches.bytes() + vectorBytes(Cos) + vectorBytes(Sin) + vectorBytes(PosIndex) + vectorBytes(PosWeight) +
+              mergerBytes(Final);
+  for (const Block &K : Blocks)
+    B += layerNormBytes(K.Ln1) + layerNormBytes(K.Ln2) + K.Xn1.bytes() + K.Q.bytes() + K.K.bytes() + K.V.bytes() +
+         K.Attn.bytes() + K.Lse.bytes() + K.Xn2.bytes() + K.H1.bytes() + K.Act.bytes();
+  for (const Merger &M : Deepstack)
+    B += mergerBytes(M);
+  return B;
+}
+
+int64_t VisionOutput::bytes() const {
+  int64_t B = Tokens.bytes();
+  for (const Tensor &F : Deepstack)
+    B += F.bytes();
+  return B;
+}
+
 VisionTower::VisionTower(const VisionConfig &C, uint64_t Seed) : Config(C), W(std::make_unique<Weights>()) {
   if (C.Depth <= 0 || C.Hidden <= 0 || C.Heads <= 0 || C.Hidden % C.Heads || C.headDim() % 4 || C.FfnHidden <= 0 ||
       C.OutHidden <= 0 || C.MergeSize <= 0 || C.PositionGrid <= 0)

@@ -60,11 +60,13 @@ struct VisionSaved {
   std::vector<Block> Blocks;
   Merger Final;
   std::vector<Merger> Deepstack;
+  int64_t bytes() const;
 };
 
 struct VisionOutput {
   Tensor Tokens;                 ///< [patches / MergeSize^2, OutHidden]
   std::vector<Tensor> Deepstack; ///< one per DeepstackLayers entry, shaped as Tokens
+  int64_t bytes() const;
 };
 
 class VisionTower {

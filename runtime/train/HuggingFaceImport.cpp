@@ -3,6 +3,7 @@
 
 #include "llvm/ADT/ArrayRef.h"
 
+#include <algorithm>
 #include <numeric>
 
 using namespace moert;
@@ -60,10 +61,33 @@ constexpr NameRule Qwen3NextMtpRules[] = {
     {"final_norm", "norm.weight", Stored::Norm},
 };
 
+/// Tensors outside the layers, after the decoder's prefix (the output head
+/// at the top).
 constexpr NameRule ModelRules[] = {
-    {"embedding", "model.embed_tokens.weight", Stored::Plain},
-    {"final_norm", "model.norm.weight", Stored::Norm},
-    {"output", "lm_head.weight", Stored::Linear},
+    {"embedding", "embed_tokens.weight", Stored::Plain},
+    {"final_norm", "norm.weight", Stored::Norm},
+};
+
+/// Qwen3-VL's vision tower (model/VisionTower.h names), after "vision." and
+/// "model.visual.": a block's tensors after "blocks.N.", a merger's after
+/// "merger." or "deepstack.J." ("deepstack_merger_list.J.").
+constexpr NameRule VisionRules[] = {
+    {"patch_embed", "patch_embed.proj.weight", Stored::Linear},
+    {"patch_embed_bias", "patch_embed.proj.bias", Stored::Plain},
+    {"pos_embed", "pos_embed.weight", Stored::Plain},
+};
+constexpr NameRule VisionBlockRules[] = {
+    {"norm1", "norm1.weight", Stored::Plain},         {"norm1_bias", "norm1.bias", Stored::Plain},
+    {"qkv", "attn.qkv.weight", Stored::Linear},       {"qkv_bias", "attn.qkv.bias", Stored::Plain},
+    {"proj", "attn.proj.weight", Stored::Linear},     {"proj_bias", "attn.proj.bias", Stored::Plain},
+    {"norm2", "norm2.weight", Stored::Plain},         {"norm2_bias", "norm2.bias", Stored::Plain},
+    {"fc1", "mlp.linear_fc1.weight", Stored::Linear}, {"fc1_bias", "mlp.linear_fc1.bias", Stored::Plain},
+    {"fc2", "mlp.linear_fc2.weight", Stored::Linear}, {"fc2_bias", "mlp.linear_fc2.bias", Stored::Plain},
+};
+constexpr NameRule VisionMergerRules[] = {
+    {"norm", "norm.weight", Stored::Plain},       {"norm_bias", "norm.bias", Stored::Plain},
+    {"fc1", "linear_fc1.weight", Stored::Linear}, {"fc1_bias", "linear_fc1.bias", Stored::Plain},
+    {"fc2", "linear_fc2.weight", Stored::Linear}, {"fc2_bias", "linear_fc2.bias", Stored::Plain},
 };
 
 std::vector<int64_t> range(int64_t Begin, int64_t Count) {
@@ -91,7 +115,10 @@ std::string shapeText(const std::vector<int64_t> &S) {
 } // namespace
 
 HuggingFaceImport::HuggingFaceImport(const ModelConfig &Config, const HuggingFaceCheckpoint &Checkpoint)
-    : Config(Config), Checkpoint(Checkpoint), Qwen3Next(Checkpoint.modelType() == "qwen3_next") {}
+    : Config(Config), Checkpoint(Checkpoint), Qwen3Next(Checkpoint.modelType() == "qwen3_next") {
+  if (llvm::StringRef(Checkpoint.modelType()).startswith("qwen3_vl"))
+    Decoder = "model.language_model.";
+}
 
 std::string HuggingFaceImport::layerPrefix(llvm::StringRef Name, llvm::StringRef &Tail, bool &MtpOwn,
                                            int64_t &Layer) const {
@@ -100,7 +127,7 @@ std::string HuggingFaceImport::layerPrefix(llvm::StringRef Name, llvm::StringRef
     if (Name.consumeInteger(10, Layer) || !Name.consume_front("."))
       return "";
     Tail = Name;
-    return "model.layers." + std::to_string(Layer) + ".";
+    return Decoder + "layers." + std::to_string(Layer) + ".";
   }
   int64_t K = 0;
   if (!Name.consume_front("mtp.") || Name.consumeInteger(10, K) || !Name.consume_front("."))
@@ -110,7 +137,7 @@ std::string HuggingFaceImport::layerPrefix(llvm::StringRef Name, llvm::StringRef
   Layer = Config.Layers + K;
   if (Qwen3Next) // one block, its own tensors unnumbered
     return MtpOwn ? (K == 0 ? "mtp." : "") : "mtp.layers." + std::to_string(K) + ".";
-  return "model.layers." + std::to_string(Layer) + ".";
+  return Decoder + "layers." + std::to_string(Layer) + ".";
 }
 
 std::optional<HfSource> HuggingFaceImport::gatedQuery(const std::string &Pre, bool Gate) const {
@@ -176,6 +203,47 @@ std::optional<HfSource> HuggingFaceImport::linearAttention(const std::string &Pr
   return std::nullopt;
 }
 
+std::optional<HfSource> HuggingFaceImport::expert(const std::string &Pre, llvm::StringRef Tail) const {
+  auto [Id, Kind] = Tail.split('.');
+  const std::string GateUp = Pre + "mlp.experts.gate_up_proj";
+  if (!Checkpoint.has(GateUp))
+    return tensor(Pre + "mlp.experts." + Id.str() + "." + Kind.str() + "_proj.weight", {}, true);
+  // Fused: [experts, in, out], gate_up's gate columns then its up columns.
+  HfSource S = tensor(Kind == "down" ? Pre + "mlp.experts.down_proj" : GateUp);
+  if (Id.getAsInteger(10, S.Slab) || (Kind != "gate" && Kind != "up" && Kind != "down"))
+    return std::nullopt;
+  if (Kind != "down") {
+    S.Columns = Config.MoeFfnHidden;
+    S.ColumnBegin = Kind == "up" ? Config.MoeFfnHidden : 0;
+  }
+  return S;
+}
+
+std::optional<HfSource> HuggingFaceImport::vision(llvm::StringRef Name) const {
+  const std::string Visual = "model.visual.";
+  auto Find = [](llvm::ArrayRef<NameRule> Rules, llvm::StringRef Tail,
+                 const std::string &Pre) -> std::optional<HfSource> {
+    for (const NameRule &R : Rules)
+      if (Tail == R.Runtime)
+        return tensor(Pre + R.HuggingFace, {}, R.How == Stored::Linear);
+    return std::nullopt;
+  };
+  int64_t N = 0;
+  if (Name.consume_front("blocks.")) {
+    if (Name.consumeInteger(10, N) || !Name.consume_front("."))
+      return std::nullopt;
+    return Find(VisionBlockRules, Name, Visual + "blocks." + std::to_string(N) + ".");
+  }
+  if (Name.consume_front("merger."))
+    return Find(VisionMergerRules, Name, Visual + "merger.");
+  if (Name.consume_front("deepstack.")) {
+    if (Name.consumeInteger(10, N) || !Name.consume_front("."))
+      return std::nullopt;
+    return Find(VisionMergerRules, Name, Visual + "deepstack_merger_list." + std::to_string(N) + ".");
+  }
+  return Find(VisionRules, Name, Visual);
+}
+
 std::optional<HfSource> HuggingFaceImport::source(llvm::StringRef Name) const {
   auto From = [&](const std::string &Tensor, Stored How) {
     HfSource S = tensor(Tensor, {}, How == Stored::Linear);
@@ -185,7 +253,11 @@ std::optional<HfSource> HuggingFaceImport::source(llvm::StringRef Name) const {
   };
   for (const NameRule &R : ModelRules)
     if (Name == R.Runtime)
-      return From(R.HuggingFace, R.How);
+      return From(Decoder + R.HuggingFace, R.How);
+  if (Name == "output")
+    return From("lm_head.weight", Stored::Linear);
+  if (llvm::StringRef Tower = Name; Tower.consume_front("vision."))
+    return vision(Tower);
   llvm::StringRef Tail;
   bool MtpOwn = false;
   int64_t Layer = 0;
@@ -198,11 +270,8 @@ std::optional<HfSource> HuggingFaceImport::source(llvm::StringRef Name) const {
         return From(Pre + R.HuggingFace, R.How);
     return std::nullopt;
   }
-  llvm::StringRef Expert = Tail;
-  if (Expert.consume_front("experts.")) {
-    auto [Id, Kind] = Expert.split('.');
-    return From(Pre + "mlp.experts." + Id.str() + "." + Kind.str() + "_proj.weight", Stored::Linear);
-  }
+  if (llvm::StringRef Expert = Tail; Expert.consume_front("experts."))
+    return expert(Pre, Expert);
   if (Tail.consume_front("gdn.")) {
     if (!Config.Linear)
       return std::nullopt;
@@ -235,6 +304,29 @@ bool HuggingFaceImport::read(llvm::StringRef Name, const std::vector<int64_t> &S
             (S ? " ('" + S->Tensor + "')" : std::string());
     return false;
   }
+  int64_t Elements = 1;
+  for (int64_t D : Shape)
+    Elements *= D;
+  if (S->Slab >= 0) {
+    // [experts, in, out]: the expert's [in, out], some of its columns.
+    const bool Three = E->Shape.size() == 3;
+    const int64_t In = Three ? E->Shape[1] : 0, Out3 = Three ? E->Shape[2] : 0;
+    const int64_t Cols = S->Columns ? S->Columns : Out3;
+    if (!Three || S->Slab >= E->Shape[0] || S->ColumnBegin + Cols > Out3 || Shape != std::vector<int64_t>{In, Cols}) {
+      Error = "tensor '" + S->Tensor + "' is " + shapeText(E->Shape) + ", which does not hold '" + Name.str() + "' " +
+              shapeText(Shape) + ": another model";
+      return false;
+    }
+    const std::vector<float> *Full = values(S->Tensor, Error);
+    if (!Full)
+      return false;
+    Out.resize(size_t(Elements));
+    for (int64_t R = 0; R < In; ++R) {
+      const float *Row = Full->data() + (S->Slab * In + R) * Out3 + S->ColumnBegin;
+      std::copy(Row, Row + Cols, Out.data() + R * Cols);
+    }
+    return true;
+  }
   // The stored tensor is [Rows, RowWidth...]; the rows taken must form the
   // runtime's tensor, transposed for a Linear weight.
   const int64_t StoredRows = E->Shape.empty() ? 1 : E->Shape[0];
@@ -242,9 +334,6 @@ bool HuggingFaceImport::read(llvm::StringRef Name, const std::vector<int64_t> &S
   for (size_t I = 1; I < E->Shape.size(); ++I)
     RowWidth *= E->Shape[I];
   const int64_t Taken = S->Rows.empty() ? StoredRows : int64_t(S->Rows.size());
-  int64_t Elements = 1;
-  for (int64_t D : Shape)
-    Elements *= D;
   bool Fits = Taken * RowWidth == Elements && !Shape.empty();
   if (S->Transpose)
     Fits = Fits && Shape.size() == 2 && Shape[0] == RowWidth && Shape[1] == Taken;
@@ -259,15 +348,10 @@ bool HuggingFaceImport::read(llvm::StringRef Name, const std::vector<int64_t> &S
             shapeText(Shape) + ": another model";
     return false;
   }
-  // A fused tensor (in_proj_qkvz, conv1d, q_proj) serves the parameters
-  // that follow one another: it is read once for all of them.
-  if (S->Tensor != LastTensor) {
-    LastTensor.clear();
-    if (!Checkpoint.read(S->Tensor, Last, Error))
-      return false;
-    LastTensor = S->Tensor;
-  }
-  const std::vector<float> &Full = Last;
+  const std::vector<float> *Stored = values(S->Tensor, Error);
+  if (!Stored)
+    return false;
+  const std::vector<float> &Full = *Stored;
   Out.resize(size_t(Elements));
   for (int64_t I = 0; I < Taken; ++I) {
     const float *Row = Full.data() + (S->Rows.empty() ? I : S->Rows[size_t(I)]) * RowWidth;
@@ -275,6 +359,21 @@ bool HuggingFaceImport::read(llvm::StringRef Name, const std::vector<int64_t> &S
       Out[size_t(S->Transpose ? C * Taken + I : I * RowWidth + C)] = Row[C] + S->Offset;
   }
   return true;
+}
+
+const std::vector<float> *HuggingFaceImport::values(const std::string &Tensor, std::string &Error) const {
+  for (size_t I = 0; I < Recent.size(); ++I)
+    if (Recent[I].first == Tensor) {
+      std::rotate(Recent.begin(), Recent.begin() + I, Recent.begin() + I + 1);
+      return &Recent.front().second;
+    }
+  std::vector<float> Values;
+  if (!Checkpoint.read(Tensor, Values, Error))
+    return nullptr;
+  if (Recent.size() == 2)
+    Recent.pop_back();
+  Recent.insert(Recent.begin(), {Tensor, std::move(Values)});
+  return &Recent.front().second;
 }
 
 bool HuggingFaceImport::readExpertBias(llvm::StringRef Name, const std::vector<int64_t> &Shape, std::vector<float> &Out,

@@ -20,6 +20,14 @@
 //    enorm, mtp.pre_fc_norm_hidden = hnorm, mtp.norm = the block's final
 //    norm, mtp.layers.0 its decoder layer: Megatron-Bridge 0.3.1
 //    models/qwen/qwen3_next_bridge.py mapping_registry).
+//  - Qwen3-VL (model_type qwen3_vl_moe or qwen3_vl; transformers'
+//    modeling_qwen3_vl_moe): the decoder under model.language_model., the
+//    vision tower under model.visual. (patch_embed.proj as a Linear over the
+//    flattened patch, pos_embed, blocks.N.{norm1, attn.qkv, attn.proj,
+//    norm2, mlp.linear_fc1, mlp.linear_fc2}, merger, deepstack_merger_list.J,
+//    with their biases); each MoE layer's experts fused in two tensors stored
+//    [in, out]: mlp.experts.gate_up_proj [experts, hidden, 2 x ffn] (gate
+//    columns, then up) and mlp.experts.down_proj [experts, ffn, hidden].
 //
 //===----------------------------------------------------------------------===//
 #ifndef MOERT_TRAIN_HUGGINGFACEIMPORT_H
@@ -42,6 +50,11 @@ struct HfSource {
   std::vector<int64_t> Rows; ///< its rows (first dimension) taken, in order; empty: all
   bool Transpose = false;    ///< the rows taken form an [out, in] Linear weight
   float Offset = 0;          ///< added to every value (zero-centred norms)
+  /// A fused tensor of every expert, [experts, in, out]: this expert's [in,
+  /// out] slice, of which columns [ColumnBegin, ColumnBegin + Columns) (0
+  /// Columns: all). -1: not fused.
+  int64_t Slab = -1;
+  int64_t ColumnBegin = 0, Columns = 0;
 };
 
 class HuggingFaceImport {
@@ -68,13 +81,21 @@ private:
   std::string layerPrefix(llvm::StringRef Name, llvm::StringRef &Tail, bool &MtpOwn, int64_t &Layer) const;
   std::optional<HfSource> linearAttention(const std::string &Pre, llvm::StringRef Tail) const;
   std::optional<HfSource> gatedQuery(const std::string &Pre, bool Gate) const;
+  std::optional<HfSource> expert(const std::string &Pre, llvm::StringRef Tail) const;
+  std::optional<HfSource> vision(llvm::StringRef Name) const;
+  /// The stored tensor's values, read once while it serves the parameters
+  /// that follow one another (a fused tensor's slices, an expert's
+  /// alternating gate_up and down).
+  const std::vector<float> *values(const std::string &Tensor, std::string &Error) const;
 
   const ModelConfig &Config;
   const HuggingFaceCheckpoint &Checkpoint;
   bool Qwen3Next = false; ///< config.json model_type qwen3_next
-  /// The tensor read last and its values (read() is called per parameter).
-  mutable std::string LastTensor;
-  mutable std::vector<float> Last;
+  /// Where the decoder's tensors are: "model." or Qwen3-VL's
+  /// "model.language_model.".
+  std::string Decoder = "model.";
+  /// The two tensors read last and their values, the newer first.
+  mutable std::vector<std::pair<std::string, std::vector<float>>> Recent;
 };
 
 } // namespace moert

@@ -8,6 +8,7 @@
 #include "checkpoint/SafeTensors.h"
 #include "data/MultimodalSamples.h"
 #include "kernels/host/Blas.h"
+#include "model/ModelOps.h"
 #include "model/Router.h"
 #include "parallel/cp/ContextParallelAttention.h"
 #include "parallel/pp/PipelineExecutor.h"
@@ -85,6 +86,11 @@ ModelConfig moert::modelConfigOf(const moec::LaunchPlan &Plan) {
                                             M.LinearAttention->ValueHeads, M.LinearAttention->HeadDim};
   C.RopeTheta = M.RopeTheta;
   C.RmsNormEps = M.NormEpsilon;
+  if (!M.MropeSection.empty()) {
+    if (M.Mla)
+      refuse("mrope_section beside latent attention: multimodal RoPE rotates query-key heads");
+    C.MropeSection = std::array<int64_t, 3>{M.MropeSection[0], M.MropeSection[1], M.MropeSection[2]};
+  }
   if (M.Mla)
     C.Mla = ModelConfig::LatentAttention{M.Mla->QLoraRank, M.Mla->KvLoraRank, M.Mla->QkHeadDim, M.Mla->QkRopeHeadDim,
                                          M.Mla->VHeadDim};
@@ -410,6 +416,14 @@ struct Trainer::Impl final : public PipelineStage {
     return All;
   }
 
+  std::vector<Parameter *> allFrozenParameters() {
+    std::vector<Parameter *> All;
+    for (auto &C : Chunks)
+      for (Parameter *Param : C->frozenParameters())
+        All.push_back(Param);
+    return All;
+  }
+
   std::vector<ExpertBias *> allBiases() {
     std::vector<ExpertBias *> All;
     for (auto &C : Chunks)
@@ -499,6 +513,23 @@ struct Trainer::Impl final : public PipelineStage {
     return B;
   }
 
+  /// The objective is the mean cross entropy over the global batch's
+  /// labelled tokens (the text of a vision-language batch; Megatron's
+  /// calculate_per_token_loss): this step's micro batches are built first to
+  /// count them, over this rank's positions, then over dp and cp.
+  void scaleByLabelledTokens() {
+    double Labelled = 0;
+    for (int64_t Mb = 0; Mb < Plan.Microbatches; ++Mb)
+      for (int32_t L : batch(Mb).Labels)
+        Labelled += L >= 0 ? 1 : 0;
+    float Sum[2];
+    splitDouble(Labelled, Sum);
+    group("dp-cp").allReduceSum(Sum, 2);
+    const double Tokens = joinDouble(Sum);
+    for (auto &C : Chunks)
+      C->setCeScale(Tokens > 0 ? 1.0 / Tokens : 0.0);
+  }
+
   /// A vision model's micro batch: each sequence's images and placeholders,
   /// its text, labels without the images, and the tower row of every
   /// placeholder among this CP rank's positions.
@@ -513,10 +544,25 @@ struct Trainer::Impl final : public PipelineStage {
       for (size_t P = 0, K = 0; P < Row.size(); ++P)
         if (Sample.Tokens[P] == Placeholder)
           Row[P] = int32_t(RowsBefore + int64_t(K++));
+      MultimodalPositions Rope;
+      if (Config.MropeSection) {
+        // Over the sequence's seq_len inputs, which hold its images whole.
+        std::vector<int32_t> Inputs(Sample.Tokens.begin(), Sample.Tokens.begin() + Plan.SeqLen);
+        std::vector<std::array<int64_t, 3>> Grids;
+        for (const SampleImage &I : Sample.Images)
+          Grids.push_back({I.Frames, I.Rows, I.Cols});
+        std::string Error;
+        Rope = multimodalPositions(Inputs, Placeholder, Grids, Config.Vision->MergeSize, Error);
+        if (!Error.empty())
+          refuse("sample " + std::to_string(First + S) + "'s images: " + Error);
+      }
       for (int64_t P : Pos) {
         B.Tokens.push_back(Sample.Tokens[size_t(P)]);
         B.Labels.push_back(Labels[size_t(P)]);
         B.VisionRows.push_back(Row[size_t(P)]);
+        if (Config.MropeSection)
+          for (size_t A = 0; A < 3; ++A)
+            B.RopePositions[A].push_back(Rope.Axes[A][size_t(P)]);
       }
       for (SampleImage &I : Sample.Images) {
         B.Images.push_back({I.Frames, I.Rows, I.Cols});
@@ -587,6 +633,8 @@ struct Trainer::Impl final : public PipelineStage {
     double Comm0 = Clock.Seconds, Blas0 = blasSeconds(), T0 = now();
     std::array<double, NumCommParts> Parts0 = Clock.PartSeconds;
     double Cpu0 = cpuSeconds();
+    if (Multimodal)
+      scaleByLabelledTokens();
     Executor->runStep(Ops, OnOp);
     double Lr = Schedule.ofStep(StepIndex + 1);
     Optimizer->setLr(Lr);
@@ -778,6 +826,10 @@ struct Trainer::Impl final : public PipelineStage {
     for (ExpertBias *B : allBiases())
       if (owns(B->State))
         Mine.push_back({B->State.Name, B->State.Value.shape(), B->State.Value.data()});
+    // Frozen weights: the values alone (whole on every rank, no moments).
+    for (Parameter *Param : allFrozenParameters())
+      if (owns(*Param))
+        Mine.push_back({Param->Name, Param->Value.shape(), Param->Value.data()});
     if (!Mine.empty())
       Ok = writeSafeTensors(Staging + "/" + tensorFileName(World.rank()), Mine, {{"format", "moerun"}}, Error);
     if (AfterWrite)
@@ -872,6 +924,14 @@ struct Trainer::Impl final : public PipelineStage {
       if (Ok)
         std::copy(Full.begin(), Full.end(), B->State.Value.data());
     }
+    for (Parameter *Param : allFrozenParameters()) {
+      if (!Ok)
+        break;
+      Owned += owns(*Param) ? 1 : 0;
+      Read(Param->Name, Param->Value.shape(), Full);
+      if (Ok)
+        std::copy(Full.begin(), Full.end(), Param->Value.data());
+    }
     // Every tensor of the model was found; the checkpoint may hold more.
     float Count = float(Owned);
     World.world().allReduceSum(&Count, 1);
@@ -903,7 +963,9 @@ struct Trainer::Impl final : public PipelineStage {
       Refuse(E);
     HuggingFaceImport Import(Config, Checkpoint);
     std::vector<float> Full;
-    for (Parameter *Param : allParameters()) {
+    std::vector<Parameter *> Params = allParameters(), Frozen = allFrozenParameters();
+    Params.insert(Params.end(), Frozen.begin(), Frozen.end());
+    for (Parameter *Param : Params) {
       if (!Ok)
         break;
       if (!Import.read(Param->Name, fullShape(*Param), Full, E))

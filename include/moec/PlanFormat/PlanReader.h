@@ -79,6 +79,9 @@ struct LaunchModel {
   double RopeTheta = 10000.0; ///< RoPE base (Megatron's rotary_base default when the model does not say)
   double RopeFraction = 1.0;  ///< of each head RoPE rotates (Megatron's rotary_percent)
   double NormEpsilon = 1e-5;  ///< of every RMSNorm (Megatron's layernorm_epsilon default)
+  /// Rotary frequencies per position axis (time, rows, columns) of Qwen-VL's
+  /// interleaved multimodal RoPE; empty: one position per token.
+  std::vector<int64_t> MropeSection;
   std::optional<LaunchMoE> MoE;
   std::optional<LaunchMla> Mla;
   std::optional<LaunchLinearAttention> LinearAttention;

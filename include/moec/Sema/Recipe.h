@@ -116,7 +116,10 @@ struct ModelSpec {
   llvm::Optional<int64_t> FfnHidden, MaxSeqLen;
   llvm::Optional<double> RopeTheta;
   llvm::Optional<double> RopeFraction; // of each head RoPE rotates (rotary_percent); unset: all
-  llvm::Optional<double> NormEpsilon;  // of every RMSNorm (layernorm_epsilon); unset: Megatron's 1e-5
+  /// Rotary frequencies per position axis (time, rows, columns) of Qwen-VL's
+  /// interleaved multimodal RoPE (mrope_section); empty: one position axis.
+  std::vector<int64_t> MropeSection;
+  llvm::Optional<double> NormEpsilon; // of every RMSNorm (layernorm_epsilon); unset: Megatron's 1e-5
   bool QkNorm = false;
   llvm::Optional<MLASpec> MLA;
   llvm::Optional<MoESpec> MoE;

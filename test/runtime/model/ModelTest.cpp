@@ -32,13 +32,14 @@ struct FdCase {
   bool QkNorm = false;
   int64_t Mtp = 0;     ///< multi-token-prediction blocks
   bool Linear = false; ///< Qwen3-Next: Gated DeltaNet on layer 0, gated full attention on layer 1
+  bool Mrope = false;  ///< Qwen3-VL's multimodal RoPE over a 2 x 3 image's positions
   std::string name() const {
     return std::string(Sigmoid      ? "Sigmoid"
                        : PreSoftmax ? "PreSoftmax"
                                     : "Softmax") +
            (Shared ? "Shared" : "") + (Groups > 1 ? "Groups" : "") + (SharedWidth ? std::to_string(SharedWidth) : "") +
            (TopK != 2 ? "Top" + std::to_string(TopK) : "") + (QkNorm ? "QkNorm" : "") +
-           (Mtp ? "Mtp" + std::to_string(Mtp) : "") + (Linear ? "GatedDeltaNet" : "");
+           (Mtp ? "Mtp" + std::to_string(Mtp) : "") + (Linear ? "GatedDeltaNet" : "") + (Mrope ? "Mrope" : "");
   }
 };
 
@@ -56,6 +57,10 @@ ModelConfig caseConfig(const FdCase &Case) {
     C.Linear = ModelConfig::LinearAttention{2, 2, 4, 4, 4};
     C.RotaryDim = C.HeadDim / 2;
     C.SharedExpertGate = true;
+  }
+  if (Case.Mrope) { // heads of 12: six frequencies, two per axis, interleaved
+    C.HeadDim = 12;
+    C.MropeSection = std::array<int64_t, 3>{2, 2, 2};
   }
   return C;
 }
@@ -86,6 +91,8 @@ TEST_P(FiniteDifferences, EveryParameterAndTheChunkInput) {
   SelfGroups G;
   ModelOptions O;
   MicroBatch MB = randomBatch(2, 8, C.Vocab, Case.Seed);
+  if (Case.Mrope)
+    addImagePositions(MB, 1, 2, 3);
   O.CeScale = 1.0 / double(MB.Tokens.size()); // mean CE: the loss is O(1)
   if (C.MtpLayers) {
     addMtpTokens(MB, C.MtpLayers, C.Vocab, Case.Seed + 1);
@@ -181,7 +188,8 @@ INSTANTIATE_TEST_SUITE_P(Routers, FiniteDifferences,
                                            FdCase{true, 1, false, 1, 1, 0, 9, 1},
                                            FdCase{false, 0, false, 1, 1, 0, 7, 2, true},
                                            FdCase{true, 1, false, 1, 1, 0, 7, 4, false, 2},
-                                           FdCase{false, 1, false, 1, 1, 0, 7, 2, true, 0, true}),
+                                           FdCase{false, 1, false, 1, 1, 0, 7, 2, true, 0, true},
+                                           FdCase{false, 0, false, 1, 1, 0, 7, 2, true, 0, false, true}),
                          [](const ::testing::TestParamInfo<FdCase> &I) { return I.param.name(); });
 
 // Group-limited routing chooses every token's experts inside its best
@@ -304,6 +312,83 @@ void expectSameGradients(const std::map<std::string, std::vector<float>> &A,
     EXPECT_LE(Diff, Rel * Scale) << Name;
     EXPECT_GT(Scale, 0.0) << Name;
   }
+}
+
+// Multimodal RoPE rotates by a token's time, row and column positions:
+// where the three are equal (text) it is RoPE by that position, and an
+// image's rows and columns change the loss.
+TEST(StageModel, MultimodalRopeIsRopeOnTextAndMovesOnImages) {
+  ModelConfig C = caseConfig(FdCase{false, 0, false, 1, 1, 0, 7, 2, true, 0, false, true});
+  ModelConfig Plain = C;
+  Plain.MropeSection.reset();
+  SelfGroups G;
+  ModelOptions O;
+  MicroBatch Text = randomBatch(2, 8, C.Vocab, 5);
+  O.CeScale = 1.0 / double(Text.Tokens.size());
+  auto Loss = [&](const ModelConfig &Config, const MicroBatch &MB) {
+    StageModel M(Config, wholeModel(Config), G.context(), O);
+    return runChunks({&M}, O, MB);
+  };
+  const double Rope = Loss(Plain, Text);
+  MicroBatch Equal = Text;
+  addImagePositions(Equal, 8, 0, 0); // no image: every axis counts the place in the sequence
+  ASSERT_EQ(Equal.RopePositions[0].size(), Text.Tokens.size());
+  EXPECT_EQ(Equal.RopePositions[1], Equal.RopePositions[0]);
+  EXPECT_NEAR(Loss(C, Equal), Rope, 1e-6 * Rope);
+  MicroBatch Image = Text;
+  addImagePositions(Image, 1, 2, 3);
+  EXPECT_GT(std::fabs(Loss(C, Image) - Rope), 1e-4 * Rope);
+  // Rows and columns exchanged: another image, another loss.
+  MicroBatch Turned = Image;
+  std::swap(Turned.RopePositions[1], Turned.RopePositions[2]);
+  EXPECT_GT(std::fabs(Loss(C, Turned) - Loss(C, Image)), 1e-5 * Rope);
+}
+
+// The vision tower's saved activations and outputs count in the stage's
+// peak while its micro batch is in flight, and only its outputs when it is
+// frozen (no backward will need the rest).
+TEST(StageModel, VisionTowerActivationsCountInThePeak) {
+  ModelConfig C = tinyConfig(false, 0);
+  VisionConfig V;
+  V.Depth = 1;
+  V.Hidden = 8;
+  V.Heads = 2;
+  V.FfnHidden = 16;
+  V.OutHidden = C.Hidden;
+  V.PatchSize = 2;
+  V.MergeSize = 2;
+  V.PositionGrid = 2;
+  V.DeepstackLayers = {0};
+  C.Vision = V;
+  MicroBatch MB = randomBatch(1, 8, C.Vocab, 3);
+  MB.Images = {ImageGrid{1, 2, 4}}; // 8 patches, 2 merged tokens at positions 1 and 2
+  std::mt19937 Gen(4);
+  std::uniform_real_distribution<float> Pixel(-1, 1);
+  for (int64_t I = 0; I < 8 * V.patchDim(); ++I)
+    MB.ImagePatches.push_back(Pixel(Gen));
+  MB.VisionRows = {-1, 0, 1, -1, -1, -1, -1, -1};
+  SelfGroups G;
+  ModelOptions O;
+  O.CeScale = 1.0 / 8;
+  auto VisionPeak = [&](bool Frozen, int64_t &AfterBackward) {
+    ModelConfig Config = C;
+    Config.VisionFrozen = Frozen;
+    StageModel M(Config, wholeModel(Config), G.context(), O);
+    M.forward(0, MB, nullptr);
+    M.backward(0, nullptr);
+    const int64_t Peak = M.peakActivationBytes().at("vision");
+    M.resetStepStats(); // the peaks restart from what is in flight: nothing
+    AfterBackward = M.peakActivationBytes().at("vision");
+    return Peak;
+  };
+  int64_t Left = -1;
+  const int64_t Trained = VisionPeak(false, Left);
+  EXPECT_EQ(Left, 0);
+  const int64_t Frozen = VisionPeak(true, Left);
+  EXPECT_EQ(Left, 0);
+  // A frozen tower keeps its 2 tokens and 2 deepstack features of 16 floats.
+  EXPECT_EQ(Frozen, int64_t(2 * 2 * C.Hidden * sizeof(float)));
+  EXPECT_GT(Trained, 4 * Frozen);
 }
 
 TEST(StageModel, TwoChunksEqualOneChunk) {

@@ -47,6 +47,34 @@ inline MicroBatch randomBatch(int64_t Sequences, int64_t SeqLen, int64_t Vocab, 
   return MB;
 }
 
+/// Time, row and column positions for every token of MB (full sequences)
+/// under multimodal RoPE: each sequence some text, a Rows x Cols image at
+/// one position with its rows and columns counted from there, then text
+/// from past the image's largest position, as Qwen3-VL's get_rope_index
+/// lays them out.
+inline void addImagePositions(MicroBatch &MB, int64_t Text, int64_t Rows, int64_t Cols) {
+  for (auto &Axis : MB.RopePositions)
+    Axis.clear();
+  for (int64_t S = 0; S < MB.Sequences; ++S) {
+    int64_t Next = 0;
+    for (int64_t P = 0; P < MB.SeqLen;) {
+      if (P == Text) {
+        for (int64_t R = 0; R < Rows; ++R)
+          for (int64_t C = 0; C < Cols && P < MB.SeqLen; ++C, ++P) {
+            MB.RopePositions[0].push_back(Next);
+            MB.RopePositions[1].push_back(Next + R);
+            MB.RopePositions[2].push_back(Next + C);
+          }
+        Next += std::max(Rows, Cols);
+        continue;
+      }
+      for (auto &Axis : MB.RopePositions)
+        Axis.push_back(Next);
+      ++Next, ++P;
+    }
+  }
+}
+
 /// Random tokens and labels for Depth MTP blocks, the positions past each
 /// sequence's end without a label, as the trainer fills them.
 inline void addMtpTokens(MicroBatch &MB, int64_t Depth, int64_t Vocab, unsigned Seed) {

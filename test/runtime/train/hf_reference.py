@@ -22,6 +22,13 @@ and ep 2 x pp 2. The reference's fused tensors (in_proj_qkvz, in_proj_ba, conv1d
 gate heads of q_proj) are cut here into moerun's matrices independently of moerun's own import.
 Its decay rates are kept at 0.05-0.5 (test/megatron/gdn.py says why).
 
+The Qwen3-VL family (Qwen3VLMoeForConditionalGeneration): the vision tower, its deepstack merger,
+interleaved multimodal RoPE and the fused experts of the checkpoint, on two PNG files decoded by
+moerun-mkdata --images beside a token corpus; the samples (each an image's start, placeholders and
+end, then text; no loss on image tokens) are built here from the files moerun reads. Loss and all
+gradients, the tower's included, under one rank, tp 2, cp 2 and ep 2 x pp 2, and the loss with the
+tower frozen; the same checkpoint read with 1-D RoPE (no mrope_section) must be told apart.
+
 Layouts: one rank, tp 2, ep 2, pp 2 and tp 2 with etp 2 and ep 2. Tolerance 1e-6 relative: both
 sides compute in fp32 (the loss itself is summed in double on both), and the logits come from
 sums of a few hundred products in different orders (BLAS blocking, tp/ep/etp partial sums), so
@@ -187,6 +194,196 @@ def tiny_qwen3_next(out_dir, swap_query_gate=False, layers=2):
     if out_dir:
         model.save_pretrained(out_dir, safe_serialization=True)
     return model
+
+
+# Qwen3-VL: image ids at the top of the tiny vocabulary, and two PNG files (pixel size) that
+# moerun-mkdata resizes to 40 x 24 and 24 x 32 pixels: 15 and 12 image tokens of 4-pixel patches.
+VL_START, VL_IMAGE, VL_END = 124, 125, 126
+VL_IMAGES = [(40, 24), (24, 32)]
+VL_LAYOUTS = [("one_rank", 1, "tp = 1"), ("tp2", 2, "tp = 2"), ("cp2", 2, "cp = 2"), ("ep2_pp2", 4, "ep = 2; pp = 2")]
+
+
+def tiny_qwen3_vl_moe(out_dir, mrope=True):
+    """Qwen3-VL-MoE's architecture at a few dozen dimensions: the Qwen3-MoE decoder of
+    tiny_qwen3_moe with interleaved multimodal RoPE over sections [4, 2, 2] of its 8 frequencies,
+    its experts fused (gate_up_proj, down_proj) as transformers stores them; a two-block vision
+    tower (32 wide, 4-pixel patches, two frames, a 4 x 4 position table, 2 x 2 merge into the
+    decoder's 64) whose first block feeds a deepstack merger. mrope False writes the same weights
+    with a config.json that has no mrope_section (the control)."""
+    import json
+    from transformers import Qwen3VLMoeConfig, Qwen3VLMoeForConditionalGeneration
+    config = Qwen3VLMoeConfig(
+        text_config=dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, moe_intermediate_size=32,
+                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                         num_experts=8, num_experts_per_tok=2, rope_theta=1000000.0, rms_norm_eps=1e-6,
+                         max_position_embeddings=128, decoder_sparse_step=1, mlp_only_layers=[], attention_dropout=0.0,
+                         rope_scaling={"rope_type": "default", "mrope_section": [4, 2, 2], "mrope_interleaved": True}),
+        vision_config=dict(depth=2, hidden_size=32, num_heads=2, intermediate_size=48, out_hidden_size=64,
+                           patch_size=4, temporal_patch_size=2, in_channels=3, spatial_merge_size=2,
+                           num_position_embeddings=16, deepstack_visual_indexes=[0], hidden_act="gelu_pytorch_tanh"),
+        image_token_id=VL_IMAGE, vision_start_token_id=VL_START, vision_end_token_id=VL_END,
+        tie_word_embeddings=False)
+    torch.manual_seed(6)
+    model = Qwen3VLMoeForConditionalGeneration(config).float().eval()
+    with torch.no_grad():
+        # Norms start at one and biases at zero; move them so that one loaded wrong shows.
+        for name, p in model.named_parameters():
+            if name.endswith("norm.weight") or "norm1" in name or "norm2" in name or name.endswith("bias"):
+                p.add_(0.2 * torch.randn_like(p))
+    model.save_pretrained(out_dir, safe_serialization=True)
+    if not mrope:
+        path = os.path.join(out_dir, "config.json")
+        with open(path) as f:
+            saved = json.load(f)
+        del saved["text_config"]["rope_scaling"]["mrope_section"]
+        with open(path, "w") as f:
+            json.dump(saved, f, indent=2)
+    return model
+
+
+def vision_dataset(prefix):
+    """The images moerun-mkdata --images wrote beside PREFIX (docs/runtime.md, PREFIX.vision.idx
+    and .bin): [(frames, rows, cols, patches [frames x rows x cols, patch values])]."""
+    import struct
+    with open(prefix + ".vision.idx", "rb") as f:
+        idx = f.read()
+    assert idx[:8] == b"MOEVISN\0", "not a vision index"
+    _, count, patch, temporal, _ = struct.unpack_from("<5Q", idx, 8)
+    values = torch.from_file(prefix + ".vision.bin", dtype=torch.float32,
+                             size=os.path.getsize(prefix + ".vision.bin") // 4)
+    out, at, dim = [], 8 + 40 + 24, 3 * temporal * patch * patch
+    for _ in range(count):
+        frames, rows, cols, offset = struct.unpack_from("<4Q", idx, at)
+        at += 32
+        n = frames * rows * cols
+        out.append((frames, rows, cols, values[offset:offset + n * dim].reshape(n, dim).clone()))
+    return out
+
+
+def vl_samples(corpus, images, merge=2):
+    """moerun's vision-language samples (runtime/data/MultimodalSamples.cpp) built independently:
+    sample s is image s mod N (start, one placeholder per merged patch, end), then the text window
+    s with the three image ids read as 0, cut to seq_len + 1; the labels are the next tokens, -1
+    where the next token belongs to an image. Returns (tokens, labels, images of each sample)."""
+    out = []
+    for s, words in enumerate(windows(corpus)):
+        frames, rows, cols, patches = images[s % len(images)]
+        tokens = [VL_START] + [VL_IMAGE] * (frames * rows * cols // (merge * merge)) + [VL_END]
+        tokens += [0 if w in (VL_START, VL_IMAGE, VL_END) else int(w) for w in words]
+        tokens = torch.tensor(tokens[:SEQ_LEN + 1])
+        labels = torch.where((tokens[1:] == VL_START) | (tokens[1:] == VL_IMAGE) | (tokens[1:] == VL_END), -1,
+                             tokens[1:])
+        out.append((tokens[:-1], labels, [(frames, rows, cols, patches)]))
+    return out
+
+
+def vl_reference(model, samples, aux_coeff=AUX_COEFF):
+    """transformers' loss (mean cross entropy over the text labels) and every parameter's gradient
+    of moerun's objective: that loss plus, per sequence and MoE layer, Megatron's load-balancing
+    loss of the routers' logits (hooks on the router Linears; Megatron-Core's own functions)."""
+    cfg = model.config.text_config
+    x = torch.stack([t for t, _, _ in samples])
+    y = torch.stack([l for _, l, _ in samples])
+    images = [i for _, _, imgs in samples for i in imgs]
+    pixels = torch.cat([p for _, _, _, p in images])
+    grid = torch.tensor([[f, r, c] for f, r, c, _ in images])
+    captured = []
+    hooks = [layer.mlp.gate.register_forward_hook(lambda mod, inp, out: captured.append(out.float()))
+             for layer in model.model.language_model.layers]
+    model.zero_grad()
+    logits = model(input_ids=x, pixel_values=pixels, image_grid_thw=grid).logits
+    for h in hooks:
+        h.remove()
+    ce = torch.nn.functional.cross_entropy(logits.double().reshape(-1, VOCAB), y.reshape(-1), ignore_index=-1)
+    aux = 0
+    for router_logits in captured:
+        for b in range(len(samples)):
+            aux = aux + megatron_aux(router_logits[b * SEQ_LEN:(b + 1) * SEQ_LEN], cfg.num_experts_per_tok, "softmax",
+                                     cfg.num_experts, aux_coeff)
+    (ce.float() + aux / len(samples)).backward()
+    return float(ce), {name: p.grad.detach().clone() for name, p in model.named_parameters()}
+
+
+def qwen3_vl_runtime_view(grads, cfg):
+    """Hugging Face name -> gradient, as moerun's names and layouts: the decoder under
+    model.language_model., the fused experts cut per expert ([in, out] already), the tower's
+    Linear weights transposed (the patch embedding's Conv3d flattened first)."""
+    ffn = cfg.text_config.moe_intermediate_size
+    block = {"norm1.weight": "norm1", "norm1.bias": "norm1_bias", "attn.qkv.weight": "qkv", "attn.qkv.bias": "qkv_bias",
+             "attn.proj.weight": "proj", "attn.proj.bias": "proj_bias", "norm2.weight": "norm2",
+             "norm2.bias": "norm2_bias", "mlp.linear_fc1.weight": "fc1", "mlp.linear_fc1.bias": "fc1_bias",
+             "mlp.linear_fc2.weight": "fc2", "mlp.linear_fc2.bias": "fc2_bias"}
+    merger = {"norm.weight": "norm", "norm.bias": "norm_bias", "linear_fc1.weight": "fc1",
+              "linear_fc1.bias": "fc1_bias", "linear_fc2.weight": "fc2", "linear_fc2.bias": "fc2_bias"}
+    tower = {"patch_embed.proj.weight": "patch_embed", "patch_embed.proj.bias": "patch_embed_bias",
+             "pos_embed.weight": "pos_embed"}
+    out = {}
+    for hf, g in grads.items():
+        if hf.startswith("model.visual."):
+            rest = hf[len("model.visual."):]
+            m = re.fullmatch(r"(blocks|deepstack_merger_list)\.(\d+)\.(.*)", rest)
+            if m and m.group(1) == "blocks":
+                name = f"blocks.{m.group(2)}.{block[m.group(3)]}"
+            elif m:
+                name = f"deepstack.{m.group(2)}.{merger[m.group(3)]}"
+            elif rest.startswith("merger."):
+                name = "merger." + merger[rest[len("merger."):]]
+            else:
+                name = tower[rest]
+            out["vision." + name] = g.reshape(g.shape[0], -1).t() if rest.endswith("weight") and g.dim() > 1 and \
+                "pos_embed" not in rest else g
+            continue
+        hf = hf.replace("model.language_model.", "model.")
+        m = re.fullmatch(r"model\.layers\.(\d+)\.mlp\.experts\.(gate_up_proj|down_proj)", hf)
+        if m:
+            for e in range(g.shape[0]):
+                pre = f"layers.{m.group(1)}.experts.{e}."
+                if m.group(2) == "down_proj":
+                    out[pre + "down"] = g[e]
+                else:
+                    out[pre + "gate"], out[pre + "up"] = g[e][:, :ffn], g[e][:, ffn:]
+            continue
+        name, linear = runtime_name(hf)
+        out[name] = g.t() if linear else g
+    return out
+
+
+def qwen3_vl(a):
+    """The Qwen3-VL family: a tiny Qwen3VLMoeForConditionalGeneration on two decoded images beside
+    a token corpus (moerun-mkdata), the first step's loss and every gradient (tower included)
+    against transformers under one rank and the layouts of VL_LAYOUTS (tp runs the whole tower on
+    every rank, cp takes each rank's multimodal positions from its whole sequence, pp puts the tower
+    and the deepstack layer on the first stage), and the loss with the tower frozen. Control: the same checkpoint with a config.json
+    that has no mrope_section (1-D RoPE) must be told apart."""
+    corpus = os.path.join(a.work, "vl_corpus")
+    subprocess.run([a.mkdata, "--out", corpus, "--vocab", str(VOCAB), "--tokens", "2000", "--seed", "7"], check=True,
+                   env=a.env, stdout=subprocess.DEVNULL)
+    pngs = []
+    for i, (w, h) in enumerate(VL_IMAGES):
+        pngs.append(os.path.join(a.work, f"vl_{i}.png"))
+        subprocess.run([sys.executable, os.path.join(HERE, "..", "..", "lit", "cli", "Inputs", "write_png.py"), pngs[-1],
+                        str(w), str(h)], check=True)
+    subprocess.run([a.mkdata, "--out", corpus, "--images", ",".join(pngs), "--patch-size", "4", "--min-pixels", "256",
+                    "--max-pixels", "1024"], check=True, env=a.env, stdout=subprocess.DEVNULL)
+    hf_dir = os.path.join(a.work, "qwen3_vl_moe_tiny")
+    model = tiny_qwen3_vl_moe(hf_dir)
+    samples = vl_samples(corpus, vision_dataset(corpus))
+    ref, grads = vl_reference(model, samples)
+    grads = qwen3_vl_runtime_view(grads, model.config)
+    print(f"transformers Qwen3VLMoeForConditionalGeneration: loss {ref!r} over "
+          f"{sum(int((l >= 0).sum()) for _, l, _ in samples)} text labels")
+    for name, ranks, parallel in VL_LAYOUTS:
+        check_loss(a, f"Qwen3-VL {name}", "vl_" + name, ranks, parallel, hf_dir, corpus, ref)
+        check_gradients(a, f"Qwen3-VL gradients under {name}", "vl_" + name, ranks, parallel, hf_dir, corpus, grads)
+    # A frozen tower is not among the parameters the optimizer steps; --init-from-hf loads it all the same.
+    check_loss(a, "Qwen3-VL with the tower frozen, tp2", "vl_frozen_tp2", 2, "tp = 2", hf_dir, corpus, ref,
+               "  vision { frozen = true }\n")
+    control_dir = os.path.join(a.work, "qwen3_vl_moe_no_mrope")
+    tiny_qwen3_vl_moe(control_dir, mrope=False)
+    loss, out = run(a, "vl_control", 1, "tp = 1", control_dir, corpus)
+    rel = abs(loss - ref) / abs(ref) if loss is not None else 0.0
+    check(loss is not None and rel > 100 * TOL, f"Qwen3-VL control (no mrope_section: 1-D RoPE): told apart, "
+          f"{rel:.1e} relative", out)
 
 
 def tiny_qwen3_next_mtp(out_dir):
@@ -407,10 +604,10 @@ def runtime_name(hf):
     return f"layers.{layer}.{name}", linear
 
 
-def recipe(name, ranks, parallel, hf_dir, corpus):
+def recipe(name, ranks, parallel, hf_dir, corpus, extra=""):
     return (f'recipe {name} {{\n  model = hf("{hf_dir}/config.json")\n  cluster {{ gpu = cpu; gpus = {ranks} }}\n'
             f"  seq_len = {SEQ_LEN}\n  batch {{ micro = 1; global = {SAMPLES} }}\n  parallel {{ {parallel} }}\n"
-            f'  data {{ source = real("{corpus}") }}\n}}\n')
+            f'  data {{ source = real("{corpus}") }}\n{extra}}}\n')
 
 
 def driver_gradients(a, name, ranks, parallel, hf_dir, corpus):
@@ -454,9 +651,9 @@ def compare_gradients(ours, ref):
     return worst, bad
 
 
-def check_loss(a, label, name, ranks, parallel, hf_dir, corpus, ref):
+def check_loss(a, label, name, ranks, parallel, hf_dir, corpus, ref, extra=""):
     """moerun's step-1 loss under one layout against the transformers loss ref."""
-    loss, out = run(a, name, ranks, parallel, hf_dir, corpus)
+    loss, out = run(a, name, ranks, parallel, hf_dir, corpus, extra)
     rel = abs(loss - ref) / abs(ref) if loss is not None else float("inf")
     check(loss is not None and rel <= TOL,
           f"{label} ({ranks} ranks): moerun's step-1 loss {loss!r} equals transformers' within {rel:.1e} relative",
@@ -475,8 +672,8 @@ def check_gradients(a, label, name, ranks, parallel, hf_dir, corpus, ref):
     return ours
 
 
-def run(a, name, ranks, parallel, hf_dir, corpus):
-    plan = harness.plan(a, name, recipe(name, ranks, parallel, hf_dir, corpus))
+def run(a, name, ranks, parallel, hf_dir, corpus, extra=""):
+    plan = harness.plan(a, name, recipe(name, ranks, parallel, hf_dir, corpus, extra))
     log = os.path.join(a.work, name + ".jsonl")
     rc, out = harness.moerun(a, ranks, plan, ["--steps", "1", "--init-from-hf", hf_dir, "--log", log])
     if rc != 0 or not os.path.exists(log):
@@ -584,6 +781,7 @@ def main():
     deepseek_v3(a, corpus, samples)
     deepseek_v3_mtp(a, corpus, samples)
     qwen3_next(a, corpus, samples)
+    qwen3_vl(a)
     # Control: the same weights but the q-norm left at ones in the checkpoint moerun reads.
     control_dir = os.path.join(a.work, "control")
     tiny_qwen3_moe(control_dir, perturb_q_norm=False)

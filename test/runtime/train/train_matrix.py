@@ -119,7 +119,8 @@ LAYOUTS = [
     # A vision-language model (VL_MODEL, mock images): the tower on the embedding chunk, its tokens
     # in place of each image's placeholders and its deepstack feature added after layer 0; every tp
     # rank runs the whole tower for its sequence shard's rows (gradients summed over tp), every cp
-    # rank for its positions' rows (summed over cp). Images of 32 pixels take 18 of the 32 tokens,
+    # rank for its positions' rows (summed over cp); multimodal RoPE rotates by each token's time,
+    # row and column positions, which a cp rank takes from its whole sequence. Images of 32 pixels take 18 of the 32 tokens,
     # so that their placeholders reach both tp shards.
     ("vl_dp2_tp2_ep2", 4, "tp = 2; ep = 2", None),
     ("vl_cp2_ep2_pp2", 4, "cp = 2; ep = 2; pp = 2", "selective(moe)"),
@@ -138,7 +139,7 @@ DSV3_MODEL = ("model tiny_dsv3 extends tiny_mla {\n  moe {\n    router = sigmoid
 MTP_MODEL = "model tiny_mtp extends tiny_dsv3 { mtp_layers = 2 }\n"
 NEXT_MODEL = ("model tiny_next extends tiny_moe {\n  qk_norm = true; mtp_layers = 1\n"
               "  linear_attention { interval = 2; key_heads = 2; value_heads = 4; head_dim = 8 }\n}\n")
-VL_MODEL = ("model tiny_vl extends tiny_moe {\n  vision {\n    layers = 2; hidden = 16; heads = 2; ffn_hidden = 32; "
+VL_MODEL = ("model tiny_vl extends tiny_moe {\n  mrope_section = [4, 2, 2]\n  vision {\n    layers = 2; hidden = 16; heads = 2; ffn_hidden = 32; "
             "patch_size = 4; spatial_merge = 2\n    position_embeddings = 16; deepstack_layers = [0]\n  }\n}\n")
 # A layout's name prefix picks its model (and its own one-rank reference, "<prefix>one_rank").
 MODELS = {"bias_": ("tiny_biased", BIASED_MODEL), "qk_": ("tiny_qk", QK_MODEL), "mla_": ("tiny_mla", MLA_MODEL),
