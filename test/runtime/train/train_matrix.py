@@ -111,6 +111,7 @@ LAYOUTS = [
     ("next_ep2_pp2_full", 4, "ep = 2; pp = 2", "full"),
     ("next_tp2_pp2_selective", 4, "tp = 2; pp = 2", "selective(core_attn, layernorm, moe, gdn_norm_out)"),
     ("next_dp2_ep2_distopt", 2, "ep = 2", None),
+    ("next_tp2_etp2_ep2", 4, "tp = 2; ep = 2; etp = 2", None),
     # Forced balanced routing (moe.force_balance, Megatron moe_router_force_load_balancing): the
     # logits are drawn per token from its sample and position, so every layout routes as one rank
     # does, recomputation included.
@@ -124,6 +125,7 @@ LAYOUTS = [
     # so that their placeholders reach both tp shards.
     ("vl_dp2_tp2_ep2", 4, "tp = 2; ep = 2", None),
     ("vl_cp2_ep2_pp2", 4, "cp = 2; ep = 2; pp = 2", "selective(moe)"),
+    ("vl_tp2_etp2_ep2", 4, "tp = 2; ep = 2; etp = 2", None),
 ]
 # tiny_moe with the sigmoid router and aux-loss-free balancing; a bias update rate of
 # Megatron's 1e-3 changes routing within 3 steps of this tiny model.
