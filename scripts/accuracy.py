@@ -251,7 +251,11 @@ OUTLIER_NOTES = {
             "1.47x faster than this FP8 row, and the model puts that card 23% high, so the FP8 path on H100 "
             "(quantization and transposes around small expert GEMMs) costs more than the model's two-pass "
             "quantization estimate and Hopper's split accumulation in dgrad and wgrad (priced at 1.15x), "
-            "and the BF16 run's compute more than its GEMM efficiency says.",
+            "and the BF16 run's compute more than its GEMM efficiency says. Others measured the same: "
+            "Megatron-Bridge issue 2842 (release 26.02: FP8 slower than BF16 for Qwen3-30B on H100 and "
+            "Blackwell, \"still mostly mxfp8 cast bound\" in May 2026) and verl issue 7232 (FP8 slower than "
+            "BF16 on Qwen3-30B-A3B on 8 H200, the slowdown in Megatron's training compute). Which casts, "
+            "and at what bandwidth, needs a profile of this layout on an H100.",
     "A110": "As A037 (26.04, the same layout and settings).",
 }
 # Rows of the current releases off by more than 20% are listed with their notes too.
