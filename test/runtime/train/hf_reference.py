@@ -380,10 +380,7 @@ def qwen3_vl(a):
                "  vision { frozen = true }\n")
     control_dir = os.path.join(a.work, "qwen3_vl_moe_no_mrope")
     tiny_qwen3_vl_moe(control_dir, mrope=False)
-    loss, out = run(a, "vl_control", 1, "tp = 1", control_dir, corpus)
-    rel = abs(loss - ref) / abs(ref) if loss is not None else 0.0
-    check(loss is not None and rel > 100 * TOL, f"Qwen3-VL control (no mrope_section: 1-D RoPE): told apart, "
-          f"{rel:.1e} relative", out)
+    check_control(a, "Qwen3-VL control (no mrope_section: 1-D RoPE)", "vl_control", control_dir, corpus, ref)
 
 
 def tiny_qwen3_next_mtp(out_dir):
@@ -660,6 +657,13 @@ def check_loss(a, label, name, ranks, parallel, hf_dir, corpus, ref, extra=""):
           out)
 
 
+def check_control(a, label, name, hf_dir, corpus, ref):
+    """moerun's step-1 loss on one rank from a control checkpoint must be told apart from ref."""
+    loss, out = run(a, name, 1, "tp = 1", hf_dir, corpus)
+    rel = abs(loss - ref) / abs(ref) if loss is not None else 0.0
+    check(loss is not None and rel > 100 * TOL, f"{label}: told apart, {rel:.1e} relative", out)
+
+
 def check_gradients(a, label, name, ranks, parallel, hf_dir, corpus, ref):
     """moert-train-driver's step-1 gradients under one layout against torch's ref; returns them."""
     ours, out = driver_gradients(a, name, ranks, parallel, hf_dir, corpus)
@@ -747,10 +751,7 @@ def qwen3_next(a, corpus, samples):
     # Control: each head's query and output gate exchanged in the checkpoint moerun reads.
     control_dir = os.path.join(a.work, "qwen3_next_control")
     tiny_qwen3_next(control_dir, swap_query_gate=True)
-    loss, out = run(a, "next_control", 1, "tp = 1", control_dir, corpus)
-    rel = abs(loss - ref) / abs(ref) if loss is not None else 0.0
-    check(loss is not None and rel > 100 * TOL, f"Qwen3-Next control (query and gate heads exchanged): told apart, "
-          f"{rel:.1e} relative", out)
+    check_control(a, "Qwen3-Next control (query and gate heads exchanged)", "next_control", control_dir, corpus, ref)
     # Its MTP block, read from mtp.*.
     hf_dir = os.path.join(a.work, "qwen3_next_mtp_tiny")
     full, main, own = tiny_qwen3_next_mtp(hf_dir)
@@ -785,10 +786,7 @@ def main():
     # Control: the same weights but the q-norm left at ones in the checkpoint moerun reads.
     control_dir = os.path.join(a.work, "control")
     tiny_qwen3_moe(control_dir, perturb_q_norm=False)
-    loss, out = run(a, "control", 1, "tp = 1", control_dir, corpus)
-    rel = abs(loss - ref) / abs(ref) if loss is not None else 0.0
-    check(loss is not None and rel > 100 * TOL, f"control (q_norm not loaded as trained): told apart, {rel:.1e} "
-          "relative", out)
+    check_control(a, "control (q_norm not loaded as trained)", "control", control_dir, corpus, ref)
     return harness.finish("hf_reference")
 
 
