@@ -1,6 +1,8 @@
 //===- kernels/cuda/RingAttention.cpp -------------------------------------===//
 #include "kernels/cuda/RingAttention.h"
 
+#include "parallel/cp/Ring.h"
+
 #include <cmath>
 #include <memory>
 #include <stdexcept>
@@ -9,8 +11,8 @@ namespace moert::cuda {
 
 namespace {
 
-/// Everything one rank needs about the ring: shapes, every rank's positions
-/// on the device, and the two block buffers.
+/// Everything one rank needs about the ring: shapes and every rank's
+/// positions on the device.
 struct Ring {
   DeviceAttentionShape Shape;
   int Size, Rank;
@@ -40,25 +42,42 @@ struct Ring {
   int next() const { return (Rank + 1) % Size; }
 };
 
-/// One hop: receive the previous rank's buffer, send ours to the next.
-struct Hop {
-  std::unique_ptr<Request> RecvReq, SendReq;
-  Hop(DeviceCommunicator &Cp, const Ring &R, const void *Send, void *Recv, size_t Count, DType T, int Tag) {
-    RecvReq = Cp.irecv(Recv, Count, R.prev(), Tag, T);
-    SendReq = Cp.isend(Send, Count, R.next(), Tag, T);
-  }
-  void wait() {
-    RecvReq->wait();
-    SendReq->wait();
-  }
-};
-
-constexpr int KvTag = 11, GradTag = 12;
-
 void copyAsync(void *Dst, const void *Src, size_t Bytes, cudaStream_t Stream) {
   if (Bytes)
     MOERT_CUDA_CHECK(cudaMemcpyAsync(Dst, Src, Bytes, cudaMemcpyDeviceToDevice, Stream));
 }
+
+/// The device's block in hand (parallel/cp/Ring.h): K then V in bf16 and,
+/// in the backward, its dK then dV in fp32 in a buffer of their own.
+struct DeviceBlock {
+  const Ring &R;
+  cudaStream_t Stream;
+  DeviceBuffer<bf16> Cur, Next;
+  DeviceBuffer<float> CurGrad, NextGrad;
+
+  DeviceBlock(const Ring &R, const bf16 *K, const bf16 *V, bool WithGrads, cudaStream_t Stream)
+      : R(R), Stream(Stream), Cur(2 * R.KvCount), Next(R.Size > 1 ? 2 * R.KvCount : 0),
+        CurGrad(WithGrads ? 2 * R.KvCount : 0), NextGrad(WithGrads && R.Size > 1 ? 2 * R.KvCount : 0) {
+    copyAsync(Cur.data(), K, R.KvCount * sizeof(bf16), Stream);
+    copyAsync(Cur.data() + R.KvCount, V, R.KvCount * sizeof(bf16), Stream);
+    if (WithGrads)
+      MOERT_CUDA_CHECK(cudaMemsetAsync(CurGrad.data(), 0, CurGrad.bytes(), Stream));
+  }
+  const void *kv() const { return Cur.data(); }
+  void *nextKv() { return Next.data(); }
+  size_t kvCount() const { return 2 * R.KvCount; }
+  DType kvType() const { return DType::BF16; }
+  const void *grad() const { return CurGrad.data(); }
+  void *nextGrad() { return NextGrad.data(); }
+  size_t gradCount() const { return 2 * R.KvCount; }
+  DType gradType() const { return DType::F32; }
+  void swap() {
+    std::swap(Cur, Next);
+    std::swap(CurGrad, NextGrad);
+  }
+  const bf16 *blockK() const { return Cur.data(); }
+  const bf16 *blockV() const { return Cur.data() + R.KvCount; }
+};
 
 } // namespace
 
@@ -67,22 +86,17 @@ void ringAttentionForward(DeviceCommunicator &Cp, const AttentionDims &Dims, con
   Ring R(Cp, Dims);
   Cp.setComputeStream(Stream);
   attentionInit(R.Shape, Out, Lse, Stream);
-  // A block is K then V in bf16, sent as 2 * KvCount bf16 elements.
-  DeviceBuffer<bf16> Cur(2 * R.KvCount), Next(R.Size > 1 ? 2 * R.KvCount : 0);
-  copyAsync(Cur.data(), K, R.KvCount * sizeof(bf16), Stream);
-  copyAsync(Cur.data() + R.KvCount, V, R.KvCount * sizeof(bf16), Stream);
-  for (int Step = 0; Step < R.Size; ++Step) {
-    std::unique_ptr<Hop> H;
-    if (Step + 1 < R.Size)
-      H = std::make_unique<Hop>(Cp, R, Cur.data(), Next.data(), 2 * R.KvCount, DType::BF16, KvTag);
-    int Owner = (R.Rank - Step + R.Size) % R.Size;
-    attentionForwardBlock(R.Shape, Q, R.positionsOf(R.Rank), Cur.data(), Cur.data() + R.KvCount, R.positionsOf(Owner),
-                          Out, Lse, Stream);
-    if (H) {
-      H->wait();
-      std::swap(Cur, Next);
+  struct Forward : DeviceBlock {
+    const bf16 *Q;
+    float *Out, *Lse;
+    Forward(const Ring &R, const bf16 *Q, const bf16 *K, const bf16 *V, float *Out, float *Lse, cudaStream_t Stream)
+        : DeviceBlock(R, K, V, false, Stream), Q(Q), Out(Out), Lse(Lse) {}
+    void attend(int Owner) {
+      attentionForwardBlock(R.Shape, Q, R.positionsOf(R.Rank), blockK(), blockV(), R.positionsOf(Owner), Out, Lse,
+                            Stream);
     }
-  }
+  } B(R, Q, K, V, Out, Lse, Stream);
+  ring::forward(Cp, B);
   // The buffers are freed on return: finish the kernels that read them.
   MOERT_CUDA_CHECK(cudaStreamSynchronize(Stream));
 }
@@ -97,35 +111,21 @@ void ringAttentionBackward(DeviceCommunicator &Cp, const AttentionDims &Dims, co
   MOERT_CUDA_CHECK(cudaMemsetAsync(DQ, 0, QCount * sizeof(float), Stream));
   DeviceBuffer<float> Delta(size_t(S.Batch * S.QHeads * S.QTokens));
   attentionDelta(S, DOut, Out, Delta.data(), Stream);
-
-  bool Ringed = R.Size > 1;
-  DeviceBuffer<bf16> Cur(2 * R.KvCount), Next(Ringed ? 2 * R.KvCount : 0);
-  // The block's gradients so far: dK then dV in fp32.
-  DeviceBuffer<float> CurGrad(2 * R.KvCount), NextGrad(Ringed ? 2 * R.KvCount : 0);
-  copyAsync(Cur.data(), K, R.KvCount * sizeof(bf16), Stream);
-  copyAsync(Cur.data() + R.KvCount, V, R.KvCount * sizeof(bf16), Stream);
-  MOERT_CUDA_CHECK(cudaMemsetAsync(CurGrad.data(), 0, CurGrad.bytes(), Stream));
-  for (int Step = 0; Step < R.Size; ++Step) {
-    std::unique_ptr<Hop> KvHop, GradHop;
-    if (Step + 1 < R.Size)
-      KvHop = std::make_unique<Hop>(Cp, R, Cur.data(), Next.data(), 2 * R.KvCount, DType::BF16, KvTag);
-    int Owner = (R.Rank - Step + R.Size) % R.Size;
-    attentionBackwardBlock(S, Q, R.positionsOf(R.Rank), Cur.data(), Cur.data() + R.KvCount, R.positionsOf(Owner), Lse,
-                           Delta.data(), DOut, DQ, CurGrad.data(), CurGrad.data() + R.KvCount, Stream);
-    // After the last step the block in hand belongs to the next rank, which
-    // is where this hop sends its gradients.
-    if (Ringed)
-      GradHop = std::make_unique<Hop>(Cp, R, CurGrad.data(), NextGrad.data(), 2 * R.KvCount, DType::F32, GradTag);
-    if (KvHop)
-      KvHop->wait();
-    if (GradHop) {
-      GradHop->wait();
-      std::swap(Cur, Next);
-      std::swap(CurGrad, NextGrad);
+  struct Backward : DeviceBlock {
+    const bf16 *Q, *DOut;
+    const float *Lse, *Delta;
+    float *DQ;
+    Backward(const Ring &R, const bf16 *Q, const bf16 *K, const bf16 *V, const float *Lse, const float *Delta,
+             const bf16 *DOut, float *DQ, cudaStream_t Stream)
+        : DeviceBlock(R, K, V, true, Stream), Q(Q), DOut(DOut), Lse(Lse), Delta(Delta), DQ(DQ) {}
+    void attend(int Owner) {
+      attentionBackwardBlock(R.Shape, Q, R.positionsOf(R.Rank), blockK(), blockV(), R.positionsOf(Owner), Lse, Delta,
+                             DOut, DQ, CurGrad.data(), CurGrad.data() + R.KvCount, Stream);
     }
-  }
-  copyAsync(DK, CurGrad.data(), R.KvCount * sizeof(float), Stream);
-  copyAsync(DV, CurGrad.data() + R.KvCount, R.KvCount * sizeof(float), Stream);
+  } B(R, Q, K, V, Lse, Delta.data(), DOut, DQ, Stream);
+  ring::backward(Cp, B);
+  copyAsync(DK, B.CurGrad.data(), R.KvCount * sizeof(float), Stream);
+  copyAsync(DV, B.CurGrad.data() + R.KvCount, R.KvCount * sizeof(float), Stream);
   MOERT_CUDA_CHECK(cudaStreamSynchronize(Stream));
 }
 

@@ -1,12 +1,12 @@
 //===- kernels/cuda/RingAttention.h - Context-parallel attention on GPUs --===//
 //
 // parallel/cp/ContextParallelAttention.h on the CUDA backend: the same
-// load-balanced chunking (localPositions), the same ring (K/V blocks travel to
-// the next rank each step; in the backward their fp32 gradients travel with
-// them and take one more hop home), the same results up to bf16 inputs and
-// fp32 summation order. Each step posts the next hop (irecv + isend) before
-// attending to the block in hand, so on NCCL the transfer overlaps the
-// attention kernels; the hop is waited on (stream order) before the swap.
+// load-balanced chunking (localPositions), the same ring schedule
+// (parallel/cp/Ring.h: K/V blocks travel to the next rank each step; in the
+// backward their fp32 gradients travel with them and take one more hop home),
+// the same results up to bf16 inputs and fp32 summation order. On NCCL the
+// hop in flight overlaps the attention kernels; it is waited on (stream
+// order) before the swap.
 //
 // Q [Batch, LocalTokens, QHeads, HeadDim] bf16, K and V [Batch, LocalTokens,
 // KvHeads, HeadDim] bf16 (device); Out fp32 like Q; Lse [Batch, QHeads,

@@ -1,15 +1,14 @@
 //===- parallel/cp/ContextParallelAttention.cpp - Ring attention ----------===//
 //
-// Each rank owns one K/V block (its LocalTokens keys). The blocks travel to
-// the next rank of the ring at every step, so after CP steps every query has
-// met every key; the transfer of the next block overlaps the compute on the
-// current one (non-blocking send and receive). Backward sends the gradients of
-// each block along with it and ends with one more hop that brings them home.
+// The host backend of the ring (parallel/cp/Ring.h): each rank owns one K/V
+// block (its LocalTokens keys); every query span attends to every key span
+// of the block in hand, in fp32.
 //
 //===----------------------------------------------------------------------===//
 #include "parallel/cp/ContextParallelAttention.h"
 
 #include "parallel/cp/AttentionBlock.h"
+#include "parallel/cp/Ring.h"
 
 #include <algorithm>
 #include <cmath>
@@ -30,10 +29,6 @@ std::vector<int64_t> localPositions(int CpRank, int CpSize, int64_t SeqLen) {
 
 namespace {
 
-// Tags keep the early K/V hop and the late gradient hop of one step apart.
-constexpr int KvTag = 11;
-constexpr int GradTag = 12;
-
 BlockShape blockShape(const Communicator &Cp, const AttentionDims &Dims) {
   if (Dims.Batch < 0 || Dims.SeqLen < 0 || Dims.QHeads <= 0 || Dims.KvHeads <= 0 || Dims.HeadDim <= 0 ||
       Dims.VHeadDim < 0 || Dims.QHeads % Dims.KvHeads != 0)
@@ -48,22 +43,41 @@ BlockShape blockShape(const Communicator &Cp, const AttentionDims &Dims) {
   return Shape;
 }
 
-/// One hop of the ring: posts the receive of the previous rank's buffer and
-/// the send of ours; wait() completes both.
-class RingHop {
-public:
-  RingHop(Communicator &Cp, const float *Send, float *Recv, size_t Count, int Tag) {
-    int Size = Cp.size(), Rank = Cp.rank();
-    RecvReq = Cp.irecv(Recv, Count, (Rank + Size - 1) % Size, Tag);
-    SendReq = Cp.isend(Send, Count, (Rank + 1) % Size, Tag);
-  }
-  void wait() {
-    RecvReq->wait();
-    SendReq->wait();
-  }
+/// The host's block in hand (parallel/cp/Ring.h): K then V of one rank, in
+/// the backward followed by the dK and dV gathered for it so far; every
+/// query span attends to every key span of the block's owner.
+struct HostBlock {
+  const BlockShape &Shape;
+  int CpSize;
+  size_t KCount, VCount;
+  std::vector<TokenSpan> QuerySpans;
+  std::vector<float> Cur, Next, Scratch;
+  bool WithGrads;
 
-private:
-  std::unique_ptr<Request> RecvReq, SendReq;
+  HostBlock(const Communicator &Cp, const BlockShape &S, const float *K, const float *V, bool WithGrads)
+      : Shape(S), CpSize(Cp.size()), KCount(size_t(S.Dims.Batch * S.LocalTokens * S.Dims.KvHeads * S.Dims.HeadDim)),
+        VCount(size_t(S.Dims.Batch * S.LocalTokens * S.Dims.KvHeads * S.Dims.vHeadDim())),
+        QuerySpans(localSpans(Cp.rank(), Cp.size(), S.Dims.SeqLen)), WithGrads(WithGrads) {
+    Cur.assign((WithGrads ? 2 : 1) * kvCount(), 0.0f);
+    std::copy(K, K + KCount, Cur.begin());
+    std::copy(V, V + VCount, Cur.begin() + ptrdiff_t(KCount));
+    if (CpSize > 1)
+      Next.resize(Cur.size());
+  }
+  size_t kvCount() const { return KCount + VCount; }
+  const void *kv() const { return Cur.data(); }
+  void *nextKv() { return Next.data(); }
+  DType kvType() const { return DType::F32; }
+  const void *grad() const { return Cur.data() + kvCount(); }
+  void *nextGrad() { return Next.data() + kvCount(); }
+  size_t gradCount() const { return kvCount(); }
+  DType gradType() const { return DType::F32; }
+  void swap() { Cur.swap(Next); }
+  float *blockK() { return Cur.data(); }
+  float *blockV() { return Cur.data() + KCount; }
+  float *blockDK() { return Cur.data() + kvCount(); }
+  float *blockDV() { return blockDK() + KCount; }
+  std::vector<TokenSpan> keySpans(int Owner) const { return localSpans(Owner, CpSize, Shape.Dims.SeqLen); }
 };
 
 } // namespace
@@ -71,46 +85,30 @@ private:
 void contextParallelAttentionForward(Communicator &Cp, const AttentionDims &Dims, const float *Q, const float *K,
                                      const float *V, float *Out, float *Lse) {
   BlockShape Shape = blockShape(Cp, Dims);
-  int Size = Cp.size(), Rank = Cp.rank();
   size_t OutCount = size_t(Dims.Batch * Shape.LocalTokens * Dims.QHeads * Dims.vHeadDim());
-  size_t KCount = size_t(Dims.Batch * Shape.LocalTokens * Dims.KvHeads * Dims.HeadDim);
-  size_t VCount = size_t(Dims.Batch * Shape.LocalTokens * Dims.KvHeads * Dims.vHeadDim());
   std::fill(Out, Out + OutCount, 0.0f);
   std::fill(Lse, Lse + Dims.Batch * Dims.QHeads * Shape.LocalTokens, -std::numeric_limits<float>::infinity());
-
-  std::vector<TokenSpan> QuerySpans = localSpans(Rank, Size, Dims.SeqLen);
-  // The block in hand: K then V of one rank.
-  std::vector<float> Cur(KCount + VCount), Next;
-  std::copy(K, K + KCount, Cur.begin());
-  std::copy(V, V + VCount, Cur.begin() + ptrdiff_t(KCount));
-  if (Size > 1)
-    Next.resize(Cur.size());
-  std::vector<float> Scratch;
-  for (int Step = 0; Step < Size; ++Step) {
-    std::unique_ptr<RingHop> Hop;
-    if (Step + 1 < Size)
-      Hop = std::make_unique<RingHop>(Cp, Cur.data(), Next.data(), Cur.size(), KvTag);
-    int Owner = (Rank - Step + Size) % Size;
-    for (const TokenSpan &KeySpan : localSpans(Owner, Size, Dims.SeqLen))
-      for (const TokenSpan &QuerySpan : QuerySpans)
-        attendSpanForward(Shape, Q, QuerySpan, Cur.data(), Cur.data() + KCount, KeySpan, Out, Lse, Scratch);
-    if (Hop) {
-      Hop->wait();
-      Cur.swap(Next);
+  struct Forward : HostBlock {
+    const float *Q;
+    float *Out, *Lse;
+    Forward(const Communicator &Cp, const BlockShape &S, const float *Q, const float *K, const float *V, float *Out,
+            float *Lse)
+        : HostBlock(Cp, S, K, V, false), Q(Q), Out(Out), Lse(Lse) {}
+    void attend(int Owner) {
+      for (const TokenSpan &KeySpan : keySpans(Owner))
+        for (const TokenSpan &QuerySpan : QuerySpans)
+          attendSpanForward(Shape, Q, QuerySpan, blockK(), blockV(), KeySpan, Out, Lse, Scratch);
     }
-  }
+  } B(Cp, Shape, Q, K, V, Out, Lse);
+  ring::forward(Cp, B);
 }
 
 void contextParallelAttentionBackward(Communicator &Cp, const AttentionDims &Dims, const float *Q, const float *K,
                                       const float *V, const float *Out, const float *Lse, const float *DOut, float *DQ,
                                       float *DK, float *DV) {
   BlockShape Shape = blockShape(Cp, Dims);
-  int Size = Cp.size(), Rank = Cp.rank();
   int64_t T = Shape.LocalTokens, Vd = Dims.vHeadDim();
   size_t QCount = size_t(Dims.Batch * T * Dims.QHeads * Dims.HeadDim);
-  size_t KCount = size_t(Dims.Batch * T * Dims.KvHeads * Dims.HeadDim);
-  size_t VCount = size_t(Dims.Batch * T * Dims.KvHeads * Vd);
-  size_t KvCount = KCount + VCount;
   std::fill(DQ, DQ + QCount, 0.0f);
 
   // Delta = rowsum(dO * O) per (batch, head, token), laid out like Lse.
@@ -125,39 +123,22 @@ void contextParallelAttentionBackward(Communicator &Cp, const AttentionDims &Dim
         Delta[size_t((B * Dims.QHeads + H) * T + I)] = float(Sum);
       }
 
-  std::vector<TokenSpan> QuerySpans = localSpans(Rank, Size, Dims.SeqLen);
-  // The block in hand: K, V, and the dK, dV gathered for it so far.
-  std::vector<float> Cur(2 * KvCount, 0.0f), Next;
-  std::copy(K, K + KCount, Cur.begin());
-  std::copy(V, V + VCount, Cur.begin() + ptrdiff_t(KCount));
-  if (Size > 1)
-    Next.resize(Cur.size());
-  std::vector<float> Scratch;
-  for (int Step = 0; Step < Size; ++Step) {
-    // K/V leave before the compute; their gradients only after it.
-    std::unique_ptr<RingHop> KvHop, GradHop;
-    if (Step + 1 < Size)
-      KvHop = std::make_unique<RingHop>(Cp, Cur.data(), Next.data(), KvCount, KvTag);
-    int Owner = (Rank - Step + Size) % Size;
-    float *BlockK = Cur.data(), *BlockV = BlockK + KCount;
-    float *BlockDK = BlockV + VCount, *BlockDV = BlockDK + KCount;
-    for (const TokenSpan &KeySpan : localSpans(Owner, Size, Dims.SeqLen))
-      for (const TokenSpan &QuerySpan : QuerySpans)
-        attendSpanBackward(Shape, Q, QuerySpan, BlockK, BlockV, KeySpan, Lse, Delta.data(), DOut, DQ, BlockDK, BlockDV,
-                           Scratch);
-    // After the last step the block in hand belongs to the next rank, which
-    // is exactly where this hop sends its gradients.
-    if (Size > 1)
-      GradHop = std::make_unique<RingHop>(Cp, BlockDK, Next.data() + KvCount, KvCount, GradTag);
-    if (KvHop)
-      KvHop->wait();
-    if (GradHop) {
-      GradHop->wait();
-      Cur.swap(Next);
+  struct Backward : HostBlock {
+    const float *Q, *Lse, *Delta, *DOut;
+    float *DQ;
+    Backward(const Communicator &Cp, const BlockShape &S, const float *Q, const float *K, const float *V,
+             const float *Lse, const float *Delta, const float *DOut, float *DQ)
+        : HostBlock(Cp, S, K, V, true), Q(Q), Lse(Lse), Delta(Delta), DOut(DOut), DQ(DQ) {}
+    void attend(int Owner) {
+      for (const TokenSpan &KeySpan : keySpans(Owner))
+        for (const TokenSpan &QuerySpan : QuerySpans)
+          attendSpanBackward(Shape, Q, QuerySpan, blockK(), blockV(), KeySpan, Lse, Delta, DOut, DQ, blockDK(),
+                             blockDV(), Scratch);
     }
-  }
-  std::copy_n(Cur.begin() + ptrdiff_t(KvCount), KCount, DK);
-  std::copy_n(Cur.begin() + ptrdiff_t(KvCount + KCount), VCount, DV);
+  } B(Cp, Shape, Q, K, V, Lse, Delta.data(), DOut, DQ);
+  ring::backward(Cp, B);
+  std::copy_n(B.blockDK(), B.KCount, DK);
+  std::copy_n(B.blockDV(), B.VCount, DV);
 }
 
 } // namespace moert
