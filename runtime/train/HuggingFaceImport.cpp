@@ -215,6 +215,7 @@ std::optional<HfSource> HuggingFaceImport::expert(const std::string &Pre, llvm::
   if (Kind != "down") {
     S.Columns = Config.MoeFfnHidden;
     S.ColumnBegin = Kind == "up" ? Config.MoeFfnHidden : 0;
+    S.Slices = 2;
   }
   return S;
 }
@@ -312,7 +313,8 @@ bool HuggingFaceImport::read(llvm::StringRef Name, const std::vector<int64_t> &S
     const bool Three = E->Shape.size() == 3;
     const int64_t In = Three ? E->Shape[1] : 0, Out3 = Three ? E->Shape[2] : 0;
     const int64_t Cols = S->Columns ? S->Columns : Out3;
-    if (!Three || S->Slab >= E->Shape[0] || S->ColumnBegin + Cols > Out3 || Shape != std::vector<int64_t>{In, Cols}) {
+    if (!Three || S->Slab >= E->Shape[0] || Cols * S->Slices != Out3 || S->ColumnBegin + Cols > Out3 ||
+        Shape != std::vector<int64_t>{In, Cols}) {
       Error = "tensor '" + S->Tensor + "' is " + shapeText(E->Shape) + ", which does not hold '" + Name.str() + "' " +
               shapeText(Shape) + ": another model";
       return false;

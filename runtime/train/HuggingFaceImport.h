@@ -52,9 +52,10 @@ struct HfSource {
   float Offset = 0;          ///< added to every value (zero-centred norms)
   /// A fused tensor of every expert, [experts, in, out]: this expert's [in,
   /// out] slice, of which columns [ColumnBegin, ColumnBegin + Columns) (0
-  /// Columns: all). -1: not fused.
+  /// Columns: all), out being Slices blocks of Columns (gate_up: 2). -1: not
+  /// fused.
   int64_t Slab = -1;
-  int64_t ColumnBegin = 0, Columns = 0;
+  int64_t ColumnBegin = 0, Columns = 0, Slices = 1;
 };
 
 class HuggingFaceImport {
