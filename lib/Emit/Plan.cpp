@@ -153,7 +153,8 @@ json::Value moec::recipeToJSON(const Recipe &R) {
                         {"edp", P.EDP},
                         {"sp", P.SequenceParallel},
                         {"fsdp", P.FSDP},
-                        {"order", P.Order == RankOrder::TpCpEpDpPp ? "tp-cp-ep-dp-pp" : "tp-cp-ep-pp-dp"}};
+                        {"order", P.Order == RankOrder::TpCpEpDpPp ? "tp-cp-ep-dp-pp" : "tp-cp-ep-pp-dp"},
+                        {"cp_comm", enumName(P.CpCommKind)}};
   if (P.Layout)
     Parallel["layout"] = *P.Layout;
 

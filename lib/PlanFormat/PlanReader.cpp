@@ -336,6 +336,9 @@ bool PlanParser::readParallel(const toml::table &Config) {
       !readBool(*T, Pre, "fsdp", Par.FSDP) ||
       !readOneOf(*T, Pre, "order", Par.Order, {"tp-cp-ep-dp-pp", "tp-cp-ep-pp-dp"}))
     return false;
+  // Plans written before cp_comm was carried ran the ring.
+  if (T->contains("cp_comm") && !readOneOf(*T, Pre, "cp_comm", Par.CpComm, {"p2p", "a2a", "allgather", "a2a_p2p"}))
+    return false;
   std::optional<int64_t> Dense = product({Par.TP, Par.CP, Par.DP, Par.PP}),
                          Expert = product({Par.ETP, Par.EP, Par.EDP, Par.PP});
   if (Dense != P.WorldSize)

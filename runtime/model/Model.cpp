@@ -578,7 +578,8 @@ struct StageModel::Impl {
     AttentionDims D = attentionDims(M);
     S.AttnOut = Tensor({S.Q.rows(), D.QHeads * D.vHeadDim()});
     S.Lse = Tensor({D.Batch, D.QHeads, M.SeqLen / Groups.Cp->size()});
-    contextParallelAttentionForward(*Groups.Cp, D, S.Q.data(), S.K.data(), S.V.data(), S.AttnOut.data(), S.Lse.data());
+    contextParallelAttentionForward(*Groups.Cp, D, S.Q.data(), S.K.data(), S.V.data(), S.AttnOut.data(), S.Lse.data(),
+                                    Groups.CpKind);
   }
   void mlpNorm(const LayerParams &P, LayerState &S) {
     S.Xn2 = rmsNormForward(S.H, P.MlpNorm->Value, Config.RmsNormEps, S.Rstd2);
@@ -790,7 +791,7 @@ struct StageModel::Impl {
     }
     Tensor DQ(S.Q.shape()), DK(S.K.shape()), DV(S.V.shape());
     contextParallelAttentionBackward(*Groups.Cp, attentionDims(M), S.Q.data(), S.K.data(), S.V.data(), S.AttnOut.data(),
-                                     S.Lse.data(), DOut.data(), DQ.data(), DK.data(), DV.data());
+                                     S.Lse.data(), DOut.data(), DQ.data(), DK.data(), DV.data(), Groups.CpKind);
     if (Config.Mla) {
       Tensor DXn1 = mlaBackward(P, M, S, DQ, DK, DV);
       return add(DH, rmsNormBackward(S.X, P.AttnNorm->Value, S.Rstd1, DXn1, P.AttnNorm->Grad));

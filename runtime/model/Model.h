@@ -79,6 +79,7 @@
 
 #include "comm/Communicator.h"
 #include "kernels/host/Tensor.h"
+#include "parallel/cp/ContextParallelAttention.h"
 
 #include <array>
 #include <cstdint>
@@ -262,6 +263,8 @@ struct ParallelContext {
   /// group's tokens through their slice. Null: whole experts (etp = 1). The
   /// CPU runtime requires a larger group to be the tp group (etp = tp).
   Communicator *Etp = nullptr;
+  /// How attention uses the cp group (Megatron's cp_comm_type).
+  CpExchange CpKind = CpExchange::Ring;
 };
 
 struct RecomputeOptions {

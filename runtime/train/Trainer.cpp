@@ -245,6 +245,7 @@ struct Trainer::Impl final : public PipelineStage {
                     " only shapes the plan)");
 
     ParallelContext Ctx{&group("tp"), &group("cp"), &group("tp-cp"), &group("ep"), &group("etp")};
+    Ctx.CpKind = cpExchange(Notes);
     for (int64_t C = 0; C < Plan.Parallel.VPP; ++C) {
       const moec::LaunchStage &S = Plan.stage(PpRank, C);
       if (S.MtpLayers > 0 && (!S.Loss || S.MtpLayers != Config.MtpLayers))
@@ -511,6 +512,26 @@ struct Trainer::Impl final : public PipelineStage {
         }
     }
     return B;
+  }
+
+  /// The plan's cp_comm as the cp group's exchange; a2a_p2p's hierarchy runs
+  /// as the ring over the whole group (the same results, other traffic).
+  CpExchange cpExchange(std::vector<std::string> &Notes) {
+    const std::string &Kind = Plan.Parallel.CpComm;
+    if (Plan.Parallel.CP <= 1 || Kind == "p2p")
+      return CpExchange::Ring;
+    if (Kind == "allgather")
+      return CpExchange::AllGather;
+    if (Kind == "a2a") {
+      const int64_t Tp = Plan.Parallel.TP, Cp = Plan.Parallel.CP;
+      if (Config.Mla || Config.Heads % (Tp * Cp) || Config.KvHeads % (Tp * Cp))
+        refuse("cp_comm a2a gives each cp rank whole heads: a tp rank's " + std::to_string(Config.Heads / Tp) +
+               " query and " + std::to_string(Config.KvHeads / Tp) + " key/value heads must divide by cp = " +
+               std::to_string(Cp) + (Config.Mla ? " (and latent attention runs with p2p only)" : ""));
+      return CpExchange::AllToAll;
+    }
+    Notes.push_back("cp_comm " + Kind + ": the CPU runtime runs the ring (p2p) over the whole cp group");
+    return CpExchange::Ring;
   }
 
   /// The objective is the mean cross entropy over the global batch's

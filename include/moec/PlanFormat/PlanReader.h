@@ -97,6 +97,9 @@ struct LaunchParallel {
   bool SequenceParallel = false, FSDP = false;
   /// "tp-cp-ep-dp-pp" or "tp-cp-ep-pp-dp".
   std::string Order;
+  /// Megatron's cp_comm_type: "p2p" (the ring), "a2a", "allgather" or
+  /// "a2a_p2p".
+  std::string CpComm = "p2p";
 };
 
 struct LaunchRecompute {

@@ -8,6 +8,7 @@
 #include "parallel/cp/ContextParallelAttention.h"
 
 #include "parallel/cp/AttentionBlock.h"
+#include "parallel/cp/Exchanges.h"
 #include "parallel/cp/Ring.h"
 
 #include <algorithm>
@@ -27,8 +28,6 @@ std::vector<int64_t> localPositions(int CpRank, int CpSize, int64_t SeqLen) {
   return Positions;
 }
 
-namespace {
-
 BlockShape blockShape(const Communicator &Cp, const AttentionDims &Dims) {
   if (Dims.Batch < 0 || Dims.SeqLen < 0 || Dims.QHeads <= 0 || Dims.KvHeads <= 0 || Dims.HeadDim <= 0 ||
       Dims.VHeadDim < 0 || Dims.QHeads % Dims.KvHeads != 0)
@@ -42,6 +41,8 @@ BlockShape blockShape(const Communicator &Cp, const AttentionDims &Dims) {
   Shape.Scale = float(1.0 / std::sqrt(double(Dims.HeadDim)));
   return Shape;
 }
+
+namespace {
 
 /// The host's block in hand (parallel/cp/Ring.h): K then V of one rank, in
 /// the backward followed by the dK and dV gathered for it so far; every
@@ -83,11 +84,15 @@ struct HostBlock {
 } // namespace
 
 void contextParallelAttentionForward(Communicator &Cp, const AttentionDims &Dims, const float *Q, const float *K,
-                                     const float *V, float *Out, float *Lse) {
+                                     const float *V, float *Out, float *Lse, CpExchange Exchange) {
   BlockShape Shape = blockShape(Cp, Dims);
   size_t OutCount = size_t(Dims.Batch * Shape.LocalTokens * Dims.QHeads * Dims.vHeadDim());
   std::fill(Out, Out + OutCount, 0.0f);
   std::fill(Lse, Lse + Dims.Batch * Dims.QHeads * Shape.LocalTokens, -std::numeric_limits<float>::infinity());
+  if (Cp.size() > 1 && Exchange == CpExchange::AllGather)
+    return allGatherAttentionForward(Cp, Shape, Q, K, V, Out, Lse);
+  if (Cp.size() > 1 && Exchange == CpExchange::AllToAll)
+    return allToAllAttentionForward(Cp, Shape, Q, K, V, Out, Lse);
   struct Forward : HostBlock {
     const float *Q;
     float *Out, *Lse;
@@ -105,23 +110,16 @@ void contextParallelAttentionForward(Communicator &Cp, const AttentionDims &Dims
 
 void contextParallelAttentionBackward(Communicator &Cp, const AttentionDims &Dims, const float *Q, const float *K,
                                       const float *V, const float *Out, const float *Lse, const float *DOut, float *DQ,
-                                      float *DK, float *DV) {
+                                      float *DK, float *DV, CpExchange Exchange) {
   BlockShape Shape = blockShape(Cp, Dims);
-  int64_t T = Shape.LocalTokens, Vd = Dims.vHeadDim();
+  int64_t T = Shape.LocalTokens;
   size_t QCount = size_t(Dims.Batch * T * Dims.QHeads * Dims.HeadDim);
   std::fill(DQ, DQ + QCount, 0.0f);
-
-  // Delta = rowsum(dO * O) per (batch, head, token), laid out like Lse.
-  std::vector<float> Delta(size_t(Dims.Batch * Dims.QHeads * T));
-  for (int64_t B = 0; B < Dims.Batch; ++B)
-    for (int64_t I = 0; I < T; ++I)
-      for (int64_t H = 0; H < Dims.QHeads; ++H) {
-        size_t Base = size_t(((B * T + I) * Dims.QHeads + H) * Vd);
-        double Sum = 0;
-        for (int64_t C = 0; C < Vd; ++C)
-          Sum += double(DOut[Base + C]) * Out[Base + C];
-        Delta[size_t((B * Dims.QHeads + H) * T + I)] = float(Sum);
-      }
+  if (Cp.size() > 1 && Exchange == CpExchange::AllToAll)
+    return allToAllAttentionBackward(Cp, Shape, Q, K, V, Out, Lse, DOut, DQ, DK, DV);
+  std::vector<float> Delta = attentionDelta(Dims.Batch, T, Dims.QHeads, Dims.vHeadDim(), Out, DOut);
+  if (Cp.size() > 1 && Exchange == CpExchange::AllGather)
+    return allGatherAttentionBackward(Cp, Shape, Q, K, V, Lse, Delta.data(), DOut, DQ, DK, DV);
 
   struct Backward : HostBlock {
     const float *Q, *Lse, *Delta, *DOut;

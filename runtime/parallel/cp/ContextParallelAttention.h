@@ -13,6 +13,8 @@
 //    and merges partial results with the online-softmax (log-sum-exp) rule.
 //  * Backward: the ring runs again; dK/dV blocks travel with their K/V and
 //    arrive back at their owner after a full turn.
+//  * Or the cp group gathers all K/V, or trades sequence shards for head
+//    shards (CpExchange), as Megatron's cp_comm_type chooses.
 //
 // With a CP group of one this is plain causal attention; the single-rank model
 // uses the same entry points.
@@ -56,13 +58,31 @@ struct AttentionDims {
 /// Absolute positions of this rank's LocalTokens tokens, in local order.
 std::vector<int64_t> localPositions(int CpRank, int CpSize, int64_t SeqLen);
 
+/// How the cp group exchanges what attention needs (Megatron's
+/// cp_comm_type): the same results up to fp32 summation order, other
+/// traffic.
+enum class CpExchange {
+  /// p2p: K/V blocks travel around the ring, each hop behind one block's
+  /// compute (parallel/cp/Ring.h).
+  Ring,
+  /// allgather: every rank gathers every rank's K and V, attends its queries
+  /// to them, and returns the gradients of each block by a reduce-scatter.
+  AllGather,
+  /// a2a (Ulysses): all-to-alls turn the sequence shards of Q, K and V into
+  /// head shards, so that each rank attends over the whole sequence with
+  /// QHeads / CP query and KvHeads / CP key-value heads, and the outputs
+  /// (gradients) go back the same way. Both head counts must divide by CP
+  /// (Transformer Engine's requirement, context_parallel.py).
+  AllToAll,
+};
+
 void contextParallelAttentionForward(Communicator &Cp, const AttentionDims &Dims, const float *Q, const float *K,
-                                     const float *V, float *Out, float *Lse);
+                                     const float *V, float *Out, float *Lse, CpExchange Exchange = CpExchange::Ring);
 
 /// dQ, dK, dV are overwritten (not accumulated).
 void contextParallelAttentionBackward(Communicator &Cp, const AttentionDims &Dims, const float *Q, const float *K,
                                       const float *V, const float *Out, const float *Lse, const float *DOut, float *DQ,
-                                      float *DK, float *DV);
+                                      float *DK, float *DV, CpExchange Exchange = CpExchange::Ring);
 
 } // namespace moert
 

@@ -52,7 +52,8 @@ struct Result {
 
 /// Forward and backward on the local tensors of one call.
 Result runAttention(Communicator &Cp, const AttentionDims &D, const std::vector<float> &Q, const std::vector<float> &K,
-                    const std::vector<float> &V, const std::vector<float> &DOut) {
+                    const std::vector<float> &V, const std::vector<float> &DOut,
+                    CpExchange Exchange = CpExchange::Ring) {
   int64_t T = D.SeqLen / Cp.size();
   Result R;
   R.Out.assign(DOut.size(), NAN);
@@ -60,9 +61,9 @@ Result runAttention(Communicator &Cp, const AttentionDims &D, const std::vector<
   R.DQ.assign(Q.size(), NAN);
   R.DK.assign(K.size(), NAN);
   R.DV.assign(V.size(), NAN);
-  contextParallelAttentionForward(Cp, D, Q.data(), K.data(), V.data(), R.Out.data(), R.Lse.data());
+  contextParallelAttentionForward(Cp, D, Q.data(), K.data(), V.data(), R.Out.data(), R.Lse.data(), Exchange);
   contextParallelAttentionBackward(Cp, D, Q.data(), K.data(), V.data(), R.Out.data(), R.Lse.data(), DOut.data(),
-                                   R.DQ.data(), R.DK.data(), R.DV.data());
+                                   R.DQ.data(), R.DK.data(), R.DV.data(), Exchange);
   return R;
 }
 
@@ -249,7 +250,7 @@ namespace {
 
 /// Runs a problem over Cp and checks it against the group of one on the
 /// full sequence, sliced to this rank's positions.
-void checkRingAgainstSingleRank(Communicator &Cp, const Problem &P) {
+void checkRingAgainstSingleRank(Communicator &Cp, const Problem &P, CpExchange Exchange = CpExchange::Ring) {
   const AttentionDims &D = P.Dims;
   auto Self = createSelfCommunicator("cp");
   Result Full = runAttention(*Self, D, P.Q, P.K, P.V, P.DOut);
@@ -261,7 +262,7 @@ void checkRingAgainstSingleRank(Communicator &Cp, const Problem &P) {
   auto K = sliceTokens(P.K, D.Batch, D.SeqLen, KW, Pos);
   auto V = sliceTokens(P.V, D.Batch, D.SeqLen, VW, Pos);
   auto DOut = sliceTokens(P.DOut, D.Batch, D.SeqLen, OW, Pos);
-  Result Local = runAttention(Cp, D, Q, K, V, DOut);
+  Result Local = runAttention(Cp, D, Q, K, V, DOut, Exchange);
 
   expectClose(Local.Out, sliceTokens(Full.Out, D.Batch, D.SeqLen, OW, Pos), 1e-5, "Out");
   expectClose(Local.Lse, sliceLse(Full.Lse, D.Batch, D.QHeads, D.SeqLen, Pos), 1e-5, "Lse");
@@ -322,4 +323,34 @@ TEST(CpRing, RanksHoldEveryPositionOnce) {
   std::sort(All.begin(), All.end());
   for (int64_t I = 0; I < S; ++I)
     EXPECT_EQ(All[size_t(I)], float(I));
+}
+
+// Megatron's other cp_comm_types: the same results as one rank, whatever
+// travels.
+TEST(CpExchange, AllGatherMatchesSingleRank) {
+  Communicator &W = test::world().world();
+  checkRingAgainstSingleRank(W, Problem(dims(2, seqLenFor(W.size()), 4, 2, 8), 500), CpExchange::AllGather);
+  checkRingAgainstSingleRank(W, Problem(dims(1, 2 * W.size(), 4, 1, 8), 510), CpExchange::AllGather);
+  checkRingAgainstSingleRank(W, Problem(dims(2, seqLenFor(W.size()), 4, 4, 12, 8), 520), CpExchange::AllGather);
+}
+
+TEST(CpExchange, AllToAllMatchesSingleRank) {
+  // Heads in multiples of the group: each rank gets whole heads of each kind.
+  Communicator &W = test::world().world();
+  const int64_t C = W.size();
+  checkRingAgainstSingleRank(W, Problem(dims(2, seqLenFor(W.size()), 2 * C, C, 8), 600), CpExchange::AllToAll);
+  checkRingAgainstSingleRank(W, Problem(dims(1, 2 * C, 4 * C, 2 * C, 8), 610), CpExchange::AllToAll);
+  checkRingAgainstSingleRank(W, Problem(dims(2, seqLenFor(W.size()), C, C, 12, 8), 620), CpExchange::AllToAll);
+}
+
+TEST(CpExchange, AllToAllRefusesHeadsThatDoNotSplit) {
+  Communicator &W = test::world().world();
+  if (W.size() == 1)
+    GTEST_SKIP() << "a group of one needs no split";
+  AttentionDims D = dims(1, seqLenFor(W.size()), 2 * W.size(), 1, 8); // one key/value head
+  int64_t T = D.SeqLen / W.size();
+  std::vector<float> Q(size_t(T * D.QHeads * 8)), K(size_t(T * 8)), Out(Q.size()), Lse(size_t(D.QHeads * T));
+  EXPECT_THROW(
+      contextParallelAttentionForward(W, D, Q.data(), K.data(), K.data(), Out.data(), Lse.data(), CpExchange::AllToAll),
+      std::invalid_argument);
 }

@@ -60,6 +60,12 @@ LAYOUTS = [
     ("dp2_cp2_ep4_pp2", 8, "cp = 2; ep = 4; pp = 2", None),
     ("tp2_dp2_pp2_vpp2", 8, "tp = 2; pp = 2; vpp = 2", "selective(mlp, moe)"),
     ("dp2_ep2_cp2_distopt", 8, "cp = 2; ep = 2", None),
+    # Megatron's other cp_comm_types: all-gathered K/V (their gradients reduce-scattered back), and
+    # the all-to-all that trades sequence shards for head shards; a2a_p2p runs as the ring (a note).
+    ("cp2_allgather_ep2", 4, "cp = 2; ep = 2; cp_comm = allgather", "selective(core_attn)"),
+    ("dp2_cp2_a2a_ep2", 4, "cp = 2; ep = 2; cp_comm = a2a", None),
+    ("cp2_a2a_pp2", 4, "cp = 2; pp = 2; cp_comm = a2a", None),
+    ("cp4_a2a_p2p", 4, "cp = 4; cp_comm = a2a_p2p; cp_hierarchy = [2, 2]", None),
     # Groups of one take a shortcut in the distributed optimizer (no master
     # copy, no all-gather): every bucket on one rank, the edp bucket with ep2.
     ("one_rank_distopt", 1, "tp = 1", None),

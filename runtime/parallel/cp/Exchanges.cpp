@@ -1,0 +1,225 @@
+//===- parallel/cp/Exchanges.cpp - All-gather and all-to-all CP attention -===//
+//
+// All-gather: the rank's query spans meet every rank's key spans, visited in
+// the ring's order (the block of rank - s at step s), from K and V gathered
+// once; each block's dK/dV accumulate in a buffer of all blocks that a
+// reduce-scatter returns to the owners.
+//
+// All-to-all: rank j receives, from every rank r, r's tokens of heads
+// [j QHeads / CP, (j + 1) QHeads / CP) (and the matching key-value heads);
+// it lays them out as one sequence of CP x LocalTokens tokens, rank by rank,
+// whose spans are every rank's spans shifted by r x LocalTokens, so the span
+// machinery of the ring attends over the whole sequence in one call.
+//
+//===----------------------------------------------------------------------===//
+#include "parallel/cp/Exchanges.h"
+
+#include <limits>
+#include <stdexcept>
+#include <string>
+
+namespace moert {
+
+namespace {
+
+/// Every rank's spans, as one sequence of the ranks' local tokens in rank
+/// order (the all-to-all layout): rank r's tokens start at r x LocalTokens.
+std::vector<TokenSpan> allRankSpans(int CpSize, int64_t SeqLen) {
+  std::vector<TokenSpan> All;
+  const int64_t Local = SeqLen / CpSize;
+  for (int R = 0; R < CpSize; ++R)
+    for (TokenSpan S : localSpans(R, CpSize, SeqLen)) {
+      S.LocalBegin += R * Local;
+      All.push_back(S);
+    }
+  return All;
+}
+
+/// [Batch, Tokens, Heads, Width] sequence shards -> [Batch, CP x Tokens,
+/// Heads / CP, Width] head shards (the ranks' tokens in rank order).
+std::vector<float> toHeadShards(Communicator &Cp, const float *Local, int64_t Batch, int64_t Tokens, int64_t Heads,
+                                int64_t Width) {
+  const int C = Cp.size();
+  const int64_t H = Heads / C, Row = H * Width;
+  const size_t Chunk = size_t(Batch * Tokens * Row);
+  std::vector<float> Send(size_t(C) * Chunk), Recv(Send.size());
+  for (int J = 0; J < C; ++J)
+    for (int64_t B = 0; B < Batch; ++B)
+      for (int64_t T = 0; T < Tokens; ++T) {
+        const float *From = Local + ((B * Tokens + T) * Heads + J * H) * Width;
+        std::copy(From, From + Row, Send.data() + size_t(J) * Chunk + size_t((B * Tokens + T) * Row));
+      }
+  Cp.allToAll(Send.data(), Recv.data(), Chunk, DType::F32);
+  std::vector<float> Out(Recv.size());
+  for (int R = 0; R < C; ++R)
+    for (int64_t B = 0; B < Batch; ++B)
+      for (int64_t T = 0; T < Tokens; ++T) {
+        const float *From = Recv.data() + size_t(R) * Chunk + size_t((B * Tokens + T) * Row);
+        std::copy(From, From + Row, Out.data() + size_t((B * C * Tokens + R * Tokens + T) * Row));
+      }
+  return Out;
+}
+
+/// The inverse of toHeadShards, into Local [Batch, Tokens, Heads, Width].
+void toSequenceShards(Communicator &Cp, const float *Shards, int64_t Batch, int64_t Tokens, int64_t Heads,
+                      int64_t Width, float *Local) {
+  const int C = Cp.size();
+  const int64_t H = Heads / C, Row = H * Width;
+  const size_t Chunk = size_t(Batch * Tokens * Row);
+  std::vector<float> Send(size_t(C) * Chunk), Recv(Send.size());
+  for (int R = 0; R < C; ++R)
+    for (int64_t B = 0; B < Batch; ++B)
+      for (int64_t T = 0; T < Tokens; ++T) {
+        const float *From = Shards + (B * C * Tokens + R * Tokens + T) * Row;
+        std::copy(From, From + Row, Send.data() + size_t(R) * Chunk + size_t((B * Tokens + T) * Row));
+      }
+  Cp.allToAll(Send.data(), Recv.data(), Chunk, DType::F32);
+  for (int J = 0; J < C; ++J)
+    for (int64_t B = 0; B < Batch; ++B)
+      for (int64_t T = 0; T < Tokens; ++T) {
+        const float *From = Recv.data() + size_t(J) * Chunk + size_t((B * Tokens + T) * Row);
+        std::copy(From, From + Row, Local + ((B * Tokens + T) * Heads + J * H) * Width);
+      }
+}
+
+/// Lse [Batch, Heads, Tokens] <-> token-major [Batch, Tokens, Heads].
+std::vector<float> tokenMajor(const float *Lse, int64_t Batch, int64_t Heads, int64_t Tokens) {
+  std::vector<float> Out(size_t(Batch * Heads * Tokens));
+  for (int64_t B = 0; B < Batch; ++B)
+    for (int64_t H = 0; H < Heads; ++H)
+      for (int64_t T = 0; T < Tokens; ++T)
+        Out[size_t((B * Tokens + T) * Heads + H)] = Lse[(B * Heads + H) * Tokens + T];
+  return Out;
+}
+void headMajor(const std::vector<float> &TokenMajor, int64_t Batch, int64_t Heads, int64_t Tokens, float *Lse) {
+  for (int64_t B = 0; B < Batch; ++B)
+    for (int64_t H = 0; H < Heads; ++H)
+      for (int64_t T = 0; T < Tokens; ++T)
+        Lse[(B * Heads + H) * Tokens + T] = TokenMajor[size_t((B * Tokens + T) * Heads + H)];
+}
+
+/// The head-sharded view of one all-to-all call: CP x LocalTokens tokens of
+/// QHeads / CP query and KvHeads / CP key-value heads.
+BlockShape headShardShape(const Communicator &Cp, const BlockShape &Shape) {
+  const AttentionDims &D = Shape.Dims;
+  const int C = Cp.size();
+  if (D.QHeads % C || D.KvHeads % C)
+    throw std::invalid_argument("attention: the all-to-all context exchange needs query heads (" +
+                                std::to_string(D.QHeads) + ") and key/value heads (" + std::to_string(D.KvHeads) +
+                                ") that divide by cp = " + std::to_string(C));
+  BlockShape Sharded = Shape;
+  Sharded.Dims.QHeads = D.QHeads / C;
+  Sharded.Dims.KvHeads = D.KvHeads / C;
+  Sharded.LocalTokens = Shape.LocalTokens * C;
+  return Sharded;
+}
+
+} // namespace
+
+std::vector<float> attentionDelta(int64_t Batch, int64_t Tokens, int64_t QHeads, int64_t VDim, const float *Out,
+                                  const float *DOut) {
+  std::vector<float> Delta(size_t(Batch * QHeads * Tokens));
+  for (int64_t B = 0; B < Batch; ++B)
+    for (int64_t I = 0; I < Tokens; ++I)
+      for (int64_t H = 0; H < QHeads; ++H) {
+        const int64_t Base = ((B * Tokens + I) * QHeads + H) * VDim;
+        double Sum = 0;
+        for (int64_t C = 0; C < VDim; ++C)
+          Sum += double(DOut[Base + C]) * Out[Base + C];
+        Delta[size_t((B * QHeads + H) * Tokens + I)] = float(Sum);
+      }
+  return Delta;
+}
+
+void allGatherAttentionForward(Communicator &Cp, const BlockShape &Shape, const float *Q, const float *K,
+                               const float *V, float *Out, float *Lse) {
+  const AttentionDims &D = Shape.Dims;
+  const int C = Cp.size(), Rank = Cp.rank();
+  const size_t KCount = size_t(D.Batch * Shape.LocalTokens * D.KvHeads * D.HeadDim);
+  const size_t VCount = size_t(D.Batch * Shape.LocalTokens * D.KvHeads * D.vHeadDim());
+  std::vector<float> AllK(size_t(C) * KCount), AllV(size_t(C) * VCount), Scratch;
+  Cp.allGather(K, AllK.data(), KCount, DType::F32);
+  Cp.allGather(V, AllV.data(), VCount, DType::F32);
+  const std::vector<TokenSpan> Queries = localSpans(Rank, C, D.SeqLen);
+  for (int Step = 0; Step < C; ++Step) {
+    const int Owner = (Rank - Step + C) % C;
+    for (const TokenSpan &Keys : localSpans(Owner, C, D.SeqLen))
+      for (const TokenSpan &Query : Queries)
+        attendSpanForward(Shape, Q, Query, AllK.data() + size_t(Owner) * KCount, AllV.data() + size_t(Owner) * VCount,
+                          Keys, Out, Lse, Scratch);
+  }
+}
+
+void allGatherAttentionBackward(Communicator &Cp, const BlockShape &Shape, const float *Q, const float *K,
+                                const float *V, const float *Lse, const float *Delta, const float *DOut, float *DQ,
+                                float *DK, float *DV) {
+  const AttentionDims &D = Shape.Dims;
+  const int C = Cp.size(), Rank = Cp.rank();
+  const size_t KCount = size_t(D.Batch * Shape.LocalTokens * D.KvHeads * D.HeadDim);
+  const size_t VCount = size_t(D.Batch * Shape.LocalTokens * D.KvHeads * D.vHeadDim());
+  std::vector<float> AllK(size_t(C) * KCount), AllV(size_t(C) * VCount), Scratch;
+  Cp.allGather(K, AllK.data(), KCount, DType::F32);
+  Cp.allGather(V, AllV.data(), VCount, DType::F32);
+  std::vector<float> AllDK(AllK.size(), 0.0f), AllDV(AllV.size(), 0.0f);
+  const std::vector<TokenSpan> Queries = localSpans(Rank, C, D.SeqLen);
+  for (int Step = 0; Step < C; ++Step) {
+    const int Owner = (Rank - Step + C) % C;
+    for (const TokenSpan &Keys : localSpans(Owner, C, D.SeqLen))
+      for (const TokenSpan &Query : Queries)
+        attendSpanBackward(Shape, Q, Query, AllK.data() + size_t(Owner) * KCount, AllV.data() + size_t(Owner) * VCount,
+                           Keys, Lse, Delta, DOut, DQ, AllDK.data() + size_t(Owner) * KCount,
+                           AllDV.data() + size_t(Owner) * VCount, Scratch);
+  }
+  Cp.reduceScatterSum(AllDK.data(), DK, KCount, DType::F32);
+  Cp.reduceScatterSum(AllDV.data(), DV, VCount, DType::F32);
+}
+
+void allToAllAttentionForward(Communicator &Cp, const BlockShape &Shape, const float *Q, const float *K, const float *V,
+                              float *Out, float *Lse) {
+  const AttentionDims &D = Shape.Dims;
+  const BlockShape Sharded = headShardShape(Cp, Shape);
+  const int64_t T = Shape.LocalTokens, All = Sharded.LocalTokens, Vd = D.vHeadDim();
+  std::vector<float> Qs = toHeadShards(Cp, Q, D.Batch, T, D.QHeads, D.HeadDim);
+  std::vector<float> Ks = toHeadShards(Cp, K, D.Batch, T, D.KvHeads, D.HeadDim);
+  std::vector<float> Vs = toHeadShards(Cp, V, D.Batch, T, D.KvHeads, Vd);
+  const int64_t H = Sharded.Dims.QHeads;
+  std::vector<float> Os(size_t(D.Batch * All * H * Vd), 0.0f);
+  std::vector<float> Ls(size_t(D.Batch * H * All), -std::numeric_limits<float>::infinity()), Scratch;
+  const std::vector<TokenSpan> Spans = allRankSpans(Cp.size(), D.SeqLen);
+  for (const TokenSpan &Keys : Spans)
+    for (const TokenSpan &Query : Spans)
+      attendSpanForward(Sharded, Qs.data(), Query, Ks.data(), Vs.data(), Keys, Os.data(), Ls.data(), Scratch);
+  toSequenceShards(Cp, Os.data(), D.Batch, T, D.QHeads, Vd, Out);
+  std::vector<float> LseTokens(size_t(D.Batch * T * D.QHeads));
+  toSequenceShards(Cp, tokenMajor(Ls.data(), D.Batch, H, All).data(), D.Batch, T, D.QHeads, 1, LseTokens.data());
+  headMajor(LseTokens, D.Batch, D.QHeads, T, Lse);
+}
+
+void allToAllAttentionBackward(Communicator &Cp, const BlockShape &Shape, const float *Q, const float *K,
+                               const float *V, const float *Out, const float *Lse, const float *DOut, float *DQ,
+                               float *DK, float *DV) {
+  const AttentionDims &D = Shape.Dims;
+  const BlockShape Sharded = headShardShape(Cp, Shape);
+  const int64_t T = Shape.LocalTokens, All = Sharded.LocalTokens, Vd = D.vHeadDim();
+  const int64_t H = Sharded.Dims.QHeads;
+  std::vector<float> Qs = toHeadShards(Cp, Q, D.Batch, T, D.QHeads, D.HeadDim);
+  std::vector<float> Ks = toHeadShards(Cp, K, D.Batch, T, D.KvHeads, D.HeadDim);
+  std::vector<float> Vs = toHeadShards(Cp, V, D.Batch, T, D.KvHeads, Vd);
+  std::vector<float> Os = toHeadShards(Cp, Out, D.Batch, T, D.QHeads, Vd);
+  std::vector<float> DOs = toHeadShards(Cp, DOut, D.Batch, T, D.QHeads, Vd);
+  std::vector<float> LsTokens = toHeadShards(Cp, tokenMajor(Lse, D.Batch, D.QHeads, T).data(), D.Batch, T, D.QHeads, 1);
+  std::vector<float> Ls(LsTokens.size());
+  headMajor(LsTokens, D.Batch, H, All, Ls.data());
+  std::vector<float> Delta = attentionDelta(D.Batch, All, H, Vd, Os.data(), DOs.data());
+  std::vector<float> DQs(Qs.size(), 0.0f), DKs(Ks.size(), 0.0f), DVs(Vs.size(), 0.0f), Scratch;
+  const std::vector<TokenSpan> Spans = allRankSpans(Cp.size(), D.SeqLen);
+  for (const TokenSpan &Keys : Spans)
+    for (const TokenSpan &Query : Spans)
+      attendSpanBackward(Sharded, Qs.data(), Query, Ks.data(), Vs.data(), Keys, Ls.data(), Delta.data(), DOs.data(),
+                         DQs.data(), DKs.data(), DVs.data(), Scratch);
+  toSequenceShards(Cp, DQs.data(), D.Batch, T, D.QHeads, D.HeadDim, DQ);
+  toSequenceShards(Cp, DKs.data(), D.Batch, T, D.KvHeads, D.HeadDim, DK);
+  toSequenceShards(Cp, DVs.data(), D.Batch, T, D.KvHeads, Vd, DV);
+}
+
+} // namespace moert
