@@ -339,6 +339,23 @@ recipe vl {
             "plan.toml: config.model.vision.deepstack_layers[1]: expected an encoder block, below 27");
   EXPECT_EQ(errorOf(replaced(Doc, "patch_size = 16", "patch_size = 0")),
             "plan.toml: config.model.vision.patch_size: must be at least 1, got 0");
+  // Multimodal RoPE: three counts, half the rotated dimensions of a head of 128.
+  EXPECT_EQ(L.Model.MropeSection, (std::vector<int64_t>{24, 20, 20}));
+  EXPECT_EQ(errorOf(replaced(Doc, "mrope_section = [ 24, 20, 20 ]", "mrope_section = [ 24, 20 ]")),
+            "plan.toml: config.model.mrope_section: expected three counts summing to 64, half the dimensions RoPE "
+            "rotates");
+  EXPECT_EQ(errorOf(replaced(Doc, "mrope_section = [ 24, 20, 20 ]", "mrope_section = [ 24, -20, 60 ]")),
+            "plan.toml: config.model.mrope_section[1]: expected a count of at most 128");
+}
+
+TEST_F(Damaged, ContextParallelExchange) {
+  EXPECT_EQ(read(Good).Parallel.CpComm, "p2p");
+  ASSERT_NE(Good.find("cp_comm = 'p2p'"), std::string::npos);
+  EXPECT_EQ(read(replaced(Good, "cp_comm = 'p2p'", "cp_comm = 'a2a'")).Parallel.CpComm, "a2a");
+  // A plan written before cp_comm was carried ran the ring.
+  EXPECT_EQ(read(replaced(Good, "cp_comm = 'p2p'", "")).Parallel.CpComm, "p2p");
+  EXPECT_EQ(errorOf(replaced(Good, "cp_comm = 'p2p'", "cp_comm = 'ulysses'")),
+            "plan.toml: config.parallel.cp_comm: 'ulysses' is not one of 'p2p', 'a2a', 'allgather', 'a2a_p2p'");
 }
 
 TEST_F(Damaged, WrongType) {
