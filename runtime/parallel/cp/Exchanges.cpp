@@ -14,6 +14,7 @@
 //===----------------------------------------------------------------------===//
 #include "parallel/cp/Exchanges.h"
 
+#include <algorithm>
 #include <limits>
 #include <stdexcept>
 #include <string>
@@ -35,51 +36,55 @@ std::vector<TokenSpan> allRankSpans(int CpSize, int64_t SeqLen) {
   return All;
 }
 
+/// Where the rows of Heads / CP heads x Width values lie in the three
+/// layouts of an all-to-all exchange, for rank (or chunk) J, batch B and
+/// token T: the sequence shard [Batch, Tokens, Heads, Width] (head block J),
+/// the send or receive buffer (chunk J: [Batch, Tokens, Heads / CP, Width]),
+/// and the head shard [Batch, CP x Tokens, Heads / CP, Width] (rank J's
+/// tokens).
+struct HeadShardLayout {
+  int C;
+  int64_t Batch, Tokens, Heads, Width;
+  int64_t row() const { return Heads / C * Width; }
+  size_t chunk() const { return size_t(Batch * Tokens * row()); }
+  int64_t sequence(int J, int64_t B, int64_t T) const { return ((B * Tokens + T) * Heads + J * (Heads / C)) * Width; }
+  int64_t buffer(int J, int64_t B, int64_t T) const { return int64_t(J) * int64_t(chunk()) + (B * Tokens + T) * row(); }
+  int64_t shard(int J, int64_t B, int64_t T) const { return (B * C * Tokens + J * Tokens + T) * row(); }
+  /// Dst[To(J, B, T)] = Src[From(J, B, T)], row by row.
+  template <typename ToFn, typename FromFn> void move(float *Dst, ToFn To, const float *Src, FromFn From) const {
+    for (int J = 0; J < C; ++J)
+      for (int64_t B = 0; B < Batch; ++B)
+        for (int64_t T = 0; T < Tokens; ++T)
+          std::copy_n(Src + From(J, B, T), row(), Dst + To(J, B, T));
+  }
+};
+
 /// [Batch, Tokens, Heads, Width] sequence shards -> [Batch, CP x Tokens,
 /// Heads / CP, Width] head shards (the ranks' tokens in rank order).
 std::vector<float> toHeadShards(Communicator &Cp, const float *Local, int64_t Batch, int64_t Tokens, int64_t Heads,
                                 int64_t Width) {
-  const int C = Cp.size();
-  const int64_t H = Heads / C, Row = H * Width;
-  const size_t Chunk = size_t(Batch * Tokens * Row);
-  std::vector<float> Send(size_t(C) * Chunk), Recv(Send.size());
-  for (int J = 0; J < C; ++J)
-    for (int64_t B = 0; B < Batch; ++B)
-      for (int64_t T = 0; T < Tokens; ++T) {
-        const float *From = Local + ((B * Tokens + T) * Heads + J * H) * Width;
-        std::copy(From, From + Row, Send.data() + size_t(J) * Chunk + size_t((B * Tokens + T) * Row));
-      }
-  Cp.allToAll(Send.data(), Recv.data(), Chunk, DType::F32);
-  std::vector<float> Out(Recv.size());
-  for (int R = 0; R < C; ++R)
-    for (int64_t B = 0; B < Batch; ++B)
-      for (int64_t T = 0; T < Tokens; ++T) {
-        const float *From = Recv.data() + size_t(R) * Chunk + size_t((B * Tokens + T) * Row);
-        std::copy(From, From + Row, Out.data() + size_t((B * C * Tokens + R * Tokens + T) * Row));
-      }
+  const HeadShardLayout L{Cp.size(), Batch, Tokens, Heads, Width};
+  auto Sequence = [&](int J, int64_t B, int64_t T) { return L.sequence(J, B, T); };
+  auto Buffer = [&](int J, int64_t B, int64_t T) { return L.buffer(J, B, T); };
+  auto Shard = [&](int J, int64_t B, int64_t T) { return L.shard(J, B, T); };
+  std::vector<float> Send(size_t(L.C) * L.chunk()), Recv(Send.size()), Out(Send.size());
+  L.move(Send.data(), Buffer, Local, Sequence);
+  Cp.allToAll(Send.data(), Recv.data(), L.chunk(), DType::F32);
+  L.move(Out.data(), Shard, Recv.data(), Buffer);
   return Out;
 }
 
 /// The inverse of toHeadShards, into Local [Batch, Tokens, Heads, Width].
 void toSequenceShards(Communicator &Cp, const float *Shards, int64_t Batch, int64_t Tokens, int64_t Heads,
                       int64_t Width, float *Local) {
-  const int C = Cp.size();
-  const int64_t H = Heads / C, Row = H * Width;
-  const size_t Chunk = size_t(Batch * Tokens * Row);
-  std::vector<float> Send(size_t(C) * Chunk), Recv(Send.size());
-  for (int R = 0; R < C; ++R)
-    for (int64_t B = 0; B < Batch; ++B)
-      for (int64_t T = 0; T < Tokens; ++T) {
-        const float *From = Shards + (B * C * Tokens + R * Tokens + T) * Row;
-        std::copy(From, From + Row, Send.data() + size_t(R) * Chunk + size_t((B * Tokens + T) * Row));
-      }
-  Cp.allToAll(Send.data(), Recv.data(), Chunk, DType::F32);
-  for (int J = 0; J < C; ++J)
-    for (int64_t B = 0; B < Batch; ++B)
-      for (int64_t T = 0; T < Tokens; ++T) {
-        const float *From = Recv.data() + size_t(J) * Chunk + size_t((B * Tokens + T) * Row);
-        std::copy(From, From + Row, Local + ((B * Tokens + T) * Heads + J * H) * Width);
-      }
+  const HeadShardLayout L{Cp.size(), Batch, Tokens, Heads, Width};
+  auto Sequence = [&](int J, int64_t B, int64_t T) { return L.sequence(J, B, T); };
+  auto Buffer = [&](int J, int64_t B, int64_t T) { return L.buffer(J, B, T); };
+  auto Shard = [&](int J, int64_t B, int64_t T) { return L.shard(J, B, T); };
+  std::vector<float> Send(size_t(L.C) * L.chunk()), Recv(Send.size());
+  L.move(Send.data(), Buffer, Shards, Shard);
+  Cp.allToAll(Send.data(), Recv.data(), L.chunk(), DType::F32);
+  L.move(Local, Sequence, Recv.data(), Buffer);
 }
 
 /// Lse [Batch, Heads, Tokens] <-> token-major [Batch, Tokens, Heads].
@@ -131,47 +136,56 @@ std::vector<float> attentionDelta(int64_t Batch, int64_t Tokens, int64_t QHeads,
   return Delta;
 }
 
+namespace {
+
+/// Every rank's K and V, gathered over Cp, and the owners' order of the ring
+/// (the block of rank - s at step s).
+struct GatheredBlocks {
+  size_t KCount, VCount;
+  std::vector<float> K, V;
+  GatheredBlocks(Communicator &Cp, const BlockShape &Shape, const float *LocalK, const float *LocalV)
+      : KCount(size_t(Shape.Dims.Batch * Shape.LocalTokens * Shape.Dims.KvHeads * Shape.Dims.HeadDim)),
+        VCount(size_t(Shape.Dims.Batch * Shape.LocalTokens * Shape.Dims.KvHeads * Shape.Dims.vHeadDim())),
+        K(size_t(Cp.size()) * KCount), V(size_t(Cp.size()) * VCount) {
+    Cp.allGather(LocalK, K.data(), KCount, DType::F32);
+    Cp.allGather(LocalV, V.data(), VCount, DType::F32);
+  }
+  /// Attend(Owner, KeySpan, QuerySpan) for every pair, owners in ring order.
+  template <typename F> static void visit(const Communicator &Cp, int64_t SeqLen, F Attend) {
+    const int C = Cp.size(), Rank = Cp.rank();
+    const std::vector<TokenSpan> Queries = localSpans(Rank, C, SeqLen);
+    for (int Step = 0; Step < C; ++Step) {
+      const int Owner = (Rank - Step + C) % C;
+      for (const TokenSpan &Keys : localSpans(Owner, C, SeqLen))
+        for (const TokenSpan &Query : Queries)
+          Attend(size_t(Owner), Keys, Query);
+    }
+  }
+};
+
+} // namespace
+
 void allGatherAttentionForward(Communicator &Cp, const BlockShape &Shape, const float *Q, const float *K,
                                const float *V, float *Out, float *Lse) {
-  const AttentionDims &D = Shape.Dims;
-  const int C = Cp.size(), Rank = Cp.rank();
-  const size_t KCount = size_t(D.Batch * Shape.LocalTokens * D.KvHeads * D.HeadDim);
-  const size_t VCount = size_t(D.Batch * Shape.LocalTokens * D.KvHeads * D.vHeadDim());
-  std::vector<float> AllK(size_t(C) * KCount), AllV(size_t(C) * VCount), Scratch;
-  Cp.allGather(K, AllK.data(), KCount, DType::F32);
-  Cp.allGather(V, AllV.data(), VCount, DType::F32);
-  const std::vector<TokenSpan> Queries = localSpans(Rank, C, D.SeqLen);
-  for (int Step = 0; Step < C; ++Step) {
-    const int Owner = (Rank - Step + C) % C;
-    for (const TokenSpan &Keys : localSpans(Owner, C, D.SeqLen))
-      for (const TokenSpan &Query : Queries)
-        attendSpanForward(Shape, Q, Query, AllK.data() + size_t(Owner) * KCount, AllV.data() + size_t(Owner) * VCount,
-                          Keys, Out, Lse, Scratch);
-  }
+  GatheredBlocks All(Cp, Shape, K, V);
+  std::vector<float> Scratch;
+  GatheredBlocks::visit(Cp, Shape.Dims.SeqLen, [&](size_t Owner, const TokenSpan &Keys, const TokenSpan &Query) {
+    attendSpanForward(Shape, Q, Query, All.K.data() + Owner * All.KCount, All.V.data() + Owner * All.VCount, Keys, Out,
+                      Lse, Scratch);
+  });
 }
 
 void allGatherAttentionBackward(Communicator &Cp, const BlockShape &Shape, const float *Q, const float *K,
                                 const float *V, const float *Lse, const float *Delta, const float *DOut, float *DQ,
                                 float *DK, float *DV) {
-  const AttentionDims &D = Shape.Dims;
-  const int C = Cp.size(), Rank = Cp.rank();
-  const size_t KCount = size_t(D.Batch * Shape.LocalTokens * D.KvHeads * D.HeadDim);
-  const size_t VCount = size_t(D.Batch * Shape.LocalTokens * D.KvHeads * D.vHeadDim());
-  std::vector<float> AllK(size_t(C) * KCount), AllV(size_t(C) * VCount), Scratch;
-  Cp.allGather(K, AllK.data(), KCount, DType::F32);
-  Cp.allGather(V, AllV.data(), VCount, DType::F32);
-  std::vector<float> AllDK(AllK.size(), 0.0f), AllDV(AllV.size(), 0.0f);
-  const std::vector<TokenSpan> Queries = localSpans(Rank, C, D.SeqLen);
-  for (int Step = 0; Step < C; ++Step) {
-    const int Owner = (Rank - Step + C) % C;
-    for (const TokenSpan &Keys : localSpans(Owner, C, D.SeqLen))
-      for (const TokenSpan &Query : Queries)
-        attendSpanBackward(Shape, Q, Query, AllK.data() + size_t(Owner) * KCount, AllV.data() + size_t(Owner) * VCount,
-                           Keys, Lse, Delta, DOut, DQ, AllDK.data() + size_t(Owner) * KCount,
-                           AllDV.data() + size_t(Owner) * VCount, Scratch);
-  }
-  Cp.reduceScatterSum(AllDK.data(), DK, KCount, DType::F32);
-  Cp.reduceScatterSum(AllDV.data(), DV, VCount, DType::F32);
+  GatheredBlocks All(Cp, Shape, K, V);
+  std::vector<float> AllDK(All.K.size(), 0.0f), AllDV(All.V.size(), 0.0f), Scratch;
+  GatheredBlocks::visit(Cp, Shape.Dims.SeqLen, [&](size_t Owner, const TokenSpan &Keys, const TokenSpan &Query) {
+    attendSpanBackward(Shape, Q, Query, All.K.data() + Owner * All.KCount, All.V.data() + Owner * All.VCount, Keys, Lse,
+                       Delta, DOut, DQ, AllDK.data() + Owner * All.KCount, AllDV.data() + Owner * All.VCount, Scratch);
+  });
+  Cp.reduceScatterSum(AllDK.data(), DK, All.KCount, DType::F32);
+  Cp.reduceScatterSum(AllDV.data(), DV, All.VCount, DType::F32);
 }
 
 void allToAllAttentionForward(Communicator &Cp, const BlockShape &Shape, const float *Q, const float *K, const float *V,
