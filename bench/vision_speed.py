@@ -12,7 +12,6 @@ usage: vision_speed.py --moec MOEC --moerun MOERUN --mkdata MKDATA [--steps N] [
 """
 import argparse
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -20,7 +19,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from runtime_speed import env, machine, mpi  # noqa: E402
+from runtime_speed import env, machine, mpi, write_section  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -121,15 +120,7 @@ def main():
     text = "\n".join(lines) + "\n"
     print(text)
     if not args.no_write:
-        doc = DOC.read_text()
-        if BEGIN in doc and END in doc:
-            start, end = doc.index(BEGIN), doc.index(END) + len(END) + 1
-            doc = doc[:start] + text + doc[end:]
-        else:
-            doc = doc.rstrip("\n") + "\n\n" + text
-        tmp = DOC.with_suffix(".md.tmp")
-        tmp.write_text(doc)
-        os.replace(tmp, DOC)
+        write_section(DOC, text, BEGIN, END)
 
 
 if __name__ == "__main__":
