@@ -23,7 +23,9 @@
 # 3. runs the kernel benchmarks into $OUT/cuda-benchmarks.md, and one
 #    training step of bench/cuda/step_h200.moe's plan against the plan's
 #    prediction into $OUT/step-bench.md;
-# 4. runs the kernel test again under compute-sanitizer (memcheck, then
+# 4. trains the bundled example (examples/runtime/tiny_moe_cpu.moe, 4 ranks)
+#    with moerun for 20 steps on the CUDA backend, then on the host backend;
+# 5. runs the kernel test again under compute-sanitizer (memcheck, then
 #    racecheck) where the machine has it.
 # A failed step does not stop the later ones, so one run brings back
 # everything it could do; the exit status is that of the first failed step.
@@ -92,6 +94,14 @@ done 3<"$unpacked/tests.tsv"
 
 step bench 120 moert-cuda-bench --out "$out/cuda-benchmarks.md"
 step step-bench 150 moert-cuda-step-bench "$unpacked/step_h200.toml" --out "$out/step-bench.md"
+
+# moerun trains the bundled example (pp 2 x ep 2, 4 ranks on the one GPU) on
+# the CUDA backend, then on the host backend: the step lines of both are in
+# logs/moerun-*.log.
+for backend in cuda cpu; do
+  step "moerun-$backend" 120 "$MOEC_DEVICE_MPIEXEC" --oversubscribe --mca btl self,vader -np 4 \
+    moerun "$unpacked/tiny_moe.toml" --backend "$backend" --steps 20
+done
 
 if command -v compute-sanitizer >/dev/null; then
   for tool in memcheck racecheck; do

@@ -814,6 +814,8 @@ struct StageModel::Impl {
   }
 
   // ---- the chunk -------------------------------------------------------
+  ComputeBackend &compute() const { return Options.Compute ? *Options.Compute : hostBackend(); }
+
   Tensor forward(int64_t Id, const MicroBatch &MB, const Tensor *Input) {
     if (InFlight.count(Id))
       fail("micro batch " + std::to_string(Id) + " is already in flight");
@@ -1111,9 +1113,15 @@ StageModel::StageModel(const ModelConfig &Config, const StageSpec &Stage, const 
 
 StageModel::~StageModel() = default;
 
-Tensor StageModel::forward(int64_t Id, const MicroBatch &MB, const Tensor *Input) { return P->forward(Id, MB, Input); }
+Tensor StageModel::forward(int64_t Id, const MicroBatch &MB, const Tensor *Input) {
+  BackendScope Scope(P->compute());
+  return P->forward(Id, MB, Input);
+}
 
-Tensor StageModel::backward(int64_t Id, const Tensor *OutputGrad) { return P->backward(Id, OutputGrad); }
+Tensor StageModel::backward(int64_t Id, const Tensor *OutputGrad) {
+  BackendScope Scope(P->compute());
+  return P->backward(Id, OutputGrad);
+}
 
 void StageModel::discard(int64_t Id) { P->discard(Id); }
 

@@ -78,6 +78,7 @@
 #define MOERT_MODEL_MODEL_H
 
 #include "comm/Communicator.h"
+#include "kernels/Backend.h"
 #include "kernels/host/Tensor.h"
 #include "parallel/cp/ContextParallelAttention.h"
 
@@ -278,6 +279,9 @@ struct RecomputeOptions {
 
 struct ModelOptions {
   uint64_t Seed = 1234;
+  /// What the stage's GEMMs, norms and activations run on (kernels/Backend.h),
+  /// installed around every forward and backward; null: the host backend.
+  ComputeBackend *Compute = nullptr;
   /// Multiplies the sum of per-token cross-entropy losses (1 / tokens in the
   /// global batch), so gradients summed over micro batches and DP ranks are
   /// those of the global-batch mean.

@@ -1,6 +1,8 @@
 //===- model/ModelOps.cpp -------------------------------------------------===//
 #include "model/ModelOps.h"
 
+#include "kernels/Backend.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -9,40 +11,16 @@
 namespace moert {
 
 Tensor rmsNormForward(const Tensor &X, const Tensor &W, double Eps, std::vector<float> &Rstd) {
-  int64_t N = X.rows(), H = X.cols();
-  Tensor Y({N, H});
-  Rstd.resize(N);
-  for (int64_t I = 0; I < N; ++I) {
-    const float *In = X.row(I);
-    double Sq = 0;
-    for (int64_t J = 0; J < H; ++J)
-      Sq += double(In[J]) * In[J];
-    float R = float(1.0 / std::sqrt(Sq / double(H) + Eps));
-    Rstd[I] = R;
-    float *Out = Y.row(I);
-    for (int64_t J = 0; J < H; ++J)
-      Out[J] = In[J] * R * W[J];
-  }
+  Tensor Y({X.rows(), X.cols()});
+  Rstd.resize(X.rows());
+  currentBackend().rmsNormForward(X.rows(), X.cols(), X.data(), W.data(), Eps, Y.data(), Rstd.data());
   return Y;
 }
 
 Tensor rmsNormBackward(const Tensor &X, const Tensor &W, const std::vector<float> &Rstd, const Tensor &DY, Tensor &DW) {
-  int64_t N = X.rows(), H = X.cols();
-  Tensor DX({N, H});
-  for (int64_t I = 0; I < N; ++I) {
-    const float *In = X.row(I), *G = DY.row(I);
-    float R = Rstd[I];
-    // dx = r * (g*w - x * r^2 * mean(g*w*x)).
-    double Dot = 0;
-    for (int64_t J = 0; J < H; ++J) {
-      Dot += double(G[J]) * W[J] * In[J];
-      DW[J] += G[J] * In[J] * R;
-    }
-    float C = float(Dot / double(H)) * R * R;
-    float *Out = DX.row(I);
-    for (int64_t J = 0; J < H; ++J)
-      Out[J] = R * (G[J] * W[J] - In[J] * C);
-  }
+  Tensor DX({X.rows(), X.cols()});
+  currentBackend().rmsNormBackward(X.rows(), X.cols(), X.data(), W.data(), Rstd.data(), DY.data(), DX.data(),
+                                   DW.data());
   return DX;
 }
 
@@ -168,10 +146,6 @@ void applyInterleavedRope(Tensor &X, int64_t Stride, int64_t Offset, int64_t Rop
   }
 }
 
-namespace {
-float sigmoid(float X) { return 1.0f / (1.0f + std::exp(-X)); }
-} // namespace
-
 Tensor add(const Tensor &A, const Tensor &B) {
   Tensor C = A;
   for (int64_t I = 0; I < C.numel(); ++I)
@@ -186,19 +160,14 @@ void addInto(Tensor &A, const Tensor &B) {
 
 Tensor swiGlu(const Tensor &G, const Tensor &U) {
   Tensor A(G.shape());
-  for (int64_t I = 0; I < G.numel(); ++I)
-    A[I] = G[I] * sigmoid(G[I]) * U[I];
+  currentBackend().swiGluForward(G.numel(), G.data(), U.data(), A.data());
   return A;
 }
 
 void swiGluBackward(const Tensor &G, const Tensor &U, const Tensor &DAct, Tensor &DG, Tensor &DU) {
   DG.resize(G.shape());
   DU.resize(G.shape());
-  for (int64_t I = 0; I < G.numel(); ++I) {
-    float S = sigmoid(G[I]), Silu = G[I] * S;
-    DU[I] = DAct[I] * Silu;
-    DG[I] = DAct[I] * U[I] * (S + G[I] * S * (1.0f - S));
-  }
+  currentBackend().swiGluBackward(G.numel(), G.data(), U.data(), DAct.data(), DG.data(), DU.data());
 }
 
 Tensor initParameter(uint64_t Seed, const std::string &Name, const std::vector<int64_t> &Shape, double Std) {

@@ -241,8 +241,10 @@ struct Trainer::Impl final : public PipelineStage {
     if (Plan.Data.VariableLength)
       Notes.push_back("variable-length data: the CPU runtime trains on fixed "
                       "seq_len windows of the corpus");
-    Notes.push_back("the CPU backend computes in fp32 (the plan's precision " + Plan.Precision +
-                    " only shapes the plan)");
+    ComputeBackend &Compute = Options.Compute ? *Options.Compute : hostBackend();
+    MOpts.Compute = &Compute;
+    Notes.push_back(std::string("the ") + Compute.name() + " backend computes " + Compute.precision() +
+                    " (the plan's precision " + Plan.Precision + " only shapes the plan)");
 
     ParallelContext Ctx{&group("tp"), &group("cp"), &group("tp-cp"), &group("ep"), &group("etp")};
     Ctx.CpKind = cpExchange(Notes);

@@ -24,7 +24,8 @@
 //    edp by parameter kind first; replicated or distributed (ZeRO-1) as the
 //    plan's config.optimizer.distributed says when OptimizerFromPlan is set, with
 //    the plan's weight decay, betas, eps and gradient clipping.
-// The CPU backend computes in fp32 whatever the plan's precision says.
+// The host backend computes in fp32 whatever the plan's precision says; the
+// CUDA backend (TrainerOptions::Compute) in bf16 with fp32 accumulation.
 //
 //===----------------------------------------------------------------------===//
 #ifndef MOERT_TRAIN_TRAINER_H
@@ -67,6 +68,9 @@ struct TrainerOptions {
   /// Data; null: a MockSource (plan data.source = mock) or the plan's indexed
   /// dataset.
   std::shared_ptr<const TokenSource> Data;
+  /// What the stages compute on (kernels/Backend.h); null: the host backend.
+  /// Not owned.
+  ComputeBackend *Compute = nullptr;
 };
 
 /// One finished step, the same on every rank (reduced over the world).

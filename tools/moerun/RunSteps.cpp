@@ -26,6 +26,9 @@
 #include "RunSteps.h"
 
 #include "kernels/host/Blas.h"
+#ifdef MOERUN_CUDA_BACKEND
+#include "kernels/cuda/CudaBackend.h"
+#endif
 #include "train/Trainer.h"
 
 #include <fmt/format.h>
@@ -87,6 +90,18 @@ std::string layoutOf(const moert::CheckpointManifest &M) {
   return S + (M.DistributedOptimizer ? ", distributed optimizer" : "");
 }
 
+/// Null for the host backend (the trainer's default).
+std::unique_ptr<moert::ComputeBackend> createBackend(const std::string &Name) {
+  if (Name != "cuda")
+    return nullptr;
+#ifdef MOERUN_CUDA_BACKEND
+  return moert::cuda::createCudaBackend(moert::cuda::deviceForLocalRank());
+#else
+  throw std::runtime_error("--backend cuda: this moerun was built without the CUDA backend (no CUDA toolkit was "
+                           "found when it was configured)");
+#endif
+}
+
 } // namespace
 
 int moerun::runSteps(RunContext &Ctx) {
@@ -96,10 +111,13 @@ int moerun::runSteps(RunContext &Ctx) {
   Opts.Optimizer.Lr = Ctx.Opts.LearningRate;
   Opts.OptimizerFromPlan = true;
   Opts.TotalSteps = Ctx.Opts.Steps;
+  std::unique_ptr<moert::ComputeBackend> Compute; // outlives the trainer
   std::unique_ptr<moert::Trainer> T;
   std::string Error;
   Ctx.Dog.beat("building the model");
   try {
+    Compute = createBackend(Ctx.Opts.Backend);
+    Opts.Compute = Compute.get();
     T = std::make_unique<moert::Trainer>(Ctx.Plan, Ctx.World, Ctx.Groups, Opts);
   } catch (const std::exception &E) {
     Error = E.what();

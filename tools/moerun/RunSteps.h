@@ -40,6 +40,8 @@ struct RunOptions {
   std::string InitFromHf;
   int64_t SaveInterval = 0;
   int Keep = 0;
+  /// "cpu" (the host backend) or "cuda" (kernels/cuda/CudaBackend.h).
+  std::string Backend = "cpu";
 };
 
 struct RunContext {

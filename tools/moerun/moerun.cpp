@@ -3,7 +3,8 @@
 //   mpirun -np N moerun plan.toml [--steps K] [--log FILE] [--seed S]
 //                                 [--lr X] [--timeout SECONDS] [--dry-run]
 //                                 [--save DIR [--save-interval K] [--keep N]]
-//                                 [--load DIR]
+//                                 [--load DIR] [--init-from-hf DIR]
+//                                 [--backend cpu|cuda]
 //
 // Every rank reads the plan and the job starts only when every check passes
 // on every rank: the plan files agree (a hash all-gathered over the world),
@@ -70,12 +71,17 @@ cl::opt<std::string> InitFromHf("init-from-hf",
                                 cl::desc("Start from a Hugging Face checkpoint (DIR/model.safetensors, F32) instead "
                                          "of the seeded initialisation"),
                                 cl::value_desc("DIR"), cl::cat(MoerunCategory));
+cl::opt<std::string> Backend("backend",
+                             cl::desc("Compute on the host (cpu) or on this node's CUDA devices (cuda: local rank r "
+                                      "on device r modulo the devices)"),
+                             cl::value_desc("cpu|cuda"), cl::init("cpu"), cl::cat(MoerunCategory));
 cl::opt<bool> DryRun("dry-run", cl::desc("Check the plan and exercise every group instead of training"),
                      cl::cat(MoerunCategory));
 
 const char *Usage =
     "usage: moerun PLAN.toml [--steps K] [--log FILE] [--seed S] [--lr X] [--timeout SECONDS] "
-    "[--save DIR [--save-interval K] [--keep N]] [--load DIR] [--init-from-hf DIR] [--dry-run] (--help lists "
+    "[--save DIR [--save-interval K] [--keep N]] [--load DIR] [--init-from-hf DIR] [--backend cpu|cuda] [--dry-run] "
+    "(--help lists "
     "them)\n";
 
 /// Parses the command line (llvm::cl, as moec does) without exiting:
@@ -112,6 +118,8 @@ bool parseOptions(int Argc, char **Argv, RunOptions &Opts, std::string &Error) {
                         int64_t(Keep));
   else if (SaveDir.empty() && (SaveInterval.getNumOccurrences() || Keep.getNumOccurrences()))
     Error = "--save-interval and --keep need --save DIR";
+  else if (Backend != "cpu" && Backend != "cuda")
+    Error = fmt::format("--backend: expected cpu or cuda, got '{}'", std::string(Backend));
   Opts.PlanPath = PlanPath;
   Opts.Steps = Steps;
   Opts.LogPath = LogPath;
@@ -124,6 +132,7 @@ bool parseOptions(int Argc, char **Argv, RunOptions &Opts, std::string &Error) {
   Opts.InitFromHf = InitFromHf;
   Opts.SaveInterval = SaveInterval;
   Opts.Keep = int(Keep);
+  Opts.Backend = Backend;
   return Error.empty();
 }
 

@@ -1,5 +1,7 @@
 #include "kernels/host/Blas.h"
 
+#include "kernels/Backend.h"
+
 #include <cblas.h>
 
 #include <chrono>
@@ -13,8 +15,7 @@ void gemmStrided(bool TransA, bool TransB, int64_t M, int64_t N, int64_t K, floa
   if (M == 0 || N == 0)
     return;
   auto Start = std::chrono::steady_clock::now();
-  cblas_sgemm(CblasRowMajor, TransA ? CblasTrans : CblasNoTrans, TransB ? CblasTrans : CblasNoTrans, M, N, K, Alpha, A,
-              LdA, B, LdB, Beta, C, LdC);
+  currentBackend().gemm({TransA, TransB, M, N, K, Alpha, A, LdA, B, LdB, Beta, C, LdC});
   GemmSeconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - Start).count();
 }
 

@@ -1,7 +1,9 @@
-//===- kernels/host/Blas.h - GEMM through the system BLAS ------------------===//
+//===- kernels/host/Blas.h - The model's GEMM entry point ------------------===//
 //
-// The CPU backend's matrix products go through OpenBLAS (cblas), never through
-// hand-written loops. Matrices are row-major; op(A) is M x K, op(B) is K x N.
+// Every matrix product of the model goes through gemm() here, which runs on
+// this thread's compute backend (kernels/Backend.h): OpenBLAS (cblas) on the
+// host backend, never hand-written loops; cuBLAS on the CUDA backend.
+// Matrices are row-major; op(A) is M x K, op(B) is K x N.
 //
 //===----------------------------------------------------------------------===//
 #ifndef MOERT_KERNELS_HOST_BLAS_H
@@ -22,7 +24,8 @@ void gemmStrided(bool TransA, bool TransB, int64_t M, int64_t N, int64_t K, floa
 /// Pins BLAS to one thread per rank (ranks usually outnumber cores).
 void setBlasThreads(int Threads);
 
-/// Seconds spent inside gemm() by this process, for the runtime's time split.
+/// Seconds spent inside gemm() by this process (on any backend), for the
+/// runtime's time split.
 double blasSeconds();
 
 } // namespace moert

@@ -168,6 +168,17 @@ elif CASE == "usage":
     rc, out, _ = per_rank(2, [good, "--steps", "0"])
     expect_every_rank_exits(2, 2, out)
     expect_in("--steps: expected an integer of at least 1, got '0'", out)
+    rc, out, _ = per_rank(2, [good, "--backend", "gpu"])
+    expect_every_rank_exits(2, 2, out)
+    expect_in("--backend: expected cpu or cuda, got 'gpu'", out)
+    if shutil.which("nvidia-smi") is None:
+        # Without a GPU, --backend cuda is refused before the first step, by
+        # every rank, whether or not this moerun has the CUDA backend.
+        rc, out, _ = per_rank(2, [good, "--backend", "cuda"])
+        expect_every_rank_exits(2, 5, out)
+        if "the CUDA backend needs a CUDA device: none found" not in out and \
+                "this moerun was built without the CUDA backend" not in out:
+            fail("--backend cuda without a GPU is not refused with a reason", out)
     # llvm::cl parses the options: a misspelt one is refused with a hint.
     rc, out, _ = per_rank(2, [good, "--stpes=2"])
     expect_every_rank_exits(2, 2, out)

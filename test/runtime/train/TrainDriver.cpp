@@ -4,6 +4,7 @@
 //   mpirun -np N moert-train-driver PLAN.toml [--steps K] [--dump DIR]
 //                                   [--log FILE] [--lr LR] [--seed S]
 //                                   [--adam-eps EPS] [--distributed-optimizer]
+//                                   [--backend cpu|cuda]
 //
 // Test-only front end of runtime/train (moerun is the user-facing one): reads
 // the plan, splits the plan's groups and runs K steps. Rank 0 prints one line
@@ -13,12 +14,19 @@
 // DIR/params.rankR.bin (Trainer::dumpTensors), and rank 0 writes every
 // step's loss to DIR/loss.txt ("step ce aux" per line, %.9e). The
 // distributed optimizer leaves no summed gradients behind: no grads files.
-// compare_dumps.py merges and compares them.
+// compare_dumps.py merges and compares them. --backend cuda needs a build
+// with the CUDA backend: moert-train-driver where the toolkit was found, and
+// moert-train-driver-emu, whose CUDA backend runs on the CPU emulation
+// (test/runtime/cuda/emu) so that the equivalence matrix covers it without a
+// GPU.
 //
 //===----------------------------------------------------------------------===//
 #include "comm/mpi/MpiComm.h"
 #include "kernels/host/Blas.h"
 #include "train/Trainer.h"
+#ifdef MOERT_TRAIN_DRIVER_CUDA
+#include "kernels/cuda/CudaBackend.h"
+#endif
 
 #include "llvm/Support/Error.h"
 
@@ -33,7 +41,7 @@ using namespace moert;
 int main(int Argc, char **Argv) {
   std::unique_ptr<CommWorld> World = createMpiWorld(&Argc, &Argv);
   setBlasThreads(1);
-  std::string PlanPath, DumpDir, LogPath, HfDir;
+  std::string PlanPath, DumpDir, LogPath, HfDir, Backend = "cpu";
   int64_t Steps = 1;
   TrainerOptions Opts;
   for (int I = 1; I < Argc; ++I) {
@@ -57,6 +65,8 @@ int main(int Argc, char **Argv) {
       Opts.Optimizer.Eps = std::atof(Value().c_str());
     else if (A == "--init-from-hf")
       HfDir = Value();
+    else if (A == "--backend")
+      Backend = Value();
     else if (A == "--seed")
       Opts.Seed = std::strtoull(Value().c_str(), nullptr, 10);
     else if (PlanPath.empty())
@@ -66,15 +76,26 @@ int main(int Argc, char **Argv) {
   }
   if (PlanPath.empty() || Steps < 1)
     World->abort("usage: moert-train-driver PLAN [--steps K] [--dump DIR] "
-                 "[--log FILE] [--lr LR] [--seed S] [--init-from-hf DIR]",
+                 "[--log FILE] [--lr LR] [--seed S] [--init-from-hf DIR] [--backend cpu|cuda]",
                  2);
   llvm::Expected<moec::LaunchPlan> Plan = moec::readPlan(PlanPath);
   if (!Plan)
     World->abort(llvm::toString(Plan.takeError()), 2);
 
   auto Groups = createPlanGroups(*Plan, *World);
+  std::unique_ptr<ComputeBackend> Compute;
   std::unique_ptr<Trainer> T;
   try {
+    if (Backend == "cuda") {
+#ifdef MOERT_TRAIN_DRIVER_CUDA
+      Compute = cuda::createCudaBackend(cuda::deviceForLocalRank());
+      Opts.Compute = Compute.get();
+#else
+      World->abort("moert-train-driver: built without the CUDA backend", 2);
+#endif
+    } else if (Backend != "cpu") {
+      World->abort("moert-train-driver: --backend is cpu or cuda, not " + Backend, 2);
+    }
     T = std::make_unique<Trainer>(*Plan, *World, Groups, Opts);
   } catch (const std::exception &E) {
     World->abort(E.what(), 2);

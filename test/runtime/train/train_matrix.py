@@ -10,8 +10,15 @@ magnitude). Prints one line per layout with its time; exits 1 if any layout
 fails to plan, run or match, or if a control run from another seed is
 not told apart from the one-rank run.
 
+With --backend cuda (a driver built with the CUDA backend, such as
+moert-train-driver-emu on the CPU emulation of CUDA) every run computes on that
+backend, and its one-rank losses must also differ from the host backend's (the
+backend really ran: bf16 operands) by no more than bf16 rounding explains
+(--host-tol, relative).
+
 Usage: train_matrix.py --moec MOEC --driver DRIVER --mpirun MPIRUN --work DIR
                        [--only NAME,...] [--tol 1e-5]
+                       [--backend cpu|cuda] [--host-tol 1e-3]
 """
 import argparse
 import os
@@ -199,12 +206,36 @@ def run_layout(args, env, name, ranks, parallel, recompute, extra=()):
         return f"moec plan failed:\n{out}"
     rc, out = run([args.mpirun, "--oversubscribe", "--bind-to", "none", "--mca", "btl", "self,vader",
                    "-np", str(ranks), args.driver, plan, "--steps", str(STEPS),
-                   "--lr", LR, "--adam-eps", ADAM_EPS, "--dump", os.path.join(d, "dump"), *extra], env)
+                   "--lr", LR, "--adam-eps", ADAM_EPS, "--dump", os.path.join(d, "dump"),
+                   "--backend", args.backend, *extra], env)
     with open(os.path.join(d, "run.log"), "w") as f:
         f.write(out)
     if rc != 0:
         return f"run failed (exit {rc}):\n{out[-3000:]}"
     return None
+
+
+def check_against_host(args, env, ref):
+    """The backend's one-rank losses are near the host backend's, and not equal to them.
+
+    Losses only: bf16 operands move a router's scores enough to flip a few top-k
+    choices, which moves those experts' gradients by far more than rounding."""
+    host = argparse.Namespace(**{**vars(args), "backend": "cpu"})
+    err = run_layout(host, env, "host_one_rank", 1, "tp = 1", None)
+    if err:
+        print(f"host_one_rank: {err}")
+        return False
+    host_ref = os.path.join(args.work, "host_one_rank", "dump")
+    far, worst = compare_dumps.compare(host_ref, ref, args.host_tol, kinds=())
+    same = compare_dumps.read_loss(host_ref) == compare_dumps.read_loss(ref)
+    if far or same:
+        print(f"one_rank on {args.backend}: " + ("the same losses as the host backend's run: the backend did not "
+                                                 "compute" if same else "MISMATCH with the host backend's losses"
+                                                 "\n  " + "\n  ".join(far[:15])))
+        return False
+    print(f"one_rank on {args.backend}: losses within {args.host_tol:g} of the host backend's run "
+          f"(worst rel error {worst:.1e}), and not equal to them")
+    return True
 
 
 def main():
@@ -215,6 +246,8 @@ def main():
     ap.add_argument("--work", required=True)
     ap.add_argument("--only", default="")
     ap.add_argument("--tol", type=float, default=1e-5)
+    ap.add_argument("--backend", default="cpu", choices=("cpu", "cuda"))
+    ap.add_argument("--host-tol", type=float, default=1e-3)
     args = ap.parse_args()
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
                OPENBLAS_NUM_THREADS="1", OMPI_MCA_rmaps_base_oversubscribe="1")
@@ -235,6 +268,8 @@ def main():
         print(f"control: {'run failed: ' + err if err else 'a run from another seed compared equal'}")
         return 1
     print(f"control (other seed): told apart ({len(problems)} mismatches)")
+    if args.backend != "cpu" and not check_against_host(args, env, ref):
+        return 1
     refs = {"": ref}
     for prefix in MODELS:
         if wanted and not any(n.startswith(prefix) for n in wanted):

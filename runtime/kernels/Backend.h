@@ -1,0 +1,84 @@
+//===- kernels/Backend.h - The table of operations a stage computes with --===//
+//
+// The transformer (model/, parallel/) is written once; its matrix products and
+// the element-wise operations with a GPU kernel go through a ComputeBackend:
+// the host backend (OpenBLAS and host loops, fp32) or the CUDA backend
+// (kernels/cuda/CudaBackend.h: cuBLAS and the CUDA kernels, bf16 operands,
+// fp32 accumulation). Operands are host fp32 arrays with the conventions of
+// kernels/host/Blas.h and model/ModelOps.h; a backend that computes elsewhere
+// moves them in and out itself.
+//
+// The backend in force is per thread (BackendScope), as a CUDA device is: the
+// kernels sit several calls below a StageModel, in helpers shared by the
+// attention, MoE, tensor-parallel and vision code, and StageModel installs
+// its backend around each forward and backward (ModelOptions::Compute)
+// rather than threading it through every one of their signatures.
+//
+//===----------------------------------------------------------------------===//
+#ifndef MOERT_KERNELS_BACKEND_H
+#define MOERT_KERNELS_BACKEND_H
+
+#include <cstdint>
+
+namespace moert {
+
+/// C = Alpha * op(A) * op(B) + Beta * C, row-major; op(A) is M x K, op(B) is
+/// K x N; leading dimensions are the stored rows' widths.
+struct GemmArgs {
+  bool TransA = false, TransB = false;
+  int64_t M = 0, N = 0, K = 0;
+  float Alpha = 1.0f;
+  const float *A = nullptr;
+  int64_t LdA = 0;
+  const float *B = nullptr;
+  int64_t LdB = 0;
+  float Beta = 0.0f;
+  float *C = nullptr;
+  int64_t LdC = 0;
+};
+
+class ComputeBackend {
+public:
+  virtual ~ComputeBackend();
+  /// "cpu" or "cuda", as moerun's --backend names it.
+  virtual const char *name() const = 0;
+  /// How the backend computes, for the run's notes ("in fp32").
+  virtual const char *precision() const = 0;
+
+  virtual void gemm(const GemmArgs &G) = 0;
+  /// Y = X * rstd * W per row, rstd = 1 / sqrt(mean(X^2) + Eps); X, Y [Rows,
+  /// Hidden], W [Hidden], Rstd [Rows].
+  virtual void rmsNormForward(int64_t Rows, int64_t Hidden, const float *X, const float *W, double Eps, float *Y,
+                              float *Rstd) = 0;
+  /// DX = rstd * (DY W - X rstd^2 mean(DY W X)); DW += sum over rows of DY X
+  /// rstd.
+  virtual void rmsNormBackward(int64_t Rows, int64_t Hidden, const float *X, const float *W, const float *Rstd,
+                               const float *DY, float *DX, float *DW) = 0;
+  /// Act = silu(G) * U over Count elements.
+  virtual void swiGluForward(int64_t Count, const float *G, const float *U, float *Act) = 0;
+  /// DG = DAct * U * silu'(G), DU = DAct * silu(G).
+  virtual void swiGluBackward(int64_t Count, const float *G, const float *U, const float *DAct, float *DG,
+                              float *DU) = 0;
+};
+
+/// OpenBLAS and host loops in fp32: the reference every other backend is
+/// compared with.
+ComputeBackend &hostBackend();
+/// This thread's backend: the innermost live BackendScope's, else the host's.
+ComputeBackend &currentBackend();
+
+/// Makes Backend this thread's for the scope's lifetime.
+class BackendScope {
+public:
+  explicit BackendScope(ComputeBackend &Backend);
+  ~BackendScope();
+  BackendScope(const BackendScope &) = delete;
+  BackendScope &operator=(const BackendScope &) = delete;
+
+private:
+  ComputeBackend *Previous;
+};
+
+} // namespace moert
+
+#endif

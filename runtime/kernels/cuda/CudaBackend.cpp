@@ -1,0 +1,153 @@
+//===- kernels/cuda/CudaBackend.cpp ---------------------------------------===//
+#include "kernels/cuda/CudaBackend.h"
+
+#include "kernels/cuda/DeviceBuffer.h"
+#include "kernels/cuda/Elementwise.h"
+#include "kernels/cuda/Gemm.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <stdexcept>
+#include <string>
+
+namespace moert::cuda {
+
+namespace {
+
+/// Rows x Cols of a row-major host matrix with leading dimension Ld, packed
+/// densely into a bf16 device buffer.
+DeviceBuffer<bf16> uploadMatrix(const float *Data, int64_t Rows, int64_t Cols, int64_t Ld) {
+  std::vector<bf16> Packed(size_t(Rows * Cols));
+  for (int64_t R = 0; R < Rows; ++R)
+    for (int64_t C = 0; C < Cols; ++C)
+      Packed[size_t(R * Cols + C)] = __float2bfloat16_rn(Data[R * Ld + C]);
+  DeviceBuffer<bf16> Buffer;
+  Buffer.upload(Packed);
+  return Buffer;
+}
+
+DeviceBuffer<bf16> uploadBf16(const float *Data, int64_t Count) {
+  DeviceBuffer<bf16> Buffer;
+  Buffer.upload(toBf16(Data, size_t(Count)));
+  return Buffer;
+}
+
+DeviceBuffer<float> uploadF32(const float *Data, int64_t Count) {
+  DeviceBuffer<float> Buffer;
+  Buffer.upload(std::vector<float>(Data, Data + Count));
+  return Buffer;
+}
+
+void downloadTo(const DeviceBuffer<bf16> &Buffer, float *Out) {
+  std::vector<bf16> Host = Buffer.download();
+  for (size_t I = 0; I < Host.size(); ++I)
+    Out[I] = __bfloat162float(Host[I]);
+}
+
+void downloadTo(const DeviceBuffer<float> &Buffer, float *Out) {
+  std::vector<float> Host = Buffer.download();
+  std::copy(Host.begin(), Host.end(), Out);
+}
+
+class CudaBackend final : public ComputeBackend {
+public:
+  const char *name() const override { return "cuda"; }
+  const char *precision() const override {
+    return "GEMMs, RMSNorm and SwiGLU on bf16 operands with fp32 accumulation, the rest in fp32 on the host";
+  }
+
+  void gemm(const GemmArgs &G) override {
+    if (G.M == 0 || G.N == 0)
+      return;
+    if (G.K == 0) { // no product: C = Beta * C, as cblas leaves it
+      for (int64_t R = 0; R < G.M; ++R)
+        for (int64_t C = 0; C < G.N; ++C)
+          G.C[R * G.LdC + C] = G.Beta == 0.0f ? 0.0f : G.Beta * G.C[R * G.LdC + C];
+      return;
+    }
+    DeviceBuffer<float> C{size_t(G.M * G.N)};
+    if (G.Beta != 0.0f) {
+      std::vector<float> Packed(size_t(G.M * G.N));
+      for (int64_t R = 0; R < G.M; ++R)
+        std::copy(G.C + R * G.LdC, G.C + R * G.LdC + G.N, Packed.begin() + R * G.N);
+      C.upload(Packed);
+    }
+    DeviceBuffer<bf16> A = uploadMatrix(G.A, G.TransA ? G.K : G.M, G.TransA ? G.M : G.K, G.LdA);
+    DeviceBuffer<bf16> B = uploadMatrix(G.B, G.TransB ? G.N : G.K, G.TransB ? G.K : G.N, G.LdB);
+    cuda::gemm(Blas, G.TransA, G.TransB, G.M, G.N, G.K, G.Alpha, A.data(), B.data(), G.Beta, C.data(), OutType::F32);
+    std::vector<float> Host = C.download();
+    for (int64_t R = 0; R < G.M; ++R)
+      std::copy(Host.begin() + R * G.N, Host.begin() + (R + 1) * G.N, G.C + R * G.LdC);
+  }
+
+  void rmsNormForward(int64_t Rows, int64_t Hidden, const float *X, const float *W, double Eps, float *Y,
+                      float *Rstd) override {
+    if (Rows == 0)
+      return;
+    DeviceBuffer<bf16> DX = uploadBf16(X, Rows * Hidden), DW = uploadBf16(W, Hidden);
+    DeviceBuffer<bf16> DY{size_t(Rows * Hidden)};
+    DeviceBuffer<float> DRstd{size_t(Rows)};
+    cuda::rmsNormForward(Rows, Hidden, DX.data(), DW.data(), float(Eps), DY.data(), DRstd.data(), Blas.stream());
+    downloadTo(DY, Y);
+    downloadTo(DRstd, Rstd);
+  }
+
+  void rmsNormBackward(int64_t Rows, int64_t Hidden, const float *X, const float *W, const float *Rstd, const float *DY,
+                       float *DX, float *DW) override {
+    if (Rows == 0)
+      return;
+    DeviceBuffer<bf16> X16 = uploadBf16(X, Rows * Hidden), W16 = uploadBf16(W, Hidden);
+    DeviceBuffer<bf16> DY16 = uploadBf16(DY, Rows * Hidden), DX16{size_t(Rows * Hidden)};
+    DeviceBuffer<float> R32 = uploadF32(Rstd, Rows), DW32 = uploadF32(DW, Hidden);
+    cuda::rmsNormBackward(Rows, Hidden, X16.data(), W16.data(), R32.data(), DY16.data(), DX16.data(), DW32.data(),
+                          Blas.stream());
+    downloadTo(DX16, DX);
+    downloadTo(DW32, DW);
+  }
+
+  void swiGluForward(int64_t Count, const float *G, const float *U, float *Act) override {
+    if (Count == 0)
+      return;
+    DeviceBuffer<bf16> G16 = uploadBf16(G, Count), U16 = uploadBf16(U, Count), A16{size_t(Count)};
+    cuda::swiGluForward(Count, G16.data(), U16.data(), A16.data(), Blas.stream());
+    downloadTo(A16, Act);
+  }
+
+  void swiGluBackward(int64_t Count, const float *G, const float *U, const float *DAct, float *DG, float *DU) override {
+    if (Count == 0)
+      return;
+    DeviceBuffer<bf16> G16 = uploadBf16(G, Count), U16 = uploadBf16(U, Count), DA16 = uploadBf16(DAct, Count);
+    DeviceBuffer<bf16> DG16{size_t(Count)}, DU16{size_t(Count)};
+    cuda::swiGluBackward(Count, G16.data(), U16.data(), DA16.data(), DG16.data(), DU16.data(), Blas.stream());
+    downloadTo(DG16, DG);
+    downloadTo(DU16, DU);
+  }
+
+private:
+  BlasHandle Blas;
+};
+
+int envInt(const char *Name, int Default) {
+  const char *V = std::getenv(Name);
+  return V && *V ? std::atoi(V) : Default;
+}
+
+} // namespace
+
+std::unique_ptr<ComputeBackend> createCudaBackend(int Device) {
+  int Devices = deviceCount();
+  if (Device < 0 || Device >= Devices)
+    throw std::runtime_error("the CUDA backend needs a CUDA device: " +
+                             (Devices ? "device " + std::to_string(Device) + " of " + std::to_string(Devices)
+                                      : std::string("none found (no GPU or no driver)")));
+  MOERT_CUDA_CHECK(cudaSetDevice(Device));
+  return std::make_unique<CudaBackend>();
+}
+
+int deviceForLocalRank() {
+  int Local = envInt("OMPI_COMM_WORLD_LOCAL_RANK", envInt("SLURM_LOCALID", 0));
+  int Devices = deviceCount();
+  return Devices ? Local % Devices : 0;
+}
+
+} // namespace moert::cuda

@@ -1,0 +1,37 @@
+//===- kernels/cuda/CudaBackend.h - The compute backend on one CUDA device -===//
+//
+// ComputeBackend (kernels/Backend.h) over cuBLAS (kernels/cuda/Gemm.h) and the
+// CUDA kernels (kernels/cuda/Elementwise.h): a GEMM's operands are rounded to
+// bf16 and multiplied with fp32 accumulation into an fp32 result (Megatron's
+// bf16 mixed precision: bf16 inputs, fp32 sums); RMSNorm and SwiGLU take and
+// give bf16 activations, keeping rstd and the norm weight's gradient in fp32.
+//
+// Operands stay host arrays between operations: each operation copies its
+// inputs to the device (through the caching allocator) and its results back.
+// That is what lets the one StageModel run on either backend today, with every
+// parallel layout, and it is the cost the next step removes (device-resident
+// activations and weights): on a GPU the copies, not the kernels, bound the
+// step.
+//
+//===----------------------------------------------------------------------===//
+#ifndef MOERT_KERNELS_CUDA_CUDABACKEND_H
+#define MOERT_KERNELS_CUDA_CUDABACKEND_H
+
+#include "kernels/Backend.h"
+
+#include <memory>
+
+namespace moert::cuda {
+
+/// The backend on device Device (cudaSetDevice). Throws when there is no
+/// such device.
+std::unique_ptr<ComputeBackend> createCudaBackend(int Device);
+
+/// The device a rank uses: its rank among the ranks of its node (Open MPI's
+/// OMPI_COMM_WORLD_LOCAL_RANK, else Slurm's SLURM_LOCALID, else 0) modulo the
+/// node's devices, so several ranks may share one GPU.
+int deviceForLocalRank();
+
+} // namespace moert::cuda
+
+#endif

@@ -1,0 +1,177 @@
+//===- BackendTest.cpp - The CUDA compute backend against the host's ------===//
+//
+// Each operation of the table (kernels/Backend.h) on the CUDA backend gives
+// the host backend's result on the same fp32 inputs, up to the bf16 rounding
+// of its operands (and, for RMSNorm and SwiGLU, of its outputs); then one
+// StageModel, the same code, runs a micro batch on each backend: the loss
+// within 1% and every gradient within 5% (relative Frobenius error), and
+// not equal, which would mean the backend was never called.
+//
+//===----------------------------------------------------------------------===//
+#include "GpuTestUtil.h"
+
+#include "kernels/cuda/CudaBackend.h"
+#include "model/Model.h"
+
+#include <cmath>
+#include <random>
+
+using namespace moert;
+using namespace moert::test;
+
+namespace {
+
+std::vector<float> randomF32(size_t N, uint64_t Seed) {
+  std::mt19937_64 Gen(Seed);
+  std::normal_distribution<float> Dist(0.0f, 1.0f);
+  std::vector<float> V(N);
+  for (float &X : V)
+    X = Dist(Gen);
+  return V;
+}
+
+std::unique_ptr<ComputeBackend> cudaBackend() { return cuda::createCudaBackend(0); }
+
+TEST(CudaBackend, GemmMatchesTheHostOnStridedTransposedOperands) {
+  auto Cuda = cudaBackend();
+  const int64_t M = 5, N = 7, K = 9, Pad = 3;
+  for (int TA = 0; TA < 2; ++TA)
+    for (int TB = 0; TB < 2; ++TB)
+      for (float Beta : {0.0f, 1.0f, 0.5f}) {
+        // Stored with wider rows than the operand needs (a head's columns).
+        int64_t ARows = TA ? K : M, ACols = TA ? M : K, BRows = TB ? N : K, BCols = TB ? K : N;
+        int64_t LdA = ACols + Pad, LdB = BCols + Pad, LdC = N + Pad;
+        std::vector<float> A = randomBf16(size_t(ARows * LdA), 1), B = randomBf16(size_t(BRows * LdB), 2);
+        std::vector<float> C0 = randomF32(size_t(M * LdC), 3);
+        std::vector<float> Want = C0, Got = C0;
+        GemmArgs G{bool(TA), bool(TB), M, N, K, 0.75f, A.data(), LdA, B.data(), LdB, Beta, nullptr, LdC};
+        G.C = Want.data();
+        hostBackend().gemm(G);
+        G.C = Got.data();
+        Cuda->gemm(G);
+        std::string What = "TA " + std::to_string(TA) + " TB " + std::to_string(TB) + " Beta " + std::to_string(Beta);
+        // Inputs are bf16 already: only the summation order differs; the
+        // padding between rows is left alone.
+        EXPECT_TRUE(near(Got, Want, F32Tol, What));
+        for (int64_t R = 0; R < M; ++R)
+          for (int64_t Col = N; Col < LdC; ++Col)
+            EXPECT_EQ(Got[size_t(R * LdC + Col)], C0[size_t(R * LdC + Col)]) << What;
+      }
+}
+
+TEST(CudaBackend, GemmRoundsItsOperandsToBf16) {
+  auto Cuda = cudaBackend();
+  // 1 + 2^-10 is not a bf16 value: it rounds to 1.
+  std::vector<float> A{1.0f + 0x1.0p-10f}, B{1.0f}, C{0.0f};
+  Cuda->gemm({false, false, 1, 1, 1, 1.0f, A.data(), 1, B.data(), 1, 0.0f, C.data(), 1});
+  EXPECT_EQ(C[0], 1.0f);
+  hostBackend().gemm({false, false, 1, 1, 1, 1.0f, A.data(), 1, B.data(), 1, 0.0f, C.data(), 1});
+  EXPECT_EQ(C[0], 1.0f + 0x1.0p-10f);
+}
+
+TEST(CudaBackend, GemmWithoutAnInnerDimensionScalesC) {
+  auto Cuda = cudaBackend();
+  std::vector<float> C{2.0f, -4.0f};
+  Cuda->gemm({false, false, 1, 2, 0, 1.0f, nullptr, 0, nullptr, 2, 0.5f, C.data(), 2});
+  EXPECT_EQ(C, (std::vector<float>{1.0f, -2.0f}));
+}
+
+TEST(CudaBackend, RmsNormAndSwiGluMatchTheHost) {
+  auto Cuda = cudaBackend();
+  const int64_t Rows = 6, Hidden = 40, Count = Rows * Hidden;
+  std::vector<float> X = randomBf16(size_t(Count), 4), W = randomBf16(size_t(Hidden), 5);
+  std::vector<float> DY = randomBf16(size_t(Count), 6);
+  std::vector<float> YW(Count), YG(Count), RW(Rows), RG(Rows);
+  hostBackend().rmsNormForward(Rows, Hidden, X.data(), W.data(), 1e-5, YW.data(), RW.data());
+  Cuda->rmsNormForward(Rows, Hidden, X.data(), W.data(), 1e-5, YG.data(), RG.data());
+  EXPECT_TRUE(near(YG, YW, Bf16Tol, "rmsnorm y"));
+  EXPECT_TRUE(near(RG, RW, F32Tol, "rmsnorm rstd"));
+  // The weight gradient accumulates onto what is there.
+  std::vector<float> DXW(Count), DXG(Count), DWW(Hidden, 0.25f), DWG(Hidden, 0.25f);
+  hostBackend().rmsNormBackward(Rows, Hidden, X.data(), W.data(), RW.data(), DY.data(), DXW.data(), DWW.data());
+  Cuda->rmsNormBackward(Rows, Hidden, X.data(), W.data(), RW.data(), DY.data(), DXG.data(), DWG.data());
+  EXPECT_TRUE(near(DXG, DXW, Bf16Tol, "rmsnorm dx"));
+  EXPECT_TRUE(near(DWG, DWW, F32Tol * 10, "rmsnorm dw"));
+
+  std::vector<float> U = randomBf16(size_t(Count), 7), AW(Count), AG(Count);
+  hostBackend().swiGluForward(Count, X.data(), U.data(), AW.data());
+  Cuda->swiGluForward(Count, X.data(), U.data(), AG.data());
+  EXPECT_TRUE(near(AG, AW, Bf16Tol, "swiglu"));
+  std::vector<float> DGW(Count), DUW(Count), DGG(Count), DUG(Count);
+  hostBackend().swiGluBackward(Count, X.data(), U.data(), DY.data(), DGW.data(), DUW.data());
+  Cuda->swiGluBackward(Count, X.data(), U.data(), DY.data(), DGG.data(), DUG.data());
+  EXPECT_TRUE(near(DGG, DGW, Bf16Tol, "swiglu dg"));
+  EXPECT_TRUE(near(DUG, DUW, Bf16Tol, "swiglu du"));
+}
+
+ModelConfig tinyMoe() {
+  ModelConfig C;
+  C.Layers = 2;
+  C.DenseLayers = 1; // layer 0 dense, layer 1 MoE with a shared expert
+  C.Hidden = 64;
+  C.FfnHidden = 96;
+  C.Heads = 4;
+  C.KvHeads = 2;
+  C.HeadDim = 16;
+  C.Vocab = 128;
+  C.Experts = 4;
+  C.TopK = 4; // every token to every expert: bf16 rounding cannot flip a choice
+  C.MoeFfnHidden = 32;
+  C.SharedFfnHidden = 32;
+  return C;
+}
+
+MicroBatch batch(int64_t Vocab) {
+  MicroBatch MB;
+  MB.Sequences = 2;
+  MB.SeqLen = 32;
+  std::mt19937_64 Gen(11);
+  for (int64_t I = 0; I < MB.Sequences * MB.SeqLen; ++I) {
+    MB.Tokens.push_back(int32_t(Gen() % Vocab));
+    MB.Labels.push_back(int32_t(Gen() % Vocab));
+  }
+  return MB;
+}
+
+double relativeError(const Tensor &Got, const Tensor &Want) {
+  double D = 0, W = 0;
+  for (int64_t I = 0; I < Want.numel(); ++I) {
+    D += (double(Got[I]) - Want[I]) * (double(Got[I]) - Want[I]);
+    W += double(Want[I]) * Want[I];
+  }
+  return std::sqrt(D / std::max(W, 1e-30));
+}
+
+TEST(CudaBackend, OneStageModelRunsOnEitherBackend) {
+  auto Cuda = cudaBackend();
+  std::unique_ptr<Communicator> Tp = createSelfCommunicator("tp"), Cp = createSelfCommunicator("cp"),
+                                TpCp = createSelfCommunicator("tpcp"), Ep = createSelfCommunicator("ep");
+  ParallelContext Ctx{Tp.get(), Cp.get(), TpCp.get(), Ep.get()};
+  ModelConfig C = tinyMoe();
+  StageSpec Stage{0, C.Layers, true, true};
+  ModelOptions Host;
+  Host.Seed = 7;
+  Host.CeScale = 1.0 / 64;
+  ModelOptions OnCuda = Host;
+  OnCuda.Compute = Cuda.get();
+  StageModel Want(C, Stage, Ctx, Host), Got(C, Stage, Ctx, OnCuda);
+  MicroBatch MB = batch(C.Vocab);
+  for (StageModel *M : {&Want, &Got}) {
+    M->forward(0, MB, nullptr);
+    M->backward(0, nullptr);
+  }
+  EXPECT_EQ(Got.loss().Tokens, Want.loss().Tokens);
+  EXPECT_NEAR(Got.loss().CeSum, Want.loss().CeSum, 1e-2 * Want.loss().CeSum);
+  EXPECT_NEAR(Got.loss().AuxSum, Want.loss().AuxSum, 2e-2 * std::fabs(Want.loss().AuxSum) + 1e-6);
+  EXPECT_NE(Got.loss().CeSum, Want.loss().CeSum);
+  std::vector<Parameter *> WantParams = Want.parameters(), GotParams = Got.parameters();
+  ASSERT_EQ(GotParams.size(), WantParams.size());
+  for (size_t I = 0; I < WantParams.size(); ++I) {
+    ASSERT_EQ(GotParams[I]->Name, WantParams[I]->Name);
+    EXPECT_LT(relativeError(GotParams[I]->Grad, WantParams[I]->Grad), 5e-2) << WantParams[I]->Name;
+  }
+  // The stage installs its backend for its own calls only.
+  EXPECT_STREQ(currentBackend().name(), "cpu");
+}
+
+} // namespace
