@@ -17,25 +17,9 @@
 
 using namespace moert;
 using namespace moert::cuda;
+using namespace moert::test;
 
 namespace {
-
-ModelConfig tinyMoe(int64_t TopK) {
-  ModelConfig C;
-  C.Layers = 2;
-  C.DenseLayers = 1; // layer 0 dense, layer 1 MoE with a shared expert
-  C.Hidden = 64;
-  C.FfnHidden = 96;
-  C.Heads = 4;
-  C.KvHeads = 2;
-  C.HeadDim = 32;
-  C.Vocab = 128;
-  C.Experts = 4;
-  C.TopK = TopK;
-  C.MoeFfnHidden = 32;
-  C.SharedFfnHidden = 32;
-  return C;
-}
 
 MicroBatch batch(int64_t Vocab, uint64_t Seed) {
   MicroBatch MB;
@@ -71,15 +55,6 @@ struct CpuModel {
     Model = std::make_unique<StageModel>(C, Stage, Ctx, O);
   }
 };
-
-double relativeError(const std::vector<float> &Got, const std::vector<float> &Want) {
-  double D = 0, W = 0;
-  for (size_t I = 0; I < Want.size(); ++I) {
-    D += (double(Got[I]) - Want[I]) * (double(Got[I]) - Want[I]);
-    W += double(Want[I]) * Want[I];
-  }
-  return std::sqrt(D / std::max(W, 1e-30));
-}
 
 TEST(GpuModel, LossAndGradientsMatchTheCpuStageModel) {
   ModelConfig C = tinyMoe(/*TopK=*/4);

@@ -11,6 +11,7 @@
 #define MOERT_TEST_CUDA_GPUTESTUTIL_H
 
 #include "kernels/cuda/DeviceBuffer.h"
+#include "model/Model.h"
 
 #include <gtest/gtest.h>
 
@@ -67,6 +68,36 @@ inline ::testing::AssertionResult near(const std::vector<float> &Got, const std:
 }
 
 inline std::vector<float> toFloat(const std::vector<double> &V) { return std::vector<float>(V.begin(), V.end()); }
+
+/// ||Got - Want|| / ||Want|| (Frobenius): a whole gradient's error.
+inline double relativeError(const std::vector<float> &Got, const std::vector<float> &Want) {
+  double D = 0, W = 0;
+  for (size_t I = 0; I < Want.size(); ++I) {
+    D += (double(Got[I]) - Want[I]) * (double(Got[I]) - Want[I]);
+    W += double(Want[I]) * Want[I];
+  }
+  return std::sqrt(D / std::max(W, 1e-30));
+}
+
+/// The models the whole-stage tests run: layer 0 dense, layer 1 MoE with a
+/// shared expert. TopK = Experts routes every token to every expert, so bf16
+/// rounding cannot flip a top-k choice.
+inline ModelConfig tinyMoe(int64_t TopK) {
+  ModelConfig C;
+  C.Layers = 2;
+  C.DenseLayers = 1;
+  C.Hidden = 64;
+  C.FfnHidden = 96;
+  C.Heads = 4;
+  C.KvHeads = 2;
+  C.HeadDim = 32;
+  C.Vocab = 128;
+  C.Experts = 4;
+  C.TopK = TopK;
+  C.MoeFfnHidden = 32;
+  C.SharedFfnHidden = 32;
+  return C;
+}
 
 } // namespace moert::test
 
