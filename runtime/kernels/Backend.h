@@ -37,6 +37,27 @@ struct GemmArgs {
   int64_t LdC = 0;
 };
 
+/// One query span against one key span of causal attention
+/// (parallel/cp/AttentionBlock.h's attendSpanForward/Backward, whose
+/// semantics these are). Q, K, V, Out and the gradients are whole local
+/// tensors of LocalTokens rows per batch row ([Batch, LocalTokens, heads,
+/// dim]); Lse and Delta are [Batch, QHeads, LocalTokens]. The query span is
+/// rows [QBegin, QBegin + QLen) at absolute positions QPos, QPos + 1, ...,
+/// the key span rows [KBegin, KBegin + KLen) from KPos; key j is visible to
+/// query i iff its position is not later.
+struct AttentionBlockArgs {
+  int64_t Batch = 1, LocalTokens = 0, QHeads = 0, KvHeads = 0, HeadDim = 0, VHeadDim = 0;
+  float Scale = 1.0f;
+  int64_t QBegin = 0, QLen = 0, QPos = 0, KBegin = 0, KLen = 0, KPos = 0;
+  const float *Q = nullptr, *K = nullptr, *V = nullptr;
+  /// Forward: the running output and log-sum-exp the block merges into.
+  float *Out = nullptr, *Lse = nullptr;
+  /// Backward: the final log-sum-exp, rowsum(DOut * Out), the output
+  /// gradient, and the gradients accumulated into (+=).
+  const float *FinalLse = nullptr, *Delta = nullptr, *DOut = nullptr;
+  float *DQ = nullptr, *DK = nullptr, *DV = nullptr;
+};
+
 class ComputeBackend {
 public:
   virtual ~ComputeBackend();
@@ -59,6 +80,11 @@ public:
   /// DG = DAct * U * silu'(G), DU = DAct * silu(G).
   virtual void swiGluBackward(int64_t Count, const float *G, const float *U, const float *DAct, float *DG,
                               float *DU) = 0;
+  /// An attention block, where the backend has a kernel for its shape: true
+  /// when done, false to leave it to the caller's host code (which still
+  /// runs its products through gemm()).
+  virtual bool attentionBlockForward(const AttentionBlockArgs &) { return false; }
+  virtual bool attentionBlockBackward(const AttentionBlockArgs &) { return false; }
 };
 
 /// OpenBLAS and host loops in fp32: the reference every other backend is

@@ -1,6 +1,7 @@
 //===- kernels/cuda/CudaBackend.cpp ---------------------------------------===//
 #include "kernels/cuda/CudaBackend.h"
 
+#include "kernels/cuda/Attention.h"
 #include "kernels/cuda/DeviceBuffer.h"
 #include "kernels/cuda/Elementwise.h"
 #include "kernels/cuda/Gemm.h"
@@ -49,11 +50,74 @@ void downloadTo(const DeviceBuffer<float> &Buffer, float *Out) {
   std::copy(Host.begin(), Host.end(), Out);
 }
 
+/// Rows [Begin, Begin + Len) of each batch row of a [Batch, LocalTokens,
+/// Width] host tensor, packed [Batch, Len, Width] (and back).
+std::vector<float> packSpan(const float *Src, int64_t Batch, int64_t LocalTokens, int64_t Begin, int64_t Len,
+                            int64_t Width) {
+  std::vector<float> Packed(size_t(Batch * Len * Width));
+  for (int64_t B = 0; B < Batch; ++B)
+    std::copy(Src + (B * LocalTokens + Begin) * Width, Src + (B * LocalTokens + Begin + Len) * Width,
+              Packed.begin() + B * Len * Width);
+  return Packed;
+}
+
+void unpackSpan(const std::vector<float> &Packed, float *Dst, int64_t Batch, int64_t LocalTokens, int64_t Begin,
+                int64_t Len, int64_t Width) {
+  for (int64_t B = 0; B < Batch; ++B)
+    std::copy(Packed.begin() + B * Len * Width, Packed.begin() + (B + 1) * Len * Width,
+              Dst + (B * LocalTokens + Begin) * Width);
+}
+
+/// The device copies of one attention block: its spans packed, positions
+/// counted from the spans' first.
+struct DeviceBlock {
+  DeviceAttentionShape Shape;
+  DeviceBuffer<bf16> Q, K, V;
+  DeviceBuffer<int32_t> QPos, KPos;
+
+  explicit DeviceBlock(const AttentionBlockArgs &A) {
+    Shape.Batch = A.Batch;
+    Shape.QTokens = A.QLen;
+    Shape.KTokens = A.KLen;
+    Shape.QHeads = A.QHeads;
+    Shape.KvHeads = A.KvHeads;
+    Shape.HeadDim = A.HeadDim;
+    Shape.Scale = A.Scale;
+    Q.upload(toBf16(packSpan(A.Q, A.Batch, A.LocalTokens, A.QBegin, A.QLen, A.QHeads * A.HeadDim)));
+    K.upload(toBf16(packSpan(A.K, A.Batch, A.LocalTokens, A.KBegin, A.KLen, A.KvHeads * A.HeadDim)));
+    V.upload(toBf16(packSpan(A.V, A.Batch, A.LocalTokens, A.KBegin, A.KLen, A.KvHeads * A.HeadDim)));
+    QPos.upload(positions(A.QPos, A.QLen));
+    KPos.upload(positions(A.KPos, A.KLen));
+  }
+
+  static std::vector<int32_t> positions(int64_t First, int64_t Count) {
+    std::vector<int32_t> P(static_cast<size_t>(Count));
+    for (int64_t I = 0; I < Count; ++I)
+      P[size_t(I)] = int32_t(First + I);
+    return P;
+  }
+};
+
+/// The kernels of kernels/cuda/Attention.h take heads of 32, 64 or 128
+/// columns, values as wide as keys, and positions that fit int32.
+bool attentionKernelTakes(const AttentionBlockArgs &A) {
+  bool Width = A.HeadDim == 32 || A.HeadDim == 64 || A.HeadDim == 128;
+  return Width && A.VHeadDim == A.HeadDim && A.KvHeads > 0 && A.QHeads % A.KvHeads == 0 &&
+         A.QPos + A.QLen < (int64_t(1) << 31) && A.KPos + A.KLen < (int64_t(1) << 31);
+}
+
+/// A [Batch, QHeads, LocalTokens] statistic's entries of the query span,
+/// packed [Batch, QHeads, QLen] (and back).
+std::vector<float> packStat(const float *Src, const AttentionBlockArgs &A) {
+  return packSpan(Src, A.Batch * A.QHeads, A.LocalTokens, A.QBegin, A.QLen, 1);
+}
+
 class CudaBackend final : public ComputeBackend {
 public:
   const char *name() const override { return "cuda"; }
   const char *precision() const override {
-    return "GEMMs, RMSNorm and SwiGLU on bf16 operands with fp32 accumulation, the rest in fp32 on the host";
+    return "GEMMs, attention, RMSNorm and SwiGLU on bf16 operands with fp32 accumulation, the rest in fp32 on the "
+           "host";
   }
 
   void gemm(const GemmArgs &G) override {
@@ -121,6 +185,43 @@ public:
     cuda::swiGluBackward(Count, G16.data(), U16.data(), DA16.data(), DG16.data(), DU16.data(), Blas.stream());
     downloadTo(DG16, DG);
     downloadTo(DU16, DU);
+  }
+
+  bool attentionBlockForward(const AttentionBlockArgs &A) override {
+    if (!attentionKernelTakes(A))
+      return false;
+    DeviceBlock Block(A);
+    int64_t OutWidth = A.QHeads * A.HeadDim;
+    DeviceBuffer<float> Out, Lse;
+    Out.upload(packSpan(A.Out, A.Batch, A.LocalTokens, A.QBegin, A.QLen, OutWidth));
+    Lse.upload(packStat(A.Lse, A));
+    attentionForwardBlock(Block.Shape, Block.Q.data(), Block.QPos.data(), Block.K.data(), Block.V.data(),
+                          Block.KPos.data(), Out.data(), Lse.data(), Blas.stream());
+    unpackSpan(Out.download(), A.Out, A.Batch, A.LocalTokens, A.QBegin, A.QLen, OutWidth);
+    unpackSpan(Lse.download(), A.Lse, A.Batch * A.QHeads, A.LocalTokens, A.QBegin, A.QLen, 1);
+    return true;
+  }
+
+  bool attentionBlockBackward(const AttentionBlockArgs &A) override {
+    if (!attentionKernelTakes(A))
+      return false;
+    DeviceBlock Block(A);
+    int64_t QWidth = A.QHeads * A.HeadDim, KWidth = A.KvHeads * A.HeadDim;
+    DeviceBuffer<bf16> DOut;
+    DOut.upload(toBf16(packSpan(A.DOut, A.Batch, A.LocalTokens, A.QBegin, A.QLen, QWidth)));
+    DeviceBuffer<float> Lse, Delta, DQ, DK, DV;
+    Lse.upload(packStat(A.FinalLse, A));
+    Delta.upload(packStat(A.Delta, A));
+    DQ.upload(packSpan(A.DQ, A.Batch, A.LocalTokens, A.QBegin, A.QLen, QWidth));
+    DK.upload(packSpan(A.DK, A.Batch, A.LocalTokens, A.KBegin, A.KLen, KWidth));
+    DV.upload(packSpan(A.DV, A.Batch, A.LocalTokens, A.KBegin, A.KLen, KWidth));
+    attentionBackwardBlock(Block.Shape, Block.Q.data(), Block.QPos.data(), Block.K.data(), Block.V.data(),
+                           Block.KPos.data(), Lse.data(), Delta.data(), DOut.data(), DQ.data(), DK.data(), DV.data(),
+                           Blas.stream());
+    unpackSpan(DQ.download(), A.DQ, A.Batch, A.LocalTokens, A.QBegin, A.QLen, QWidth);
+    unpackSpan(DK.download(), A.DK, A.Batch, A.LocalTokens, A.KBegin, A.KLen, KWidth);
+    unpackSpan(DV.download(), A.DV, A.Batch, A.LocalTokens, A.KBegin, A.KLen, KWidth);
+    return true;
   }
 
 private:

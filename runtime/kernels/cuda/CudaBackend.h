@@ -1,10 +1,15 @@
 //===- kernels/cuda/CudaBackend.h - The compute backend on one CUDA device -===//
 //
-// ComputeBackend (kernels/Backend.h) over cuBLAS (kernels/cuda/Gemm.h) and the
-// CUDA kernels (kernels/cuda/Elementwise.h): a GEMM's operands are rounded to
-// bf16 and multiplied with fp32 accumulation into an fp32 result (Megatron's
-// bf16 mixed precision: bf16 inputs, fp32 sums); RMSNorm and SwiGLU take and
-// give bf16 activations, keeping rstd and the norm weight's gradient in fp32.
+// ComputeBackend (kernels/Backend.h) over cuBLAS (kernels/cuda/Gemm.h), the
+// flash-style attention kernels (kernels/cuda/Attention.h) and the element-wise
+// kernels (kernels/cuda/Elementwise.h): a GEMM's operands are rounded to bf16
+// and multiplied with fp32 accumulation into an fp32 result (Megatron's bf16
+// mixed precision: bf16 inputs, fp32 sums); an attention block reads bf16 Q,
+// K, V and output gradients and merges into fp32 outputs, statistics and
+// gradients; RMSNorm and SwiGLU take and give bf16 activations, keeping rstd
+// and the norm weight's gradient in fp32. Attention shapes the kernels do not
+// take (heads other than 32, 64 or 128 wide, values narrower than keys) are
+// declined, and the caller's host code runs them.
 //
 // Operands stay host arrays between operations: each operation copies its
 // inputs to the device (through the caching allocator) and its results back.

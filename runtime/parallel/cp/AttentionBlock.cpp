@@ -2,6 +2,7 @@
 //===//
 #include "parallel/cp/AttentionBlock.h"
 
+#include "kernels/Backend.h"
 #include "kernels/host/Blas.h"
 
 #include <algorithm>
@@ -70,12 +71,41 @@ HeadBlock headBlock(const BlockShape &Shape, const TokenSpan &QuerySpan, const T
   return Block;
 }
 
+/// The span pair as the compute backend's table describes it.
+AttentionBlockArgs blockArgs(const BlockShape &Shape, const float *Q, const TokenSpan &QuerySpan, const float *K,
+                             const float *V, const TokenSpan &KeySpan) {
+  const AttentionDims &D = Shape.Dims;
+  AttentionBlockArgs A;
+  A.Batch = D.Batch;
+  A.LocalTokens = Shape.LocalTokens;
+  A.QHeads = D.QHeads;
+  A.KvHeads = D.KvHeads;
+  A.HeadDim = D.HeadDim;
+  A.VHeadDim = D.vHeadDim();
+  A.Scale = Shape.Scale;
+  A.QBegin = QuerySpan.LocalBegin;
+  A.QLen = QuerySpan.Len;
+  A.QPos = QuerySpan.PosBegin;
+  A.KBegin = KeySpan.LocalBegin;
+  A.KLen = KeySpan.Len;
+  A.KPos = KeySpan.PosBegin;
+  A.Q = Q;
+  A.K = K;
+  A.V = V;
+  return A;
+}
+
 } // namespace
 
 void attendSpanForward(const BlockShape &Shape, const float *Q, const TokenSpan &QuerySpan, const float *K,
                        const float *V, const TokenSpan &KeySpan, float *Out, float *Lse, std::vector<float> &Scratch) {
   SpanMask Mask = spanMask(QuerySpan, KeySpan);
   if (Mask == SpanMask::Hidden)
+    return;
+  AttentionBlockArgs Args = blockArgs(Shape, Q, QuerySpan, K, V, KeySpan);
+  Args.Out = Out;
+  Args.Lse = Lse;
+  if (currentBackend().attentionBlockForward(Args))
     return;
   const AttentionDims &D = Shape.Dims;
   int64_t Lq = QuerySpan.Len, Lk = KeySpan.Len;
@@ -128,6 +158,15 @@ void attendSpanBackward(const BlockShape &Shape, const float *Q, const TokenSpan
                         const float *DOut, float *DQ, float *DK, float *DV, std::vector<float> &Scratch) {
   SpanMask Mask = spanMask(QuerySpan, KeySpan);
   if (Mask == SpanMask::Hidden)
+    return;
+  AttentionBlockArgs Args = blockArgs(Shape, Q, QuerySpan, K, V, KeySpan);
+  Args.FinalLse = Lse;
+  Args.Delta = Delta;
+  Args.DOut = DOut;
+  Args.DQ = DQ;
+  Args.DK = DK;
+  Args.DV = DV;
+  if (currentBackend().attentionBlockBackward(Args))
     return;
   const AttentionDims &D = Shape.Dims;
   int64_t Lq = QuerySpan.Len, Lk = KeySpan.Len;

@@ -12,6 +12,7 @@
 
 #include "kernels/cuda/CudaBackend.h"
 #include "model/Model.h"
+#include "parallel/cp/AttentionBlock.h"
 
 #include <cmath>
 #include <random>
@@ -102,6 +103,88 @@ TEST(CudaBackend, RmsNormAndSwiGluMatchTheHost) {
   Cuda->swiGluBackward(Count, X.data(), U.data(), DY.data(), DGG.data(), DUG.data());
   EXPECT_TRUE(near(DGG, DGW, Bf16Tol, "swiglu dg"));
   EXPECT_TRUE(near(DUG, DUW, Bf16Tol, "swiglu du"));
+}
+
+/// Two key spans merged into one query span, then the backward of both, on
+/// Backend: Out, Lse, DQ, DK, DV.
+std::vector<std::vector<float>> attendTwoSpans(ComputeBackend &Backend, int64_t HeadDim) {
+  BackendScope Scope(Backend);
+  BlockShape Shape;
+  Shape.Dims.Batch = 2;
+  Shape.Dims.SeqLen = 32;
+  Shape.Dims.QHeads = 4;
+  Shape.Dims.KvHeads = 2;
+  Shape.Dims.HeadDim = HeadDim;
+  Shape.LocalTokens = 16;
+  Shape.Scale = float(1.0 / std::sqrt(double(HeadDim)));
+  const AttentionDims &D = Shape.Dims;
+  int64_t Rows = D.Batch * Shape.LocalTokens;
+  std::vector<float> Q = randomBf16(size_t(Rows * D.QHeads * HeadDim), 21);
+  std::vector<float> K = randomBf16(size_t(Rows * D.KvHeads * HeadDim), 22);
+  std::vector<float> V = randomBf16(size_t(Rows * D.KvHeads * HeadDim), 23);
+  std::vector<float> DOut = randomBf16(size_t(Rows * D.QHeads * HeadDim), 24);
+  std::vector<float> Out(Q.size(), 0.0f), Lse(size_t(D.Batch * D.QHeads * Shape.LocalTokens), -INFINITY);
+  // Queries at positions 24..31; keys 0..7 all visible, keys 20..27 up to
+  // the diagonal; the local rows 0..7 of the key tensor are reused for both.
+  TokenSpan Queries{8, 24, 8}, Early{0, 0, 8}, Diagonal{0, 20, 8};
+  std::vector<float> Scratch;
+  for (const TokenSpan &Keys : {Early, Diagonal})
+    attendSpanForward(Shape, Q.data(), Queries, K.data(), V.data(), Keys, Out.data(), Lse.data(), Scratch);
+  std::vector<float> Delta(Lse.size(), 0.0f);
+  for (int64_t B = 0; B < D.Batch; ++B)
+    for (int64_t T = 0; T < Shape.LocalTokens; ++T)
+      for (int64_t H = 0; H < D.QHeads; ++H) {
+        double Sum = 0;
+        for (int64_t C = 0; C < HeadDim; ++C) {
+          size_t I = size_t(((B * Shape.LocalTokens + T) * D.QHeads + H) * HeadDim + C);
+          Sum += double(DOut[I]) * Out[I];
+        }
+        Delta[size_t((B * D.QHeads + H) * Shape.LocalTokens + T)] = float(Sum);
+      }
+  std::vector<float> DQ(Q.size(), 0.5f), DK(K.size(), 0.25f), DV(V.size(), -0.25f);
+  for (const TokenSpan &Keys : {Early, Diagonal})
+    attendSpanBackward(Shape, Q.data(), Queries, K.data(), V.data(), Keys, Lse.data(), Delta.data(), DOut.data(),
+                       DQ.data(), DK.data(), DV.data(), Scratch);
+  return {Out, Lse, DQ, DK, DV};
+}
+
+TEST(CudaBackend, AttentionBlocksMatchTheHost) {
+  auto Cuda = cudaBackend();
+  std::vector<std::vector<float>> Want = attendTwoSpans(hostBackend(), 32), Got = attendTwoSpans(*Cuda, 32);
+  const char *Names[] = {"out", "lse", "dq", "dk", "dv"};
+  for (size_t I = 0; I < Want.size(); ++I)
+    EXPECT_TRUE(near(Got[I], Want[I], I < 2 ? AttnTol : 1e-3, Names[I]));
+  // Rows outside the query span keep their initial values.
+  EXPECT_EQ(Got[0][0], 0.0f);
+  EXPECT_EQ(Got[2][0], 0.5f);
+  // And the kernel, not the host code, computed them: one query seeing one
+  // key of zeros has log-sum-exp log(1).
+  std::vector<float> Zeros(32, 0.0f), Out(32, 0.0f), Lse(1, -INFINITY);
+  AttentionBlockArgs A;
+  A.LocalTokens = A.QHeads = A.KvHeads = A.QLen = A.KLen = 1;
+  A.HeadDim = A.VHeadDim = 32;
+  A.Q = A.K = A.V = Zeros.data();
+  A.Out = Out.data();
+  A.Lse = Lse.data();
+  EXPECT_TRUE(Cuda->attentionBlockForward(A));
+  EXPECT_EQ(Lse[0], 0.0f);
+}
+
+TEST(CudaBackend, AttentionLeavesShapesWithoutAKernelToTheHost) {
+  auto Cuda = cudaBackend();
+  AttentionBlockArgs A;
+  A.QHeads = 4;
+  A.KvHeads = 2;
+  A.HeadDim = 16; // the kernels take 32, 64 or 128
+  A.VHeadDim = 16;
+  EXPECT_FALSE(Cuda->attentionBlockForward(A));
+  EXPECT_FALSE(Cuda->attentionBlockBackward(A));
+  A.HeadDim = 32; // multi-head latent attention: values narrower than keys
+  EXPECT_FALSE(Cuda->attentionBlockForward(A));
+  // The host code then runs with the backend's GEMMs: the same as the host's
+  // within bf16 rounding of the products' operands.
+  std::vector<std::vector<float>> Want = attendTwoSpans(hostBackend(), 16), Got = attendTwoSpans(*Cuda, 16);
+  EXPECT_TRUE(near(Got[0], Want[0], 2e-2, "out"));
 }
 
 MicroBatch batch(int64_t Vocab) {

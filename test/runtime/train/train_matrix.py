@@ -139,6 +139,9 @@ LAYOUTS = [
     ("vl_dp2_tp2_ep2", 4, "tp = 2; ep = 2", None),
     ("vl_cp2_ep2_pp2", 4, "cp = 2; ep = 2; pp = 2", "selective(moe)"),
     ("vl_tp2_etp2_ep2", 4, "tp = 2; ep = 2; etp = 2", None),
+    # Heads of 32 columns (HD32_MODEL): the CUDA backend's matrix runs its attention kernels on these.
+    ("hd32_tp2_cp2", 4, "tp = 2; cp = 2", "selective(core_attn)"),
+    ("hd32_cp2_ep2_pp2", 4, "cp = 2; ep = 2; pp = 2", None),
 ]
 # tiny_moe with the sigmoid router and aux-loss-free balancing; a bias update rate of
 # Megatron's 1e-3 changes routing within 3 steps of this tiny model.
@@ -156,13 +159,19 @@ NEXT_MODEL = ("model tiny_next extends tiny_moe {\n  qk_norm = true; mtp_layers 
               "  linear_attention { interval = 2; key_heads = 2; value_heads = 4; head_dim = 8 }\n}\n")
 VL_MODEL = ("model tiny_vl extends tiny_moe {\n  mrope_section = [4, 2, 2]\n  vision {\n    layers = 2; hidden = 16; heads = 2; ffn_hidden = 32; "
             "patch_size = 4; spatial_merge = 2\n    position_embeddings = 16; deepstack_layers = [0]\n  }\n}\n")
+# Heads of 32 columns, the narrowest the CUDA backend's attention kernels take (tiny_moe's 16 run
+# attention's host code there); routed by forced balance (RECIPE_LINES), as a cp layout of the
+# CUDA backend must be (test/runtime/cuda/CMakeLists.txt).
+HD32_MODEL = "model tiny_hd32 extends tiny_moe { head_dim = 32 }\n"
 # A layout's name prefix picks its model (and its own one-rank reference, "<prefix>one_rank").
 MODELS = {"bias_": ("tiny_biased", BIASED_MODEL), "qk_": ("tiny_qk", QK_MODEL), "mla_": ("tiny_mla", MLA_MODEL),
           "mlakv_": ("tiny_mlakv", MLAKV_MODEL), "dsv3_": ("tiny_dsv3", MLA_MODEL + DSV3_MODEL),
           "mtp_": ("tiny_mtp", MLA_MODEL + DSV3_MODEL + MTP_MODEL), "next_": ("tiny_next", NEXT_MODEL),
-          "fb_": ("tiny_moe", ""), "vl_": ("tiny_vl", VL_MODEL)}
+          "fb_": ("tiny_moe", ""), "vl_": ("tiny_vl", VL_MODEL),
+          "hd32_": ("tiny_hd32", HD32_MODEL)}
 # A layout's name prefix that adds recipe lines (to its one-rank reference too).
-RECIPE_LINES = {"fb_": "  moe { force_balance = true }", "vl_": "  data { image_size = 32 }"}
+RECIPE_LINES = {"fb_": "  moe { force_balance = true }", "vl_": "  data { image_size = 32 }",
+                "hd32_": "  moe { force_balance = true }"}
 
 
 def model_of(name):
