@@ -39,6 +39,9 @@ std::vector<std::string> rankCommand(const Recipe &R, const BridgeExport &E, con
     Args = {O.Moerun, O.PlanPath, "--steps", std::to_string(O.Steps)};
     if (!O.StepLog.empty())
       Args.insert(Args.end(), {"--log", O.StepLog});
+    // On a GPU system every rank computes on its local GPU.
+    if (R.Gpu.Arch != GpuArch::Cpu)
+      Args.insert(Args.end(), {"--backend", "cuda"});
     return Args;
   }
   Args = {O.Python, O.BridgeEntry, "--recipe", O.BridgeRecipe.empty() ? defaultBridgeRecipe(R) : O.BridgeRecipe};

@@ -93,9 +93,10 @@ int runLaunch() {
   if (P.Status)
     return P.Status;
   const Recipe &R = *P.R;
-  // Unless told, the engine is one that can use the cluster's GPUs: moerun
-  // trains on its CPU backend only (docs/runtime.md), so a GPU recipe under
-  // a Megatron-Bridge target runs Bridge's entry point.
+  // Unless told, the engine is the one that trains fast on the cluster's
+  // GPUs: moerun's CUDA backend still copies every operation's operands
+  // through host memory (docs/runtime.md), so a GPU recipe under a
+  // Megatron-Bridge target runs Bridge's entry point.
   bool OnGpus = R.Gpu.Arch != GpuArch::Cpu;
   bool BridgeTarget = getTargetInfo(R.Tgt).Kind == Framework::Bridge;
   bridge::Engine Chosen = LaunchEngine;
@@ -104,8 +105,9 @@ int runLaunch() {
   if (Chosen == bridge::Engine::Bridge && !refuseNonBridgeTarget(P, "launch --engine bridge"))
     return ExitErrors;
   if (Chosen == bridge::Engine::Moerun && OnGpus)
-    llvm::errs() << fmt::format("moec launch: warning: engine moerun trains on its CPU backend; the {} {} GPUs of "
-                                "this job stay idle{}\n",
+    llvm::errs() << fmt::format("moec launch: warning: engine moerun trains on the {} {} GPUs with its CUDA backend, "
+                                "which copies every operation's operands through host memory: a step takes far "
+                                "longer than the plan predicts{}\n",
                                 R.WorldSize, R.Gpu.Name,
                                 BridgeTarget ? " (--engine bridge runs Megatron-Bridge on them)" : "");
   else
