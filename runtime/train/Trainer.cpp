@@ -529,7 +529,8 @@ struct Trainer::Impl final : public PipelineStage {
       if (Config.Mla || Config.Heads % (Tp * Cp) || Config.KvHeads % (Tp * Cp))
         refuse("cp_comm a2a gives each cp rank whole heads: a tp rank's " + std::to_string(Config.Heads / Tp) +
                " query and " + std::to_string(Config.KvHeads / Tp) + " key/value heads must divide by cp = " +
-               std::to_string(Cp) + (Config.Mla ? " (and latent attention runs with p2p only)" : ""));
+               std::to_string(Cp) + (Config.Mla ? " (and latent attention runs with p2p only)" : "") +
+               "; cp_comm = p2p or allgather takes any head count");
       return CpExchange::AllToAll;
     }
     Notes.push_back("cp_comm " + Kind + ": the CPU runtime runs the ring (p2p) over the whole cp group");
