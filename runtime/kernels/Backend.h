@@ -1,7 +1,8 @@
 //===- kernels/Backend.h - The table of operations a stage computes with --===//
 //
-// The transformer (model/, parallel/) is written once; its matrix products and
-// the element-wise operations with a GPU kernel go through a ComputeBackend:
+// The transformer (model/, parallel/) is written once; its matrix products,
+// attention blocks and the element-wise operations with a GPU kernel (RMSNorm,
+// RoPE, SwiGLU) go through a ComputeBackend:
 // the host backend (OpenBLAS and host loops, fp32) or the CUDA backend
 // (kernels/cuda/CudaBackend.h: cuBLAS and the CUDA kernels, bf16 operands,
 // fp32 accumulation). Operands are host fp32 arrays with the conventions of
@@ -80,6 +81,14 @@ public:
   /// DG = DAct * U * silu'(G), DU = DAct * silu(G).
   virtual void swiGluBackward(int64_t Count, const float *G, const float *U, const float *DAct, float *DG,
                               float *DU) = 0;
+  /// Rotary embedding of every head's whole width, in place on X [Rows,
+  /// Heads * HeadDim] (model/ModelOps.h applyRope without a partial rotary
+  /// width), where the backend has a kernel: true when done, false to leave
+  /// it to the host code.
+  virtual bool rope(int64_t Rows, int64_t Heads, int64_t HeadDim, float *X, const int64_t *Positions, double Theta,
+                    bool Inverse) {
+    return false;
+  }
   /// An attention block, where the backend has a kernel for its shape: true
   /// when done, false to leave it to the caller's host code (which still
   /// runs its products through gemm()).

@@ -57,6 +57,9 @@ void rotateHalves(Tensor &X, int64_t HeadDim, int64_t Rotated, double Theta, boo
 
 void applyRope(Tensor &X, int64_t HeadDim, const std::vector<int64_t> &Positions, double Theta, bool Inverse,
                int64_t RotaryDim) {
+  if ((RotaryDim == 0 || RotaryDim == HeadDim) && X.rows() == int64_t(Positions.size()) &&
+      currentBackend().rope(X.rows(), X.cols() / HeadDim, HeadDim, X.data(), Positions.data(), Theta, Inverse))
+    return;
   rotateHalves(X, HeadDim, RotaryDim > 0 ? RotaryDim : HeadDim, Theta, Inverse,
                [&](int64_t I, int64_t) { return Positions[size_t(I)]; });
 }

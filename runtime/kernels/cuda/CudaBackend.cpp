@@ -116,7 +116,8 @@ class CudaBackend final : public ComputeBackend {
 public:
   const char *name() const override { return "cuda"; }
   const char *precision() const override {
-    return "GEMMs, attention, RMSNorm and SwiGLU on bf16 operands with fp32 accumulation, the rest in fp32 on the "
+    return "GEMMs, attention, RMSNorm, RoPE and SwiGLU on bf16 operands with fp32 accumulation, the rest in fp32 on "
+           "the "
            "host";
   }
 
@@ -185,6 +186,22 @@ public:
     cuda::swiGluBackward(Count, G16.data(), U16.data(), DA16.data(), DG16.data(), DU16.data(), Blas.stream());
     downloadTo(DG16, DG);
     downloadTo(DU16, DU);
+  }
+
+  bool rope(int64_t Rows, int64_t Heads, int64_t HeadDim, float *X, const int64_t *Positions, double Theta,
+            bool Inverse) override {
+    std::vector<int32_t> Positions32(static_cast<size_t>(Rows));
+    for (int64_t I = 0; I < Rows; ++I) {
+      if (Positions[I] < 0 || Positions[I] >= (int64_t(1) << 31))
+        return false;
+      Positions32[size_t(I)] = int32_t(Positions[I]);
+    }
+    DeviceBuffer<bf16> X16 = uploadBf16(X, Rows * Heads * HeadDim);
+    DeviceBuffer<int32_t> P;
+    P.upload(Positions32);
+    cuda::applyRope(Rows, Heads, HeadDim, X16.data(), P.data(), Theta, Inverse, Blas.stream());
+    downloadTo(X16, X);
+    return true;
   }
 
   bool attentionBlockForward(const AttentionBlockArgs &A) override {

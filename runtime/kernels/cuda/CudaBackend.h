@@ -6,8 +6,8 @@
 // and multiplied with fp32 accumulation into an fp32 result (Megatron's bf16
 // mixed precision: bf16 inputs, fp32 sums); an attention block reads bf16 Q,
 // K, V and output gradients and merges into fp32 outputs, statistics and
-// gradients; RMSNorm and SwiGLU take and give bf16 activations, keeping rstd
-// and the norm weight's gradient in fp32. Attention shapes the kernels do not
+// gradients; RMSNorm, RoPE and SwiGLU take and give bf16 activations, keeping
+// rstd and the norm weight's gradient in fp32. Attention shapes the kernels do not
 // take (heads other than 32, 64 or 128 wide, values narrower than keys) are
 // declined, and the caller's host code runs them.
 //

@@ -12,6 +12,7 @@
 
 #include "kernels/cuda/CudaBackend.h"
 #include "model/Model.h"
+#include "model/ModelOps.h"
 #include "parallel/cp/AttentionBlock.h"
 
 #include <cmath>
@@ -103,6 +104,43 @@ TEST(CudaBackend, RmsNormAndSwiGluMatchTheHost) {
   Cuda->swiGluBackward(Count, X.data(), U.data(), DY.data(), DGG.data(), DUG.data());
   EXPECT_TRUE(near(DGG, DGW, Bf16Tol, "swiglu dg"));
   EXPECT_TRUE(near(DUG, DUW, Bf16Tol, "swiglu du"));
+}
+
+TEST(CudaBackend, RopeMatchesTheHostAndLeavesPartialWidthsToIt) {
+  auto Cuda = cudaBackend();
+  const int64_t Rows = 6, HeadDim = 16;
+  Tensor X({Rows, 3 * HeadDim});
+  X.storage() = randomBf16(size_t(X.numel()), 31);
+  std::vector<int64_t> Positions{0, 1, 5, 9, 100, 4095};
+  for (bool Inverse : {false, true})
+    for (int64_t RotaryDim : {int64_t(0), HeadDim / 2}) {
+      Tensor Want = X, Got = X;
+      {
+        BackendScope Scope(hostBackend());
+        applyRope(Want, HeadDim, Positions, 10000.0, Inverse, RotaryDim);
+      }
+      {
+        BackendScope Scope(*Cuda);
+        applyRope(Got, HeadDim, Positions, 10000.0, Inverse, RotaryDim);
+      }
+      std::string What = std::string(Inverse ? "inverse" : "forward") + " rotary " + std::to_string(RotaryDim);
+      EXPECT_TRUE(near(Got.storage(), Want.storage(), Bf16Tol, What));
+      // The kernel's results are rounded to bf16; a partial width runs the
+      // host's code on the same values.
+      if (RotaryDim == 0)
+        EXPECT_NE(Got.storage(), Want.storage()) << What;
+      else
+        EXPECT_EQ(Got.storage(), Want.storage()) << What;
+      // Position 0 rotates by nothing: only bf16 rounding, which X's values
+      // (already bf16) do not show.
+      for (int64_t C = 0; C < X.cols(); ++C)
+        EXPECT_EQ(Got[C], X[C]) << What;
+    }
+  // The kernel ran: a value that is not bf16 comes back rounded.
+  Tensor Odd({1, HeadDim});
+  Odd[0] = 1.0f + 0x1.0p-10f;
+  EXPECT_TRUE(Cuda->rope(1, 1, HeadDim, Odd.data(), Positions.data(), 10000.0, false));
+  EXPECT_EQ(Odd[0], 1.0f);
 }
 
 /// Two key spans merged into one query span, then the backward of both, on
