@@ -98,7 +98,8 @@ std::unique_ptr<moert::ComputeBackend> createBackend(const std::string &Name) {
   return moert::cuda::createCudaBackend(moert::cuda::deviceForLocalRank());
 #else
   throw std::runtime_error("--backend cuda: this moerun was built without the CUDA backend (no CUDA toolkit was "
-                           "found when it was configured)");
+                           "found when it was configured); build it where nvcc and NCCL are installed, or use "
+                           "--backend cpu");
 #endif
 }
 

@@ -116,9 +116,8 @@ class CudaBackend final : public ComputeBackend {
 public:
   const char *name() const override { return "cuda"; }
   const char *precision() const override {
-    return "GEMMs, attention, RMSNorm, RoPE and SwiGLU on bf16 operands with fp32 accumulation, the rest in fp32 on "
-           "the "
-           "host";
+    return "GEMMs, attention, RMSNorm, RoPE and SwiGLU on bf16 operands with fp32 accumulation, the rest in fp32 "
+           "on the host";
   }
 
   void gemm(const GemmArgs &G) override {
@@ -257,7 +256,8 @@ std::unique_ptr<ComputeBackend> createCudaBackend(int Device) {
   if (Device < 0 || Device >= Devices)
     throw std::runtime_error("the CUDA backend needs a CUDA device: " +
                              (Devices ? "device " + std::to_string(Device) + " of " + std::to_string(Devices)
-                                      : std::string("none found (no GPU or no driver)")));
+                                      : std::string("none found (no GPU or no driver)")) +
+                             "; run on a GPU node, or with --backend cpu");
   MOERT_CUDA_CHECK(cudaSetDevice(Device));
   return std::make_unique<CudaBackend>();
 }

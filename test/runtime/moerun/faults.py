@@ -179,6 +179,8 @@ elif CASE == "usage":
         if "the CUDA backend needs a CUDA device: none found" not in out and \
                 "this moerun was built without the CUDA backend" not in out:
             fail("--backend cuda without a GPU is not refused with a reason", out)
+        # and with the next step: another node, or the host backend.
+        expect_in("or with --backend cpu" if "needs a CUDA device" in out else "or use --backend cpu", out)
     # llvm::cl parses the options: a misspelt one is refused with a hint.
     rc, out, _ = per_rank(2, [good, "--stpes=2"])
     expect_every_rank_exits(2, 2, out)
