@@ -21,6 +21,8 @@ llvm::ArrayRef<StepLogKey> moec::stepLogKeys() {
       {"tokens_per_s", &StepRecord::TokensPerSecond},
       {"useful_tokens_per_s", &StepRecord::UsefulTokensPerSecond},
       {"peak_bytes", &StepRecord::PeakBytes},
+      {"device_peak_bytes", &StepRecord::DevicePeakBytes},
+      {"staged_bytes", &StepRecord::StagedBytes},
       {"compute_s", &StepRecord::ComputeSeconds},
       {"comm_s", &StepRecord::CommSeconds},
       {"tp_comm_s", &StepRecord::TpCommSeconds},

@@ -20,6 +20,7 @@
 #define MOERT_KERNELS_BACKEND_H
 
 #include <cstdint>
+#include <vector>
 
 namespace moert {
 
@@ -59,6 +60,21 @@ struct AttentionBlockArgs {
   float *DQ = nullptr, *DK = nullptr, *DV = nullptr;
 };
 
+/// A host array the caller leaves unchanged while it is held (a parameter's
+/// values between two optimizer steps).
+struct HeldArray {
+  const float *Data = nullptr;
+  int64_t Count = 0;
+};
+
+/// What a backend moved between host and device and the device memory it
+/// used; all zero for the host backend. Counters run from the backend's
+/// creation; the peak from the last resetPeak().
+struct BackendTraffic {
+  int64_t HostToDeviceBytes = 0, DeviceToHostBytes = 0;
+  int64_t DevicePeakBytes = 0;
+};
+
 class ComputeBackend {
 public:
   virtual ~ComputeBackend();
@@ -94,6 +110,16 @@ public:
   /// runs its products through gemm()).
   virtual bool attentionBlockForward(const AttentionBlockArgs &) { return false; }
   virtual bool attentionBlockBackward(const AttentionBlockArgs &) { return false; }
+
+  /// Arrays (parameters) the caller will not change until releaseArrays(): a
+  /// backend that computes elsewhere may keep its own copy of them from
+  /// their first use to the release, instead of moving them per operation.
+  /// An operand is taken from the held copy when it lies wholly inside one.
+  virtual void holdArrays(const std::vector<HeldArray> &) {}
+  virtual void releaseArrays() {}
+
+  virtual BackendTraffic traffic() const { return {}; }
+  virtual void resetPeak() {}
 };
 
 /// OpenBLAS and host loops in fp32: the reference every other backend is
@@ -112,6 +138,20 @@ public:
 
 private:
   ComputeBackend *Previous;
+};
+
+/// Holds Arrays on Backend for the scope's lifetime (ComputeBackend::holdArrays).
+class HeldArrays {
+public:
+  HeldArrays(ComputeBackend &Backend, const std::vector<HeldArray> &Arrays) : Backend(Backend) {
+    Backend.holdArrays(Arrays);
+  }
+  ~HeldArrays() { Backend.releaseArrays(); }
+  HeldArrays(const HeldArrays &) = delete;
+  HeldArrays &operator=(const HeldArrays &) = delete;
+
+private:
+  ComputeBackend &Backend;
 };
 
 } // namespace moert

@@ -43,6 +43,13 @@ void splitDouble(double X, float *Out) {
 }
 double joinDouble(const float *In) { return double(In[0]) + double(In[1]); }
 
+/// Bytes as MiB + remainder, both exact in a float (up to 16 TiB).
+void splitBytes(int64_t Bytes, float *Out) {
+  Out[0] = float(Bytes >> 20);
+  Out[1] = float(Bytes & ((int64_t(1) << 20) - 1));
+}
+int64_t joinBytes(const float *In) { return (int64_t(In[0]) << 20) + int64_t(In[1]); }
+
 /// User + system CPU seconds of this process so far.
 double cpuSeconds() {
   struct rusage U;
@@ -419,6 +426,17 @@ struct Trainer::Impl final : public PipelineStage {
     return All;
   }
 
+  /// Every parameter's values: none changes between a step's first forward
+  /// and its optimizer step, so the compute backend may keep its own copy of
+  /// them for that long (ComputeBackend::holdArrays).
+  std::vector<HeldArray> heldParameters() {
+    std::vector<HeldArray> Held;
+    for (const std::vector<Parameter *> &Params : {allParameters(), allFrozenParameters()})
+      for (Parameter *Param : Params)
+        Held.push_back({Param->Value.data(), Param->Value.numel()});
+    return Held;
+  }
+
   std::vector<Parameter *> allFrozenParameters() {
     std::vector<Parameter *> All;
     for (auto &C : Chunks)
@@ -613,6 +631,7 @@ struct Trainer::Impl final : public PipelineStage {
     for (int64_t B = 0; B < Plan.Data.EvalIters; ++B) {
       EvalBase = B * Plan.GlobalBatch;
       Batches.clear();
+      HeldArrays Held(*MOpts.Compute, heldParameters());
       Executor->runStep(ForwardOps, OnOp);
     }
     Evaluating = false;
@@ -659,7 +678,14 @@ struct Trainer::Impl final : public PipelineStage {
     double Cpu0 = cpuSeconds();
     if (Multimodal)
       scaleByLabelledTokens();
-    Executor->runStep(Ops, OnOp);
+    ComputeBackend &Compute = *MOpts.Compute;
+    BackendTraffic Moved0 = Compute.traffic();
+    Compute.resetPeak();
+    {
+      HeldArrays Held(Compute, heldParameters());
+      Executor->runStep(Ops, OnOp);
+    }
+    BackendTraffic Moved = Compute.traffic();
     double Lr = Schedule.ofStep(StepIndex + 1);
     Optimizer->setLr(Lr);
     tieEmbeddingGrads();
@@ -701,17 +727,18 @@ struct Trainer::Impl final : public PipelineStage {
     splitDouble(MtpSum, Sums + 6);
     splitDouble(double(MtpTokens), Sums + 8);
     W.allReduceSum(Sums, 10);
-    const int PerRank = 8 + int(NumCommParts);
+    const int Device = 8 + int(NumCommParts), PerRank = Device + 4;
     float Mine[PerRank];
     splitDouble(Seconds, Mine);
     splitDouble(CommSeconds, Mine + 2);
     Mine[4] = float(Blas);
-    // Bytes as MiB + remainder, both exact in a float (up to 16 TiB).
-    Mine[5] = float(LastPeak >> 20);
-    Mine[6] = float(LastPeak & ((int64_t(1) << 20) - 1));
+    splitBytes(LastPeak, Mine + 5);
     Mine[7] = float(Cpu);
     for (size_t P = 0; P < NumCommParts; ++P)
       Mine[8 + P] = float(Clock.PartSeconds[P] - Parts0[P]);
+    splitBytes(Moved.DevicePeakBytes, Mine + Device);
+    splitBytes(Moved.HostToDeviceBytes + Moved.DeviceToHostBytes - Moved0.HostToDeviceBytes - Moved0.DeviceToHostBytes,
+               Mine + Device + 2);
     std::vector<float> All(size_t(W.size() * PerRank));
     W.allGather(Mine, All.data(), PerRank);
 
@@ -734,9 +761,11 @@ struct Trainer::Impl final : public PipelineStage {
       for (size_t P = 0; P < NumCommParts; ++P)
         S.CommPartSeconds[P] += double(X[8 + P]) / W.size();
 
-      int64_t Peak = (int64_t(X[5]) << 20) + int64_t(X[6]);
+      int64_t Peak = joinBytes(X + 5);
       S.RankPeakBytes.push_back(Peak);
       S.PeakBytes = std::max(S.PeakBytes, Peak);
+      S.DevicePeakBytes = std::max(S.DevicePeakBytes, joinBytes(X + Device));
+      S.StagedBytes = std::max(S.StagedBytes, joinBytes(X + Device + 2));
     }
     S.TokensPerSecond = S.StepSeconds > 0 ? double(Plan.GlobalBatch * Plan.SeqLen) / S.StepSeconds : 0.0;
     S.UsefulTokensPerSecond = S.StepSeconds > 0 ? double(S.Tokens) / S.StepSeconds : 0.0;

@@ -88,7 +88,11 @@ struct TrainStepStats {
   /// Whole job: the tokens with a label (text, not image placeholders) over
   /// StepSeconds.
   double UsefulTokensPerSecond = 0;
-  int64_t PeakBytes = 0;              ///< largest over the ranks of RankPeakBytes
+  int64_t PeakBytes = 0; ///< largest over the ranks of RankPeakBytes
+  /// Largest over the ranks of the compute backend's device memory peak in
+  /// the step, and of the bytes it copied between host and device in the
+  /// step (both 0 on the host backend).
+  int64_t DevicePeakBytes = 0, StagedBytes = 0;
   std::vector<int64_t> RankPeakBytes; ///< per world rank: see localPeakBytes()
   double CommSeconds = 0;             ///< mean over ranks of time inside communicator calls
   /// CommSeconds by the parallel dimension of the group (CommPart).

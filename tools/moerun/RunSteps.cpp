@@ -226,6 +226,10 @@ int moerun::runSteps(RunContext &Ctx) {
       if (Ctx.Plan.Model.Vision)
         R.UsefulTokensPerSecond = St.UsefulTokensPerSecond;
       R.PeakBytes = St.PeakBytes;
+      if (Compute) {
+        R.DevicePeakBytes = double(St.DevicePeakBytes);
+        R.StagedBytes = double(St.StagedBytes);
+      }
       R.ComputeSeconds = St.ComputeSeconds;
       R.CommSeconds = St.CommSeconds;
       auto Part = [&](moert::CommPart P) { return St.CommPartSeconds[size_t(P)]; };

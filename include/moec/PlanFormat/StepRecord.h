@@ -13,7 +13,9 @@
 //
 // The five <dim>_comm_s split comm_s by the parallel dimension whose group
 // carried the traffic, as the plan's predicted.breakdown_s prices it
-// (absent from logs of older moeruns). The last three only when the plan
+// (absent from logs of older moeruns). "device_peak_bytes" and
+// "staged_bytes" (after "peak_bytes") only from a run on the CUDA backend.
+// The last three only when the plan
 // predicts them; "valid_loss" (the
 // held-out loss) only on the steps after which the run evaluated. Non-finite numbers are
 // written as null and read back as NaN. Readers ignore keys they do not know,
@@ -47,6 +49,10 @@ struct StepRecord {
   /// A vision model's: the text tokens (those with a label) per second.
   std::optional<double> UsefulTokensPerSecond;
   int64_t PeakBytes = 0; ///< largest peak memory over the ranks
+  /// A GPU run's: the largest device memory peak over the ranks, and the
+  /// most bytes a rank's compute backend copied between host and device
+  /// (unset: the host backend).
+  std::optional<double> DevicePeakBytes, StagedBytes;
   double ComputeSeconds = 0;
   double CommSeconds = 0;
   /// CommSeconds by parallel dimension (unset: a log without them).

@@ -78,6 +78,48 @@ TEST(CudaBackend, GemmWithoutAnInnerDimensionScalesC) {
   EXPECT_EQ(C, (std::vector<float>{1.0f, -2.0f}));
 }
 
+// A held weight moves to the device once, on its first use, and is read
+// from there, also as a block of its columns (a head's); released, it is
+// staged again, so a change made after the release is seen.
+TEST(CudaBackend, HeldArraysMoveOnceAndAreReadInPlace) {
+  auto Cuda = cudaBackend();
+  const int64_t M = 4, K = 6, N = 8;
+  std::vector<float> X = randomBf16(size_t(M * K), 4), W = randomBf16(size_t(K * N), 5);
+  auto Product = [&](int64_t Cols, int64_t Offset) {
+    std::vector<float> C(size_t(M * Cols));
+    Cuda->gemm({false, false, M, Cols, K, 1.0f, X.data(), K, W.data() + Offset, N, 0.0f, C.data(), Cols});
+    return C;
+  };
+  auto Reference = [&](int64_t Cols, int64_t Offset) {
+    std::vector<float> C(size_t(M * Cols));
+    hostBackend().gemm({false, false, M, Cols, K, 1.0f, X.data(), K, W.data() + Offset, N, 0.0f, C.data(), Cols});
+    return C;
+  };
+  auto Uploaded = [&] { return Cuda->traffic().HostToDeviceBytes; };
+  const int64_t XBytes = M * K * 2, WBytes = K * N * 2;
+
+  int64_t Before = Uploaded();
+  Product(N, 0);
+  EXPECT_EQ(Uploaded() - Before, XBytes + WBytes) << "staged: both operands";
+  {
+    HeldArrays Held(*Cuda, {{W.data(), K * N}});
+    Before = Uploaded();
+    EXPECT_TRUE(near(Product(N, 0), Reference(N, 0), F32Tol, "held, whole"));
+    EXPECT_EQ(Uploaded() - Before, XBytes + WBytes) << "the first use copies the held weight";
+    Before = Uploaded();
+    EXPECT_TRUE(near(Product(N, 0), Reference(N, 0), F32Tol, "held, again"));
+    EXPECT_TRUE(near(Product(3, 2), Reference(3, 2), F32Tol, "held, columns 2-4"));
+    EXPECT_EQ(Uploaded() - Before, 2 * XBytes) << "later uses read the device copy";
+  }
+  for (float &V : W)
+    V = -V;
+  Before = Uploaded();
+  EXPECT_TRUE(near(Product(N, 0), Reference(N, 0), F32Tol, "released, changed"));
+  EXPECT_EQ(Uploaded() - Before, XBytes + WBytes);
+  EXPECT_GT(Cuda->traffic().DeviceToHostBytes, 0);
+  EXPECT_GT(Cuda->traffic().DevicePeakBytes, 0);
+}
+
 TEST(CudaBackend, RmsNormAndSwiGluMatchTheHost) {
   auto Cuda = cudaBackend();
   const int64_t Rows = 6, Hidden = 40, Count = Rows * Hidden;

@@ -58,6 +58,25 @@ TEST(StepLog, PredictionsBesideTheMeasurements) {
                                     "comm 0.062 s  MFU 12.5%\n");
 }
 
+// A run on the CUDA backend says what device memory it used and what it
+// copied between host and device; the keys round-trip.
+TEST(StepLog, DeviceFiguresOfAGpuRun) {
+  StepRecord R = record(3);
+  R.DevicePeakBytes = 2.5e9;
+  R.StagedBytes = 75e6;
+  std::string Line = moec::formatStepLogLine(R);
+  EXPECT_NE(Line.find("\"peak_bytes\":123456789,\"device_peak_bytes\":2500000000,\"staged_bytes\":75000000,"),
+            std::string::npos)
+      << Line;
+  llvm::Expected<StepRecord> Back = moec::parseStepLogLine(Line);
+  ASSERT_TRUE(bool(Back)) << llvm::toString(Back.takeError());
+  EXPECT_EQ(Back->DevicePeakBytes, 2.5e9);
+  EXPECT_EQ(Back->StagedBytes, 75e6);
+  EXPECT_EQ(formatHumanLine(R, 10), "step 3/10  loss 5.500000  aux 0.007812  lr 0.00025  0.250 s  1024 tokens/s  "
+                                    "peak 123.5 MB  device 2500.0 MB (staged 75.0 MB)  compute 0.125 s "
+                                    "(gemm 0.094 s)  comm 0.062 s\n");
+}
+
 TEST(StepLog, WritesOneCompleteLinePerStep) {
   char Path[] = "/tmp/moerun-steplog-XXXXXX";
   int FD = mkstemp(Path);

@@ -127,6 +127,9 @@ int main(int Argc, char **Argv) {
                 "peak %.2f MiB, compute %.3f s (gemm %.3f s), comm %.3f s\n",
                 (long long)S, (long long)Steps, St.Loss, St.AuxLoss, St.StepSeconds, St.TokensPerSecond,
                 double(St.PeakBytes) / (1 << 20), St.ComputeSeconds, St.BlasSeconds, St.CommSeconds);
+    if (Compute)
+      std::printf("  device peak %.2f MiB, staged %.2f MiB\n", double(St.DevicePeakBytes) / (1 << 20),
+                  double(St.StagedBytes) / (1 << 20));
     if (Log) {
       std::fprintf(Log,
                    "{\"step\":%lld,\"loss\":%.9g,\"aux_loss\":%.9g,"
