@@ -13,8 +13,8 @@
 #              or CUDA's (OpenBLAS, OpenMPI, libevent, hwloc, gfortran);
 #   usr/       OpenMPI's and PMIx's installed trees (mpiexec, orted, their
 #              plugins), relocated there through OPAL_PREFIX;
-#   step_h200.toml  the plan of bench/cuda/step_h200.moe, for the step
-#              benchmark;
+#   step_h200.toml  the plan of bench/cuda/step_h200.moe, whose training
+#              step moerun measures against the plan;
 #   tests.tsv  the GPU tests as ctest lists them (label "gpu"): name, time
 #              limit, environment, mpiexec's options, program and arguments;
 #   env.sh     the environment that makes the tree usable where it lands.
@@ -40,15 +40,14 @@ tests = json.loads(sys.argv[1])["tests"]
 print(" ".join(sorted({a for t in tests for a in t["command"] if a.startswith(sys.argv[2])})))' \
   "$tests_json" "$build")"
 cmake --build "$build" --target $(for p in $paths; do basename "$p"; done) moert-cuda-bench \
-  moert-cuda-step-bench moerun moec -- -j"$(nproc)"
+  moerun moec -- -j"$(nproc)"
 
 rm -rf "$bundle.tmp"
 mkdir -p "$bundle.tmp/bin" "$bundle.tmp/lib"
 # shellcheck disable=SC2086 # a list of paths without spaces (the build tree's)
 cp $paths "$bundle.tmp/bin/"
-cp "$build/bench/cuda/moert-cuda-bench" "$build/bench/cuda/moert-cuda-step-bench" "$build/tools/moerun/moerun" \
-  "$bundle.tmp/bin/"
-# The step benchmark's plan and moerun's, made here (moec does not travel).
+cp "$build/bench/cuda/moert-cuda-bench" "$build/tools/moerun/moerun" "$bundle.tmp/bin/"
+# moerun's plans, made here (moec does not travel).
 "$build/tools/moec/moec" plan --quiet "$root/bench/cuda/step_h200.moe" -o "$bundle.tmp/step_h200.toml" 2>/dev/null
 "$build/tools/moec/moec" plan --quiet "$root/examples/runtime/tiny_moe_cpu.moe" -o "$bundle.tmp/tiny_moe.toml" \
   2>/dev/null

@@ -16,22 +16,22 @@
 # makes the bundle there first. Then:
 # 1. records the GPU and toolchain (nvidia-smi, nvcc);
 # 2. runs every GPU test (ctest label "gpu", listed in the bundle's tests.tsv)
-#    under the bundled mpiexec: kernels against the CPU backend, the caching
-#    allocator, the one-GPU training step against the CPU model and its loss
-#    falling, NCCL with one rank, ring attention over 1/2/4 ranks sharing the
-#    GPU through host staging, CUDA-graph replay;
-# 3. runs the kernel benchmarks into $OUT/cuda-benchmarks.md, and one
-#    training step of bench/cuda/step_h200.moe's plan against the plan's
-#    prediction into $OUT/step-bench.md;
+#    under the bundled mpiexec: kernels and the compute backend against the
+#    CPU backend, the caching allocator, NCCL with one rank, ring attention
+#    over 1/2/4 ranks sharing the GPU through host staging, CUDA-graph replay;
+# 3. runs the kernel benchmarks into $OUT/cuda-benchmarks.md;
 # 4. trains the bundled example (examples/runtime/tiny_moe_cpu.moe, 4 ranks)
 #    with moerun for 20 steps on the CUDA backend, then on the host backend;
-# 5. runs the kernel test again under compute-sanitizer (memcheck, then
+# 5. trains bench/cuda/step_h200.moe's plan (a real-sized layer stack on one
+#    GPU) with moerun on the CUDA backend for 3 steps, its step log in
+#    $OUT/step-h200.jsonl beside the plan's predictions;
+# 6. runs the kernel test again under compute-sanitizer (memcheck, then
 #    racecheck) where the machine has it.
 # A failed step does not stop the later ones, so one run brings back
 # everything it could do; the exit status is that of the first failed step.
 # $OUT gets summary.txt, device-report.md (each step's tests passed, failed
-# or skipped), cuda-benchmarks.md, step-bench.md and logs.tar.gz; on the build machine,
-# scripts/device-results.py $OUT puts the two tables into docs/benchmarks.md.
+# or skipped), cuda-benchmarks.md, step-h200.jsonl and logs.tar.gz; on the build
+# machine, scripts/device-results.py $OUT puts their tables into docs/benchmarks.md.
 set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 out="${OUT:-$root/device-out}"
@@ -93,7 +93,6 @@ while IFS=$'\t' read -r -u 3 name limit env launcher program; do
 done 3<"$unpacked/tests.tsv"
 
 step bench 120 moert-cuda-bench --out "$out/cuda-benchmarks.md"
-step step-bench 150 moert-cuda-step-bench "$unpacked/step_h200.toml" --out "$out/step-bench.md"
 
 # moerun trains the bundled example (pp 2 x ep 2, 4 ranks on the one GPU) on
 # the CUDA backend, then on the host backend: the step lines of both are in
@@ -102,6 +101,11 @@ for backend in cuda cpu; do
   step "moerun-$backend" 120 "$MOEC_DEVICE_MPIEXEC" --oversubscribe --mca btl self,vader -np 4 \
     moerun "$unpacked/tiny_moe.toml" --backend "$backend" --steps 20
 done
+
+# A real-sized step: about 1.8e9 parameters initialised on the host (about 85
+# s), then steps whose first warms the caching allocator.
+step moerun-step-h200 240 "$MOEC_DEVICE_MPIEXEC" -np 1 moerun "$unpacked/step_h200.toml" --backend cuda \
+  --steps 3 --log "$out/step-h200.jsonl"
 
 if command -v compute-sanitizer >/dev/null; then
   for tool in memcheck racecheck; do

@@ -5,13 +5,15 @@
     scripts/device-results.py --bench TABLE  # bench/cuda/run.sh's table alone
 
 DIR's cuda-benchmarks.md replaces the "CUDA kernels" section (between the
-cuda-bench markers), its step-bench.md the "One GPU training step" section
+cuda-bench markers), the table made from its step-h200.jsonl (moerun's step
+log of bench/cuda/step_h200.moe) the "One GPU training step" section
 (gpu-step markers) and its device-report.md the "GPU tests on a device"
 section (device-check markers); a section is added at the end of the page
 the first time.
 """
 import argparse
 import datetime
+import json
 import pathlib
 import sys
 
@@ -27,24 +29,52 @@ def replace_block(text, name, body):
     return text.rstrip() + "\n\n" + block + "\n"
 
 
+def step_table(log, device):
+    """moerun's step log of step_h200 as a Markdown table, each step beside the plan."""
+    steps = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+    if not steps:
+        sys.exit(f"device-results: {log} has no step")
+
+    def cell(record, key, scale, digits):
+        value = record.get(key)
+        return "-" if value is None else f"{value / scale:.{digits}f}"
+
+    rows = []
+    for r in steps:
+        plan = r.get("predicted_step_time_s")
+        ratio = f"{r['step_time_s'] / plan:.2f}x" if plan else "-"
+        cells = [str(r["step"]), cell(r, "step_time_s", 1, 3), cell(r, "predicted_step_time_s", 1, 3), ratio,
+                 cell(r, "tokens_per_s", 1, 0), cell(r, "device_peak_bytes", 1e9, 1),
+                 cell(r, "predicted_peak_bytes", 1e9, 1), cell(r, "staged_bytes", 1e9, 1), cell(r, "loss", 1, 3)]
+        rows.append("| " + " | ".join(cells) + " |")
+    return (f"### bench/cuda/step_h200.moe trained by moerun on {device}\n\n"
+            "`moerun step_h200.toml --backend cuda --steps 3 --log step-h200.jsonl` (scripts/device-check.sh): "
+            "each step's wall time and the plan's prediction, the device memory peak (the caching "
+            "allocator's) beside the plan's, and what the compute backend copied between host and device "
+            "(*staged*). The first step also fills the allocator's cache.\n\n"
+            "| step | step s | plan s | measured / plan | tokens/s | device peak GB | plan GB | staged GB | loss |\n"
+            "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n" + "\n".join(rows) + "\n")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("dir", nargs="?", type=pathlib.Path)
     parser.add_argument("--bench", type=pathlib.Path)
+    parser.add_argument("--doc", type=pathlib.Path, default=DOC, help="the page to update (docs/benchmarks.md)")
     args = parser.parse_args()
     bench = args.bench or (args.dir / "cuda-benchmarks.md" if args.dir else None)
     report = args.dir / "device-report.md" if args.dir else None
     if bench is None or not bench.is_file():
         sys.exit(f"device-results: no benchmark table ({bench})")
-    text = DOC.read_text()
+    text = args.doc.read_text()
     text = replace_block(text, "cuda-bench", "## CUDA kernels\n\n" + bench.read_text())
-    step = args.dir / "step-bench.md" if args.dir else None
+    device = bench.read_text().splitlines()[0].removeprefix("### CUDA kernels on ").strip()
+    step = args.dir / "step-h200.jsonl" if args.dir else None
     if step is not None and step.is_file():
-        text = replace_block(text, "gpu-step", "## One GPU training step\n\n" + step.read_text())
+        text = replace_block(text, "gpu-step", "## One GPU training step\n\n" + step_table(step, device))
     if report is not None:
         if not report.is_file():
             sys.exit(f"device-results: no {report}")
-        device = bench.read_text().splitlines()[0].removeprefix("### CUDA kernels on ").strip()
         today = datetime.date.today().isoformat()
         body = (f"## GPU tests on a device\n\n`scripts/device-check.sh` on {device}, {today}: each GPU "
                 "test program as ctest runs it (label `gpu`), then the kernel benchmark and the kernel "
@@ -52,8 +82,8 @@ def main():
                 "count, or the exit status.\n\n"
                 + report.read_text())
         text = replace_block(text, "device-check", body)
-    DOC.write_text(text)
-    print(f"updated {DOC.relative_to(ROOT)}")
+    args.doc.write_text(text)
+    print(f"updated {args.doc}")
 
 
 if __name__ == "__main__":
