@@ -5,7 +5,7 @@
 // so that the GPU tests can run on a machine without a GPU: every kernel
 // source is compiled by the host compiler (rewrite_cu.py turns each
 // kernel<<<grid, block, ...>>>(args) into emu::launch), blocks run one after
-// another, and the threads of a block run as fibers (ucontext) scheduled
+// another, and the threads of a block run as fibers (CudaEmu.cpp) scheduled
 // round-robin until each waits at a barrier, so __syncthreads,
 // __syncwarp and warp shuffles are real barriers. Shared memory is a static
 // array per kernel (one block at a time). Device memory is host memory;
