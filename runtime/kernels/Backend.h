@@ -60,11 +60,22 @@ struct AttentionBlockArgs {
   float *DQ = nullptr, *DK = nullptr, *DV = nullptr;
 };
 
-/// A host array the caller leaves unchanged while it is held (a parameter's
-/// values between two optimizer steps).
+/// A host array held on a backend (ComputeBackend::holdArrays).
 struct HeldArray {
-  const float *Data = nullptr;
+  enum Use {
+    /// The caller leaves it unchanged while it is held (a parameter's
+    /// values between two optimizer steps).
+    Read,
+    /// A sum the backend's operations add to (C += op(A) op(B), an RMSNorm
+    /// weight's gradient): the backend may keep its share apart and add it
+    /// to the host array on release. The caller may add to the host array
+    /// meanwhile (what host code accumulates) but reads it only after the
+    /// release (a parameter's gradient during a step).
+    Accumulate,
+  };
+  float *Data = nullptr;
   int64_t Count = 0;
+  Use Kind = Read;
 };
 
 /// What a backend moved between host and device and the device memory it
@@ -73,6 +84,20 @@ struct HeldArray {
 struct BackendTraffic {
   int64_t HostToDeviceBytes = 0, DeviceToHostBytes = 0;
   int64_t DevicePeakBytes = 0;
+};
+
+/// The loss head of a tensor-parallel group of one, forward and backward at
+/// once: Logits = X W ([Rows, Vocab]; X [Rows, Hidden], W [Hidden, Vocab]),
+/// Losses[n] = -log softmax(Logits[n])[Labels[n]] (0 for a negative label),
+/// DLogits = Scale * (softmax - onehot(label)) (0 rows for negative labels),
+/// DX = DLogits W^T (overwritten), DW += X^T DLogits.
+struct LossHeadArgs {
+  int64_t Rows = 0, Hidden = 0, Vocab = 0;
+  const float *X = nullptr, *W = nullptr;
+  const int32_t *Labels = nullptr;
+  float Scale = 1.0f;
+  double *Losses = nullptr;
+  float *DX = nullptr, *DW = nullptr;
 };
 
 class ComputeBackend {
@@ -110,11 +135,16 @@ public:
   /// runs its products through gemm()).
   virtual bool attentionBlockForward(const AttentionBlockArgs &) { return false; }
   virtual bool attentionBlockBackward(const AttentionBlockArgs &) { return false; }
+  /// The loss head where the backend keeps the logits to itself (they are
+  /// the step's largest activation): true when done, false to leave it to
+  /// the caller (parallel/tp/VocabParallel.h and two products).
+  virtual bool lossHead(const LossHeadArgs &) { return false; }
 
-  /// Arrays (parameters) the caller will not change until releaseArrays(): a
-  /// backend that computes elsewhere may keep its own copy of them from
-  /// their first use to the release, instead of moving them per operation.
-  /// An operand is taken from the held copy when it lies wholly inside one.
+  /// Arrays held until releaseArrays() (HeldArray::Use says how the caller
+  /// uses them meanwhile): a backend that computes elsewhere may keep its own
+  /// copy of them, made on first use, instead of moving them per operation,
+  /// and accumulate there. An operand is taken from the held copy when it
+  /// lies wholly inside one.
   virtual void holdArrays(const std::vector<HeldArray> &) {}
   virtual void releaseArrays() {}
 

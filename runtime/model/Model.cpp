@@ -118,9 +118,11 @@ struct MicroState {
   /// (its global sample and position), the same under every layout.
   std::vector<uint64_t> TokenKeys;
   std::vector<LayerState> Layers;
-  // Loss chunk: final norm input and output, the softmax over this rank's
-  // vocabulary slice.
-  Tensor HLast, XnF, Probs;
+  // Loss chunk: final norm input and output, and either the softmax over
+  // this rank's vocabulary slice or, where the backend ran the loss head's
+  // backward with its forward (ComputeBackend::lossHead), the gradient of the
+  // final norm's output.
+  Tensor HLast, XnF, Probs, HeadDXn;
   std::vector<float> RstdF;
   std::vector<MtpState> Mtp;
   // Embedding chunk with a vision tower: its activations and output, and
@@ -130,7 +132,7 @@ struct MicroState {
   std::vector<std::pair<int64_t, int64_t>> VisualRows;
   int64_t VisionBytes = 0; ///< charged to "vision" until the backward
   int64_t outputBytes() const {
-    int64_t B = HLast.bytes() + XnF.bytes() + Probs.bytes() + int64_t(RstdF.size() * sizeof(float));
+    int64_t B = HLast.bytes() + XnF.bytes() + Probs.bytes() + HeadDXn.bytes() + int64_t(RstdF.size() * sizeof(float));
     for (const MtpState &S : Mtp)
       B += S.bytes();
     return B;
@@ -148,7 +150,7 @@ struct StageModel::Impl {
   std::vector<uint64_t> BalanceKeys; ///< balanceKeys()'s, for the call it made them for
   std::vector<std::unique_ptr<Parameter>> Params;
   std::vector<std::unique_ptr<ExpertBias>> Biases;
-  bool CountRouting = true;
+  bool Training = true;
   Parameter *Embedding = nullptr, *FinalNorm = nullptr, *Output = nullptr;
   std::vector<LayerParams> Layers;
   std::vector<MtpParams> Mtp;
@@ -866,7 +868,7 @@ struct StageModel::Impl {
       LayerState &S = M.Layers[L];
       S.X = std::move(X);
       double Aux = 0;
-      X = layerForward(Layers[L], M, S, Aux, CountRouting);
+      X = layerForward(Layers[L], M, S, Aux, /*CountRouting=*/Training);
       if (Tower && L < M.VisionOut.Deepstack.size())
         for (auto [Row, From] : M.VisualRows)
           for (int64_t C = 0; C < Config.Hidden; ++C)
@@ -881,11 +883,13 @@ struct StageModel::Impl {
 
     M.HLast = std::move(X);
     M.XnF = rmsNormForward(M.HLast, FinalNorm->Value, Config.RmsNormEps, M.RstdF);
-    std::vector<Tensor> Logits = columnParallelForward(*Groups.Tp, M.XnF, {&Output->Value});
     std::vector<double> Losses;
-    int64_t VocabStart = TpRank * Output->Value.cols();
-    vocabParallelCrossEntropyForward(*Groups.Tp, Logits[0], M.Labels, VocabStart, Losses);
-    M.Probs = std::move(Logits[0]);
+    if (!lossHeadOnBackend(M, Losses)) {
+      std::vector<Tensor> Logits = columnParallelForward(*Groups.Tp, M.XnF, {&Output->Value});
+      int64_t VocabStart = TpRank * Output->Value.cols();
+      vocabParallelCrossEntropyForward(*Groups.Tp, Logits[0], M.Labels, VocabStart, Losses);
+      M.Probs = std::move(Logits[0]);
+    }
     // Every tp rank holds all N losses; each counts its own sequence shard
     // so that sums over tp x cp x dp count every token once.
     int64_t Ns = N / TpSize;
@@ -899,6 +903,33 @@ struct StageModel::Impl {
       mtpForward(M, MB);
     charge({{"output", M.outputBytes()}}, +1);
     return Tensor();
+  }
+
+  /// The main loss head as one backend operation, forward and backward
+  /// (ComputeBackend::lossHead), where the backend takes it: in a training
+  /// forward of a tp group of one, whose logits then never leave the backend.
+  /// Losses as vocabParallelCrossEntropyForward gives them; M.HeadDXn is the
+  /// backward's input gradient and the output head's gradient is summed now.
+  bool lossHeadOnBackend(MicroState &M, std::vector<double> &Losses) {
+    if (TpSize != 1 || !Training)
+      return false;
+    LossHeadArgs A;
+    A.Rows = M.XnF.rows();
+    A.Hidden = M.XnF.cols();
+    A.Vocab = Output->Value.cols();
+    A.X = M.XnF.data();
+    A.W = Output->Value.data();
+    A.Labels = M.Labels.data();
+    A.Scale = float(Options.CeScale);
+    Losses.assign(size_t(A.Rows), 0.0);
+    A.Losses = Losses.data();
+    M.HeadDXn = Tensor({A.Rows, A.Hidden});
+    A.DX = M.HeadDXn.data();
+    A.DW = Output->Grad.data();
+    if (compute().lossHead(A))
+      return true;
+    M.HeadDXn = Tensor();
+    return false;
   }
 
   /// The MTP blocks after the main loss (Megatron-Core
@@ -933,7 +964,7 @@ struct StageModel::Impl {
       }
       S.Layer.X = matmul(S.Cat, P.Proj->Value);
       double Aux = 0;
-      S.Y = layerForward(P.Layer, M, S.Layer, Aux, CountRouting);
+      S.Y = layerForward(P.Layer, M, S.Layer, Aux, /*CountRouting=*/Training);
       if (P.Layer.Moe)
         Loss.AuxSum += Aux;
       dropForRecompute(S.Layer);
@@ -995,7 +1026,7 @@ struct StageModel::Impl {
     if (It == InFlight.end())
       fail("discard of micro batch " + std::to_string(Id) + " without its forward");
     MicroState &M = It->second;
-    if (Stage.HasLoss && M.Probs.numel() > 0)
+    if (Stage.HasLoss && (M.Probs.numel() > 0 || M.HeadDXn.numel() > 0))
       charge({{"output", M.outputBytes()}}, -1);
     for (LayerState &S : M.Layers)
       charge(S.bytes(), -1);
@@ -1063,13 +1094,19 @@ struct StageModel::Impl {
     MicroState &M = It->second;
     Tensor DY;
     if (Stage.HasLoss) {
-      Tensor DLogits =
-          vocabParallelCrossEntropyBackward(M.Probs, M.Labels, TpRank * Output->Value.cols(), float(Options.CeScale));
-      Tensor DXn = columnParallelBackward(*Groups.Tp, M.XnF, nullptr, {&Output->Value}, {&DLogits}, {&Output->Grad});
+      const int64_t OutputBytes = M.outputBytes();
+      Tensor DXn;
+      if (M.HeadDXn.numel() > 0) {
+        DXn = std::move(M.HeadDXn);
+      } else {
+        Tensor DLogits =
+            vocabParallelCrossEntropyBackward(M.Probs, M.Labels, TpRank * Output->Value.cols(), float(Options.CeScale));
+        DXn = columnParallelBackward(*Groups.Tp, M.XnF, nullptr, {&Output->Value}, {&DLogits}, {&Output->Grad});
+      }
       if (Stage.HasMtp)
         addInto(DXn, mtpBackward(M));
       DY = rmsNormBackward(M.HLast, FinalNorm->Value, M.RstdF, DXn, FinalNorm->Grad);
-      charge({{"output", M.outputBytes()}}, -1);
+      charge({{"output", OutputBytes}}, -1);
     } else {
       int64_t Ns = M.Sequences * M.SeqLen / Groups.Cp->size() / TpSize;
       if (!OutputGrad || OutputGrad->rows() != Ns || OutputGrad->cols() != Config.Hidden)
@@ -1148,7 +1185,7 @@ std::vector<ExpertBias *> StageModel::expertBiases() {
   return R;
 }
 
-void StageModel::setCountRouting(bool Count) { P->CountRouting = Count; }
+void StageModel::setTraining(bool Training) { P->Training = Training; }
 
 void StageModel::setCeScale(double Scale) { P->Options.CeScale = Scale; }
 

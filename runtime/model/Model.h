@@ -372,10 +372,12 @@ public:
   /// Replaces ModelOptions::CeScale for the micro batches that follow (a
   /// global batch whose labels are masked has its own token count).
   void setCeScale(double Scale);
-  /// Whether forward() counts routed tokens into the expert biases' Tokens
-  /// (training forwards do; evaluation and recomputation do not, as in
-  /// Megatron, which counts only under autograd).
-  void setCountRouting(bool Count);
+  /// Whether the forwards that follow train (the default) or evaluate. A
+  /// training forward counts routed tokens into the expert biases' Tokens
+  /// (evaluation does not, as in Megatron, which counts only under autograd),
+  /// and it may run the loss head's backward with its forward
+  /// (ComputeBackend::lossHead), so a backward must follow it.
+  void setTraining(bool Training);
 
   /// Loss totals added by forward() since resetStepStats(). CeSum and Tokens
   /// cover only this rank's SP shard of tokens (labels < 0 are ignored), so

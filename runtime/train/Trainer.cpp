@@ -426,14 +426,18 @@ struct Trainer::Impl final : public PipelineStage {
     return All;
   }
 
-  /// Every parameter's values: none changes between a step's first forward
-  /// and its optimizer step, so the compute backend may keep its own copy of
-  /// them for that long (ComputeBackend::holdArrays).
+  /// Every parameter's values and gradients: no value changes between a
+  /// step's first forward and its optimizer step, and gradients are only
+  /// added to until the step's reductions read them, so the compute backend
+  /// may keep its own copies for that long (ComputeBackend::holdArrays).
   std::vector<HeldArray> heldParameters() {
     std::vector<HeldArray> Held;
-    for (const std::vector<Parameter *> &Params : {allParameters(), allFrozenParameters()})
-      for (Parameter *Param : Params)
-        Held.push_back({Param->Value.data(), Param->Value.numel()});
+    for (Parameter *Param : allParameters()) {
+      Held.push_back({Param->Value.data(), Param->Value.numel(), HeldArray::Read});
+      Held.push_back({Param->Grad.data(), Param->Grad.numel(), HeldArray::Accumulate});
+    }
+    for (Parameter *Param : allFrozenParameters())
+      Held.push_back({Param->Value.data(), Param->Value.numel(), HeldArray::Read});
     return Held;
   }
 
@@ -627,7 +631,7 @@ struct Trainer::Impl final : public PipelineStage {
       C->resetStepStats();
     Evaluating = true;
     for (auto &C : Chunks)
-      C->setCountRouting(false);
+      C->setTraining(false);
     for (int64_t B = 0; B < Plan.Data.EvalIters; ++B) {
       EvalBase = B * Plan.GlobalBatch;
       Batches.clear();
@@ -636,7 +640,7 @@ struct Trainer::Impl final : public PipelineStage {
     }
     Evaluating = false;
     for (auto &C : Chunks)
-      C->setCountRouting(true);
+      C->setTraining(true);
     Batches.clear();
     double CeSum = 0;
     int64_t Tokens = 0;

@@ -2,6 +2,7 @@
 #include "kernels/cuda/CudaBackend.h"
 
 #include "kernels/cuda/Attention.h"
+#include "kernels/cuda/CrossEntropy.h"
 #include "kernels/cuda/DeviceBuffer.h"
 #include "kernels/cuda/Elementwise.h"
 #include "kernels/cuda/Gemm.h"
@@ -130,8 +131,8 @@ class CudaBackend final : public ComputeBackend {
 public:
   const char *name() const override { return "cuda"; }
   const char *precision() const override {
-    return "GEMMs, attention, RMSNorm, RoPE and SwiGLU on bf16 operands with fp32 accumulation, the rest in fp32 "
-           "on the host";
+    return "GEMMs, attention, RMSNorm, RoPE, SwiGLU and the loss head on bf16 operands with fp32 accumulation, the "
+           "rest in fp32 on the host";
   }
 
   void gemm(const GemmArgs &G) override {
@@ -143,20 +144,9 @@ public:
           G.C[R * G.LdC + C] = G.Beta == 0.0f ? 0.0f : G.Beta * G.C[R * G.LdC + C];
       return;
     }
-    DeviceBuffer<float> C{size_t(G.M * G.N)};
-    if (G.Beta != 0.0f) {
-      std::vector<float> Packed(size_t(G.M * G.N));
-      for (int64_t R = 0; R < G.M; ++R)
-        std::copy(G.C + R * G.LdC, G.C + R * G.LdC + G.N, Packed.begin() + R * G.N);
-      C = Copies.upload(Packed);
-    }
     Operand A = operand(G.A, G.TransA ? G.K : G.M, G.TransA ? G.M : G.K, G.LdA);
     Operand B = operand(G.B, G.TransB ? G.N : G.K, G.TransB ? G.K : G.N, G.LdB);
-    cuda::gemm(Blas, G.TransA, G.TransB, G.M, G.N, G.K, G.Alpha, A.Data, A.Ld, B.Data, B.Ld, G.Beta, C.data(),
-               OutType::F32, G.N);
-    std::vector<float> Host = Copies.download(C);
-    for (int64_t R = 0; R < G.M; ++R)
-      std::copy(Host.begin() + R * G.N, Host.begin() + (R + 1) * G.N, G.C + R * G.LdC);
+    productInto(G.TransA, G.TransB, G.M, G.N, G.K, G.Alpha, A, B, G.Beta, G.C, G.LdC);
   }
 
   void rmsNormForward(int64_t Rows, int64_t Hidden, const float *X, const float *W, double Eps, float *Y,
@@ -179,11 +169,15 @@ public:
     DeviceBuffer<bf16> X16 = Copies.bf16s(X, Rows * Hidden);
     Operand W16 = operand(W, 1, Hidden, Hidden);
     DeviceBuffer<bf16> DY16 = Copies.bf16s(DY, Rows * Hidden), DX16{size_t(Rows * Hidden)};
-    DeviceBuffer<float> R32 = Copies.floats(Rstd, Rows), DW32 = Copies.floats(DW, Hidden);
-    cuda::rmsNormBackward(Rows, Hidden, X16.data(), W16.Data, R32.data(), DY16.data(), DX16.data(), DW32.data(),
-                          Blas.stream());
+    DeviceBuffer<float> R32 = Copies.floats(Rstd, Rows), DW32;
+    HeldCopy *Sum = heldSum(DW, Hidden);
+    if (!Sum)
+      DW32 = Copies.floats(DW, Hidden);
+    cuda::rmsNormBackward(Rows, Hidden, X16.data(), W16.Data, R32.data(), DY16.data(), DX16.data(),
+                          Sum ? Sum->at(DW) : DW32.data(), Blas.stream());
     Copies.downloadTo(DX16, DX);
-    Copies.downloadTo(DW32, DW);
+    if (!Sum)
+      Copies.downloadTo(DW32, DW);
   }
 
   void swiGluForward(int64_t Count, const float *G, const float *U, float *Act) override {
@@ -253,12 +247,49 @@ public:
     return true;
   }
 
+  bool lossHead(const LossHeadArgs &A) override {
+    if (A.Rows == 0)
+      return true;
+    const int64_t Rows = A.Rows, Vocab = A.Vocab, Hidden = A.Hidden;
+    Operand X = operand(A.X, Rows, Hidden, Hidden);
+    Operand W = operand(A.W, Hidden, Vocab, Vocab);
+    DeviceBuffer<int32_t> Labels = Copies.upload(std::vector<int32_t>(A.Labels, A.Labels + Rows));
+    DeviceBuffer<float> Losses{size_t(Rows)};
+    Operand DLogits;
+    DLogits.Staged.resize(size_t(Rows * Vocab));
+    DLogits.Data = DLogits.Staged.data();
+    DLogits.Ld = Vocab;
+    {
+      DeviceBuffer<float> Logits{size_t(Rows * Vocab)};
+      cuda::gemm(Blas, false, false, Rows, Vocab, Hidden, 1.0f, X.Data, X.Ld, W.Data, W.Ld, 0.0f, Logits.data(),
+                 OutType::F32, Vocab);
+      crossEntropyForward(Rows, Vocab, Logits.data(), Labels.data(), Losses.data(), Blas.stream());
+      crossEntropyBackward(Rows, Vocab, Logits.data(), Labels.data(), A.Scale, DLogits.Staged.data(), Blas.stream());
+    }
+    DeviceBuffer<float> DX{size_t(Rows * Hidden)};
+    cuda::gemm(Blas, false, true, Rows, Hidden, Vocab, 1.0f, DLogits.Data, DLogits.Ld, W.Data, W.Ld, 0.0f, DX.data(),
+               OutType::F32, Hidden);
+    Copies.downloadTo(DX, A.DX);
+    productInto(true, false, Hidden, Vocab, Rows, 1.0f, X, DLogits, 1.0f, A.DW, Vocab);
+    std::vector<float> Host = Copies.download(Losses);
+    std::copy(Host.begin(), Host.end(), A.Losses);
+    return true;
+  }
+
   void holdArrays(const std::vector<HeldArray> &Arrays) override {
     for (const HeldArray &A : Arrays)
-      if (A.Count > 0)
-        Held[A.Data].Count = A.Count;
+      if (A.Count > 0) {
+        HeldCopy &H = Held[A.Data];
+        H.Count = A.Count;
+        H.Kind = A.Kind;
+        H.Host = A.Data;
+      }
   }
-  void releaseArrays() override { Held.clear(); }
+  void releaseArrays() override {
+    for (auto &[Begin, H] : Held)
+      flush(H);
+    Held.clear();
+  }
 
   BackendTraffic traffic() const override {
     BackendTraffic T = Copies.Moved;
@@ -268,10 +299,16 @@ public:
   void resetPeak() override { resetDevicePeak(); }
 
 private:
-  /// A held array's device copy, made on its first use.
+  /// A held array's device copy, made on its first use: the bf16 values of
+  /// a Read array, the backend's share of an Accumulate array's sum (fp32,
+  /// from zero).
   struct HeldCopy {
     int64_t Count = 0;
+    HeldArray::Use Kind = HeldArray::Read;
+    float *Host = nullptr;
     DeviceBuffer<bf16> Copy;
+    DeviceBuffer<float> Sum;
+    float *at(const float *Data) { return Sum.data() + (Data - Host); }
   };
 
   /// Rows x Cols of a row-major host matrix (leading dimension Ld) on the
@@ -279,30 +316,96 @@ private:
   /// staged.
   Operand operand(const float *Data, int64_t Rows, int64_t Cols, int64_t Ld) {
     Operand O;
-    if (const bf16 *Copy = heldCopy(Data, (Rows - 1) * Ld + Cols)) {
+    const int64_t Extent = (Rows - 1) * Ld + Cols;
+    if (const bf16 *Copy = heldCopy(Data, Extent)) {
       O.Data = Copy;
       O.Ld = Ld;
       return O;
     }
+    flushOverlapping(Data, Extent); // a partial sum read as an operand
     O.Staged = Copies.matrix(Data, Rows, Cols, Ld);
     O.Data = O.Staged.data();
     O.Ld = Cols;
     return O;
   }
 
-  const bf16 *heldCopy(const float *Data, int64_t Extent) {
+  /// C = Alpha op(A) op(B) + Beta C for a host C (leading dimension LdC) and
+  /// device operands: summed on the device where C lies in a held
+  /// Accumulate array and Beta is 1, else staged.
+  void productInto(bool TransA, bool TransB, int64_t M, int64_t N, int64_t K, float Alpha, const Operand &A,
+                   const Operand &B, float Beta, float *C, int64_t LdC) {
+    const int64_t Extent = (M - 1) * LdC + N;
+    if (HeldCopy *Sum = heldSum(C, Extent); Sum && Beta == 1.0f) {
+      cuda::gemm(Blas, TransA, TransB, M, N, K, Alpha, A.Data, A.Ld, B.Data, B.Ld, 1.0f, Sum->at(C), OutType::F32, LdC);
+      return;
+    }
+    flushOverlapping(C, Extent);
+    DeviceBuffer<float> Staged{size_t(M * N)};
+    if (Beta != 0.0f) {
+      std::vector<float> Packed(size_t(M * N));
+      for (int64_t R = 0; R < M; ++R)
+        std::copy(C + R * LdC, C + R * LdC + N, Packed.begin() + R * N);
+      Staged = Copies.upload(Packed);
+    }
+    cuda::gemm(Blas, TransA, TransB, M, N, K, Alpha, A.Data, A.Ld, B.Data, B.Ld, Beta, Staged.data(), OutType::F32, N);
+    std::vector<float> Host = Copies.download(Staged);
+    for (int64_t R = 0; R < M; ++R)
+      std::copy(Host.begin() + R * N, Host.begin() + (R + 1) * N, C + R * LdC);
+  }
+
+  /// The held array that contains all of [Data, Data + Extent), if any.
+  HeldCopy *containing(const float *Data, int64_t Extent) {
     auto It = Held.upper_bound(Data);
     if (It == Held.begin())
       return nullptr;
     --It;
-    const float *Begin = It->first;
     HeldCopy &H = It->second;
-    int64_t Offset = int64_t((reinterpret_cast<uintptr_t>(Data) - reinterpret_cast<uintptr_t>(Begin)) / sizeof(float));
-    if (Offset + Extent > H.Count)
+    int64_t Offset =
+        int64_t((reinterpret_cast<uintptr_t>(Data) - reinterpret_cast<uintptr_t>(It->first)) / sizeof(float));
+    return Offset + Extent <= H.Count ? &H : nullptr;
+  }
+
+  const bf16 *heldCopy(const float *Data, int64_t Extent) {
+    HeldCopy *H = containing(Data, Extent);
+    if (!H || H->Kind != HeldArray::Read)
       return nullptr;
-    if (!H.Copy.size())
-      H.Copy = Copies.bf16s(Begin, H.Count);
-    return H.Copy.data() + Offset;
+    if (!H->Copy.size())
+      H->Copy = Copies.bf16s(H->Host, H->Count);
+    return H->Copy.data() + (Data - H->Host);
+  }
+
+  HeldCopy *heldSum(const float *Data, int64_t Extent) {
+    HeldCopy *H = containing(Data, Extent);
+    if (!H || H->Kind != HeldArray::Accumulate)
+      return nullptr;
+    if (!H->Sum.size()) {
+      H->Sum.resize(size_t(H->Count));
+      H->Sum.zero();
+    }
+    return H;
+  }
+
+  /// Adds an Accumulate array's device share to the host array.
+  void flush(HeldCopy &H) {
+    if (H.Kind != HeldArray::Accumulate || !H.Sum.size())
+      return;
+    std::vector<float> Share = Copies.download(H.Sum);
+    for (int64_t I = 0; I < H.Count; ++I)
+      H.Host[I] += Share[size_t(I)];
+    H.Sum.zero();
+  }
+
+  /// Before host memory an Accumulate array overlaps is read or overwritten
+  /// by an operation that does not accumulate into it.
+  void flushOverlapping(const float *Data, int64_t Extent) {
+    const float *End = Data + Extent;
+    for (auto It = Held.upper_bound(End); It != Held.begin();) {
+      --It;
+      HeldCopy &H = It->second;
+      if (H.Host + H.Count <= Data)
+        break;
+      flush(H);
+    }
   }
 
   BlasHandle Blas;

@@ -11,12 +11,15 @@
 // take (heads other than 32, 64 or 128 wide, values narrower than keys) are
 // declined, and the caller's host code runs them.
 //
-// Operands stay host arrays between operations: each operation copies its
+// Activations stay host arrays between operations: each operation copies its
 // inputs to the device (through the caching allocator) and its results back.
 // That is what lets the one StageModel run on either backend today, with every
 // parallel layout, and it is the cost the next step removes (device-resident
-// activations and weights): on a GPU the copies, not the kernels, bound the
-// step.
+// activations): on a GPU the copies, not the kernels, bound the step. Held
+// arrays (ComputeBackend::holdArrays: the trainer holds parameters and their
+// gradients for a step) move once: a parameter's bf16 copy is made on its
+// first use and read in place, and a gradient's share is summed on the device
+// in fp32 and added to the host array on release.
 //
 //===----------------------------------------------------------------------===//
 #ifndef MOERT_KERNELS_CUDA_CUDABACKEND_H

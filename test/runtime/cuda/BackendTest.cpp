@@ -14,8 +14,10 @@
 #include "model/Model.h"
 #include "model/ModelOps.h"
 #include "parallel/cp/AttentionBlock.h"
+#include "parallel/tp/VocabParallel.h"
 
 #include <cmath>
+#include <optional>
 #include <random>
 
 using namespace moert;
@@ -118,6 +120,121 @@ TEST(CudaBackend, HeldArraysMoveOnceAndAreReadInPlace) {
   EXPECT_EQ(Uploaded() - Before, XBytes + WBytes);
   EXPECT_GT(Cuda->traffic().DeviceToHostBytes, 0);
   EXPECT_GT(Cuda->traffic().DevicePeakBytes, 0);
+}
+
+// A held gradient is summed on the device and added to the host array on
+// release: what host code added meanwhile is kept, nothing of it moves before
+// the release but the final share, and an operation that overwrites it (Beta
+// 0) or reads it sees the sum so far.
+TEST(CudaBackend, HeldAccumulatorsSumOnTheDeviceUntilReleased) {
+  auto Cuda = cudaBackend();
+  const int64_t M = 3, K = 5, N = 4;
+  std::vector<float> X = randomBf16(size_t(M * K), 6), DY = randomBf16(size_t(M * N), 7);
+  std::vector<float> Grad = randomBf16(size_t(K * N), 8), Want = Grad;
+  // dW += X^T dY, twice, as two micro batches would.
+  GemmArgs G{true, false, K, N, M, 1.0f, X.data(), K, DY.data(), N, 1.0f, nullptr, N};
+  G.C = Want.data();
+  hostBackend().gemm(G);
+  hostBackend().gemm(G);
+  for (float &V : Want)
+    V += 0.25f;
+  BackendTraffic Before = Cuda->traffic();
+  {
+    HeldArrays Held(*Cuda, {{Grad.data(), K * N, HeldArray::Accumulate}});
+    G.C = Grad.data();
+    Cuda->gemm(G);
+    for (float &V : Grad) // host code's own contribution
+      V += 0.25f;
+    Cuda->gemm(G);
+    BackendTraffic During = Cuda->traffic();
+    EXPECT_EQ(During.HostToDeviceBytes - Before.HostToDeviceBytes, 2 * (M * K + M * N) * 2) << "operands only";
+    EXPECT_EQ(During.DeviceToHostBytes, Before.DeviceToHostBytes) << "the sum stays on the device";
+  }
+  EXPECT_TRUE(near(Grad, Want, F32Tol, "released sum"));
+  EXPECT_EQ(Cuda->traffic().DeviceToHostBytes - Before.DeviceToHostBytes, K * N * 4) << "one share, once";
+
+  // Overwritten while held: the earlier share is not added on top.
+  std::vector<float> Over = randomBf16(size_t(K * N), 9), Product(static_cast<size_t>(K * N));
+  G.C = Product.data();
+  G.Beta = 0.0f;
+  hostBackend().gemm(G);
+  {
+    HeldArrays Held(*Cuda, {{Over.data(), K * N, HeldArray::Accumulate}});
+    G.Beta = 1.0f;
+    G.C = Over.data();
+    Cuda->gemm(G);
+    G.Beta = 0.0f;
+    Cuda->gemm(G);
+  }
+  EXPECT_TRUE(near(Over, Product, F32Tol, "overwritten"));
+
+  // An RMSNorm weight's gradient accumulates the same way.
+  const int64_t Rows = 4, Hidden = 8;
+  std::vector<float> In = randomBf16(size_t(Rows * Hidden), 10), W = randomBf16(size_t(Hidden), 11);
+  std::vector<float> Dy = randomBf16(size_t(Rows * Hidden), 12), Rstd(static_cast<size_t>(Rows)),
+                     Y(static_cast<size_t>(Rows * Hidden));
+  hostBackend().rmsNormForward(Rows, Hidden, In.data(), W.data(), 1e-6, Y.data(), Rstd.data());
+  std::vector<float> DxHost(static_cast<size_t>(Rows * Hidden)), DxCuda = DxHost;
+  std::vector<float> DwHost(static_cast<size_t>(Hidden), 1.0f), DwCuda = DwHost;
+  hostBackend().rmsNormBackward(Rows, Hidden, In.data(), W.data(), Rstd.data(), Dy.data(), DxHost.data(),
+                                DwHost.data());
+  {
+    HeldArrays Held(*Cuda, {{DwCuda.data(), Hidden, HeldArray::Accumulate}});
+    Cuda->rmsNormBackward(Rows, Hidden, In.data(), W.data(), Rstd.data(), Dy.data(), DxCuda.data(), DwCuda.data());
+    EXPECT_EQ(DwCuda, std::vector<float>(size_t(Hidden), 1.0f)) << "not yet on the host";
+  }
+  EXPECT_TRUE(near(DwCuda, DwHost, Bf16Tol, "rmsnorm weight gradient"));
+}
+
+// The fused loss head gives what the host's vocabulary-parallel cross
+// entropy and the output head's two products give for a tp group of one,
+// labels of -1 ignored, DW accumulated (held or not), DX overwritten.
+TEST(CudaBackend, LossHeadMatchesTheHostsCrossEntropyAndProducts) {
+  auto Cuda = cudaBackend();
+  auto Tp = createSelfCommunicator("tp");
+  const int64_t Rows = 6, Hidden = 16, Vocab = 40;
+  const float Scale = 1.0f / 5;
+  Tensor X({Rows, Hidden}), W({Hidden, Vocab});
+  std::vector<float> XV = randomBf16(size_t(Rows * Hidden), 13), WV = randomBf16(size_t(Hidden * Vocab), 14);
+  std::copy(XV.begin(), XV.end(), X.data());
+  std::copy(WV.begin(), WV.end(), W.data());
+  std::vector<int32_t> Labels{3, 39, -1, 0, 17, 17};
+
+  // The host: logits, cross entropy, its backward, both products.
+  Tensor Logits({Rows, Vocab});
+  hostBackend().gemm(
+      {false, false, Rows, Vocab, Hidden, 1.0f, X.data(), Hidden, W.data(), Vocab, 0.0f, Logits.data(), Vocab});
+  std::vector<double> WantLosses;
+  vocabParallelCrossEntropyForward(*Tp, Logits, Labels, 0, WantLosses);
+  Tensor DLogits = vocabParallelCrossEntropyBackward(Logits, Labels, 0, Scale);
+  std::vector<float> WantDX(size_t(Rows * Hidden)), WantDW = randomF32(size_t(Hidden * Vocab), 15);
+  std::vector<float> DW0 = WantDW;
+  hostBackend().gemm(
+      {false, true, Rows, Hidden, Vocab, 1.0f, DLogits.data(), Vocab, W.data(), Vocab, 0.0f, WantDX.data(), Hidden});
+  hostBackend().gemm(
+      {true, false, Hidden, Vocab, Rows, 1.0f, X.data(), Hidden, DLogits.data(), Vocab, 1.0f, WantDW.data(), Vocab});
+
+  for (bool Hold : {false, true}) {
+    std::vector<double> Losses;
+    std::vector<float> DX(size_t(Rows * Hidden), NAN), DW = DW0;
+    Losses.assign(size_t(Rows), NAN);
+    LossHeadArgs A{Rows, Hidden, Vocab, X.data(), W.data(), Labels.data(), Scale, Losses.data(), DX.data(), DW.data()};
+    {
+      std::optional<HeldArrays> Held;
+      if (Hold)
+        Held.emplace(*Cuda, std::vector<HeldArray>{{DW.data(), Hidden * Vocab, HeldArray::Accumulate}});
+      ASSERT_TRUE(Cuda->lossHead(A));
+    }
+    std::string What = Hold ? "held DW" : "staged DW";
+    for (int64_t I = 0; I < Rows; ++I)
+      EXPECT_NEAR(Losses[size_t(I)], WantLosses[size_t(I)], 1e-5 * (1 + std::abs(WantLosses[size_t(I)]))) << What;
+    EXPECT_EQ(Losses[2], 0.0) << "an ignored label has no loss";
+    // DLogits are bf16 on the device: the products see them rounded.
+    EXPECT_TRUE(near(DX, WantDX, Bf16Tol, What + " DX"));
+    EXPECT_TRUE(near(DW, WantDW, Bf16Tol, What + " DW"));
+    EXPECT_NE(DW, WantDW) << What << ": bf16 gradients cannot equal the host's fp32 ones";
+  }
+  EXPECT_FALSE(hostBackend().lossHead({})) << "the host leaves it to the caller's code";
 }
 
 TEST(CudaBackend, RmsNormAndSwiGluMatchTheHost) {
