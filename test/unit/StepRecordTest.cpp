@@ -55,6 +55,8 @@ TEST(StepRecord, EveryKeyRoundTrips) {
   R.EpCommSeconds = 0.03;
   R.DpCommSeconds = 0.015;
   R.PpCommSeconds = 0.005;
+  R.DevicePeakBytes = 2.5e10;
+  R.StagedBytes = 9e9;
   std::string Line = formatStepLogLine(R);
   ASSERT_EQ(Line.back(), '\n');
   llvm::Expected<StepRecord> Back = parseStepLogLine(Line);
