@@ -98,10 +98,10 @@ struct MtpState {
   Tensor E, Cat;
   std::vector<float> RstdE, RstdH;
   LayerState Layer;
-  Tensor Y, Out, Probs;
+  Tensor Y, Out, Probs, HeadDOut; ///< HeadDOut: as MicroState::HeadDXn
   std::vector<float> RstdOut;
   int64_t bytes() const {
-    return E.bytes() + Cat.bytes() + Y.bytes() + Out.bytes() + Probs.bytes() +
+    return E.bytes() + Cat.bytes() + Y.bytes() + Out.bytes() + Probs.bytes() + HeadDOut.bytes() +
            int64_t((RstdE.size() + RstdH.size() + RstdOut.size()) * sizeof(float));
   }
 };
@@ -884,7 +884,7 @@ struct StageModel::Impl {
     M.HLast = std::move(X);
     M.XnF = rmsNormForward(M.HLast, FinalNorm->Value, Config.RmsNormEps, M.RstdF);
     std::vector<double> Losses;
-    if (!lossHeadOnBackend(M, Losses)) {
+    if (!lossHeadOnBackend(M.XnF, M.Labels, Options.CeScale, Losses, M.HeadDXn)) {
       std::vector<Tensor> Logits = columnParallelForward(*Groups.Tp, M.XnF, {&Output->Value});
       int64_t VocabStart = TpRank * Output->Value.cols();
       vocabParallelCrossEntropyForward(*Groups.Tp, Logits[0], M.Labels, VocabStart, Losses);
@@ -905,30 +905,32 @@ struct StageModel::Impl {
     return Tensor();
   }
 
-  /// The main loss head as one backend operation, forward and backward
-  /// (ComputeBackend::lossHead), where the backend takes it: in a training
-  /// forward of a tp group of one, whose logits then never leave the backend.
-  /// Losses as vocabParallelCrossEntropyForward gives them; M.HeadDXn is the
-  /// backward's input gradient and the output head's gradient is summed now.
-  bool lossHeadOnBackend(MicroState &M, std::vector<double> &Losses) {
+  /// A loss head (the main one or an MTP block's) as one backend operation,
+  /// forward and backward (ComputeBackend::lossHead), where the backend takes
+  /// it: in a training forward of a tp group of one, whose logits then never
+  /// leave the backend. Losses as vocabParallelCrossEntropyForward gives them;
+  /// DX is the backward's input gradient, and the output head's gradient is
+  /// summed now.
+  bool lossHeadOnBackend(const Tensor &X, const std::vector<int32_t> &Labels, double Scale, std::vector<double> &Losses,
+                         Tensor &DX) {
     if (TpSize != 1 || !Training)
       return false;
     LossHeadArgs A;
-    A.Rows = M.XnF.rows();
-    A.Hidden = M.XnF.cols();
+    A.Rows = X.rows();
+    A.Hidden = X.cols();
     A.Vocab = Output->Value.cols();
-    A.X = M.XnF.data();
+    A.X = X.data();
     A.W = Output->Value.data();
-    A.Labels = M.Labels.data();
-    A.Scale = float(Options.CeScale);
+    A.Labels = Labels.data();
+    A.Scale = float(Scale);
     Losses.assign(size_t(A.Rows), 0.0);
     A.Losses = Losses.data();
-    M.HeadDXn = Tensor({A.Rows, A.Hidden});
-    A.DX = M.HeadDXn.data();
+    DX = Tensor({A.Rows, A.Hidden});
+    A.DX = DX.data();
     A.DW = Output->Grad.data();
     if (compute().lossHead(A))
       return true;
-    M.HeadDXn = Tensor();
+    DX = Tensor();
     return false;
   }
 
@@ -970,10 +972,12 @@ struct StageModel::Impl {
       dropForRecompute(S.Layer);
       charge(S.Layer.bytes(), +1);
       S.Out = rmsNormForward(S.Y, P.FinalNorm->Value, C.RmsNormEps, S.RstdOut);
-      std::vector<Tensor> Logits = columnParallelForward(*Groups.Tp, S.Out, {&Output->Value});
       std::vector<double> Losses;
-      vocabParallelCrossEntropyForward(*Groups.Tp, Logits[0], S.Labels, TpRank * Output->Value.cols(), Losses);
-      S.Probs = std::move(Logits[0]);
+      if (!lossHeadOnBackend(S.Out, S.Labels, Options.MtpCeScale.at(K), Losses, S.HeadDOut)) {
+        std::vector<Tensor> Logits = columnParallelForward(*Groups.Tp, S.Out, {&Output->Value});
+        vocabParallelCrossEntropyForward(*Groups.Tp, Logits[0], S.Labels, TpRank * Output->Value.cols(), Losses);
+        S.Probs = std::move(Logits[0]);
+      }
       for (int64_t I = TpRank * Ns; I < (TpRank + 1) * Ns; ++I) {
         if (S.Labels[size_t(I)] < 0)
           continue;
@@ -992,9 +996,14 @@ struct StageModel::Impl {
     for (size_t K = Mtp.size(); K-- > 0;) {
       const MtpParams &P = Mtp[K];
       MtpState &S = M.Mtp[K];
-      Tensor DLogits = vocabParallelCrossEntropyBackward(S.Probs, S.Labels, TpRank * Output->Value.cols(),
-                                                         float(Options.MtpCeScale.at(K)));
-      Tensor DOut = columnParallelBackward(*Groups.Tp, S.Out, nullptr, {&Output->Value}, {&DLogits}, {&Output->Grad});
+      Tensor DOut;
+      if (S.HeadDOut.numel() > 0) {
+        DOut = std::move(S.HeadDOut);
+      } else {
+        Tensor DLogits = vocabParallelCrossEntropyBackward(S.Probs, S.Labels, TpRank * Output->Value.cols(),
+                                                           float(Options.MtpCeScale.at(K)));
+        DOut = columnParallelBackward(*Groups.Tp, S.Out, nullptr, {&Output->Value}, {&DLogits}, {&Output->Grad});
+      }
       if (DH.numel())
         addInto(DOut, DH);
       Tensor DY = rmsNormBackward(S.Y, P.FinalNorm->Value, S.RstdOut, DOut, P.FinalNorm->Grad);
