@@ -20,6 +20,8 @@
 #define MOERT_KERNELS_BACKEND_H
 
 #include <cstdint>
+#include <functional>
+#include <stdexcept>
 #include <vector>
 
 namespace moert {
@@ -86,18 +88,25 @@ struct BackendTraffic {
   int64_t DevicePeakBytes = 0;
 };
 
-/// The loss head of a tensor-parallel group of one, forward and backward at
-/// once: Logits = X W ([Rows, Vocab]; X [Rows, Hidden], W [Hidden, Vocab]),
-/// Losses[n] = -log softmax(Logits[n])[Labels[n]] (0 for a negative label),
-/// DLogits = Scale * (softmax - onehot(label)) (0 rows for negative labels),
-/// DX = DLogits W^T (overwritten), DW += X^T DLogits.
+/// A loss head (parallel/tp/VocabParallel.h's cross entropy over the output
+/// projection), forward and backward at once, on this rank's vocabulary
+/// slice: Logits = X W ([Rows, Vocab]; X [Rows, Hidden] (all rows), W
+/// [Hidden, Vocab], ids from VocabStart), Losses[n] = -log
+/// softmax(Logits[n])[Labels[n]] over the group's whole vocabulary (0 for a
+/// negative label), DLogits = Scale * (softmax - onehot(label)) (0 rows for
+/// negative labels), DX = DLogits W^T (overwritten: this rank's part of the
+/// sum over the group), DW += X^T DLogits.
 struct LossHeadArgs {
-  int64_t Rows = 0, Hidden = 0, Vocab = 0;
+  int64_t Rows = 0, Hidden = 0, Vocab = 0, VocabStart = 0;
   const float *X = nullptr, *W = nullptr;
   const int32_t *Labels = nullptr;
   float Scale = 1.0f;
   double *Losses = nullptr;
   float *DX = nullptr, *DW = nullptr;
+  /// Combine per-row statistics over the tensor-parallel group, in place:
+  /// the maximum of Rows row maxima, the sum of 2 * Rows [sum of
+  /// exponentials, target logit] pairs (empty: a group of one).
+  std::function<void(float *, int64_t)> MaxOverGroup, SumOverGroup;
 };
 
 class ComputeBackend {
@@ -135,10 +144,12 @@ public:
   /// runs its products through gemm()).
   virtual bool attentionBlockForward(const AttentionBlockArgs &) { return false; }
   virtual bool attentionBlockBackward(const AttentionBlockArgs &) { return false; }
-  /// The loss head where the backend keeps the logits to itself (they are
-  /// the step's largest activation): true when done, false to leave it to
-  /// the caller (parallel/tp/VocabParallel.h and two products).
-  virtual bool lossHead(const LossHeadArgs &) { return false; }
+  /// Whether the backend runs loss heads as one operation, keeping the
+  /// logits (the step's largest activation) to itself; if not, the caller
+  /// runs parallel/tp/VocabParallel.h and two products.
+  virtual bool fusesLossHead() const { return false; }
+  /// Only where fusesLossHead().
+  virtual void lossHead(const LossHeadArgs &) { throw std::logic_error("this backend does not fuse loss heads"); }
 
   /// Arrays held until releaseArrays() (HeldArray::Use says how the caller
   /// uses them meanwhile): a backend that computes elsewhere may keep its own

@@ -907,31 +907,38 @@ struct StageModel::Impl {
 
   /// A loss head (the main one or an MTP block's) as one backend operation,
   /// forward and backward (ComputeBackend::lossHead), where the backend takes
-  /// it: in a training forward of a tp group of one, whose logits then never
-  /// leave the backend. Losses as vocabParallelCrossEntropyForward gives them;
-  /// DX is the backward's input gradient, and the output head's gradient is
-  /// summed now.
-  bool lossHeadOnBackend(const Tensor &X, const std::vector<int32_t> &Labels, double Scale, std::vector<double> &Losses,
-                         Tensor &DX) {
-    if (TpSize != 1 || !Training)
+  /// it: in a training forward, whose logits then never leave the backend.
+  /// XShard is the head's input (this rank's sequence shard); Losses as
+  /// vocabParallelCrossEntropyForward gives them; DX is the backward's input
+  /// gradient (the shard's), and the output head's gradient is summed now.
+  bool lossHeadOnBackend(const Tensor &XShard, const std::vector<int32_t> &Labels, double Scale,
+                         std::vector<double> &Losses, Tensor &DX) {
+    if (!Training || !compute().fusesLossHead())
       return false;
+    Communicator &Tp = *Groups.Tp;
+    const Tensor X = TpSize > 1 ? gatherSequence(Tp, XShard) : Tensor();
+    const Tensor &Rows = TpSize > 1 ? X : XShard;
     LossHeadArgs A;
-    A.Rows = X.rows();
-    A.Hidden = X.cols();
+    A.Rows = Rows.rows();
+    A.Hidden = Rows.cols();
     A.Vocab = Output->Value.cols();
-    A.X = X.data();
+    A.VocabStart = TpRank * A.Vocab;
+    A.X = Rows.data();
     A.W = Output->Value.data();
     A.Labels = Labels.data();
     A.Scale = float(Scale);
     Losses.assign(size_t(A.Rows), 0.0);
     A.Losses = Losses.data();
-    DX = Tensor({A.Rows, A.Hidden});
-    A.DX = DX.data();
+    Tensor Partial({A.Rows, A.Hidden});
+    A.DX = Partial.data();
     A.DW = Output->Grad.data();
-    if (compute().lossHead(A))
-      return true;
-    DX = Tensor();
-    return false;
+    if (TpSize > 1) {
+      A.MaxOverGroup = [&Tp](float *Values, int64_t N) { maxOverGroup(Tp, Values, N); };
+      A.SumOverGroup = [&Tp](float *Values, int64_t N) { Tp.allReduceSum(Values, size_t(N)); };
+    }
+    compute().lossHead(A);
+    DX = TpSize > 1 ? reduceScatterSequence(Tp, Partial) : std::move(Partial);
+    return true;
   }
 
   /// The MTP blocks after the main loss (Megatron-Core

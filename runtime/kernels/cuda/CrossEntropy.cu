@@ -23,19 +23,29 @@ template <bool IsMax> __device__ float blockReduce(float V) {
   return V;
 }
 
-__global__ void __launch_bounds__(Threads)
-    forwardKernel(int64_t Vocab, float *Logits, const int32_t *Labels, float *Losses) {
-  float *Row = Logits + int64_t(blockIdx.x) * Vocab;
-  const int32_t Label = Labels[blockIdx.x];
-  // The target logit is read before any thread can overwrite the row: the
-  // exponentials below are written after the max reduction's barriers, which
-  // a read placed after the reduction would race with.
-  const float TargetLogit = Label >= 0 ? Row[Label] : 0.f;
+__device__ bool owns(int32_t Label, int64_t VocabStart, int64_t Vocab) {
+  return Label >= 0 && Label >= VocabStart && Label < VocabStart + Vocab;
+}
+
+__global__ void __launch_bounds__(Threads) rowMaxKernel(int64_t Vocab, const float *Logits, float *RowMax) {
+  const float *Row = Logits + int64_t(blockIdx.x) * Vocab;
   float M = -INFINITY;
   for (int64_t J = threadIdx.x; J < Vocab; J += Threads)
     M = fmaxf(M, Row[J]);
   M = blockReduce<true>(M);
-  const float Target = TargetLogit - M;
+  if (threadIdx.x == 0)
+    RowMax[blockIdx.x] = M;
+}
+
+__global__ void __launch_bounds__(Threads) expSumKernel(int64_t Vocab, float *Logits, const float *RowMax,
+                                                         const int32_t *Labels, int64_t VocabStart, float *Stats) {
+  float *Row = Logits + int64_t(blockIdx.x) * Vocab;
+  const int32_t Label = Labels[blockIdx.x];
+  const float M = RowMax[blockIdx.x];
+  // The target logit is read before any thread can overwrite the row with
+  // its exponential.
+  const float Target = owns(Label, VocabStart, Vocab) ? Row[Label - VocabStart] - M : 0.f;
+  __syncthreads();
   float Sum = 0.f;
   for (int64_t J = threadIdx.x; J < Vocab; J += Threads) {
     float E = __expf(Row[J] - M);
@@ -43,38 +53,47 @@ __global__ void __launch_bounds__(Threads)
     Sum += E;
   }
   Sum = blockReduce<false>(Sum);
-  const float Inv = 1.f / Sum;
-  for (int64_t J = threadIdx.x; J < Vocab; J += Threads)
-    Row[J] *= Inv;
-  if (threadIdx.x == 0)
-    Losses[blockIdx.x] = Label >= 0 ? logf(Sum) - Target : 0.f;
+  if (threadIdx.x == 0) {
+    Stats[2 * int64_t(blockIdx.x)] = Sum;
+    Stats[2 * int64_t(blockIdx.x) + 1] = Target;
+  }
 }
 
-__global__ void __launch_bounds__(Threads)
-    backwardKernel(int64_t Vocab, const float *Probs, const int32_t *Labels, float Scale, bf16 *DLogits) {
+__global__ void __launch_bounds__(Threads) gradKernel(int64_t Vocab, const float *Exp, const float *Stats,
+                                                       const int32_t *Labels, int64_t VocabStart, float Scale,
+                                                       bf16 *DLogits) {
   const int64_t Off = int64_t(blockIdx.x) * Vocab;
   const int32_t Label = Labels[blockIdx.x];
+  const float Inv = 1.f / Stats[2 * int64_t(blockIdx.x)];
+  const int64_t Target = owns(Label, VocabStart, Vocab) ? Label - VocabStart : -1;
   for (int64_t J = threadIdx.x; J < Vocab; J += Threads) {
-    float G = Label < 0 ? 0.f : Scale * (Probs[Off + J] - (J == Label));
+    float G = Label < 0 ? 0.f : Scale * (Exp[Off + J] * Inv - (J == Target));
     DLogits[Off + J] = __float2bfloat16_rn(G);
   }
 }
 
 } // namespace
 
-void crossEntropyForward(int64_t N, int64_t Vocab, float *Logits, const int32_t *Labels, float *Losses,
-                         cudaStream_t Stream) {
+void crossEntropyRowMax(int64_t N, int64_t Vocab, const float *Logits, float *RowMax, cudaStream_t Stream) {
   if (N == 0)
     return;
-  forwardKernel<<<unsigned(N), Threads, 0, Stream>>>(Vocab, Logits, Labels, Losses);
+  rowMaxKernel<<<unsigned(N), Threads, 0, Stream>>>(Vocab, Logits, RowMax);
   MOERT_CUDA_CHECK_LAUNCH();
 }
 
-void crossEntropyBackward(int64_t N, int64_t Vocab, const float *Probs, const int32_t *Labels, float Scale,
-                          bf16 *DLogits, cudaStream_t Stream) {
+void crossEntropyExpSum(int64_t N, int64_t Vocab, float *Logits, const float *RowMax, const int32_t *Labels,
+                        int64_t VocabStart, float *Stats, cudaStream_t Stream) {
   if (N == 0)
     return;
-  backwardKernel<<<unsigned(N), Threads, 0, Stream>>>(Vocab, Probs, Labels, Scale, DLogits);
+  expSumKernel<<<unsigned(N), Threads, 0, Stream>>>(Vocab, Logits, RowMax, Labels, VocabStart, Stats);
+  MOERT_CUDA_CHECK_LAUNCH();
+}
+
+void crossEntropyGrad(int64_t N, int64_t Vocab, const float *Exp, const float *Stats, const int32_t *Labels,
+                      int64_t VocabStart, float Scale, bf16 *DLogits, cudaStream_t Stream) {
+  if (N == 0)
+    return;
+  gradKernel<<<unsigned(N), Threads, 0, Stream>>>(Vocab, Exp, Stats, Labels, VocabStart, Scale, DLogits);
   MOERT_CUDA_CHECK_LAUNCH();
 }
 

@@ -8,6 +8,7 @@
 #include "kernels/cuda/Gemm.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <map>
 #include <stdexcept>
@@ -247,33 +248,51 @@ public:
     return true;
   }
 
-  bool lossHead(const LossHeadArgs &A) override {
+  bool fusesLossHead() const override { return true; }
+
+  void lossHead(const LossHeadArgs &A) override {
     if (A.Rows == 0)
-      return true;
+      return;
     const int64_t Rows = A.Rows, Vocab = A.Vocab, Hidden = A.Hidden;
     Operand X = operand(A.X, Rows, Hidden, Hidden);
     Operand W = operand(A.W, Hidden, Vocab, Vocab);
     DeviceBuffer<int32_t> Labels = Copies.upload(std::vector<int32_t>(A.Labels, A.Labels + Rows));
-    DeviceBuffer<float> Losses{size_t(Rows)};
     Operand DLogits;
     DLogits.Staged.resize(size_t(Rows * Vocab));
     DLogits.Data = DLogits.Staged.data();
     DLogits.Ld = Vocab;
+    std::vector<float> Stats;
     {
       DeviceBuffer<float> Logits{size_t(Rows * Vocab)};
       cuda::gemm(Blas, false, false, Rows, Vocab, Hidden, 1.0f, X.Data, X.Ld, W.Data, W.Ld, 0.0f, Logits.data(),
                  OutType::F32, Vocab);
-      crossEntropyForward(Rows, Vocab, Logits.data(), Labels.data(), Losses.data(), Blas.stream());
-      crossEntropyBackward(Rows, Vocab, Logits.data(), Labels.data(), A.Scale, DLogits.Staged.data(), Blas.stream());
+      // The group's statistics: per-row figures cross to the host between
+      // the phases, the logits do not.
+      DeviceBuffer<float> RowMax{size_t(Rows)};
+      crossEntropyRowMax(Rows, Vocab, Logits.data(), RowMax.data(), Blas.stream());
+      if (A.MaxOverGroup) {
+        std::vector<float> Max = Copies.download(RowMax);
+        A.MaxOverGroup(Max.data(), Rows);
+        RowMax = Copies.upload(Max);
+      }
+      DeviceBuffer<float> DeviceStats{size_t(2 * Rows)};
+      crossEntropyExpSum(Rows, Vocab, Logits.data(), RowMax.data(), Labels.data(), A.VocabStart, DeviceStats.data(),
+                         Blas.stream());
+      Stats = Copies.download(DeviceStats);
+      if (A.SumOverGroup) {
+        A.SumOverGroup(Stats.data(), 2 * Rows);
+        DeviceStats = Copies.upload(Stats);
+      }
+      crossEntropyGrad(Rows, Vocab, Logits.data(), DeviceStats.data(), Labels.data(), A.VocabStart, A.Scale,
+                       DLogits.Staged.data(), Blas.stream());
     }
+    for (int64_t I = 0; I < Rows; ++I)
+      A.Losses[I] = A.Labels[I] < 0 ? 0.0 : std::log(double(Stats[size_t(2 * I)])) - double(Stats[size_t(2 * I + 1)]);
     DeviceBuffer<float> DX{size_t(Rows * Hidden)};
     cuda::gemm(Blas, false, true, Rows, Hidden, Vocab, 1.0f, DLogits.Data, DLogits.Ld, W.Data, W.Ld, 0.0f, DX.data(),
                OutType::F32, Hidden);
     Copies.downloadTo(DX, A.DX);
     productInto(true, false, Hidden, Vocab, Rows, 1.0f, X, DLogits, 1.0f, A.DW, Vocab);
-    std::vector<float> Host = Copies.download(Losses);
-    std::copy(Host.begin(), Host.end(), A.Losses);
-    return true;
   }
 
   void holdArrays(const std::vector<HeldArray> &Arrays) override {

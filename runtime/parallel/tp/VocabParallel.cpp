@@ -38,25 +38,30 @@ void vocabParallelEmbeddingBackward(Communicator &Tp, const std::vector<int32_t>
   }
 }
 
+void maxOverGroup(Communicator &Tp, float *Values, int64_t N) {
+  const int64_t P = Tp.size();
+  if (P == 1)
+    return;
+  std::vector<float> All(size_t(N * P));
+  Tp.allGather(Values, All.data(), size_t(N));
+  for (int64_t I = 0; I < N; ++I)
+    for (int64_t R = 0; R < P; ++R)
+      Values[I] = std::max(Values[I], All[size_t(R * N + I)]);
+}
+
 void vocabParallelCrossEntropyForward(Communicator &Tp, Tensor &Logits, const std::vector<int32_t> &Labels,
                                       int64_t VocabStart, std::vector<double> &Losses) {
-  int64_t N = Logits.rows(), V = Logits.cols(), P = Tp.size();
-  // The global row max: gather every rank's local maxima (no max-reduce in
-  // the Communicator, and N * TP floats are cheap).
-  std::vector<float> LocalMax(N), AllMax(N * P);
-  for (int64_t I = 0; I < N; ++I) {
-    const float *Row = Logits.row(I);
-    LocalMax[I] = *std::max_element(Row, Row + V);
-  }
-  Tp.allGather(LocalMax.data(), AllMax.data(), size_t(N));
-  // Per row: [sum of exp, target logit] summed over tp.
-  std::vector<float> Stats(2 * N, 0.0f);
+  int64_t N = Logits.rows(), V = Logits.cols();
   std::vector<float> Max(N);
   for (int64_t I = 0; I < N; ++I) {
-    float M = -std::numeric_limits<float>::infinity();
-    for (int64_t R = 0; R < P; ++R)
-      M = std::max(M, AllMax[R * N + I]);
-    Max[I] = M;
+    const float *Row = Logits.row(I);
+    Max[I] = *std::max_element(Row, Row + V);
+  }
+  maxOverGroup(Tp, Max.data(), N);
+  // Per row: [sum of exp, target logit] summed over tp.
+  std::vector<float> Stats(2 * N, 0.0f);
+  for (int64_t I = 0; I < N; ++I) {
+    const float M = Max[I];
     float *Row = Logits.row(I);
     if (Labels[I] >= 0 && owns(Labels[I], VocabStart, V))
       Stats[2 * I + 1] = Row[Labels[I] - VocabStart] - M;

@@ -31,6 +31,11 @@ Tensor vocabParallelEmbeddingForward(Communicator &Tp, const std::vector<int32_t
 void vocabParallelEmbeddingBackward(Communicator &Tp, const std::vector<int32_t> &Tokens, const Tensor &DShard,
                                     Tensor &DTable, int64_t VocabStart);
 
+/// Each of Values[0, N) replaced by its maximum over the tp group (through an
+/// all-gather: the Communicator has no max-reduce, and N * TP floats are
+/// cheap).
+void maxOverGroup(Communicator &Tp, float *Values, int64_t N);
+
 /// Logits [N, Vocab / TP] are replaced by the softmax probabilities of this
 /// rank's vocabulary slice; Losses[n] = -log p(Labels[n]) (double, the same on
 /// every tp rank; 0 for a negative label, which is ignored).

@@ -605,8 +605,12 @@ TEST(CudaPermute, MatchesTokenDispatcherOnOneRank) {
 // Cross entropy, AdamW
 //===--------------------------------------------------------------------===//
 
-TEST(CudaCrossEntropy, ForwardAndBackwardMatchVocabParallelOnOneRank) {
-  const int64_t N = 17, V = 1000;
+// The three phases on the vocabulary split in two slices (as two tp ranks
+// hold it), the statistics combined between them as the group would, give
+// the host's cross entropy over the whole vocabulary: losses, and each
+// slice's gradient (labels on either side, one ignored).
+TEST(CudaCrossEntropy, PhasesOverTwoVocabularySlicesMatchTheWholeVocabulary) {
+  const int64_t N = 17, V = 1000, Half = V / 2;
   std::vector<float> Logits = randomBf16(N * V, 101, 3.0f);
   std::vector<int32_t> Labels(N);
   for (int64_t I = 0; I < N; ++I)
@@ -618,17 +622,44 @@ TEST(CudaCrossEntropy, ForwardAndBackwardMatchVocabParallelOnOneRank) {
   vocabParallelCrossEntropyForward(*Self, Probs, Labels, 0, Losses);
   Tensor DLogits = vocabParallelCrossEntropyBackward(Probs, Labels, 0, 0.5f);
 
-  auto GL = uploadF32(Logits);
   auto GLab = uploadVec(Labels);
-  DeviceBuffer<float> GLoss(N);
-  DeviceBuffer<bf16> GD(N * V);
-  crossEntropyForward(N, V, GL.data(), GLab.data(), GLoss.data(), nullptr);
-  crossEntropyBackward(N, V, GL.data(), GLab.data(), 0.5f, GD.data(), nullptr);
-  sync();
-  EXPECT_TRUE(near(GL.download(), Probs.storage(), 1e-4, "probabilities"));
-  EXPECT_TRUE(near(GLoss.download(), toFloat(Losses), 1e-5, "losses"));
-  EXPECT_EQ(GLoss.download()[5], 0.0f);
-  EXPECT_TRUE(near(downloadBf16(GD), DLogits.storage(), Bf16Tol, "dLogits"));
+  std::vector<DeviceBuffer<float>> Slices;
+  for (int64_t S = 0; S < 2; ++S) {
+    std::vector<float> Slice(N * Half);
+    for (int64_t I = 0; I < N; ++I)
+      std::copy_n(Logits.begin() + I * V + S * Half, Half, Slice.begin() + I * Half);
+    Slices.push_back(uploadF32(Slice));
+  }
+  std::vector<float> Max(N, -INFINITY), Stats(2 * N, 0.0f);
+  for (int64_t S = 0; S < 2; ++S) {
+    DeviceBuffer<float> RowMax(N);
+    crossEntropyRowMax(N, Half, Slices[S].data(), RowMax.data(), nullptr);
+    std::vector<float> Mine = RowMax.download();
+    for (int64_t I = 0; I < N; ++I)
+      Max[I] = std::max(Max[I], Mine[I]);
+  }
+  auto GMax = uploadF32(Max);
+  for (int64_t S = 0; S < 2; ++S) {
+    DeviceBuffer<float> SliceStats(2 * N);
+    crossEntropyExpSum(N, Half, Slices[S].data(), GMax.data(), GLab.data(), S * Half, SliceStats.data(), nullptr);
+    std::vector<float> Mine = SliceStats.download();
+    for (int64_t I = 0; I < 2 * N; ++I)
+      Stats[I] += Mine[I];
+  }
+  for (int64_t I = 0; I < N; ++I) {
+    double Loss = Labels[I] < 0 ? 0.0 : std::log(double(Stats[2 * I])) - double(Stats[2 * I + 1]);
+    EXPECT_NEAR(Loss, Losses[I], 1e-5 * (1 + std::abs(Losses[I]))) << "row " << I;
+  }
+  auto GStats = uploadF32(Stats);
+  for (int64_t S = 0; S < 2; ++S) {
+    DeviceBuffer<bf16> GD(N * Half);
+    crossEntropyGrad(N, Half, Slices[S].data(), GStats.data(), GLab.data(), S * Half, 0.5f, GD.data(), nullptr);
+    sync();
+    std::vector<float> Want(N * Half);
+    for (int64_t I = 0; I < N; ++I)
+      std::copy_n(DLogits.storage().begin() + I * V + S * Half, Half, Want.begin() + I * Half);
+    EXPECT_TRUE(near(downloadBf16(GD), Want, Bf16Tol, "dLogits of slice " + std::to_string(S)));
+  }
 }
 
 TEST(CudaAdamW, TwoStepsMatchTheDocumentedUpdateInDouble) {
