@@ -109,6 +109,23 @@ struct LossHeadArgs {
   std::function<void(float *, int64_t)> MaxOverGroup, SumOverGroup;
 };
 
+/// The routed experts' SwiGLU MLPs over their rows (model/MoeBlock.h), rows
+/// grouped by local expert, Counts[e] of them for expert e, in order. X
+/// [Rows, Hidden]; per expert Gate and Up [Hidden, Ffn], Down [Ffn, Hidden].
+/// Forward: G = X Gate, U = X Up, Act = silu(G) * U ([Rows, Ffn]) and Y = Act
+/// Down ([Rows, Hidden]), all written. Backward, from X, G, U and DY [Rows,
+/// Hidden]: DX written, DGate, DUp and DDown added to (+=).
+struct ExpertMlpArgs {
+  std::vector<int64_t> Counts;
+  int64_t Hidden = 0, Ffn = 0;
+  const float *X = nullptr;
+  std::vector<const float *> Gate, Up, Down;
+  float *G = nullptr, *U = nullptr, *Act = nullptr, *Y = nullptr;
+  const float *DY = nullptr;
+  float *DX = nullptr;
+  std::vector<float *> DGate, DUp, DDown;
+};
+
 class ComputeBackend {
 public:
   virtual ~ComputeBackend();
@@ -148,6 +165,17 @@ public:
   /// logits (the step's largest activation) to itself; if not, the caller
   /// runs parallel/tp/VocabParallel.h and two products.
   virtual bool fusesLossHead() const { return false; }
+  /// Whether the backend runs the experts' MLPs as one operation each way,
+  /// keeping what passes between their products on the device; if not, the
+  /// caller runs gemm() per expert and swiGluForward/Backward.
+  virtual bool fusesExpertMlp() const { return false; }
+  /// Only where fusesExpertMlp().
+  virtual void expertMlpForward(const ExpertMlpArgs &) {
+    throw std::logic_error("this backend does not fuse expert MLPs");
+  }
+  virtual void expertMlpBackward(const ExpertMlpArgs &) {
+    throw std::logic_error("this backend does not fuse expert MLPs");
+  }
   /// Only where fusesLossHead().
   virtual void lossHead(const LossHeadArgs &) { throw std::logic_error("this backend does not fuse loss heads"); }
 

@@ -41,6 +41,25 @@ std::vector<int64_t> expertRows(const MoeSaved &S) {
     Rows[I % Local] += S.EtpCounts[I];
   return Rows;
 }
+
+/// The experts' weights and the rows' saved products, for the backend's
+/// fused expert MLPs (ComputeBackend::expertMlpForward/Backward).
+ExpertMlpArgs expertMlpArgs(const MoeWeights &W, const std::vector<int64_t> &Counts, int64_t H, int64_t F,
+                            MoeSaved &S) {
+  ExpertMlpArgs A;
+  A.Counts = Counts;
+  A.Hidden = H;
+  A.Ffn = F;
+  A.X = S.ExpertIn.data();
+  for (size_t L = 0; L < Counts.size(); ++L) {
+    A.Gate.push_back(W.Gate[L]->Value.data());
+    A.Up.push_back(W.Up[L]->Value.data());
+    A.Down.push_back(W.Down[L]->Value.data());
+  }
+  A.G = S.G.data();
+  A.U = S.U.data();
+  return A;
+}
 } // namespace
 
 int64_t MoeBlock::gatheredBegin(const MoeSaved &S, int64_t R, int64_t L) const {
@@ -164,23 +183,31 @@ double MoeBlock::forward(const MoeWeights &W, const Tensor &Xn, MoeSaved &S, Ten
   S.G.resize({Rows, F});
   S.U.resize({Rows, F});
   Tensor Out({Rows, H});
-  int64_t Begin = 0;
   std::vector<int64_t> Counts = expertRows(S);
-  for (size_t L = 0; L < Counts.size(); ++L) {
-    int64_t M = Counts[L];
-    if (M) {
-      gemm(false, false, M, F, H, 1.0f, rowsAt(S.ExpertIn, Begin), W.Gate[L]->Value.data(), 0.0f, rowsAt(S.G, Begin));
-      gemm(false, false, M, F, H, 1.0f, rowsAt(S.ExpertIn, Begin), W.Up[L]->Value.data(), 0.0f, rowsAt(S.U, Begin));
+  if (ComputeBackend &Compute = currentBackend(); Compute.fusesExpertMlp()) {
+    ExpertMlpArgs A = expertMlpArgs(W, Counts, H, F, S);
+    S.Act.resize({Rows, F});
+    A.Act = S.Act.data();
+    A.Y = Out.data();
+    Compute.expertMlpForward(A);
+  } else {
+    int64_t Begin = 0;
+    for (size_t L = 0; L < Counts.size(); ++L) {
+      int64_t M = Counts[L];
+      if (M) {
+        gemm(false, false, M, F, H, 1.0f, rowsAt(S.ExpertIn, Begin), W.Gate[L]->Value.data(), 0.0f, rowsAt(S.G, Begin));
+        gemm(false, false, M, F, H, 1.0f, rowsAt(S.ExpertIn, Begin), W.Up[L]->Value.data(), 0.0f, rowsAt(S.U, Begin));
+      }
+      Begin += M;
     }
-    Begin += M;
-  }
-  S.Act = swiGlu(S.G, S.U);
-  Begin = 0;
-  for (size_t L = 0; L < Counts.size(); ++L) {
-    int64_t M = Counts[L];
-    if (M)
-      gemm(false, false, M, H, F, 1.0f, rowsAt(S.Act, Begin), W.Down[L]->Value.data(), 0.0f, rowsAt(Out, Begin));
-    Begin += M;
+    S.Act = swiGlu(S.G, S.U);
+    Begin = 0;
+    for (size_t L = 0; L < Counts.size(); ++L) {
+      int64_t M = Counts[L];
+      if (M)
+        gemm(false, false, M, H, F, 1.0f, rowsAt(S.Act, Begin), W.Down[L]->Value.data(), 0.0f, rowsAt(Out, Begin));
+      Begin += M;
+    }
   }
   if (Split)
     Out = reduceExpertRows(Out, S);
@@ -201,30 +228,42 @@ Tensor MoeBlock::backward(const MoeWeights &W, const Tensor &Xn, MoeSaved &S, co
     DOut = gatherExpertRows(DOut, S);
   int64_t Rows = DOut.rows();
   const std::vector<int64_t> Counts = expertRows(S);
-  // Down projections: DAct = DOut Down^T, DDown += Act^T DOut.
-  Tensor DAct({Rows, F});
-  int64_t Begin = 0;
-  for (size_t L = 0; L < Counts.size(); ++L) {
-    int64_t M = Counts[L];
-    if (M) {
-      gemm(false, true, M, F, H, 1.0f, rowsAt(DOut, Begin), W.Down[L]->Value.data(), 0.0f, rowsAt(DAct, Begin));
-      gemm(true, false, F, H, M, 1.0f, rowsAt(S.Act, Begin), rowsAt(DOut, Begin), 1.0f, W.Down[L]->Grad.data());
-    }
-    Begin += M;
-  }
-  Tensor DG, DU;
-  swiGluBackward(S.G, S.U, DAct, DG, DU);
   Tensor DIn({Rows, H});
-  Begin = 0;
-  for (size_t L = 0; L < Counts.size(); ++L) {
-    int64_t M = Counts[L];
-    if (M) {
-      gemm(false, true, M, H, F, 1.0f, rowsAt(DG, Begin), W.Gate[L]->Value.data(), 0.0f, rowsAt(DIn, Begin));
-      gemm(false, true, M, H, F, 1.0f, rowsAt(DU, Begin), W.Up[L]->Value.data(), 1.0f, rowsAt(DIn, Begin));
-      gemm(true, false, H, F, M, 1.0f, rowsAt(S.ExpertIn, Begin), rowsAt(DG, Begin), 1.0f, W.Gate[L]->Grad.data());
-      gemm(true, false, H, F, M, 1.0f, rowsAt(S.ExpertIn, Begin), rowsAt(DU, Begin), 1.0f, W.Up[L]->Grad.data());
+  if (ComputeBackend &Compute = currentBackend(); Compute.fusesExpertMlp()) {
+    ExpertMlpArgs A = expertMlpArgs(W, Counts, H, F, S);
+    A.DY = DOut.data();
+    A.DX = DIn.data();
+    for (size_t L = 0; L < Counts.size(); ++L) {
+      A.DGate.push_back(W.Gate[L]->Grad.data());
+      A.DUp.push_back(W.Up[L]->Grad.data());
+      A.DDown.push_back(W.Down[L]->Grad.data());
     }
-    Begin += M;
+    Compute.expertMlpBackward(A);
+  } else {
+    // Down projections: DAct = DOut Down^T, DDown += Act^T DOut.
+    Tensor DAct({Rows, F});
+    int64_t Begin = 0;
+    for (size_t L = 0; L < Counts.size(); ++L) {
+      int64_t M = Counts[L];
+      if (M) {
+        gemm(false, true, M, F, H, 1.0f, rowsAt(DOut, Begin), W.Down[L]->Value.data(), 0.0f, rowsAt(DAct, Begin));
+        gemm(true, false, F, H, M, 1.0f, rowsAt(S.Act, Begin), rowsAt(DOut, Begin), 1.0f, W.Down[L]->Grad.data());
+      }
+      Begin += M;
+    }
+    Tensor DG, DU;
+    swiGluBackward(S.G, S.U, DAct, DG, DU);
+    Begin = 0;
+    for (size_t L = 0; L < Counts.size(); ++L) {
+      int64_t M = Counts[L];
+      if (M) {
+        gemm(false, true, M, H, F, 1.0f, rowsAt(DG, Begin), W.Gate[L]->Value.data(), 0.0f, rowsAt(DIn, Begin));
+        gemm(false, true, M, H, F, 1.0f, rowsAt(DU, Begin), W.Up[L]->Value.data(), 1.0f, rowsAt(DIn, Begin));
+        gemm(true, false, H, F, M, 1.0f, rowsAt(S.ExpertIn, Begin), rowsAt(DG, Begin), 1.0f, W.Gate[L]->Grad.data());
+        gemm(true, false, H, F, M, 1.0f, rowsAt(S.ExpertIn, Begin), rowsAt(DU, Begin), 1.0f, W.Up[L]->Grad.data());
+      }
+      Begin += M;
+    }
   }
   if (Split)
     DIn = reduceExpertRows(DIn, S);

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <map>
+#include <numeric>
 #include <stdexcept>
 #include <string>
 
@@ -128,12 +129,20 @@ struct Operand {
   DeviceBuffer<bf16> Staged;
 };
 
+/// Rows of a device matrix as an operand (not owned).
+Operand onDevice(const bf16 *Data, int64_t Ld) {
+  Operand O;
+  O.Data = Data;
+  O.Ld = Ld;
+  return O;
+}
+
 class CudaBackend final : public ComputeBackend {
 public:
   const char *name() const override { return "cuda"; }
   const char *precision() const override {
-    return "GEMMs, attention, RMSNorm, RoPE, SwiGLU and the loss head on bf16 operands with fp32 accumulation, the "
-           "rest in fp32 on the host";
+    return "GEMMs, attention, RMSNorm, RoPE, SwiGLU, the experts' MLPs and the loss head on bf16 operands with fp32 "
+           "accumulation, the rest in fp32 on the host";
   }
 
   void gemm(const GemmArgs &G) override {
@@ -248,6 +257,64 @@ public:
     return true;
   }
 
+  bool fusesExpertMlp() const override { return true; }
+
+  void expertMlpForward(const ExpertMlpArgs &A) override {
+    const int64_t Rows = std::accumulate(A.Counts.begin(), A.Counts.end(), int64_t(0)), H = A.Hidden, F = A.Ffn;
+    if (Rows == 0)
+      return;
+    DeviceBuffer<bf16> X = Copies.bf16s(A.X, Rows * H);
+    DeviceBuffer<bf16> G{size_t(Rows * F)}, U{size_t(Rows * F)}, Act{size_t(Rows * F)};
+    DeviceBuffer<float> Y{size_t(Rows * H)};
+    forEachExpert(A, [&](size_t E, int64_t Begin, int64_t M) {
+      Operand Gate = operand(A.Gate[E], H, F, F), Up = operand(A.Up[E], H, F, F);
+      cuda::gemm(Blas, false, false, M, F, H, 1.0f, X.data() + Begin * H, H, Gate.Data, Gate.Ld, 0.0f,
+                 G.data() + Begin * F, OutType::BF16, F);
+      cuda::gemm(Blas, false, false, M, F, H, 1.0f, X.data() + Begin * H, H, Up.Data, Up.Ld, 0.0f, U.data() + Begin * F,
+                 OutType::BF16, F);
+    });
+    cuda::swiGluForward(Rows * F, G.data(), U.data(), Act.data(), Blas.stream());
+    forEachExpert(A, [&](size_t E, int64_t Begin, int64_t M) {
+      Operand Down = operand(A.Down[E], F, H, H);
+      cuda::gemm(Blas, false, false, M, H, F, 1.0f, Act.data() + Begin * F, F, Down.Data, Down.Ld, 0.0f,
+                 Y.data() + Begin * H, OutType::F32, H);
+    });
+    Copies.downloadTo(G, A.G);
+    Copies.downloadTo(U, A.U);
+    Copies.downloadTo(Act, A.Act);
+    Copies.downloadTo(Y, A.Y);
+  }
+
+  void expertMlpBackward(const ExpertMlpArgs &A) override {
+    const int64_t Rows = std::accumulate(A.Counts.begin(), A.Counts.end(), int64_t(0)), H = A.Hidden, F = A.Ffn;
+    if (Rows == 0)
+      return;
+    DeviceBuffer<bf16> X = Copies.bf16s(A.X, Rows * H), G = Copies.bf16s(A.G, Rows * F);
+    DeviceBuffer<bf16> U = Copies.bf16s(A.U, Rows * F), DY = Copies.bf16s(A.DY, Rows * H);
+    DeviceBuffer<bf16> Act{size_t(Rows * F)}, DAct{size_t(Rows * F)}, DG{size_t(Rows * F)}, DU{size_t(Rows * F)};
+    cuda::swiGluForward(Rows * F, G.data(), U.data(), Act.data(), Blas.stream()); // not read back from the host
+    forEachExpert(A, [&](size_t E, int64_t Begin, int64_t M) {
+      Operand Down = operand(A.Down[E], F, H, H);
+      cuda::gemm(Blas, false, true, M, F, H, 1.0f, DY.data() + Begin * H, H, Down.Data, Down.Ld, 0.0f,
+                 DAct.data() + Begin * F, OutType::BF16, F);
+      productInto(true, false, F, H, M, 1.0f, onDevice(Act.data() + Begin * F, F), onDevice(DY.data() + Begin * H, H),
+                  1.0f, A.DDown[E], H);
+    });
+    cuda::swiGluBackward(Rows * F, G.data(), U.data(), DAct.data(), DG.data(), DU.data(), Blas.stream());
+    DeviceBuffer<float> DX{size_t(Rows * H)};
+    forEachExpert(A, [&](size_t E, int64_t Begin, int64_t M) {
+      Operand Gate = operand(A.Gate[E], H, F, F), Up = operand(A.Up[E], H, F, F);
+      cuda::gemm(Blas, false, true, M, H, F, 1.0f, DG.data() + Begin * F, F, Gate.Data, Gate.Ld, 0.0f,
+                 DX.data() + Begin * H, OutType::F32, H);
+      cuda::gemm(Blas, false, true, M, H, F, 1.0f, DU.data() + Begin * F, F, Up.Data, Up.Ld, 1.0f,
+                 DX.data() + Begin * H, OutType::F32, H);
+      Operand XRows = onDevice(X.data() + Begin * H, H);
+      productInto(true, false, H, F, M, 1.0f, XRows, onDevice(DG.data() + Begin * F, F), 1.0f, A.DGate[E], F);
+      productInto(true, false, H, F, M, 1.0f, XRows, onDevice(DU.data() + Begin * F, F), 1.0f, A.DUp[E], F);
+    });
+    Copies.downloadTo(DX, A.DX);
+  }
+
   bool fusesLossHead() const override { return true; }
 
   void lossHead(const LossHeadArgs &A) override {
@@ -346,6 +413,16 @@ private:
     O.Data = O.Staged.data();
     O.Ld = Cols;
     return O;
+  }
+
+  /// Body(expert, first row, rows) for each expert with rows.
+  template <typename Fn> static void forEachExpert(const ExpertMlpArgs &A, Fn Body) {
+    int64_t Begin = 0;
+    for (size_t E = 0; E < A.Counts.size(); ++E) {
+      if (A.Counts[E] > 0)
+        Body(E, Begin, A.Counts[E]);
+      Begin += A.Counts[E];
+    }
   }
 
   /// C = Alpha op(A) op(B) + Beta C for a host C (leading dimension LdC) and

@@ -239,6 +239,123 @@ TEST(CudaBackend, LossHeadMatchesTheHostsCrossEntropyAndProducts) {
   EXPECT_FALSE(hostBackend().fusesLossHead()) << "the host leaves it to the caller's code";
 }
 
+// The fused expert MLPs give what the host's per-expert products and SwiGLU
+// give, an expert without rows included; their weight gradients accumulate,
+// held or staged.
+TEST(CudaBackend, ExpertMlpsMatchTheHostsProductsAndSwiGlu) {
+  auto Cuda = cudaBackend();
+  const int64_t H = 16, F = 24;
+  const std::vector<int64_t> Counts{3, 0, 5};
+  const int64_t Rows = 8;
+  std::vector<float> X = randomBf16(size_t(Rows * H), 20), DY = randomBf16(size_t(Rows * H), 21);
+  std::vector<std::vector<float>> Gate, Up, Down;
+  for (int E = 0; E < 3; ++E) {
+    Gate.push_back(randomBf16(size_t(H * F), 22 + E));
+    Up.push_back(randomBf16(size_t(H * F), 32 + E));
+    Down.push_back(randomBf16(size_t(F * H), 42 + E));
+  }
+  // The host: as MoeBlock runs it without a fused backend.
+  std::vector<float> G(size_t(Rows * F)), U = G, Y(size_t(Rows * H)), DX = Y;
+  std::vector<std::vector<float>> WantDGate(3, std::vector<float>(size_t(H * F), 0.5f)), WantDUp = WantDGate;
+  std::vector<std::vector<float>> WantDDown(3, std::vector<float>(size_t(F * H), 0.5f));
+  auto Rows0 = [&](std::vector<float> &V, int64_t Begin, int64_t Width) { return V.data() + Begin * Width; };
+  int64_t Begin = 0;
+  for (int E = 0; E < 3; ++E) {
+    if (int64_t M = Counts[size_t(E)]) {
+      hostBackend().gemm(
+          {false, false, M, F, H, 1.0f, Rows0(X, Begin, H), H, Gate[E].data(), F, 0.0f, Rows0(G, Begin, F), F});
+      hostBackend().gemm(
+          {false, false, M, F, H, 1.0f, Rows0(X, Begin, H), H, Up[E].data(), F, 0.0f, Rows0(U, Begin, F), F});
+    }
+    Begin += Counts[size_t(E)];
+  }
+  std::vector<float> G16 = cuda::roundedToBf16(G), U16 = cuda::roundedToBf16(U), Act(size_t(Rows * F));
+  hostBackend().swiGluForward(Rows * F, G16.data(), U16.data(), Act.data());
+  std::vector<float> Act16 = cuda::roundedToBf16(Act), DAct(size_t(Rows * F)), DG = DAct, DU = DAct;
+  Begin = 0;
+  for (int E = 0; E < 3; ++E) {
+    if (int64_t M = Counts[size_t(E)]) {
+      hostBackend().gemm(
+          {false, false, M, H, F, 1.0f, Rows0(Act16, Begin, F), F, Down[E].data(), H, 0.0f, Rows0(Y, Begin, H), H});
+      hostBackend().gemm(
+          {false, true, M, F, H, 1.0f, Rows0(DY, Begin, H), H, Down[E].data(), H, 0.0f, Rows0(DAct, Begin, F), F});
+      hostBackend().gemm({true, false, F, H, M, 1.0f, Rows0(Act16, Begin, F), F, Rows0(DY, Begin, H), H, 1.0f,
+                          WantDDown[E].data(), H});
+    }
+    Begin += Counts[size_t(E)];
+  }
+  std::vector<float> DAct16 = cuda::roundedToBf16(DAct);
+  hostBackend().swiGluBackward(Rows * F, G16.data(), U16.data(), DAct16.data(), DG.data(), DU.data());
+  std::vector<float> DG16 = cuda::roundedToBf16(DG), DU16 = cuda::roundedToBf16(DU);
+  Begin = 0;
+  for (int E = 0; E < 3; ++E) {
+    if (int64_t M = Counts[size_t(E)]) {
+      hostBackend().gemm(
+          {false, true, M, H, F, 1.0f, Rows0(DG16, Begin, F), F, Gate[E].data(), F, 0.0f, Rows0(DX, Begin, H), H});
+      hostBackend().gemm(
+          {false, true, M, H, F, 1.0f, Rows0(DU16, Begin, F), F, Up[E].data(), F, 1.0f, Rows0(DX, Begin, H), H});
+      hostBackend().gemm(
+          {true, false, H, F, M, 1.0f, Rows0(X, Begin, H), H, Rows0(DG16, Begin, F), F, 1.0f, WantDGate[E].data(), F});
+      hostBackend().gemm(
+          {true, false, H, F, M, 1.0f, Rows0(X, Begin, H), H, Rows0(DU16, Begin, F), F, 1.0f, WantDUp[E].data(), F});
+    }
+    Begin += Counts[size_t(E)];
+  }
+
+  for (bool Hold : {false, true}) {
+    std::string What = Hold ? "held " : "staged ";
+    ExpertMlpArgs A;
+    A.Counts = Counts;
+    A.Hidden = H;
+    A.Ffn = F;
+    A.X = X.data();
+    for (int E = 0; E < 3; ++E) {
+      A.Gate.push_back(Gate[E].data());
+      A.Up.push_back(Up[E].data());
+      A.Down.push_back(Down[E].data());
+    }
+    std::vector<float> GotG(size_t(Rows * F), NAN), GotU = GotG, GotAct = GotG, GotY(size_t(Rows * H), NAN);
+    std::vector<float> GotDX = GotY;
+    std::vector<std::vector<float>> DGate(3, std::vector<float>(size_t(H * F), 0.5f)), DUp = DGate;
+    std::vector<std::vector<float>> DDown(3, std::vector<float>(size_t(F * H), 0.5f));
+    std::vector<HeldArray> Held;
+    for (int E = 0; E < 3; ++E) {
+      A.DGate.push_back(DGate[E].data());
+      A.DUp.push_back(DUp[E].data());
+      A.DDown.push_back(DDown[E].data());
+      for (std::vector<float> *Grad : {&DGate[E], &DUp[E], &DDown[E]})
+        Held.push_back({Grad->data(), int64_t(Grad->size()), HeldArray::Accumulate});
+    }
+    A.G = GotG.data();
+    A.U = GotU.data();
+    A.Act = GotAct.data();
+    A.Y = GotY.data();
+    A.DY = DY.data();
+    A.DX = GotDX.data();
+    {
+      std::optional<HeldArrays> Holding;
+      if (Hold)
+        Holding.emplace(*Cuda, Held);
+      Cuda->expertMlpForward(A);
+      Cuda->expertMlpBackward(A);
+    }
+    EXPECT_TRUE(near(GotG, G, Bf16Tol, What + "G"));
+    EXPECT_TRUE(near(GotU, U, Bf16Tol, What + "U"));
+    EXPECT_TRUE(near(GotAct, Act, Bf16Tol, What + "Act"));
+    EXPECT_TRUE(near(GotY, Y, Bf16Tol, What + "Y"));
+    EXPECT_TRUE(near(GotDX, DX, Bf16Tol, What + "DX"));
+    for (int E = 0; E < 3; ++E) {
+      std::string Expert = What + "expert " + std::to_string(E);
+      EXPECT_TRUE(near(DGate[E], WantDGate[E], Bf16Tol, Expert + " DGate"));
+      EXPECT_TRUE(near(DUp[E], WantDUp[E], Bf16Tol, Expert + " DUp"));
+      EXPECT_TRUE(near(DDown[E], WantDDown[E], Bf16Tol, Expert + " DDown"));
+    }
+    EXPECT_EQ(DGate[1], std::vector<float>(size_t(H * F), 0.5f)) << What << "an expert without rows";
+  }
+  EXPECT_TRUE(Cuda->fusesExpertMlp());
+  EXPECT_FALSE(hostBackend().fusesExpertMlp());
+}
+
 TEST(CudaBackend, RmsNormAndSwiGluMatchTheHost) {
   auto Cuda = cudaBackend();
   const int64_t Rows = 6, Hidden = 40, Count = Rows * Hidden;
