@@ -38,7 +38,7 @@ __global__ void __launch_bounds__(Threads) rowMaxKernel(int64_t Vocab, const flo
 }
 
 __global__ void __launch_bounds__(Threads) expSumKernel(int64_t Vocab, float *Logits, const float *RowMax,
-                                                         const int32_t *Labels, int64_t VocabStart, float *Stats) {
+                                                        const int32_t *Labels, int64_t VocabStart, float *Stats) {
   float *Row = Logits + int64_t(blockIdx.x) * Vocab;
   const int32_t Label = Labels[blockIdx.x];
   const float M = RowMax[blockIdx.x];
@@ -59,9 +59,9 @@ __global__ void __launch_bounds__(Threads) expSumKernel(int64_t Vocab, float *Lo
   }
 }
 
-__global__ void __launch_bounds__(Threads) gradKernel(int64_t Vocab, const float *Exp, const float *Stats,
-                                                       const int32_t *Labels, int64_t VocabStart, float Scale,
-                                                       bf16 *DLogits) {
+__global__ void __launch_bounds__(Threads)
+    gradKernel(int64_t Vocab, const float *Exp, const float *Stats, const int32_t *Labels, int64_t VocabStart,
+               float Scale, bf16 *DLogits) {
   const int64_t Off = int64_t(blockIdx.x) * Vocab;
   const int32_t Label = Labels[blockIdx.x];
   const float Inv = 1.f / Stats[2 * int64_t(blockIdx.x)];
