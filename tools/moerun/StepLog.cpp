@@ -17,16 +17,15 @@ std::string moerun::formatHumanLine(const StepRecord &R, int64_t TotalSteps) {
   if (R.ValidLoss)
     Tail += fmt::format("  validation loss {:.6f}", *R.ValidLoss);
   std::string Mtp = R.MtpLoss ? fmt::format("  mtp {:.6f}", *R.MtpLoss) : "";
-  if (R.DevicePeakBytes)
-    PlanPeak += fmt::format("  device {:.1f} MB", *R.DevicePeakBytes / 1e6);
+  std::string Device = R.DevicePeakBytes ? fmt::format("  device {:.1f} MB", *R.DevicePeakBytes / 1e6) : "";
   if (R.StagedBytes)
-    PlanPeak += fmt::format(" (staged {:.1f} MB)", *R.StagedBytes / 1e6);
+    Device += fmt::format(" (staged {:.1f} MB)", *R.StagedBytes / 1e6);
   std::string Useful = R.UsefulTokensPerSecond ? fmt::format(" ({:.0f} text)", *R.UsefulTokensPerSecond) : "";
   return fmt::format("step {}/{}  loss {:.6f}  aux {:.4g}{}  lr {:.3g}  {:.3f} s{}  {:.0f} tokens/s{}  peak {:.1f} "
-                     "MB{}  compute {:.3f} s (gemm {:.3f} s)  comm {:.3f} s{}\n",
+                     "MB{}{}  compute {:.3f} s (gemm {:.3f} s)  comm {:.3f} s{}\n",
                      R.Step, TotalSteps, R.Loss, R.AuxLoss, Mtp, R.LearningRate, R.StepTimeSeconds, Plan,
-                     R.TokensPerSecond, Useful, double(R.PeakBytes) / 1e6, PlanPeak, R.ComputeSeconds, R.GemmSeconds,
-                     R.CommSeconds, Tail);
+                     R.TokensPerSecond, Useful, double(R.PeakBytes) / 1e6, PlanPeak, Device, R.ComputeSeconds,
+                     R.GemmSeconds, R.CommSeconds, Tail);
 }
 
 StepLog::~StepLog() {
