@@ -109,13 +109,17 @@ struct LossHeadArgs {
   std::function<void(float *, int64_t)> MaxOverGroup, SumOverGroup;
 };
 
-/// The routed experts' SwiGLU MLPs over their rows (model/MoeBlock.h), rows
-/// grouped by local expert, Counts[e] of them for expert e, in order. X
-/// [Rows, Hidden]; per expert Gate and Up [Hidden, Ffn], Down [Ffn, Hidden].
-/// Forward: G = X Gate, U = X Up, Act = silu(G) * U ([Rows, Ffn]) and Y = Act
-/// Down ([Rows, Hidden]), all written. Backward, from X, G, U and DY [Rows,
-/// Hidden]: DX written, DGate, DUp and DDown added to (+=).
-struct ExpertMlpArgs {
+/// SwiGLU MLPs over groups of rows: the routed experts (model/MoeBlock.h),
+/// a group of Counts[e] rows per local expert, in order, or a dense MLP or
+/// the shared experts (one group; under tp this rank's column slice of Gate
+/// and Up and row slice of Down, on the gathered sequence). X [Rows, Hidden];
+/// per group Gate and Up [Hidden, Ffn], Down [Ffn, Hidden].
+/// Forward: G = X Gate, U = X Up and Act = silu(G) * U ([Rows, Ffn]) are
+/// written, and Y = Act Down ([Rows, Hidden]) where Y is non-null (a
+/// recompute needs only the products the backward reads). Backward, from X,
+/// G, U (Act where the caller kept it) and DY [Rows, Hidden]: DX written,
+/// DGate, DUp and DDown added to (+=).
+struct MlpArgs {
   std::vector<int64_t> Counts;
   int64_t Hidden = 0, Ffn = 0;
   const float *X = nullptr;
@@ -165,17 +169,12 @@ public:
   /// logits (the step's largest activation) to itself; if not, the caller
   /// runs parallel/tp/VocabParallel.h and two products.
   virtual bool fusesLossHead() const { return false; }
-  /// Whether the backend runs the experts' MLPs as one operation each way,
-  /// keeping what passes between their products on the device; if not, the
-  /// caller runs gemm() per expert and swiGluForward/Backward.
-  virtual bool fusesExpertMlp() const { return false; }
-  /// Only where fusesExpertMlp().
-  virtual void expertMlpForward(const ExpertMlpArgs &) {
-    throw std::logic_error("this backend does not fuse expert MLPs");
-  }
-  virtual void expertMlpBackward(const ExpertMlpArgs &) {
-    throw std::logic_error("this backend does not fuse expert MLPs");
-  }
+  /// A group of SwiGLU MLPs each way. This composition of gemm() and
+  /// swiGluForward/Backward is the reference; a backend that computes
+  /// elsewhere runs it from one copy of the rows, keeping what passes
+  /// between the products to itself.
+  virtual void mlpForward(const MlpArgs &);
+  virtual void mlpBackward(const MlpArgs &);
   /// Only where fusesLossHead().
   virtual void lossHead(const LossHeadArgs &) { throw std::logic_error("this backend does not fuse loss heads"); }
 

@@ -586,17 +586,15 @@ struct StageModel::Impl {
   void mlpNorm(const LayerParams &P, LayerState &S) {
     S.Xn2 = rmsNormForward(S.H, P.MlpNorm->Value, Config.RmsNormEps, S.Rstd2);
   }
-  void denseMlp(const LayerParams &P, LayerState &S) {
-    std::vector<Tensor> Y = columnParallelForward(*Groups.Tp, S.Xn2, {&P.Gate->Value, &P.Up->Value});
-    S.G = std::move(Y[0]);
-    S.U = std::move(Y[1]);
-    S.Act = swiGlu(S.G, S.U);
+  /// The dense MLP or the shared experts; returns the output shard unless
+  /// recomputing (the products are then all that is wanted).
+  Tensor denseMlp(const LayerParams &P, LayerState &S, bool Recomputing = false) {
+    return parallelMlpForward(*Groups.Tp, S.Xn2, {&P.Gate->Value, &P.Up->Value, &P.Down->Value}, S.G, S.U, S.Act,
+                              !Recomputing);
   }
-  void sharedExperts(const LayerParams &P, LayerState &S) {
-    std::vector<Tensor> Y = columnParallelForward(*Groups.Tp, S.Xn2, {&P.SGate->Value, &P.SUp->Value});
-    S.SG = std::move(Y[0]);
-    S.SU = std::move(Y[1]);
-    S.SAct = swiGlu(S.SG, S.SU);
+  Tensor sharedExperts(const LayerParams &P, LayerState &S, bool Recomputing = false) {
+    return parallelMlpForward(*Groups.Tp, S.Xn2, {&P.SGate->Value, &P.SUp->Value, &P.SDown->Value}, S.SG, S.SU, S.SAct,
+                              !Recomputing);
   }
 
   /// The attention output the out-projection reads: gated by sigmoid(OGate)
@@ -637,13 +635,11 @@ struct StageModel::Impl {
     Tensor Y;
     Aux = 0;
     if (!P.Moe) {
-      denseMlp(P, S);
-      Y = rowParallelForward(*Groups.Tp, S.Act, P.Down->Value);
+      Y = denseMlp(P, S);
     } else {
       Aux = Moe->forward(P.Routed, S.Xn2, S.Routed, Y, Count, balanceKeys(P, M));
       if (P.SGate) {
-        sharedExperts(P, S);
-        Tensor Shared = rowParallelForward(*Groups.Tp, S.SAct, P.SDown->Value);
+        Tensor Shared = sharedExperts(P, S);
         if (P.SGateW) {
           S.SOut = Shared;
           S.SScore = matmul(S.Xn2, P.SGateW->Value);
@@ -728,7 +724,7 @@ struct StageModel::Impl {
     if (S.Dropped.count("core_attn"))
       coreAttn(M, S);
     if (S.Dropped.count("mlp"))
-      denseMlp(P, S);
+      denseMlp(P, S, /*Recomputing=*/true);
     if (S.Dropped.count("moe")) {
       Tensor Y;
       Moe->forward(P.Routed, S.Xn2, S.Routed, Y, /*CountTokens=*/false, balanceKeys(P, M));
@@ -736,7 +732,7 @@ struct StageModel::Impl {
     if (S.Dropped.count("moe_act"))
       Moe->recomputeAct(S.Routed);
     if (S.Dropped.count("shared_experts"))
-      sharedExperts(P, S);
+      sharedExperts(P, S, /*Recomputing=*/true);
     S.Dropped.clear();
   }
 
@@ -745,11 +741,8 @@ struct StageModel::Impl {
     // MLP / MoE branch.
     Tensor DXn2;
     if (!P.Moe) {
-      Tensor DAct = rowParallelBackward(Tp, S.Act, P.Down->Value, DY, P.Down->Grad);
-      Tensor DG, DU;
-      swiGluBackward(S.G, S.U, DAct, DG, DU);
-      DXn2 = columnParallelBackward(Tp, S.Xn2, nullptr, {&P.Gate->Value, &P.Up->Value}, {&DG, &DU},
-                                    {&P.Gate->Grad, &P.Up->Grad});
+      DXn2 = parallelMlpBackward(Tp, S.Xn2, {&P.Gate->Value, &P.Up->Value, &P.Down->Value}, S.G, S.U, S.Act, DY,
+                                 {&P.Gate->Grad, &P.Up->Grad, &P.Down->Grad});
     } else {
       DXn2 = Moe->backward(P.Routed, S.Xn2, S.Routed, DY, Options.AuxScale);
       if (P.SGate) {
@@ -768,11 +761,8 @@ struct StageModel::Impl {
           }
           matmulBackward(S.Xn2, P.SGateW->Value, DLogit, P.SGateW->Grad, DXn2, 1.0f);
         }
-        Tensor DAct = rowParallelBackward(Tp, S.SAct, P.SDown->Value, DShared, P.SDown->Grad);
-        Tensor DG, DU;
-        swiGluBackward(S.SG, S.SU, DAct, DG, DU);
-        addInto(DXn2, columnParallelBackward(Tp, S.Xn2, nullptr, {&P.SGate->Value, &P.SUp->Value}, {&DG, &DU},
-                                             {&P.SGate->Grad, &P.SUp->Grad}));
+        addInto(DXn2, parallelMlpBackward(Tp, S.Xn2, {&P.SGate->Value, &P.SUp->Value, &P.SDown->Value}, S.SG, S.SU,
+                                          S.SAct, DShared, {&P.SGate->Grad, &P.SUp->Grad, &P.SDown->Grad}));
       }
     }
     Tensor DH = add(DY, rmsNormBackward(S.H, P.MlpNorm->Value, S.Rstd2, DXn2, P.MlpNorm->Grad));

@@ -1,7 +1,6 @@
 //===- model/MoeBlock.cpp -------------------------------------------------===//
 #include "model/MoeBlock.h"
 
-#include "kernels/host/Blas.h"
 #include "model/ModelOps.h"
 #include "model/Router.h"
 #include "parallel/tp/SequenceParallelLinear.h"
@@ -42,11 +41,10 @@ std::vector<int64_t> expertRows(const MoeSaved &S) {
   return Rows;
 }
 
-/// The experts' weights and the rows' saved products, for the backend's
-/// fused expert MLPs (ComputeBackend::expertMlpForward/Backward).
-ExpertMlpArgs expertMlpArgs(const MoeWeights &W, const std::vector<int64_t> &Counts, int64_t H, int64_t F,
-                            MoeSaved &S) {
-  ExpertMlpArgs A;
+/// The experts' weights and the rows' saved products
+/// (ComputeBackend::mlpForward/Backward).
+MlpArgs expertMlpArgs(const MoeWeights &W, const std::vector<int64_t> &Counts, int64_t H, int64_t F, MoeSaved &S) {
+  MlpArgs A;
   A.Counts = Counts;
   A.Hidden = H;
   A.Ffn = F;
@@ -58,6 +56,7 @@ ExpertMlpArgs expertMlpArgs(const MoeWeights &W, const std::vector<int64_t> &Cou
   }
   A.G = S.G.data();
   A.U = S.U.data();
+  A.Act = S.Act.numel() ? S.Act.data() : nullptr;
   return A;
 }
 } // namespace
@@ -184,31 +183,10 @@ double MoeBlock::forward(const MoeWeights &W, const Tensor &Xn, MoeSaved &S, Ten
   S.U.resize({Rows, F});
   Tensor Out({Rows, H});
   std::vector<int64_t> Counts = expertRows(S);
-  if (ComputeBackend &Compute = currentBackend(); Compute.fusesExpertMlp()) {
-    ExpertMlpArgs A = expertMlpArgs(W, Counts, H, F, S);
-    S.Act.resize({Rows, F});
-    A.Act = S.Act.data();
-    A.Y = Out.data();
-    Compute.expertMlpForward(A);
-  } else {
-    int64_t Begin = 0;
-    for (size_t L = 0; L < Counts.size(); ++L) {
-      int64_t M = Counts[L];
-      if (M) {
-        gemm(false, false, M, F, H, 1.0f, rowsAt(S.ExpertIn, Begin), W.Gate[L]->Value.data(), 0.0f, rowsAt(S.G, Begin));
-        gemm(false, false, M, F, H, 1.0f, rowsAt(S.ExpertIn, Begin), W.Up[L]->Value.data(), 0.0f, rowsAt(S.U, Begin));
-      }
-      Begin += M;
-    }
-    S.Act = swiGlu(S.G, S.U);
-    Begin = 0;
-    for (size_t L = 0; L < Counts.size(); ++L) {
-      int64_t M = Counts[L];
-      if (M)
-        gemm(false, false, M, H, F, 1.0f, rowsAt(S.Act, Begin), W.Down[L]->Value.data(), 0.0f, rowsAt(Out, Begin));
-      Begin += M;
-    }
-  }
+  S.Act.resize({Rows, F});
+  MlpArgs A = expertMlpArgs(W, Counts, H, F, S);
+  A.Y = Out.data();
+  currentBackend().mlpForward(A);
   if (Split)
     Out = reduceExpertRows(Out, S);
   Y = Dispatcher.combine(Out, S.TopW, S.Dispatch);
@@ -229,42 +207,15 @@ Tensor MoeBlock::backward(const MoeWeights &W, const Tensor &Xn, MoeSaved &S, co
   int64_t Rows = DOut.rows();
   const std::vector<int64_t> Counts = expertRows(S);
   Tensor DIn({Rows, H});
-  if (ComputeBackend &Compute = currentBackend(); Compute.fusesExpertMlp()) {
-    ExpertMlpArgs A = expertMlpArgs(W, Counts, H, F, S);
-    A.DY = DOut.data();
-    A.DX = DIn.data();
-    for (size_t L = 0; L < Counts.size(); ++L) {
-      A.DGate.push_back(W.Gate[L]->Grad.data());
-      A.DUp.push_back(W.Up[L]->Grad.data());
-      A.DDown.push_back(W.Down[L]->Grad.data());
-    }
-    Compute.expertMlpBackward(A);
-  } else {
-    // Down projections: DAct = DOut Down^T, DDown += Act^T DOut.
-    Tensor DAct({Rows, F});
-    int64_t Begin = 0;
-    for (size_t L = 0; L < Counts.size(); ++L) {
-      int64_t M = Counts[L];
-      if (M) {
-        gemm(false, true, M, F, H, 1.0f, rowsAt(DOut, Begin), W.Down[L]->Value.data(), 0.0f, rowsAt(DAct, Begin));
-        gemm(true, false, F, H, M, 1.0f, rowsAt(S.Act, Begin), rowsAt(DOut, Begin), 1.0f, W.Down[L]->Grad.data());
-      }
-      Begin += M;
-    }
-    Tensor DG, DU;
-    swiGluBackward(S.G, S.U, DAct, DG, DU);
-    Begin = 0;
-    for (size_t L = 0; L < Counts.size(); ++L) {
-      int64_t M = Counts[L];
-      if (M) {
-        gemm(false, true, M, H, F, 1.0f, rowsAt(DG, Begin), W.Gate[L]->Value.data(), 0.0f, rowsAt(DIn, Begin));
-        gemm(false, true, M, H, F, 1.0f, rowsAt(DU, Begin), W.Up[L]->Value.data(), 1.0f, rowsAt(DIn, Begin));
-        gemm(true, false, H, F, M, 1.0f, rowsAt(S.ExpertIn, Begin), rowsAt(DG, Begin), 1.0f, W.Gate[L]->Grad.data());
-        gemm(true, false, H, F, M, 1.0f, rowsAt(S.ExpertIn, Begin), rowsAt(DU, Begin), 1.0f, W.Up[L]->Grad.data());
-      }
-      Begin += M;
-    }
+  MlpArgs A = expertMlpArgs(W, Counts, H, F, S);
+  A.DY = DOut.data();
+  A.DX = DIn.data();
+  for (size_t L = 0; L < Counts.size(); ++L) {
+    A.DGate.push_back(W.Gate[L]->Grad.data());
+    A.DUp.push_back(W.Up[L]->Grad.data());
+    A.DDown.push_back(W.Down[L]->Grad.data());
   }
+  currentBackend().mlpBackward(A);
   if (Split)
     DIn = reduceExpertRows(DIn, S);
   Tensor DXn = Dispatcher.dispatchBackward(DIn, S.Dispatch);

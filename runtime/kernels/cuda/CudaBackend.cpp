@@ -257,15 +257,12 @@ public:
     return true;
   }
 
-  bool fusesExpertMlp() const override { return true; }
-
-  void expertMlpForward(const ExpertMlpArgs &A) override {
+  void mlpForward(const MlpArgs &A) override {
     const int64_t Rows = std::accumulate(A.Counts.begin(), A.Counts.end(), int64_t(0)), H = A.Hidden, F = A.Ffn;
     if (Rows == 0)
       return;
     DeviceBuffer<bf16> X = Copies.bf16s(A.X, Rows * H);
     DeviceBuffer<bf16> G{size_t(Rows * F)}, U{size_t(Rows * F)}, Act{size_t(Rows * F)};
-    DeviceBuffer<float> Y{size_t(Rows * H)};
     forEachExpert(A, [&](size_t E, int64_t Begin, int64_t M) {
       Operand Gate = operand(A.Gate[E], H, F, F), Up = operand(A.Up[E], H, F, F);
       cuda::gemm(Blas, false, false, M, F, H, 1.0f, X.data() + Begin * H, H, Gate.Data, Gate.Ld, 0.0f,
@@ -274,18 +271,21 @@ public:
                  OutType::BF16, F);
     });
     cuda::swiGluForward(Rows * F, G.data(), U.data(), Act.data(), Blas.stream());
+    Copies.downloadTo(G, A.G);
+    Copies.downloadTo(U, A.U);
+    Copies.downloadTo(Act, A.Act);
+    if (!A.Y)
+      return;
+    DeviceBuffer<float> Y{size_t(Rows * H)};
     forEachExpert(A, [&](size_t E, int64_t Begin, int64_t M) {
       Operand Down = operand(A.Down[E], F, H, H);
       cuda::gemm(Blas, false, false, M, H, F, 1.0f, Act.data() + Begin * F, F, Down.Data, Down.Ld, 0.0f,
                  Y.data() + Begin * H, OutType::F32, H);
     });
-    Copies.downloadTo(G, A.G);
-    Copies.downloadTo(U, A.U);
-    Copies.downloadTo(Act, A.Act);
     Copies.downloadTo(Y, A.Y);
   }
 
-  void expertMlpBackward(const ExpertMlpArgs &A) override {
+  void mlpBackward(const MlpArgs &A) override {
     const int64_t Rows = std::accumulate(A.Counts.begin(), A.Counts.end(), int64_t(0)), H = A.Hidden, F = A.Ffn;
     if (Rows == 0)
       return;
@@ -416,7 +416,7 @@ private:
   }
 
   /// Body(expert, first row, rows) for each expert with rows.
-  template <typename Fn> static void forEachExpert(const ExpertMlpArgs &A, Fn Body) {
+  template <typename Fn> static void forEachExpert(const MlpArgs &A, Fn Body) {
     int64_t Begin = 0;
     for (size_t E = 0; E < A.Counts.size(); ++E) {
       if (A.Counts[E] > 0)

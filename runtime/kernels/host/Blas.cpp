@@ -10,13 +10,17 @@ namespace moert {
 
 static double GemmSeconds = 0;
 
-void gemmStrided(bool TransA, bool TransB, int64_t M, int64_t N, int64_t K, float Alpha, const float *A, int64_t LdA,
-                 const float *B, int64_t LdB, float Beta, float *C, int64_t LdC) {
-  if (M == 0 || N == 0)
+void gemmOn(ComputeBackend &Backend, const GemmArgs &G) {
+  if (G.M == 0 || G.N == 0)
     return;
   auto Start = std::chrono::steady_clock::now();
-  currentBackend().gemm({TransA, TransB, M, N, K, Alpha, A, LdA, B, LdB, Beta, C, LdC});
+  Backend.gemm(G);
   GemmSeconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - Start).count();
+}
+
+void gemmStrided(bool TransA, bool TransB, int64_t M, int64_t N, int64_t K, float Alpha, const float *A, int64_t LdA,
+                 const float *B, int64_t LdB, float Beta, float *C, int64_t LdC) {
+  gemmOn(currentBackend(), {TransA, TransB, M, N, K, Alpha, A, LdA, B, LdB, Beta, C, LdC});
 }
 
 void gemm(bool TransA, bool TransB, int64_t M, int64_t N, int64_t K, float Alpha, const float *A, const float *B,

@@ -13,6 +13,9 @@
 
 namespace moert {
 
+class ComputeBackend;
+struct GemmArgs;
+
 /// C = Alpha * op(A) * op(B) + Beta * C, row-major, leading dimensions = row widths.
 void gemm(bool TransA, bool TransB, int64_t M, int64_t N, int64_t K, float Alpha, const float *A, const float *B,
           float Beta, float *C);
@@ -20,6 +23,9 @@ void gemm(bool TransA, bool TransB, int64_t M, int64_t N, int64_t K, float Alpha
 /// Same with explicit leading dimensions (strided sub-blocks, e.g. one head).
 void gemmStrided(bool TransA, bool TransB, int64_t M, int64_t N, int64_t K, float Alpha, const float *A, int64_t LdA,
                  const float *B, int64_t LdB, float Beta, float *C, int64_t LdC);
+
+/// The one timed entry: G on Backend (the two above run on this thread's).
+void gemmOn(ComputeBackend &Backend, const GemmArgs &G);
 
 /// Pins BLAS to one thread per rank (ranks usually outnumber cores).
 void setBlasThreads(int Threads);

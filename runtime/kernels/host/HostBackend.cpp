@@ -7,8 +7,6 @@
 
 namespace moert {
 
-ComputeBackend::~ComputeBackend() = default;
-
 namespace {
 
 float sigmoid(float X) { return 1.0f / (1.0f + std::exp(-X)); }
@@ -70,19 +68,11 @@ public:
   }
 };
 
-thread_local ComputeBackend *Current = nullptr;
-
 } // namespace
 
 ComputeBackend &hostBackend() {
   static HostBackend Host;
   return Host;
 }
-
-ComputeBackend &currentBackend() { return Current ? *Current : hostBackend(); }
-
-BackendScope::BackendScope(ComputeBackend &Backend) : Previous(Current) { Current = &Backend; }
-
-BackendScope::~BackendScope() { Current = Previous; }
 
 } // namespace moert

@@ -1,6 +1,7 @@
 //===- parallel/tp/SequenceParallelLinear.cpp -----------------------------===//
 #include "parallel/tp/SequenceParallelLinear.h"
 
+#include "kernels/Backend.h"
 #include "kernels/host/Blas.h"
 
 #include <cstdio>
@@ -85,6 +86,60 @@ Tensor rowParallelBackward(Communicator &Tp, const Tensor &X, const Tensor &W, c
   Tensor DX;
   matmulBackward(X, W, DY, DW, DX);
   return DX;
+}
+
+namespace {
+MlpArgs mlpArgs(const Tensor &X, const ParallelMlpWeights &W) {
+  MlpArgs A;
+  A.Counts = {X.rows()};
+  A.Hidden = X.cols();
+  A.Ffn = W.Gate->cols();
+  A.X = X.data();
+  A.Gate = {W.Gate->data()};
+  A.Up = {W.Up->data()};
+  A.Down = {W.Down->data()};
+  return A;
+}
+} // namespace
+
+Tensor parallelMlpForward(Communicator &Tp, const Tensor &XShard, const ParallelMlpWeights &W, Tensor &G, Tensor &U,
+                          Tensor &Act, bool WithOutput) {
+  Tensor X = gatherSequence(Tp, XShard);
+  MlpArgs A = mlpArgs(X, W);
+  G.resize({X.rows(), A.Ffn});
+  U.resize({X.rows(), A.Ffn});
+  Act.resize({X.rows(), A.Ffn});
+  A.G = G.data();
+  A.U = U.data();
+  A.Act = Act.data();
+  Tensor Y;
+  if (WithOutput) {
+    Y.resize({X.rows(), X.cols()});
+    A.Y = Y.data();
+  }
+  currentBackend().mlpForward(A);
+  return WithOutput ? reduceScatterSequence(Tp, Y) : Tensor();
+}
+
+Tensor parallelMlpBackward(Communicator &Tp, const Tensor &XShard, const ParallelMlpWeights &W, const Tensor &G,
+                           const Tensor &U, const Tensor &Act, const Tensor &DYShard,
+                           const std::vector<Tensor *> &DWeights) {
+  if (DWeights.size() != 3)
+    fail("parallelMlpBackward: expects the gate, up and down gradients");
+  Tensor DY = gatherSequence(Tp, DYShard);
+  Tensor X = gatherSequence(Tp, XShard);
+  MlpArgs A = mlpArgs(X, W);
+  A.G = const_cast<float *>(G.data());
+  A.U = const_cast<float *>(U.data());
+  A.Act = const_cast<float *>(Act.data());
+  A.DY = DY.data();
+  Tensor DX({X.rows(), X.cols()});
+  A.DX = DX.data();
+  A.DGate = {DWeights[0]->data()};
+  A.DUp = {DWeights[1]->data()};
+  A.DDown = {DWeights[2]->data()};
+  currentBackend().mlpBackward(A);
+  return reduceScatterSequence(Tp, DX);
 }
 
 } // namespace moert

@@ -53,6 +53,25 @@ Tensor rowParallelForward(Communicator &Tp, const Tensor &X, const Tensor &W);
 /// Backward: gathers DYShard, DW += X^T DY, returns DX = DY W^T [N, in / TP].
 Tensor rowParallelBackward(Communicator &Tp, const Tensor &X, const Tensor &W, const Tensor &DYShard, Tensor &DW);
 
+/// This rank's slices of a SwiGLU MLP split Megatron's way: Gate and Up
+/// [in, ffn / TP] column-parallel, Down [ffn / TP, in] row-parallel.
+struct ParallelMlpWeights {
+  const Tensor *Gate = nullptr, *Up = nullptr, *Down = nullptr;
+};
+
+/// The MLP as one backend operation (ComputeBackend::mlpForward) on the
+/// gathered sequence: writes G, U and Act [N, ffn / TP] and returns the
+/// reduce-scattered output shard, or an empty tensor when !WithOutput (a
+/// recompute needs only the products).
+Tensor parallelMlpForward(Communicator &Tp, const Tensor &XShard, const ParallelMlpWeights &W, Tensor &G, Tensor &U,
+                          Tensor &Act, bool WithOutput = true);
+/// Backward: gathers DYShard and XShard again (Megatron keeps the shard),
+/// adds the weight gradients (DWeights in Gate, Up, Down order) and returns
+/// the reduce-scattered input-gradient shard.
+Tensor parallelMlpBackward(Communicator &Tp, const Tensor &XShard, const ParallelMlpWeights &W, const Tensor &G,
+                           const Tensor &U, const Tensor &Act, const Tensor &DYShard,
+                           const std::vector<Tensor *> &DWeights);
+
 } // namespace moert
 
 #endif
