@@ -182,7 +182,11 @@ public:
   /// uses them meanwhile): a backend that computes elsewhere may keep its own
   /// copy of them, made on first use, instead of moving them per operation,
   /// and accumulate there. An operand is taken from the held copy when it
-  /// lies wholly inside one.
+  /// lies wholly inside one. Holds nest: releaseArrays() ends the latest
+  /// holdArrays() still in force (the trainer holds the parameters for a
+  /// step, a product that reads an activation several times holds it for
+  /// those products); an array that overlaps one already held is left to
+  /// the outer hold.
   virtual void holdArrays(const std::vector<HeldArray> &) {}
   virtual void releaseArrays() {}
 

@@ -363,18 +363,25 @@ public:
   }
 
   void holdArrays(const std::vector<HeldArray> &Arrays) override {
+    std::vector<const float *> &Level = Levels.emplace_back();
     for (const HeldArray &A : Arrays)
-      if (A.Count > 0) {
+      if (A.Count > 0 && !overlapsHeld(A.Data, A.Count)) {
         HeldCopy &H = Held[A.Data];
         H.Count = A.Count;
         H.Kind = A.Kind;
         H.Host = A.Data;
+        Level.push_back(A.Data);
       }
   }
   void releaseArrays() override {
-    for (auto &[Begin, H] : Held)
-      flush(H);
-    Held.clear();
+    if (Levels.empty())
+      return;
+    for (const float *Begin : Levels.back()) {
+      auto It = Held.find(Begin);
+      flush(It->second);
+      Held.erase(It);
+    }
+    Levels.pop_back();
   }
 
   BackendTraffic traffic() const override {
@@ -461,6 +468,14 @@ private:
     return Offset + Extent <= H.Count ? &H : nullptr;
   }
 
+  bool overlapsHeld(const float *Data, int64_t Count) const {
+    auto It = Held.lower_bound(Data + Count);
+    if (It == Held.begin())
+      return false;
+    --It;
+    return It->second.Host + It->second.Count > Data;
+  }
+
   const bf16 *heldCopy(const float *Data, int64_t Extent) {
     HeldCopy *H = containing(Data, Extent);
     if (!H || H->Kind != HeldArray::Read)
@@ -507,6 +522,8 @@ private:
   BlasHandle Blas;
   Stager Copies;
   std::map<const float *, HeldCopy> Held;
+  /// The arrays each holdArrays() in force added, innermost last.
+  std::vector<std::vector<const float *>> Levels;
 };
 
 int envInt(const char *Name, int Default) {

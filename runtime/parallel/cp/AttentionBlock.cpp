@@ -95,6 +95,22 @@ AttentionBlockArgs blockArgs(const BlockShape &Shape, const float *Q, const Toke
   return A;
 }
 
+/// Elements of the block's whole local tensors, as AttentionBlockArgs
+/// describes them.
+struct BlockExtents {
+  int64_t Q, K, V, Out;
+  explicit BlockExtents(const BlockShape &Shape) {
+    const AttentionDims &D = Shape.Dims;
+    int64_t Rows = D.Batch * Shape.LocalTokens;
+    Q = Rows * D.QHeads * D.HeadDim;
+    K = Rows * D.KvHeads * D.HeadDim;
+    V = Rows * D.KvHeads * D.vHeadDim();
+    Out = Rows * D.QHeads * D.vHeadDim();
+  }
+};
+
+HeldArray readOnly(const float *Data, int64_t Count) { return {const_cast<float *>(Data), Count, HeldArray::Read}; }
+
 } // namespace
 
 void attendSpanForward(const BlockShape &Shape, const float *Q, const TokenSpan &QuerySpan, const float *K,
@@ -107,6 +123,9 @@ void attendSpanForward(const BlockShape &Shape, const float *Q, const TokenSpan 
   Args.Lse = Lse;
   if (currentBackend().attentionBlockForward(Args))
     return;
+  // Every head's products read the same Q, K and V: one copy of each.
+  const BlockExtents Extent(Shape);
+  HeldArrays Hold(currentBackend(), {readOnly(Q, Extent.Q), readOnly(K, Extent.K), readOnly(V, Extent.V)});
   const AttentionDims &D = Shape.Dims;
   int64_t Lq = QuerySpan.Len, Lk = KeySpan.Len;
   Scratch.resize(size_t(Lq * Lk));
@@ -168,6 +187,16 @@ void attendSpanBackward(const BlockShape &Shape, const float *Q, const TokenSpan
   Args.DV = DV;
   if (currentBackend().attentionBlockBackward(Args))
     return;
+  // Every head's products read the same Q, K, V and DOut, and add to the
+  // same DQ, DK and DV: one copy of each, the sums kept where they run.
+  const BlockExtents Extent(Shape);
+  HeldArrays Hold(currentBackend(), {readOnly(Q, Extent.Q),
+                                     readOnly(K, Extent.K),
+                                     readOnly(V, Extent.V),
+                                     readOnly(DOut, Extent.Out),
+                                     {DQ, Extent.Q, HeldArray::Accumulate},
+                                     {DK, Extent.K, HeldArray::Accumulate},
+                                     {DV, Extent.V, HeldArray::Accumulate}});
   const AttentionDims &D = Shape.Dims;
   int64_t Lq = QuerySpan.Len, Lk = KeySpan.Len;
   Scratch.resize(size_t(2 * Lq * Lk));

@@ -39,23 +39,33 @@ Tensor matmul(const Tensor &X, const Tensor &W) {
   return Y;
 }
 
+namespace {
+HeldArray readOnly(const Tensor &T) { return {const_cast<float *>(T.data()), T.numel(), HeldArray::Read}; }
+HeldArray summedInto(Tensor &T) { return {T.data(), T.numel(), HeldArray::Accumulate}; }
+} // namespace
+
 void matmulBackward(const Tensor &X, const Tensor &W, const Tensor &DY, Tensor &DW, Tensor &DX, float Beta) {
   if (Beta == 0.0f)
-    DX.resize({X.rows(), X.cols()});
+    DX.resize({X.rows(), X.cols()}); // zeros: the product below adds to them
   if (X.rows() == 0)
     return;
+  // DY is read twice; DX is a sum (of this product and what the caller adds).
+  HeldArrays Hold(currentBackend(), {readOnly(DY), summedInto(DX)});
   // DW [in, out] += X^T [in, M] DY [M, out].
   gemm(true, false, W.rows(), W.cols(), X.rows(), 1.0f, X.data(), DY.data(), 1.0f, DW.data());
-  // DX [M, in] = DY [M, out] W^T [out, in].
-  gemm(false, true, X.rows(), X.cols(), W.cols(), 1.0f, DY.data(), W.data(), Beta, DX.data());
+  // DX [M, in] += DY [M, out] W^T [out, in].
+  gemm(false, true, X.rows(), X.cols(), W.cols(), 1.0f, DY.data(), W.data(), 1.0f, DX.data());
 }
 
 std::vector<Tensor> columnParallelForward(Communicator &Tp, const Tensor &XShard, const std::vector<const Tensor *> &Ws,
                                           Tensor *Full) {
   Tensor X = gatherSequence(Tp, XShard);
   std::vector<Tensor> Ys;
-  for (const Tensor *W : Ws)
-    Ys.push_back(matmul(X, *W));
+  {
+    HeldArrays Hold(currentBackend(), {readOnly(X)}); // one copy for every product
+    for (const Tensor *W : Ws)
+      Ys.push_back(matmul(X, *W));
+  }
   if (Full)
     *Full = std::move(X);
   return Ys;
@@ -71,9 +81,14 @@ Tensor columnParallelBackward(Communicator &Tp, const Tensor &XShard, const Tens
     Gathered = gatherSequence(Tp, XShard);
     XFull = &Gathered;
   }
-  Tensor DX;
-  for (size_t I = 0; I < Ws.size(); ++I)
-    matmulBackward(*XFull, *Ws[I], *DYs[I], *DWs[I], DX, I ? 1.0f : 0.0f);
+  Tensor DX({XFull->rows(), XFull->cols()});
+  {
+    // One copy of the input for every weight's gradient; the input's
+    // gradient summed over the products where they run.
+    HeldArrays Hold(currentBackend(), {readOnly(*XFull), summedInto(DX)});
+    for (size_t I = 0; I < Ws.size(); ++I)
+      matmulBackward(*XFull, *Ws[I], *DYs[I], *DWs[I], DX, 1.0f);
+  }
   return reduceScatterSequence(Tp, DX);
 }
 

@@ -186,6 +186,58 @@ TEST(CudaBackend, HeldAccumulatorsSumOnTheDeviceUntilReleased) {
   EXPECT_TRUE(near(DwCuda, DwHost, Bf16Tol, "rmsnorm weight gradient"));
 }
 
+// Holds nest: an inner hold (an activation a product reads twice, a sum of
+// products) ends with its scope, flushing its own sums only; the outer hold
+// (the step's parameters and gradients) keeps its copies; an array that
+// overlaps one already held is left to the outer hold.
+TEST(CudaBackend, HoldsNestAndEndInnermostFirst) {
+  auto Cuda = cudaBackend();
+  const int64_t M = 3, K = 5, N = 4;
+  std::vector<float> X = randomBf16(size_t(M * K), 13), W = randomBf16(size_t(K * N), 14);
+  std::vector<float> OuterSum(size_t(M * N), 0.0f), InnerSum(size_t(M * N), 0.0f), Want(size_t(M * N), 0.0f);
+  GemmArgs G{false, false, M, N, K, 1.0f, X.data(), K, W.data(), N, 1.0f, Want.data(), N};
+  hostBackend().gemm(G);
+  auto Uploaded = [&] { return Cuda->traffic().HostToDeviceBytes; };
+  auto Downloaded = [&] { return Cuda->traffic().DeviceToHostBytes; };
+  {
+    HeldArrays Outer(*Cuda, {{W.data(), K * N}, {OuterSum.data(), M * N, HeldArray::Accumulate}});
+    G.C = OuterSum.data();
+    Cuda->gemm(G); // W's copy is made here
+    for (int Pass = 0; Pass < 2; ++Pass) {
+      int64_t Up = Uploaded(), Down = Downloaded();
+      {
+        // X read twice, InnerSum summed twice; W and OuterSum again (ignored).
+        HeldArrays Inner(*Cuda, {{X.data(), M * K},
+                                 {InnerSum.data(), M * N, HeldArray::Accumulate},
+                                 {W.data() + 1, 2},
+                                 {OuterSum.data(), M * N, HeldArray::Accumulate}});
+        G.C = InnerSum.data();
+        Cuda->gemm(G);
+        Cuda->gemm(G);
+        EXPECT_EQ(Uploaded() - Up, M * K * 2) << "X once, W from the outer hold";
+        EXPECT_EQ(Downloaded(), Down) << "nothing comes back inside the inner hold";
+      }
+      EXPECT_EQ(Downloaded() - Down, M * N * 4) << "the inner sum, at the inner release";
+      EXPECT_EQ(OuterSum, std::vector<float>(size_t(M * N), 0.0f)) << "the outer sum stays on the device";
+      int64_t Up2 = Uploaded();
+      G.C = OuterSum.data();
+      Cuda->gemm(G);
+      EXPECT_EQ(Uploaded() - Up2, M * K * 2) << "W still held after the inner release";
+    }
+  }
+  std::vector<float> Thrice = Want, Four = Want;
+  for (size_t I = 0; I < Want.size(); ++I) {
+    Thrice[I] = 3 * Want[I];
+    Four[I] = 4 * Want[I];
+  }
+  EXPECT_TRUE(near(InnerSum, Four, F32Tol, "inner sums of both passes"));
+  EXPECT_TRUE(near(OuterSum, Thrice, F32Tol, "outer sum at the outer release"));
+  int64_t Up = Uploaded();
+  G.C = InnerSum.data();
+  Cuda->gemm(G);
+  EXPECT_EQ(Uploaded() - Up, (M * K + K * N) * 2 + M * N * 4) << "released: staged again";
+}
+
 // The fused loss head gives what the host's vocabulary-parallel cross
 // entropy and the output head's two products give for a tp group of one,
 // labels of -1 ignored, DW accumulated (held or not), DX overwritten.
