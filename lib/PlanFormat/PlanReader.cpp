@@ -365,6 +365,11 @@ bool PlanParser::readConfig(const toml::table &Root) {
     return false;
   if (C->contains("vision_frozen") && !readBool(*C, "config", "vision_frozen", P.VisionFrozen))
     return false;
+  if (C->contains("gpu")) {
+    const toml::table *G = table(*C, "config", "gpu");
+    if (!G || !readString(*G, "config.gpu", "name", P.Gpu))
+      return false;
+  }
 
   const toml::table *R = table(*C, "config", "recompute");
   if (!R || !readOneOf(*R, "config.recompute", "kind", P.Recompute.Kind, {"none", "full", "selective"}))

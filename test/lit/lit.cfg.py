@@ -30,6 +30,10 @@ config.environment["TERM"] = "dumb"
 import shutil
 if shutil.which("mpirun"):
     config.available_features.add("mpirun")
+# What a plan made for a GPU does by default depends on whether this machine
+# has one (nvidia-smi stands for the driver).
+if not shutil.which("nvidia-smi"):
+    config.available_features.add("no-gpu")
 # The report's browser test renders pages in headless Chromium (Debian's
 # `chromium` package, scripts/setup.sh); without it that test is UNSUPPORTED.
 if shutil.which("chromium"):

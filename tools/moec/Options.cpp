@@ -99,6 +99,10 @@ cl::opt<std::string> RunLoad("load", cl::desc("Forwarded to moerun: resume from 
 cl::opt<std::string> RunInitFromHf("init-from-hf",
                                    cl::desc("Forwarded to moerun: start from this Hugging Face checkpoint directory"),
                                    cl::value_desc("dir"), cl::sub(RunCmd));
+cl::opt<std::string> RunBackend("backend",
+                                cl::desc("Forwarded to moerun: compute on the host (cpu) or on CUDA devices (cuda); "
+                                         "default: the plan's"),
+                                cl::value_desc("cpu|cuda"), cl::sub(RunCmd));
 cl::opt<bool> RunDry("dry-run", cl::desc("Only check the plan and the process groups (moerun --dry-run)"),
                      cl::sub(RunCmd));
 

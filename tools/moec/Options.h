@@ -58,6 +58,7 @@ extern cl::opt<std::string> RunSeed;
 extern cl::opt<std::string> RunLR;
 extern cl::opt<std::string> RunTimeout;
 extern cl::opt<std::string> RunSave, RunSaveInterval, RunKeep, RunLoad, RunInitFromHf;
+extern cl::opt<std::string> RunBackend;
 extern cl::opt<bool> RunDry;
 extern cl::opt<std::string> ExplainID;
 extern cl::SubCommand FmtCmd;

@@ -186,7 +186,8 @@ int runRun(const char *Argv0) {
        {std::make_pair("--log", &RunLog), std::make_pair("--seed", &RunSeed), std::make_pair("--lr", &RunLR),
         std::make_pair("--timeout", &RunTimeout), std::make_pair("--save", &RunSave),
         std::make_pair("--save-interval", &RunSaveInterval), std::make_pair("--keep", &RunKeep),
-        std::make_pair("--load", &RunLoad), std::make_pair("--init-from-hf", &RunInitFromHf)})
+        std::make_pair("--load", &RunLoad), std::make_pair("--init-from-hf", &RunInitFromHf),
+        std::make_pair("--backend", &RunBackend)})
     if (!Value->empty())
       Args.insert(Args.end(), {Flag, Value->getValue()});
   if (RunDry)

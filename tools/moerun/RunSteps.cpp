@@ -90,10 +90,7 @@ std::string layoutOf(const moert::CheckpointManifest &M) {
   return S + (M.DistributedOptimizer ? ", distributed optimizer" : "");
 }
 
-/// Null for the host backend (the trainer's default).
-std::unique_ptr<moert::ComputeBackend> createBackend(const std::string &Name) {
-  if (Name != "cuda")
-    return nullptr;
+std::unique_ptr<moert::ComputeBackend> createCudaBackend() {
 #ifdef MOERUN_CUDA_BACKEND
   return moert::cuda::createCudaBackend(moert::cuda::deviceForLocalRank());
 #else
@@ -103,7 +100,28 @@ std::unique_ptr<moert::ComputeBackend> createBackend(const std::string &Name) {
 #endif
 }
 
+/// Null for the host backend (the trainer's default).
+std::unique_ptr<moert::ComputeBackend> createBackend(const RunContext &Ctx) {
+  if (computeBackendOf(Ctx.Opts, Ctx.Plan) != "cuda")
+    return nullptr;
+  try {
+    return createCudaBackend();
+  } catch (const std::exception &E) {
+    if (!Ctx.Opts.Backend.empty())
+      throw;
+    throw std::runtime_error(fmt::format("the plan is for {} GPUs, so moerun computes on CUDA devices unless "
+                                         "told otherwise; {}",
+                                         Ctx.Plan.Gpu, E.what()));
+  }
+}
+
 } // namespace
+
+std::string moerun::computeBackendOf(const RunOptions &Opts, const moec::LaunchPlan &Plan) {
+  if (!Opts.Backend.empty())
+    return Opts.Backend;
+  return Plan.Gpu.empty() || Plan.Gpu == "cpu" ? "cpu" : "cuda";
+}
 
 int moerun::runSteps(RunContext &Ctx) {
   moert::setBlasThreads(1);
@@ -117,7 +135,7 @@ int moerun::runSteps(RunContext &Ctx) {
   std::string Error;
   Ctx.Dog.beat("building the model");
   try {
-    Compute = createBackend(Ctx.Opts.Backend);
+    Compute = createBackend(Ctx);
     Opts.Compute = Compute.get();
     T = std::make_unique<moert::Trainer>(Ctx.Plan, Ctx.World, Ctx.Groups, Opts);
   } catch (const std::exception &E) {

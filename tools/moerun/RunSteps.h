@@ -40,9 +40,14 @@ struct RunOptions {
   std::string InitFromHf;
   int64_t SaveInterval = 0;
   int Keep = 0;
-  /// "cpu" (the host backend) or "cuda" (kernels/cuda/CudaBackend.h).
-  std::string Backend = "cpu";
+  /// "cpu" (the host backend) or "cuda" (kernels/cuda/CudaBackend.h); empty:
+  /// the plan's (computeBackendOf).
+  std::string Backend;
 };
+
+/// What the run computes on: Opts.Backend where given, else the plan's GPU
+/// decides (the host for a plan made for `cpu`, CUDA devices otherwise).
+std::string computeBackendOf(const RunOptions &Opts, const moec::LaunchPlan &Plan);
 
 struct RunContext {
   const moec::LaunchPlan &Plan;

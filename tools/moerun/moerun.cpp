@@ -73,8 +73,9 @@ cl::opt<std::string> InitFromHf("init-from-hf",
                                 cl::value_desc("DIR"), cl::cat(MoerunCategory));
 cl::opt<std::string> Backend("backend",
                              cl::desc("Compute on the host (cpu) or on this node's CUDA devices (cuda: local rank r "
-                                      "on device r modulo the devices)"),
-                             cl::value_desc("cpu|cuda"), cl::init("cpu"), cl::cat(MoerunCategory));
+                                      "on device r modulo the devices); default: cuda for a plan made for a GPU, "
+                                      "cpu for one made for `cpu`"),
+                             cl::value_desc("cpu|cuda"), cl::cat(MoerunCategory));
 cl::opt<bool> DryRun("dry-run", cl::desc("Check the plan and exercise every group instead of training"),
                      cl::cat(MoerunCategory));
 
@@ -118,7 +119,7 @@ bool parseOptions(int Argc, char **Argv, RunOptions &Opts, std::string &Error) {
                         int64_t(Keep));
   else if (SaveDir.empty() && (SaveInterval.getNumOccurrences() || Keep.getNumOccurrences()))
     Error = "--save-interval and --keep need --save DIR";
-  else if (Backend != "cpu" && Backend != "cuda")
+  else if (Backend.getNumOccurrences() && Backend != "cpu" && Backend != "cuda")
     Error = fmt::format("--backend: expected cpu or cuda, got '{}'", std::string(Backend));
   Opts.PlanPath = PlanPath;
   Opts.Steps = Steps;

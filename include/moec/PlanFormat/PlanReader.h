@@ -182,6 +182,9 @@ struct LaunchPlan {
   std::string Recipe, RecipeHash, Source;
   int64_t WorldSize = 0, Nodes = 0;
 
+  /// The GPU the plan was made for (config.gpu.name): "cpu" for the host,
+  /// empty in a plan that does not say.
+  std::string Gpu;
   LaunchModel Model;
   LaunchParallel Parallel;
   int64_t MicroBatch = 0, GlobalBatch = 0, SeqLen = 0;

@@ -40,13 +40,14 @@ def fail(message, output=""):
     sys.exit(1)
 
 
-def plan(data=None, name="two"):
+def plan(data=None, name="two", gpu="cpu"):
     """A two-rank plan (pp = 2), written with moec plan; data: a dataset
-    prefix for data.source = real(...), else mock data."""
+    prefix for data.source = real(...), else mock data; gpu: the cluster's."""
     os.makedirs(WORK, exist_ok=True)
     moe = os.path.join(WORK, name + ".moe")
+    recipe = RECIPE if gpu == "cpu" else RECIPE.replace("gpu = cpu; nodes = 1", f"gpu = {gpu}; gpus = 2")
     with open(moe, "w") as f:
-        f.write(RECIPE if data is None else RECIPE.replace(
+        f.write(recipe if data is None else recipe.replace(
             "  parallel {", f'  data {{ source = real("{data}") }}\n  parallel {{'))
     path = os.path.join(WORK, name + ".toml")
     subprocess.run([MOEC, "plan", moe, "-o", path, "--quiet"], check=True)
@@ -181,6 +182,18 @@ elif CASE == "usage":
             fail("--backend cuda without a GPU is not refused with a reason", out)
         # and with the next step: another node, or the host backend.
         expect_in("or with --backend cpu" if "needs a CUDA device" in out else "or use --backend cpu", out)
+        # A plan made for a GPU computes on CUDA devices unless told otherwise:
+        # refused the same way, naming the plan's GPU; --backend cpu trains it
+        # on the host, and a dry run needs no device.
+        gpu_plan = plan(name="gpu", gpu="h100_sxm")
+        rc, out, _ = per_rank(2, [gpu_plan])
+        expect_every_rank_exits(2, 5, out)
+        expect_in("the plan is for h100_sxm GPUs, so moerun computes on CUDA devices unless told otherwise", out)
+        rc, out, _ = per_rank(2, [gpu_plan, "--dry-run"])
+        expect_every_rank_exits(2, 0, out)
+        rc, out, _ = per_rank(2, [gpu_plan, "--backend", "cpu"])
+        expect_every_rank_exits(2, 0, out)
+        expect_in("the cpu backend computes", out)
     # llvm::cl parses the options: a misspelt one is refused with a hint.
     rc, out, _ = per_rank(2, [good, "--stpes=2"])
     expect_every_rank_exits(2, 2, out)
