@@ -365,6 +365,17 @@ bool PlanParser::readConfig(const toml::table &Root) {
     return false;
   if (C->contains("vision_frozen") && !readBool(*C, "config", "vision_frozen", P.VisionFrozen))
     return false;
+  if (C->contains("cuda_graph")) {
+    const toml::array *Scopes = array(*C, "config", "cuda_graph");
+    if (!Scopes)
+      return false;
+    for (size_t I = 0; I < Scopes->size(); ++I) {
+      const toml::node &N = (*Scopes)[I];
+      if (!N.is_string())
+        return fail(index("config.cuda_graph", I), "expected a string");
+      P.CudaGraph.push_back(*N.value<std::string>());
+    }
+  }
   if (C->contains("gpu")) {
     const toml::table *G = table(*C, "config", "gpu");
     if (!G || !readString(*G, "config.gpu", "name", P.Gpu))

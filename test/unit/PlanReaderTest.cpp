@@ -305,6 +305,26 @@ TEST_F(Damaged, Routing) {
             "plan.toml: config.model.moe.pre_softmax: expected true or false");
 }
 
+TEST_F(Damaged, GpuAndCudaGraphScopes) {
+  // moerun computes on the host for a plan made for `cpu` and picks the
+  // CUDA-graph notes from the scopes the recipe asked for.
+  llvm::Expected<LaunchPlan> L = parsePlan(Good, "plan.toml");
+  ASSERT_TRUE(bool(L)) << llvm::toString(L.takeError());
+  EXPECT_EQ(L->Gpu, "cpu");
+  EXPECT_TRUE(L->CudaGraph.empty());
+  std::string Scoped = replaced(Good, "cuda_graph = []", "cuda_graph = [ 'attn', 'moe_router' ]");
+  L = parsePlan(Scoped, "plan.toml");
+  ASSERT_TRUE(bool(L)) << llvm::toString(L.takeError());
+  EXPECT_EQ(L->CudaGraph, (std::vector<std::string>{"attn", "moe_router"}));
+  EXPECT_EQ(errorOf(replaced(Good, "cuda_graph = []", "cuda_graph = [ 3 ]")),
+            "plan.toml: config.cuda_graph[0]: expected a string");
+  EXPECT_EQ(errorOf(replaced(Good, "name = 'cpu'", "name = 7")), "plan.toml: config.gpu.name: expected a string");
+  // Older plans that do not say keep working (and compute on the host).
+  L = parsePlan(replaced(Good, "cuda_graph = []", ""), "plan.toml");
+  ASSERT_TRUE(bool(L)) << llvm::toString(L.takeError());
+  EXPECT_TRUE(L->CudaGraph.empty());
+}
+
 TEST(PlanReader, VisionEncoderIsRead) {
   const char *Vl = R"(
 recipe vl {

@@ -28,6 +28,7 @@
 #include "kernels/host/Blas.h"
 #ifdef MOERUN_CUDA_BACKEND
 #include "kernels/cuda/CudaBackend.h"
+#include "kernels/cuda/CudaGraph.h"
 #endif
 #include "train/Trainer.h"
 
@@ -100,6 +101,37 @@ std::unique_ptr<moert::ComputeBackend> createCudaBackend() {
 #endif
 }
 
+/// What becomes of the CUDA-graph scopes the plan asks for: nothing is
+/// captured yet, and each note says why (the scope's own reason where its
+/// shapes change every step).
+std::vector<std::string> cudaGraphNotes(const moec::LaunchPlan &Plan, const std::string &Backend) {
+  if (Plan.CudaGraph.empty())
+    return {};
+  std::string Scopes;
+  for (const std::string &S : Plan.CudaGraph)
+    Scopes += (Scopes.empty() ? "" : ", ") + S;
+  if (Backend != "cuda")
+    return {
+        fmt::format("cuda_graph [{}]: the {} backend launches no CUDA kernels; nothing is captured", Scopes, Backend)};
+  std::vector<std::string> Notes;
+#ifdef MOERUN_CUDA_BACKEND
+  moert::cuda::GraphConditions When;
+  When.MoeModel = Plan.Model.MoE.has_value();
+  When.EpSize = Plan.Parallel.EP;
+  When.VariableLength = Plan.Data.VariableLength;
+  for (const std::string &S : Plan.CudaGraph) {
+    std::optional<moert::cuda::GraphScope> Scope = moert::cuda::parseGraphScope(S);
+    std::string Why = Scope ? moert::cuda::whyNotCapturable(*Scope, When) : "this runtime has no such scope";
+    Notes.push_back(Why.empty() ? fmt::format("cuda_graph '{}': its shapes are static, but it is not captured: the "
+                                              "CUDA backend copies activations through host memory between "
+                                              "operations, which a graph cannot replay",
+                                              S)
+                                : fmt::format("cuda_graph '{}': not captured: {}", S, Why));
+  }
+#endif
+  return Notes;
+}
+
 /// Null for the host backend (the trainer's default).
 std::unique_ptr<moert::ComputeBackend> createBackend(const RunContext &Ctx) {
   if (computeBackendOf(Ctx.Opts, Ctx.Plan) != "cuda")
@@ -154,6 +186,8 @@ int moerun::runSteps(RunContext &Ctx) {
   const bool Rank0 = Ctx.World.rank() == 0;
   if (Rank0) {
     for (const std::string &Note : T->notes())
+      std::printf("moerun: note: %s\n", Note.c_str());
+    for (const std::string &Note : cudaGraphNotes(Ctx.Plan, computeBackendOf(Ctx.Opts, Ctx.Plan)))
       std::printf("moerun: note: %s\n", Note.c_str());
     const moert::AdamWOptions &A = T->optimizerOptions();
     std::string Line = fmt::format("moerun: optimizer: AdamW{}, weight decay {:g} (not of norms and biases), betas "

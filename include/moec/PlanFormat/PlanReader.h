@@ -191,6 +191,9 @@ struct LaunchPlan {
   std::string Precision, Dispatcher;
   bool VisionFrozen = false; ///< the recipe's vision.frozen (optional: absent is false)
   LaunchRecompute Recompute;
+  /// The scopes the recipe asks CUDA graphs for (config.cuda_graph: "attn",
+  /// "moe_router", ...; optional, absent is none).
+  std::vector<std::string> CudaGraph;
   LaunchData Data;
   LaunchOptimizer Optimizer;
   LaunchPrediction Predicted;
