@@ -263,13 +263,15 @@ public:
       return;
     DeviceBuffer<bf16> X = Copies.bf16s(A.X, Rows * H);
     DeviceBuffer<bf16> G{size_t(Rows * F)}, U{size_t(Rows * F)}, Act{size_t(Rows * F)};
+    std::vector<Operand> Weights; // staged weights live until their group has run
+    GemmGroup GateUp;
     forEachExpert(A, [&](size_t E, int64_t Begin, int64_t M) {
-      Operand Gate = operand(A.Gate[E], H, F, F), Up = operand(A.Up[E], H, F, F);
-      cuda::gemm(Blas, false, false, M, F, H, 1.0f, X.data() + Begin * H, H, Gate.Data, Gate.Ld, 0.0f,
-                 G.data() + Begin * F, OutType::BF16, F);
-      cuda::gemm(Blas, false, false, M, F, H, 1.0f, X.data() + Begin * H, H, Up.Data, Up.Ld, 0.0f, U.data() + Begin * F,
-                 OutType::BF16, F);
+      const Operand &Gate = Weights.emplace_back(operand(A.Gate[E], H, F, F));
+      GateUp.add(false, false, M, F, H, X.data() + Begin * H, H, Gate.Data, Gate.Ld, 0.0f, G.data() + Begin * F, F);
+      const Operand &Up = Weights.emplace_back(operand(A.Up[E], H, F, F));
+      GateUp.add(false, false, M, F, H, X.data() + Begin * H, H, Up.Data, Up.Ld, 0.0f, U.data() + Begin * F, F);
     });
+    GateUp.run(Blas, GroupedMode::Auto, OutType::BF16);
     cuda::swiGluForward(Rows * F, G.data(), U.data(), Act.data(), Blas.stream());
     Copies.downloadTo(G, A.G);
     Copies.downloadTo(U, A.U);
@@ -277,11 +279,12 @@ public:
     if (!A.Y)
       return;
     DeviceBuffer<float> Y{size_t(Rows * H)};
+    GemmGroup Down;
     forEachExpert(A, [&](size_t E, int64_t Begin, int64_t M) {
-      Operand Down = operand(A.Down[E], F, H, H);
-      cuda::gemm(Blas, false, false, M, H, F, 1.0f, Act.data() + Begin * F, F, Down.Data, Down.Ld, 0.0f,
-                 Y.data() + Begin * H, OutType::F32, H);
+      const Operand &W = Weights.emplace_back(operand(A.Down[E], F, H, H));
+      Down.add(false, false, M, H, F, Act.data() + Begin * F, F, W.Data, W.Ld, 0.0f, Y.data() + Begin * H, H);
     });
+    Down.run(Blas, GroupedMode::Auto, OutType::F32);
     Copies.downloadTo(Y, A.Y);
   }
 
@@ -293,21 +296,32 @@ public:
     DeviceBuffer<bf16> U = Copies.bf16s(A.U, Rows * F), DY = Copies.bf16s(A.DY, Rows * H);
     DeviceBuffer<bf16> Act{size_t(Rows * F)}, DAct{size_t(Rows * F)}, DG{size_t(Rows * F)}, DU{size_t(Rows * F)};
     cuda::swiGluForward(Rows * F, G.data(), U.data(), Act.data(), Blas.stream()); // not read back from the host
+    std::vector<Operand> Weights; // staged weights live until their group has run
+    GemmGroup ThroughDown;
     forEachExpert(A, [&](size_t E, int64_t Begin, int64_t M) {
-      Operand Down = operand(A.Down[E], F, H, H);
-      cuda::gemm(Blas, false, true, M, F, H, 1.0f, DY.data() + Begin * H, H, Down.Data, Down.Ld, 0.0f,
-                 DAct.data() + Begin * F, OutType::BF16, F);
+      const Operand &Down = Weights.emplace_back(operand(A.Down[E], F, H, H));
+      ThroughDown.add(false, true, M, F, H, DY.data() + Begin * H, H, Down.Data, Down.Ld, 0.0f, DAct.data() + Begin * F,
+                      F);
+    });
+    ThroughDown.run(Blas, GroupedMode::Auto, OutType::BF16);
+    forEachExpert(A, [&](size_t E, int64_t Begin, int64_t M) {
       productInto(true, false, F, H, M, 1.0f, onDevice(Act.data() + Begin * F, F), onDevice(DY.data() + Begin * H, H),
                   1.0f, A.DDown[E], H);
     });
     cuda::swiGluBackward(Rows * F, G.data(), U.data(), DAct.data(), DG.data(), DU.data(), Blas.stream());
+    // DX = DG Gate^T, then += DU Up^T: two groups, as both write DX's rows.
     DeviceBuffer<float> DX{size_t(Rows * H)};
+    GemmGroup ThroughGate, ThroughUp;
     forEachExpert(A, [&](size_t E, int64_t Begin, int64_t M) {
-      Operand Gate = operand(A.Gate[E], H, F, F), Up = operand(A.Up[E], H, F, F);
-      cuda::gemm(Blas, false, true, M, H, F, 1.0f, DG.data() + Begin * F, F, Gate.Data, Gate.Ld, 0.0f,
-                 DX.data() + Begin * H, OutType::F32, H);
-      cuda::gemm(Blas, false, true, M, H, F, 1.0f, DU.data() + Begin * F, F, Up.Data, Up.Ld, 1.0f,
-                 DX.data() + Begin * H, OutType::F32, H);
+      const Operand &Gate = Weights.emplace_back(operand(A.Gate[E], H, F, F));
+      ThroughGate.add(false, true, M, H, F, DG.data() + Begin * F, F, Gate.Data, Gate.Ld, 0.0f, DX.data() + Begin * H,
+                      H);
+      const Operand &Up = Weights.emplace_back(operand(A.Up[E], H, F, F));
+      ThroughUp.add(false, true, M, H, F, DU.data() + Begin * F, F, Up.Data, Up.Ld, 1.0f, DX.data() + Begin * H, H);
+    });
+    ThroughGate.run(Blas, GroupedMode::Auto, OutType::F32);
+    ThroughUp.run(Blas, GroupedMode::Auto, OutType::F32);
+    forEachExpert(A, [&](size_t E, int64_t Begin, int64_t M) {
       Operand XRows = onDevice(X.data() + Begin * H, H);
       productInto(true, false, H, F, M, 1.0f, XRows, onDevice(DG.data() + Begin * F, F), 1.0f, A.DGate[E], F);
       productInto(true, false, H, F, M, 1.0f, XRows, onDevice(DU.data() + Begin * F, F), 1.0f, A.DUp[E], F);

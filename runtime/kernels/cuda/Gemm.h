@@ -63,7 +63,7 @@ public:
   bool batchedUnsupported() const { return BatchedFellBack; }
 
 private:
-  friend struct GroupedCall;
+  friend class GemmGroup;
   /// A side stream with its own cuBLAS handle (and so its own workspace).
   struct Side {
     cudaStream_t Stream = nullptr;
@@ -94,6 +94,29 @@ inline void gemm(BlasHandle &H, bool TransA, bool TransB, int64_t M, int64_t N, 
                  const bf16 *B, float Beta, void *C, OutType CType) {
   gemm(H, TransA, TransB, M, N, K, Alpha, A, TransA ? M : K, B, TransB ? K : N, Beta, C, CType, N);
 }
+
+/// Independent products run as one grouped call: C_i = op(A_i) op(B_i) +
+/// Beta_i C_i, row-major with explicit leading dimensions, the outputs of
+/// one type and disjoint (the problems may run at once). GroupedMode says
+/// how (the file comment); groupedGemm and groupedWeightGradGemm below are
+/// built on it, and the CUDA backend groups its experts' products with it.
+class GemmGroup {
+public:
+  void add(bool TransA, bool TransB, int64_t M, int64_t N, int64_t K, const bf16 *A, int64_t LdA, const bf16 *B,
+           int64_t LdB, float Beta, void *C, int64_t LdC);
+  void run(BlasHandle &H, GroupedMode Mode, OutType CType);
+  size_t size() const { return M.size(); }
+
+private:
+  void runOne(cublasHandle_t Handle, size_t I, OutType CType);
+
+  // Per problem, in cuBLAS's (column-major) terms.
+  std::vector<cublasOperation_t> OpA, OpB;
+  std::vector<int> M, N, K, LdA, LdB, LdC, GroupSize;
+  std::vector<float> Alpha, Beta;
+  std::vector<const void *> A, B;
+  std::vector<void *> C;
+};
 
 /// Expert forward / data gradient: for each group g, the Rows[g] rows of X
 /// starting after the previous groups' rows, Y_g = X_g op(W_g) + Beta Y_g.
