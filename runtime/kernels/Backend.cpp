@@ -3,43 +3,25 @@
 
 #include "kernels/host/Blas.h"
 
-#include <numeric>
-
 namespace moert {
 
 ComputeBackend::~ComputeBackend() = default;
 
-namespace {
-
-/// Calls Body(Group, FirstRow, Rows) for every group of A with rows.
-template <typename Fn> void forEachGroup(const MlpArgs &A, Fn Body) {
-  int64_t Begin = 0;
-  for (size_t E = 0; E < A.Counts.size(); ++E) {
-    if (int64_t M = A.Counts[E])
-      Body(E, Begin, M);
-    Begin += A.Counts[E];
-  }
-}
-
-int64_t rowsOf(const MlpArgs &A) { return std::accumulate(A.Counts.begin(), A.Counts.end(), int64_t(0)); }
-
-} // namespace
-
 void ComputeBackend::mlpForward(const MlpArgs &A) {
-  const int64_t Rows = rowsOf(A), H = A.Hidden, F = A.Ffn;
-  forEachGroup(A, [&](size_t E, int64_t Begin, int64_t M) {
+  const int64_t Rows = A.rows(), H = A.Hidden, F = A.Ffn;
+  A.forEachGroup([&](size_t E, int64_t Begin, int64_t M) {
     gemmOn(*this, {false, false, M, F, H, 1.0f, A.X + Begin * H, H, A.Gate[E], F, 0.0f, A.G + Begin * F, F});
     gemmOn(*this, {false, false, M, F, H, 1.0f, A.X + Begin * H, H, A.Up[E], F, 0.0f, A.U + Begin * F, F});
   });
   swiGluForward(Rows * F, A.G, A.U, A.Act);
   if (A.Y)
-    forEachGroup(A, [&](size_t E, int64_t Begin, int64_t M) {
+    A.forEachGroup([&](size_t E, int64_t Begin, int64_t M) {
       gemmOn(*this, {false, false, M, H, F, 1.0f, A.Act + Begin * F, F, A.Down[E], H, 0.0f, A.Y + Begin * H, H});
     });
 }
 
 void ComputeBackend::mlpBackward(const MlpArgs &A) {
-  const int64_t Rows = rowsOf(A), H = A.Hidden, F = A.Ffn;
+  const int64_t Rows = A.rows(), H = A.Hidden, F = A.Ffn;
   std::vector<float> Recomputed;
   const float *Act = A.Act;
   if (!Act) {
@@ -49,13 +31,13 @@ void ComputeBackend::mlpBackward(const MlpArgs &A) {
   }
   // Down: DAct = DY Down^T, DDown += Act^T DY.
   std::vector<float> DAct(size_t(Rows * F)), DG(DAct.size()), DU(DAct.size());
-  forEachGroup(A, [&](size_t E, int64_t Begin, int64_t M) {
+  A.forEachGroup([&](size_t E, int64_t Begin, int64_t M) {
     gemmOn(*this, {false, true, M, F, H, 1.0f, A.DY + Begin * H, H, A.Down[E], H, 0.0f, DAct.data() + Begin * F, F});
     gemmOn(*this, {true, false, F, H, M, 1.0f, Act + Begin * F, F, A.DY + Begin * H, H, 1.0f, A.DDown[E], H});
   });
   swiGluBackward(Rows * F, A.G, A.U, DAct.data(), DG.data(), DU.data());
   // Gate and up: DX = DG Gate^T + DU Up^T, DGate += X^T DG, DUp += X^T DU.
-  forEachGroup(A, [&](size_t E, int64_t Begin, int64_t M) {
+  A.forEachGroup([&](size_t E, int64_t Begin, int64_t M) {
     gemmOn(*this, {false, true, M, H, F, 1.0f, DG.data() + Begin * F, F, A.Gate[E], F, 0.0f, A.DX + Begin * H, H});
     gemmOn(*this, {false, true, M, H, F, 1.0f, DU.data() + Begin * F, F, A.Up[E], F, 1.0f, A.DX + Begin * H, H});
     gemmOn(*this, {true, false, H, F, M, 1.0f, A.X + Begin * H, H, DG.data() + Begin * F, F, 1.0f, A.DGate[E], F});

@@ -128,6 +128,22 @@ struct MlpArgs {
   const float *DY = nullptr;
   float *DX = nullptr;
   std::vector<float *> DGate, DUp, DDown;
+
+  int64_t rows() const {
+    int64_t Rows = 0;
+    for (int64_t C : Counts)
+      Rows += C;
+    return Rows;
+  }
+  /// Body(group, first row, rows) for every group that has rows.
+  template <typename Fn> void forEachGroup(Fn Body) const {
+    int64_t Begin = 0;
+    for (size_t E = 0; E < Counts.size(); ++E) {
+      if (Counts[E] > 0)
+        Body(E, Begin, Counts[E]);
+      Begin += Counts[E];
+    }
+  }
 };
 
 class ComputeBackend {

@@ -11,7 +11,6 @@
 #include <cmath>
 #include <cstdlib>
 #include <map>
-#include <numeric>
 #include <stdexcept>
 #include <string>
 
@@ -258,14 +257,14 @@ public:
   }
 
   void mlpForward(const MlpArgs &A) override {
-    const int64_t Rows = std::accumulate(A.Counts.begin(), A.Counts.end(), int64_t(0)), H = A.Hidden, F = A.Ffn;
+    const int64_t Rows = A.rows(), H = A.Hidden, F = A.Ffn;
     if (Rows == 0)
       return;
     DeviceBuffer<bf16> X = Copies.bf16s(A.X, Rows * H);
     DeviceBuffer<bf16> G{size_t(Rows * F)}, U{size_t(Rows * F)}, Act{size_t(Rows * F)};
     std::vector<Operand> Weights; // staged weights live until their group has run
     GemmGroup GateUp;
-    forEachExpert(A, [&](size_t E, int64_t Begin, int64_t M) {
+    A.forEachGroup([&](size_t E, int64_t Begin, int64_t M) {
       const Operand &Gate = Weights.emplace_back(operand(A.Gate[E], H, F, F));
       GateUp.add(false, false, M, F, H, X.data() + Begin * H, H, Gate.Data, Gate.Ld, 0.0f, G.data() + Begin * F, F);
       const Operand &Up = Weights.emplace_back(operand(A.Up[E], H, F, F));
@@ -280,7 +279,7 @@ public:
       return;
     DeviceBuffer<float> Y{size_t(Rows * H)};
     GemmGroup Down;
-    forEachExpert(A, [&](size_t E, int64_t Begin, int64_t M) {
+    A.forEachGroup([&](size_t E, int64_t Begin, int64_t M) {
       const Operand &W = Weights.emplace_back(operand(A.Down[E], F, H, H));
       Down.add(false, false, M, H, F, Act.data() + Begin * F, F, W.Data, W.Ld, 0.0f, Y.data() + Begin * H, H);
     });
@@ -289,7 +288,7 @@ public:
   }
 
   void mlpBackward(const MlpArgs &A) override {
-    const int64_t Rows = std::accumulate(A.Counts.begin(), A.Counts.end(), int64_t(0)), H = A.Hidden, F = A.Ffn;
+    const int64_t Rows = A.rows(), H = A.Hidden, F = A.Ffn;
     if (Rows == 0)
       return;
     DeviceBuffer<bf16> X = Copies.bf16s(A.X, Rows * H), G = Copies.bf16s(A.G, Rows * F);
@@ -298,13 +297,13 @@ public:
     cuda::swiGluForward(Rows * F, G.data(), U.data(), Act.data(), Blas.stream()); // not read back from the host
     std::vector<Operand> Weights; // staged weights live until their group has run
     GemmGroup ThroughDown;
-    forEachExpert(A, [&](size_t E, int64_t Begin, int64_t M) {
+    A.forEachGroup([&](size_t E, int64_t Begin, int64_t M) {
       const Operand &Down = Weights.emplace_back(operand(A.Down[E], F, H, H));
       ThroughDown.add(false, true, M, F, H, DY.data() + Begin * H, H, Down.Data, Down.Ld, 0.0f, DAct.data() + Begin * F,
                       F);
     });
     ThroughDown.run(Blas, GroupedMode::Auto, OutType::BF16);
-    forEachExpert(A, [&](size_t E, int64_t Begin, int64_t M) {
+    A.forEachGroup([&](size_t E, int64_t Begin, int64_t M) {
       productInto(true, false, F, H, M, 1.0f, onDevice(Act.data() + Begin * F, F), onDevice(DY.data() + Begin * H, H),
                   1.0f, A.DDown[E], H);
     });
@@ -312,7 +311,7 @@ public:
     // DX = DG Gate^T, then += DU Up^T: two groups, as both write DX's rows.
     DeviceBuffer<float> DX{size_t(Rows * H)};
     GemmGroup ThroughGate, ThroughUp;
-    forEachExpert(A, [&](size_t E, int64_t Begin, int64_t M) {
+    A.forEachGroup([&](size_t E, int64_t Begin, int64_t M) {
       const Operand &Gate = Weights.emplace_back(operand(A.Gate[E], H, F, F));
       ThroughGate.add(false, true, M, H, F, DG.data() + Begin * F, F, Gate.Data, Gate.Ld, 0.0f, DX.data() + Begin * H,
                       H);
@@ -321,7 +320,7 @@ public:
     });
     ThroughGate.run(Blas, GroupedMode::Auto, OutType::F32);
     ThroughUp.run(Blas, GroupedMode::Auto, OutType::F32);
-    forEachExpert(A, [&](size_t E, int64_t Begin, int64_t M) {
+    A.forEachGroup([&](size_t E, int64_t Begin, int64_t M) {
       Operand XRows = onDevice(X.data() + Begin * H, H);
       productInto(true, false, H, F, M, 1.0f, XRows, onDevice(DG.data() + Begin * F, F), 1.0f, A.DGate[E], F);
       productInto(true, false, H, F, M, 1.0f, XRows, onDevice(DU.data() + Begin * F, F), 1.0f, A.DUp[E], F);
@@ -434,16 +433,6 @@ private:
     O.Data = O.Staged.data();
     O.Ld = Cols;
     return O;
-  }
-
-  /// Body(expert, first row, rows) for each expert with rows.
-  template <typename Fn> static void forEachExpert(const MlpArgs &A, Fn Body) {
-    int64_t Begin = 0;
-    for (size_t E = 0; E < A.Counts.size(); ++E) {
-      if (A.Counts[E] > 0)
-        Body(E, Begin, A.Counts[E]);
-      Begin += A.Counts[E];
-    }
   }
 
   /// C = Alpha op(A) op(B) + Beta C for a host C (leading dimension LdC) and
