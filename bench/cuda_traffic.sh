@@ -8,6 +8,7 @@
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 build="${MOEC_BUILD_DIR:-$here/../build}"
-MOEC_TARGETS="moec moert-train-driver-emu" "$here/../scripts/build.sh"
+MOEC_TARGETS="moec moert-train-driver-emu moert-host-staging-bench" "$here/../scripts/build.sh"
 exec python3 "$here/cuda_traffic.py" --moec "$build/tools/moec/moec" \
-  --driver "$build/test/runtime/cuda/moert-train-driver-emu" "$@"
+  --driver "$build/test/runtime/cuda/moert-train-driver-emu" \
+  --staging-bench "$build/bench/cuda/moert-host-staging-bench" "$@"

@@ -58,44 +58,68 @@ bool attentionKernelTakes(const AttentionBlockArgs &A) {
 }
 
 /// Every copy between host and device goes through here, so that the
-/// backend can say what it moved (BackendTraffic).
+/// backend can say what it moved (BackendTraffic). Activations cross in fp32
+/// and are rounded to bf16 (or widened back) on the device: twice the bytes
+/// of a bf16 copy, but no conversion pass on the host, which costs about 1
+/// ns an element on one core (2 ns back) where a PCIe link moves the four
+/// bytes in a fraction of that; fp32 arrays go straight between the caller's
+/// memory and the device.
 class Stager {
 public:
+  explicit Stager(cudaStream_t Stream) : Stream(Stream) {}
+
   template <typename T> DeviceBuffer<T> upload(const std::vector<T> &Host) {
     DeviceBuffer<T> Buffer;
     Buffer.upload(Host);
     Moved.HostToDeviceBytes += int64_t(Buffer.bytes());
     return Buffer;
   }
-  DeviceBuffer<bf16> bf16s(const float *Data, int64_t Count) { return upload(toBf16(Data, size_t(Count))); }
   DeviceBuffer<float> floats(const float *Data, int64_t Count) {
-    return upload(std::vector<float>(Data, Data + Count));
+    DeviceBuffer<float> Buffer{size_t(Count)};
+    if (Count)
+      MOERT_CUDA_CHECK(cudaMemcpy(Buffer.data(), Data, Buffer.bytes(), cudaMemcpyHostToDevice));
+    Moved.HostToDeviceBytes += int64_t(Buffer.bytes());
+    return Buffer;
+  }
+  DeviceBuffer<bf16> bf16s(const float *Data, int64_t Count) {
+    DeviceBuffer<float> Wide = floats(Data, Count);
+    DeviceBuffer<bf16> Narrow{size_t(Count)};
+    castToBf16(Count, Wide.data(), Narrow.data(), Stream);
+    return Narrow;
   }
   /// Rows x Cols of a row-major host matrix with leading dimension Ld,
   /// packed densely in bf16.
   DeviceBuffer<bf16> matrix(const float *Data, int64_t Rows, int64_t Cols, int64_t Ld) {
-    std::vector<bf16> Packed(size_t(Rows * Cols));
+    if (Ld == Cols || Rows == 1)
+      return bf16s(Data, Rows * Cols);
+    std::vector<float> Packed(size_t(Rows * Cols));
     for (int64_t R = 0; R < Rows; ++R)
-      for (int64_t C = 0; C < Cols; ++C)
-        Packed[size_t(R * Cols + C)] = __float2bfloat16_rn(Data[R * Ld + C]);
-    return upload(Packed);
+      std::copy(Data + R * Ld, Data + R * Ld + Cols, Packed.begin() + R * Cols);
+    return bf16s(Packed.data(), Rows * Cols);
   }
   template <typename T> std::vector<T> download(const DeviceBuffer<T> &Buffer) {
     Moved.DeviceToHostBytes += int64_t(Buffer.bytes());
     return Buffer.download();
   }
   void downloadTo(const DeviceBuffer<bf16> &Buffer, float *Out) {
-    std::vector<bf16> Host = download(Buffer);
-    for (size_t I = 0; I < Host.size(); ++I)
-      Out[I] = __bfloat162float(Host[I]);
+    DeviceBuffer<float> Wide{Buffer.size()};
+    castToF32(int64_t(Buffer.size()), Buffer.data(), Wide.data(), Stream);
+    downloadTo(Wide, Out);
   }
   void downloadTo(const DeviceBuffer<float> &Buffer, float *Out) {
-    std::vector<float> Host = download(Buffer);
-    std::copy(Host.begin(), Host.end(), Out);
+    if (Buffer.size())
+      MOERT_CUDA_CHECK(cudaMemcpy(Out, Buffer.data(), Buffer.bytes(), cudaMemcpyDeviceToHost));
+    Moved.DeviceToHostBytes += int64_t(Buffer.bytes());
   }
-
   BackendTraffic Moved;
+
+private:
+  cudaStream_t Stream;
 };
+
+DeviceBuffer<bf16> packed(Stager &Copies, const std::vector<float> &Span) {
+  return Copies.bf16s(Span.data(), int64_t(Span.size()));
+}
 
 /// The device copies of one attention block: its spans packed, positions
 /// counted from the spans' first.
@@ -112,9 +136,9 @@ struct DeviceBlock {
     Shape.KvHeads = A.KvHeads;
     Shape.HeadDim = A.HeadDim;
     Shape.Scale = A.Scale;
-    Q = Copies.upload(toBf16(packSpan(A.Q, A.Batch, A.LocalTokens, A.QBegin, A.QLen, A.QHeads * A.HeadDim)));
-    K = Copies.upload(toBf16(packSpan(A.K, A.Batch, A.LocalTokens, A.KBegin, A.KLen, A.KvHeads * A.HeadDim)));
-    V = Copies.upload(toBf16(packSpan(A.V, A.Batch, A.LocalTokens, A.KBegin, A.KLen, A.KvHeads * A.HeadDim)));
+    Q = packed(Copies, packSpan(A.Q, A.Batch, A.LocalTokens, A.QBegin, A.QLen, A.QHeads * A.HeadDim));
+    K = packed(Copies, packSpan(A.K, A.Batch, A.LocalTokens, A.KBegin, A.KLen, A.KvHeads * A.HeadDim));
+    V = packed(Copies, packSpan(A.V, A.Batch, A.LocalTokens, A.KBegin, A.KLen, A.KvHeads * A.HeadDim));
     QPos = Copies.upload(positions(A.QPos, A.QLen));
     KPos = Copies.upload(positions(A.KPos, A.KLen));
   }
@@ -241,7 +265,7 @@ public:
       return false;
     DeviceBlock Block(A, Copies);
     int64_t QWidth = A.QHeads * A.HeadDim, KWidth = A.KvHeads * A.HeadDim;
-    DeviceBuffer<bf16> DOut = Copies.upload(toBf16(packSpan(A.DOut, A.Batch, A.LocalTokens, A.QBegin, A.QLen, QWidth)));
+    DeviceBuffer<bf16> DOut = packed(Copies, packSpan(A.DOut, A.Batch, A.LocalTokens, A.QBegin, A.QLen, QWidth));
     DeviceBuffer<float> Lse = Copies.upload(packStat(A.FinalLse, A));
     DeviceBuffer<float> Delta = Copies.upload(packStat(A.Delta, A));
     DeviceBuffer<float> DQ = Copies.upload(packSpan(A.DQ, A.Batch, A.LocalTokens, A.QBegin, A.QLen, QWidth));
@@ -446,14 +470,23 @@ private:
       return;
     }
     flushOverlapping(C, Extent);
+    const bool Dense = LdC == N || M == 1;
     DeviceBuffer<float> Staged{size_t(M * N)};
     if (Beta != 0.0f) {
-      std::vector<float> Packed(size_t(M * N));
-      for (int64_t R = 0; R < M; ++R)
-        std::copy(C + R * LdC, C + R * LdC + N, Packed.begin() + R * N);
-      Staged = Copies.upload(Packed);
+      if (Dense) {
+        Staged = Copies.floats(C, M * N);
+      } else {
+        std::vector<float> Packed(size_t(M * N));
+        for (int64_t R = 0; R < M; ++R)
+          std::copy(C + R * LdC, C + R * LdC + N, Packed.begin() + R * N);
+        Staged = Copies.upload(Packed);
+      }
     }
     cuda::gemm(Blas, TransA, TransB, M, N, K, Alpha, A.Data, A.Ld, B.Data, B.Ld, Beta, Staged.data(), OutType::F32, N);
+    if (Dense) {
+      Copies.downloadTo(Staged, C);
+      return;
+    }
     std::vector<float> Host = Copies.download(Staged);
     for (int64_t R = 0; R < M; ++R)
       std::copy(Host.begin() + R * N, Host.begin() + (R + 1) * N, C + R * LdC);
@@ -523,7 +556,7 @@ private:
   }
 
   BlasHandle Blas;
-  Stager Copies;
+  Stager Copies{Blas.stream()};
   std::map<const float *, HeldCopy> Held;
   /// The arrays each holdArrays() in force added, innermost last.
   std::vector<std::vector<const float *>> Levels;

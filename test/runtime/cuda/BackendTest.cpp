@@ -36,6 +36,10 @@ std::vector<float> randomF32(size_t N, uint64_t Seed) {
 
 std::unique_ptr<ComputeBackend> cudaBackend() { return cuda::createCudaBackend(0); }
 
+/// Bytes an element crosses as: fp32, rounded to bf16 (or widened back) on
+/// the device.
+constexpr int64_t Crossing = sizeof(float);
+
 TEST(CudaBackend, GemmMatchesTheHostOnStridedTransposedOperands) {
   auto Cuda = cudaBackend();
   const int64_t M = 5, N = 7, K = 9, Pad = 3;
@@ -98,7 +102,7 @@ TEST(CudaBackend, HeldArraysMoveOnceAndAreReadInPlace) {
     return C;
   };
   auto Uploaded = [&] { return Cuda->traffic().HostToDeviceBytes; };
-  const int64_t XBytes = M * K * 2, WBytes = K * N * 2;
+  const int64_t XBytes = M * K * Crossing, WBytes = K * N * Crossing;
 
   int64_t Before = Uploaded();
   Product(N, 0);
@@ -147,7 +151,7 @@ TEST(CudaBackend, HeldAccumulatorsSumOnTheDeviceUntilReleased) {
       V += 0.25f;
     Cuda->gemm(G);
     BackendTraffic During = Cuda->traffic();
-    EXPECT_EQ(During.HostToDeviceBytes - Before.HostToDeviceBytes, 2 * (M * K + M * N) * 2) << "operands only";
+    EXPECT_EQ(During.HostToDeviceBytes - Before.HostToDeviceBytes, 2 * (M * K + M * N) * Crossing) << "operands only";
     EXPECT_EQ(During.DeviceToHostBytes, Before.DeviceToHostBytes) << "the sum stays on the device";
   }
   EXPECT_TRUE(near(Grad, Want, F32Tol, "released sum"));
@@ -214,7 +218,7 @@ TEST(CudaBackend, HoldsNestAndEndInnermostFirst) {
         G.C = InnerSum.data();
         Cuda->gemm(G);
         Cuda->gemm(G);
-        EXPECT_EQ(Uploaded() - Up, M * K * 2) << "X once, W from the outer hold";
+        EXPECT_EQ(Uploaded() - Up, M * K * Crossing) << "X once, W from the outer hold";
         EXPECT_EQ(Downloaded(), Down) << "nothing comes back inside the inner hold";
       }
       EXPECT_EQ(Downloaded() - Down, M * N * 4) << "the inner sum, at the inner release";
@@ -222,7 +226,7 @@ TEST(CudaBackend, HoldsNestAndEndInnermostFirst) {
       int64_t Up2 = Uploaded();
       G.C = OuterSum.data();
       Cuda->gemm(G);
-      EXPECT_EQ(Uploaded() - Up2, M * K * 2) << "W still held after the inner release";
+      EXPECT_EQ(Uploaded() - Up2, M * K * Crossing) << "W still held after the inner release";
     }
   }
   std::vector<float> Thrice = Want, Four = Want;
@@ -235,7 +239,7 @@ TEST(CudaBackend, HoldsNestAndEndInnermostFirst) {
   int64_t Up = Uploaded();
   G.C = InnerSum.data();
   Cuda->gemm(G);
-  EXPECT_EQ(Uploaded() - Up, (M * K + K * N) * 2 + M * N * 4) << "released: staged again";
+  EXPECT_EQ(Uploaded() - Up, (M * K + K * N + M * N) * Crossing) << "released: staged again";
 }
 
 // The fused loss head gives what the host's vocabulary-parallel cross
@@ -414,7 +418,7 @@ TEST(CudaBackend, MlpsMatchTheHostsProductsAndSwiGlu) {
     Cuda->mlpForward(A);
     EXPECT_EQ(AgainG, GotG) << What;
     EXPECT_EQ(AgainAct, GotAct) << What;
-    EXPECT_EQ(Cuda->traffic().DeviceToHostBytes - Before, int64_t(3 * Rows * F * sizeof(uint16_t))) << What;
+    EXPECT_EQ(Cuda->traffic().DeviceToHostBytes - Before, 3 * Rows * F * Crossing) << What;
   }
 }
 
