@@ -40,13 +40,14 @@ tests = json.loads(sys.argv[1])["tests"]
 print(" ".join(sorted({a for t in tests for a in t["command"] if a.startswith(sys.argv[2])})))' \
   "$tests_json" "$build")"
 cmake --build "$build" --target $(for p in $paths; do basename "$p"; done) moert-cuda-bench \
-  moerun moec -- -j"$(nproc)"
+  moert-host-staging-bench moerun moec -- -j"$(nproc)"
 
 rm -rf "$bundle.tmp"
 mkdir -p "$bundle.tmp/bin" "$bundle.tmp/lib"
 # shellcheck disable=SC2086 # a list of paths without spaces (the build tree's)
 cp $paths "$bundle.tmp/bin/"
-cp "$build/bench/cuda/moert-cuda-bench" "$build/tools/moerun/moerun" "$bundle.tmp/bin/"
+cp "$build/bench/cuda/moert-cuda-bench" "$build/bench/cuda/moert-host-staging-bench" "$build/tools/moerun/moerun" \
+  "$bundle.tmp/bin/"
 # moerun's plans, made here (moec does not travel).
 "$build/tools/moec/moec" plan --quiet "$root/bench/cuda/step_h200.moe" -o "$bundle.tmp/step_h200.toml" 2>/dev/null
 "$build/tools/moec/moec" plan --quiet "$root/examples/runtime/tiny_moe_cpu.moe" -o "$bundle.tmp/tiny_moe.toml" \

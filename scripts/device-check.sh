@@ -93,6 +93,9 @@ while IFS=$'\t' read -r -u 3 name limit env launcher program; do
 done 3<"$unpacked/tests.tsv"
 
 step bench 120 moert-cuda-bench --out "$out/cuda-benchmarks.md"
+# Moving activations to the device and back: rounded there (what the CUDA
+# backend does) against rounded on the host.
+step host-staging 60 bash -c 'moert-host-staging-bench | tee "$OUT/host-staging.txt"'
 
 # moerun trains the bundled example (pp 2 x ep 2, 4 ranks on the one GPU) on
 # the CUDA backend, then on the host backend: the step lines of both are in

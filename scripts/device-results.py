@@ -7,7 +7,8 @@
 DIR's cuda-benchmarks.md replaces the "CUDA kernels" section (between the
 cuda-bench markers), the table made from its step-h200.jsonl (moerun's step
 log of bench/cuda/step_h200.moe) the "One GPU training step" section
-(gpu-step markers) and its device-report.md the "GPU tests on a device"
+(gpu-step markers), with host-staging.txt (moert-host-staging-bench) after
+it, and its device-report.md the "GPU tests on a device"
 section (device-check markers); a section is added at the end of the page
 the first time.
 """
@@ -71,7 +72,14 @@ def main():
     device = bench.read_text().splitlines()[0].removeprefix("### CUDA kernels on ").strip()
     step = args.dir / "step-h200.jsonl" if args.dir else None
     if step is not None and step.is_file():
-        text = replace_block(text, "gpu-step", "## One GPU training step\n\n" + step_table(step, device))
+        body = "## One GPU training step\n\n" + step_table(step, device)
+        staging = args.dir / "host-staging.txt"
+        if staging.is_file():
+            body += ("\nMoving an activation's elements between host and device on the same machine "
+                     "(`moert-host-staging-bench`, pageable host memory): what the backend does (fp32 over the "
+                     "link, rounded or widened by the device) against rounding on the host and moving bf16.\n\n"
+                     + "".join(f"- {line}\n" for line in staging.read_text().splitlines() if line.strip()))
+        text = replace_block(text, "gpu-step", body)
     if report is not None:
         if not report.is_file():
             sys.exit(f"device-results: no {report}")
