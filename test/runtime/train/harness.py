@@ -65,8 +65,11 @@ def records(path):
 
 
 def loss_texts(path):
-    """Step -> the training loss exactly as logged (shortest round-trip decimal)."""
+    """Step -> the training loss exactly as logged (shortest round-trip decimal);
+    empty when the run wrote no log (the caller's check then prints its output)."""
     out = {}
+    if not os.path.exists(path):
+        return out
     with open(path) as f:
         for line in f:
             out[json.loads(line)["step"]] = line.split('"loss":', 1)[1].split(",", 1)[0].strip()
