@@ -141,9 +141,9 @@ std::unique_ptr<moert::ComputeBackend> createBackend(const RunContext &Ctx) {
   } catch (const std::exception &E) {
     if (!Ctx.Opts.Backend.empty())
       throw;
-    throw std::runtime_error(fmt::format("the plan is for {} GPUs, so moerun computes on CUDA devices unless "
-                                         "told otherwise; {}",
-                                         Ctx.Plan.Gpu, E.what()));
+    throw std::runtime_error(fmt::format("the plan '{}' is for {} GPUs, so moerun computes on CUDA devices "
+                                         "unless told otherwise; {}",
+                                         Ctx.Opts.PlanPath, Ctx.Plan.Gpu, E.what()));
   }
 }
 

@@ -188,7 +188,8 @@ elif CASE == "usage":
         gpu_plan = plan(name="gpu", gpu="h100_sxm")
         rc, out, _ = per_rank(2, [gpu_plan])
         expect_every_rank_exits(2, 5, out)
-        expect_in("the plan is for h100_sxm GPUs, so moerun computes on CUDA devices unless told otherwise", out)
+        expect_in(f"the plan '{gpu_plan}' is for h100_sxm GPUs, so moerun computes on CUDA devices unless told "
+                  "otherwise", out)
         rc, out, _ = per_rank(2, [gpu_plan, "--dry-run"])
         expect_every_rank_exits(2, 0, out)
         rc, out, _ = per_rank(2, [gpu_plan, "--backend", "cpu"])
