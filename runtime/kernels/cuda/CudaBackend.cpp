@@ -60,9 +60,9 @@ bool attentionKernelTakes(const AttentionBlockArgs &A) {
 /// Every copy between host and device goes through here, so that the
 /// backend can say what it moved (BackendTraffic). Activations cross in fp32
 /// and are rounded to bf16 (or widened back) on the device: twice the bytes
-/// of a bf16 copy, but no conversion pass on the host, which costs about 1
-/// ns an element on one core (2 ns back) where a PCIe link moves the four
-/// bytes in a fraction of that; fp32 arrays go straight between the caller's
+/// of a bf16 copy, but no conversion pass on the host, which costs about 2
+/// ns an element each way on one core, more than three fp32 copies of it
+/// (moert-host-staging-bench); fp32 arrays go straight between the caller's
 /// memory and the device.
 class Stager {
 public:
