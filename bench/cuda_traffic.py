@@ -33,14 +33,21 @@ BEGIN, END = "<!-- BEGIN cuda_traffic -->", "<!-- END cuda_traffic -->"
 SEQ_LEN, MICRO, GLOBAL = 32, 1, 8
 # name: (model definition, model, ranks, parallel settings)
 BIG_VOCAB = "model tiny_bigvocab extends tiny_moe { vocab = 16384 }\n"
+# Heads of 32 columns: attention runs on the backend's kernels (tiny_moe's 16
+# run its host code, whose score products cross as products).
+HEADS_32 = "model tiny_hd32 extends tiny_moe { head_dim = 32 }\n"
 CASES = [
     ("tiny_moe, 1 rank", "", "tiny_moe", 1, "tp = 1"),
+    ("tiny_moe with heads of 32, 1 rank", HEADS_32, "tiny_hd32", 1, "tp = 1"),
     ("tiny_moe with a 16384-token vocabulary, 1 rank", BIG_VOCAB, "tiny_bigvocab", 1, "tp = 1"),
     ("tiny_moe with a 16384-token vocabulary, tp 2", BIG_VOCAB, "tiny_bigvocab", 2, "tp = 2"),
     ("tiny_moe, ep 2 x pp 2", "", "tiny_moe", 4, "ep = 2; pp = 2"),
 ]
 STEP = re.compile(r"^step (\d+)/\d+ .* peak ([0-9.]+) MiB")
 DEVICE = re.compile(r"^  device peak ([0-9.]+) MiB, staged ([0-9.]+) MiB")
+BY_OPERATION = re.compile(r"^  rank 0 staged by operation:(.*)$")
+# The one-rank cases whose copies are broken down by operation.
+BROKEN_DOWN = 2
 
 
 def recipe(definition, model, ranks, parallel):
@@ -60,16 +67,29 @@ def measure(args, work, index, case):
                        env=env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     if p.returncode != 0:
         sys.exit(f"cuda_traffic: {name} failed (exit {p.returncode}):\n{p.stdout[-2000:]}")
-    rows, host_peak = [], None
+    rows, host_peak, by_operation = [], None, []
     for line in p.stdout.splitlines():
         if m := STEP.match(line):
             host_peak = float(m.group(2))
         elif m := DEVICE.match(line):
             rows.append((host_peak, float(m.group(1)), float(m.group(2))))
-    if len(rows) != 2:
+        elif m := BY_OPERATION.match(line):
+            parts = (part.strip().rsplit(" ", 1) for part in m.group(1).split(";") if part.strip())
+            by_operation.append({op: tuple(float(x) for x in mib.split("/")) for op, mib in parts})
+    if len(rows) != 2 or len(by_operation) != 2:
         sys.exit(f"cuda_traffic: {name}: expected two steps with device figures, got:\n{p.stdout[-2000:]}")
     host, device, staged = rows[-1]  # the second step: the allocator's cache is warm
-    return f"| {name} | {ranks} | {staged:.2f} | {device:.2f} | {host:.2f} |"
+    return f"| {name} | {ranks} | {staged:.2f} | {device:.2f} | {host:.2f} |", by_operation[-1]
+
+
+def breakdown(names, by_operation):
+    """The copies of the one-rank cases by the table operation that made them."""
+    ops = sorted(set().union(*by_operation), key=lambda op: -sum(sum(case.get(op, (0, 0))) for case in by_operation))
+    head = "| operation | " + " | ".join(f"{n}: to device / back, MiB" for n in names) + " |\n"
+    head += "| --- |" + " ---: |" * len(names) + "\n"
+    lines = ["| " + op + " | " + " | ".join("%.2f / %.2f" % case.get(op, (0, 0)) for case in by_operation) + " |"
+             for op in ops]
+    return head + "\n".join(lines)
 
 
 def main():
@@ -80,7 +100,9 @@ def main():
     ap.add_argument("--no-write", action="store_true")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        rows = [measure(args, Path(tmp), i, c) for i, c in enumerate(CASES)]
+        measured = [measure(args, Path(tmp), i, c) for i, c in enumerate(CASES)]
+    rows = [row for row, _ in measured]
+    by_op = breakdown([c[0] for c in CASES[:BROKEN_DOWN]], [ops for _, ops in measured[:BROKEN_DOWN]])
     timing = subprocess.run([args.staging_bench], check=True, capture_output=True, text=True).stdout
     conv = re.search(r"to bf16 ([0-9.]+), from bf16 ([0-9.]+), fp32 copy ([0-9.]+)", timing)
     if not conv:
@@ -95,14 +117,18 @@ def main():
             "allocator's; *host peak*: the trainer's activations, parameters, gradients and optimizer moments. "
             "Parameters move once a step and gradients are summed on the device; every SwiGLU MLP (routed "
             "experts, dense and shared) moves its rows once each way; the loss head keeps the logits on the "
-            "device; an activation several products read moves once for them (holds nest); other activations "
-            "still cross at every operation. Arrays cross in fp32 and are rounded to bf16 (or widened back) on "
+            "device; an activation several products read moves once for them (holds nest), and one that "
+            "operations make and later ones read (the normalised inputs, queries, keys and values, their "
+            "gradients) moves once, as the result; other activations still cross at every operation. Arrays cross in fp32 and are rounded to bf16 (or widened back) on "
             "the device: twice the bytes of a bf16 copy, for no conversion pass on the host, which on one core "
             f"of this machine takes {to_bf16:.2f} ns an element to bf16 and {from_bf16:.2f} ns back where an fp32 "
             f"copy of it takes {copy:.2f} ns (moert-host-staging-bench). Generated by "
             "`bench/cuda_traffic.py` (`bench/cuda_traffic.sh` builds the tools and runs it).\n\n"
             "| layout | ranks | staged MiB | device peak MiB | host peak MiB |\n"
             "| --- | ---: | ---: | ---: | ---: |\n" + "\n".join(rows) +
+            "\n\nThe one-rank copies by the operation that made them (rank 0's step log lines, "
+            "`BackendTraffic::ByOperation`; *outermost hold*: the parameters and their gradients, *nested "
+            "holds*: activations held for several products):\n\n" + by_op +
             f"\n\nMachine: {m['cpu']}, {m['cores']} cores, {m['os']}. Measured "
             f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC.\n{END}\n")
     print(text)

@@ -21,7 +21,9 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 namespace moert {
@@ -66,7 +68,10 @@ struct AttentionBlockArgs {
 struct HeldArray {
   enum Use {
     /// The caller leaves it unchanged while it is held (a parameter's
-    /// values between two optimizer steps).
+    /// values between two optimizer steps); the backend's own operations
+    /// may write it (an activation held from its making to its last reader),
+    /// and then keep their copy in step with the host array. The CUDA
+    /// emulation checks at each release that the host did not write it.
     Read,
     /// A sum the backend's operations add to (C += op(A) op(B), an RMSNorm
     /// weight's gradient): the backend may keep its share apart and add it
@@ -86,6 +91,14 @@ struct HeldArray {
 struct BackendTraffic {
   int64_t HostToDeviceBytes = 0, DeviceToHostBytes = 0;
   int64_t DevicePeakBytes = 0;
+  /// The copies by the table operation that made them ("gemm", "rope", ...;
+  /// a held array's copy and its sum's return: "outermost hold", "nested
+  /// holds"), so that what to keep on the device next is chosen by
+  /// measurement.
+  struct Copies {
+    int64_t HostToDeviceBytes = 0, DeviceToHostBytes = 0;
+  };
+  std::map<std::string, Copies> ByOperation;
 };
 
 /// A loss head (parallel/tp/VocabParallel.h's cross entropy over the output
@@ -205,6 +218,10 @@ public:
   /// the outer hold.
   virtual void holdArrays(const std::vector<HeldArray> &) {}
   virtual void releaseArrays() {}
+  /// Host code wrote Count elements at Data in place, where a held array
+  /// may lie (a host fallback of an operation the backend declined): a
+  /// backend that keeps copies drops those it overlaps.
+  virtual void hostWrote(const float *Data, int64_t Count) {}
 
   virtual BackendTraffic traffic() const { return {}; }
   virtual void resetPeak() {}

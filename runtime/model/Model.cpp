@@ -139,6 +139,10 @@ struct MicroState {
   }
 };
 
+/// T, allocated, held while backend operations write it and later ones
+/// read it (HeldArray::Read): the host may read it meanwhile, not write it.
+HeldArray keptResult(Tensor &T) { return {T.data(), T.numel(), HeldArray::Read}; }
+
 } // namespace
 
 struct StageModel::Impl {
@@ -434,7 +438,7 @@ struct StageModel::Impl {
   }
 
   void attnNorm(const LayerParams &P, LayerState &S) {
-    S.Xn1 = rmsNormForward(S.X, P.AttnNorm->Value, Config.RmsNormEps, S.Rstd1);
+    rmsNormForward(S.X, P.AttnNorm->Value, Config.RmsNormEps, S.Rstd1, S.Xn1);
   }
   /// RMSNorm of each HeadDim-wide head of X [N, Heads * HeadDim] (the rows
   /// of a [N * Heads, HeadDim] view).
@@ -548,22 +552,37 @@ struct StageModel::Impl {
       return;
     }
     std::vector<const Tensor *> Ws = {&P.Q->Value, &P.K->Value, &P.V->Value};
-    if (P.OGate)
+    std::vector<Tensor *> Ys = projections(P, S);
+    if (P.OGate) {
       Ws.push_back(&P.OGate->Value);
-    std::vector<Tensor> Y = columnParallelForward(*Groups.Tp, S.Xn1, Ws);
-    if (P.OGate)
-      S.OGate = std::move(Y[3]);
-    if (P.QNorm) {
-      S.QPre = std::move(Y[0]);
-      S.KPre = std::move(Y[1]);
-      Y[0] = headNorm(S.QPre, *P.QNorm, S.RstdQ);
-      Y[1] = headNorm(S.KPre, *P.KNorm, S.RstdK);
+      Ys.push_back(&S.OGate);
     }
-    rope(Y[0], M, false);
-    rope(Y[1], M, false);
-    S.Q = std::move(Y[0]);
-    S.K = std::move(Y[1]);
-    S.V = std::move(Y[2]);
+    columnParallelForward(*Groups.Tp, S.Xn1, Ws, Ys);
+    if (P.QNorm) {
+      S.Q = headNorm(S.QPre, *P.QNorm, S.RstdQ);
+      S.K = headNorm(S.KPre, *P.KNorm, S.RstdK);
+    }
+    rope(S.Q, M, false);
+    rope(S.K, M, false);
+  }
+  /// Where the query, key and value projections land: the queries and keys
+  /// before their head norms where the layer has them.
+  static std::vector<Tensor *> projections(const LayerParams &P, LayerState &S) {
+    return {P.QNorm ? &S.QPre : &S.Q, P.QNorm ? &S.KPre : &S.K, &S.V};
+  }
+  /// The projections made ready for qkv() (as its products' shapes), held
+  /// from their making to the attention that reads them (the backend keeps
+  /// its copies of them; RoPE rotates the copy).
+  std::vector<HeldArray> heldProjections(const LayerParams &P, LayerState &S) {
+    const int64_t Rows = S.Xn1.rows() * Groups.Tp->size();
+    const std::vector<const Tensor *> Ws = {&P.Q->Value, &P.K->Value, &P.V->Value};
+    std::vector<Tensor *> Ys = projections(P, S);
+    std::vector<HeldArray> Held;
+    for (size_t I = 0; I < Ys.size(); ++I) {
+      *Ys[I] = Tensor({Rows, Ws[I]->cols()});
+      Held.push_back(keptResult(*Ys[I]));
+    }
+    return Held;
   }
   /// Rotates queries or keys (or, Inverse, their gradients) of micro batch
   /// M: by each token's time, row and column positions under multimodal
@@ -584,7 +603,7 @@ struct StageModel::Impl {
                                     Groups.CpKind);
   }
   void mlpNorm(const LayerParams &P, LayerState &S) {
-    S.Xn2 = rmsNormForward(S.H, P.MlpNorm->Value, Config.RmsNormEps, S.Rstd2);
+    rmsNormForward(S.H, P.MlpNorm->Value, Config.RmsNormEps, S.Rstd2, S.Xn2);
   }
   /// The dense MLP or the shared experts; returns the output shard unless
   /// recomputing (the products are then all that is wanted).
@@ -623,14 +642,26 @@ struct StageModel::Impl {
   /// The whole layer; fills every saved activation. Returns the output and
   /// the layer's aux loss.
   Tensor layerForward(const LayerParams &P, const MicroState &M, LayerState &S, double &Aux, bool Count) {
-    attnNorm(P, S);
-    if (P.Linear) {
-      S.H = add(S.X, Gdn->forward(P.Gdn, S.Xn1, M.Sequences, S.Gdn));
-    } else {
-      qkv(P, M, S);
-      coreAttn(M, S);
-      S.H = add(S.X, rowParallelForward(*Groups.Tp, gatedAttention(S), P.O->Value));
+    // Each branch's normalised input is written by the backend alone and
+    // read by every product of the branch: held while the branch runs, it
+    // moves to the backend once, as the norm's result.
+    S.Xn1 = Tensor({S.X.rows(), S.X.cols()});
+    {
+      HeldArrays Keep(compute(), {keptResult(S.Xn1)});
+      attnNorm(P, S);
+      if (P.Linear) {
+        S.H = add(S.X, Gdn->forward(P.Gdn, S.Xn1, M.Sequences, S.Gdn));
+      } else {
+        {
+          HeldArrays KeepProjections(compute(), Config.Mla ? std::vector<HeldArray>() : heldProjections(P, S));
+          qkv(P, M, S);
+          coreAttn(M, S);
+        }
+        S.H = add(S.X, rowParallelForward(*Groups.Tp, gatedAttention(S), P.O->Value));
+      }
     }
+    S.Xn2 = Tensor({S.H.rows(), S.H.cols()});
+    HeldArrays Keep(compute(), {keptResult(S.Xn2)});
     mlpNorm(P, S);
     Tensor Y;
     Aux = 0;
@@ -738,35 +769,40 @@ struct StageModel::Impl {
 
   Tensor layerBackward(const LayerParams &P, const MicroState &M, LayerState &S, const Tensor &DY) {
     Communicator &Tp = *Groups.Tp;
-    // MLP / MoE branch.
+    // MLP / MoE branch. Its input is read by every weight's gradient: held
+    // for them, it moves to the backend once.
     Tensor DXn2;
-    if (!P.Moe) {
-      DXn2 = parallelMlpBackward(Tp, S.Xn2, {&P.Gate->Value, &P.Up->Value, &P.Down->Value}, S.G, S.U, S.Act, DY,
-                                 {&P.Gate->Grad, &P.Up->Grad, &P.Down->Grad});
-    } else {
-      DXn2 = Moe->backward(P.Routed, S.Xn2, S.Routed, DY, Options.AuxScale);
-      if (P.SGate) {
-        Tensor DShared = DY;
-        if (P.SGateW) {
-          // Y = out * s, s = sigmoid(Xn2 w) per token.
-          Tensor DLogit({DY.rows(), 1});
-          for (int64_t I = 0; I < DY.rows(); ++I) {
-            double Ds = 0;
-            const float Score = S.SScore[I];
-            for (int64_t C = 0; C < DY.cols(); ++C) {
-              Ds += double(DY.row(I)[C]) * S.SOut.row(I)[C];
-              DShared.row(I)[C] *= Score;
+    {
+      HeldArrays KeepInput(compute(), {keptResult(S.Xn2)});
+      if (!P.Moe) {
+        DXn2 = parallelMlpBackward(Tp, S.Xn2, {&P.Gate->Value, &P.Up->Value, &P.Down->Value}, S.G, S.U, S.Act, DY,
+                                   {&P.Gate->Grad, &P.Up->Grad, &P.Down->Grad});
+      } else {
+        DXn2 = Moe->backward(P.Routed, S.Xn2, S.Routed, DY, Options.AuxScale);
+        if (P.SGate) {
+          Tensor DShared = DY;
+          if (P.SGateW) {
+            // Y = out * s, s = sigmoid(Xn2 w) per token.
+            Tensor DLogit({DY.rows(), 1});
+            for (int64_t I = 0; I < DY.rows(); ++I) {
+              double Ds = 0;
+              const float Score = S.SScore[I];
+              for (int64_t C = 0; C < DY.cols(); ++C) {
+                Ds += double(DY.row(I)[C]) * S.SOut.row(I)[C];
+                DShared.row(I)[C] *= Score;
+              }
+              DLogit[I] = float(Ds * Score * (1 - Score));
             }
-            DLogit[I] = float(Ds * Score * (1 - Score));
+            matmulBackward(S.Xn2, P.SGateW->Value, DLogit, P.SGateW->Grad, DXn2, 1.0f);
           }
-          matmulBackward(S.Xn2, P.SGateW->Value, DLogit, P.SGateW->Grad, DXn2, 1.0f);
+          addInto(DXn2, parallelMlpBackward(Tp, S.Xn2, {&P.SGate->Value, &P.SUp->Value, &P.SDown->Value}, S.SG, S.SU,
+                                            S.SAct, DShared, {&P.SGate->Grad, &P.SUp->Grad, &P.SDown->Grad}));
         }
-        addInto(DXn2, parallelMlpBackward(Tp, S.Xn2, {&P.SGate->Value, &P.SUp->Value, &P.SDown->Value}, S.SG, S.SU,
-                                          S.SAct, DShared, {&P.SGate->Grad, &P.SUp->Grad, &P.SDown->Grad}));
       }
     }
     Tensor DH = add(DY, rmsNormBackward(S.H, P.MlpNorm->Value, S.Rstd2, DXn2, P.MlpNorm->Grad));
-    // Attention branch.
+    // Attention branch, its input held as the MLP branch's.
+    HeldArrays KeepInput(compute(), {keptResult(S.Xn1)});
     if (P.Linear) {
       Tensor DXn1 = Gdn->backward(P.Gdn, S.Xn1, M.Sequences, S.Gdn, DH);
       return add(DH, rmsNormBackward(S.X, P.AttnNorm->Value, S.Rstd1, DXn1, P.AttnNorm->Grad));
@@ -788,13 +824,18 @@ struct StageModel::Impl {
       Tensor DXn1 = mlaBackward(P, M, S, DQ, DK, DV);
       return add(DH, rmsNormBackward(S.X, P.AttnNorm->Value, S.Rstd1, DXn1, P.AttnNorm->Grad));
     }
+    // The projections' output gradients, held from the rotation back to
+    // their products.
+    HeldArrays KeepGrads(compute(), {keptResult(DQ), keptResult(DK), keptResult(DV)});
     rope(DQ, M, true);
     rope(DK, M, true);
+    Tensor DQPre, DKPre;
     if (P.QNorm) {
-      DQ = headNormBackward(S.QPre, *P.QNorm, S.RstdQ, DQ);
-      DK = headNormBackward(S.KPre, *P.KNorm, S.RstdK, DK);
+      DQPre = headNormBackward(S.QPre, *P.QNorm, S.RstdQ, DQ);
+      DKPre = headNormBackward(S.KPre, *P.KNorm, S.RstdK, DK);
     }
-    std::vector<const Tensor *> Ws = {&P.Q->Value, &P.K->Value, &P.V->Value}, DYs = {&DQ, &DK, &DV};
+    std::vector<const Tensor *> Ws = {&P.Q->Value, &P.K->Value, &P.V->Value},
+                                DYs = {P.QNorm ? &DQPre : &DQ, P.QNorm ? &DKPre : &DK, &DV};
     std::vector<Tensor *> DWs = {&P.Q->Grad, &P.K->Grad, &P.V->Grad};
     if (P.OGate) {
       Ws.push_back(&P.OGate->Value);

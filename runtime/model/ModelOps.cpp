@@ -11,10 +11,17 @@
 namespace moert {
 
 Tensor rmsNormForward(const Tensor &X, const Tensor &W, double Eps, std::vector<float> &Rstd) {
-  Tensor Y({X.rows(), X.cols()});
+  Tensor Y;
+  rmsNormForward(X, W, Eps, Rstd, Y);
+  return Y;
+}
+
+void rmsNormForward(const Tensor &X, const Tensor &W, double Eps, std::vector<float> &Rstd, Tensor &Y) {
+  const std::vector<int64_t> Shape = {X.rows(), X.cols()};
+  if (Y.shape() != Shape)
+    Y.resize(Shape);
   Rstd.resize(X.rows());
   currentBackend().rmsNormForward(X.rows(), X.cols(), X.data(), W.data(), Eps, Y.data(), Rstd.data());
-  return Y;
 }
 
 Tensor rmsNormBackward(const Tensor &X, const Tensor &W, const std::vector<float> &Rstd, const Tensor &DY, Tensor &DW) {
@@ -51,6 +58,7 @@ void rotateHalves(Tensor &X, int64_t HeadDim, int64_t Rotated, double Theta, boo
       }
     }
   }
+  currentBackend().hostWrote(X.data(), X.numel());
 }
 
 } // namespace

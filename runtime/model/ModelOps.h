@@ -18,6 +18,9 @@ namespace moert {
 
 /// Y = X * rstd * W per row, rstd = 1 / sqrt(mean(X^2) + Eps); Rstd [rows].
 Tensor rmsNormForward(const Tensor &X, const Tensor &W, double Eps, std::vector<float> &Rstd);
+/// The same into Y, whose storage stays where it has X's shape already (an
+/// array held on the backend before it is written).
+void rmsNormForward(const Tensor &X, const Tensor &W, double Eps, std::vector<float> &Rstd, Tensor &Y);
 /// Returns DX; DW += sum over rows of DY * X * rstd.
 Tensor rmsNormBackward(const Tensor &X, const Tensor &W, const std::vector<float> &Rstd, const Tensor &DY, Tensor &DW);
 

@@ -9,10 +9,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 namespace moert::cuda {
 
@@ -71,14 +74,14 @@ public:
   template <typename T> DeviceBuffer<T> upload(const std::vector<T> &Host) {
     DeviceBuffer<T> Buffer;
     Buffer.upload(Host);
-    Moved.HostToDeviceBytes += int64_t(Buffer.bytes());
+    count(int64_t(Buffer.bytes()), 0);
     return Buffer;
   }
   DeviceBuffer<float> floats(const float *Data, int64_t Count) {
     DeviceBuffer<float> Buffer{size_t(Count)};
     if (Count)
       MOERT_CUDA_CHECK(cudaMemcpy(Buffer.data(), Data, Buffer.bytes(), cudaMemcpyHostToDevice));
-    Moved.HostToDeviceBytes += int64_t(Buffer.bytes());
+    count(int64_t(Buffer.bytes()), 0);
     return Buffer;
   }
   DeviceBuffer<bf16> bf16s(const float *Data, int64_t Count) {
@@ -98,7 +101,7 @@ public:
     return bf16s(Packed.data(), Rows * Cols);
   }
   template <typename T> std::vector<T> download(const DeviceBuffer<T> &Buffer) {
-    Moved.DeviceToHostBytes += int64_t(Buffer.bytes());
+    count(0, int64_t(Buffer.bytes()));
     return Buffer.download();
   }
   void downloadTo(const DeviceBuffer<bf16> &Buffer, float *Out) {
@@ -109,12 +112,36 @@ public:
   void downloadTo(const DeviceBuffer<float> &Buffer, float *Out) {
     if (Buffer.size())
       MOERT_CUDA_CHECK(cudaMemcpy(Out, Buffer.data(), Buffer.bytes(), cudaMemcpyDeviceToHost));
-    Moved.DeviceToHostBytes += int64_t(Buffer.bytes());
+    count(0, int64_t(Buffer.bytes()));
   }
   BackendTraffic Moved;
+  /// The operation the copies are made for (Stager::Operation).
+  const char *Operation = "other";
 
 private:
+  void count(int64_t ToDevice, int64_t ToHost) {
+    Moved.HostToDeviceBytes += ToDevice;
+    Moved.DeviceToHostBytes += ToHost;
+    BackendTraffic::Copies &Of = Moved.ByOperation[Operation];
+    Of.HostToDeviceBytes += ToDevice;
+    Of.DeviceToHostBytes += ToHost;
+  }
+
   cudaStream_t Stream;
+};
+
+/// Charges the copies made in its lifetime to Name (BackendTraffic::ByOperation);
+/// the innermost one is in force.
+class Charge {
+public:
+  Charge(Stager &Copies, const char *Name) : Copies(Copies), Previous(Copies.Operation) { Copies.Operation = Name; }
+  ~Charge() { Copies.Operation = Previous; }
+  Charge(const Charge &) = delete;
+  Charge &operator=(const Charge &) = delete;
+
+private:
+  Stager &Copies;
+  const char *Previous;
 };
 
 DeviceBuffer<bf16> packed(Stager &Copies, const std::vector<float> &Span) {
@@ -122,26 +149,11 @@ DeviceBuffer<bf16> packed(Stager &Copies, const std::vector<float> &Span) {
 }
 
 /// The device copies of one attention block: its spans packed, positions
-/// counted from the spans' first.
+/// counted from the spans' first (CudaBackend::deviceBlock).
 struct DeviceBlock {
   DeviceAttentionShape Shape;
   DeviceBuffer<bf16> Q, K, V;
   DeviceBuffer<int32_t> QPos, KPos;
-
-  DeviceBlock(const AttentionBlockArgs &A, Stager &Copies) {
-    Shape.Batch = A.Batch;
-    Shape.QTokens = A.QLen;
-    Shape.KTokens = A.KLen;
-    Shape.QHeads = A.QHeads;
-    Shape.KvHeads = A.KvHeads;
-    Shape.HeadDim = A.HeadDim;
-    Shape.Scale = A.Scale;
-    Q = packed(Copies, packSpan(A.Q, A.Batch, A.LocalTokens, A.QBegin, A.QLen, A.QHeads * A.HeadDim));
-    K = packed(Copies, packSpan(A.K, A.Batch, A.LocalTokens, A.KBegin, A.KLen, A.KvHeads * A.HeadDim));
-    V = packed(Copies, packSpan(A.V, A.Batch, A.LocalTokens, A.KBegin, A.KLen, A.KvHeads * A.HeadDim));
-    QPos = Copies.upload(positions(A.QPos, A.QLen));
-    KPos = Copies.upload(positions(A.KPos, A.KLen));
-  }
 };
 
 /// A bf16 operand on the device: a held array's copy (not owned) or a
@@ -169,6 +181,7 @@ public:
   }
 
   void gemm(const GemmArgs &G) override {
+    Charge Charged(Copies, "gemm");
     if (G.M == 0 || G.N == 0)
       return;
     if (G.K == 0) { // no product: C = Beta * C, as cblas leaves it
@@ -184,72 +197,78 @@ public:
 
   void rmsNormForward(int64_t Rows, int64_t Hidden, const float *X, const float *W, double Eps, float *Y,
                       float *Rstd) override {
+    Charge Charged(Copies, "rmsnorm");
     if (Rows == 0)
       return;
-    DeviceBuffer<bf16> DX = Copies.bf16s(X, Rows * Hidden);
-    Operand DW = operand(W, 1, Hidden, Hidden);
+    Operand DX = input(X, Rows * Hidden);
+    Operand DW = input(W, Hidden);
     DeviceBuffer<bf16> DY{size_t(Rows * Hidden)};
     DeviceBuffer<float> DRstd{size_t(Rows)};
-    cuda::rmsNormForward(Rows, Hidden, DX.data(), DW.Data, float(Eps), DY.data(), DRstd.data(), Blas.stream());
-    Copies.downloadTo(DY, Y);
-    Copies.downloadTo(DRstd, Rstd);
+    cuda::rmsNormForward(Rows, Hidden, DX.Data, DW.Data, float(Eps), DY.data(), DRstd.data(), Blas.stream());
+    result(DY, Y);
+    result(DRstd, Rstd);
   }
 
   void rmsNormBackward(int64_t Rows, int64_t Hidden, const float *X, const float *W, const float *Rstd, const float *DY,
                        float *DX, float *DW) override {
+    Charge Charged(Copies, "rmsnorm");
     if (Rows == 0)
       return;
-    DeviceBuffer<bf16> X16 = Copies.bf16s(X, Rows * Hidden);
-    Operand W16 = operand(W, 1, Hidden, Hidden);
-    DeviceBuffer<bf16> DY16 = Copies.bf16s(DY, Rows * Hidden), DX16{size_t(Rows * Hidden)};
+    Operand X16 = input(X, Rows * Hidden), W16 = input(W, Hidden), DY16 = input(DY, Rows * Hidden);
+    DeviceBuffer<bf16> DX16{size_t(Rows * Hidden)};
     DeviceBuffer<float> R32 = Copies.floats(Rstd, Rows), DW32;
     HeldCopy *Sum = heldSum(DW, Hidden);
     if (!Sum)
       DW32 = Copies.floats(DW, Hidden);
-    cuda::rmsNormBackward(Rows, Hidden, X16.data(), W16.Data, R32.data(), DY16.data(), DX16.data(),
+    cuda::rmsNormBackward(Rows, Hidden, X16.Data, W16.Data, R32.data(), DY16.Data, DX16.data(),
                           Sum ? Sum->at(DW) : DW32.data(), Blas.stream());
-    Copies.downloadTo(DX16, DX);
+    result(DX16, DX);
     if (!Sum)
-      Copies.downloadTo(DW32, DW);
+      result(DW32, DW);
   }
 
   void swiGluForward(int64_t Count, const float *G, const float *U, float *Act) override {
+    Charge Charged(Copies, "swiglu");
     if (Count == 0)
       return;
-    DeviceBuffer<bf16> G16 = Copies.bf16s(G, Count), U16 = Copies.bf16s(U, Count), A16{size_t(Count)};
-    cuda::swiGluForward(Count, G16.data(), U16.data(), A16.data(), Blas.stream());
-    Copies.downloadTo(A16, Act);
+    Operand G16 = input(G, Count), U16 = input(U, Count);
+    DeviceBuffer<bf16> A16{size_t(Count)};
+    cuda::swiGluForward(Count, G16.Data, U16.Data, A16.data(), Blas.stream());
+    result(A16, Act);
   }
 
   void swiGluBackward(int64_t Count, const float *G, const float *U, const float *DAct, float *DG, float *DU) override {
+    Charge Charged(Copies, "swiglu");
     if (Count == 0)
       return;
-    DeviceBuffer<bf16> G16 = Copies.bf16s(G, Count), U16 = Copies.bf16s(U, Count), DA16 = Copies.bf16s(DAct, Count);
+    Operand G16 = input(G, Count), U16 = input(U, Count), DA16 = input(DAct, Count);
     DeviceBuffer<bf16> DG16{size_t(Count)}, DU16{size_t(Count)};
-    cuda::swiGluBackward(Count, G16.data(), U16.data(), DA16.data(), DG16.data(), DU16.data(), Blas.stream());
-    Copies.downloadTo(DG16, DG);
-    Copies.downloadTo(DU16, DU);
+    cuda::swiGluBackward(Count, G16.Data, U16.Data, DA16.Data, DG16.data(), DU16.data(), Blas.stream());
+    result(DG16, DG);
+    result(DU16, DU);
   }
 
   bool rope(int64_t Rows, int64_t Heads, int64_t HeadDim, float *X, const int64_t *Positions, double Theta,
             bool Inverse) override {
+    Charge Charged(Copies, "rope");
     std::vector<int32_t> Positions32(static_cast<size_t>(Rows));
     for (int64_t I = 0; I < Rows; ++I) {
       if (Positions[I] < 0 || Positions[I] >= (int64_t(1) << 31))
         return false;
       Positions32[size_t(I)] = int32_t(Positions[I]);
     }
-    DeviceBuffer<bf16> X16 = Copies.bf16s(X, Rows * Heads * HeadDim);
+    DeviceBuffer<bf16> X16 = ownCopy(X, Rows * Heads * HeadDim);
     DeviceBuffer<int32_t> P = Copies.upload(Positions32);
     cuda::applyRope(Rows, Heads, HeadDim, X16.data(), P.data(), Theta, Inverse, Blas.stream());
-    Copies.downloadTo(X16, X);
+    result(X16, X);
     return true;
   }
 
   bool attentionBlockForward(const AttentionBlockArgs &A) override {
+    Charge Charged(Copies, "attention");
     if (!attentionKernelTakes(A))
       return false;
-    DeviceBlock Block(A, Copies);
+    DeviceBlock Block = deviceBlock(A);
     int64_t OutWidth = A.QHeads * A.HeadDim;
     DeviceBuffer<float> Out = Copies.upload(packSpan(A.Out, A.Batch, A.LocalTokens, A.QBegin, A.QLen, OutWidth));
     DeviceBuffer<float> Lse = Copies.upload(packStat(A.Lse, A));
@@ -257,13 +276,16 @@ public:
                           Block.KPos.data(), Out.data(), Lse.data(), Blas.stream());
     unpackSpan(Copies.download(Out), A.Out, A.Batch, A.LocalTokens, A.QBegin, A.QLen, OutWidth);
     unpackSpan(Copies.download(Lse), A.Lse, A.Batch * A.QHeads, A.LocalTokens, A.QBegin, A.QLen, 1);
+    dropCopies(A.Out, A.Batch * A.LocalTokens * OutWidth);
+    dropCopies(A.Lse, A.Batch * A.QHeads * A.LocalTokens);
     return true;
   }
 
   bool attentionBlockBackward(const AttentionBlockArgs &A) override {
+    Charge Charged(Copies, "attention");
     if (!attentionKernelTakes(A))
       return false;
-    DeviceBlock Block(A, Copies);
+    DeviceBlock Block = deviceBlock(A);
     int64_t QWidth = A.QHeads * A.HeadDim, KWidth = A.KvHeads * A.HeadDim;
     DeviceBuffer<bf16> DOut = packed(Copies, packSpan(A.DOut, A.Batch, A.LocalTokens, A.QBegin, A.QLen, QWidth));
     DeviceBuffer<float> Lse = Copies.upload(packStat(A.FinalLse, A));
@@ -277,28 +299,32 @@ public:
     unpackSpan(Copies.download(DQ), A.DQ, A.Batch, A.LocalTokens, A.QBegin, A.QLen, QWidth);
     unpackSpan(Copies.download(DK), A.DK, A.Batch, A.LocalTokens, A.KBegin, A.KLen, KWidth);
     unpackSpan(Copies.download(DV), A.DV, A.Batch, A.LocalTokens, A.KBegin, A.KLen, KWidth);
+    dropCopies(A.DQ, A.Batch * A.LocalTokens * QWidth);
+    dropCopies(A.DK, A.Batch * A.LocalTokens * KWidth);
+    dropCopies(A.DV, A.Batch * A.LocalTokens * KWidth);
     return true;
   }
 
   void mlpForward(const MlpArgs &A) override {
+    Charge Charged(Copies, "mlp");
     const int64_t Rows = A.rows(), H = A.Hidden, F = A.Ffn;
     if (Rows == 0)
       return;
-    DeviceBuffer<bf16> X = Copies.bf16s(A.X, Rows * H);
+    Operand X = input(A.X, Rows * H);
     DeviceBuffer<bf16> G{size_t(Rows * F)}, U{size_t(Rows * F)}, Act{size_t(Rows * F)};
     std::vector<Operand> Weights; // staged weights live until their group has run
     GemmGroup GateUp;
     A.forEachGroup([&](size_t E, int64_t Begin, int64_t M) {
       const Operand &Gate = Weights.emplace_back(operand(A.Gate[E], H, F, F));
-      GateUp.add(false, false, M, F, H, X.data() + Begin * H, H, Gate.Data, Gate.Ld, 0.0f, G.data() + Begin * F, F);
+      GateUp.add(false, false, M, F, H, X.Data + Begin * H, H, Gate.Data, Gate.Ld, 0.0f, G.data() + Begin * F, F);
       const Operand &Up = Weights.emplace_back(operand(A.Up[E], H, F, F));
-      GateUp.add(false, false, M, F, H, X.data() + Begin * H, H, Up.Data, Up.Ld, 0.0f, U.data() + Begin * F, F);
+      GateUp.add(false, false, M, F, H, X.Data + Begin * H, H, Up.Data, Up.Ld, 0.0f, U.data() + Begin * F, F);
     });
     GateUp.run(Blas, GroupedMode::Auto, OutType::BF16);
     cuda::swiGluForward(Rows * F, G.data(), U.data(), Act.data(), Blas.stream());
-    Copies.downloadTo(G, A.G);
-    Copies.downloadTo(U, A.U);
-    Copies.downloadTo(Act, A.Act);
+    result(G, A.G);
+    result(U, A.U);
+    result(Act, A.Act);
     if (!A.Y)
       return;
     DeviceBuffer<float> Y{size_t(Rows * H)};
@@ -308,30 +334,30 @@ public:
       Down.add(false, false, M, H, F, Act.data() + Begin * F, F, W.Data, W.Ld, 0.0f, Y.data() + Begin * H, H);
     });
     Down.run(Blas, GroupedMode::Auto, OutType::F32);
-    Copies.downloadTo(Y, A.Y);
+    result(Y, A.Y);
   }
 
   void mlpBackward(const MlpArgs &A) override {
+    Charge Charged(Copies, "mlp");
     const int64_t Rows = A.rows(), H = A.Hidden, F = A.Ffn;
     if (Rows == 0)
       return;
-    DeviceBuffer<bf16> X = Copies.bf16s(A.X, Rows * H), G = Copies.bf16s(A.G, Rows * F);
-    DeviceBuffer<bf16> U = Copies.bf16s(A.U, Rows * F), DY = Copies.bf16s(A.DY, Rows * H);
+    Operand X = input(A.X, Rows * H), G = input(A.G, Rows * F), U = input(A.U, Rows * F), DY = input(A.DY, Rows * H);
     DeviceBuffer<bf16> Act{size_t(Rows * F)}, DAct{size_t(Rows * F)}, DG{size_t(Rows * F)}, DU{size_t(Rows * F)};
-    cuda::swiGluForward(Rows * F, G.data(), U.data(), Act.data(), Blas.stream()); // not read back from the host
+    cuda::swiGluForward(Rows * F, G.Data, U.Data, Act.data(), Blas.stream()); // not read back from the host
     std::vector<Operand> Weights; // staged weights live until their group has run
     GemmGroup ThroughDown;
     A.forEachGroup([&](size_t E, int64_t Begin, int64_t M) {
       const Operand &Down = Weights.emplace_back(operand(A.Down[E], F, H, H));
-      ThroughDown.add(false, true, M, F, H, DY.data() + Begin * H, H, Down.Data, Down.Ld, 0.0f, DAct.data() + Begin * F,
+      ThroughDown.add(false, true, M, F, H, DY.Data + Begin * H, H, Down.Data, Down.Ld, 0.0f, DAct.data() + Begin * F,
                       F);
     });
     ThroughDown.run(Blas, GroupedMode::Auto, OutType::BF16);
     A.forEachGroup([&](size_t E, int64_t Begin, int64_t M) {
-      productInto(true, false, F, H, M, 1.0f, onDevice(Act.data() + Begin * F, F), onDevice(DY.data() + Begin * H, H),
+      productInto(true, false, F, H, M, 1.0f, onDevice(Act.data() + Begin * F, F), onDevice(DY.Data + Begin * H, H),
                   1.0f, A.DDown[E], H);
     });
-    cuda::swiGluBackward(Rows * F, G.data(), U.data(), DAct.data(), DG.data(), DU.data(), Blas.stream());
+    cuda::swiGluBackward(Rows * F, G.Data, U.Data, DAct.data(), DG.data(), DU.data(), Blas.stream());
     // DX = DG Gate^T, then += DU Up^T: two groups, as both write DX's rows.
     DeviceBuffer<float> DX{size_t(Rows * H)};
     GemmGroup ThroughGate, ThroughUp;
@@ -345,16 +371,17 @@ public:
     ThroughGate.run(Blas, GroupedMode::Auto, OutType::F32);
     ThroughUp.run(Blas, GroupedMode::Auto, OutType::F32);
     A.forEachGroup([&](size_t E, int64_t Begin, int64_t M) {
-      Operand XRows = onDevice(X.data() + Begin * H, H);
+      Operand XRows = onDevice(X.Data + Begin * H, H);
       productInto(true, false, H, F, M, 1.0f, XRows, onDevice(DG.data() + Begin * F, F), 1.0f, A.DGate[E], F);
       productInto(true, false, H, F, M, 1.0f, XRows, onDevice(DU.data() + Begin * F, F), 1.0f, A.DUp[E], F);
     });
-    Copies.downloadTo(DX, A.DX);
+    result(DX, A.DX);
   }
 
   bool fusesLossHead() const override { return true; }
 
   void lossHead(const LossHeadArgs &A) override {
+    Charge Charged(Copies, "loss head");
     if (A.Rows == 0)
       return;
     const int64_t Rows = A.Rows, Vocab = A.Vocab, Hidden = A.Hidden;
@@ -395,7 +422,7 @@ public:
     DeviceBuffer<float> DX{size_t(Rows * Hidden)};
     cuda::gemm(Blas, false, true, Rows, Hidden, Vocab, 1.0f, DLogits.Data, DLogits.Ld, W.Data, W.Ld, 0.0f, DX.data(),
                OutType::F32, Hidden);
-    Copies.downloadTo(DX, A.DX);
+    result(DX, A.DX);
     productInto(true, false, Hidden, Vocab, Rows, 1.0f, X, DLogits, 1.0f, A.DW, Vocab);
   }
 
@@ -407,6 +434,7 @@ public:
         H.Count = A.Count;
         H.Kind = A.Kind;
         H.Host = A.Data;
+        H.Depth = Levels.size() - 1;
         Level.push_back(A.Data);
       }
   }
@@ -415,11 +443,16 @@ public:
       return;
     for (const float *Begin : Levels.back()) {
       auto It = Held.find(Begin);
+#ifdef MOERT_CUDA_EMULATION
+      checkUnwritten(It->second);
+#endif
       flush(It->second);
       Held.erase(It);
     }
     Levels.pop_back();
   }
+
+  void hostWrote(const float *Data, int64_t Count) override { dropCopies(Data, Count); }
 
   BackendTraffic traffic() const override {
     BackendTraffic T = Copies.Moved;
@@ -436,9 +469,14 @@ private:
     int64_t Count = 0;
     HeldArray::Use Kind = HeldArray::Read;
     float *Host = nullptr;
+    /// Holds in force outside the one that made it.
+    size_t Depth = 0;
     DeviceBuffer<bf16> Copy;
     DeviceBuffer<float> Sum;
     float *at(const float *Data) { return Sum.data() + (Data - Host); }
+    /// What its copies are charged to: the trainer's parameters and
+    /// gradients are the outermost hold.
+    const char *holdName() const { return Depth == 0 ? "outermost hold" : "nested holds"; }
   };
 
   /// Rows x Cols of a row-major host matrix (leading dimension Ld) on the
@@ -484,13 +522,135 @@ private:
     }
     cuda::gemm(Blas, TransA, TransB, M, N, K, Alpha, A.Data, A.Ld, B.Data, B.Ld, Beta, Staged.data(), OutType::F32, N);
     if (Dense) {
-      Copies.downloadTo(Staged, C);
+      result(Staged, C);
       return;
     }
     std::vector<float> Host = Copies.download(Staged);
     for (int64_t R = 0; R < M; ++R)
       std::copy(Host.begin() + R * N, Host.begin() + (R + 1) * N, C + R * LdC);
+    dropCopies(C, Extent);
   }
+
+  /// Count contiguous elements as a bf16 operand (not to be written).
+  Operand input(const float *Data, int64_t Count) { return operand(Data, 1, Count, Count); }
+
+  /// Count contiguous elements in bf16 on the device, in a buffer of their
+  /// own that an operation may write in place.
+  DeviceBuffer<bf16> ownCopy(const float *Data, int64_t Count) {
+    if (const bf16 *Copy = heldCopy(Data, Count)) {
+      DeviceBuffer<bf16> Own{size_t(Count)};
+      MOERT_CUDA_CHECK(cudaMemcpyAsync(Own.data(), Copy, Own.bytes(), cudaMemcpyDeviceToDevice, Blas.stream()));
+      return Own;
+    }
+    flushOverlapping(Data, Count);
+    return Copies.bf16s(Data, Count);
+  }
+
+  /// An operation's dense result for the host array at Out: copied there,
+  /// and into the copy of a held Read array it lies in, so that later
+  /// operations read it from the device.
+  template <typename T> void result(const DeviceBuffer<T> &Device, float *Out) {
+    Copies.downloadTo(Device, Out);
+    keepInStep(Out, int64_t(Device.size()), Device.data());
+  }
+
+  /// After the host array [Host, Host + Count) received Src's values: the
+  /// copy of a held Read array that contains it gets them too (made from
+  /// them where the result is the whole array and no copy exists yet); a
+  /// copy the result only overlaps is dropped, to be made again from the
+  /// host on its next use.
+  template <typename T> void keepInStep(const float *Host, int64_t Count, const T *Src) {
+    for (HeldCopy *H : readCopiesOverlapping(Host, Count)) {
+      const bool Inside = Host >= H->Host && Host + Count <= H->Host + H->Count;
+      if (!Inside) {
+        H->Copy = DeviceBuffer<bf16>();
+        continue;
+      }
+      if (!H->Copy.size()) {
+        if (Host != H->Host || Count != H->Count)
+          continue; // made from the host, which has the result, on first use
+        H->Copy.resize(size_t(Count));
+      }
+      bf16 *Dst = H->Copy.data() + (Host - H->Host);
+      if constexpr (std::is_same_v<T, bf16>)
+        MOERT_CUDA_CHECK(
+            cudaMemcpyAsync(Dst, Src, size_t(Count) * sizeof(bf16), cudaMemcpyDeviceToDevice, Blas.stream()));
+      else
+        castToBf16(Count, Src, Dst, Blas.stream());
+    }
+  }
+
+  /// After an operation wrote host memory in [Host, Host + Extent) in a way
+  /// keepInStep does not follow (strided rows, packed spans).
+  void dropCopies(const float *Host, int64_t Extent) {
+    for (HeldCopy *H : readCopiesOverlapping(Host, Extent))
+      H->Copy = DeviceBuffer<bf16>();
+  }
+
+  std::vector<HeldCopy *> readCopiesOverlapping(const float *Host, int64_t Extent) {
+    std::vector<HeldCopy *> Found;
+    if (Extent <= 0)
+      return Found;
+    for (auto It = Held.lower_bound(Host + Extent); It != Held.begin();) {
+      --It;
+      HeldCopy &H = It->second;
+      if (H.Host + H.Count <= Host)
+        break;
+      if (H.Kind == HeldArray::Read)
+        Found.push_back(&H);
+    }
+    return Found;
+  }
+
+  /// Rows [Begin, Begin + Len) of each batch row of a [Batch, LocalTokens,
+  /// Width] host tensor, packed in bf16 on the device: from a held copy of
+  /// the whole tensor where there is one.
+  DeviceBuffer<bf16> span(const float *Src, int64_t Batch, int64_t LocalTokens, int64_t Begin, int64_t Len,
+                          int64_t Width) {
+    if (const bf16 *Copy = heldCopy(Src, Batch * LocalTokens * Width)) {
+      DeviceBuffer<bf16> Packed{size_t(Batch * Len * Width)};
+      MOERT_CUDA_CHECK(cudaMemcpy2DAsync(Packed.data(), size_t(Len * Width) * sizeof(bf16), Copy + Begin * Width,
+                                         size_t(LocalTokens * Width) * sizeof(bf16), size_t(Len * Width) * sizeof(bf16),
+                                         size_t(Batch), cudaMemcpyDeviceToDevice, Blas.stream()));
+      return Packed;
+    }
+    return packed(Copies, packSpan(Src, Batch, LocalTokens, Begin, Len, Width));
+  }
+
+  DeviceBlock deviceBlock(const AttentionBlockArgs &A) {
+    DeviceBlock Block;
+    DeviceAttentionShape &Shape = Block.Shape;
+    Shape.Batch = A.Batch;
+    Shape.QTokens = A.QLen;
+    Shape.KTokens = A.KLen;
+    Shape.QHeads = A.QHeads;
+    Shape.KvHeads = A.KvHeads;
+    Shape.HeadDim = A.HeadDim;
+    Shape.Scale = A.Scale;
+    Block.Q = span(A.Q, A.Batch, A.LocalTokens, A.QBegin, A.QLen, A.QHeads * A.HeadDim);
+    Block.K = span(A.K, A.Batch, A.LocalTokens, A.KBegin, A.KLen, A.KvHeads * A.HeadDim);
+    Block.V = span(A.V, A.Batch, A.LocalTokens, A.KBegin, A.KLen, A.KvHeads * A.HeadDim);
+    Block.QPos = Copies.upload(positions(A.QPos, A.QLen));
+    Block.KPos = Copies.upload(positions(A.KPos, A.KLen));
+    return Block;
+  }
+
+#ifdef MOERT_CUDA_EMULATION
+  /// A Read hold's contract, checked where a check costs only host time:
+  /// the host array still holds its copy's values, so no host code wrote it
+  /// while it was held (which would leave later operations reading stale
+  /// values on a GPU). Not counted as traffic.
+  void checkUnwritten(const HeldCopy &H) {
+    if (H.Kind != HeldArray::Read || !H.Copy.size())
+      return;
+    std::vector<bf16> Host = toBf16(H.Host, size_t(H.Count)), Copy = H.Copy.download();
+    if (std::memcmp(Host.data(), Copy.data(), Host.size() * sizeof(bf16)) != 0) {
+      std::fprintf(stderr, "moerun: internal error: host code wrote an array of %lld elements while it was held\n",
+                   (long long)H.Count);
+      std::abort();
+    }
+  }
+#endif
 
   /// The held array that contains all of [Data, Data + Extent), if any.
   HeldCopy *containing(const float *Data, int64_t Extent) {
@@ -516,8 +676,10 @@ private:
     HeldCopy *H = containing(Data, Extent);
     if (!H || H->Kind != HeldArray::Read)
       return nullptr;
-    if (!H->Copy.size())
+    if (!H->Copy.size()) {
+      Charge Charged(Copies, H->holdName());
       H->Copy = Copies.bf16s(H->Host, H->Count);
+    }
     return H->Copy.data() + (Data - H->Host);
   }
 
@@ -536,6 +698,7 @@ private:
   void flush(HeldCopy &H) {
     if (H.Kind != HeldArray::Accumulate || !H.Sum.size())
       return;
+    Charge Charged(Copies, H.holdName());
     std::vector<float> Share = Copies.download(H.Sum);
     for (int64_t I = 0; I < H.Count; ++I)
       H.Host[I] += Share[size_t(I)];

@@ -31,15 +31,32 @@ Tensor reduceScatterSequence(Communicator &Tp, const Tensor &Partial) {
 }
 
 Tensor matmul(const Tensor &X, const Tensor &W) {
-  if (X.cols() != W.rows())
-    fail("matmul: inner dimensions differ");
-  Tensor Y({X.rows(), W.cols()});
-  if (Y.numel())
-    gemm(false, false, X.rows(), W.cols(), X.cols(), 1.0f, X.data(), W.data(), 0.0f, Y.data());
+  Tensor Y;
+  matmul(X, W, Y);
   return Y;
 }
 
+void matmul(const Tensor &X, const Tensor &W, Tensor &Y) {
+  if (X.cols() != W.rows())
+    fail("matmul: inner dimensions differ");
+  const std::vector<int64_t> Shape = {X.rows(), W.cols()};
+  if (Y.shape() != Shape)
+    Y.resize(Shape);
+  if (Y.numel())
+    gemm(false, false, X.rows(), W.cols(), X.cols(), 1.0f, X.data(), W.data(), 0.0f, Y.data());
+}
+
 namespace {
+/// The whole sequence of XShard's group: XShard itself on a group of one,
+/// so that a product reads the caller's array (and whatever copy of it a
+/// backend holds), else gathered into Storage.
+const Tensor &wholeSequence(Communicator &Tp, const Tensor &XShard, Tensor &Storage) {
+  if (Tp.size() == 1)
+    return XShard;
+  Storage = gatherSequence(Tp, XShard);
+  return Storage;
+}
+
 HeldArray readOnly(const Tensor &T) { return {const_cast<float *>(T.data()), T.numel(), HeldArray::Read}; }
 HeldArray summedInto(Tensor &T) { return {T.data(), T.numel(), HeldArray::Accumulate}; }
 } // namespace
@@ -57,30 +74,34 @@ void matmulBackward(const Tensor &X, const Tensor &W, const Tensor &DY, Tensor &
   gemm(false, true, X.rows(), X.cols(), W.cols(), 1.0f, DY.data(), W.data(), 1.0f, DX.data());
 }
 
-std::vector<Tensor> columnParallelForward(Communicator &Tp, const Tensor &XShard, const std::vector<const Tensor *> &Ws,
-                                          Tensor *Full) {
-  Tensor X = gatherSequence(Tp, XShard);
-  std::vector<Tensor> Ys;
-  {
-    HeldArrays Hold(currentBackend(), {readOnly(X)}); // one copy for every product
-    for (const Tensor *W : Ws)
-      Ys.push_back(matmul(X, *W));
-  }
-  if (Full)
-    *Full = std::move(X);
+std::vector<Tensor> columnParallelForward(Communicator &Tp, const Tensor &XShard,
+                                          const std::vector<const Tensor *> &Ws) {
+  std::vector<Tensor> Ys(Ws.size());
+  std::vector<Tensor *> Into;
+  for (Tensor &Y : Ys)
+    Into.push_back(&Y);
+  columnParallelForward(Tp, XShard, Ws, Into);
   return Ys;
+}
+
+void columnParallelForward(Communicator &Tp, const Tensor &XShard, const std::vector<const Tensor *> &Ws,
+                           const std::vector<Tensor *> &Ys) {
+  if (Ys.size() != Ws.size())
+    fail("columnParallelForward: a product each weight");
+  Tensor Gathered;
+  const Tensor &X = wholeSequence(Tp, XShard, Gathered);
+  HeldArrays Hold(currentBackend(), {readOnly(X)}); // one copy for every product
+  for (size_t I = 0; I < Ws.size(); ++I)
+    matmul(X, *Ws[I], *Ys[I]);
 }
 
 Tensor columnParallelBackward(Communicator &Tp, const Tensor &XShard, const Tensor *XFull,
                               const std::vector<const Tensor *> &Ws, const std::vector<const Tensor *> &DYs,
                               const std::vector<Tensor *> &DWs) {
   Tensor Gathered;
-  if (!XFull) {
-    // Megatron keeps only the shard and gathers again: the saved activation
-    // is 1/TP of the gathered one.
-    Gathered = gatherSequence(Tp, XShard);
-    XFull = &Gathered;
-  }
+  if (!XFull) // Megatron keeps only the shard and gathers again: the saved
+              // activation is 1/TP of the gathered one.
+    XFull = &wholeSequence(Tp, XShard, Gathered);
   Tensor DX({XFull->rows(), XFull->cols()});
   {
     // One copy of the input for every weight's gradient; the input's
@@ -97,7 +118,8 @@ Tensor rowParallelForward(Communicator &Tp, const Tensor &X, const Tensor &W) {
 }
 
 Tensor rowParallelBackward(Communicator &Tp, const Tensor &X, const Tensor &W, const Tensor &DYShard, Tensor &DW) {
-  Tensor DY = gatherSequence(Tp, DYShard);
+  Tensor Gathered;
+  const Tensor &DY = wholeSequence(Tp, DYShard, Gathered);
   Tensor DX;
   matmulBackward(X, W, DY, DW, DX);
   return DX;
@@ -119,7 +141,8 @@ MlpArgs mlpArgs(const Tensor &X, const ParallelMlpWeights &W) {
 
 Tensor parallelMlpForward(Communicator &Tp, const Tensor &XShard, const ParallelMlpWeights &W, Tensor &G, Tensor &U,
                           Tensor &Act, bool WithOutput) {
-  Tensor X = gatherSequence(Tp, XShard);
+  Tensor Gathered;
+  const Tensor &X = wholeSequence(Tp, XShard, Gathered);
   MlpArgs A = mlpArgs(X, W);
   G.resize({X.rows(), A.Ffn});
   U.resize({X.rows(), A.Ffn});
@@ -141,8 +164,9 @@ Tensor parallelMlpBackward(Communicator &Tp, const Tensor &XShard, const Paralle
                            const std::vector<Tensor *> &DWeights) {
   if (DWeights.size() != 3)
     fail("parallelMlpBackward: expects the gate, up and down gradients");
-  Tensor DY = gatherSequence(Tp, DYShard);
-  Tensor X = gatherSequence(Tp, XShard);
+  Tensor GatheredDY, GatheredX;
+  const Tensor &DY = wholeSequence(Tp, DYShard, GatheredDY);
+  const Tensor &X = wholeSequence(Tp, XShard, GatheredX);
   MlpArgs A = mlpArgs(X, W);
   A.G = const_cast<float *>(G.data());
   A.U = const_cast<float *>(U.data());

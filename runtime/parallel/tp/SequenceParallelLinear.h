@@ -32,15 +32,20 @@ Tensor reduceScatterSequence(Communicator &Tp, const Tensor &Partial);
 
 /// Y = X W for X [M, in] and W [in, out].
 Tensor matmul(const Tensor &X, const Tensor &W);
+/// The same into Y, whose storage stays where it has the product's shape
+/// already (an array held on the backend before it is written).
+void matmul(const Tensor &X, const Tensor &W, Tensor &Y);
 /// Backward of Y = X W: DW += X^T DY; DX = DY W^T (Beta = 1 accumulates into
 /// DX, which must then have the right shape).
 void matmulBackward(const Tensor &X, const Tensor &W, const Tensor &DY, Tensor &DW, Tensor &DX, float Beta = 0.0f);
 
 /// Column-parallel linears sharing one input: gathers XShard over tp once and
-/// returns X W_i for every weight. Full receives the gathered input when
-/// non-null (callers that keep it avoid a second gather in backward).
-std::vector<Tensor> columnParallelForward(Communicator &Tp, const Tensor &XShard, const std::vector<const Tensor *> &Ws,
-                                          Tensor *Full = nullptr);
+/// returns X W_i for every weight.
+std::vector<Tensor> columnParallelForward(Communicator &Tp, const Tensor &XShard,
+                                          const std::vector<const Tensor *> &Ws);
+/// The same into Ys, a product each (as matmul's Y).
+void columnParallelForward(Communicator &Tp, const Tensor &XShard, const std::vector<const Tensor *> &Ws,
+                           const std::vector<Tensor *> &Ys);
 /// Backward: DW_i += X^T DY_i (X gathered again unless XFull is given) and
 /// returns the input-gradient shard, reduce-scattered sum_i DY_i W_i^T.
 Tensor columnParallelBackward(Communicator &Tp, const Tensor &XShard, const Tensor *XFull,

@@ -242,6 +242,85 @@ TEST(CudaBackend, HoldsNestAndEndInnermostFirst) {
   EXPECT_EQ(Uploaded() - Up, (M * K + K * N + M * N) * Crossing) << "released: staged again";
 }
 
+// An operation's result that lands in a held Read array is copied into the
+// held copy too, so later operations read it without an upload; a result
+// the backend cannot follow there (strided rows), or a host write declared
+// with hostWrote, drops the copy, and the next reader takes the host's
+// values again. Every read gives what the same products give unheld.
+TEST(CudaBackend, ResultsInHeldArraysStayInStepWithTheHost) {
+  auto Cuda = cudaBackend();
+  const int64_t M = 4, K = 6, N = 5, P = 3;
+  std::vector<float> X = randomBf16(size_t(M * K), 21), W = randomBf16(size_t(K * N), 22);
+  std::vector<float> V = randomBf16(size_t(N * P), 23);
+  auto Uploaded = [&] { return Cuda->traffic().HostToDeviceBytes; };
+  // Y = X W (rows [First, First + Rows), leading dimension LdY), then Z = Y V.
+  auto Produce = [&](std::vector<float> &Y, int64_t First, int64_t Rows, int64_t Cols, int64_t LdY) {
+    Cuda->gemm(
+        {false, false, Rows, Cols, K, 1.0f, X.data() + First * K, K, W.data(), N, 0.0f, Y.data() + First * LdY, LdY});
+  };
+  auto Consume = [&](std::vector<float> &Y) {
+    std::vector<float> Z(size_t(M * P));
+    Cuda->gemm({false, false, M, P, N, 1.0f, Y.data(), N, V.data(), P, 0.0f, Z.data(), P});
+    return Z;
+  };
+  std::vector<float> Unheld(size_t(M * N)), Y(size_t(M * N));
+  Produce(Unheld, 0, M, N, N);
+  const std::vector<float> Want = Consume(Unheld);
+  {
+    HeldArrays Keep(*Cuda, {{Y.data(), M * N}});
+    Produce(Y, 0, M, N, N);
+    EXPECT_EQ(Y, Unheld) << "the host has the result";
+    int64_t Up = Uploaded();
+    EXPECT_EQ(Consume(Y), Want);
+    EXPECT_EQ(Uploaded() - Up, N * P * Crossing) << "V alone: Y is read from the device";
+
+    // Rows 1 and 2 again, from other rows of X: written into the copy.
+    Produce(Y, 1, 2, N, N);
+    std::vector<float> Rows = Unheld;
+    Produce(Rows, 1, 2, N, N);
+    std::vector<float> WantRows = Consume(Rows);
+    Up = Uploaded();
+    EXPECT_EQ(Consume(Y), WantRows);
+    EXPECT_EQ(Uploaded() - Up, N * P * Crossing) << "a dense part of the array stays in step";
+
+    // Four of the five columns (strided rows): the copy is dropped.
+    std::fill(Y.begin(), Y.end(), 0.0f);
+    Cuda->hostWrote(Y.data(), M * N);
+    Produce(Y, 0, M, N - 1, N);
+    std::vector<float> Strided(size_t(M * N), 0.0f);
+    Produce(Strided, 0, M, N - 1, N);
+    Up = Uploaded();
+    std::vector<float> Got = Consume(Y);
+    EXPECT_EQ(Uploaded() - Up, (M * N + N * P) * Crossing) << "Y again from the host";
+    EXPECT_EQ(Got, Consume(Strided));
+
+    // A host write, declared.
+    Y[0] += 1.0f;
+    Cuda->hostWrote(Y.data() + 0, 1);
+    Strided[0] += 1.0f;
+    EXPECT_EQ(Consume(Y), Consume(Strided));
+  }
+}
+
+#ifdef MOERT_CUDA_EMULATION
+// The emulation checks a Read hold's contract at its release: a host write
+// the backend was not told of would leave later operations reading stale
+// values on a GPU.
+TEST(CudaBackendDeathTest, AnUndeclaredHostWriteToAHeldArrayIsCaughtAtItsRelease) {
+  // Forked without a new exec: the child must not start MPI again.
+  GTEST_FLAG_SET(death_test_style, "fast");
+  auto Cuda = cudaBackend();
+  std::vector<float> X = randomBf16(8, 31), W = randomBf16(8, 32), Y(4);
+  EXPECT_DEATH(
+      {
+        HeldArrays Keep(*Cuda, {{Y.data(), 4}});
+        Cuda->gemm({false, false, 2, 2, 4, 1.0f, X.data(), 4, W.data(), 2, 0.0f, Y.data(), 2});
+        Y[3] = 42.0f;
+      },
+      "host code wrote an array of 4 elements while it was held");
+}
+#endif
+
 // The fused loss head gives what the host's vocabulary-parallel cross
 // entropy and the output head's two products give for a tp group of one,
 // labels of -1 ignored, DW accumulated (held or not), DX overwritten.

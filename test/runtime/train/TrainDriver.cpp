@@ -116,6 +116,7 @@ int main(int Argc, char **Argv) {
   }
   std::string Rank = std::to_string(World->rank());
   for (int64_t S = 1; S <= Steps; ++S) {
+    BackendTraffic Before = Compute ? Compute->traffic() : BackendTraffic();
     TrainStepStats St = T->step();
     if (!DumpDir.empty() && S == 1 && !Opts.Optimizer.Distributed)
       T->dumpTensors(DumpDir + "/grads.rank" + Rank + ".bin", /*Grads=*/true);
@@ -130,6 +131,15 @@ int main(int Argc, char **Argv) {
     if (Compute)
       std::printf("  device peak %.2f MiB, staged %.2f MiB\n", double(St.DevicePeakBytes) / (1 << 20),
                   double(St.StagedBytes) / (1 << 20));
+    if (Compute) { // rank 0's copies by operation, MiB to the device / back
+      std::printf("  rank 0 staged by operation:");
+      for (const auto &[Name, Now] : Compute->traffic().ByOperation) {
+        BackendTraffic::Copies Was = Before.ByOperation[Name];
+        std::printf(" %s %.3f/%.3f;", Name.c_str(), double(Now.HostToDeviceBytes - Was.HostToDeviceBytes) / (1 << 20),
+                    double(Now.DeviceToHostBytes - Was.DeviceToHostBytes) / (1 << 20));
+      }
+      std::printf("\n");
+    }
     if (Log) {
       std::fprintf(Log,
                    "{\"step\":%lld,\"loss\":%.9g,\"aux_loss\":%.9g,"

@@ -270,6 +270,12 @@ cudaError_t CUDARTAPI cudaMemcpyAsync(void *Dst, const void *Src, size_t Size, e
   std::memmove(Dst, Src, Size);
   return cudaSuccess;
 }
+cudaError_t CUDARTAPI cudaMemcpy2DAsync(void *Dst, size_t DPitch, const void *Src, size_t SPitch, size_t Width,
+                                        size_t Height, enum cudaMemcpyKind, cudaStream_t) {
+  for (size_t R = 0; R < Height; ++R)
+    std::memmove(static_cast<char *>(Dst) + R * DPitch, static_cast<const char *>(Src) + R * SPitch, Width);
+  return cudaSuccess;
+}
 cudaError_t CUDARTAPI cudaMemset(void *Ptr, int Value, size_t Size) {
   std::memset(Ptr, Value, Size);
   return cudaSuccess;
