@@ -818,8 +818,13 @@ struct StageModel::Impl {
       }
     }
     Tensor DQ(S.Q.shape()), DK(S.K.shape()), DV(S.V.shape());
-    contextParallelAttentionBackward(*Groups.Cp, attentionDims(M), S.Q.data(), S.K.data(), S.V.data(), S.AttnOut.data(),
-                                     S.Lse.data(), DOut.data(), DQ.data(), DK.data(), DV.data(), Groups.CpKind);
+    {
+      // Every block of the ring reads them: one copy each.
+      HeldArrays KeepOperands(compute(), {keptResult(S.Q), keptResult(S.K), keptResult(S.V), keptResult(DOut)});
+      contextParallelAttentionBackward(*Groups.Cp, attentionDims(M), S.Q.data(), S.K.data(), S.V.data(),
+                                       S.AttnOut.data(), S.Lse.data(), DOut.data(), DQ.data(), DK.data(), DV.data(),
+                                       Groups.CpKind);
+    }
     if (Config.Mla) {
       Tensor DXn1 = mlaBackward(P, M, S, DQ, DK, DV);
       return add(DH, rmsNormBackward(S.X, P.AttnNorm->Value, S.Rstd1, DXn1, P.AttnNorm->Grad));

@@ -287,21 +287,17 @@ public:
       return false;
     DeviceBlock Block = deviceBlock(A);
     int64_t QWidth = A.QHeads * A.HeadDim, KWidth = A.KvHeads * A.HeadDim;
-    DeviceBuffer<bf16> DOut = packed(Copies, packSpan(A.DOut, A.Batch, A.LocalTokens, A.QBegin, A.QLen, QWidth));
+    DeviceBuffer<bf16> DOut = span(A.DOut, A.Batch, A.LocalTokens, A.QBegin, A.QLen, QWidth);
     DeviceBuffer<float> Lse = Copies.upload(packStat(A.FinalLse, A));
     DeviceBuffer<float> Delta = Copies.upload(packStat(A.Delta, A));
-    DeviceBuffer<float> DQ = Copies.upload(packSpan(A.DQ, A.Batch, A.LocalTokens, A.QBegin, A.QLen, QWidth));
-    DeviceBuffer<float> DK = Copies.upload(packSpan(A.DK, A.Batch, A.LocalTokens, A.KBegin, A.KLen, KWidth));
-    DeviceBuffer<float> DV = Copies.upload(packSpan(A.DV, A.Batch, A.LocalTokens, A.KBegin, A.KLen, KWidth));
+    SumSpan DQ = sumSpan(A.DQ, A.Batch, A.LocalTokens, A.QBegin, A.QLen, QWidth);
+    SumSpan DK = sumSpan(A.DK, A.Batch, A.LocalTokens, A.KBegin, A.KLen, KWidth);
+    SumSpan DV = sumSpan(A.DV, A.Batch, A.LocalTokens, A.KBegin, A.KLen, KWidth);
     attentionBackwardBlock(Block.Shape, Block.Q.data(), Block.QPos.data(), Block.K.data(), Block.V.data(),
-                           Block.KPos.data(), Lse.data(), Delta.data(), DOut.data(), DQ.data(), DK.data(), DV.data(),
-                           Blas.stream());
-    unpackSpan(Copies.download(DQ), A.DQ, A.Batch, A.LocalTokens, A.QBegin, A.QLen, QWidth);
-    unpackSpan(Copies.download(DK), A.DK, A.Batch, A.LocalTokens, A.KBegin, A.KLen, KWidth);
-    unpackSpan(Copies.download(DV), A.DV, A.Batch, A.LocalTokens, A.KBegin, A.KLen, KWidth);
-    dropCopies(A.DQ, A.Batch * A.LocalTokens * QWidth);
-    dropCopies(A.DK, A.Batch * A.LocalTokens * KWidth);
-    dropCopies(A.DV, A.Batch * A.LocalTokens * KWidth);
+                           Block.KPos.data(), Lse.data(), Delta.data(), DOut.data(), DQ.Packed.data(), DK.Packed.data(),
+                           DV.Packed.data(), Blas.stream());
+    for (SumSpan *Sum : {&DQ, &DK, &DV})
+      addedTo(*Sum);
     return true;
   }
 
@@ -609,12 +605,49 @@ private:
                           int64_t Width) {
     if (const bf16 *Copy = heldCopy(Src, Batch * LocalTokens * Width)) {
       DeviceBuffer<bf16> Packed{size_t(Batch * Len * Width)};
-      MOERT_CUDA_CHECK(cudaMemcpy2DAsync(Packed.data(), size_t(Len * Width) * sizeof(bf16), Copy + Begin * Width,
-                                         size_t(LocalTokens * Width) * sizeof(bf16), size_t(Len * Width) * sizeof(bf16),
-                                         size_t(Batch), cudaMemcpyDeviceToDevice, Blas.stream()));
+      copyRows(Packed.data(), Len * Width, Copy + Begin * Width, LocalTokens * Width, Len * Width, Batch);
       return Packed;
     }
     return packed(Copies, packSpan(Src, Batch, LocalTokens, Begin, Len, Width));
+  }
+
+  /// Rows of Width elements from one device matrix to another.
+  template <typename T>
+  void copyRows(T *Dst, int64_t DstPitch, const T *Src, int64_t SrcPitch, int64_t Width, int64_t Rows) {
+    MOERT_CUDA_CHECK(cudaMemcpy2DAsync(Dst, size_t(DstPitch) * sizeof(T), Src, size_t(SrcPitch) * sizeof(T),
+                                       size_t(Width) * sizeof(T), size_t(Rows), cudaMemcpyDeviceToDevice,
+                                       Blas.stream()));
+  }
+
+  /// Rows [Begin, Begin + Len) of each batch row of a [Batch, LocalTokens,
+  /// Width] fp32 sum an operation adds to, packed on the device: the held
+  /// sum's share where the sum is held (HeldArray::Accumulate), else the
+  /// host's values; addedTo() puts them back.
+  struct SumSpan {
+    float *Host;
+    int64_t Batch, LocalTokens, Begin, Len, Width;
+    float *Share = nullptr; ///< the held sum's element of Host[0]
+    DeviceBuffer<float> Packed;
+  };
+  SumSpan sumSpan(float *Host, int64_t Batch, int64_t LocalTokens, int64_t Begin, int64_t Len, int64_t Width) {
+    SumSpan S{Host, Batch, LocalTokens, Begin, Len, Width};
+    if (HeldCopy *Sum = heldSum(Host, Batch * LocalTokens * Width)) {
+      S.Share = Sum->at(Host);
+      S.Packed.resize(size_t(Batch * Len * Width));
+      copyRows(S.Packed.data(), Len * Width, S.Share + Begin * Width, LocalTokens * Width, Len * Width, Batch);
+    } else {
+      S.Packed = Copies.upload(packSpan(Host, Batch, LocalTokens, Begin, Len, Width));
+    }
+    return S;
+  }
+  void addedTo(SumSpan &S) {
+    if (S.Share) {
+      copyRows(S.Share + S.Begin * S.Width, S.LocalTokens * S.Width, S.Packed.data(), S.Len * S.Width, S.Len * S.Width,
+               S.Batch);
+      return;
+    }
+    unpackSpan(Copies.download(S.Packed), S.Host, S.Batch, S.LocalTokens, S.Begin, S.Len, S.Width);
+    dropCopies(S.Host, S.Batch * S.LocalTokens * S.Width);
   }
 
   DeviceBlock deviceBlock(const AttentionBlockArgs &A) {

@@ -7,6 +7,8 @@
 //===----------------------------------------------------------------------===//
 #include "parallel/cp/ContextParallelAttention.h"
 
+#include "kernels/Backend.h"
+
 #include "parallel/cp/AttentionBlock.h"
 #include "parallel/cp/Exchanges.h"
 #include "parallel/cp/Ring.h"
@@ -46,7 +48,9 @@ namespace {
 
 /// The host's block in hand (parallel/cp/Ring.h): K then V of one rank, in
 /// the backward followed by the dK and dV gathered for it so far; every
-/// query span attends to every key span of the block's owner.
+/// query span attends to every key span of the block's owner. A rank alone
+/// in its group reads the caller's K and V where they are (and any copy of
+/// them a backend holds); its block holds the gradients alone.
 struct HostBlock {
   const BlockShape &Shape;
   int CpSize;
@@ -54,17 +58,22 @@ struct HostBlock {
   std::vector<TokenSpan> QuerySpans;
   std::vector<float> Cur, Next, Scratch;
   bool WithGrads;
+  const float *K, *V;
 
   HostBlock(const Communicator &Cp, const BlockShape &S, const float *K, const float *V, bool WithGrads)
       : Shape(S), CpSize(Cp.size()), KCount(size_t(S.Dims.Batch * S.LocalTokens * S.Dims.KvHeads * S.Dims.HeadDim)),
         VCount(size_t(S.Dims.Batch * S.LocalTokens * S.Dims.KvHeads * S.Dims.vHeadDim())),
-        QuerySpans(localSpans(Cp.rank(), Cp.size(), S.Dims.SeqLen)), WithGrads(WithGrads) {
+        QuerySpans(localSpans(Cp.rank(), Cp.size(), S.Dims.SeqLen)), WithGrads(WithGrads), K(K), V(V) {
+    if (alone()) {
+      Cur.assign(WithGrads ? kvCount() : 0, 0.0f);
+      return;
+    }
     Cur.assign((WithGrads ? 2 : 1) * kvCount(), 0.0f);
     std::copy(K, K + KCount, Cur.begin());
     std::copy(V, V + VCount, Cur.begin() + ptrdiff_t(KCount));
-    if (CpSize > 1)
-      Next.resize(Cur.size());
+    Next.resize(Cur.size());
   }
+  bool alone() const { return CpSize == 1; }
   size_t kvCount() const { return KCount + VCount; }
   const void *kv() const { return Cur.data(); }
   void *nextKv() { return Next.data(); }
@@ -74,9 +83,9 @@ struct HostBlock {
   size_t gradCount() const { return kvCount(); }
   DType gradType() const { return DType::F32; }
   void swap() { Cur.swap(Next); }
-  float *blockK() { return Cur.data(); }
-  float *blockV() { return Cur.data() + KCount; }
-  float *blockDK() { return Cur.data() + kvCount(); }
+  const float *blockK() const { return alone() ? K : Cur.data(); }
+  const float *blockV() const { return alone() ? V : Cur.data() + KCount; }
+  float *blockDK() { return Cur.data() + (alone() ? 0 : kvCount()); }
   float *blockDV() { return blockDK() + KCount; }
   std::vector<TokenSpan> keySpans(int Owner) const { return localSpans(Owner, CpSize, Shape.Dims.SeqLen); }
 };
@@ -134,7 +143,16 @@ void contextParallelAttentionBackward(Communicator &Cp, const AttentionDims &Dim
                              blockDV(), Scratch);
     }
   } B(Cp, Shape, Q, K, V, Lse, Delta.data(), DOut, DQ);
-  ring::backward(Cp, B);
+  {
+    // Only the blocks add to DQ (and, on a rank alone, to the block's
+    // gradients, which then travel nowhere): a backend sums them where they
+    // run, for every block, and they come back once.
+    std::vector<HeldArray> Sums = {{DQ, int64_t(QCount), HeldArray::Accumulate}};
+    if (B.alone())
+      Sums.push_back({B.blockDK(), int64_t(B.kvCount()), HeldArray::Accumulate});
+    HeldArrays SummedWhereTheyRun(currentBackend(), Sums);
+    ring::backward(Cp, B);
+  }
   std::copy_n(B.blockDK(), B.KCount, DK);
   std::copy_n(B.blockDV(), B.VCount, DV);
 }

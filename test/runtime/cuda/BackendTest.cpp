@@ -568,7 +568,11 @@ TEST(CudaBackend, RopeMatchesTheHostAndLeavesPartialWidthsToIt) {
 
 /// Two key spans merged into one query span, then the backward of both, on
 /// Backend: Out, Lse, DQ, DK, DV.
-std::vector<std::vector<float>> attendTwoSpans(ComputeBackend &Backend, int64_t HeadDim) {
+/// HoldSums: DQ, DK and DV held as sums across both blocks' backward (as
+/// the ring holds them); BackwardDownloads: the bytes the backward brought
+/// back.
+std::vector<std::vector<float>> attendTwoSpans(ComputeBackend &Backend, int64_t HeadDim, bool HoldSums = false,
+                                               int64_t *BackwardDownloads = nullptr) {
   BackendScope Scope(Backend);
   BlockShape Shape;
   Shape.Dims.Batch = 2;
@@ -603,10 +607,33 @@ std::vector<std::vector<float>> attendTwoSpans(ComputeBackend &Backend, int64_t 
         Delta[size_t((B * D.QHeads + H) * Shape.LocalTokens + T)] = float(Sum);
       }
   std::vector<float> DQ(Q.size(), 0.5f), DK(K.size(), 0.25f), DV(V.size(), -0.25f);
-  for (const TokenSpan &Keys : {Early, Diagonal})
-    attendSpanBackward(Shape, Q.data(), Queries, K.data(), V.data(), Keys, Lse.data(), Delta.data(), DOut.data(),
-                       DQ.data(), DK.data(), DV.data(), Scratch);
+  const int64_t Down = Backend.traffic().DeviceToHostBytes;
+  {
+    std::vector<HeldArray> Sums;
+    if (HoldSums)
+      for (std::vector<float> *Sum : {&DQ, &DK, &DV})
+        Sums.push_back({Sum->data(), int64_t(Sum->size()), HeldArray::Accumulate});
+    HeldArrays Held(Backend, Sums);
+    for (const TokenSpan &Keys : {Early, Diagonal})
+      attendSpanBackward(Shape, Q.data(), Queries, K.data(), V.data(), Keys, Lse.data(), Delta.data(), DOut.data(),
+                         DQ.data(), DK.data(), DV.data(), Scratch);
+  }
+  if (BackwardDownloads)
+    *BackwardDownloads = Backend.traffic().DeviceToHostBytes - Down;
   return {Out, Lse, DQ, DK, DV};
+}
+
+// Held as sums across the blocks, the gradients are added to on the device
+// (spans of each batch row packed and put back there) and come back once.
+TEST(CudaBackend, AttentionGradientsHeldAsSumsComeBackOnce) {
+  auto Cuda = cudaBackend();
+  int64_t Downloads = 0;
+  std::vector<std::vector<float>> Want = attendTwoSpans(*Cuda, 32);
+  std::vector<std::vector<float>> Got = attendTwoSpans(*Cuda, 32, /*HoldSums=*/true, &Downloads);
+  const char *Names[] = {"out", "lse", "dq", "dk", "dv"};
+  for (size_t I = 0; I < Want.size(); ++I)
+    EXPECT_TRUE(near(Got[I], Want[I], F32Tol, Names[I]));
+  EXPECT_EQ(Downloads, int64_t(Want[2].size() + Want[3].size() + Want[4].size()) * 4) << "each sum once, in fp32";
 }
 
 TEST(CudaBackend, AttentionBlocksMatchTheHost) {
