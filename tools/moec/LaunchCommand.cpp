@@ -94,8 +94,8 @@ int runLaunch() {
     return P.Status;
   const Recipe &R = *P.R;
   // Unless told, the engine is the one that trains fast on the cluster's
-  // GPUs: moerun's CUDA backend still copies every operation's operands
-  // through host memory (docs/runtime.md), so a GPU recipe under a
+  // GPUs: moerun's CUDA backend still keeps activations in host memory and
+  // copies them at most operations (docs/runtime.md), so a GPU recipe under a
   // Megatron-Bridge target runs Bridge's entry point.
   bool OnGpus = R.Gpu.Arch != GpuArch::Cpu;
   bool BridgeTarget = getTargetInfo(R.Tgt).Kind == Framework::Bridge;
@@ -106,8 +106,8 @@ int runLaunch() {
     return ExitErrors;
   if (Chosen == bridge::Engine::Moerun && OnGpus)
     llvm::errs() << fmt::format("moec launch: warning: engine moerun trains on the {} {} GPUs with its CUDA backend, "
-                                "which copies every operation's operands through host memory: a step takes far "
-                                "longer than the plan predicts{}\n",
+                                "which keeps activations in host memory and copies them at most operations: a step "
+                                "takes far longer than the plan predicts{}\n",
                                 R.WorldSize, R.Gpu.Name,
                                 BridgeTarget ? " (--engine bridge runs Megatron-Bridge on them)" : "");
   else
