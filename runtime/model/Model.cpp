@@ -617,14 +617,14 @@ struct StageModel::Impl {
   }
 
   /// The attention output the out-projection reads: gated by sigmoid(OGate)
-  /// where the layer has the output gate.
-  static Tensor gatedAttention(const LayerState &S) {
+  /// into Gated where the layer has the output gate, else itself.
+  static const Tensor &gatedAttention(const LayerState &S, Tensor &Gated) {
     if (!S.OGate.numel())
       return S.AttnOut;
-    Tensor Y = S.AttnOut;
-    for (int64_t I = 0; I < Y.numel(); ++I)
-      Y[I] *= float(1.0 / (1.0 + std::exp(-double(S.OGate[I]))));
-    return Y;
+    Gated = S.AttnOut;
+    for (int64_t I = 0; I < Gated.numel(); ++I)
+      Gated[I] *= float(1.0 / (1.0 + std::exp(-double(S.OGate[I]))));
+    return Gated;
   }
 
   /// The keys forced routing draws layer P's logits from (null without
@@ -657,7 +657,8 @@ struct StageModel::Impl {
           qkv(P, M, S);
           coreAttn(M, S);
         }
-        S.H = add(S.X, rowParallelForward(*Groups.Tp, gatedAttention(S), P.O->Value));
+        Tensor Gated;
+        S.H = add(S.X, rowParallelForward(*Groups.Tp, gatedAttention(S, Gated), P.O->Value));
       }
     }
     S.Xn2 = Tensor({S.H.rows(), S.H.cols()});
@@ -807,7 +808,8 @@ struct StageModel::Impl {
       Tensor DXn1 = Gdn->backward(P.Gdn, S.Xn1, M.Sequences, S.Gdn, DH);
       return add(DH, rmsNormBackward(S.X, P.AttnNorm->Value, S.Rstd1, DXn1, P.AttnNorm->Grad));
     }
-    Tensor DOut = rowParallelBackward(Tp, gatedAttention(S), P.O->Value, DH, P.O->Grad);
+    Tensor Gated;
+    Tensor DOut = rowParallelBackward(Tp, gatedAttention(S, Gated), P.O->Value, DH, P.O->Grad);
     Tensor DOGate;
     if (P.OGate) {
       DOGate = Tensor(S.OGate.shape());

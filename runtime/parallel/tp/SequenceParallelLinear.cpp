@@ -6,6 +6,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <utility>
 
 namespace moert {
 
@@ -22,7 +23,9 @@ Tensor gatherSequence(Communicator &Tp, const Tensor &Shard) {
   return Full;
 }
 
-Tensor reduceScatterSequence(Communicator &Tp, const Tensor &Partial) {
+Tensor reduceScatterSequence(Communicator &Tp, Tensor Partial) {
+  if (Tp.size() == 1)
+    return Partial;
   if (Partial.rows() % Tp.size())
     fail("reduceScatterSequence: rows do not divide by the tp size");
   Tensor Shard({Partial.rows() / Tp.size(), Partial.cols()});
@@ -110,7 +113,7 @@ Tensor columnParallelBackward(Communicator &Tp, const Tensor &XShard, const Tens
     for (size_t I = 0; I < Ws.size(); ++I)
       matmulBackward(*XFull, *Ws[I], *DYs[I], *DWs[I], DX, 1.0f);
   }
-  return reduceScatterSequence(Tp, DX);
+  return reduceScatterSequence(Tp, std::move(DX));
 }
 
 Tensor rowParallelForward(Communicator &Tp, const Tensor &X, const Tensor &W) {
@@ -156,7 +159,7 @@ Tensor parallelMlpForward(Communicator &Tp, const Tensor &XShard, const Parallel
     A.Y = Y.data();
   }
   currentBackend().mlpForward(A);
-  return WithOutput ? reduceScatterSequence(Tp, Y) : Tensor();
+  return WithOutput ? reduceScatterSequence(Tp, std::move(Y)) : Tensor();
 }
 
 Tensor parallelMlpBackward(Communicator &Tp, const Tensor &XShard, const ParallelMlpWeights &W, const Tensor &G,
@@ -178,7 +181,7 @@ Tensor parallelMlpBackward(Communicator &Tp, const Tensor &XShard, const Paralle
   A.DUp = {DWeights[1]->data()};
   A.DDown = {DWeights[2]->data()};
   currentBackend().mlpBackward(A);
-  return reduceScatterSequence(Tp, DX);
+  return reduceScatterSequence(Tp, std::move(DX));
 }
 
 } // namespace moert

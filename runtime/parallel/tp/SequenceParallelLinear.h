@@ -27,8 +27,9 @@ namespace moert {
 
 /// [N / TP, C] sequence shard -> [N, C], shards in tp rank order.
 Tensor gatherSequence(Communicator &Tp, const Tensor &Shard);
-/// [N, C] partial sums -> [N / TP, C]: the tp sum of this rank's row range.
-Tensor reduceScatterSequence(Communicator &Tp, const Tensor &Partial);
+/// [N, C] partial sums -> [N / TP, C]: the tp sum of this rank's row range
+/// (Partial itself on a group of one).
+Tensor reduceScatterSequence(Communicator &Tp, Tensor Partial);
 
 /// Y = X W for X [M, in] and W [in, out].
 Tensor matmul(const Tensor &X, const Tensor &W);

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <utility>
 
 namespace moert {
 
@@ -21,7 +22,7 @@ Tensor vocabParallelEmbeddingForward(Communicator &Tp, const std::vector<int32_t
   for (int64_t I = 0; I < N; ++I)
     if (owns(Tokens[I], VocabStart, Table.rows()))
       std::memcpy(Partial.row(I), Table.row(Tokens[I] - VocabStart), sizeof(float) * H);
-  return reduceScatterSequence(Tp, Partial);
+  return reduceScatterSequence(Tp, std::move(Partial));
 }
 
 void vocabParallelEmbeddingBackward(Communicator &Tp, const std::vector<int32_t> &Tokens, const Tensor &DShard,
