@@ -719,4 +719,26 @@ TEST(CudaBackend, OneStageModelRunsOnEitherBackend) {
   EXPECT_STREQ(currentBackend().name(), "cpu");
 }
 
+// The stage holds the queries and keys from their projections through
+// RoPE to attention, and their gradients from attention's backward through
+// RoPE to their products: RoPE rotates the held copies, so the only bytes
+// it sends to the device are the positions of its four calls per layer.
+TEST(CudaBackend, AStageRotatesHeldQueriesAndKeysInPlace) {
+  auto Cuda = cudaBackend();
+  std::unique_ptr<Communicator> Tp = createSelfCommunicator("tp"), Cp = createSelfCommunicator("cp"),
+                                TpCp = createSelfCommunicator("tpcp"), Ep = createSelfCommunicator("ep");
+  ParallelContext Ctx{Tp.get(), Cp.get(), TpCp.get(), Ep.get()};
+  ModelConfig C = tinyMoe(/*TopK=*/4);
+  ModelOptions OnCuda;
+  OnCuda.Compute = Cuda.get();
+  StageModel Model(C, StageSpec{0, C.Layers, true, true}, Ctx, OnCuda);
+  MicroBatch MB = batch(C.Vocab);
+  Model.forward(0, MB, nullptr);
+  Model.backward(0, nullptr);
+  const BackendTraffic::Copies Rope = Cuda->traffic().ByOperation["rope"];
+  const int64_t Rows = MB.Sequences * MB.SeqLen;
+  EXPECT_EQ(Rope.HostToDeviceBytes, C.Layers * 4 * Rows * int64_t(sizeof(int32_t)));
+  EXPECT_GT(Rope.DeviceToHostBytes, 0) << "the host keeps the rotated values";
+}
+
 } // namespace
