@@ -218,6 +218,14 @@ public:
   /// the outer hold.
   virtual void holdArrays(const std::vector<HeldArray> &) {}
   virtual void releaseArrays() {}
+  /// Read arrays whose copies a hold in force made, kept on the backend
+  /// past that hold until releaseKept(Key): a micro batch's saved
+  /// activations from its layer's forward to the layer's backward, between
+  /// which other micro batches run (so no scope could hold them). The
+  /// caller neither writes nor frees them meanwhile. An array without such
+  /// a copy is not kept (its next reader takes it from the host).
+  virtual void keepArrays(const void *Key, const std::vector<HeldArray> &) {}
+  virtual void releaseKept(const void *Key) {}
   /// Host code wrote Count elements at Data in place, where a held array
   /// may lie (a host fallback of an operation the backend declined): a
   /// backend that keeps copies drops those it overlaps.

@@ -656,10 +656,12 @@ struct StageModel::Impl {
           HeldArrays KeepProjections(compute(), Config.Mla ? std::vector<HeldArray>() : heldProjections(P, S));
           qkv(P, M, S);
           coreAttn(M, S);
+          keepForBackward(M, S, {&S.Q, &S.K, &S.V});
         }
         Tensor Gated;
         S.H = add(S.X, rowParallelForward(*Groups.Tp, gatedAttention(S, Gated), P.O->Value));
       }
+      keepForBackward(M, S, {&S.Xn1});
     }
     S.Xn2 = Tensor({S.H.rows(), S.H.cols()});
     HeldArrays Keep(compute(), {keptResult(S.Xn2)});
@@ -685,8 +687,23 @@ struct StageModel::Impl {
         addInto(Y, Shared);
       }
     }
+    keepForBackward(M, S, {&S.Xn2});
     addInto(Y, S.H);
     return Y;
+  }
+
+  /// Saved activations of a decoder layer whose copies a hold made in its
+  /// forward stay on the backend until the layer's backward (or discard())
+  /// reads them: their backward readers take them from the device. Not
+  /// under recompute, which drops and remakes them in between.
+  void keepForBackward(const MicroState &M, LayerState &S, std::initializer_list<Tensor *> Saved) {
+    const bool Decoder = &S >= M.Layers.data() && &S < M.Layers.data() + M.Layers.size();
+    if (!Decoder || Options.Recompute.Full || !SelectiveModules.empty())
+      return;
+    std::vector<HeldArray> Kept;
+    for (Tensor *T : Saved)
+      Kept.push_back(keptResult(*T));
+    compute().keepArrays(&S, Kept);
   }
 
   bool selective(const char *Module) const { return SelectiveModules.count(Module) != 0; }
@@ -1082,8 +1099,10 @@ struct StageModel::Impl {
     MicroState &M = It->second;
     if (Stage.HasLoss && (M.Probs.numel() > 0 || M.HeadDXn.numel() > 0))
       charge({{"output", M.outputBytes()}}, -1);
-    for (LayerState &S : M.Layers)
+    for (LayerState &S : M.Layers) {
       charge(S.bytes(), -1);
+      compute().releaseKept(&S);
+    }
     for (MtpState &S : M.Mtp)
       charge(S.Layer.bytes(), -1);
     charge({{"vision", M.VisionBytes}}, -1);
@@ -1184,6 +1203,7 @@ struct StageModel::Impl {
       charge(minus(After, Before), +1);
       DY = layerBackward(Layers[L], M, S, DY);
       charge(After, -1);
+      compute().releaseKept(&S);
       S = LayerState();
     }
     Tensor Result;

@@ -450,6 +450,30 @@ public:
 
   void hostWrote(const float *Data, int64_t Count) override { dropCopies(Data, Count); }
 
+  void keepArrays(const void *Key, const std::vector<HeldArray> &Arrays) override {
+    for (const HeldArray &A : Arrays) {
+      auto It = Held.find(A.Data);
+      if (It == Held.end() || It->second.Kind != HeldArray::Read || It->second.Count != A.Count ||
+          !It->second.Copy.size() || It->second.KeptBy)
+        continue;
+      It->second.KeptBy = Key;
+      for (std::vector<const float *> &Level : Levels) // its hold no longer ends it
+        Level.erase(std::remove(Level.begin(), Level.end(), A.Data), Level.end());
+    }
+  }
+  void releaseKept(const void *Key) override {
+    for (auto It = Held.begin(); It != Held.end();) {
+      if (It->second.KeptBy != Key) {
+        ++It;
+        continue;
+      }
+#ifdef MOERT_CUDA_EMULATION
+      checkUnwritten(It->second);
+#endif
+      It = Held.erase(It);
+    }
+  }
+
   BackendTraffic traffic() const override {
     BackendTraffic T = Copies.Moved;
     T.DevicePeakBytes = int64_t(deviceMemoryStats().PeakAllocatedBytes);
@@ -467,6 +491,8 @@ private:
     float *Host = nullptr;
     /// Holds in force outside the one that made it.
     size_t Depth = 0;
+    /// The keepArrays() key that keeps it past its hold, if any.
+    const void *KeptBy = nullptr;
     DeviceBuffer<bf16> Copy;
     DeviceBuffer<float> Sum;
     float *at(const float *Data) { return Sum.data() + (Data - Host); }

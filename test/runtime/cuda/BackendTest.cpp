@@ -302,6 +302,35 @@ TEST(CudaBackend, ResultsInHeldArraysStayInStepWithTheHost) {
   }
 }
 
+// A copy kept by key outlives the hold that made it, until its key is
+// released; an array without a copy is not kept.
+TEST(CudaBackend, KeptCopiesOutliveTheirHoldUntilReleased) {
+  auto Cuda = cudaBackend();
+  const int64_t M = 3, K = 4, N = 5;
+  std::vector<float> X = randomBf16(size_t(M * K), 41), W = randomBf16(size_t(K * N), 42), Y(size_t(M * N));
+  std::vector<float> Other = randomBf16(size_t(M * K), 43);
+  auto Uploaded = [&] { return Cuda->traffic().HostToDeviceBytes; };
+  auto Product = [&](const std::vector<float> &A) {
+    Cuda->gemm({false, false, M, N, K, 1.0f, A.data(), K, W.data(), N, 0.0f, Y.data(), N});
+  };
+  int Key = 0;
+  {
+    HeldArrays Hold(*Cuda, {{X.data(), M * K}, {Other.data(), M * K}});
+    Product(X); // X's copy is made; Other has none
+    Cuda->keepArrays(&Key, {{X.data(), M * K}, {Other.data(), M * K}});
+  }
+  int64_t Up = Uploaded();
+  Product(X);
+  EXPECT_EQ(Uploaded() - Up, K * N * Crossing) << "W alone: X is kept";
+  Up = Uploaded();
+  Product(Other);
+  EXPECT_EQ(Uploaded() - Up, (M * K + K * N) * Crossing) << "Other had no copy to keep";
+  Cuda->releaseKept(&Key);
+  Up = Uploaded();
+  Product(X);
+  EXPECT_EQ(Uploaded() - Up, (M * K + K * N) * Crossing) << "released";
+}
+
 #ifdef MOERT_CUDA_EMULATION
 // The emulation checks a Read hold's contract at its release: a host write
 // the backend was not told of would leave later operations reading stale
