@@ -121,11 +121,12 @@ void attendSpanForward(const BlockShape &Shape, const float *Q, const TokenSpan 
   AttentionBlockArgs Args = blockArgs(Shape, Q, QuerySpan, K, V, KeySpan);
   Args.Out = Out;
   Args.Lse = Lse;
+  // A kernel reads only the block's spans (and any copy its callers hold).
+  if (currentBackend().attentionBlockForward(Args))
+    return;
   // Every head's products read the same Q, K and V: one copy of each.
   const BlockExtents Extent(Shape);
   HeldArrays Hold(currentBackend(), {readOnly(Q, Extent.Q), readOnly(K, Extent.K), readOnly(V, Extent.V)});
-  if (currentBackend().attentionBlockForward(Args))
-    return;
   const AttentionDims &D = Shape.Dims;
   int64_t Lq = QuerySpan.Len, Lk = KeySpan.Len;
   Scratch.resize(size_t(Lq * Lk));
@@ -185,9 +186,12 @@ void attendSpanBackward(const BlockShape &Shape, const float *Q, const TokenSpan
   Args.DQ = DQ;
   Args.DK = DK;
   Args.DV = DV;
-  // Every head's products (or the backend's kernel) read the same Q, K, V
-  // and DOut, and add to the same DQ, DK and DV: one copy of each, the sums
-  // kept where they run.
+  // A kernel reads and adds to only the block's spans (and any copies and
+  // sums its callers hold).
+  if (currentBackend().attentionBlockBackward(Args))
+    return;
+  // Every head's products read the same Q, K, V and DOut, and add to the
+  // same DQ, DK and DV: one copy of each, the sums kept where they run.
   const BlockExtents Extent(Shape);
   HeldArrays Hold(currentBackend(), {readOnly(Q, Extent.Q),
                                      readOnly(K, Extent.K),
@@ -196,8 +200,6 @@ void attendSpanBackward(const BlockShape &Shape, const float *Q, const TokenSpan
                                      {DQ, Extent.Q, HeldArray::Accumulate},
                                      {DK, Extent.K, HeldArray::Accumulate},
                                      {DV, Extent.V, HeldArray::Accumulate}});
-  if (currentBackend().attentionBlockBackward(Args))
-    return;
   const AttentionDims &D = Shape.Dims;
   int64_t Lq = QuerySpan.Len, Lk = KeySpan.Len;
   Scratch.resize(size_t(2 * Lq * Lk));

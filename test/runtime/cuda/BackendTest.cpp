@@ -665,6 +665,34 @@ TEST(CudaBackend, AttentionGradientsHeldAsSumsComeBackOnce) {
   EXPECT_EQ(Downloads, int64_t(Want[2].size() + Want[3].size() + Want[4].size()) * 4) << "each sum once, in fp32";
 }
 
+// A block the kernels take moves only its spans: the query span's rows of
+// Q, the running output and statistics, the key span's rows of K and V, and
+// both spans' positions; not the whole local tensors.
+TEST(CudaBackend, AnAttentionBlockMovesOnlyItsSpans) {
+  auto Cuda = cudaBackend();
+  BackendScope Scope(*Cuda);
+  BlockShape Shape;
+  Shape.Dims.Batch = 2;
+  Shape.Dims.SeqLen = 32;
+  Shape.Dims.QHeads = 4;
+  Shape.Dims.KvHeads = 2;
+  Shape.Dims.HeadDim = 32;
+  Shape.LocalTokens = 16;
+  Shape.Scale = 0.25f;
+  const AttentionDims &D = Shape.Dims;
+  const int64_t Rows = D.Batch * Shape.LocalTokens, Span = 8;
+  std::vector<float> Q = randomBf16(size_t(Rows * D.QHeads * D.HeadDim), 51);
+  std::vector<float> K = randomBf16(size_t(Rows * D.KvHeads * D.HeadDim), 52), V = K;
+  std::vector<float> Out(Q.size(), 0.0f), Lse(size_t(D.Batch * D.QHeads * Shape.LocalTokens), -INFINITY);
+  std::vector<float> Scratch;
+  const int64_t Up = Cuda->traffic().HostToDeviceBytes;
+  attendSpanForward(Shape, Q.data(), TokenSpan{Span, 24, Span}, K.data(), V.data(), TokenSpan{0, 0, Span}, Out.data(),
+                    Lse.data(), Scratch);
+  const int64_t QSpan = D.Batch * Span * D.QHeads * D.HeadDim, KSpan = D.Batch * Span * D.KvHeads * D.HeadDim;
+  EXPECT_EQ(Cuda->traffic().HostToDeviceBytes - Up,
+            (QSpan + 2 * KSpan) * Crossing + QSpan * 4 + D.Batch * D.QHeads * Span * 4 + 2 * Span * 4);
+}
+
 TEST(CudaBackend, AttentionBlocksMatchTheHost) {
   auto Cuda = cudaBackend();
   std::vector<std::vector<float>> Want = attendTwoSpans(hostBackend(), 32), Got = attendTwoSpans(*Cuda, 32);
@@ -716,11 +744,17 @@ MicroBatch batch(int64_t Vocab) {
   return MB;
 }
 
-TEST(CudaBackend, OneStageModelRunsOnEitherBackend) {
-  auto Cuda = cudaBackend();
+/// A stage's groups on one rank.
+struct OneRankGroups {
   std::unique_ptr<Communicator> Tp = createSelfCommunicator("tp"), Cp = createSelfCommunicator("cp"),
                                 TpCp = createSelfCommunicator("tpcp"), Ep = createSelfCommunicator("ep");
   ParallelContext Ctx{Tp.get(), Cp.get(), TpCp.get(), Ep.get()};
+};
+
+TEST(CudaBackend, OneStageModelRunsOnEitherBackend) {
+  auto Cuda = cudaBackend();
+  OneRankGroups Groups;
+  const ParallelContext &Ctx = Groups.Ctx;
   ModelConfig C = tinyMoe(/*TopK=*/4);
   StageSpec Stage{0, C.Layers, true, true};
   ModelOptions Host;
@@ -754,9 +788,8 @@ TEST(CudaBackend, OneStageModelRunsOnEitherBackend) {
 // it sends to the device are the positions of its four calls per layer.
 TEST(CudaBackend, AStageRotatesHeldQueriesAndKeysInPlace) {
   auto Cuda = cudaBackend();
-  std::unique_ptr<Communicator> Tp = createSelfCommunicator("tp"), Cp = createSelfCommunicator("cp"),
-                                TpCp = createSelfCommunicator("tpcp"), Ep = createSelfCommunicator("ep");
-  ParallelContext Ctx{Tp.get(), Cp.get(), TpCp.get(), Ep.get()};
+  OneRankGroups Groups;
+  const ParallelContext &Ctx = Groups.Ctx;
   ModelConfig C = tinyMoe(/*TopK=*/4);
   ModelOptions OnCuda;
   OnCuda.Compute = Cuda.get();
