@@ -79,6 +79,14 @@ struct HeldArray {
     /// meanwhile (what host code accumulates) but reads it only after the
     /// release (a parameter's gradient during a step).
     Accumulate,
+    /// Written and read by the backend's operations alone while it is held
+    /// (and kept, keepArrays): the caller neither reads nor writes the host
+    /// array meanwhile, and its values there are unspecified afterwards, so
+    /// a backend that computes elsewhere never copies it back (a saved
+    /// product only the backend's backward reads). The CUDA emulation
+    /// fills the host array with NaNs, so that a host reader fails the
+    /// equivalence matrix.
+    BackendOnly,
   };
   float *Data = nullptr;
   int64_t Count = 0;
@@ -218,14 +226,18 @@ public:
   /// the outer hold.
   virtual void holdArrays(const std::vector<HeldArray> &) {}
   virtual void releaseArrays() {}
-  /// Read arrays whose copies a hold in force made, kept on the backend
-  /// past that hold until releaseKept(Key): a micro batch's saved
-  /// activations from its layer's forward to the layer's backward, between
-  /// which other micro batches run (so no scope could hold them). The
-  /// caller neither writes nor frees them meanwhile. An array without such
-  /// a copy is not kept (its next reader takes it from the host).
+  /// Read (or BackendOnly) arrays whose copies a hold in force made, kept
+  /// on the backend past that hold until releaseKept(Key): a micro batch's
+  /// saved activations from its layer's forward to the layer's backward,
+  /// between which other micro batches run (so no scope could hold them).
+  /// The caller neither writes nor frees them meanwhile. An array without
+  /// such a copy is not kept (its next reader takes it from the host).
   virtual void keepArrays(const void *Key, const std::vector<HeldArray> &) {}
   virtual void releaseKept(const void *Key) {}
+  /// Releases only the array at Array of those kept under Key, if it is
+  /// one (a saved activation that a recompute policy frees before the
+  /// backward).
+  virtual void releaseKept(const void *Key, const float *Array) {}
   /// Host code wrote Count elements at Data in place, where a held array
   /// may lie (a host fallback of an operation the backend declined): a
   /// backend that keeps copies drops those it overlaps.

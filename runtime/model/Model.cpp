@@ -607,13 +607,13 @@ struct StageModel::Impl {
   }
   /// The dense MLP or the shared experts; returns the output shard unless
   /// recomputing (the products are then all that is wanted).
-  Tensor denseMlp(const LayerParams &P, LayerState &S, bool Recomputing = false) {
+  Tensor denseMlp(const LayerParams &P, LayerState &S, bool Recomputing = false, const void *KeepFor = nullptr) {
     return parallelMlpForward(*Groups.Tp, S.Xn2, {&P.Gate->Value, &P.Up->Value, &P.Down->Value}, S.G, S.U, S.Act,
-                              !Recomputing);
+                              !Recomputing, KeepFor);
   }
-  Tensor sharedExperts(const LayerParams &P, LayerState &S, bool Recomputing = false) {
+  Tensor sharedExperts(const LayerParams &P, LayerState &S, bool Recomputing = false, const void *KeepFor = nullptr) {
     return parallelMlpForward(*Groups.Tp, S.Xn2, {&P.SGate->Value, &P.SUp->Value, &P.SDown->Value}, S.SG, S.SU, S.SAct,
-                              !Recomputing);
+                              !Recomputing, KeepFor);
   }
 
   /// The attention output the out-projection reads: gated by sigmoid(OGate)
@@ -668,12 +668,15 @@ struct StageModel::Impl {
     mlpNorm(P, S);
     Tensor Y;
     Aux = 0;
+    // The MLPs' products stay on the backend for the backward, as the
+    // normalised inputs do.
+    const void *KeepFor = keepKey(M, S);
     if (!P.Moe) {
-      Y = denseMlp(P, S);
+      Y = denseMlp(P, S, false, KeepFor);
     } else {
-      Aux = Moe->forward(P.Routed, S.Xn2, S.Routed, Y, Count, balanceKeys(P, M));
+      Aux = Moe->forward(P.Routed, S.Xn2, S.Routed, Y, Count, balanceKeys(P, M), KeepFor);
       if (P.SGate) {
-        Tensor Shared = sharedExperts(P, S);
+        Tensor Shared = sharedExperts(P, S, false, KeepFor);
         if (P.SGateW) {
           S.SOut = Shared;
           S.SScore = matmul(S.Xn2, P.SGateW->Value);
@@ -694,22 +697,38 @@ struct StageModel::Impl {
 
   /// Saved activations of a decoder layer whose copies a hold made in its
   /// forward stay on the backend until the layer's backward (or discard())
-  /// reads them: their backward readers take them from the device. Not
-  /// under recompute, which drops and remakes them in between.
+  /// reads them: their backward readers take them from the device. What a
+  /// recompute policy drops is released with it (dropSaved) and kept again
+  /// when the recompute remakes it.
   void keepForBackward(const MicroState &M, LayerState &S, std::initializer_list<Tensor *> Saved) {
-    const bool Decoder = &S >= M.Layers.data() && &S < M.Layers.data() + M.Layers.size();
-    if (!Decoder || Options.Recompute.Full || !SelectiveModules.empty())
+    const void *Key = keepKey(M, S);
+    if (!Key)
       return;
     std::vector<HeldArray> Kept;
     for (Tensor *T : Saved)
       Kept.push_back(keptResult(*T));
-    compute().keepArrays(&S, Kept);
+    compute().keepArrays(Key, Kept);
+  }
+  /// The key a decoder layer's saved activations are kept under
+  /// (keepForBackward), or null where they are not kept.
+  const void *keepKey(const MicroState &M, const LayerState &S) const {
+    const bool Decoder = &S >= M.Layers.data() && &S < M.Layers.data() + M.Layers.size();
+    return Decoder ? &S : nullptr;
+  }
+  /// Frees saved activations a recompute policy drops, and the backend's
+  /// kept copies of them.
+  void dropSaved(LayerState &S, std::initializer_list<Tensor *> Saved) {
+    for (Tensor *T : Saved) {
+      compute().releaseKept(&S, T->data());
+      *T = Tensor();
+    }
   }
 
   bool selective(const char *Module) const { return SelectiveModules.count(Module) != 0; }
 
   void dropForRecompute(LayerState &S) {
     if (Options.Recompute.Full) {
+      compute().releaseKept(&S);
       Tensor X = std::move(S.X);
       S = LayerState();
       S.X = std::move(X);
@@ -717,14 +736,13 @@ struct StageModel::Impl {
       return;
     }
     if (selective("layernorm")) {
-      S.Xn1 = Tensor();
-      S.Xn2 = Tensor();
+      dropSaved(S, {&S.Xn1, &S.Xn2});
       S.Rstd1.clear();
       S.Rstd2.clear();
       S.Dropped.insert("layernorm");
     }
     if (selective("mla_up_proj") && Config.Mla) {
-      S.Q = S.K = S.V = Tensor();
+      dropSaved(S, {&S.Q, &S.K, &S.V});
       S.Dropped.insert("mla_up_proj");
     }
     if (selective("gdn_norm_out") && S.Gdn.Gated.numel()) {
@@ -737,10 +755,11 @@ struct StageModel::Impl {
       S.Dropped.insert("core_attn");
     }
     if (selective("mlp") && S.G.numel()) {
-      S.G = S.U = S.Act = Tensor();
+      dropSaved(S, {&S.G, &S.U, &S.Act});
       S.Dropped.insert("mlp");
     }
     if (selective("moe") && S.Routed.Valid) {
+      dropSaved(S, {&S.Routed.ExpertIn, &S.Routed.G, &S.Routed.U});
       S.Routed.dropMoe();
       S.Dropped.insert("moe");
     } else if (selective("moe_act") && S.Routed.Valid) {
@@ -748,7 +767,7 @@ struct StageModel::Impl {
       S.Dropped.insert("moe_act");
     }
     if (selective("shared_experts") && S.SG.numel()) {
-      S.SG = S.SU = S.SAct = Tensor();
+      dropSaved(S, {&S.SG, &S.SU, &S.SAct});
       S.Dropped.insert("shared_experts");
     }
   }
@@ -773,15 +792,15 @@ struct StageModel::Impl {
     if (S.Dropped.count("core_attn"))
       coreAttn(M, S);
     if (S.Dropped.count("mlp"))
-      denseMlp(P, S, /*Recomputing=*/true);
+      denseMlp(P, S, /*Recomputing=*/true, keepKey(M, S));
     if (S.Dropped.count("moe")) {
       Tensor Y;
-      Moe->forward(P.Routed, S.Xn2, S.Routed, Y, /*CountTokens=*/false, balanceKeys(P, M));
+      Moe->forward(P.Routed, S.Xn2, S.Routed, Y, /*CountTokens=*/false, balanceKeys(P, M), keepKey(M, S));
     }
     if (S.Dropped.count("moe_act"))
       Moe->recomputeAct(S.Routed);
     if (S.Dropped.count("shared_experts"))
-      sharedExperts(P, S, /*Recomputing=*/true);
+      sharedExperts(P, S, /*Recomputing=*/true, keepKey(M, S));
     S.Dropped.clear();
   }
 

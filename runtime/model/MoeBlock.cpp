@@ -127,7 +127,7 @@ Tensor MoeBlock::reduceExpertRows(const Tensor &Partial, const MoeSaved &S) {
 }
 
 double MoeBlock::forward(const MoeWeights &W, const Tensor &Xn, MoeSaved &S, Tensor &Y, bool CountTokens,
-                         const uint64_t *BalanceKeys) {
+                         const uint64_t *BalanceKeys, const void *KeepFor) {
   int64_t N = Xn.rows(), E = Config.Experts, K = Config.TopK;
   // Router scores and each token's experts.
   S.Scores = matmul(Xn, W.Router->Value);
@@ -186,7 +186,22 @@ double MoeBlock::forward(const MoeWeights &W, const Tensor &Xn, MoeSaved &S, Ten
   S.Act.resize({Rows, F});
   MlpArgs A = expertMlpArgs(W, Counts, H, F, S);
   A.Y = Out.data();
-  currentBackend().mlpForward(A);
+  if (!KeepFor) {
+    currentBackend().mlpForward(A);
+  } else {
+    // The experts' products stay where the backend made them, G and U until
+    // the backward reads them (with the rows), Act (which it remakes) not at
+    // all.
+    ComputeBackend &Backend = currentBackend();
+    const std::vector<HeldArray> Saved = {{S.ExpertIn.data(), S.ExpertIn.numel(), HeldArray::Read},
+                                          {S.G.data(), S.G.numel(), HeldArray::BackendOnly},
+                                          {S.U.data(), S.U.numel(), HeldArray::BackendOnly}};
+    std::vector<HeldArray> Held = Saved;
+    Held.push_back({S.Act.data(), S.Act.numel(), HeldArray::BackendOnly});
+    HeldArrays Hold(Backend, Held);
+    Backend.mlpForward(A);
+    Backend.keepArrays(KeepFor, Saved);
+  }
   if (Split)
     Out = reduceExpertRows(Out, S);
   Y = Dispatcher.combine(Out, S.TopW, S.Dispatch);

@@ -58,9 +58,13 @@ public:
   /// of the TpCp group.
   /// CountTokens: add the routed copies to W.Bias->Tokens. BalanceKeys
   /// [Ns] (ModelConfig::ForceBalance; else null): each token's key for
-  /// Router::forceBalancedLogits.
+  /// Router::forceBalancedLogits. KeepFor (else null): the experts' products
+  /// stay on the backend (HeldArray::BackendOnly: their host values are
+  /// unspecified), and what their backward reads (the rows, G and U) is kept
+  /// under that key (ComputeBackend::keepArrays) until the caller releases
+  /// it.
   double forward(const MoeWeights &W, const Tensor &Xn, MoeSaved &S, Tensor &Y, bool CountTokens = false,
-                 const uint64_t *BalanceKeys = nullptr);
+                 const uint64_t *BalanceKeys = nullptr, const void *KeepFor = nullptr);
   /// Recomputes Act from G and U (selective "moe_act").
   void recomputeAct(MoeSaved &S);
   /// DY [Ns, Hidden] is the gradient of the routed output; AuxGradScale

@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <stdexcept>
 #include <string>
@@ -432,6 +433,11 @@ public:
         H.Host = A.Data;
         H.Depth = Levels.size() - 1;
         Level.push_back(A.Data);
+        if (A.Kind == HeldArray::BackendOnly) {
+          H.Copy.resize(size_t(A.Count));
+          H.Copy.zero();
+          unspecified(H);
+        }
       }
   }
   void releaseArrays() override {
@@ -443,6 +449,7 @@ public:
       checkUnwritten(It->second);
 #endif
       flush(It->second);
+      unspecified(It->second);
       Held.erase(It);
     }
     Levels.pop_back();
@@ -453,8 +460,8 @@ public:
   void keepArrays(const void *Key, const std::vector<HeldArray> &Arrays) override {
     for (const HeldArray &A : Arrays) {
       auto It = Held.find(A.Data);
-      if (It == Held.end() || It->second.Kind != HeldArray::Read || It->second.Count != A.Count ||
-          !It->second.Copy.size() || It->second.KeptBy)
+      if (It == Held.end() || !hasCopy(It->second.Kind) || It->second.Count != A.Count || !It->second.Copy.size() ||
+          It->second.KeptBy)
         continue;
       It->second.KeptBy = Key;
       for (std::vector<const float *> &Level : Levels) // its hold no longer ends it
@@ -462,16 +469,15 @@ public:
     }
   }
   void releaseKept(const void *Key) override {
-    for (auto It = Held.begin(); It != Held.end();) {
-      if (It->second.KeptBy != Key) {
-        ++It;
-        continue;
-      }
-#ifdef MOERT_CUDA_EMULATION
-      checkUnwritten(It->second);
-#endif
-      It = Held.erase(It);
-    }
+    if (!Key)
+      return;
+    for (auto It = Held.begin(); It != Held.end();)
+      It = It->second.KeptBy == Key ? releaseKept(It) : std::next(It);
+  }
+  void releaseKept(const void *Key, const float *Array) override {
+    auto It = Held.find(Array);
+    if (Key && It != Held.end() && It->second.KeptBy == Key)
+      releaseKept(It);
   }
 
   BackendTraffic traffic() const override {
@@ -570,10 +576,14 @@ private:
 
   /// An operation's dense result for the host array at Out: copied there,
   /// and into the copy of a held Read array it lies in, so that later
-  /// operations read it from the device.
+  /// operations read it from the device; into the copy alone where Out lies
+  /// in a BackendOnly array.
   template <typename T> void result(const DeviceBuffer<T> &Device, float *Out) {
-    Copies.downloadTo(Device, Out);
-    keepInStep(Out, int64_t(Device.size()), Device.data());
+    const int64_t Count = int64_t(Device.size());
+    HeldCopy *Only = containing(Out, Count);
+    if (!Only || Only->Kind != HeldArray::BackendOnly)
+      Copies.downloadTo(Device, Out);
+    keepInStep(Out, Count, Device.data());
   }
 
   /// After the host array [Host, Host + Count) received Src's values: the
@@ -585,7 +595,7 @@ private:
     for (HeldCopy *H : readCopiesOverlapping(Host, Count)) {
       const bool Inside = Host >= H->Host && Host + Count <= H->Host + H->Count;
       if (!Inside) {
-        H->Copy = DeviceBuffer<bf16>();
+        dropCopy(*H);
         continue;
       }
       if (!H->Copy.size()) {
@@ -606,7 +616,28 @@ private:
   /// keepInStep does not follow (strided rows, packed spans).
   void dropCopies(const float *Host, int64_t Extent) {
     for (HeldCopy *H : readCopiesOverlapping(Host, Extent))
-      H->Copy = DeviceBuffer<bf16>();
+      dropCopy(*H);
+  }
+  /// A copy the host array no longer matches; a BackendOnly array's is all
+  /// there is of it, so an operation that cannot follow it is the caller's
+  /// error (holding it BackendOnly).
+  void dropCopy(HeldCopy &H) {
+    if (H.Kind == HeldArray::BackendOnly)
+      throw std::logic_error("the CUDA backend cannot keep an array held BackendOnly (" + std::to_string(H.Count) +
+                             " elements) up to date: an operation writes it in part or the host writes it");
+    H.Copy = DeviceBuffer<bf16>();
+  }
+  static bool hasCopy(HeldArray::Use Kind) { return Kind == HeldArray::Read || Kind == HeldArray::BackendOnly; }
+
+  /// A BackendOnly array's host values, which are unspecified: NaNs in the
+  /// emulation, so that a host reader shows in the results.
+  void unspecified(HeldCopy &H) {
+#ifdef MOERT_CUDA_EMULATION
+    if (H.Kind == HeldArray::BackendOnly)
+      std::fill_n(H.Host, H.Count, std::numeric_limits<float>::quiet_NaN());
+#else
+    (void)H;
+#endif
   }
 
   std::vector<HeldCopy *> readCopiesOverlapping(const float *Host, int64_t Extent) {
@@ -618,7 +649,7 @@ private:
       HeldCopy &H = It->second;
       if (H.Host + H.Count <= Host)
         break;
-      if (H.Kind == HeldArray::Read)
+      if (hasCopy(H.Kind))
         Found.push_back(&H);
     }
     return Found;
@@ -711,6 +742,14 @@ private:
   }
 #endif
 
+  std::map<const float *, HeldCopy>::iterator releaseKept(std::map<const float *, HeldCopy>::iterator It) {
+#ifdef MOERT_CUDA_EMULATION
+    checkUnwritten(It->second);
+#endif
+    unspecified(It->second);
+    return Held.erase(It);
+  }
+
   /// The held array that contains all of [Data, Data + Extent), if any.
   HeldCopy *containing(const float *Data, int64_t Extent) {
     auto It = Held.upper_bound(Data);
@@ -733,7 +772,7 @@ private:
 
   const bf16 *heldCopy(const float *Data, int64_t Extent) {
     HeldCopy *H = containing(Data, Extent);
-    if (!H || H->Kind != HeldArray::Read)
+    if (!H || !hasCopy(H->Kind))
       return nullptr;
     if (!H->Copy.size()) {
       Charge Charged(Copies, H->holdName());

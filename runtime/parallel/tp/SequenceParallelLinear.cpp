@@ -62,6 +62,7 @@ const Tensor &wholeSequence(Communicator &Tp, const Tensor &XShard, Tensor &Stor
 
 HeldArray readOnly(const Tensor &T) { return {const_cast<float *>(T.data()), T.numel(), HeldArray::Read}; }
 HeldArray summedInto(Tensor &T) { return {T.data(), T.numel(), HeldArray::Accumulate}; }
+HeldArray backendOnly(Tensor &T) { return {T.data(), T.numel(), HeldArray::BackendOnly}; }
 } // namespace
 
 void matmulBackward(const Tensor &X, const Tensor &W, const Tensor &DY, Tensor &DW, Tensor &DX, float Beta) {
@@ -143,7 +144,7 @@ MlpArgs mlpArgs(const Tensor &X, const ParallelMlpWeights &W) {
 } // namespace
 
 Tensor parallelMlpForward(Communicator &Tp, const Tensor &XShard, const ParallelMlpWeights &W, Tensor &G, Tensor &U,
-                          Tensor &Act, bool WithOutput) {
+                          Tensor &Act, bool WithOutput, const void *KeepFor) {
   Tensor Gathered;
   const Tensor &X = wholeSequence(Tp, XShard, Gathered);
   MlpArgs A = mlpArgs(X, W);
@@ -158,7 +159,16 @@ Tensor parallelMlpForward(Communicator &Tp, const Tensor &XShard, const Parallel
     Y.resize({X.rows(), X.cols()});
     A.Y = Y.data();
   }
-  currentBackend().mlpForward(A);
+  ComputeBackend &Backend = currentBackend();
+  if (!KeepFor) {
+    Backend.mlpForward(A);
+  } else {
+    // The products stay where the backend made them: G and U until the
+    // backward reads them, Act (which the backward remakes) not at all.
+    HeldArrays Hold(Backend, {backendOnly(G), backendOnly(U), backendOnly(Act)});
+    Backend.mlpForward(A);
+    Backend.keepArrays(KeepFor, {backendOnly(G), backendOnly(U)});
+  }
   return WithOutput ? reduceScatterSequence(Tp, std::move(Y)) : Tensor();
 }
 

@@ -68,9 +68,12 @@ struct ParallelMlpWeights {
 /// The MLP as one backend operation (ComputeBackend::mlpForward) on the
 /// gathered sequence: writes G, U and Act [N, ffn / TP] and returns the
 /// reduce-scattered output shard, or an empty tensor when !WithOutput (a
-/// recompute needs only the products).
+/// recompute needs only the products). Where KeepFor is not null, the
+/// products stay on the backend (HeldArray::BackendOnly: their host values
+/// are unspecified), G and U (which the backward reads) kept under that key
+/// (ComputeBackend::keepArrays) until the caller releases them.
 Tensor parallelMlpForward(Communicator &Tp, const Tensor &XShard, const ParallelMlpWeights &W, Tensor &G, Tensor &U,
-                          Tensor &Act, bool WithOutput = true);
+                          Tensor &Act, bool WithOutput = true, const void *KeepFor = nullptr);
 /// Backward: gathers DYShard and XShard again (Megatron keeps the shard),
 /// adds the weight gradients (DWeights in Gate, Up, Down order) and returns
 /// the reduce-scattered input-gradient shard.

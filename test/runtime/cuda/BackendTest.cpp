@@ -19,6 +19,7 @@
 #include <cmath>
 #include <optional>
 #include <random>
+#include <stdexcept>
 
 using namespace moert;
 using namespace moert::test;
@@ -313,11 +314,13 @@ TEST(CudaBackend, KeptCopiesOutliveTheirHoldUntilReleased) {
   auto Product = [&](const std::vector<float> &A) {
     Cuda->gemm({false, false, M, N, K, 1.0f, A.data(), K, W.data(), N, 0.0f, Y.data(), N});
   };
+  std::vector<float> Third = randomBf16(size_t(M * K), 44);
   int Key = 0;
   {
-    HeldArrays Hold(*Cuda, {{X.data(), M * K}, {Other.data(), M * K}});
-    Product(X); // X's copy is made; Other has none
-    Cuda->keepArrays(&Key, {{X.data(), M * K}, {Other.data(), M * K}});
+    HeldArrays Hold(*Cuda, {{X.data(), M * K}, {Other.data(), M * K}, {Third.data(), M * K}});
+    Product(X); // X's and Third's copies are made; Other has none
+    Product(Third);
+    Cuda->keepArrays(&Key, {{X.data(), M * K}, {Other.data(), M * K}, {Third.data(), M * K}});
   }
   int64_t Up = Uploaded();
   Product(X);
@@ -325,10 +328,62 @@ TEST(CudaBackend, KeptCopiesOutliveTheirHoldUntilReleased) {
   Up = Uploaded();
   Product(Other);
   EXPECT_EQ(Uploaded() - Up, (M * K + K * N) * Crossing) << "Other had no copy to keep";
+  Cuda->releaseKept(&Key, Third.data());
+  Up = Uploaded();
+  Product(Third);
+  EXPECT_EQ(Uploaded() - Up, (M * K + K * N) * Crossing) << "Third released alone";
+  Up = Uploaded();
+  Product(X);
+  EXPECT_EQ(Uploaded() - Up, K * N * Crossing) << "X still kept";
   Cuda->releaseKept(&Key);
   Up = Uploaded();
   Product(X);
   EXPECT_EQ(Uploaded() - Up, (M * K + K * N) * Crossing) << "released";
+}
+
+// A BackendOnly array's results stay on the device: none comes back, its
+// readers (while held, and after while kept) take the device's values, and
+// what the backend cannot follow is refused rather than read stale.
+TEST(CudaBackend, BackendOnlyResultsNeverComeBack) {
+  auto Cuda = cudaBackend();
+  const int64_t M = 4, K = 6, N = 5, P = 3;
+  std::vector<float> X = randomBf16(size_t(M * K), 51), W = randomBf16(size_t(K * N), 52);
+  std::vector<float> V = randomBf16(size_t(N * P), 53);
+  auto Downloaded = [&] { return Cuda->traffic().DeviceToHostBytes; };
+  auto Uploaded = [&] { return Cuda->traffic().HostToDeviceBytes; };
+  auto Produce = [&](std::vector<float> &Y) {
+    Cuda->gemm({false, false, M, N, K, 1.0f, X.data(), K, W.data(), N, 0.0f, Y.data(), N});
+  };
+  auto Consume = [&](std::vector<float> &Y) {
+    std::vector<float> Z(size_t(M * P));
+    Cuda->gemm({false, false, M, P, N, 1.0f, Y.data(), N, V.data(), P, 0.0f, Z.data(), P});
+    return Z;
+  };
+  std::vector<float> OnHost(size_t(M * N)), Y(size_t(M * N));
+  Produce(OnHost);
+  const std::vector<float> Want = Consume(OnHost);
+  int Key = 0;
+  {
+    HeldArrays Hold(*Cuda, {{Y.data(), M * N, HeldArray::BackendOnly}});
+    int64_t Down = Downloaded();
+    Produce(Y);
+    EXPECT_EQ(Downloaded() - Down, 0) << "the product stays on the device";
+#ifdef MOERT_CUDA_EMULATION
+    EXPECT_TRUE(std::isnan(Y[0])) << "the emulation marks the host values unspecified";
+#endif
+    int64_t Up = Uploaded();
+    EXPECT_EQ(Consume(Y), Want);
+    EXPECT_EQ(Uploaded() - Up, N * P * Crossing) << "V alone: Y is read from the device";
+    // Four of its five columns: the backend could not follow that.
+    EXPECT_THROW(Cuda->gemm({false, false, M, N - 1, K, 1.0f, X.data(), K, W.data(), N, 0.0f, Y.data(), N}),
+                 std::logic_error);
+    Produce(Y);
+    Cuda->keepArrays(&Key, {{Y.data(), M * N, HeldArray::BackendOnly}});
+  }
+  int64_t Up = Uploaded();
+  EXPECT_EQ(Consume(Y), Want) << "kept past its hold";
+  EXPECT_EQ(Uploaded() - Up, N * P * Crossing);
+  Cuda->releaseKept(&Key);
 }
 
 #ifdef MOERT_CUDA_EMULATION
