@@ -644,10 +644,12 @@ struct StageModel::Impl {
   Tensor layerForward(const LayerParams &P, const MicroState &M, LayerState &S, double &Aux, bool Count) {
     // Each branch's normalised input is written by the backend alone and
     // read by every product of the branch: held while the branch runs, it
-    // moves to the backend once, as the norm's result.
+    // moves to the backend once, as the norm's result. The branch's input
+    // (the residual stream) moves once too, for the norm's forward and
+    // backward.
     S.Xn1 = Tensor({S.X.rows(), S.X.cols()});
     {
-      HeldArrays Keep(compute(), {keptResult(S.Xn1)});
+      HeldArrays Keep(compute(), {keptResult(S.Xn1), keptResult(S.X)});
       attnNorm(P, S);
       if (P.Linear) {
         S.H = add(S.X, Gdn->forward(P.Gdn, S.Xn1, M.Sequences, S.Gdn));
@@ -661,10 +663,10 @@ struct StageModel::Impl {
         Tensor Gated;
         S.H = add(S.X, rowParallelForward(*Groups.Tp, gatedAttention(S, Gated), P.O->Value));
       }
-      keepForBackward(M, S, {&S.Xn1});
+      keepForBackward(M, S, {&S.Xn1, &S.X});
     }
     S.Xn2 = Tensor({S.H.rows(), S.H.cols()});
-    HeldArrays Keep(compute(), {keptResult(S.Xn2)});
+    HeldArrays Keep(compute(), {keptResult(S.Xn2), keptResult(S.H)});
     mlpNorm(P, S);
     Tensor Y;
     Aux = 0;
@@ -690,7 +692,7 @@ struct StageModel::Impl {
         addInto(Y, Shared);
       }
     }
-    keepForBackward(M, S, {&S.Xn2});
+    keepForBackward(M, S, {&S.Xn2, &S.H});
     addInto(Y, S.H);
     return Y;
   }
