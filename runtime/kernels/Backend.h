@@ -79,13 +79,16 @@ struct HeldArray {
     /// meanwhile (what host code accumulates) but reads it only after the
     /// release (a parameter's gradient during a step).
     Accumulate,
-    /// Written and read by the backend's operations alone while it is held
-    /// (and kept, keepArrays): the caller neither reads nor writes the host
-    /// array meanwhile, and its values there are unspecified afterwards, so
-    /// a backend that computes elsewhere never copies it back (a saved
-    /// product only the backend's backward reads). The CUDA emulation
-    /// fills the host array with NaNs, so that a host reader fails the
-    /// equivalence matrix.
+    /// Mostly the backend's own while it is held (and kept, keepArrays): its
+    /// operations read it (from the host's values at first) and write it,
+    /// and a backend that computes elsewhere does not copy their results
+    /// back; host code that reads or writes it meanwhile calls hostReads()
+    /// first (a host fallback, a ring's send), and hostWrote() after a
+    /// write. Its host values are unspecified after the release. For what
+    /// the backend's operations alone read: saved products, the queries,
+    /// keys and values. The CUDA emulation fills host values the backend
+    /// has not brought back with NaNs, so that a host reader that did not
+    /// ask fails the equivalence matrix.
     BackendOnly,
   };
   float *Data = nullptr;
@@ -242,6 +245,10 @@ public:
   /// may lie (a host fallback of an operation the backend declined): a
   /// backend that keeps copies drops those it overlaps.
   virtual void hostWrote(const float *Data, int64_t Count) {}
+  /// Host code is about to read (or write) Count elements at Data, where a
+  /// BackendOnly array may lie: a backend that kept its operations' results
+  /// to itself brings them back.
+  virtual void hostReads(const float *Data, int64_t Count) {}
 
   virtual BackendTraffic traffic() const { return {}; }
   virtual void resetPeak() {}

@@ -142,6 +142,9 @@ struct MicroState {
 /// T, allocated, held while backend operations write it and later ones
 /// read it (HeldArray::Read): the host may read it meanwhile, not write it.
 HeldArray keptResult(Tensor &T) { return {T.data(), T.numel(), HeldArray::Read}; }
+/// T, allocated, held as the backend's own (HeldArray::BackendOnly): only
+/// its operations, and host code that asks for it, read it.
+HeldArray onBackend(Tensor &T) { return {T.data(), T.numel(), HeldArray::BackendOnly}; }
 
 } // namespace
 
@@ -572,15 +575,21 @@ struct StageModel::Impl {
   }
   /// The projections made ready for qkv() (as its products' shapes), held
   /// from their making to the attention that reads them (the backend keeps
-  /// its copies of them; RoPE rotates the copy).
-  std::vector<HeldArray> heldProjections(const LayerParams &P, LayerState &S) {
+  /// its copies of them; RoPE rotates the copy). Only the backend reads them
+  /// (and a ring's sends, which ask), so their values stay there, but for
+  /// the head norms' inputs, which the host copies.
+  std::vector<HeldArray> heldProjections(const LayerParams &P, const MicroState &M, LayerState &S) {
     const int64_t Rows = S.Xn1.rows() * Groups.Tp->size();
     const std::vector<const Tensor *> Ws = {&P.Q->Value, &P.K->Value, &P.V->Value};
     std::vector<Tensor *> Ys = projections(P, S);
+    // The backward reads them from the backend only where they are kept
+    // (not in an MTP block's layer).
+    const bool Kept = keepKey(M, S) != nullptr;
     std::vector<HeldArray> Held;
     for (size_t I = 0; I < Ys.size(); ++I) {
       *Ys[I] = Tensor({Rows, Ws[I]->cols()});
-      Held.push_back(keptResult(*Ys[I]));
+      const bool HostCopies = P.QNorm && I < 2;
+      Held.push_back(HostCopies || !Kept ? keptResult(*Ys[I]) : onBackend(*Ys[I]));
     }
     return Held;
   }
@@ -655,7 +664,7 @@ struct StageModel::Impl {
         S.H = add(S.X, Gdn->forward(P.Gdn, S.Xn1, M.Sequences, S.Gdn));
       } else {
         {
-          HeldArrays KeepProjections(compute(), Config.Mla ? std::vector<HeldArray>() : heldProjections(P, S));
+          HeldArrays KeepProjections(compute(), Config.Mla ? std::vector<HeldArray>() : heldProjections(P, M, S));
           qkv(P, M, S);
           coreAttn(M, S);
           keepForBackward(M, S, {&S.Q, &S.K, &S.V});
@@ -870,8 +879,10 @@ struct StageModel::Impl {
       return add(DH, rmsNormBackward(S.X, P.AttnNorm->Value, S.Rstd1, DXn1, P.AttnNorm->Grad));
     }
     // The projections' output gradients, held from the rotation back to
-    // their products.
-    HeldArrays KeepGrads(compute(), {keptResult(DQ), keptResult(DK), keptResult(DV)});
+    // their products, which alone read them (the head norms' backward
+    // copies the rotated ones on the host).
+    HeldArrays KeepGrads(
+        compute(), {P.QNorm ? keptResult(DQ) : onBackend(DQ), P.QNorm ? keptResult(DK) : onBackend(DK), onBackend(DV)});
     rope(DQ, M, true);
     rope(DK, M, true);
     Tensor DQPre, DKPre;

@@ -37,6 +37,7 @@ namespace {
 /// PositionOf(row, j) x Theta^(-2j / R) (backwards when Inverse).
 template <typename PositionOf>
 void rotateHalves(Tensor &X, int64_t HeadDim, int64_t Rotated, double Theta, bool Inverse, PositionOf Position) {
+  currentBackend().hostReads(X.data(), X.numel());
   int64_t N = X.rows(), Heads = X.cols() / HeadDim, Half = Rotated / 2;
   std::vector<float> Cos(Half), Sin(Half);
   std::vector<double> Freq(Half);

@@ -433,11 +433,6 @@ public:
         H.Host = A.Data;
         H.Depth = Levels.size() - 1;
         Level.push_back(A.Data);
-        if (A.Kind == HeldArray::BackendOnly) {
-          H.Copy.resize(size_t(A.Count));
-          H.Copy.zero();
-          unspecified(H);
-        }
       }
   }
   void releaseArrays() override {
@@ -457,11 +452,25 @@ public:
 
   void hostWrote(const float *Data, int64_t Count) override { dropCopies(Data, Count); }
 
+  void hostReads(const float *Data, int64_t Count) override {
+    for (HeldCopy *H : readCopiesOverlapping(Data, Count))
+      if (H->Ahead) {
+        Charge Charged(Copies, "host reads");
+        Copies.downloadTo(H->Copy, H->Host);
+        H->Ahead = false;
+      }
+  }
+
   void keepArrays(const void *Key, const std::vector<HeldArray> &Arrays) override {
     for (const HeldArray &A : Arrays) {
       auto It = Held.find(A.Data);
-      if (It == Held.end() || !hasCopy(It->second.Kind) || It->second.Count != A.Count || !It->second.Copy.size() ||
-          It->second.KeptBy)
+      // A Read array without a copy is the host's alone; a BackendOnly one
+      // is kept all the same, as its holder relies on it (a copy is made
+      // from the host's values on its next use).
+      if (It == Held.end())
+        continue;
+      const HeldCopy &H = It->second;
+      if (!hasCopy(H.Kind) || H.Count != A.Count || H.KeptBy || (!H.Copy.size() && H.Kind != HeldArray::BackendOnly))
         continue;
       It->second.KeptBy = Key;
       for (std::vector<const float *> &Level : Levels) // its hold no longer ends it
@@ -499,6 +508,8 @@ private:
     size_t Depth = 0;
     /// The keepArrays() key that keeps it past its hold, if any.
     const void *KeptBy = nullptr;
+    /// The copy has results the host array lacks (BackendOnly).
+    bool Ahead = false;
     DeviceBuffer<bf16> Copy;
     DeviceBuffer<float> Sum;
     float *at(const float *Data) { return Sum.data() + (Data - Host); }
@@ -581,9 +592,18 @@ private:
   template <typename T> void result(const DeviceBuffer<T> &Device, float *Out) {
     const int64_t Count = int64_t(Device.size());
     HeldCopy *Only = containing(Out, Count);
-    if (!Only || Only->Kind != HeldArray::BackendOnly)
+    if (!Only || Only->Kind != HeldArray::BackendOnly) {
       Copies.downloadTo(Device, Out);
+      keepInStep(Out, Count, Device.data());
+      return;
+    }
+    if (!Only->Copy.size() && (Out != Only->Host || Count != Only->Count))
+      heldCopy(Only->Host, Only->Count); // the rest of it, from the host
     keepInStep(Out, Count, Device.data());
+    Only->Ahead = true;
+#ifdef MOERT_CUDA_EMULATION
+    std::fill_n(Out, Count, std::numeric_limits<float>::quiet_NaN());
+#endif
   }
 
   /// After the host array [Host, Host + Count) received Src's values: the
@@ -618,13 +638,15 @@ private:
     for (HeldCopy *H : readCopiesOverlapping(Host, Extent))
       dropCopy(*H);
   }
-  /// A copy the host array no longer matches; a BackendOnly array's is all
-  /// there is of it, so an operation that cannot follow it is the caller's
-  /// error (holding it BackendOnly).
+  /// A copy the host array no longer matches. Where the copy is ahead of
+  /// the host (a BackendOnly array's results), the host's values are no
+  /// whole array either: the writer should have asked for them first
+  /// (hostReads).
   void dropCopy(HeldCopy &H) {
-    if (H.Kind == HeldArray::BackendOnly)
+    if (H.Ahead)
       throw std::logic_error("the CUDA backend cannot keep an array held BackendOnly (" + std::to_string(H.Count) +
-                             " elements) up to date: an operation writes it in part or the host writes it");
+                             " elements) up to date: host code or an operation wrote part of it without reading "
+                             "it back first");
     H.Copy = DeviceBuffer<bf16>();
   }
   static bool hasCopy(HeldArray::Use Kind) { return Kind == HeldArray::Read || Kind == HeldArray::BackendOnly; }

@@ -90,11 +90,26 @@ struct HostBlock {
   std::vector<TokenSpan> keySpans(int Owner) const { return localSpans(Owner, CpSize, Shape.Dims.SeqLen); }
 };
 
+/// Every exchange between ranks sends the local queries, keys or values
+/// from host memory: a backend that kept its results there to itself brings
+/// them back (ComputeBackend::hostReads).
+void readOnHost(const Communicator &Cp, const BlockShape &Shape, const float *Q, const float *K, const float *V) {
+  if (Cp.size() == 1)
+    return;
+  const AttentionDims &D = Shape.Dims;
+  const int64_t Rows = D.Batch * Shape.LocalTokens;
+  ComputeBackend &Backend = currentBackend();
+  Backend.hostReads(Q, Rows * D.QHeads * D.HeadDim);
+  Backend.hostReads(K, Rows * D.KvHeads * D.HeadDim);
+  Backend.hostReads(V, Rows * D.KvHeads * D.vHeadDim());
+}
+
 } // namespace
 
 void contextParallelAttentionForward(Communicator &Cp, const AttentionDims &Dims, const float *Q, const float *K,
                                      const float *V, float *Out, float *Lse, CpExchange Exchange) {
   BlockShape Shape = blockShape(Cp, Dims);
+  readOnHost(Cp, Shape, Q, K, V);
   size_t OutCount = size_t(Dims.Batch * Shape.LocalTokens * Dims.QHeads * Dims.vHeadDim());
   std::fill(Out, Out + OutCount, 0.0f);
   std::fill(Lse, Lse + Dims.Batch * Dims.QHeads * Shape.LocalTokens, -std::numeric_limits<float>::infinity());
@@ -121,6 +136,7 @@ void contextParallelAttentionBackward(Communicator &Cp, const AttentionDims &Dim
                                       const float *V, const float *Out, const float *Lse, const float *DOut, float *DQ,
                                       float *DK, float *DV, CpExchange Exchange) {
   BlockShape Shape = blockShape(Cp, Dims);
+  readOnHost(Cp, Shape, Q, K, V);
   int64_t T = Shape.LocalTokens;
   size_t QCount = size_t(Dims.Batch * T * Dims.QHeads * Dims.HeadDim);
   std::fill(DQ, DQ + QCount, 0.0f);

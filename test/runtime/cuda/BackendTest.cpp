@@ -341,10 +341,11 @@ TEST(CudaBackend, KeptCopiesOutliveTheirHoldUntilReleased) {
   EXPECT_EQ(Uploaded() - Up, (M * K + K * N) * Crossing) << "released";
 }
 
-// A BackendOnly array's results stay on the device: none comes back, its
-// readers (while held, and after while kept) take the device's values, and
-// what the backend cannot follow is refused rather than read stale.
-TEST(CudaBackend, BackendOnlyResultsNeverComeBack) {
+// A BackendOnly array's results stay on the device: none comes back unless
+// host code asks (hostReads), its readers (while held, and after while
+// kept) take the device's values, and a write the backend cannot follow over
+// values the host lacks is refused rather than left stale.
+TEST(CudaBackend, BackendOnlyResultsComeBackOnlyWhenAskedFor) {
   auto Cuda = cudaBackend();
   const int64_t M = 4, K = 6, N = 5, P = 3;
   std::vector<float> X = randomBf16(size_t(M * K), 51), W = randomBf16(size_t(K * N), 52);
@@ -374,15 +375,40 @@ TEST(CudaBackend, BackendOnlyResultsNeverComeBack) {
     int64_t Up = Uploaded();
     EXPECT_EQ(Consume(Y), Want);
     EXPECT_EQ(Uploaded() - Up, N * P * Crossing) << "V alone: Y is read from the device";
-    // Four of its five columns: the backend could not follow that.
+    // Four of its five columns, over values the host lacks.
     EXPECT_THROW(Cuda->gemm({false, false, M, N - 1, K, 1.0f, X.data(), K, W.data(), N, 0.0f, Y.data(), N}),
                  std::logic_error);
+    Produce(Y);
+
+    Down = Downloaded();
+    Cuda->hostReads(Y.data() + 1, 2);
+    EXPECT_EQ(Downloaded() - Down, M * N * Crossing) << "asked for: the whole array comes back once";
+    EXPECT_EQ(Y, cuda::roundedToBf16(OnHost)) << "as the device holds it";
+    Cuda->hostReads(Y.data(), M * N);
+    EXPECT_EQ(Downloaded() - Down, M * N * Crossing) << "the host has it already";
+    // A host write after reading it back: the host's values are the
+    // array's again.
+    Y[0] += 1.0f;
+    Cuda->hostWrote(Y.data(), 1);
+    std::vector<float> Changed = Y;
+    EXPECT_EQ(Consume(Y), Consume(Changed));
+
     Produce(Y);
     Cuda->keepArrays(&Key, {{Y.data(), M * N, HeldArray::BackendOnly}});
   }
   int64_t Up = Uploaded();
   EXPECT_EQ(Consume(Y), Want) << "kept past its hold";
   EXPECT_EQ(Uploaded() - Up, N * P * Crossing);
+  Cuda->releaseKept(&Key);
+
+  // Kept before any operation made its copy: still the holder's, with the
+  // host's values, until released.
+  std::vector<float> Unused = OnHost;
+  {
+    HeldArrays Hold(*Cuda, {{Unused.data(), M * N, HeldArray::BackendOnly}});
+    Cuda->keepArrays(&Key, {{Unused.data(), M * N, HeldArray::BackendOnly}});
+  }
+  EXPECT_EQ(Consume(Unused), Want) << "kept without a copy";
   Cuda->releaseKept(&Key);
 }
 
@@ -840,7 +866,8 @@ TEST(CudaBackend, OneStageModelRunsOnEitherBackend) {
 // The stage holds the queries and keys from their projections through
 // RoPE to attention, and their gradients from attention's backward through
 // RoPE to their products: RoPE rotates the held copies, so the only bytes
-// it sends to the device are the positions of its four calls per layer.
+// it sends to the device are the positions of its four calls per layer, and
+// as only the backend reads what it rotates (BackendOnly), none come back.
 TEST(CudaBackend, AStageRotatesHeldQueriesAndKeysInPlace) {
   auto Cuda = cudaBackend();
   OneRankGroups Groups;
@@ -855,7 +882,8 @@ TEST(CudaBackend, AStageRotatesHeldQueriesAndKeysInPlace) {
   const BackendTraffic::Copies Rope = Cuda->traffic().ByOperation["rope"];
   const int64_t Rows = MB.Sequences * MB.SeqLen;
   EXPECT_EQ(Rope.HostToDeviceBytes, C.Layers * 4 * Rows * int64_t(sizeof(int32_t)));
-  EXPECT_GT(Rope.DeviceToHostBytes, 0) << "the host keeps the rotated values";
+  EXPECT_EQ(Rope.DeviceToHostBytes, 0) << "the rotated values stay on the device";
+  EXPECT_EQ(Cuda->traffic().ByOperation.count("host reads"), 0u) << "no host code asked for them on one rank";
 }
 
 } // namespace

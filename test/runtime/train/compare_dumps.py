@@ -20,6 +20,7 @@ Exit status 0 when everything matches, 1 otherwise (mismatches are listed).
 import argparse
 import array
 import glob
+import math
 import os
 import struct
 import sys
@@ -70,6 +71,10 @@ def read_loss(directory):
 
 
 def rel_error(x, ref):
+    # A NaN compares false with everything, so max() would pass it over: a
+    # value that is not finite on either side is a mismatch outright.
+    if not all(math.isfinite(v) for v in x) or not all(math.isfinite(v) for v in ref):
+        return math.inf
     scale = max((abs(v) for v in ref), default=0.0)
     err = max((abs(a - b) for a, b in zip(x, ref)), default=0.0)
     return err / scale if scale > 0 else err
