@@ -124,7 +124,7 @@ def main():
             "device; an activation several products read moves once for them (holds nest), and one that "
             "operations make and later ones read (the normalised inputs, queries, keys and values, their "
             "gradients) moves once, as the result; a layer's branch inputs (the residual stream), normalised inputs, "
-            "queries, keys and values and its MLPs' products stay on the device from its forward to its backward (what a recompute policy drops, "
+            "queries, keys and values, attention output and its MLPs' products stay on the device from its forward to its backward (what a recompute policy drops, "
             "from its recompute), which raises the device peak a little, and what only the backend reads (the MLPs' products, the "
             "queries, keys and values, their gradients after RoPE) never comes back to the host; other activations still cross at every operation. Arrays cross in fp32 and are rounded to bf16 (or widened back) on "
             "the device: twice the bytes of a bf16 copy, for no conversion pass on the host, which on one core "

@@ -669,8 +669,13 @@ struct StageModel::Impl {
           coreAttn(M, S);
           keepForBackward(M, S, {&S.Q, &S.K, &S.V});
         }
+        // Attention's output, read by the out-projection here and by its
+        // weight gradient in the backward: one copy, kept (not where the
+        // output gate makes the projection read a gated copy).
         Tensor Gated;
+        HeldArrays KeepOutput(compute(), {keptResult(S.AttnOut)});
         S.H = add(S.X, rowParallelForward(*Groups.Tp, gatedAttention(S, Gated), P.O->Value));
+        keepForBackward(M, S, {&S.AttnOut});
       }
       keepForBackward(M, S, {&S.Xn1, &S.X});
     }
@@ -761,8 +766,7 @@ struct StageModel::Impl {
       S.Dropped.insert("gdn_norm_out");
     }
     if (selective("core_attn") && S.AttnOut.numel()) {
-      S.AttnOut = Tensor();
-      S.Lse = Tensor();
+      dropSaved(S, {&S.AttnOut, &S.Lse});
       S.Dropped.insert("core_attn");
     }
     if (selective("mlp") && S.G.numel()) {
