@@ -55,4 +55,21 @@ BackendScope::BackendScope(ComputeBackend &Backend) : Previous(Current) { Curren
 
 BackendScope::~BackendScope() { Current = Previous; }
 
+void mlpForwardKeeping(ComputeBackend &Backend, const MlpArgs &A, const void *KeepFor, bool KeepRows) {
+  if (!KeepFor) {
+    Backend.mlpForward(A);
+    return;
+  }
+  const int64_t Products = A.rows() * A.Ffn;
+  std::vector<HeldArray> Kept = {{A.G, Products, HeldArray::BackendOnly}, {A.U, Products, HeldArray::BackendOnly}};
+  if (KeepRows) // written by the host, read by the products and their backward
+    Kept.push_back({const_cast<float *>(A.X), A.rows() * A.Hidden, HeldArray::Read});
+  std::vector<HeldArray> Held = Kept;
+  if (A.Act) // remade by the backward, so not kept
+    Held.push_back({A.Act, Products, HeldArray::BackendOnly});
+  HeldArrays Hold(Backend, Held);
+  Backend.mlpForward(A);
+  Backend.keepArrays(KeepFor, Kept);
+}
+
 } // namespace moert

@@ -233,8 +233,9 @@ public:
   /// on the backend past that hold until releaseKept(Key): a micro batch's
   /// saved activations from its layer's forward to the layer's backward,
   /// between which other micro batches run (so no scope could hold them).
-  /// The caller neither writes nor frees them meanwhile. An array without
-  /// such a copy is not kept (its next reader takes it from the host).
+  /// The caller neither writes nor frees them meanwhile. A Read array
+  /// without such a copy is not kept (its next reader takes it from the
+  /// host); a BackendOnly one is (its copy is made on its next use).
   virtual void keepArrays(const void *Key, const std::vector<HeldArray> &) {}
   virtual void releaseKept(const void *Key) {}
   /// Releases only the array at Array of those kept under Key, if it is
@@ -285,6 +286,13 @@ public:
 private:
   ComputeBackend &Backend;
 };
+
+/// Backend.mlpForward(A); where KeepFor is not null, its products stay on
+/// the backend (G, U and Act held HeldArray::BackendOnly, their host values
+/// unspecified) and what the backward reads (G, U, and the input rows where
+/// KeepRows) is kept under KeepFor (ComputeBackend::keepArrays) until the
+/// caller releases it.
+void mlpForwardKeeping(ComputeBackend &Backend, const MlpArgs &A, const void *KeepFor, bool KeepRows);
 
 } // namespace moert
 

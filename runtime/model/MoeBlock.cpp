@@ -186,22 +186,7 @@ double MoeBlock::forward(const MoeWeights &W, const Tensor &Xn, MoeSaved &S, Ten
   S.Act.resize({Rows, F});
   MlpArgs A = expertMlpArgs(W, Counts, H, F, S);
   A.Y = Out.data();
-  if (!KeepFor) {
-    currentBackend().mlpForward(A);
-  } else {
-    // The experts' products stay where the backend made them, G and U until
-    // the backward reads them (with the rows), Act (which it remakes) not at
-    // all.
-    ComputeBackend &Backend = currentBackend();
-    const std::vector<HeldArray> Saved = {{S.ExpertIn.data(), S.ExpertIn.numel(), HeldArray::Read},
-                                          {S.G.data(), S.G.numel(), HeldArray::BackendOnly},
-                                          {S.U.data(), S.U.numel(), HeldArray::BackendOnly}};
-    std::vector<HeldArray> Held = Saved;
-    Held.push_back({S.Act.data(), S.Act.numel(), HeldArray::BackendOnly});
-    HeldArrays Hold(Backend, Held);
-    Backend.mlpForward(A);
-    Backend.keepArrays(KeepFor, Saved);
-  }
+  mlpForwardKeeping(currentBackend(), A, KeepFor, /*KeepRows=*/true);
   if (Split)
     Out = reduceExpertRows(Out, S);
   Y = Dispatcher.combine(Out, S.TopW, S.Dispatch);

@@ -62,7 +62,6 @@ const Tensor &wholeSequence(Communicator &Tp, const Tensor &XShard, Tensor &Stor
 
 HeldArray readOnly(const Tensor &T) { return {const_cast<float *>(T.data()), T.numel(), HeldArray::Read}; }
 HeldArray summedInto(Tensor &T) { return {T.data(), T.numel(), HeldArray::Accumulate}; }
-HeldArray backendOnly(Tensor &T) { return {T.data(), T.numel(), HeldArray::BackendOnly}; }
 } // namespace
 
 void matmulBackward(const Tensor &X, const Tensor &W, const Tensor &DY, Tensor &DW, Tensor &DX, float Beta) {
@@ -159,16 +158,8 @@ Tensor parallelMlpForward(Communicator &Tp, const Tensor &XShard, const Parallel
     Y.resize({X.rows(), X.cols()});
     A.Y = Y.data();
   }
-  ComputeBackend &Backend = currentBackend();
-  if (!KeepFor) {
-    Backend.mlpForward(A);
-  } else {
-    // The products stay where the backend made them: G and U until the
-    // backward reads them, Act (which the backward remakes) not at all.
-    HeldArrays Hold(Backend, {backendOnly(G), backendOnly(U), backendOnly(Act)});
-    Backend.mlpForward(A);
-    Backend.keepArrays(KeepFor, {backendOnly(G), backendOnly(U)});
-  }
+  // The input rows are the caller's to keep (at tp 1 its own array).
+  mlpForwardKeeping(currentBackend(), A, KeepFor, /*KeepRows=*/false);
   return WithOutput ? reduceScatterSequence(Tp, std::move(Y)) : Tensor();
 }
 
