@@ -3,6 +3,8 @@
 
 #include "kernels/host/Blas.h"
 
+#include <algorithm>
+
 namespace moert {
 
 ComputeBackend::~ComputeBackend() = default;
@@ -43,6 +45,49 @@ void ComputeBackend::mlpBackward(const MlpArgs &A) {
     gemmOn(*this, {true, false, H, F, M, 1.0f, A.X + Begin * H, H, DG.data() + Begin * F, F, 1.0f, A.DGate[E], F});
     gemmOn(*this, {true, false, H, F, M, 1.0f, A.X + Begin * H, H, DU.data() + Begin * F, F, 1.0f, A.DUp[E], F});
   });
+}
+
+void ComputeBackend::permuteRows(const PermuteArgs &A, const float *X, float *Rows) {
+  const int64_t H = A.Hidden;
+  for (int64_t J = 0; J < A.copies(); ++J)
+    std::copy_n(X + A.Permutation[J] / A.TopK * H, H, Rows + J * H);
+}
+
+void ComputeBackend::permuteRowsBackward(const PermuteArgs &A, const float *DRows, float *DX) {
+  const int64_t H = A.Hidden;
+  std::fill_n(DX, A.Tokens * H, 0.0f);
+  for (int64_t C = 0; C < A.copies(); ++C) {
+    const float *In = DRows + A.RowOfCopy[C] * H;
+    float *Out = DX + C / A.TopK * H;
+    for (int64_t I = 0; I < H; ++I)
+      Out[I] += In[I];
+  }
+}
+
+void ComputeBackend::unpermuteRows(const PermuteArgs &A, const float *Rows, float *Y) {
+  const int64_t H = A.Hidden;
+  std::fill_n(Y, A.Tokens * H, 0.0f);
+  for (int64_t C = 0; C < A.copies(); ++C) {
+    const float W = A.Weights[C], *In = Rows + A.RowOfCopy[C] * H;
+    float *Out = Y + C / A.TopK * H;
+    for (int64_t I = 0; I < H; ++I)
+      Out[I] += W * In[I];
+  }
+}
+
+void ComputeBackend::unpermuteRowsBackward(const PermuteArgs &A, const float *DY, const float *Rows, float *DRows,
+                                           float *DWeights) {
+  const int64_t H = A.Hidden;
+  for (int64_t C = 0; C < A.copies(); ++C) {
+    const float *G = DY + C / A.TopK * H, *O = Rows + A.RowOfCopy[C] * H;
+    double Dot = 0;
+    for (int64_t I = 0; I < H; ++I)
+      Dot += double(G[I]) * double(O[I]);
+    DWeights[C] = float(Dot);
+    float *Out = DRows + A.RowOfCopy[C] * H;
+    for (int64_t I = 0; I < H; ++I)
+      Out[I] = A.Weights[C] * G[I];
+  }
 }
 
 namespace {

@@ -170,6 +170,21 @@ struct MlpArgs {
   }
 };
 
+/// The routed token copies of a rank alone in its ep group, moved between
+/// its tokens and its experts' rows (parallel/ep/TokenDispatcher.h, whose
+/// local steps these are: the rows are in the dispatcher's send order,
+/// expert-major, then by copy). Copy c = n * TopK + k is token n's k-th
+/// choice; row j carries copy Permutation[j], and copy c is row RowOfCopy[c].
+/// Sums over a token's copies run in k order.
+struct PermuteArgs {
+  int64_t Tokens = 0, TopK = 0, Hidden = 0;
+  const int64_t *Permutation = nullptr, *RowOfCopy = nullptr;
+  /// The routing weights [Tokens * TopK] (unpermuteRows and its backward).
+  const float *Weights = nullptr;
+
+  int64_t copies() const { return Tokens * TopK; }
+};
+
 class ComputeBackend {
 public:
   virtual ~ComputeBackend();
@@ -215,6 +230,17 @@ public:
   /// between the products to itself.
   virtual void mlpForward(const MlpArgs &);
   virtual void mlpBackward(const MlpArgs &);
+  /// Rows [copies, Hidden]: row j = X[Permutation[j] / TopK].
+  virtual void permuteRows(const PermuteArgs &, const float *X, float *Rows);
+  /// DX [Tokens, Hidden] (written): DX[n] = sum_k DRows[RowOfCopy[n TopK + k]].
+  virtual void permuteRowsBackward(const PermuteArgs &, const float *DRows, float *DX);
+  /// Y [Tokens, Hidden] (written): Y[n] = sum_k Weights[c] Rows[RowOfCopy[c]], c = n TopK + k.
+  virtual void unpermuteRows(const PermuteArgs &, const float *Rows, float *Y);
+  /// DRows[RowOfCopy[c]] = Weights[c] DY[c / TopK]; DWeights[c] =
+  /// <DY[c / TopK], Rows[RowOfCopy[c]]>, summed in double in hidden order
+  /// (the same on every layout).
+  virtual void unpermuteRowsBackward(const PermuteArgs &, const float *DY, const float *Rows, float *DRows,
+                                     float *DWeights);
   /// Only where fusesLossHead().
   virtual void lossHead(const LossHeadArgs &) { throw std::logic_error("this backend does not fuse loss heads"); }
 

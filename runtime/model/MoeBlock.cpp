@@ -19,7 +19,7 @@ constexpr double AuxScoreEpsilon = 1e-20;
 int64_t MoeSaved::moeBytes() const {
   int64_t B = Scores.bytes() + ExpertIn.bytes() + G.bytes() + U.bytes() + Dispatch.CombinedCopies.bytes();
   B += int64_t((TopIdx.size() + TopW.size() + Fraction.size()) * 4);
-  B += int64_t(Dispatch.Permutation.size() * 8);
+  B += int64_t((Dispatch.Permutation.size() + Dispatch.RowOfCopy.size()) * 8);
   return B;
 }
 
@@ -58,6 +58,15 @@ MlpArgs expertMlpArgs(const MoeWeights &W, const std::vector<int64_t> &Counts, i
   A.U = S.U.data();
   A.Act = S.Act.numel() ? S.Act.data() : nullptr;
   return A;
+}
+
+/// The experts' weight gradients the backward adds to.
+void addGradients(MlpArgs &A, const MoeWeights &W) {
+  for (size_t L = 0; L < W.Gate.size(); ++L) {
+    A.DGate.push_back(W.Gate[L]->Grad.data());
+    A.DUp.push_back(W.Up[L]->Grad.data());
+    A.DDown.push_back(W.Down[L]->Grad.data());
+  }
 }
 } // namespace
 
@@ -171,6 +180,11 @@ double MoeBlock::forward(const MoeWeights &W, const Tensor &Xn, MoeSaved &S, Ten
   Aux *= Config.AuxLossCoeff * double(E);
 
   // Routed experts: SwiGLU over each local expert's rows.
+  if (movesOnBackend()) {
+    localExperts(W, Xn, S, Y, KeepFor);
+    S.Valid = true;
+    return Aux;
+  }
   S.ExpertIn = Dispatcher.dispatch(Xn, S.TopIdx, S.Dispatch);
   // Under etp > 1 every rank of the group runs all of the group's rows
   // through its columns of the experts (Megatron's all-gather over the
@@ -196,29 +210,79 @@ double MoeBlock::forward(const MoeWeights &W, const Tensor &Xn, MoeSaved &S, Ten
 
 void MoeBlock::recomputeAct(MoeSaved &S) { S.Act = swiGlu(S.G, S.U); }
 
-Tensor MoeBlock::backward(const MoeWeights &W, const Tensor &Xn, MoeSaved &S, const Tensor &DY, double AuxGradScale) {
-  int64_t N = Xn.rows(), E = Config.Experts, K = Config.TopK;
-  int64_t H = Config.Hidden, F = Config.MoeFfnHidden / Etp.size();
-  std::vector<float> DW;
-  Tensor DOut = Dispatcher.combineBackward(DY, S.TopW, S.Dispatch, DW);
-  bool Split = Etp.size() > 1;
-  if (Split)
-    DOut = gatherExpertRows(DOut, S);
-  int64_t Rows = DOut.rows();
-  const std::vector<int64_t> Counts = expertRows(S);
-  Tensor DIn({Rows, H});
-  MlpArgs A = expertMlpArgs(W, Counts, H, F, S);
+bool MoeBlock::movesOnBackend() const { return Dispatcher.local() && Etp.size() == 1; }
+
+void MoeBlock::localExperts(const MoeWeights &W, const Tensor &Xn, MoeSaved &S, Tensor &Y, const void *KeepFor) {
+  ComputeBackend &Backend = currentBackend();
+  const int64_t N = Xn.rows(), H = Config.Hidden, F = Config.MoeFfnHidden, Copies = N * Config.TopK;
+  Dispatcher.route(N, S.TopIdx, S.Dispatch);
+  S.ExpertIn.resize({Copies, H});
+  S.G.resize({Copies, F});
+  S.U.resize({Copies, F});
+  S.Act.resize({Copies, F});
+  Tensor Out({Copies, H});
+  // The rows and the experts' outputs are the backend's alone where they
+  // are kept for the backward (which reads them there).
+  std::vector<HeldArray> Rows;
+  if (KeepFor)
+    Rows = {{S.ExpertIn.data(), S.ExpertIn.numel(), HeldArray::BackendOnly},
+            {Out.data(), Out.numel(), HeldArray::BackendOnly}};
+  HeldArrays Hold(Backend, Rows);
+  Backend.permuteRows(S.Dispatch.moves(), Xn.data(), S.ExpertIn.data());
+  MlpArgs A = expertMlpArgs(W, S.Dispatch.TokensPerLocalExpert, H, F, S);
+  A.Y = Out.data();
+  mlpForwardKeeping(Backend, A, KeepFor, /*KeepRows=*/true);
+  Y = Tensor({N, H});
+  Backend.unpermuteRows(S.Dispatch.moves(S.TopW.data()), Out.data(), Y.data());
+  S.Dispatch.CombinedCopies = std::move(Out); // the same storage, which stays held
+  if (KeepFor)
+    Backend.keepArrays(KeepFor, {Rows[1]});
+}
+
+Tensor MoeBlock::localExpertsBackward(const MoeWeights &W, MoeSaved &S, const Tensor &DY, std::vector<float> &DW) {
+  ComputeBackend &Backend = currentBackend();
+  const int64_t N = S.Dispatch.Tokens, H = Config.Hidden, F = Config.MoeFfnHidden, Copies = N * Config.TopK;
+  if (S.Dispatch.CombinedCopies.rows() != Copies)
+    throw std::logic_error("the routed experts' backward runs before their forward");
+  // What passes between the moves and the experts' products stays on the
+  // backend.
+  Tensor DOut({Copies, H}), DIn({Copies, H});
+  HeldArrays Hold(Backend, {{DOut.data(), DOut.numel(), HeldArray::BackendOnly},
+                            {DIn.data(), DIn.numel(), HeldArray::BackendOnly}});
+  DW.assign(size_t(Copies), 0.0f);
+  Backend.unpermuteRowsBackward(S.Dispatch.moves(S.TopW.data()), DY.data(), S.Dispatch.CombinedCopies.data(),
+                                DOut.data(), DW.data());
+  MlpArgs A = expertMlpArgs(W, S.Dispatch.TokensPerLocalExpert, H, F, S);
   A.DY = DOut.data();
   A.DX = DIn.data();
-  for (size_t L = 0; L < Counts.size(); ++L) {
-    A.DGate.push_back(W.Gate[L]->Grad.data());
-    A.DUp.push_back(W.Up[L]->Grad.data());
-    A.DDown.push_back(W.Down[L]->Grad.data());
-  }
+  addGradients(A, W);
+  Backend.mlpBackward(A);
+  Tensor DXn({N, H});
+  Backend.permuteRowsBackward(S.Dispatch.moves(), DIn.data(), DXn.data());
+  return DXn;
+}
+
+Tensor MoeBlock::exchangedExpertsBackward(const MoeWeights &W, MoeSaved &S, const Tensor &DY, std::vector<float> &DW) {
+  const int64_t H = Config.Hidden, F = Config.MoeFfnHidden / Etp.size();
+  Tensor DOut = Dispatcher.combineBackward(DY, S.TopW, S.Dispatch, DW);
+  const bool Split = Etp.size() > 1;
+  if (Split)
+    DOut = gatherExpertRows(DOut, S);
+  Tensor DIn({DOut.rows(), H});
+  MlpArgs A = expertMlpArgs(W, expertRows(S), H, F, S);
+  A.DY = DOut.data();
+  A.DX = DIn.data();
+  addGradients(A, W);
   currentBackend().mlpBackward(A);
   if (Split)
     DIn = reduceExpertRows(DIn, S);
-  Tensor DXn = Dispatcher.dispatchBackward(DIn, S.Dispatch);
+  return Dispatcher.dispatchBackward(DIn, S.Dispatch);
+}
+
+Tensor MoeBlock::backward(const MoeWeights &W, const Tensor &Xn, MoeSaved &S, const Tensor &DY, double AuxGradScale) {
+  int64_t N = Xn.rows(), E = Config.Experts, K = Config.TopK;
+  std::vector<float> DW;
+  Tensor DXn = movesOnBackend() ? localExpertsBackward(W, S, DY, DW) : exchangedExpertsBackward(W, S, DY, DW);
 
   // Router: gradients of the scores from the routing weights and from the
   // aux loss (f_e is a constant), then through softmax or sigmoid.

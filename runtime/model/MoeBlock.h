@@ -73,6 +73,18 @@ public:
   Tensor backward(const MoeWeights &W, const Tensor &Xn, MoeSaved &S, const Tensor &DY, double AuxGradScale);
 
 private:
+  /// Whether the rows move between the tokens and the experts on the
+  /// backend (ComputeBackend::permuteRows and the others): where neither the
+  /// ep group nor the etp group has another rank to exchange them with.
+  bool movesOnBackend() const;
+  /// The routed experts of a rank that exchanges nothing: Y from Xn, the
+  /// rows and the experts' outputs kept on the backend under KeepFor (where
+  /// not null) for localExpertsBackward.
+  void localExperts(const MoeWeights &W, const Tensor &Xn, MoeSaved &S, Tensor &Y, const void *KeepFor);
+  /// dXn from the routed output's gradient DY, and the routing weights'
+  /// gradients DW: on the backend, or through the ep and etp exchanges.
+  Tensor localExpertsBackward(const MoeWeights &W, MoeSaved &S, const Tensor &DY, std::vector<float> &DW);
+  Tensor exchangedExpertsBackward(const MoeWeights &W, MoeSaved &S, const Tensor &DY, std::vector<float> &DW);
   /// Under etp > 1: this rank's dispatched rows -> every etp rank's,
   /// expert-major (the first call of a micro batch fills S.EtpCounts and
   /// S.EtpPaddedRows; later ones, in backward, reuse them).

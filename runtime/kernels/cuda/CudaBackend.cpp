@@ -6,6 +6,7 @@
 #include "kernels/cuda/DeviceBuffer.h"
 #include "kernels/cuda/Elementwise.h"
 #include "kernels/cuda/Gemm.h"
+#include "kernels/cuda/Moe.h"
 
 #include <algorithm>
 #include <cmath>
@@ -177,8 +178,9 @@ class CudaBackend final : public ComputeBackend {
 public:
   const char *name() const override { return "cuda"; }
   const char *precision() const override {
-    return "GEMMs, attention, RMSNorm, RoPE, SwiGLU, the experts' MLPs and the loss head on bf16 operands with fp32 "
-           "accumulation, the rest in fp32 on the host";
+    return "GEMMs, attention, RMSNorm, RoPE, SwiGLU, the experts' MLPs and token permutation, and the loss head on "
+           "bf16 "
+           "operands with fp32 accumulation, the rest in fp32 on the host";
   }
 
   void gemm(const GemmArgs &G) override {
@@ -375,6 +377,55 @@ public:
     result(DX, A.DX);
   }
 
+  void permuteRows(const PermuteArgs &A, const float *X, float *Rows) override {
+    Charge Charged(Copies, "permute");
+    if (A.copies() == 0)
+      return;
+    Operand X16 = input(X, A.Tokens * A.Hidden);
+    DeviceBuffer<int32_t> Permutation = indices(A.Permutation, A.copies());
+    DeviceBuffer<bf16> Out{size_t(A.copies() * A.Hidden)};
+    cuda::permuteTokens(A.Tokens, A.TopK, A.Hidden, X16.Data, Permutation.data(), Out.data(), Blas.stream());
+    result(Out, Rows);
+  }
+
+  void permuteRowsBackward(const PermuteArgs &A, const float *DRows, float *DX) override {
+    Charge Charged(Copies, "permute");
+    if (A.Tokens == 0)
+      return;
+    Operand D16 = input(DRows, A.copies() * A.Hidden);
+    DeviceBuffer<int32_t> RowOfCopy = indices(A.RowOfCopy, A.copies());
+    DeviceBuffer<bf16> DX16{size_t(A.Tokens * A.Hidden)};
+    cuda::permuteTokensBackward(A.Tokens, A.TopK, A.Hidden, D16.Data, RowOfCopy.data(), DX16.data(), Blas.stream());
+    result(DX16, DX);
+  }
+
+  void unpermuteRows(const PermuteArgs &A, const float *Rows, float *Y) override {
+    Charge Charged(Copies, "permute");
+    if (A.Tokens == 0)
+      return;
+    Operand R16 = input(Rows, A.copies() * A.Hidden);
+    DeviceBuffer<int32_t> RowOfCopy = indices(A.RowOfCopy, A.copies());
+    DeviceBuffer<float> W = Copies.floats(A.Weights, A.copies());
+    DeviceBuffer<bf16> Y16{size_t(A.Tokens * A.Hidden)};
+    cuda::unpermuteTokens(A.Tokens, A.TopK, A.Hidden, R16.Data, RowOfCopy.data(), W.data(), Y16.data(), Blas.stream());
+    result(Y16, Y);
+  }
+
+  void unpermuteRowsBackward(const PermuteArgs &A, const float *DY, const float *Rows, float *DRows,
+                             float *DWeights) override {
+    Charge Charged(Copies, "permute");
+    if (A.Tokens == 0)
+      return;
+    Operand DY16 = input(DY, A.Tokens * A.Hidden), R16 = input(Rows, A.copies() * A.Hidden);
+    DeviceBuffer<int32_t> RowOfCopy = indices(A.RowOfCopy, A.copies());
+    DeviceBuffer<float> W = Copies.floats(A.Weights, A.copies()), DW{size_t(A.copies())};
+    DeviceBuffer<bf16> DR16{size_t(A.copies() * A.Hidden)};
+    cuda::unpermuteTokensBackward(A.Tokens, A.TopK, A.Hidden, DY16.Data, R16.Data, RowOfCopy.data(), W.data(),
+                                  DR16.data(), DW.data(), Blas.stream());
+    result(DR16, DRows);
+    result(DW, DWeights);
+  }
+
   bool fusesLossHead() const override { return true; }
 
   void lossHead(const LossHeadArgs &A) override {
@@ -568,6 +619,17 @@ private:
     for (int64_t R = 0; R < M; ++R)
       std::copy(Host.begin() + R * N, Host.begin() + (R + 1) * N, C + R * LdC);
     dropCopies(C, Extent);
+  }
+
+  /// Row indices (a permutation of token copies) as the kernels take them.
+  DeviceBuffer<int32_t> indices(const int64_t *Host, int64_t Count) {
+    std::vector<int32_t> Narrow(static_cast<size_t>(Count));
+    for (int64_t I = 0; I < Count; ++I) {
+      if (Host[I] < 0 || Host[I] > std::numeric_limits<int32_t>::max())
+        throw std::out_of_range("a token copy's row index does not fit the CUDA kernels' int32");
+      Narrow[size_t(I)] = int32_t(Host[I]);
+    }
+    return Copies.upload(Narrow);
   }
 
   /// Count contiguous elements as a bf16 operand (not to be written).

@@ -36,16 +36,25 @@ int64_t TokenDispatcher::localExperts() const { return Experts / Ep.size(); }
 
 int64_t TokenDispatcher::globalExpert(int64_t L) const { return Ep.rank() * localExperts() + L; }
 
-Tensor TokenDispatcher::dispatch(const Tensor &X, const std::vector<int32_t> &ExpertIds, DispatchState &S) {
-  int64_t N = X.rows();
-  if (N && X.cols() != Hidden)
-    fail(Ep, "dispatch: X is not [N, Hidden]");
+PermuteArgs DispatchState::moves(const float *Weights) const {
+  PermuteArgs A;
+  A.Tokens = Tokens;
+  A.TopK = TopK;
+  A.Hidden = Hidden;
+  A.Permutation = Permutation.data();
+  A.RowOfCopy = RowOfCopy.data();
+  A.Weights = Weights;
+  return A;
+}
+
+void TokenDispatcher::route(int64_t N, const std::vector<int32_t> &ExpertIds, DispatchState &S) {
   if (int64_t(ExpertIds.size()) != N * TopK)
     fail(Ep, "dispatch: expert ids are not [N * TopK]");
   int Peers = Ep.size();
   int64_t Local = localExperts(), Copies = N * TopK;
   S.Tokens = N;
   S.TopK = TopK;
+  S.Hidden = Hidden;
 
   // Counting sort of the copies by expert: stable, so within one expert the
   // copies stay in copy order (token, then k).
@@ -59,8 +68,11 @@ Tensor TokenDispatcher::dispatch(const Tensor &X, const std::vector<int32_t> &Ex
   for (int64_t E = 1; E < Experts; ++E)
     Next[E] = Next[E - 1] + PerExpert[E - 1];
   S.Permutation.assign(Copies, 0);
-  for (int64_t C = 0; C < Copies; ++C)
-    S.Permutation[Next[ExpertIds[C]]++] = C;
+  S.RowOfCopy.assign(Copies, 0);
+  for (int64_t C = 0; C < Copies; ++C) {
+    S.RowOfCopy[C] = Next[ExpertIds[C]]++;
+    S.Permutation[S.RowOfCopy[C]] = C;
+  }
 
   // Peer p's slice of PerExpert is the counts for its local experts, so after
   // the exchange FromPeer[p * Local + l] is what p sends to local expert l.
@@ -100,10 +112,15 @@ Tensor TokenDispatcher::dispatch(const Tensor &X, const std::vector<int32_t> &Ex
         S.RecvExpertOrder.push_back(Base + I);
     }
   S.CombinedCopies = Tensor();
+}
 
-  Tensor SendRows({Copies, Hidden});
-  for (int64_t J = 0; J < Copies; ++J)
-    copyRow(X.row(S.Permutation[J] / TopK), SendRows.row(J), Hidden);
+Tensor TokenDispatcher::dispatch(const Tensor &X, const std::vector<int32_t> &ExpertIds, DispatchState &S) {
+  int64_t N = X.rows();
+  if (N && X.cols() != Hidden)
+    fail(Ep, "dispatch: X is not [N, Hidden]");
+  route(N, ExpertIds, S);
+  Tensor SendRows({N * TopK, Hidden});
+  hostBackend().permuteRows(S.moves(), X.data(), SendRows.data());
   return toExperts(SendRows, S);
 }
 
@@ -134,20 +151,9 @@ Tensor TokenDispatcher::combine(const Tensor &ExpertOut, const std::vector<float
   int64_t N = S.Tokens, Copies = N * S.TopK;
   if (int64_t(Weights.size()) != Copies)
     fail(Ep, "combine: weights are not [N * TopK]");
-  Tensor SendRows = toSendOrder(ExpertOut, S);
-  S.CombinedCopies.resize({Copies, Hidden});
-  for (int64_t J = 0; J < Copies; ++J)
-    copyRow(SendRows.row(J), S.CombinedCopies.row(S.Permutation[J]), Hidden);
+  S.CombinedCopies = toSendOrder(ExpertOut, S);
   Tensor Y({N, Hidden});
-  for (int64_t T = 0; T < N; ++T) {
-    float *Out = Y.row(T);
-    for (int64_t K = 0; K < S.TopK; ++K) {
-      float W = Weights[T * S.TopK + K];
-      const float *In = S.CombinedCopies.row(T * S.TopK + K);
-      for (int64_t H = 0; H < Hidden; ++H)
-        Out[H] += W * In[H];
-    }
-  }
+  hostBackend().unpermuteRows(S.moves(Weights.data()), S.CombinedCopies.data(), Y.data());
   return Y;
 }
 
@@ -161,41 +167,16 @@ Tensor TokenDispatcher::combineBackward(const Tensor &DY, const std::vector<floa
   if (S.CombinedCopies.rows() != Copies)
     fail(Ep, "combineBackward: combine() has not run on this state");
   DWeights.assign(Copies, 0.0f);
-  for (int64_t C = 0; C < Copies; ++C) {
-    // Accumulated in double, in hidden order: the same on every layout.
-    const float *G = DY.row(C / S.TopK), *O = S.CombinedCopies.row(C);
-    double Dot = 0;
-    for (int64_t H = 0; H < Hidden; ++H)
-      Dot += double(G[H]) * double(O[H]);
-    DWeights[C] = float(Dot);
-  }
   Tensor SendRows({Copies, Hidden});
-  for (int64_t J = 0; J < Copies; ++J) {
-    int64_t C = S.Permutation[J];
-    float W = Weights[C];
-    const float *G = DY.row(C / S.TopK);
-    float *Out = SendRows.row(J);
-    for (int64_t H = 0; H < Hidden; ++H)
-      Out[H] = W * G[H];
-  }
+  hostBackend().unpermuteRowsBackward(S.moves(Weights.data()), DY.data(), S.CombinedCopies.data(), SendRows.data(),
+                                      DWeights.data());
   return toExperts(SendRows, S);
 }
 
 Tensor TokenDispatcher::dispatchBackward(const Tensor &DExpertIn, DispatchState &S) {
-  int64_t N = S.Tokens, Copies = N * S.TopK;
   Tensor SendRows = toSendOrder(DExpertIn, S);
-  std::vector<int64_t> RowOfCopy(Copies);
-  for (int64_t J = 0; J < Copies; ++J)
-    RowOfCopy[S.Permutation[J]] = J;
-  Tensor DX({N, Hidden});
-  for (int64_t T = 0; T < N; ++T) {
-    float *Out = DX.row(T);
-    for (int64_t K = 0; K < S.TopK; ++K) {
-      const float *In = SendRows.row(RowOfCopy[T * S.TopK + K]);
-      for (int64_t H = 0; H < Hidden; ++H)
-        Out[H] += In[H];
-    }
-  }
+  Tensor DX({S.Tokens, Hidden});
+  hostBackend().permuteRowsBackward(S.moves(), SendRows.data(), DX.data());
   return DX;
 }
 

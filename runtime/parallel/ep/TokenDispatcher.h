@@ -16,6 +16,13 @@
 // rank would give it for the whole batch, and every per-token sum runs in the
 // same order; so any layout reproduces one rank's numbers, not just closely.
 //
+// The moves within a rank (permute, unpermute and their backwards) are the
+// ComputeBackend's (kernels/Backend.h); the dispatcher runs them on the host,
+// where its exchanges send from. A rank alone in its ep group has nothing to
+// exchange: route() gives the bookkeeping, and the caller may run the moves
+// on its own backend (model/MoeBlock.cpp does, so that the rows stay on a
+// GPU).
+//
 // Backward runs the same exchanges in the opposite directions. Each call works
 // on a DispatchState that the caller keeps per micro batch (several are in
 // flight under a pipeline schedule). A group of one (createSelfCommunicator)
@@ -30,6 +37,7 @@
 #define MOERT_PARALLEL_EP_TOKENDISPATCHER_H
 
 #include "comm/Communicator.h"
+#include "kernels/Backend.h"
 #include "kernels/host/Tensor.h"
 
 #include <cstdint>
@@ -42,6 +50,7 @@ namespace moert {
 struct DispatchState {
   int64_t Tokens = 0; ///< N
   int64_t TopK = 0;
+  int64_t Hidden = 0;
   /// Rows this rank received for each of its local experts; dispatch()'s
   /// result holds them in this order, local expert 0 first.
   std::vector<int64_t> TokensPerLocalExpert;
@@ -50,15 +59,21 @@ struct DispatchState {
   /// Send row j carries copy Permutation[j]; rows are sorted by global expert
   /// (hence by destination rank), then by copy number.
   std::vector<int64_t> Permutation;
+  /// Its inverse: copy c is send row RowOfCopy[c].
+  std::vector<int64_t> RowOfCopy;
   /// Per peer, in floats (rows * Hidden), of the forward (dispatch) exchange;
   /// the reverse exchanges swap send and receive.
   std::vector<size_t> SendCounts, SendOffsets, RecvCounts, RecvOffsets;
   /// Row i of dispatch()'s result is row RecvExpertOrder[i] of the receive
   /// buffer, which arrives source-rank-major (then local expert, then copy).
   std::vector<int64_t> RecvExpertOrder;
-  /// The expert outputs back at their tokens, [N * TopK, Hidden] in copy
-  /// order; written by combine(), read by combineBackward() for dWeights.
+  /// The expert outputs back at this rank, [N * TopK, Hidden] in send order;
+  /// written by combine(), read by combineBackward() for dWeights.
   Tensor CombinedCopies;
+
+  /// The local moves' arguments (ComputeBackend::permuteRows and the
+  /// others), with the routing weights where given.
+  PermuteArgs moves(const float *Weights = nullptr) const;
 };
 
 class TokenDispatcher {
@@ -70,6 +85,12 @@ public:
   /// Global id of local expert L on this rank.
   int64_t globalExpert(int64_t L) const;
 
+  /// Whether the ep group is this rank alone: dispatch()'s rows are then
+  /// permuteRows()'s, in send order, and nothing is exchanged.
+  bool local() const { return Ep.size() == 1; }
+  /// The bookkeeping of a dispatch of N tokens (collective over the ep group:
+  /// it exchanges the counts), without moving rows.
+  void route(int64_t N, const std::vector<int32_t> &Experts, DispatchState &S);
   /// X [N, Hidden]; Experts [N * TopK] global expert ids (token-major). Returns
   /// the rows for this rank's experts, [sum(TokensPerLocalExpert), Hidden].
   Tensor dispatch(const Tensor &X, const std::vector<int32_t> &Experts, DispatchState &S);

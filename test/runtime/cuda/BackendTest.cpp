@@ -611,6 +611,71 @@ TEST(CudaBackend, MlpsMatchTheHostsProductsAndSwiGlu) {
   }
 }
 
+TEST(CudaBackend, TokenPermutationMatchesTheHostAndKeepsTheRowsOnTheDevice) {
+  auto Cuda = cudaBackend();
+  const int64_t Tokens = 7, TopK = 2, Hidden = 24, Experts = 3, Copies = Tokens * TopK;
+  // Each token's two experts, then the dispatcher's order: by expert, then
+  // by copy.
+  std::vector<int64_t> Expert(Copies), Permutation(Copies), RowOfCopy(Copies);
+  for (int64_t N = 0; N < Tokens; ++N) {
+    Expert[size_t(N * TopK)] = (N * 5) % Experts;
+    Expert[size_t(N * TopK + 1)] = (N * 5 + 1 + N % 2) % Experts;
+  }
+  int64_t Row = 0;
+  for (int64_t E = 0; E < Experts; ++E)
+    for (int64_t C = 0; C < Copies; ++C)
+      if (Expert[size_t(C)] == E) {
+        Permutation[size_t(Row)] = C;
+        RowOfCopy[size_t(C)] = Row++;
+      }
+  std::vector<float> X = randomBf16(size_t(Tokens * Hidden), 81), Weights = randomBf16(size_t(Copies), 82);
+  std::vector<float> DY = randomBf16(size_t(Tokens * Hidden), 83), Out = randomBf16(size_t(Copies * Hidden), 84);
+  PermuteArgs A;
+  A.Tokens = Tokens;
+  A.TopK = TopK;
+  A.Hidden = Hidden;
+  A.Permutation = Permutation.data();
+  A.RowOfCopy = RowOfCopy.data();
+  A.Weights = Weights.data();
+
+  std::vector<float> RowsW(size_t(Copies * Hidden)), RowsG(RowsW.size());
+  hostBackend().permuteRows(A, X.data(), RowsW.data());
+  Cuda->permuteRows(A, X.data(), RowsG.data());
+  EXPECT_EQ(RowsG, RowsW) << "bf16 rows move unchanged";
+  EXPECT_EQ(
+      std::vector<float>(RowsW.begin(), RowsW.begin() + Hidden),
+      std::vector<float>(X.begin() + Permutation[0] / TopK * Hidden, X.begin() + (Permutation[0] / TopK + 1) * Hidden));
+  std::vector<float> YW(size_t(Tokens * Hidden), 9.0f), YG(YW);
+  hostBackend().unpermuteRows(A, Out.data(), YW.data());
+  Cuda->unpermuteRows(A, Out.data(), YG.data());
+  EXPECT_TRUE(near(YG, YW, Bf16Tol, "unpermuted y"));
+  std::vector<float> DRowsW(size_t(Copies * Hidden)), DRowsG(DRowsW.size()), DWW(Copies), DWG(Copies);
+  hostBackend().unpermuteRowsBackward(A, DY.data(), Out.data(), DRowsW.data(), DWW.data());
+  Cuda->unpermuteRowsBackward(A, DY.data(), Out.data(), DRowsG.data(), DWG.data());
+  EXPECT_TRUE(near(DRowsG, DRowsW, Bf16Tol, "unpermuted d rows"));
+  EXPECT_TRUE(near(DWG, DWW, F32Tol, "routing weights' gradients"));
+  std::vector<float> DXW(size_t(Tokens * Hidden), 9.0f), DXG(DXW);
+  hostBackend().permuteRowsBackward(A, Out.data(), DXW.data());
+  Cuda->permuteRowsBackward(A, Out.data(), DXG.data());
+  EXPECT_TRUE(near(DXG, DXW, Bf16Tol, "permuted dx"));
+
+  // Held as the MoE layer holds them, the rows cross neither way: only the
+  // tokens come in, and the routing weights and row indices with them.
+  std::vector<float> Rows(size_t(Copies * Hidden)), Y(size_t(Tokens * Hidden));
+  HeldArrays Hold(*Cuda, {{Rows.data(), Copies * Hidden, HeldArray::BackendOnly}});
+  const BackendTraffic Before = Cuda->traffic();
+  Cuda->permuteRows(A, X.data(), Rows.data());
+  Cuda->unpermuteRows(A, Rows.data(), Y.data());
+  const BackendTraffic After = Cuda->traffic();
+  const int64_t Indices = Copies * int64_t(sizeof(int32_t));
+  EXPECT_EQ(After.HostToDeviceBytes - Before.HostToDeviceBytes,
+            Tokens * Hidden * Crossing + 2 * Indices + Copies * int64_t(sizeof(float)));
+  EXPECT_EQ(After.DeviceToHostBytes - Before.DeviceToHostBytes, Tokens * Hidden * Crossing) << "Y alone";
+  std::vector<float> Want(size_t(Tokens * Hidden));
+  hostBackend().unpermuteRows(A, RowsW.data(), Want.data());
+  EXPECT_TRUE(near(Y, Want, Bf16Tol, "y from rows kept on the device"));
+}
+
 TEST(CudaBackend, RmsNormAndSwiGluMatchTheHost) {
   auto Cuda = cudaBackend();
   const int64_t Rows = 6, Hidden = 40, Count = Rows * Hidden;
