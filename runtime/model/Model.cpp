@@ -604,9 +604,18 @@ struct StageModel::Impl {
       applyRope(X, Config.HeadDim, M.Positions, Config.RopeTheta, Inverse, Config.RotaryDim);
   }
 
+  /// Where attention writes its output, allocated once (before a hold
+  /// covers it, in the forward; by the recompute that remakes it).
+  void attentionOutput(const MicroState &M, LayerState &S, int64_t Rows) {
+    AttentionDims D = attentionDims(M);
+    if (!S.AttnOut.numel())
+      S.AttnOut = Tensor({Rows, D.QHeads * D.vHeadDim()});
+    else if (S.AttnOut.rows() != Rows || S.AttnOut.cols() != D.QHeads * D.vHeadDim())
+      throw std::logic_error("attention's output was allocated for another shape");
+  }
   void coreAttn(const MicroState &M, LayerState &S) {
     AttentionDims D = attentionDims(M);
-    S.AttnOut = Tensor({S.Q.rows(), D.QHeads * D.vHeadDim()});
+    attentionOutput(M, S, S.Q.rows());
     S.Lse = Tensor({D.Batch, D.QHeads, M.SeqLen / Groups.Cp->size()});
     contextParallelAttentionForward(*Groups.Cp, D, S.Q.data(), S.K.data(), S.V.data(), S.AttnOut.data(), S.Lse.data(),
                                     Groups.CpKind);
@@ -663,17 +672,19 @@ struct StageModel::Impl {
       if (P.Linear) {
         S.H = add(S.X, Gdn->forward(P.Gdn, S.Xn1, M.Sequences, S.Gdn));
       } else {
+        // Attention's output, read by the out-projection here and by its
+        // weight gradient in the backward: one copy, made by attention where
+        // its kernel writes the whole of it, and kept (not where the output
+        // gate makes the projection read a gated copy).
+        attentionOutput(M, S, S.Xn1.rows() * Groups.Tp->size());
+        HeldArrays KeepOutput(compute(), {keptResult(S.AttnOut)});
         {
           HeldArrays KeepProjections(compute(), Config.Mla ? std::vector<HeldArray>() : heldProjections(P, M, S));
           qkv(P, M, S);
           coreAttn(M, S);
           keepForBackward(M, S, {&S.Q, &S.K, &S.V});
         }
-        // Attention's output, read by the out-projection here and by its
-        // weight gradient in the backward: one copy, kept (not where the
-        // output gate makes the projection read a gated copy).
         Tensor Gated;
-        HeldArrays KeepOutput(compute(), {keptResult(S.AttnOut)});
         S.H = add(S.X, rowParallelForward(*Groups.Tp, gatedAttention(S, Gated), P.O->Value));
         keepForBackward(M, S, {&S.AttnOut});
       }

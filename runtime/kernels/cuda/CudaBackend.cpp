@@ -273,14 +273,32 @@ public:
       return false;
     DeviceBlock Block = deviceBlock(A);
     int64_t OutWidth = A.QHeads * A.HeadDim;
-    DeviceBuffer<float> Out = Copies.upload(packSpan(A.Out, A.Batch, A.LocalTokens, A.QBegin, A.QLen, OutWidth));
-    DeviceBuffer<float> Lse = Copies.upload(packStat(A.Lse, A));
+    const std::vector<float> PackedLse = packStat(A.Lse, A);
+    DeviceBuffer<float> Lse = Copies.upload(PackedLse);
+    // Where no key has reached the span yet (every log-sum-exp -inf), the
+    // merge weighs the running output by zero: it starts from zeros on the
+    // device instead of crossing.
+    const bool Unreached =
+        std::all_of(PackedLse.begin(), PackedLse.end(), [](float L) { return std::isinf(L) && L < 0; });
+    DeviceBuffer<float> Out;
+    if (Unreached) {
+      Out.resize(size_t(A.Batch * A.QLen * OutWidth));
+      MOERT_CUDA_CHECK(cudaMemsetAsync(Out.data(), 0, Out.bytes(), Blas.stream()));
+    } else {
+      Out = Copies.upload(packSpan(A.Out, A.Batch, A.LocalTokens, A.QBegin, A.QLen, OutWidth));
+    }
     attentionForwardBlock(Block.Shape, Block.Q.data(), Block.QPos.data(), Block.K.data(), Block.V.data(),
                           Block.KPos.data(), Out.data(), Lse.data(), Blas.stream());
-    unpackSpan(Copies.download(Out), A.Out, A.Batch, A.LocalTokens, A.QBegin, A.QLen, OutWidth);
     unpackSpan(Copies.download(Lse), A.Lse, A.Batch * A.QHeads, A.LocalTokens, A.QBegin, A.QLen, 1);
-    dropCopies(A.Out, A.Batch * A.LocalTokens * OutWidth);
     dropCopies(A.Lse, A.Batch * A.QHeads * A.LocalTokens);
+    if (A.QBegin == 0 && A.QLen == A.LocalTokens) {
+      // The span is the whole output, packed as it lies: a hold's copy of
+      // it takes the result as an operation's.
+      result(Out, A.Out);
+      return true;
+    }
+    unpackSpan(Copies.download(Out), A.Out, A.Batch, A.LocalTokens, A.QBegin, A.QLen, OutWidth);
+    dropCopies(A.Out, A.Batch * A.LocalTokens * OutWidth);
     return true;
   }
 

@@ -835,8 +835,48 @@ TEST(CudaBackend, AnAttentionBlockMovesOnlyItsSpans) {
   attendSpanForward(Shape, Q.data(), TokenSpan{Span, 24, Span}, K.data(), V.data(), TokenSpan{0, 0, Span}, Out.data(),
                     Lse.data(), Scratch);
   const int64_t QSpan = D.Batch * Span * D.QHeads * D.HeadDim, KSpan = D.Batch * Span * D.KvHeads * D.HeadDim;
-  EXPECT_EQ(Cuda->traffic().HostToDeviceBytes - Up,
-            (QSpan + 2 * KSpan) * Crossing + QSpan * 4 + D.Batch * D.QHeads * Span * 4 + 2 * Span * 4);
+  const int64_t Stats = D.Batch * D.QHeads * Span * 4, Positions = 2 * Span * 4;
+  // No key has reached the query span yet: its running output starts on
+  // the device, only its statistics cross.
+  EXPECT_EQ(Cuda->traffic().HostToDeviceBytes - Up, (QSpan + 2 * KSpan) * Crossing + Stats + Positions);
+  // The next block merges into what the first left: its output crosses.
+  const int64_t Again = Cuda->traffic().HostToDeviceBytes;
+  attendSpanForward(Shape, Q.data(), TokenSpan{Span, 24, Span}, K.data(), V.data(), TokenSpan{Span, 8, Span},
+                    Out.data(), Lse.data(), Scratch);
+  EXPECT_EQ(Cuda->traffic().HostToDeviceBytes - Again, (QSpan + 2 * KSpan) * Crossing + QSpan * 4 + Stats + Positions);
+}
+
+TEST(CudaBackend, AWholeOutputIsAttentionsResultInAHeldCopy) {
+  auto Cuda = cudaBackend();
+  BackendScope Scope(*Cuda);
+  BlockShape Shape;
+  Shape.Dims.Batch = 2;
+  Shape.Dims.SeqLen = 16;
+  Shape.Dims.QHeads = 2;
+  Shape.Dims.KvHeads = 2;
+  Shape.Dims.HeadDim = 32;
+  Shape.LocalTokens = 16;
+  Shape.Scale = 0.25f;
+  const AttentionDims &D = Shape.Dims;
+  const int64_t Rows = D.Batch * Shape.LocalTokens, Width = D.QHeads * D.HeadDim, N = 3;
+  std::vector<float> Q = randomBf16(size_t(Rows * Width), 61), K = randomBf16(Q.size(), 62),
+                     V = randomBf16(Q.size(), 63);
+  std::vector<float> W = randomBf16(size_t(Width * N), 64), Scratch;
+  auto Attend = [&](std::vector<float> &Out) {
+    std::vector<float> Lse(size_t(D.Batch * D.QHeads * Shape.LocalTokens), -INFINITY);
+    attendSpanForward(Shape, Q.data(), TokenSpan{0, 0, 16}, K.data(), V.data(), TokenSpan{0, 0, 16}, Out.data(),
+                      Lse.data(), Scratch);
+  };
+  std::vector<float> Want(Q.size()), Out(Q.size()), YW(size_t(Rows * N)), YG(YW.size());
+  Attend(Want);
+  Cuda->gemm({false, false, Rows, N, Width, 1.0f, Want.data(), Width, W.data(), N, 0.0f, YW.data(), N});
+  HeldArrays Hold(*Cuda, {{Out.data(), Rows * Width, HeldArray::Read}});
+  Attend(Out);
+  EXPECT_EQ(Out, Want) << "the host has the result too";
+  const int64_t Up = Cuda->traffic().HostToDeviceBytes;
+  Cuda->gemm({false, false, Rows, N, Width, 1.0f, Out.data(), Width, W.data(), N, 0.0f, YG.data(), N});
+  EXPECT_EQ(Cuda->traffic().HostToDeviceBytes - Up, Width * N * Crossing) << "the weights alone";
+  EXPECT_EQ(YG, YW);
 }
 
 TEST(CudaBackend, AttentionBlocksMatchTheHost) {
