@@ -667,7 +667,7 @@ struct StageModel::Impl {
     // backward.
     S.Xn1 = Tensor({S.X.rows(), S.X.cols()});
     {
-      HeldArrays Keep(compute(), {keptResult(S.Xn1), keptResult(S.X)});
+      HeldArrays Keep(compute(), {normalised(M, S, S.Xn1, !P.Linear && !Config.Mla), keptResult(S.X)});
       attnNorm(P, S);
       if (P.Linear) {
         S.H = add(S.X, Gdn->forward(P.Gdn, S.Xn1, M.Sequences, S.Gdn));
@@ -691,7 +691,7 @@ struct StageModel::Impl {
       keepForBackward(M, S, {&S.Xn1, &S.X});
     }
     S.Xn2 = Tensor({S.H.rows(), S.H.cols()});
-    HeldArrays Keep(compute(), {keptResult(S.Xn2), keptResult(S.H)});
+    HeldArrays Keep(compute(), {normalised(M, S, S.Xn2, true), keptResult(S.H)});
     mlpNorm(P, S);
     Tensor Y;
     Aux = 0;
@@ -720,6 +720,15 @@ struct StageModel::Impl {
     keepForBackward(M, S, {&S.Xn2, &S.H});
     addInto(Y, S.H);
     return Y;
+  }
+
+  /// A branch's normalised input, held from its RMSNorm through the
+  /// branch: the backend's alone (HeldArray::BackendOnly) where it is kept
+  /// for the backward and ProductsAlone (only products and gathers, which
+  /// ask for it, read it: not Gated DeltaNet's or MLA's host code), else
+  /// copied to the host too.
+  HeldArray normalised(const MicroState &M, const LayerState &S, Tensor &Xn, bool ProductsAlone) const {
+    return ProductsAlone && keepKey(M, S) ? onBackend(Xn) : keptResult(Xn);
   }
 
   /// Saved activations of a decoder layer whose copies a hold made in its

@@ -119,6 +119,7 @@ Tensor TokenDispatcher::dispatch(const Tensor &X, const std::vector<int32_t> &Ex
   if (N && X.cols() != Hidden)
     fail(Ep, "dispatch: X is not [N, Hidden]");
   route(N, ExpertIds, S);
+  currentBackend().hostReads(X.data(), X.numel()); // permuted and sent from host memory
   Tensor SendRows({N * TopK, Hidden});
   hostBackend().permuteRows(S.moves(), X.data(), SendRows.data());
   return toExperts(SendRows, S);

@@ -18,6 +18,7 @@ namespace {
 } // namespace
 
 Tensor gatherSequence(Communicator &Tp, const Tensor &Shard) {
+  currentBackend().hostReads(Shard.data(), Shard.numel()); // sent from host memory
   Tensor Full({Shard.rows() * Tp.size(), Shard.cols()});
   Tp.allGather(Shard.data(), Full.data(), size_t(Shard.numel()));
   return Full;
