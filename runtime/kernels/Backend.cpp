@@ -47,6 +47,19 @@ void ComputeBackend::mlpBackward(const MlpArgs &A) {
   });
 }
 
+void ComputeBackend::attentionDelta(int64_t Batch, int64_t Tokens, int64_t QHeads, int64_t VDim, const float *Out,
+                                    const float *DOut, float *Delta) {
+  for (int64_t B = 0; B < Batch; ++B)
+    for (int64_t I = 0; I < Tokens; ++I)
+      for (int64_t H = 0; H < QHeads; ++H) {
+        const int64_t Base = ((B * Tokens + I) * QHeads + H) * VDim;
+        double Sum = 0;
+        for (int64_t C = 0; C < VDim; ++C)
+          Sum += double(DOut[Base + C]) * Out[Base + C];
+        Delta[(B * QHeads + H) * Tokens + I] = float(Sum);
+      }
+}
+
 void ComputeBackend::permuteRows(const PermuteArgs &A, const float *X, float *Rows) {
   const int64_t H = A.Hidden;
   for (int64_t J = 0; J < A.copies(); ++J)

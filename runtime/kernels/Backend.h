@@ -220,6 +220,11 @@ public:
   /// runs its products through gemm()).
   virtual bool attentionBlockForward(const AttentionBlockArgs &) { return false; }
   virtual bool attentionBlockBackward(const AttentionBlockArgs &) { return false; }
+  /// Delta = rowsum(DOut * Out), which attention's backward reads: Delta[b,
+  /// h, t] = sum_d Out[b, t, h, d] DOut[b, t, h, d] ([Batch, QHeads, Tokens];
+  /// Out and DOut [Batch, Tokens, QHeads, VDim]).
+  virtual void attentionDelta(int64_t Batch, int64_t Tokens, int64_t QHeads, int64_t VDim, const float *Out,
+                              const float *DOut, float *Delta);
   /// Whether the backend runs loss heads as one operation, keeping the
   /// logits (the step's largest activation) to itself; if not, the caller
   /// runs parallel/tp/VocabParallel.h and two products.

@@ -880,7 +880,11 @@ struct StageModel::Impl {
       return add(DH, rmsNormBackward(S.X, P.AttnNorm->Value, S.Rstd1, DXn1, P.AttnNorm->Grad));
     }
     Tensor Gated;
-    Tensor DOut = rowParallelBackward(Tp, gatedAttention(S, Gated), P.O->Value, DH, P.O->Grad);
+    // Attention's output gradient, which only the backend reads (for
+    // Delta and every block) unless the output gate scales it on the host.
+    Tensor DOut({S.AttnOut.rows(), S.AttnOut.cols()});
+    HeldArrays KeepOutputGradient(compute(), P.OGate ? std::vector<HeldArray>() : std::vector{onBackend(DOut)});
+    rowParallelBackward(Tp, gatedAttention(S, Gated), P.O->Value, DH, P.O->Grad, DOut);
     Tensor DOGate;
     if (P.OGate) {
       DOGate = Tensor(S.OGate.shape());

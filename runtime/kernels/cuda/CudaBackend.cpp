@@ -395,6 +395,24 @@ public:
     result(DX, A.DX);
   }
 
+  void attentionDelta(int64_t Batch, int64_t Tokens, int64_t QHeads, int64_t VDim, const float *Out, const float *DOut,
+                      float *Delta) override {
+    Charge Charged(Copies, "attention");
+    const int64_t Count = Batch * Tokens * QHeads * VDim;
+    if (Count == 0)
+      return;
+    Operand Out16 = input(Out, Count), DOut16 = input(DOut, Count);
+    DeviceBuffer<float> Out32{size_t(Count)}, Delta32{size_t(Batch * QHeads * Tokens)};
+    castToF32(Count, Out16.Data, Out32.data(), Blas.stream());
+    DeviceAttentionShape Shape;
+    Shape.Batch = Batch;
+    Shape.QTokens = Tokens;
+    Shape.QHeads = QHeads;
+    Shape.HeadDim = VDim;
+    cuda::attentionDelta(Shape, DOut16.Data, Out32.data(), Delta32.data(), Blas.stream());
+    result(Delta32, Delta);
+  }
+
   void permuteRows(const PermuteArgs &A, const float *X, float *Rows) override {
     Charge Charged(Copies, "permute");
     if (A.copies() == 0)

@@ -142,7 +142,7 @@ void contextParallelAttentionBackward(Communicator &Cp, const AttentionDims &Dim
   std::fill(DQ, DQ + QCount, 0.0f);
   if (Cp.size() > 1 && Exchange == CpExchange::AllToAll)
     return allToAllAttentionBackward(Cp, Shape, Q, K, V, Out, Lse, DOut, DQ, DK, DV);
-  std::vector<float> Delta = attentionDelta(Dims.Batch, T, Dims.QHeads, Dims.vHeadDim(), Out, DOut);
+  std::vector<float> Delta = attentionDelta(currentBackend(), Dims.Batch, T, Dims.QHeads, Dims.vHeadDim(), Out, DOut);
   if (Cp.size() > 1 && Exchange == CpExchange::AllGather)
     return allGatherAttentionBackward(Cp, Shape, Q, K, V, Lse, Delta.data(), DOut, DQ, DK, DV);
 

@@ -121,18 +121,10 @@ BlockShape headShardShape(const Communicator &Cp, const BlockShape &Shape) {
 
 } // namespace
 
-std::vector<float> attentionDelta(int64_t Batch, int64_t Tokens, int64_t QHeads, int64_t VDim, const float *Out,
-                                  const float *DOut) {
+std::vector<float> attentionDelta(ComputeBackend &Backend, int64_t Batch, int64_t Tokens, int64_t QHeads, int64_t VDim,
+                                  const float *Out, const float *DOut) {
   std::vector<float> Delta(size_t(Batch * QHeads * Tokens));
-  for (int64_t B = 0; B < Batch; ++B)
-    for (int64_t I = 0; I < Tokens; ++I)
-      for (int64_t H = 0; H < QHeads; ++H) {
-        const int64_t Base = ((B * Tokens + I) * QHeads + H) * VDim;
-        double Sum = 0;
-        for (int64_t C = 0; C < VDim; ++C)
-          Sum += double(DOut[Base + C]) * Out[Base + C];
-        Delta[size_t((B * QHeads + H) * Tokens + I)] = float(Sum);
-      }
+  Backend.attentionDelta(Batch, Tokens, QHeads, VDim, Out, DOut, Delta.data());
   return Delta;
 }
 
@@ -220,11 +212,12 @@ void allToAllAttentionBackward(Communicator &Cp, const BlockShape &Shape, const 
   std::vector<float> Ks = toHeadShards(Cp, K, D.Batch, T, D.KvHeads, D.HeadDim);
   std::vector<float> Vs = toHeadShards(Cp, V, D.Batch, T, D.KvHeads, Vd);
   std::vector<float> Os = toHeadShards(Cp, Out, D.Batch, T, D.QHeads, Vd);
+  currentBackend().hostReads(DOut, D.Batch * T * D.QHeads * Vd); // exchanged from host memory
   std::vector<float> DOs = toHeadShards(Cp, DOut, D.Batch, T, D.QHeads, Vd);
   std::vector<float> LsTokens = toHeadShards(Cp, tokenMajor(Lse, D.Batch, D.QHeads, T).data(), D.Batch, T, D.QHeads, 1);
   std::vector<float> Ls(LsTokens.size());
   headMajor(LsTokens, D.Batch, H, All, Ls.data());
-  std::vector<float> Delta = attentionDelta(D.Batch, All, H, Vd, Os.data(), DOs.data());
+  std::vector<float> Delta = attentionDelta(hostBackend(), D.Batch, All, H, Vd, Os.data(), DOs.data());
   std::vector<float> DQs(Qs.size(), 0.0f), DKs(Ks.size(), 0.0f), DVs(Vs.size(), 0.0f), Scratch;
   const std::vector<TokenSpan> Spans = allRankSpans(Cp.size(), D.SeqLen);
   for (const TokenSpan &Keys : Spans)

@@ -7,6 +7,7 @@
 #ifndef MOERT_PARALLEL_CP_EXCHANGES_H
 #define MOERT_PARALLEL_CP_EXCHANGES_H
 
+#include "kernels/Backend.h"
 #include "parallel/cp/AttentionBlock.h"
 
 namespace moert {
@@ -15,9 +16,10 @@ namespace moert {
 BlockShape blockShape(const Communicator &Cp, const AttentionDims &Dims);
 
 /// Delta = rowsum(DOut * Out) per (batch, head, token), laid out like Lse,
-/// for Tokens tokens of QHeads heads of VDim values.
-std::vector<float> attentionDelta(int64_t Batch, int64_t Tokens, int64_t QHeads, int64_t VDim, const float *Out,
-                                  const float *DOut);
+/// for Tokens tokens of QHeads heads of VDim values, on Backend
+/// (ComputeBackend::attentionDelta).
+std::vector<float> attentionDelta(ComputeBackend &Backend, int64_t Batch, int64_t Tokens, int64_t QHeads, int64_t VDim,
+                                  const float *Out, const float *DOut);
 
 void allGatherAttentionForward(Communicator &Cp, const BlockShape &Shape, const float *Q, const float *K,
                                const float *V, float *Out, float *Lse);

@@ -66,16 +66,21 @@ HeldArray summedInto(Tensor &T) { return {T.data(), T.numel(), HeldArray::Accumu
 } // namespace
 
 void matmulBackward(const Tensor &X, const Tensor &W, const Tensor &DY, Tensor &DW, Tensor &DX, float Beta) {
-  if (Beta == 0.0f)
-    DX.resize({X.rows(), X.cols()}); // zeros: the product below adds to them
+  const std::vector<int64_t> Shape = {X.rows(), X.cols()};
+  if (Beta == 0.0f && DX.shape() != Shape)
+    DX.resize(Shape);
   if (X.rows() == 0)
     return;
-  // DY is read twice; DX is a sum (of this product and what the caller adds).
-  HeldArrays Hold(currentBackend(), {readOnly(DY), summedInto(DX)});
+  // DY is read twice; DX, where added to, is a sum (of this product and what
+  // the caller adds); else the product's result.
+  std::vector<HeldArray> Held = {readOnly(DY)};
+  if (Beta != 0.0f)
+    Held.push_back(summedInto(DX));
+  HeldArrays Hold(currentBackend(), Held);
   // DW [in, out] += X^T [in, M] DY [M, out].
   gemm(true, false, W.rows(), W.cols(), X.rows(), 1.0f, X.data(), DY.data(), 1.0f, DW.data());
-  // DX [M, in] += DY [M, out] W^T [out, in].
-  gemm(false, true, X.rows(), X.cols(), W.cols(), 1.0f, DY.data(), W.data(), 1.0f, DX.data());
+  // DX [M, in] = DY [M, out] W^T [out, in] (+ Beta DX).
+  gemm(false, true, X.rows(), X.cols(), W.cols(), 1.0f, DY.data(), W.data(), Beta, DX.data());
 }
 
 std::vector<Tensor> columnParallelForward(Communicator &Tp, const Tensor &XShard,
@@ -122,11 +127,16 @@ Tensor rowParallelForward(Communicator &Tp, const Tensor &X, const Tensor &W) {
 }
 
 Tensor rowParallelBackward(Communicator &Tp, const Tensor &X, const Tensor &W, const Tensor &DYShard, Tensor &DW) {
+  Tensor DX;
+  rowParallelBackward(Tp, X, W, DYShard, DW, DX);
+  return DX;
+}
+
+void rowParallelBackward(Communicator &Tp, const Tensor &X, const Tensor &W, const Tensor &DYShard, Tensor &DW,
+                         Tensor &DX) {
   Tensor Gathered;
   const Tensor &DY = wholeSequence(Tp, DYShard, Gathered);
-  Tensor DX;
   matmulBackward(X, W, DY, DW, DX);
-  return DX;
 }
 
 namespace {

@@ -37,7 +37,8 @@ Tensor matmul(const Tensor &X, const Tensor &W);
 /// already (an array held on the backend before it is written).
 void matmul(const Tensor &X, const Tensor &W, Tensor &Y);
 /// Backward of Y = X W: DW += X^T DY; DX = DY W^T (Beta = 1 accumulates into
-/// DX, which must then have the right shape).
+/// DX, which must then have the right shape; with Beta = 0 its storage stays
+/// where it has the right shape already, as matmul's does).
 void matmulBackward(const Tensor &X, const Tensor &W, const Tensor &DY, Tensor &DW, Tensor &DX, float Beta = 0.0f);
 
 /// Column-parallel linears sharing one input: gathers XShard over tp once and
@@ -58,6 +59,9 @@ Tensor columnParallelBackward(Communicator &Tp, const Tensor &XShard, const Tens
 Tensor rowParallelForward(Communicator &Tp, const Tensor &X, const Tensor &W);
 /// Backward: gathers DYShard, DW += X^T DY, returns DX = DY W^T [N, in / TP].
 Tensor rowParallelBackward(Communicator &Tp, const Tensor &X, const Tensor &W, const Tensor &DYShard, Tensor &DW);
+/// The same into DX (storage kept where it has the right shape).
+void rowParallelBackward(Communicator &Tp, const Tensor &X, const Tensor &W, const Tensor &DYShard, Tensor &DW,
+                         Tensor &DX);
 
 /// This rank's slices of a SwiGLU MLP split Megatron's way: Gate and Up
 /// [in, ffn / TP] column-parallel, Down [ffn / TP, in] row-parallel.

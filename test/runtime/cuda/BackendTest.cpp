@@ -17,6 +17,7 @@
 #include "parallel/tp/VocabParallel.h"
 
 #include <cmath>
+#include <numeric>
 #include <optional>
 #include <random>
 #include <stdexcept>
@@ -877,6 +878,27 @@ TEST(CudaBackend, AWholeOutputIsAttentionsResultInAHeldCopy) {
   Cuda->gemm({false, false, Rows, N, Width, 1.0f, Out.data(), Width, W.data(), N, 0.0f, YG.data(), N});
   EXPECT_EQ(Cuda->traffic().HostToDeviceBytes - Up, Width * N * Crossing) << "the weights alone";
   EXPECT_EQ(YG, YW);
+}
+
+TEST(CudaBackend, AttentionDeltaMatchesTheHostAndReadsHeldCopies) {
+  auto Cuda = cudaBackend();
+  const int64_t Batch = 2, Tokens = 5, Heads = 3, VDim = 24, Count = Batch * Tokens * Heads * VDim;
+  std::vector<float> Out = randomBf16(size_t(Count), 71), DOut = randomBf16(size_t(Count), 72);
+  std::vector<float> Want(size_t(Batch * Heads * Tokens)), Got(Want.size());
+  hostBackend().attentionDelta(Batch, Tokens, Heads, VDim, Out.data(), DOut.data(), Want.data());
+  EXPECT_FLOAT_EQ(Want[size_t((1 * Heads + 2) * Tokens + 3)],
+                  float(std::inner_product(DOut.begin() + ((1 * Tokens + 3) * Heads + 2) * VDim,
+                                           DOut.begin() + ((1 * Tokens + 3) * Heads + 3) * VDim,
+                                           Out.begin() + ((1 * Tokens + 3) * Heads + 2) * VDim, 0.0)));
+  HeldArrays Hold(*Cuda, {{Out.data(), Count, HeldArray::Read}, {DOut.data(), Count, HeldArray::Read}});
+  std::vector<float> Scratch(Got.size());
+  Cuda->attentionDelta(Batch, Tokens, Heads, VDim, Out.data(), DOut.data(), Scratch.data()); // makes the copies
+  const BackendTraffic Before = Cuda->traffic();
+  Cuda->attentionDelta(Batch, Tokens, Heads, VDim, Out.data(), DOut.data(), Got.data());
+  const BackendTraffic After = Cuda->traffic();
+  EXPECT_TRUE(near(Got, Want, F32Tol, "delta"));
+  EXPECT_EQ(After.HostToDeviceBytes - Before.HostToDeviceBytes, 0) << "both operands are held";
+  EXPECT_EQ(After.DeviceToHostBytes - Before.DeviceToHostBytes, int64_t(Got.size() * sizeof(float)));
 }
 
 TEST(CudaBackend, AttentionBlocksMatchTheHost) {
