@@ -37,14 +37,7 @@ int64_t TokenDispatcher::localExperts() const { return Experts / Ep.size(); }
 int64_t TokenDispatcher::globalExpert(int64_t L) const { return Ep.rank() * localExperts() + L; }
 
 PermuteArgs DispatchState::moves(const float *Weights) const {
-  PermuteArgs A;
-  A.Tokens = Tokens;
-  A.TopK = TopK;
-  A.Hidden = Hidden;
-  A.Permutation = Permutation.data();
-  A.RowOfCopy = RowOfCopy.data();
-  A.Weights = Weights;
-  return A;
+  return {Tokens, TopK, Hidden, Permutation.data(), RowOfCopy.data(), Weights};
 }
 
 void TokenDispatcher::route(int64_t N, const std::vector<int32_t> &ExpertIds, DispatchState &S) {

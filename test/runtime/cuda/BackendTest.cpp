@@ -631,13 +631,7 @@ TEST(CudaBackend, TokenPermutationMatchesTheHostAndKeepsTheRowsOnTheDevice) {
       }
   std::vector<float> X = randomBf16(size_t(Tokens * Hidden), 81), Weights = randomBf16(size_t(Copies), 82);
   std::vector<float> DY = randomBf16(size_t(Tokens * Hidden), 83), Out = randomBf16(size_t(Copies * Hidden), 84);
-  PermuteArgs A;
-  A.Tokens = Tokens;
-  A.TopK = TopK;
-  A.Hidden = Hidden;
-  A.Permutation = Permutation.data();
-  A.RowOfCopy = RowOfCopy.data();
-  A.Weights = Weights.data();
+  const PermuteArgs A{Tokens, TopK, Hidden, Permutation.data(), RowOfCopy.data(), Weights.data()};
 
   std::vector<float> RowsW(size_t(Copies * Hidden)), RowsG(RowsW.size());
   hostBackend().permuteRows(A, X.data(), RowsW.data());
@@ -812,20 +806,26 @@ TEST(CudaBackend, AttentionGradientsHeldAsSumsComeBackOnce) {
   EXPECT_EQ(Downloads, int64_t(Want[2].size() + Want[3].size() + Want[4].size()) * 4) << "each sum once, in fp32";
 }
 
+/// Two batch rows of 16 local tokens each, heads of 32 the kernels take.
+BlockShape twoBatchRows(int64_t SeqLen, int64_t QHeads, int64_t KvHeads) {
+  BlockShape Shape;
+  Shape.Dims.Batch = 2;
+  Shape.Dims.SeqLen = SeqLen;
+  Shape.Dims.QHeads = QHeads;
+  Shape.Dims.KvHeads = KvHeads;
+  Shape.Dims.HeadDim = 32;
+  Shape.LocalTokens = 16;
+  Shape.Scale = 0.25f;
+  return Shape;
+}
+
 // A block the kernels take moves only its spans: the query span's rows of
 // Q, the running output and statistics, the key span's rows of K and V, and
 // both spans' positions; not the whole local tensors.
 TEST(CudaBackend, AnAttentionBlockMovesOnlyItsSpans) {
   auto Cuda = cudaBackend();
   BackendScope Scope(*Cuda);
-  BlockShape Shape;
-  Shape.Dims.Batch = 2;
-  Shape.Dims.SeqLen = 32;
-  Shape.Dims.QHeads = 4;
-  Shape.Dims.KvHeads = 2;
-  Shape.Dims.HeadDim = 32;
-  Shape.LocalTokens = 16;
-  Shape.Scale = 0.25f;
+  const BlockShape Shape = twoBatchRows(/*SeqLen=*/32, /*QHeads=*/4, /*KvHeads=*/2);
   const AttentionDims &D = Shape.Dims;
   const int64_t Rows = D.Batch * Shape.LocalTokens, Span = 8;
   std::vector<float> Q = randomBf16(size_t(Rows * D.QHeads * D.HeadDim), 51);
@@ -850,14 +850,7 @@ TEST(CudaBackend, AnAttentionBlockMovesOnlyItsSpans) {
 TEST(CudaBackend, AWholeOutputIsAttentionsResultInAHeldCopy) {
   auto Cuda = cudaBackend();
   BackendScope Scope(*Cuda);
-  BlockShape Shape;
-  Shape.Dims.Batch = 2;
-  Shape.Dims.SeqLen = 16;
-  Shape.Dims.QHeads = 2;
-  Shape.Dims.KvHeads = 2;
-  Shape.Dims.HeadDim = 32;
-  Shape.LocalTokens = 16;
-  Shape.Scale = 0.25f;
+  const BlockShape Shape = twoBatchRows(/*SeqLen=*/16, /*QHeads=*/2, /*KvHeads=*/2);
   const AttentionDims &D = Shape.Dims;
   const int64_t Rows = D.Batch * Shape.LocalTokens, Width = D.QHeads * D.HeadDim, N = 3;
   std::vector<float> Q = randomBf16(size_t(Rows * Width), 61), K = randomBf16(Q.size(), 62),
