@@ -673,11 +673,12 @@ struct StageModel::Impl {
         S.H = add(S.X, Gdn->forward(P.Gdn, S.Xn1, M.Sequences, S.Gdn));
       } else {
         // Attention's output, read by the out-projection here and by its
-        // weight gradient in the backward: one copy, made by attention where
-        // its kernel writes the whole of it, and kept (not where the output
-        // gate makes the projection read a gated copy).
+        // weight gradient and Delta in the backward: one copy, made by
+        // attention where its kernel writes the whole of it, kept, and the
+        // backend's alone (but where the output gate reads it on the host).
         attentionOutput(M, S, S.Xn1.rows() * Groups.Tp->size());
-        HeldArrays KeepOutput(compute(), {keptResult(S.AttnOut)});
+        const bool HostReadsIt = P.OGate || !keepKey(M, S);
+        HeldArrays KeepOutput(compute(), {HostReadsIt ? keptResult(S.AttnOut) : onBackend(S.AttnOut)});
         {
           HeldArrays KeepProjections(compute(), Config.Mla ? std::vector<HeldArray>() : heldProjections(P, M, S));
           qkv(P, M, S);

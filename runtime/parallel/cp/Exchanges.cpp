@@ -211,8 +211,9 @@ void allToAllAttentionBackward(Communicator &Cp, const BlockShape &Shape, const 
   std::vector<float> Qs = toHeadShards(Cp, Q, D.Batch, T, D.QHeads, D.HeadDim);
   std::vector<float> Ks = toHeadShards(Cp, K, D.Batch, T, D.KvHeads, D.HeadDim);
   std::vector<float> Vs = toHeadShards(Cp, V, D.Batch, T, D.KvHeads, Vd);
+  currentBackend().hostReads(Out, D.Batch * T * D.QHeads * Vd); // both exchanged from host memory
+  currentBackend().hostReads(DOut, D.Batch * T * D.QHeads * Vd);
   std::vector<float> Os = toHeadShards(Cp, Out, D.Batch, T, D.QHeads, Vd);
-  currentBackend().hostReads(DOut, D.Batch * T * D.QHeads * Vd); // exchanged from host memory
   std::vector<float> DOs = toHeadShards(Cp, DOut, D.Batch, T, D.QHeads, Vd);
   std::vector<float> LsTokens = toHeadShards(Cp, tokenMajor(Lse, D.Batch, D.QHeads, T).data(), D.Batch, T, D.QHeads, 1);
   std::vector<float> Ls(LsTokens.size());

@@ -988,7 +988,7 @@ TEST(CudaBackend, OneStageModelRunsOnEitherBackend) {
 // RoPE to their products: RoPE rotates the held copies, so the only bytes
 // it sends to the device are the positions of its four calls per layer, and
 // as only the backend reads what it rotates (BackendOnly), none come back.
-TEST(CudaBackend, AStageRotatesHeldQueriesAndKeysInPlace) {
+TEST(CudaBackend, AStageKeepsWhatOnlyTheBackendReadsOnTheDevice) {
   auto Cuda = cudaBackend();
   OneRankGroups Groups;
   const ParallelContext &Ctx = Groups.Ctx;
@@ -1003,6 +1003,10 @@ TEST(CudaBackend, AStageRotatesHeldQueriesAndKeysInPlace) {
   const int64_t Rows = MB.Sequences * MB.SeqLen;
   EXPECT_EQ(Rope.HostToDeviceBytes, C.Layers * 4 * Rows * int64_t(sizeof(int32_t)));
   EXPECT_EQ(Rope.DeviceToHostBytes, 0) << "the rotated values stay on the device";
+  // Attention's output and its gradient stay too: of attention's results
+  // only its statistics come back (the log-sum-exp, then Delta).
+  const int64_t Statistics = MB.Sequences * C.Heads * MB.SeqLen * int64_t(sizeof(float));
+  EXPECT_EQ(Cuda->traffic().ByOperation["attention"].DeviceToHostBytes, C.Layers * 2 * Statistics);
   EXPECT_EQ(Cuda->traffic().ByOperation.count("host reads"), 0u) << "no host code asked for them on one rank";
 }
 
