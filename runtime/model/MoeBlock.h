@@ -60,9 +60,10 @@ public:
   /// [Ns] (ModelConfig::ForceBalance; else null): each token's key for
   /// Router::forceBalancedLogits. KeepFor (else null): the experts' products
   /// stay on the backend (HeldArray::BackendOnly: their host values are
-  /// unspecified), and what their backward reads (the rows, G and U) is kept
-  /// under that key (ComputeBackend::keepArrays) until the caller releases
-  /// it.
+  /// unspecified), and what their backward reads (the rows, G and U, and the
+  /// experts' outputs where the rows move on the backend: movesOnBackend())
+  /// is kept under that key (ComputeBackend::keepArrays) until the caller
+  /// releases it.
   double forward(const MoeWeights &W, const Tensor &Xn, MoeSaved &S, Tensor &Y, bool CountTokens = false,
                  const uint64_t *BalanceKeys = nullptr, const void *KeepFor = nullptr);
   /// Recomputes Act from G and U (selective "moe_act").

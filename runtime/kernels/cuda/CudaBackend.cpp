@@ -178,8 +178,7 @@ class CudaBackend final : public ComputeBackend {
 public:
   const char *name() const override { return "cuda"; }
   const char *precision() const override {
-    return "GEMMs, attention, RMSNorm, RoPE, SwiGLU, the experts' MLPs and token permutation, and the loss head on "
-           "bf16 "
+    return "GEMMs, attention, RMSNorm, RoPE, SwiGLU, the experts' MLPs, token permutation and the loss head on bf16 "
            "operands with fp32 accumulation, the rest in fp32 on the host";
   }
 
@@ -662,7 +661,9 @@ private:
     std::vector<int32_t> Narrow(static_cast<size_t>(Count));
     for (int64_t I = 0; I < Count; ++I) {
       if (Host[I] < 0 || Host[I] > std::numeric_limits<int32_t>::max())
-        throw std::out_of_range("a token copy's row index does not fit the CUDA kernels' int32");
+        throw std::out_of_range("a micro batch routes " + std::to_string(Count) +
+                                " token copies; the CUDA backend's permutation kernels index at most 2^31 - 1 rows: "
+                                "use a smaller micro batch or sequence shard");
       Narrow[size_t(I)] = int32_t(Host[I]);
     }
     return Copies.upload(Narrow);
