@@ -124,7 +124,9 @@ def main():
             f"kernels): seq_len {SEQ_LEN}, global batch {GLOBAL}, micro batch {MICRO}, routing forced balanced, "
             "the second of two steps. *staged*: the most any rank copied; *device peak*: the caching "
             "allocator's; *host peak*: the trainer's activations, parameters, gradients and optimizer moments. "
-            "Parameters move once a step and gradients are summed on the device; every SwiGLU MLP (routed "
+            "The parameters that no group sums and no host code reads stay on the device from step to step "
+            "with their gradients and Adam's moments, and the optimizer steps them there; the others move once a "
+            "step (their gradients summed on the device) and are stepped on the host; every SwiGLU MLP (routed "
             "experts, dense and shared) moves its rows once each way, and on a rank without ep or etp "
             "exchanges the routed experts' rows neither way (the tokens are permuted to them and combined on "
             "the device); the loss head keeps the logits on the "
@@ -143,8 +145,10 @@ def main():
             "| layout | ranks | staged MiB | device peak MiB | host peak MiB |\n"
             "| --- | ---: | ---: | ---: | ---: |\n" + "\n".join(rows) +
             "\n\nThe one-rank copies by the operation that made them (rank 0's step log lines, "
-            "`BackendTraffic::ByOperation`; *outermost hold*: the parameters and their gradients, *nested "
-            "holds*: activations held for several products):\n\n" + by_op +
+            "`BackendTraffic::ByOperation`; *resident*: the first upload of the parameters, gradients and moments "
+            "kept on the device, none after; *outermost hold*: the other parameters and their gradients; "
+            "*optimizer*: the gradient norm's one figure; *nested holds*: activations held for several "
+            "products):\n\n" + by_op +
             f"\n\nMachine: {m['cpu']}, {m['cores']} cores, {m['os']}. Measured "
             f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC.\n{END}\n")
     print(text)

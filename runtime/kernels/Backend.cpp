@@ -4,6 +4,7 @@
 #include "kernels/host/Blas.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace moert {
 
@@ -46,6 +47,68 @@ void ComputeBackend::mlpBackward(const MlpArgs &A) {
     gemmOn(*this, {true, false, H, F, M, 1.0f, A.X + Begin * H, H, DU.data() + Begin * F, F, 1.0f, A.DUp[E], F});
   });
 }
+
+namespace {
+
+/// The AdamW update of N consecutive elements: the hot loop of a step on the
+/// host (every parameter element, every step). The arithmetic is fp32, as in
+/// torch's and Apex's fused Adam that Megatron-Core steps with (master
+/// weights, moments and gradients are all fp32 there too), so a vector
+/// register holds twice the elements that double arithmetic would. The
+/// arrays never overlap, so the compiler may update several elements in one
+/// vector register; each element's arithmetic is unchanged, operation for
+/// operation (the file is built with -fno-math-errno, which lets sqrt
+/// vectorize without changing its result, and -ffp-contract=off, so no FMA
+/// changes a rounding): the same bits as one element at a time, and as the
+/// CUDA kernel's. On x86-64 with GCC, target_clones adds AVX-512 and AVX2
+/// versions chosen at load time (not under ASan, whose shadow memory is not
+/// set up yet when the loader runs the clones' resolver).
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
+__attribute__((target_clones("avx512f", "avx2", "default")))
+#endif
+void updateRange(float *__restrict Param, float *__restrict M, float *__restrict V, const float *__restrict Grad,
+                 size_t N, const AdamWArgs C) {
+  const float KeepM = 1.0f - C.Beta1, KeepV = 1.0f - C.Beta2, Shrink = 1.0f - C.Decay;
+  for (size_t K = 0; K < N; ++K) {
+    float G = Grad[K] * C.Scale;
+    float NewM = C.Beta1 * M[K] + KeepM * G;
+    float NewV = C.Beta2 * V[K] + KeepV * G * G;
+    M[K] = NewM;
+    V[K] = NewV;
+    Param[K] = Param[K] * Shrink - C.StepSize * NewM / (std::sqrt(NewV) / C.Bc2Sqrt + C.Eps);
+  }
+}
+
+/// Eight independent double accumulators, so that the loop is not one chain
+/// of dependent additions; the order is fixed, so the sum is the same on
+/// every run.
+double sumOfSquares(const float *X, size_t N) {
+  constexpr size_t Lanes = 8;
+  double S[Lanes] = {};
+  size_t I = 0;
+  for (; I + Lanes <= N; I += Lanes)
+    for (size_t L = 0; L < Lanes; ++L)
+      S[L] += double(X[I + L]) * double(X[I + L]);
+  for (; I < N; ++I)
+    S[0] += double(X[I]) * double(X[I]);
+  double Total = 0;
+  for (double Part : S)
+    Total += Part;
+  return Total;
+}
+
+} // namespace
+
+void ComputeBackend::adamW(const AdamWArgs &A) { updateRange(A.Param, A.M, A.V, A.Grad, size_t(A.Count), A); }
+
+double ComputeBackend::sumSquares(const std::vector<ConstArray> &Arrays) {
+  double Total = 0;
+  for (const ConstArray &A : Arrays)
+    Total += sumOfSquares(A.Data, size_t(A.Count));
+  return Total;
+}
+
+void ComputeBackend::zero(float *Data, int64_t Count) { std::fill_n(Data, Count, 0.0f); }
 
 void ComputeBackend::attentionDelta(int64_t Batch, int64_t Tokens, int64_t QHeads, int64_t VDim, const float *Out,
                                     const float *DOut, float *Delta) {

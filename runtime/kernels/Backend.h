@@ -185,6 +185,31 @@ struct PermuteArgs {
   int64_t copies() const { return Tokens * TopK; }
 };
 
+/// One AdamW update of Count consecutive elements (parallel/dp/AdamW.h),
+/// PyTorch's order in fp32: g = Grad * Scale; M = Beta1 M + (1 - Beta1) g;
+/// V = Beta2 V + (1 - Beta2) g^2; Param = Param (1 - Decay) - StepSize M /
+/// (sqrt(V) / Bc2Sqrt + Eps). Param, M and V are updated in place.
+struct AdamWArgs {
+  int64_t Count = 0;
+  float *Param = nullptr, *M = nullptr, *V = nullptr;
+  const float *Grad = nullptr;
+  float Beta1 = 0.9f, Beta2 = 0.999f, Eps = 1e-8f;
+  float StepSize = 0; ///< lr / (1 - Beta1^t)
+  float Bc2Sqrt = 1;  ///< sqrt(1 - Beta2^t)
+  float Scale = 1;    ///< the gradient clipping factor
+  float Decay = 0;    ///< lr * weight decay, or 0 for an exempt parameter
+};
+
+/// A host array by its extent (ComputeBackend::makeResident).
+struct HostArray {
+  float *Data = nullptr;
+  int64_t Count = 0;
+};
+struct ConstArray {
+  const float *Data = nullptr;
+  int64_t Count = 0;
+};
+
 class ComputeBackend {
 public:
   virtual ~ComputeBackend();
@@ -246,6 +271,14 @@ public:
   /// (the same on every layout).
   virtual void unpermuteRowsBackward(const PermuteArgs &, const float *DY, const float *Rows, float *DRows,
                                      float *DWeights);
+  /// The optimizer's element update (AdamWArgs).
+  virtual void adamW(const AdamWArgs &);
+  /// The sum of the squares of every element of Arrays, in double (the
+  /// global gradient norm's share of a rank): one operation for all of a
+  /// rank's gradients, so that a GPU returns one figure.
+  virtual double sumSquares(const std::vector<ConstArray> &Arrays);
+  /// Count zeros at Data (a gradient before a step's first backward).
+  virtual void zero(float *Data, int64_t Count);
   /// Only where fusesLossHead().
   virtual void lossHead(const LossHeadArgs &) { throw std::logic_error("this backend does not fuse loss heads"); }
 
@@ -278,9 +311,22 @@ public:
   /// backend that keeps copies drops those it overlaps.
   virtual void hostWrote(const float *Data, int64_t Count) {}
   /// Host code is about to read (or write) Count elements at Data, where a
-  /// BackendOnly array may lie: a backend that kept its operations' results
-  /// to itself brings them back.
+  /// BackendOnly or resident array may lie: a backend that kept its
+  /// operations' results to itself brings them back.
   virtual void hostReads(const float *Data, int64_t Count) {}
+
+  /// Arrays the backend keeps as its own, in fp32, across holds and steps
+  /// until releaseResident(): the parameters' values and gradients and
+  /// Adam's moments from one optimizer step to the next, which the
+  /// backend's operations read and write in place (its products, adamW,
+  /// sumSquares, zero), so that they do not cross between steps. Their host
+  /// values are unspecified meanwhile: host code that reads or writes one
+  /// calls hostReads() first (a gradient reduction over a host
+  /// communicator, a checkpoint), and hostWrote() after it wrote (the
+  /// reduction's sums). releaseResident() brings every one back to the host.
+  /// An array that overlaps one already resident or held is left out.
+  virtual void makeResident(const std::vector<HostArray> &) {}
+  virtual void releaseResident() {}
 
   virtual BackendTraffic traffic() const { return {}; }
   virtual void resetPeak() {}

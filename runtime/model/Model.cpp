@@ -268,8 +268,10 @@ struct StageModel::Impl {
     const ModelConfig &C = Config;
     const double Std = 0.02;
     const ParamKind Dense = ParamKind::Dense, Rep = ParamKind::SequenceParallelReplicated;
-    if (Stage.HasEmbedding)
+    if (Stage.HasEmbedding) {
       Embedding = addParam("embedding", Dense, {C.Vocab, C.Hidden}, Std, 1);
+      Embedding->ReadOnHost = true; // the lookup and its gradient's scatter
+    }
     if (Stage.HasEmbedding && C.Vision) {
       Tower = std::make_unique<VisionTower>(*C.Vision, Options.Seed);
       // Every tp rank runs the whole tower and back-propagates its own
@@ -293,6 +295,7 @@ struct StageModel::Impl {
       if (!Embedding) {
         Embedding = addParam("embedding", Dense, {C.Vocab, C.Hidden}, Std, 1);
         Embedding->TiedCopy = true;
+        Embedding->ReadOnHost = true;
       }
       for (int64_t K = 0; K < C.MtpLayers; ++K) {
         std::string Pre = "mtp." + std::to_string(K) + ".";
@@ -340,6 +343,9 @@ struct StageModel::Impl {
       G.DtBias = addParam(Pre + "gdn.dt_bias", Dense, {Hv, 1}, Std, 1);
       G.ALog = addParam(Pre + "gdn.a_log", Dense, {Hv, 1}, 0.0, 1);
       G.Norm = addParam(Pre + "gdn.norm", Rep, {A.HeadDim}, 0.0, 0);
+      // The gates, convolutions and gated norm are host loops.
+      for (Parameter *Host : {G.ConvQ, G.ConvK, G.ConvV, G.DtBias, G.ALog, G.Norm})
+        Host->ReadOnHost = true;
       G.Out = addParam(Pre + "gdn.out", Dense, {Vc, C.Hidden}, OutStd, 1);
     } else if (C.Mla) {
       // The down-projections and their norms are whole on every tp rank,

@@ -270,6 +270,9 @@ VisionTower::VisionTower(const VisionConfig &C, uint64_t Seed) : Config(C), W(st
       for (int64_t I = 0; I < P->Value.numel(); ++I)
         P->Value[I] = 1.0f;
     P->Grad = Tensor(P->Value.shape());
+    // Host loops add the biases, run the LayerNorms and interpolate the
+    // position table; only the matrices are the compute backend's alone.
+    P->ReadOnHost = Shape.size() == 1 || Name == "pos_embed";
     Params.push_back(std::move(P));
     return Params.back().get();
   };

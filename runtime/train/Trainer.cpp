@@ -381,8 +381,10 @@ struct Trainer::Impl final : public PipelineStage {
                ", which does not come after its " + std::to_string(Schedule.WarmupSteps) + " warm-up steps");
     }
     GradientGroups GG{&group("dp-cp"), &group("tp"), &group("edp")};
-    Optimizer = std::make_unique<AdamW>(allParameters(), GG, group("world"), AOpts);
+    Optimizer = std::make_unique<AdamW>(allParameters(), GG, group("world"), AOpts, *MOpts.Compute);
   }
+
+  ~Impl() override { settleOnHost(); }
 
   Communicator &group(const std::string &Kind) {
     auto It = Timed.find(Kind);
@@ -440,6 +442,23 @@ struct Trainer::Impl final : public PipelineStage {
       Held.push_back({Param->Value.data(), Param->Value.numel(), HeldArray::Read});
     return Held;
   }
+
+  void keepOnBackend() {
+    // The parameters only the backend's operations read and that no group
+    // sums, their gradients and moments (AdamW::residentArrays): on a GPU
+    // the optimizer steps them where they are instead of moving them.
+    if (!Resident)
+      MOpts.Compute->makeResident(Optimizer->residentArrays());
+    Resident = true;
+  }
+  /// Before host code reads or writes the parameters or the optimizer's
+  /// state (a checkpoint, a dump, the caller's own reads).
+  void settleOnHost() {
+    if (Resident)
+      MOpts.Compute->releaseResident();
+    Resident = false;
+  }
+  bool Resident = false;
 
   std::vector<Parameter *> allFrozenParameters() {
     std::vector<Parameter *> All;
@@ -673,6 +692,7 @@ struct Trainer::Impl final : public PipelineStage {
   }
 
   TrainStepStats step(const std::function<void()> &OnOp) {
+    keepOnBackend();
     Optimizer->zeroGrads();
     for (auto &C : Chunks)
       C->resetStepStats();
@@ -854,6 +874,7 @@ struct Trainer::Impl final : public PipelineStage {
 
   bool save(const std::string &Dir, int Keep, std::string &Path, std::string &Error,
             const std::function<void()> &AfterWrite) {
+    settleOnHost();
     std::string Staging;
     bool Ok = World.rank() != 0 || beginCheckpoint(Dir, StepIndex, Staging, Error);
     if (!agree(Ok))
@@ -912,6 +933,7 @@ struct Trainer::Impl final : public PipelineStage {
   }
 
   bool load(const std::string &Path, const CheckpointManifest &M, std::string &Error) {
+    settleOnHost();
     bool Ok = true;
     auto Refuse = [&](const std::string &Why) {
       if (Ok)
@@ -1008,6 +1030,7 @@ struct Trainer::Impl final : public PipelineStage {
   }
 
   bool initFromHuggingFace(const std::string &Dir, std::string &Error) {
+    settleOnHost();
     bool Ok = true;
     auto Refuse = [&](const std::string &Why) {
       if (Ok)
@@ -1043,6 +1066,7 @@ struct Trainer::Impl final : public PipelineStage {
   }
 
   void dump(const std::string &Path, bool Grads) {
+    settleOnHost();
     std::vector<Tensor> Keep;
     std::vector<Parameter *> Params = allParameters();
     // The expert biases are model state without a gradient.
@@ -1082,7 +1106,10 @@ EvalStats Trainer::evaluate(const std::function<void()> &OnOp) { return P->evalu
 
 int64_t Trainer::evalInterval() const { return P->Plan.Data.EvalInterval; }
 
-std::vector<Parameter *> Trainer::parameters() { return P->allParameters(); }
+std::vector<Parameter *> Trainer::parameters() {
+  P->settleOnHost();
+  return P->allParameters();
+}
 
 int64_t Trainer::localPeakBytes() const { return P->LastPeak; }
 

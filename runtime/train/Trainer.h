@@ -145,7 +145,9 @@ public:
   /// data.eval_interval of the plan; 0: no evaluation.
   int64_t evalInterval() const;
 
-  /// Every parameter this rank holds, all chunks.
+  /// Every parameter this rank holds, all chunks, with its values and
+  /// gradient on the host until the next step (which may keep them on the
+  /// compute backend again).
   std::vector<Parameter *> parameters();
   /// This rank's peak bytes in the last step: the sum over its chunks of
   /// peak saved activations, plus parameters, gradients and optimizer moments

@@ -2,25 +2,27 @@
 #include "kernels/cuda/AdamW.h"
 
 #include <algorithm>
-#include <cmath>
 
 namespace moert::cuda {
 
 namespace {
 
-__global__ void adamWKernel(int64_t Count, AdamWStep C, float *Param, float *M, float *V, const float *Grad,
+/// The host's expression (kernels/Backend.cpp updateRange), one rounding
+/// per operation: the intrinsics keep nvcc from contracting into FMAs.
+__global__ void adamWKernel(int64_t Count, AdamWConstants C, float *Param, float *M, float *V, const float *Grad,
                             bf16 *ParamBf16) {
+  const float KeepM = __fsub_rn(1.0f, C.Beta1), KeepV = __fsub_rn(1.0f, C.Beta2), Shrink = __fsub_rn(1.0f, C.Decay);
   for (int64_t I = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; I < Count; I += int64_t(gridDim.x) * blockDim.x) {
-    double G = double(Grad[I]) * C.ClipScale;
-    double NewM = C.Beta1 * double(M[I]) + (1 - C.Beta1) * G;
-    double NewV = C.Beta2 * double(V[I]) + (1 - C.Beta2) * G * G;
-    M[I] = float(NewM);
-    V[I] = float(NewV);
-    double P = double(Param[I]) * (1 - C.Decay);
-    P -= C.StepSize * NewM / (sqrt(NewV) / C.Bc2Sqrt + C.Eps);
-    Param[I] = float(P);
+    float G = __fmul_rn(Grad[I], C.Scale);
+    float NewM = __fadd_rn(__fmul_rn(C.Beta1, M[I]), __fmul_rn(KeepM, G));
+    float NewV = __fadd_rn(__fmul_rn(C.Beta2, V[I]), __fmul_rn(__fmul_rn(KeepV, G), G));
+    M[I] = NewM;
+    V[I] = NewV;
+    float Denominator = __fadd_rn(__fdiv_rn(__fsqrt_rn(NewV), C.Bc2Sqrt), C.Eps);
+    float P = __fsub_rn(__fmul_rn(Param[I], Shrink), __fdiv_rn(__fmul_rn(C.StepSize, NewM), Denominator));
+    Param[I] = P;
     if (ParamBf16)
-      ParamBf16[I] = __float2bfloat16_rn(float(P));
+      ParamBf16[I] = __float2bfloat16_rn(P);
   }
 }
 
@@ -45,29 +47,16 @@ __global__ void sumSquaresKernel(int64_t Count, const float *X, double *Partial)
     Partial[blockIdx.x] = Shared[0];
 }
 
-__global__ void sumPartialsKernel(const double *Partial, int Count, double *Result) {
+__global__ void sumPartialsKernel(const double *Partial, int Count, double *Result, bool Accumulate) {
   double S = 0;
   for (int I = 0; I < Count; ++I)
     S += Partial[I];
-  *Result = S;
+  *Result = Accumulate ? *Result + S : S;
 }
 
 } // namespace
 
-AdamWStep adamWStep(double Lr, double Beta1, double Beta2, double Eps, double WeightDecay, int64_t Step,
-                    double ClipScale) {
-  AdamWStep C;
-  C.Beta1 = Beta1;
-  C.Beta2 = Beta2;
-  C.Eps = Eps;
-  C.StepSize = Lr / (1 - std::pow(Beta1, double(Step)));
-  C.Bc2Sqrt = std::sqrt(1 - std::pow(Beta2, double(Step)));
-  C.ClipScale = ClipScale;
-  C.Decay = Lr * WeightDecay;
-  return C;
-}
-
-void adamWUpdate(int64_t Count, const AdamWStep &C, float *Param, float *M, float *V, const float *Grad,
+void adamWUpdate(int64_t Count, const AdamWConstants &C, float *Param, float *M, float *V, const float *Grad,
                  bf16 *ParamBf16, cudaStream_t Stream) {
   if (Count == 0)
     return;
@@ -76,10 +65,13 @@ void adamWUpdate(int64_t Count, const AdamWStep &C, float *Param, float *M, floa
   MOERT_CUDA_CHECK_LAUNCH();
 }
 
-void sumSquares(int64_t Count, const float *X, double *Scratch, double *Result, cudaStream_t Stream) {
-  sumSquaresKernel<<<SumBlocks, SumThreads, 0, Stream>>>(Count, X, Scratch);
+void sumSquares(int64_t Count, const float *X, double *Scratch, double *Result, bool Accumulate, cudaStream_t Stream) {
+  // A block per 256 elements up to SumBlocks: a norm weight's few elements
+  // take one block, not SumBlocks mostly idle ones.
+  const int Blocks = int(std::clamp<int64_t>((Count + SumThreads - 1) / SumThreads, 1, SumBlocks));
+  sumSquaresKernel<<<Blocks, SumThreads, 0, Stream>>>(Count, X, Scratch);
   MOERT_CUDA_CHECK_LAUNCH();
-  sumPartialsKernel<<<1, 1, 0, Stream>>>(Scratch, SumBlocks, Result);
+  sumPartialsKernel<<<1, 1, 0, Stream>>>(Scratch, Blocks, Result, Accumulate);
   MOERT_CUDA_CHECK_LAUNCH();
 }
 

@@ -1,6 +1,7 @@
 //===- kernels/cuda/CudaBackend.cpp ---------------------------------------===//
 #include "kernels/cuda/CudaBackend.h"
 
+#include "kernels/cuda/AdamW.h"
 #include "kernels/cuda/Attention.h"
 #include "kernels/cuda/CrossEntropy.h"
 #include "kernels/cuda/DeviceBuffer.h"
@@ -538,9 +539,117 @@ public:
 
   void hostWrote(const float *Data, int64_t Count) override { dropCopies(Data, Count); }
 
+  void adamW(const AdamWArgs &A) override {
+    Charge Charged(Copies, "optimizer");
+    if (A.Count == 0)
+      return;
+    if (!resident(A.Param, A.Count) && !resident(A.M, A.Count) && !resident(A.V, A.Count) &&
+        !resident(A.Grad, A.Count)) {
+      // Host arrays (what a host communicator sums, what host code reads)
+      // are stepped where they are: staging them would move four arrays.
+      for (const float *X : std::initializer_list<const float *>{A.Param, A.M, A.V, A.Grad})
+        flushOverlapping(X, A.Count);
+      ComputeBackend::adamW(A);
+      for (const float *X : {A.Param, A.M, A.V})
+        dropCopies(X, A.Count);
+      return;
+    }
+    // Each array on the device: in place where resident, else staged and
+    // its result copied back.
+    struct Array {
+      float *Host;
+      HeldCopy *Resident;
+      DeviceBuffer<float> Staged;
+      float *data() { return Resident ? Resident->at(Host) : Staged.data(); }
+    };
+    auto On = [&](const float *Host, bool Written, bool CopyInStep = false) {
+      Array X{const_cast<float *>(Host), resident(Host, A.Count), {}};
+      if (X.Resident) {
+        master(*X.Resident);
+        if (Written)
+          aheadOfHost(*X.Resident, CopyInStep);
+      } else {
+        flushOverlapping(Host, A.Count);
+        X.Staged = Copies.floats(Host, A.Count);
+      }
+      return X;
+    };
+    // The update refreshes the parameter's bf16 copy, where it has one.
+    HeldCopy *ParamHeld = resident(A.Param, A.Count);
+    bf16 *ParamCopy =
+        ParamHeld && ParamHeld->Copy.size() ? ParamHeld->Copy.data() + (A.Param - ParamHeld->Host) : nullptr;
+    Array Param = On(A.Param, true, ParamCopy != nullptr), M = On(A.M, true), V = On(A.V, true),
+          Grad = On(A.Grad, false);
+    AdamWConstants C{A.Beta1, A.Beta2, A.Eps, A.StepSize, A.Bc2Sqrt, A.Scale, A.Decay};
+    cuda::adamWUpdate(A.Count, C, Param.data(), M.data(), V.data(), Grad.data(), ParamCopy, Blas.stream());
+    for (Array *Out : {&Param, &M, &V})
+      if (!Out->Resident)
+        result(Out->Staged, Out->Host);
+  }
+
+  double sumSquares(const std::vector<ConstArray> &Arrays) override {
+    Charge Charged(Copies, "optimizer");
+    // Resident arrays are summed on the device (one figure comes back),
+    // host arrays on the host.
+    std::vector<ConstArray> OnHost;
+    DeviceBuffer<double> Scratch{size_t(SumSquaresScratch)}, Sum{1};
+    bool Accumulate = false;
+    for (const ConstArray &A : Arrays) {
+      HeldCopy *H = A.Count ? resident(A.Data, A.Count) : nullptr;
+      if (!H) {
+        flushOverlapping(A.Data, A.Count);
+        OnHost.push_back(A);
+        continue;
+      }
+      master(*H);
+      cuda::sumSquares(A.Count, H->at(A.Data), Scratch.data(), Sum.data(), Accumulate, Blas.stream());
+      Accumulate = true;
+    }
+    const double Host = ComputeBackend::sumSquares(OnHost);
+    return Accumulate ? Copies.download(Sum)[0] + Host : Host;
+  }
+
+  void zero(float *Data, int64_t Count) override {
+    HeldCopy *H = resident(Data, Count);
+    if (!H) {
+      ComputeBackend::zero(Data, Count);
+      hostWrote(Data, Count);
+      return;
+    }
+    if (Count != H->Count)
+      master(*H);
+    else if (!H->Master.size())
+      H->Master.resize(size_t(Count)); // all of it is written
+    aheadOfHost(*H);
+    MOERT_CUDA_CHECK(cudaMemsetAsync(H->at(Data), 0, size_t(Count) * sizeof(float), Blas.stream()));
+  }
+
+  void makeResident(const std::vector<HostArray> &Arrays) override {
+    for (const HostArray &A : Arrays)
+      if (A.Count > 0 && !overlapsHeld(A.Data, A.Count)) {
+        HeldCopy &H = Held[A.Data];
+        H.Count = A.Count;
+        H.Kind = HeldArray::Read; // operands read its bf16 copy
+        H.Host = A.Data;
+        H.Resident = true;
+      }
+  }
+  void releaseResident() override {
+    for (auto It = Held.begin(); It != Held.end();) {
+      if (!It->second.Resident) {
+        ++It;
+        continue;
+      }
+      settle(It->second);
+      It = Held.erase(It);
+    }
+  }
+
   void hostReads(const float *Data, int64_t Count) override {
     for (HeldCopy *H : readCopiesOverlapping(Data, Count))
-      if (H->Ahead) {
+      if (H->Resident)
+        settle(*H);
+      else if (H->Ahead) {
         Charge Charged(Copies, "host reads");
         Copies.downloadTo(H->Copy, H->Host);
         H->Ahead = false;
@@ -594,14 +703,19 @@ private:
     size_t Depth = 0;
     /// The keepArrays() key that keeps it past its hold, if any.
     const void *KeptBy = nullptr;
-    /// The copy has results the host array lacks (BackendOnly).
+    /// The copy has results the host array lacks (BackendOnly, resident).
     bool Ahead = false;
+    /// Kept across holds (makeResident): Master is the fp32 array, from
+    /// which Copy (bf16, for operands) is made on the device.
+    bool Resident = false;
     DeviceBuffer<bf16> Copy;
-    DeviceBuffer<float> Sum;
-    float *at(const float *Data) { return Sum.data() + (Data - Host); }
+    DeviceBuffer<float> Sum, Master;
+    /// The fp32 element of Data an operation adds to: the Accumulate
+    /// array's share, or the resident array itself.
+    float *at(const float *Data) { return (Resident ? Master : Sum).data() + (Data - Host); }
     /// What its copies are charged to: the trainer's parameters and
-    /// gradients are the outermost hold.
-    const char *holdName() const { return Depth == 0 ? "outermost hold" : "nested holds"; }
+    /// gradients are the outermost hold, or resident.
+    const char *holdName() const { return Resident ? "resident" : Depth == 0 ? "outermost hold" : "nested holds"; }
   };
 
   /// Rows x Cols of a row-major host matrix (leading dimension Ld) on the
@@ -691,6 +805,20 @@ private:
   template <typename T> void result(const DeviceBuffer<T> &Device, float *Out) {
     const int64_t Count = int64_t(Device.size());
     HeldCopy *Only = containing(Out, Count);
+    if (Only && Only->Resident) {
+      if (Count != Only->Count)
+        master(*Only);
+      else if (!Only->Master.size())
+        Only->Master.resize(size_t(Count)); // all of it is written
+      aheadOfHost(*Only);
+      float *Dst = Only->at(Out);
+      if constexpr (std::is_same_v<T, bf16>)
+        castToF32(Count, Device.data(), Dst, Blas.stream());
+      else
+        MOERT_CUDA_CHECK(cudaMemcpyAsync(Dst, Device.data(), size_t(Count) * sizeof(float), cudaMemcpyDeviceToDevice,
+                                         Blas.stream()));
+      return;
+    }
     if (!Only || Only->Kind != HeldArray::BackendOnly) {
       Copies.downloadTo(Device, Out);
       keepInStep(Out, Count, Device.data());
@@ -743,10 +871,12 @@ private:
   /// (hostReads).
   void dropCopy(HeldCopy &H) {
     if (H.Ahead)
-      throw std::logic_error("the CUDA backend cannot keep an array held BackendOnly (" + std::to_string(H.Count) +
+      throw std::logic_error("the CUDA backend cannot keep an array held " +
+                             std::string(H.Resident ? "resident" : "BackendOnly") + " (" + std::to_string(H.Count) +
                              " elements) up to date: host code or an operation wrote part of it without reading "
                              "it back first");
     H.Copy = DeviceBuffer<bf16>();
+    H.Master = DeviceBuffer<float>(); // the host's values are the newer
   }
   static bool hasCopy(HeldArray::Use Kind) { return Kind == HeldArray::Read || Kind == HeldArray::BackendOnly; }
 
@@ -895,15 +1025,25 @@ private:
     HeldCopy *H = containing(Data, Extent);
     if (!H || !hasCopy(H->Kind))
       return nullptr;
-    if (!H->Copy.size()) {
+    if (!H->Copy.size() && H->Resident) {
+      H->Copy.resize(size_t(H->Count));
+      castToBf16(H->Count, master(*H), H->Copy.data(), Blas.stream());
+    } else if (!H->Copy.size()) {
       Charge Charged(Copies, H->holdName());
       H->Copy = Copies.bf16s(H->Host, H->Count);
     }
     return H->Copy.data() + (Data - H->Host);
   }
 
+  /// The held array an operation adds to in fp32 on the device (an
+  /// Accumulate array's share, a resident array), if Data lies in one.
   HeldCopy *heldSum(const float *Data, int64_t Extent) {
     HeldCopy *H = containing(Data, Extent);
+    if (H && H->Resident) {
+      master(*H);
+      aheadOfHost(*H);
+      return H;
+    }
     if (!H || H->Kind != HeldArray::Accumulate)
       return nullptr;
     if (!H->Sum.size()) {
@@ -913,8 +1053,47 @@ private:
     return H;
   }
 
+  /// A resident array's fp32 values on the device, uploaded from the host
+  /// where the host's are the newer.
+  float *master(HeldCopy &H) {
+    if (!H.Master.size()) {
+      Charge Charged(Copies, H.holdName());
+      H.Master = Copies.floats(H.Host, H.Count);
+    }
+    return H.Master.data();
+  }
+  /// A resident array an operation is about to write on the device: its
+  /// bf16 copy is stale (unless the operation writes it too), its host
+  /// values unspecified (NaNs in the emulation, so that a host reader that
+  /// did not ask shows).
+  void aheadOfHost(HeldCopy &H, bool CopyInStep = false) {
+    if (!CopyInStep)
+      H.Copy = DeviceBuffer<bf16>();
+    if (H.Ahead)
+      return;
+    H.Ahead = true;
+#ifdef MOERT_CUDA_EMULATION
+    std::fill_n(H.Host, H.Count, std::numeric_limits<float>::quiet_NaN());
+#endif
+  }
+  /// The resident array that contains all of [Data, Data + Count), if any.
+  HeldCopy *resident(const float *Data, int64_t Count) {
+    HeldCopy *H = containing(Data, Count);
+    return H && H->Resident ? H : nullptr;
+  }
+  /// Brings a resident array's device values back to the host.
+  void settle(HeldCopy &H) {
+    if (!H.Ahead)
+      return;
+    Charge Charged(Copies, "host reads");
+    Copies.downloadTo(H.Master, H.Host);
+    H.Ahead = false;
+  }
+
   /// Adds an Accumulate array's device share to the host array.
   void flush(HeldCopy &H) {
+    if (H.Resident)
+      settle(H);
     if (H.Kind != HeldArray::Accumulate || !H.Sum.size())
       return;
     Charge Charged(Copies, H.holdName());

@@ -19,7 +19,11 @@
 // arrays (ComputeBackend::holdArrays: the trainer holds parameters and their
 // gradients for a step) move once: a parameter's bf16 copy is made on its
 // first use and read in place, and a gradient's share is summed on the device
-// in fp32 and added to the host array on release.
+// in fp32 and added to the host array on release. Resident arrays
+// (ComputeBackend::makeResident: the parameters no group sums, their
+// gradients and moments) live on the device in fp32 across steps: operands
+// read a bf16 copy cast there, sums add into them, AdamW updates them in
+// place, and they cross only when the host asks (hostReads, releaseResident).
 //
 //===----------------------------------------------------------------------===//
 #ifndef MOERT_KERNELS_CUDA_CUDABACKEND_H

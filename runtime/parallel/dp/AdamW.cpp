@@ -4,68 +4,11 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <tuple>
 
 namespace moert {
 
 namespace {
-
-/// The scalars of one step, shared by every element, in the precision the
-/// element arithmetic runs in.
-struct StepConstants {
-  float Beta1, Beta2, Eps;
-  float StepSize; ///< lr / (1 - beta1^t)
-  float Bc2Sqrt;  ///< sqrt(1 - beta2^t)
-  float Scale;    ///< gradient clipping factor
-};
-
-/// The AdamW update of N consecutive elements; both variants go through
-/// here, so they differ only by the gradient sums they feed in. Decay is
-/// lr * wd or 0. This is the hot loop of a step (every parameter element,
-/// every step). The arithmetic is fp32, as in torch's and Apex's fused Adam
-/// that Megatron-Core steps with (master weights, moments and gradients are
-/// all fp32 there too), so a vector register holds twice the elements that
-/// double arithmetic would. The arrays never overlap, so the compiler may
-/// update several elements in one vector register; each element's arithmetic
-/// is unchanged, operation for operation (the file is built with
-/// -fno-math-errno, which lets sqrt vectorize without changing its result,
-/// and -ffp-contract=off, so no FMA changes a rounding): the same bits as one
-/// element at a time. On x86-64 with GCC, target_clones adds AVX-512 and AVX2
-/// versions chosen at load time (not under ASan, whose shadow memory is not
-/// set up yet when the loader runs the clones' resolver).
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
-__attribute__((target_clones("avx512f", "avx2", "default")))
-#endif
-void updateRange(float *__restrict Param, float *__restrict M,
-                 float *__restrict V, const float *__restrict Grad, size_t N,
-                 float Decay, const StepConstants C) {
-  const float KeepM = 1.0f - C.Beta1, KeepV = 1.0f - C.Beta2, Shrink = 1.0f - Decay;
-  for (size_t K = 0; K < N; ++K) {
-    float G = Grad[K] * C.Scale;
-    float NewM = C.Beta1 * M[K] + KeepM * G;
-    float NewV = C.Beta2 * V[K] + KeepV * G * G;
-    M[K] = NewM;
-    V[K] = NewV;
-    Param[K] = Param[K] * Shrink - C.StepSize * NewM / (std::sqrt(NewV) / C.Bc2Sqrt + C.Eps);
-  }
-}
-
-/// The sum of squares in eight independent double accumulators, so that the
-/// loop is not one chain of dependent additions; the order is fixed, so the
-/// sum is the same on every run.
-double sumSquares(const float *X, size_t N) {
-  constexpr size_t Lanes = 8;
-  double S[Lanes] = {};
-  size_t I = 0;
-  for (; I + Lanes <= N; I += Lanes)
-    for (size_t L = 0; L < Lanes; ++L)
-      S[L] += double(X[I + L]) * double(X[I + L]);
-  for (; I < N; ++I)
-    S[0] += double(X[I]) * double(X[I]);
-  double Total = 0;
-  for (double Part : S)
-    Total += Part;
-  return Total;
-}
 
 /// The part [Lo, Hi) of slot S inside a shard [Begin, End), or Lo == Hi.
 struct Overlap {
@@ -80,12 +23,13 @@ Overlap overlap(const GradBucket::Slot &S, size_t Begin, size_t End) {
 } // namespace
 
 struct AdamW::Impl {
-  Impl(std::vector<Parameter *> Ps, const GradientGroups &Groups, Communicator &World)
-      : Params(std::move(Ps)), Reducer(Params, Groups), World(World) {}
+  Impl(std::vector<Parameter *> Ps, const GradientGroups &Groups, Communicator &World, ComputeBackend &Compute)
+      : Params(std::move(Ps)), Reducer(Params, Groups, Compute), World(World), Compute(Compute) {}
 
   std::vector<Parameter *> Params;
   GradientReducer Reducer;
   Communicator &World;
+  ComputeBackend &Compute;
   /// Replicated variant: the moments of every parameter.
   std::vector<std::vector<float>> M, V;
   /// Distributed variant: the moments of this rank's shard of each bucket,
@@ -94,8 +38,8 @@ struct AdamW::Impl {
 };
 
 AdamW::AdamW(std::vector<Parameter *> Params, const GradientGroups &Groups, Communicator &World,
-             const AdamWOptions &Options)
-    : P(std::make_unique<Impl>(std::move(Params), Groups, World)), Options(Options) {
+             const AdamWOptions &Options, ComputeBackend &Compute)
+    : P(std::make_unique<Impl>(std::move(Params), Groups, World, Compute)), Options(Options) {
   if (Options.Distributed) {
     P->DpCpM.assign(P->Reducer.dpCpBucket().shardSize(), 0.0f);
     P->DpCpV = P->DpCpM;
@@ -113,7 +57,59 @@ AdamW::~AdamW() = default;
 
 void AdamW::zeroGrads() {
   for (Parameter *Param : P->Params)
-    Param->Grad.zero();
+    P->Compute.zero(Param->Grad.data(), Param->Grad.numel());
+}
+
+std::vector<HostArray> AdamW::residentArrays() {
+  GradientReducer &R = P->Reducer;
+  const GradientGroups &G = R.groups();
+  // Summed over no group: the rank's own gradient is the sum.
+  auto Alone = [&](const Parameter &Param) {
+    switch (Param.Kind) {
+    case ParamKind::Dense:
+      return G.DpCp->size() == 1;
+    case ParamKind::SequenceParallelReplicated:
+      return G.DpCp->size() == 1 && G.Tp->size() == 1;
+    case ParamKind::Expert:
+      return G.Edp->size() == 1;
+    }
+    return false;
+  };
+  std::vector<HostArray> Arrays;
+  auto Add = [&](Parameter &Param, float *M, float *V) {
+    if (Param.ReadOnHost || Param.TiedCopy || !Alone(Param) || Param.Value.numel() == 0)
+      return;
+    const int64_t N = Param.Value.numel();
+    for (float *A : {Param.Value.data(), Param.Grad.data(), M, V})
+      Arrays.push_back({A, N});
+  };
+  if (!Options.Distributed) {
+    for (size_t I = 0; I < P->Params.size(); ++I)
+      Add(*P->Params[I], P->M[I].data(), P->V[I].data());
+    return Arrays;
+  }
+  // A bucket of a group of one holds each slot's moments whole, at its offset.
+  for (auto [B, M, V] :
+       {std::tuple{&R.dpCpBucket(), &P->DpCpM, &P->DpCpV}, std::tuple{&R.edpBucket(), &P->EdpM, &P->EdpV}})
+    if (GradientReducer::inPlace(*B))
+      for (const GradBucket::Slot &S : B->Slots)
+        Add(*S.Param, M->data() + S.Offset, V->data() + S.Offset);
+  return Arrays;
+}
+
+std::vector<HostArray> AdamW::stateArrays() {
+  std::vector<HostArray> State;
+  auto Add = [&](std::vector<float> &A) {
+    if (!A.empty())
+      State.push_back({A.data(), int64_t(A.size())});
+  };
+  for (std::vector<float> *A : {&P->DpCpM, &P->DpCpV, &P->EdpM, &P->EdpV})
+    Add(*A);
+  for (size_t I = 0; I < P->M.size(); ++I) {
+    Add(P->M[I]);
+    Add(P->V[I]);
+  }
+  return State;
 }
 
 int64_t AdamW::stateElements() const {
@@ -124,6 +120,8 @@ int64_t AdamW::stateElements() const {
 }
 
 std::vector<ParameterMoments> AdamW::moments() {
+  for (const HostArray &A : stateArrays())
+    P->Compute.hostReads(A.Data, A.Count);
   std::vector<ParameterMoments> Out(P->Params.size());
   if (!Options.Distributed) {
     for (size_t I = 0; I < P->Params.size(); ++I)
@@ -159,12 +157,22 @@ bool AdamW::setMoments(const std::vector<ParameterMoments> &In) {
   for (size_t I = 0; I < In.size(); ++I)
     if (In[I].ExpAvg.size() != size_t(P->Params[I]->Value.numel()) || In[I].ExpAvgSq.size() != In[I].ExpAvg.size())
       return false;
+  const std::vector<HostArray> State = stateArrays();
+  for (const HostArray &A : State)
+    P->Compute.hostReads(A.Data, A.Count);
+  setMomentsOnHost(In);
+  for (const HostArray &A : State)
+    P->Compute.hostWrote(A.Data, A.Count);
+  return true;
+}
+
+void AdamW::setMomentsOnHost(const std::vector<ParameterMoments> &In) {
   if (!Options.Distributed) {
     for (size_t I = 0; I < In.size(); ++I) {
-      P->M[I] = In[I].ExpAvg;
-      P->V[I] = In[I].ExpAvgSq;
+      std::copy(In[I].ExpAvg.begin(), In[I].ExpAvg.end(), P->M[I].begin());
+      std::copy(In[I].ExpAvgSq.begin(), In[I].ExpAvgSq.end(), P->V[I].begin());
     }
-    return true;
+    return;
   }
   std::map<const Parameter *, size_t> Index;
   for (size_t I = 0; I < P->Params.size(); ++I)
@@ -186,7 +194,6 @@ bool AdamW::setMoments(const std::vector<ParameterMoments> &In) {
   };
   Scatter(P->Reducer.dpCpBucket(), P->DpCpM, P->DpCpV);
   Scatter(P->Reducer.edpBucket(), P->EdpM, P->EdpV);
-  return true;
 }
 
 AdamWStepInfo AdamW::step() {
@@ -194,22 +201,36 @@ AdamWStepInfo AdamW::step() {
   GradientReducer &R = P->Reducer;
   const GradientGroups &G = R.groups();
   const bool TpOwner = G.Tp->rank() == 0;
+  ComputeBackend &Compute = P->Compute;
 
   // Reduce, and add up the squares of the gradient elements this rank owns.
-  double Local = 0;
+  std::vector<ConstArray> Owned;
   if (Options.Distributed) {
     R.reduceScatter();
+    // A tied copy's gradient is its original's: count it once (Megatron
+    // leaves shared parameters out of the norm).
+    auto Counted = [&](const Parameter &Param) {
+      return !(Param.Kind == ParamKind::SequenceParallelReplicated && !TpOwner) && !Param.TiedCopy;
+    };
     const GradBucket &D = R.dpCpBucket();
-    size_t Begin = D.shardBegin(), End = Begin + D.shardSize();
-    for (const GradBucket::Slot &S : D.Slots) {
-      // A tied copy's gradient is its original's: count it once (Megatron
-      // leaves shared parameters out of the norm).
-      if ((S.Param->Kind == ParamKind::SequenceParallelReplicated && !TpOwner) || S.Param->TiedCopy)
-        continue;
-      Overlap O = overlap(S, Begin, End);
-      Local += sumSquares(R.dpCpShard().data() + (O.Lo - Begin), O.Hi - O.Lo);
+    if (GradientReducer::inPlace(D)) {
+      for (const GradBucket::Slot &S : D.Slots)
+        if (Counted(*S.Param))
+          Owned.push_back({S.Param->Grad.data(), int64_t(S.Numel)});
+    } else {
+      size_t Begin = D.shardBegin(), End = Begin + D.shardSize();
+      for (const GradBucket::Slot &S : D.Slots) {
+        if (!Counted(*S.Param))
+          continue;
+        Overlap O = overlap(S, Begin, End);
+        Owned.push_back({R.dpCpShard().data() + (O.Lo - Begin), int64_t(O.Hi - O.Lo)});
+      }
     }
-    Local += sumSquares(R.edpShard().data(), R.edpShard().size());
+    if (GradientReducer::inPlace(R.edpBucket()))
+      for (const GradBucket::Slot &S : R.edpBucket().Slots)
+        Owned.push_back({S.Param->Grad.data(), int64_t(S.Numel)});
+    else
+      Owned.push_back({R.edpShard().data(), int64_t(R.edpShard().size())});
   } else {
     R.allReduce();
     const bool DpCpOwner = G.DpCp->rank() == 0;
@@ -227,10 +248,10 @@ AdamWStepInfo AdamW::step() {
         break;
       }
       if (Owner && !Param->TiedCopy)
-        Local += sumSquares(Param->Grad.data(), size_t(Param->Grad.numel()));
+        Owned.push_back({Param->Grad.data(), Param->Grad.numel()});
     }
   }
-  float Total = float(Local);
+  float Total = float(Compute.sumSquares(Owned));
   P->World.allReduceSum(&Total, 1);
 
   AdamWStepInfo Info;
@@ -242,26 +263,31 @@ AdamWStepInfo AdamW::step() {
       Info.ClipScale = Coef;
   }
 
-  // The step's scalars in double, rounded once to the fp32 of the loop.
-  StepConstants C;
+  // The step's scalars in double, rounded once to the fp32 of the update.
+  AdamWArgs C;
   C.Beta1 = float(Options.Beta1);
   C.Beta2 = float(Options.Beta2);
   C.Eps = float(Options.Eps);
   C.StepSize = float(Options.Lr / (1 - std::pow(Options.Beta1, double(Step))));
   C.Bc2Sqrt = float(std::sqrt(1 - std::pow(Options.Beta2, double(Step))));
   C.Scale = float(Info.ClipScale);
-  auto DecayOf = [&](const Parameter *Param) {
+  // The update of N elements of Param from Grad, with its moments.
+  auto Update = [&](const Parameter *Param, float *Value, float *M, float *V, const float *Grad, size_t N) {
+    AdamWArgs A = C;
     bool Decays = Options.DecayVectors || Param->Value.rank() >= 2;
-    return float(Decays ? Options.Lr * Options.WeightDecay : 0.0);
+    A.Decay = float(Decays ? Options.Lr * Options.WeightDecay : 0.0);
+    A.Count = int64_t(N);
+    A.Param = Value;
+    A.M = M;
+    A.V = V;
+    A.Grad = Grad;
+    Compute.adamW(A);
   };
 
   if (!Options.Distributed) {
     for (size_t I = 0; I < P->Params.size(); ++I) {
       Parameter *Param = P->Params[I];
-      float Decay = DecayOf(Param);
-      float *Value = Param->Value.data();
-      const float *Grad = Param->Grad.data();
-      updateRange(Value, P->M[I].data(), P->V[I].data(), Grad, P->M[I].size(), Decay, C);
+      Update(Param, Param->Value.data(), P->M[I].data(), P->V[I].data(), Param->Grad.data(), P->M[I].size());
     }
     return Info;
   }
@@ -271,13 +297,12 @@ AdamWStepInfo AdamW::step() {
   auto UpdateShard = [&](GradBucket &B, const std::vector<float> &Grad, std::vector<float> &M, std::vector<float> &V) {
     if (B.empty())
       return;
-    if (B.Group->size() == 1) {
+    if (GradientReducer::inPlace(B)) {
       // A group of one holds the whole bucket: update the parameters in
       // place, with the same arithmetic, instead of through the master copy
       // and the group's all-gather.
       for (const GradBucket::Slot &S : B.Slots)
-        updateRange(S.Param->Value.data(), M.data() + S.Offset, V.data() + S.Offset, Grad.data() + S.Offset, S.Numel,
-                    DecayOf(S.Param), C);
+        Update(S.Param, S.Param->Value.data(), M.data() + S.Offset, V.data() + S.Offset, S.Param->Grad.data(), S.Numel);
       return;
     }
     size_t Begin = B.shardBegin(), Size = B.shardSize();
@@ -286,11 +311,11 @@ AdamWStepInfo AdamW::step() {
       Overlap O = overlap(S, Begin, Begin + Size);
       if (O.Lo == O.Hi)
         continue;
-      float Decay = DecayOf(S.Param);
       const float *Value = S.Param->Value.data() + (O.Lo - S.Offset);
       size_t K = O.Lo - Begin, N = O.Hi - O.Lo;
+      Compute.hostReads(Value, int64_t(N));
       std::copy_n(Value, N, P->Master.data() + K);
-      updateRange(P->Master.data() + K, M.data() + K, V.data() + K, Grad.data() + K, N, Decay, C);
+      Update(S.Param, P->Master.data() + K, M.data() + K, V.data() + K, Grad.data() + K, N);
     }
     B.Group->allGather(P->Master.data(), B.Flat.data(), Size);
     B.unpackValues();

@@ -3,7 +3,10 @@
 // AdamW (Loshchilov & Hutter) with PyTorch's update order: decoupled weight
 // decay p *= 1 - lr * wd, then p -= lr / (1 - b1^t) * m / (sqrt(v) /
 // sqrt(1 - b2^t) + eps). Parameter::Value is the fp32 master weight; the
-// moments m and v are fp32; each element's update is evaluated in double.
+// moments m and v are fp32, and so is each element's update (as in torch's
+// fused Adam). The update and the norm's sums of squares are operations of
+// the compute backend (ComputeBackend::adamW, sumSquares), so that a GPU
+// steps the parameters where they are resident.
 //
 // step() first sums the gradients (GradientReducer), then optionally clips
 // them by the global norm, then updates. Two variants, equal within fp32
@@ -74,8 +77,10 @@ class AdamW {
 public:
   /// Params: every parameter this rank updates (all its pipeline chunks).
   /// World: every rank of the job, for the global gradient norm.
-  AdamW(std::vector<Parameter *> Params, const GradientGroups &Groups, Communicator &World,
-        const AdamWOptions &Options);
+  /// Compute: the backend that updates the elements and sums the norm's
+  /// squares, where the state may be resident (stateArrays()).
+  AdamW(std::vector<Parameter *> Params, const GradientGroups &Groups, Communicator &World, const AdamWOptions &Options,
+        ComputeBackend &Compute = hostBackend());
   ~AdamW();
   AdamW(const AdamW &) = delete;
   AdamW &operator=(const AdamW &) = delete;
@@ -86,6 +91,16 @@ public:
   /// distributed one: call zeroGrads() before the next backward.
   AdamWStepInfo step();
   void zeroGrads();
+  /// What the compute backend may keep from one step to the next
+  /// (ComputeBackend::makeResident): the values, gradients and moments of
+  /// every parameter whose gradient is summed over no group (each of its
+  /// kind's groups is of one rank) and that host code does not read
+  /// (Parameter::ReadOnHost; a tied copy's gradient is summed on the host).
+  /// Those the step reduces over a communicator stay host arrays.
+  std::vector<HostArray> residentArrays();
+  /// Adam's moments as the arrays they are (moments() and setMoments() ask
+  /// the backend for them and give them back).
+  std::vector<HostArray> stateArrays();
 
   /// The learning rate of the next steps (schedules change it per step).
   void setLr(double Lr) { Options.Lr = Lr; }
@@ -106,6 +121,8 @@ public:
   int64_t stateElements() const;
 
 private:
+  void setMomentsOnHost(const std::vector<ParameterMoments> &Moments);
+
   struct Impl;
   std::unique_ptr<Impl> P;
   AdamWOptions Options;

@@ -21,10 +21,11 @@ void addSlot(GradBucket &B, Parameter *P) {
   B.Numel += N;
 }
 
-void finishLayout(GradBucket &B, Communicator *Group) {
+void finishLayout(GradBucket &B, Communicator *Group, ComputeBackend &Compute) {
   if (!Group)
     fail("a gradient group is null (use a group of one)");
   B.Group = Group;
+  B.Compute = &Compute;
   size_t Size = size_t(Group->size());
   B.Padded = (B.Numel + Size - 1) / Size * Size;
   B.Flat.assign(B.Padded, 0.0f);
@@ -33,28 +34,37 @@ void finishLayout(GradBucket &B, Communicator *Group) {
 } // namespace
 
 void GradBucket::packGrads() {
-  for (const Slot &S : Slots)
+  for (const Slot &S : Slots) {
+    Compute->hostReads(S.Param->Grad.data(), int64_t(S.Numel));
     std::memcpy(Flat.data() + S.Offset, S.Param->Grad.data(), S.Numel * sizeof(float));
+  }
   std::fill(Flat.begin() + ptrdiff_t(Numel), Flat.end(), 0.0f);
 }
 
 void GradBucket::unpackGrads() {
-  for (const Slot &S : Slots)
+  for (const Slot &S : Slots) {
     std::memcpy(S.Param->Grad.data(), Flat.data() + S.Offset, S.Numel * sizeof(float));
+    Compute->hostWrote(S.Param->Grad.data(), int64_t(S.Numel));
+  }
 }
 
 void GradBucket::packValues() {
-  for (const Slot &S : Slots)
+  for (const Slot &S : Slots) {
+    Compute->hostReads(S.Param->Value.data(), int64_t(S.Numel));
     std::memcpy(Flat.data() + S.Offset, S.Param->Value.data(), S.Numel * sizeof(float));
+  }
   std::fill(Flat.begin() + ptrdiff_t(Numel), Flat.end(), 0.0f);
 }
 
 void GradBucket::unpackValues() {
-  for (const Slot &S : Slots)
+  for (const Slot &S : Slots) {
     std::memcpy(S.Param->Value.data(), Flat.data() + S.Offset, S.Numel * sizeof(float));
+    Compute->hostWrote(S.Param->Value.data(), int64_t(S.Numel));
+  }
 }
 
-GradientReducer::GradientReducer(std::vector<Parameter *> Params, const GradientGroups &Groups) : Groups(Groups) {
+GradientReducer::GradientReducer(std::vector<Parameter *> Params, const GradientGroups &Groups, ComputeBackend &Compute)
+    : Groups(Groups) {
   for (Parameter *P : Params) {
     if (P->Grad.numel() != P->Value.numel())
       fail("parameter '" + P->Name + "' has " + std::to_string(P->Value.numel()) + " values but " +
@@ -74,9 +84,9 @@ GradientReducer::GradientReducer(std::vector<Parameter *> Params, const Gradient
       break;
     }
   }
-  finishLayout(Tp, Groups.Tp);
-  finishLayout(DpCp, Groups.DpCp);
-  finishLayout(Edp, Groups.Edp);
+  finishLayout(Tp, Groups.Tp, Compute);
+  finishLayout(DpCp, Groups.DpCp, Compute);
+  finishLayout(Edp, Groups.Edp, Compute);
 }
 
 namespace {
@@ -90,13 +100,10 @@ void allReduceBucket(GradBucket &B) {
 }
 
 void reduceScatterBucket(GradBucket &B, std::vector<float> &Shard) {
-  if (!B.empty() && B.Group->size() == 1) {
-    // A group of one: the shard is the whole bucket and the sum is this
-    // rank's gradient. One copy instead of a fill, a pack and the group's
-    // copy (each a pass over every gradient element, every step).
-    Shard.resize(B.Numel);
-    for (const GradBucket::Slot &S : B.Slots)
-      std::memcpy(Shard.data() + S.Offset, S.Param->Grad.data(), S.Numel * sizeof(float));
+  if (GradientReducer::inPlace(B)) {
+    // A group of one: the sum is this rank's gradient, read where it lies
+    // (on the compute backend, where resident) instead of copied.
+    Shard.clear();
     return;
   }
   Shard.assign(B.shardSize(), 0.0f);

@@ -25,6 +25,7 @@
 #define MOERT_PARALLEL_DP_GRADIENTREDUCER_H
 
 #include "comm/Communicator.h"
+#include "kernels/Backend.h"
 #include "model/Model.h"
 
 #include <cstddef>
@@ -54,6 +55,10 @@ struct GradBucket {
   size_t Numel = 0;  ///< elements of all slots
   size_t Padded = 0; ///< Numel rounded up to a multiple of Group->size()
   std::vector<float> Flat;
+  /// Where the gradients and values may be resident
+  /// (ComputeBackend::makeResident): packing asks for them, unpacking says
+  /// the host wrote them.
+  ComputeBackend *Compute = nullptr;
 
   bool empty() const { return Numel == 0; }
   size_t shardSize() const { return Padded / size_t(Group->size()); }
@@ -70,8 +75,10 @@ struct GradBucket {
 class GradientReducer {
 public:
   /// Params: every parameter this rank updates (all pipeline chunks it
-  /// holds). Each Grad must have its Value's element count.
-  GradientReducer(std::vector<Parameter *> Params, const GradientGroups &Groups);
+  /// holds). Each Grad must have its Value's element count. Compute: the
+  /// backend the gradients may be resident on.
+  GradientReducer(std::vector<Parameter *> Params, const GradientGroups &Groups,
+                  ComputeBackend &Compute = hostBackend());
 
   /// Sums every Parameter::Grad in place over its group(s): at most one
   /// all-reduce on tp, one on dp-cp and one on edp.
@@ -81,8 +88,11 @@ public:
   /// all-reduced over tp (in place in Parameter::Grad), then the dp-cp and edp
   /// buckets are reduce-scattered; afterwards dpCpShard() / edpShard() hold
   /// this rank's shard of the summed buckets and the other elements of
-  /// Parameter::Grad are not reduced.
+  /// Parameter::Grad are not reduced. A bucket whose group is of one rank
+  /// (inPlace) is its own sum: its shard stays empty, and the gradients are
+  /// read where they lie, in Parameter::Grad.
   void reduceScatter();
+  static bool inPlace(const GradBucket &B) { return B.Group->size() == 1; }
   const std::vector<float> &dpCpShard() const { return DpCpShard; }
   const std::vector<float> &edpShard() const { return EdpShard; }
 

@@ -413,6 +413,102 @@ TEST(CudaBackend, BackendOnlyResultsComeBackOnlyWhenAskedFor) {
   Cuda->releaseKept(&Key);
 }
 
+// A parameter's values, gradient and moments kept resident step to step:
+// the gradient is zeroed and summed on the device, the norm's squares come
+// back as one figure, the update runs where they are (the host backend's
+// bits) and refreshes the operand copy, and nothing crosses until the host
+// asks for them.
+TEST(CudaBackend, ResidentArraysStepWhereTheyAreAndComeBackWhenAsked) {
+  auto Cuda = cudaBackend();
+  const int64_t M = 4, K = 6, N = 5, Count = K * N;
+  std::vector<float> X = randomBf16(size_t(M * K), 61), DY = randomBf16(size_t(M * N), 62);
+  std::vector<float> W = randomBf16(size_t(Count), 63), DW(size_t(Count), 7.0f);
+  std::vector<float> Ms(static_cast<size_t>(Count)), Vs(static_cast<size_t>(Count));
+  const std::vector<float> W0 = W;
+  auto Moved = [&] { return Cuda->traffic().HostToDeviceBytes + Cuda->traffic().DeviceToHostBytes; };
+  auto Forward = [&] {
+    std::vector<float> Y(size_t(M * N));
+    Cuda->gemm({false, false, M, N, K, 1.0f, X.data(), K, W.data(), N, 0.0f, Y.data(), N});
+    return Y;
+  };
+  AdamWArgs A;
+  A.Count = Count;
+  A.StepSize = 1e-2f;
+  A.Decay = 1e-3f;
+  A.Param = W.data();
+  A.M = Ms.data();
+  A.V = Vs.data();
+  A.Grad = DW.data();
+  AdamWArgs AdamW2 = A;
+  AdamW2.StepSize = AdamW2.Decay = 0.0f;
+
+  Cuda->makeResident({{W.data(), Count}, {DW.data(), Count}, {Ms.data(), Count}, {Vs.data(), Count}});
+  int64_t Before = Moved();
+  Cuda->zero(DW.data(), Count);
+  EXPECT_EQ(Moved() - Before, 0) << "zeroed on the device";
+  const std::vector<float> Y0 = Forward();
+  EXPECT_EQ(Moved() - Before, (M * K + Count + M * N) * Crossing) << "X and W in (W once), Y out";
+  Before = Moved();
+  Cuda->gemm({true, false, K, N, M, 1.0f, X.data(), K, DY.data(), N, 1.0f, DW.data(), N});
+  EXPECT_EQ(Moved() - Before, (M * K + M * N) * Crossing) << "X and DY in; the gradient stays";
+  std::vector<float> Want(static_cast<size_t>(Count));
+  hostBackend().gemm({true, false, K, N, M, 1.0f, X.data(), K, DY.data(), N, 0.0f, Want.data(), N});
+  const double Squares = hostBackend().sumSquares({{Want.data(), Count}});
+  Before = Moved();
+  EXPECT_NEAR(Cuda->sumSquares({{DW.data(), Count}}), Squares, 1e-6 * Squares);
+  EXPECT_EQ(Moved() - Before, int64_t(sizeof(double))) << "one figure back";
+  Cuda->adamW(A);
+  const int64_t Moments = 2 * Count * Crossing;
+  EXPECT_EQ(Moved() - Before, int64_t(sizeof(double)) + Moments) << "the moments' first use alone moves them";
+#ifdef MOERT_CUDA_EMULATION
+  EXPECT_TRUE(std::isnan(W[0]) && std::isnan(Ms[0])) << "host values unspecified until asked for";
+#endif
+  const std::vector<float> Y1 = Forward();
+  EXPECT_EQ(Moved() - Before, int64_t(sizeof(double)) + Moments + (M * K + M * N) * Crossing)
+      << "X in, Y out: the updated weight is read where it is";
+  Before = Moved();
+  Cuda->zero(DW.data(), Count);
+  Cuda->gemm({true, false, K, N, M, 1.0f, X.data(), K, DY.data(), N, 1.0f, DW.data(), N});
+  Cuda->adamW(AdamW2); // moments move; the values stay as they are
+  EXPECT_EQ(Moved() - Before, (M * K + M * N) * Crossing) << "a second step: X and DY in, nothing else";
+
+  // Asked for, each comes back once, as the host backend would have stepped it.
+  Before = Moved();
+  Cuda->hostReads(DW.data(), Count);
+  Cuda->hostReads(DW.data(), Count);
+  EXPECT_EQ(Moved() - Before, Count * Crossing);
+  EXPECT_TRUE(near(DW, Want, F32Tol, "the summed gradient"));
+  std::vector<float> HostW = W0, HostM(static_cast<size_t>(Count)), HostV(static_cast<size_t>(Count));
+  AdamWArgs H = A;
+  H.Param = HostW.data();
+  H.M = HostM.data();
+  H.V = HostV.data();
+  hostBackend().adamW(H);
+  H.StepSize = H.Decay = 0.0f;
+  hostBackend().adamW(H);
+  Cuda->releaseResident();
+  EXPECT_EQ(W, HostW);
+  EXPECT_EQ(Ms, HostM);
+  EXPECT_EQ(Vs, HostV);
+  EXPECT_NE(Y1, Y0);
+  Before = Moved();
+  EXPECT_EQ(Forward(), Y1) << "released: the host's values are the same";
+  EXPECT_EQ(Moved() - Before, (M * K + Count + M * N) * Crossing) << "and staged again";
+
+  // A host write after asking: the host's values are the array's again.
+  Cuda->makeResident({{W.data(), Count}});
+  Forward();
+  Cuda->hostReads(W.data(), Count);
+  W[0] += 1.0f;
+  Cuda->hostWrote(W.data(), 1);
+  std::vector<float> Changed = W;
+  const std::vector<float> Y2 = Forward();
+  Cuda->releaseResident();
+  EXPECT_EQ(W, Changed);
+  EXPECT_EQ(Y2, Forward());
+  EXPECT_NE(Y2, Y1);
+}
+
 #ifdef MOERT_CUDA_EMULATION
 // The emulation checks a Read hold's contract at its release: a host write
 // the backend was not told of would leave later operations reading stale

@@ -8,6 +8,7 @@
 //===----------------------------------------------------------------------===//
 #include "GpuTestUtil.h"
 
+#include "kernels/Backend.h"
 #include "kernels/cuda/AdamW.h"
 #include "kernels/cuda/Attention.h"
 #include "kernels/cuda/CrossEntropy.h"
@@ -662,36 +663,36 @@ TEST(CudaCrossEntropy, PhasesOverTwoVocabularySlicesMatchTheWholeVocabulary) {
   }
 }
 
-TEST(CudaAdamW, TwoStepsMatchTheDocumentedUpdateInDouble) {
+TEST(CudaAdamW, TwoStepsGiveTheHostBackendsBits) {
   const int64_t N = 5000;
   std::vector<float> P = randomBf16(N, 111), G1 = randomBf16(N, 112, 0.01f), G2 = randomBf16(N, 113, 0.01f);
   std::vector<float> M(N, 0.0f), V(N, 0.0f);
-  const double Lr = 1e-3, B1 = 0.9, B2 = 0.95, Eps = 1e-8, Wd = 0.1;
   auto GP = uploadF32(P), GM = uploadF32(M), GV = uploadF32(V);
   DeviceBuffer<bf16> GP16(N);
   std::vector<float> HP = P, HM = M, HV = V;
   int64_t Step = 0;
   for (const auto *Grad : {&G1, &G2}) {
     ++Step;
-    double Clip = Step == 2 ? 0.5 : 1.0;
-    AdamWStep C = adamWStep(Lr, B1, B2, Eps, Wd, Step, Clip);
-    for (int64_t I = 0; I < N; ++I) {
-      double G = double((*Grad)[I]) * Clip;
-      double NM = B1 * HM[I] + (1 - B1) * G, NV = B2 * HV[I] + (1 - B2) * G * G;
-      HM[I] = float(NM);
-      HV[I] = float(NV);
-      double Pd = double(HP[I]) * (1 - Lr * Wd);
-      Pd -= Lr / (1 - std::pow(B1, double(Step))) * NM /
-            (std::sqrt(NV) / std::sqrt(1 - std::pow(B2, double(Step))) + Eps);
-      HP[I] = float(Pd);
-    }
+    AdamWArgs A;
+    A.Count = N;
+    A.Beta2 = 0.95f;
+    A.StepSize = float(1e-3 / (1 - std::pow(0.9, double(Step))));
+    A.Bc2Sqrt = float(std::sqrt(1 - std::pow(0.95, double(Step))));
+    A.Scale = Step == 2 ? 0.5f : 1.0f;
+    A.Decay = 1e-4f;
+    A.Param = HP.data();
+    A.M = HM.data();
+    A.V = HV.data();
+    A.Grad = Grad->data();
+    hostBackend().adamW(A);
+    AdamWConstants C{A.Beta1, A.Beta2, A.Eps, A.StepSize, A.Bc2Sqrt, A.Scale, A.Decay};
     auto GG = uploadF32(*Grad);
     adamWUpdate(N, C, GP.data(), GM.data(), GV.data(), GG.data(), GP16.data(), nullptr);
   }
   sync();
-  EXPECT_TRUE(near(GP.download(), HP, 1e-6, "parameters"));
-  EXPECT_TRUE(near(GM.download(), HM, 1e-6, "first moments"));
-  EXPECT_TRUE(near(GV.download(), HV, 1e-6, "second moments"));
+  EXPECT_EQ(GP.download(), HP);
+  EXPECT_EQ(GM.download(), HM);
+  EXPECT_EQ(GV.download(), HV);
   EXPECT_EQ(downloadBf16(GP16), roundedToBf16(GP.download()));
 }
 
@@ -702,9 +703,14 @@ TEST(CudaAdamW, SumOfSquaresMatchesHostInDouble) {
     Want += double(V) * V;
   auto GX = uploadF32(X);
   DeviceBuffer<double> Scratch(SumSquaresScratch), Result(1);
-  sumSquares(int64_t(X.size()), GX.data(), Scratch.data(), Result.data(), nullptr);
+  sumSquares(int64_t(X.size()), GX.data(), Scratch.data(), Result.data(), false, nullptr);
   sync();
   EXPECT_NEAR(Result.download()[0], Want, 1e-9 * Want);
+  // A second array of 3 elements (one block) added to the first's sum.
+  sumSquares(3, GX.data(), Scratch.data(), Result.data(), true, nullptr);
+  sync();
+  const double Three = double(X[0]) * X[0] + double(X[1]) * X[1] + double(X[2]) * X[2];
+  EXPECT_NEAR(Result.download()[0], Want + Three, 1e-9 * Want);
 }
 
 } // namespace

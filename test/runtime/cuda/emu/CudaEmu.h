@@ -69,6 +69,12 @@ inline float __shfl_xor_sync(unsigned, float V, int Offset) { return moert::emu:
 inline double __shfl_xor_sync(unsigned, double V, int Offset) { return moert::emu::shflXor(V, Offset); }
 inline float __expf(float X) { return std::exp(X); }
 inline float rsqrtf(float X) { return 1.0f / std::sqrt(X); }
+// Rounded-once fp32 arithmetic: the host's without -mfma is already that.
+inline float __fadd_rn(float A, float B) { return A + B; }
+inline float __fsub_rn(float A, float B) { return A - B; }
+inline float __fmul_rn(float A, float B) { return A * B; }
+inline float __fdiv_rn(float A, float B) { return A / B; }
+inline float __fsqrt_rn(float X) { return std::sqrt(X); }
 inline float atomicAdd(float *Address, float Value) { return moert::emu::atomicAddFloat(Address, Value); }
 // The threads of a block are fibers that switch only at barriers, so an
 // integer update between two barriers is already atomic.
