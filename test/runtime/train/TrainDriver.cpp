@@ -5,6 +5,7 @@
 //                                   [--log FILE] [--lr LR] [--seed S]
 //                                   [--adam-eps EPS] [--distributed-optimizer]
 //                                   [--backend cpu|cuda]
+//                                   [--save DIR --save-at STEP] [--load DIR]
 //
 // Test-only front end of runtime/train (moerun is the user-facing one): reads
 // the plan, splits the plan's groups and runs K steps. Rank 0 prints one line
@@ -14,6 +15,9 @@
 // DIR/params.rankR.bin (Trainer::dumpTensors), and rank 0 writes every
 // step's loss to DIR/loss.txt ("step ce aux" per line, %.9e). The
 // distributed optimizer leaves no summed gradients behind: no grads files.
+// --save writes a checkpoint to DIR after step STEP; --load starts from
+// DIR's latest checkpoint and runs steps after it up to K
+// (test/runtime/train/resume_backend.py).
 // compare_dumps.py merges and compares them. --backend cuda needs a build
 // with the CUDA backend: moert-train-driver where the toolkit was found, and
 // moert-train-driver-emu, whose CUDA backend runs on the CPU emulation
@@ -21,6 +25,7 @@
 // GPU.
 //
 //===----------------------------------------------------------------------===//
+#include "checkpoint/CheckpointDir.h"
 #include "comm/mpi/MpiComm.h"
 #include "kernels/host/Blas.h"
 #include "train/Trainer.h"
@@ -41,8 +46,8 @@ using namespace moert;
 int main(int Argc, char **Argv) {
   std::unique_ptr<CommWorld> World = createMpiWorld(&Argc, &Argv);
   setBlasThreads(1);
-  std::string PlanPath, DumpDir, LogPath, HfDir, Backend = "cpu";
-  int64_t Steps = 1;
+  std::string PlanPath, DumpDir, LogPath, HfDir, SaveDir, LoadDir, Backend = "cpu";
+  int64_t Steps = 1, SaveAt = 0;
   TrainerOptions Opts;
   for (int I = 1; I < Argc; ++I) {
     std::string A = Argv[I];
@@ -67,6 +72,12 @@ int main(int Argc, char **Argv) {
       HfDir = Value();
     else if (A == "--backend")
       Backend = Value();
+    else if (A == "--save")
+      SaveDir = Value();
+    else if (A == "--save-at")
+      SaveAt = std::atoll(Value().c_str());
+    else if (A == "--load")
+      LoadDir = Value();
     else if (A == "--seed")
       Opts.Seed = std::strtoull(Value().c_str(), nullptr, 10);
     else if (PlanPath.empty())
@@ -76,7 +87,8 @@ int main(int Argc, char **Argv) {
   }
   if (PlanPath.empty() || Steps < 1)
     World->abort("usage: moert-train-driver PLAN [--steps K] [--dump DIR] "
-                 "[--log FILE] [--lr LR] [--seed S] [--init-from-hf DIR] [--backend cpu|cuda]",
+                 "[--log FILE] [--lr LR] [--seed S] [--init-from-hf DIR] [--backend cpu|cuda] "
+                 "[--save DIR --save-at STEP] [--load DIR]",
                  2);
   llvm::Expected<moec::LaunchPlan> Plan = moec::readPlan(PlanPath);
   if (!Plan)
@@ -104,6 +116,13 @@ int main(int Argc, char **Argv) {
     World->abort(Error, 2);
   if (std::string Error; !HfDir.empty() && !T->initFromHuggingFace(HfDir, Error))
     World->abort("--init-from-hf: " + Error, 2);
+  if (!LoadDir.empty()) {
+    bool Found = false;
+    std::string Path, Error;
+    CheckpointManifest M;
+    if (!findLatestCheckpoint(LoadDir, Found, Path, M, Error) || !Found || !T->load(Path, M, Error))
+      World->abort("--load " + LoadDir + ": " + (Found ? Error : std::string("no checkpoint")), 6);
+  }
   bool Root = World->rank() == 0;
   std::FILE *Log = nullptr, *Loss = nullptr;
   if (Root) {
@@ -115,9 +134,11 @@ int main(int Argc, char **Argv) {
       World->abort("cannot write " + DumpDir + "/loss.txt", 3);
   }
   std::string Rank = std::to_string(World->rank());
-  for (int64_t S = 1; S <= Steps; ++S) {
+  for (int64_t S = T->stepsDone() + 1; S <= Steps; ++S) {
     BackendTraffic Before = Compute ? Compute->traffic() : BackendTraffic();
     TrainStepStats St = T->step();
+    if (std::string Path, Error; !SaveDir.empty() && S == SaveAt && !T->save(SaveDir, 2, Path, Error, nullptr))
+      World->abort("--save " + SaveDir + ": " + Error, 3);
     if (!DumpDir.empty() && S == 1 && !Opts.Optimizer.Distributed)
       T->dumpTensors(DumpDir + "/grads.rank" + Rank + ".bin", /*Grads=*/true);
     if (!DumpDir.empty() && S == Steps)
