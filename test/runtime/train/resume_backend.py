@@ -10,7 +10,11 @@ after it; the resumed steps' losses must equal the first run's bit for bit
 (the step log's %.9g), and differ from step to step (it trained). Layouts:
 one rank (everything resident) and ep 2 with the distributed optimizer (the
 experts resident, alone in their edp groups; the dense parameters summed over
-dp-cp on the host).
+dp-cp on the host). On one rank, the uninterrupted run's second step must
+also move none of them: its step log charges nothing to "resident" (their
+first upload) or "optimizer" (the norm's one figure rounds to 0.000 MiB) and
+has no "outermost hold" (the parameters a step holds when they are not
+resident).
 
 usage: resume_backend.py --moec MOEC --driver DRIVER --mpirun MPIRUN --work DIR
                          [--backend cuda]
@@ -18,6 +22,7 @@ usage: resume_backend.py --moec MOEC --driver DRIVER --mpirun MPIRUN --work DIR
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -64,10 +69,17 @@ def main():
             p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
             if p.returncode != 0:
                 sys.exit(f"{name}: {' '.join(cmd)} exited {p.returncode}:\n{p.stdout[-2000:]}{p.stderr[-2000:]}")
-            return losses(log)
+            return losses(log), p.stdout
 
-        whole = run(os.path.join(a.work, name + ".whole.jsonl"), "--save", ckpt, "--save-at", str(SAVE_AT))
-        resumed = run(os.path.join(a.work, name + ".resumed.jsonl"), "--load", ckpt)
+        whole, out = run(os.path.join(a.work, name + ".whole.jsonl"), "--save", ckpt, "--save-at", str(SAVE_AT))
+        if ranks == 1:
+            copies = re.search(r"^step 2/.*\n.*\n  rank 0 staged by operation:(.*)$", out, re.M)
+            moved = copies.group(1) if copies else ""
+            still = "resident 0.000/0.000;" in moved and "optimizer 0.000/0.000;" in moved and \
+                "outermost hold" not in moved
+            print(f"{'ok' if still else 'FAIL'} {name}: step 2 moves no resident array:{moved}")
+            failed |= not still
+        resumed, _ = run(os.path.join(a.work, name + ".resumed.jsonl"), "--load", ckpt)
         after = list(range(SAVE_AT + 1, STEPS + 1))
         ok = sorted(resumed) == after and all(resumed[s] == whole[s] for s in after) and \
             len({whole[s] for s in whole}) == STEPS
