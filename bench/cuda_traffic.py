@@ -47,6 +47,7 @@ CASES = [
     ("tiny_moe with a 16384-token vocabulary, 1 rank", BIG_VOCAB, "tiny_bigvocab", 1, "tp = 1"),
     ("tiny_moe with a 16384-token vocabulary, tp 2", BIG_VOCAB, "tiny_bigvocab", 2, "tp = 2"),
     ("tiny_moe, ep 2 x pp 2", "", "tiny_moe", 4, "ep = 2; pp = 2"),
+    ("tiny_moe, dp 2", "", "tiny_moe", 2, "tp = 1"),
     ("tiny_moe, full recompute, 1 rank", "", "tiny_moe", 1, "tp = 1", "full"),
     ("tiny_moe, selective recompute (moe_act, layernorm), 1 rank", "", "tiny_moe", 1, "tp = 1",
      "selective(moe_act, layernorm)"),

@@ -1,6 +1,7 @@
 //===- kernels/Backend.cpp - Reference compositions; the current backend --===//
 #include "kernels/Backend.h"
 
+#include "comm/Communicator.h"
 #include "kernels/host/Blas.h"
 
 #include <algorithm>
@@ -109,6 +110,21 @@ double ComputeBackend::sumSquares(const std::vector<ConstArray> &Arrays) {
 }
 
 void ComputeBackend::zero(float *Data, int64_t Count) { std::fill_n(Data, Count, 0.0f); }
+
+void ComputeBackend::copy(const float *Src, float *Dst, int64_t Count) { std::copy_n(Src, Count, Dst); }
+
+void ComputeBackend::allReduceSum(float *Data, int64_t Count, Communicator &Host, Communicator *) {
+  Host.allReduceSum(Data, size_t(Count));
+}
+
+void ComputeBackend::reduceScatterSum(const float *In, float *Out, int64_t PerRank, Communicator &Host,
+                                      Communicator *) {
+  Host.reduceScatterSum(In, Out, size_t(PerRank));
+}
+
+void ComputeBackend::allGather(const float *In, float *Out, int64_t PerRank, Communicator &Host, Communicator *) {
+  Host.allGather(In, Out, size_t(PerRank));
+}
 
 void ComputeBackend::attentionDelta(int64_t Batch, int64_t Tokens, int64_t QHeads, int64_t VDim, const float *Out,
                                     const float *DOut, float *Delta) {

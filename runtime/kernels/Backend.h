@@ -28,6 +28,8 @@
 
 namespace moert {
 
+class Communicator;
+
 /// C = Alpha * op(A) * op(B) + Beta * C, row-major; op(A) is M x K, op(B) is
 /// K x N; leading dimensions are the stored rows' widths.
 struct GemmArgs {
@@ -279,6 +281,17 @@ public:
   virtual double sumSquares(const std::vector<ConstArray> &Arrays);
   /// Count zeros at Data (a gradient before a step's first backward).
   virtual void zero(float *Data, int64_t Count);
+  /// Count elements from Src to Dst (a gradient into its reduction bucket).
+  virtual void copy(const float *Src, float *Dst, int64_t Count);
+  /// The collectives of the gradient reduction and of the distributed
+  /// optimizer (comm/Communicator.h), on arrays that may be resident
+  /// (makeResident): where every array is resident and the group has a
+  /// device counterpart (Device: a communicator of device buffers,
+  /// comm/nccl), the backend runs it on its copies; else Host runs it on the
+  /// host arrays, asked for first.
+  virtual void allReduceSum(float *Data, int64_t Count, Communicator &Host, Communicator *Device);
+  virtual void reduceScatterSum(const float *In, float *Out, int64_t PerRank, Communicator &Host, Communicator *Device);
+  virtual void allGather(const float *In, float *Out, int64_t PerRank, Communicator &Host, Communicator *Device);
   /// Only where fusesLossHead().
   virtual void lossHead(const LossHeadArgs &) { throw std::logic_error("this backend does not fuse loss heads"); }
 

@@ -174,6 +174,9 @@ struct Trainer::Impl final : public PipelineStage {
   int64_t EvalBase = 0;        ///< the first validation sample of the global batch evaluated
   PipelineSchedule ForwardOps; ///< every rank's forwards of one global batch, in pipeline order
   std::unique_ptr<PipelineExecutor> Executor;
+  /// The gradient groups over device buffers (TrainerOptions::DeviceGroup),
+  /// over Timed's communicators, which outlive them.
+  std::vector<std::unique_ptr<Communicator>> DeviceGroups;
   std::unique_ptr<AdamW> Optimizer;
   LrSchedule Schedule;
   PipelineSchedule Ops;                  ///< every pp rank's schedule of a training step
@@ -381,6 +384,14 @@ struct Trainer::Impl final : public PipelineStage {
                ", which does not come after its " + std::to_string(Schedule.WarmupSteps) + " warm-up steps");
     }
     GradientGroups GG{&group("dp-cp"), &group("tp"), &group("edp")};
+    if (Options.DeviceGroup)
+      for (auto [Kind, Slot] : {std::pair{"dp-cp", &GG.DeviceDpCp}, {"tp", &GG.DeviceTp}, {"edp", &GG.DeviceEdp}}) {
+        Communicator &Host = group(Kind);
+        if (Host.size() == 1)
+          continue;
+        DeviceGroups.push_back(Options.DeviceGroup(Kind, Host));
+        *Slot = DeviceGroups.back().get();
+      }
     Optimizer = std::make_unique<AdamW>(allParameters(), GG, group("world"), AOpts, *MOpts.Compute);
   }
 

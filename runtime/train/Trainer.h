@@ -71,6 +71,14 @@ struct TrainerOptions {
   /// What the stages compute on (kernels/Backend.h); null: the host backend.
   /// Not owned.
   ComputeBackend *Compute = nullptr;
+  /// A communicator of device buffers over the plan's group of this kind
+  /// ("dp-cp", "tp", "edp"; Group is the trainer's host communicator over
+  /// it), for the gradient sums to run where the compute backend keeps the
+  /// gradients (GradientGroups): NCCL under moerun, the host-staged
+  /// communicator where ranks share a GPU. Called once per group of more
+  /// than one rank, by every member, in the same order. Unset: the sums are
+  /// the host's.
+  std::function<std::unique_ptr<Communicator>(const std::string &Kind, Communicator &Group)> DeviceGroup;
 };
 
 /// One finished step, the same on every rank (reduced over the world).

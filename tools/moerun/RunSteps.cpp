@@ -27,7 +27,10 @@
 
 #include "kernels/host/Blas.h"
 #ifdef MOERUN_CUDA_BACKEND
+#include "comm/nccl/HostStagedComm.h"
+#include "comm/nccl/NcclComm.h"
 #include "kernels/cuda/CudaBackend.h"
+#include "kernels/cuda/CudaCheck.h"
 #include "kernels/cuda/CudaGraph.h"
 #endif
 #include "train/Trainer.h"
@@ -39,6 +42,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <optional>
 #include <stdexcept>
 
@@ -98,6 +102,29 @@ std::unique_ptr<moert::ComputeBackend> createCudaBackend() {
   throw std::runtime_error("--backend cuda: this moerun was built without the CUDA backend (no CUDA toolkit was "
                            "found when it was configured); build it where nvcc and NCCL are installed, or use "
                            "--backend cpu");
+#endif
+}
+
+/// The gradient groups over device buffers for the CUDA backend: NCCL where
+/// each rank of the node has a GPU of its own, one communicator per group
+/// over a fresh MPI split of it; the host-staged communicator where ranks
+/// share a GPU, which NCCL refuses.
+std::function<std::unique_ptr<moert::Communicator>(const std::string &, moert::Communicator &)>
+deviceGroups(RunContext &Ctx) {
+#ifdef MOERUN_CUDA_BACKEND
+  const char *Local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  if (!Local)
+    Local = std::getenv("SLURM_NTASKS_PER_NODE");
+  const int Ranks = Local ? std::atoi(Local) : 1, Devices = moert::cuda::deviceCount();
+  if (Ranks > Devices)
+    return [](const std::string &, moert::Communicator &Group) { return moert::createHostStagedCommunicator(Group); };
+  const int Device = moert::cuda::deviceForLocalRank();
+  return [&Ctx, Device](const std::string &Kind, moert::Communicator &) -> std::unique_ptr<moert::Communicator> {
+    return moert::createNcclCommunicator(Ctx.World.split(Kind + " (nccl)", Ctx.Plan.Groups.at(Kind)), Device);
+  };
+#else
+  (void)Ctx;
+  return nullptr;
 #endif
 }
 
@@ -169,6 +196,8 @@ int moerun::runSteps(RunContext &Ctx) {
   try {
     Compute = createBackend(Ctx);
     Opts.Compute = Compute.get();
+    if (Compute)
+      Opts.DeviceGroup = deviceGroups(Ctx);
     T = std::make_unique<moert::Trainer>(Ctx.Plan, Ctx.World, Ctx.Groups, Opts);
   } catch (const std::exception &E) {
     Error = E.what();

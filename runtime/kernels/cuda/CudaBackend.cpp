@@ -1,6 +1,7 @@
 //===- kernels/cuda/CudaBackend.cpp ---------------------------------------===//
 #include "kernels/cuda/CudaBackend.h"
 
+#include "comm/nccl/NcclComm.h"
 #include "kernels/cuda/AdamW.h"
 #include "kernels/cuda/Attention.h"
 #include "kernels/cuda/CrossEntropy.h"
@@ -102,6 +103,17 @@ public:
     for (int64_t R = 0; R < Rows; ++R)
       std::copy(Data + R * Ld, Data + R * Ld + Cols, Packed.begin() + R * Cols);
     return bf16s(Packed.data(), Rows * Cols);
+  }
+  /// Count fp32 elements between host memory and a device array.
+  void toDevice(const float *Host, float *Device, int64_t Count) {
+    if (Count)
+      MOERT_CUDA_CHECK(cudaMemcpy(Device, Host, size_t(Count) * sizeof(float), cudaMemcpyHostToDevice));
+    count(Count * int64_t(sizeof(float)), 0);
+  }
+  void toHost(const float *Device, float *Host, int64_t Count) {
+    if (Count)
+      MOERT_CUDA_CHECK(cudaMemcpy(Host, Device, size_t(Count) * sizeof(float), cudaMemcpyDeviceToHost));
+    count(0, Count * int64_t(sizeof(float)));
   }
   template <typename T> std::vector<T> download(const DeviceBuffer<T> &Buffer) {
     count(0, int64_t(Buffer.bytes()));
@@ -616,12 +628,76 @@ public:
       hostWrote(Data, Count);
       return;
     }
-    if (Count != H->Count)
-      master(*H);
-    else if (!H->Master.size())
-      H->Master.resize(size_t(Count)); // all of it is written
-    aheadOfHost(*H);
+    writeResident(*H, Data, Count);
     MOERT_CUDA_CHECK(cudaMemsetAsync(H->at(Data), 0, size_t(Count) * sizeof(float), Blas.stream()));
+  }
+
+  void copy(const float *Src, float *Dst, int64_t Count) override {
+    Charge Charged(Copies, "gradient sums");
+    if (Count == 0)
+      return;
+    HeldCopy *From = resident(Src, Count), *To = resident(Dst, Count);
+    if (From && !From->Master.size())
+      From = nullptr; // the host's values are the array's
+    if (!To) {
+      if (From)
+        Copies.toHost(From->at(Src), Dst, Count);
+      else {
+        flushOverlapping(Src, Count);
+        std::copy_n(Src, Count, Dst);
+      }
+      dropCopies(Dst, Count);
+      return;
+    }
+    writeResident(*To, Dst, Count);
+    if (From)
+      MOERT_CUDA_CHECK(cudaMemcpyAsync(To->at(Dst), From->at(Src), size_t(Count) * sizeof(float),
+                                       cudaMemcpyDeviceToDevice, Blas.stream()));
+    else
+      Copies.toDevice(Src, To->at(Dst), Count);
+  }
+
+  void allReduceSum(float *Data, int64_t Count, Communicator &Host, Communicator *Device) override {
+    if (HeldCopy *H = Device ? resident(Data, Count) : nullptr) {
+      master(*H);
+      aheadOfHost(*H);
+      onComputeStream(*Device).allReduceSum(H->at(Data), size_t(Count));
+      return;
+    }
+    hostReads(Data, Count);
+    Host.allReduceSum(Data, size_t(Count));
+    hostWrote(Data, Count);
+  }
+
+  void reduceScatterSum(const float *In, float *Out, int64_t PerRank, Communicator &Host,
+                        Communicator *Device) override {
+    const int64_t Whole = PerRank * Host.size();
+    HeldCopy *From = Device ? resident(In, Whole) : nullptr, *To = Device ? resident(Out, PerRank) : nullptr;
+    if (From && To) {
+      master(*From);
+      writeResident(*To, Out, PerRank);
+      onComputeStream(*Device).reduceScatterSum(From->at(In), To->at(Out), size_t(PerRank));
+      return;
+    }
+    hostReads(In, Whole);
+    hostReads(Out, PerRank);
+    Host.reduceScatterSum(In, Out, size_t(PerRank));
+    hostWrote(Out, PerRank);
+  }
+
+  void allGather(const float *In, float *Out, int64_t PerRank, Communicator &Host, Communicator *Device) override {
+    const int64_t Whole = PerRank * Host.size();
+    HeldCopy *From = Device ? resident(In, PerRank) : nullptr, *To = Device ? resident(Out, Whole) : nullptr;
+    if (From && To) {
+      master(*From);
+      writeResident(*To, Out, Whole);
+      onComputeStream(*Device).allGather(From->at(In), To->at(Out), size_t(PerRank));
+      return;
+    }
+    hostReads(In, PerRank);
+    hostReads(Out, Whole);
+    Host.allGather(In, Out, size_t(PerRank));
+    hostWrote(Out, Whole);
   }
 
   void makeResident(const std::vector<HostArray> &Arrays) override {
@@ -806,11 +882,7 @@ private:
     const int64_t Count = int64_t(Device.size());
     HeldCopy *Only = containing(Out, Count);
     if (Only && Only->Resident) {
-      if (Count != Only->Count)
-        master(*Only);
-      else if (!Only->Master.size())
-        Only->Master.resize(size_t(Count)); // all of it is written
-      aheadOfHost(*Only);
+      writeResident(*Only, Out, Count);
       float *Dst = Only->at(Out);
       if constexpr (std::is_same_v<T, bf16>)
         castToF32(Count, Device.data(), Dst, Blas.stream());
@@ -1075,6 +1147,26 @@ private:
 #ifdef MOERT_CUDA_EMULATION
     std::fill_n(H.Host, H.Count, std::numeric_limits<float>::quiet_NaN());
 #endif
+  }
+  /// A resident array whose elements [Data, Data + Count) an operation is
+  /// about to overwrite on the device: the rest of it comes from the host
+  /// first where the device has none of it.
+  void writeResident(HeldCopy &H, const float *Data, int64_t Count) {
+    if (Count != H.Count)
+      master(H);
+    else if (!H.Master.size())
+      H.Master.resize(size_t(Count));
+    aheadOfHost(H);
+  }
+  /// A device group's later operations ordered after this backend's work
+  /// (comm/nccl/NcclComm.h: the compute stream).
+  Communicator &onComputeStream(Communicator &Device) {
+    auto *Ordered = dynamic_cast<DeviceCommunicator *>(&Device);
+    if (!Ordered)
+      throw std::logic_error("the CUDA backend's device groups take device buffers: '" + Device.name() +
+                             "' is not a DeviceCommunicator");
+    Ordered->setComputeStream(Blas.stream());
+    return Device;
   }
   /// The resident array that contains all of [Data, Data + Count), if any.
   HeldCopy *resident(const float *Data, int64_t Count) {

@@ -33,8 +33,9 @@ struct AdamW::Impl {
   /// Replicated variant: the moments of every parameter.
   std::vector<std::vector<float>> M, V;
   /// Distributed variant: the moments of this rank's shard of each bucket,
-  /// and the shard's master values on their way to the all-gather.
-  std::vector<float> DpCpM, DpCpV, EdpM, EdpV, Master;
+  /// and the shard's master values on their way to the all-gather (sized
+  /// once, so that they may be resident).
+  std::vector<float> DpCpM, DpCpV, EdpM, EdpV, DpCpMaster, EdpMaster;
 };
 
 AdamW::AdamW(std::vector<Parameter *> Params, const GradientGroups &Groups, Communicator &World,
@@ -45,6 +46,10 @@ AdamW::AdamW(std::vector<Parameter *> Params, const GradientGroups &Groups, Comm
     P->DpCpV = P->DpCpM;
     P->EdpM.assign(P->Reducer.edpBucket().shardSize(), 0.0f);
     P->EdpV = P->EdpM;
+    if (!GradientReducer::inPlace(P->Reducer.dpCpBucket()))
+      P->DpCpMaster.assign(P->Reducer.dpCpBucket().shardSize(), 0.0f);
+    if (!GradientReducer::inPlace(P->Reducer.edpBucket()))
+      P->EdpMaster.assign(P->Reducer.edpBucket().shardSize(), 0.0f);
   } else {
     for (Parameter *Param : P->Params) {
       P->M.emplace_back(size_t(Param->Value.numel()), 0.0f);
@@ -62,38 +67,60 @@ void AdamW::zeroGrads() {
 
 std::vector<HostArray> AdamW::residentArrays() {
   GradientReducer &R = P->Reducer;
-  const GradientGroups &G = R.groups();
-  // Summed over no group: the rank's own gradient is the sum.
-  auto Alone = [&](const Parameter &Param) {
+  // A bucket's sum stays where its gradients lie: a group of one (the
+  // rank's own gradient is the sum) or one with a device counterpart.
+  auto SummedThere = [](const GradBucket &B) { return GradientReducer::inPlace(B) || B.DeviceGroup; };
+  auto KindSummedThere = [&](const Parameter &Param) {
     switch (Param.Kind) {
     case ParamKind::Dense:
-      return G.DpCp->size() == 1;
+      return SummedThere(R.dpCpBucket());
     case ParamKind::SequenceParallelReplicated:
-      return G.DpCp->size() == 1 && G.Tp->size() == 1;
+      return SummedThere(R.dpCpBucket()) && SummedThere(R.tpBucket());
     case ParamKind::Expert:
-      return G.Edp->size() == 1;
+      return SummedThere(R.edpBucket());
     }
     return false;
   };
   std::vector<HostArray> Arrays;
-  auto Add = [&](Parameter &Param, float *M, float *V) {
-    if (Param.ReadOnHost || Param.TiedCopy || !Alone(Param) || Param.Value.numel() == 0)
-      return;
-    const int64_t N = Param.Value.numel();
-    for (float *A : {Param.Value.data(), Param.Grad.data(), M, V})
-      Arrays.push_back({A, N});
+  auto Keep = [&](std::vector<float> &A) {
+    if (!A.empty())
+      Arrays.push_back({A.data(), int64_t(A.size())});
   };
+  auto Kept = [&](const Parameter &Param) {
+    return !Param.ReadOnHost && !Param.TiedCopy && KindSummedThere(Param) && Param.Value.numel() > 0;
+  };
+  for (Parameter *Param : P->Params)
+    if (Kept(*Param)) {
+      Arrays.push_back({Param->Value.data(), Param->Value.numel()});
+      Arrays.push_back({Param->Grad.data(), Param->Grad.numel()});
+    }
+  // The buckets a device group sums, whole (a host gradient among them is
+  // copied in and out).
+  for (GradBucket *B : {&R.tpBucket(), &R.dpCpBucket(), &R.edpBucket()})
+    if (!GradientReducer::inPlace(*B) && B->DeviceGroup)
+      Keep(B->Flat);
   if (!Options.Distributed) {
     for (size_t I = 0; I < P->Params.size(); ++I)
-      Add(*P->Params[I], P->M[I].data(), P->V[I].data());
+      if (Kept(*P->Params[I])) {
+        Keep(P->M[I]);
+        Keep(P->V[I]);
+      }
     return Arrays;
   }
-  // A bucket of a group of one holds each slot's moments whole, at its offset.
-  for (auto [B, M, V] :
-       {std::tuple{&R.dpCpBucket(), &P->DpCpM, &P->DpCpV}, std::tuple{&R.edpBucket(), &P->EdpM, &P->EdpV}})
-    if (GradientReducer::inPlace(*B))
+  for (auto [B, Shard, M, V, Master] :
+       {std::tuple{&R.dpCpBucket(), &R.dpCpShard(), &P->DpCpM, &P->DpCpV, &P->DpCpMaster},
+        std::tuple{&R.edpBucket(), &R.edpShard(), &P->EdpM, &P->EdpV, &P->EdpMaster}}) {
+    if (GradientReducer::inPlace(*B)) {
+      // A group of one holds each slot's moments whole, at its offset.
       for (const GradBucket::Slot &S : B->Slots)
-        Add(*S.Param, M->data() + S.Offset, V->data() + S.Offset);
+        if (Kept(*S.Param))
+          for (std::vector<float> *Moment : {M, V})
+            Arrays.push_back({Moment->data() + S.Offset, int64_t(S.Numel)});
+    } else if (B->DeviceGroup) {
+      for (std::vector<float> *A : {Shard, M, V, Master})
+        Keep(*A);
+    }
+  }
   return Arrays;
 }
 
@@ -294,7 +321,8 @@ AdamWStepInfo AdamW::step() {
 
   // Distributed: update this rank's shard of each bucket's master values,
   // then all-gather the shards into every replica's parameters.
-  auto UpdateShard = [&](GradBucket &B, const std::vector<float> &Grad, std::vector<float> &M, std::vector<float> &V) {
+  auto UpdateShard = [&](GradBucket &B, const std::vector<float> &Grad, std::vector<float> &M, std::vector<float> &V,
+                         std::vector<float> &Master) {
     if (B.empty())
       return;
     if (GradientReducer::inPlace(B)) {
@@ -305,23 +333,21 @@ AdamWStepInfo AdamW::step() {
         Update(S.Param, S.Param->Value.data(), M.data() + S.Offset, V.data() + S.Offset, S.Param->Grad.data(), S.Numel);
       return;
     }
+    // Master's padding past the last slot stays the zeros it was made with.
     size_t Begin = B.shardBegin(), Size = B.shardSize();
-    P->Master.assign(Size, 0.0f);
     for (const GradBucket::Slot &S : B.Slots) {
       Overlap O = overlap(S, Begin, Begin + Size);
       if (O.Lo == O.Hi)
         continue;
-      const float *Value = S.Param->Value.data() + (O.Lo - S.Offset);
       size_t K = O.Lo - Begin, N = O.Hi - O.Lo;
-      Compute.hostReads(Value, int64_t(N));
-      std::copy_n(Value, N, P->Master.data() + K);
-      Update(S.Param, P->Master.data() + K, M.data() + K, V.data() + K, Grad.data() + K, N);
+      Compute.copy(S.Param->Value.data() + (O.Lo - S.Offset), Master.data() + K, int64_t(N));
+      Update(S.Param, Master.data() + K, M.data() + K, V.data() + K, Grad.data() + K, N);
     }
-    B.Group->allGather(P->Master.data(), B.Flat.data(), Size);
+    Compute.allGather(Master.data(), B.Flat.data(), int64_t(Size), *B.Group, B.DeviceGroup);
     B.unpackValues();
   };
-  UpdateShard(R.dpCpBucket(), R.dpCpShard(), P->DpCpM, P->DpCpV);
-  UpdateShard(R.edpBucket(), R.edpShard(), P->EdpM, P->EdpV);
+  UpdateShard(R.dpCpBucket(), R.dpCpShard(), P->DpCpM, P->DpCpV, P->DpCpMaster);
+  UpdateShard(R.edpBucket(), R.edpShard(), P->EdpM, P->EdpV, P->EdpMaster);
   return Info;
 }
 

@@ -93,10 +93,12 @@ public:
   void zeroGrads();
   /// What the compute backend may keep from one step to the next
   /// (ComputeBackend::makeResident): the values, gradients and moments of
-  /// every parameter whose gradient is summed over no group (each of its
-  /// kind's groups is of one rank) and that host code does not read
-  /// (Parameter::ReadOnHost; a tied copy's gradient is summed on the host).
-  /// Those the step reduces over a communicator stay host arrays.
+  /// every parameter whose gradient is summed where it lies (each of its
+  /// kind's groups is of one rank, or has a device counterpart:
+  /// GradientGroups) and that host code does not read
+  /// (Parameter::ReadOnHost; a tied copy's gradient is summed on the host),
+  /// and the buckets, shards and master values a device group sums and
+  /// gathers. What a host communicator sums stays in host arrays.
   std::vector<HostArray> residentArrays();
   /// Adam's moments as the arrays they are (moments() and setMoments() ask
   /// the backend for them and give them back).

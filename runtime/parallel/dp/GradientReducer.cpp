@@ -21,10 +21,11 @@ void addSlot(GradBucket &B, Parameter *P) {
   B.Numel += N;
 }
 
-void finishLayout(GradBucket &B, Communicator *Group, ComputeBackend &Compute) {
+void finishLayout(GradBucket &B, Communicator *Group, Communicator *DeviceGroup, ComputeBackend &Compute) {
   if (!Group)
     fail("a gradient group is null (use a group of one)");
   B.Group = Group;
+  B.DeviceGroup = DeviceGroup;
   B.Compute = &Compute;
   size_t Size = size_t(Group->size());
   B.Padded = (B.Numel + Size - 1) / Size * Size;
@@ -34,33 +35,27 @@ void finishLayout(GradBucket &B, Communicator *Group, ComputeBackend &Compute) {
 } // namespace
 
 void GradBucket::packGrads() {
-  for (const Slot &S : Slots) {
-    Compute->hostReads(S.Param->Grad.data(), int64_t(S.Numel));
-    std::memcpy(Flat.data() + S.Offset, S.Param->Grad.data(), S.Numel * sizeof(float));
-  }
-  std::fill(Flat.begin() + ptrdiff_t(Numel), Flat.end(), 0.0f);
+  for (const Slot &S : Slots)
+    Compute->copy(S.Param->Grad.data(), Flat.data() + S.Offset, int64_t(S.Numel));
+  if (Padded > Numel)
+    Compute->zero(Flat.data() + Numel, int64_t(Padded - Numel));
 }
 
 void GradBucket::unpackGrads() {
-  for (const Slot &S : Slots) {
-    std::memcpy(S.Param->Grad.data(), Flat.data() + S.Offset, S.Numel * sizeof(float));
-    Compute->hostWrote(S.Param->Grad.data(), int64_t(S.Numel));
-  }
+  for (const Slot &S : Slots)
+    Compute->copy(Flat.data() + S.Offset, S.Param->Grad.data(), int64_t(S.Numel));
 }
 
 void GradBucket::packValues() {
-  for (const Slot &S : Slots) {
-    Compute->hostReads(S.Param->Value.data(), int64_t(S.Numel));
-    std::memcpy(Flat.data() + S.Offset, S.Param->Value.data(), S.Numel * sizeof(float));
-  }
-  std::fill(Flat.begin() + ptrdiff_t(Numel), Flat.end(), 0.0f);
+  for (const Slot &S : Slots)
+    Compute->copy(S.Param->Value.data(), Flat.data() + S.Offset, int64_t(S.Numel));
+  if (Padded > Numel)
+    Compute->zero(Flat.data() + Numel, int64_t(Padded - Numel));
 }
 
 void GradBucket::unpackValues() {
-  for (const Slot &S : Slots) {
-    std::memcpy(S.Param->Value.data(), Flat.data() + S.Offset, S.Numel * sizeof(float));
-    Compute->hostWrote(S.Param->Value.data(), int64_t(S.Numel));
-  }
+  for (const Slot &S : Slots)
+    Compute->copy(Flat.data() + S.Offset, S.Param->Value.data(), int64_t(S.Numel));
 }
 
 GradientReducer::GradientReducer(std::vector<Parameter *> Params, const GradientGroups &Groups, ComputeBackend &Compute)
@@ -84,9 +79,13 @@ GradientReducer::GradientReducer(std::vector<Parameter *> Params, const Gradient
       break;
     }
   }
-  finishLayout(Tp, Groups.Tp, Compute);
-  finishLayout(DpCp, Groups.DpCp, Compute);
-  finishLayout(Edp, Groups.Edp, Compute);
+  finishLayout(Tp, Groups.Tp, Groups.DeviceTp, Compute);
+  finishLayout(DpCp, Groups.DpCp, Groups.DeviceDpCp, Compute);
+  finishLayout(Edp, Groups.Edp, Groups.DeviceEdp, Compute);
+  if (!inPlace(DpCp))
+    DpCpShard.assign(DpCp.shardSize(), 0.0f);
+  if (!inPlace(Edp))
+    EdpShard.assign(Edp.shardSize(), 0.0f);
 }
 
 namespace {
@@ -95,22 +94,17 @@ void allReduceBucket(GradBucket &B) {
   if (B.empty() || B.Group->size() == 1)
     return;
   B.packGrads();
-  B.Group->allReduceSum(B.Flat.data(), B.Numel);
+  B.Compute->allReduceSum(B.Flat.data(), int64_t(B.Numel), *B.Group, B.DeviceGroup);
   B.unpackGrads();
 }
 
 void reduceScatterBucket(GradBucket &B, std::vector<float> &Shard) {
-  if (GradientReducer::inPlace(B)) {
-    // A group of one: the sum is this rank's gradient, read where it lies
-    // (on the compute backend, where resident) instead of copied.
-    Shard.clear();
-    return;
-  }
-  Shard.assign(B.shardSize(), 0.0f);
-  if (B.empty())
+  // A group of one: the sum is this rank's gradient, read where it lies
+  // (on the compute backend, where resident) instead of copied.
+  if (GradientReducer::inPlace(B) || B.empty())
     return;
   B.packGrads();
-  B.Group->reduceScatterSum(B.Flat.data(), Shard.data(), B.shardSize());
+  B.Compute->reduceScatterSum(B.Flat.data(), Shard.data(), int64_t(B.shardSize()), *B.Group, B.DeviceGroup);
 }
 } // namespace
 

@@ -39,6 +39,10 @@ struct GradientGroups {
   Communicator *DpCp = nullptr; ///< Dense and SequenceParallelReplicated
   Communicator *Tp = nullptr;   ///< SequenceParallelReplicated, before dp-cp
   Communicator *Edp = nullptr;  ///< Expert
+  /// The same groups over device buffers (comm/nccl), where the compute
+  /// backend keeps the gradients (ComputeBackend::makeResident); null: the
+  /// sums are the host's.
+  Communicator *DeviceDpCp = nullptr, *DeviceTp = nullptr, *DeviceEdp = nullptr;
 };
 
 /// Parameters packed back to back, in the order given, into one flat buffer
@@ -55,9 +59,10 @@ struct GradBucket {
   size_t Numel = 0;  ///< elements of all slots
   size_t Padded = 0; ///< Numel rounded up to a multiple of Group->size()
   std::vector<float> Flat;
-  /// Where the gradients and values may be resident
-  /// (ComputeBackend::makeResident): packing asks for them, unpacking says
-  /// the host wrote them.
+  /// The group over device buffers, if any (GradientGroups).
+  Communicator *DeviceGroup = nullptr;
+  /// What packs, unpacks and reduces, so that gradients, values and the
+  /// bucket itself may be resident on it (ComputeBackend::makeResident).
   ComputeBackend *Compute = nullptr;
 
   bool empty() const { return Numel == 0; }
@@ -87,14 +92,15 @@ public:
   /// For the distributed optimizer: SequenceParallelReplicated gradients are
   /// all-reduced over tp (in place in Parameter::Grad), then the dp-cp and edp
   /// buckets are reduce-scattered; afterwards dpCpShard() / edpShard() hold
-  /// this rank's shard of the summed buckets and the other elements of
-  /// Parameter::Grad are not reduced. A bucket whose group is of one rank
+  /// this rank's shard of the summed buckets (arrays sized once, so that
+  /// they may be resident) and the other elements of Parameter::Grad are
+  /// not reduced. A bucket whose group is of one rank
   /// (inPlace) is its own sum: its shard stays empty, and the gradients are
   /// read where they lie, in Parameter::Grad.
   void reduceScatter();
   static bool inPlace(const GradBucket &B) { return B.Group->size() == 1; }
-  const std::vector<float> &dpCpShard() const { return DpCpShard; }
-  const std::vector<float> &edpShard() const { return EdpShard; }
+  std::vector<float> &dpCpShard() { return DpCpShard; }
+  std::vector<float> &edpShard() { return EdpShard; }
 
   /// Tp holds the SequenceParallelReplicated parameters; DpCp the Dense and
   /// SequenceParallelReplicated ones; Edp the Expert ones.

@@ -10,6 +10,8 @@
 //===----------------------------------------------------------------------===//
 #include "GpuTestUtil.h"
 
+#include "comm/Communicator.h"
+#include "comm/nccl/HostStagedComm.h"
 #include "kernels/cuda/CudaBackend.h"
 #include "model/Model.h"
 #include "model/ModelOps.h"
@@ -507,6 +509,61 @@ TEST(CudaBackend, ResidentArraysStepWhereTheyAreAndComeBackWhenAsked) {
   EXPECT_EQ(W, Changed);
   EXPECT_EQ(Y2, Forward());
   EXPECT_NE(Y2, Y1);
+}
+
+// The gradient reduction's moves and collectives on resident arrays run on
+// the device over the group's device counterpart (here the host-staged one
+// over a group of one), moving nothing between host and device; on host
+// arrays, or without a device group, over the host communicator; a host
+// array copied into a resident one crosses once.
+TEST(CudaBackend, ResidentGradientsAreSummedOverDeviceGroupsWhereTheyLie) {
+  auto Cuda = cudaBackend();
+  std::unique_ptr<Communicator> Self = createSelfCommunicator("dp-cp");
+  std::unique_ptr<Communicator> Device = createHostStagedCommunicator(*Self);
+  const int64_t M = 3, K = 4, N = 5, Count = K * N;
+  std::vector<float> X = randomBf16(size_t(M * K), 71), DY = randomBf16(size_t(M * N), 72);
+  std::vector<float> Grad(static_cast<size_t>(Count)), Flat(static_cast<size_t>(Count + 1));
+  std::vector<float> Shard(static_cast<size_t>(Count + 1)), Gathered(static_cast<size_t>(Count + 1));
+  auto Moved = [&] { return Cuda->traffic().HostToDeviceBytes + Cuda->traffic().DeviceToHostBytes; };
+  Cuda->makeResident(
+      {{Grad.data(), Count}, {Flat.data(), Count + 1}, {Shard.data(), Count + 1}, {Gathered.data(), Count + 1}});
+  int64_t Before = Moved();
+  Cuda->zero(Grad.data(), Count);
+  Cuda->gemm({true, false, K, N, M, 1.0f, X.data(), K, DY.data(), N, 1.0f, Grad.data(), N});
+  const int64_t Product = (M * K + M * N) * Crossing;
+  EXPECT_EQ(Moved() - Before, Product);
+  Before = Moved();
+  Cuda->copy(Grad.data(), Flat.data(), Count);
+  Cuda->zero(Flat.data() + Count, 1);
+  Cuda->allReduceSum(Flat.data(), Count + 1, *Self, Device.get());
+  Cuda->reduceScatterSum(Flat.data(), Shard.data(), Count + 1, *Self, Device.get());
+  Cuda->allGather(Shard.data(), Gathered.data(), Count + 1, *Self, Device.get());
+  Cuda->copy(Gathered.data(), Grad.data(), Count);
+  EXPECT_EQ(Moved() - Before, (Count + 1) * Crossing) << "the bucket's first partial write brings the rest of it";
+  Before = Moved();
+  Cuda->copy(Gathered.data(), Flat.data(), Count + 1);
+  Cuda->allReduceSum(Flat.data(), Count + 1, *Self, Device.get());
+  Cuda->copy(Flat.data(), Grad.data(), Count);
+  EXPECT_EQ(Moved() - Before, 0) << "every move and sum on the device";
+  std::vector<float> Want(static_cast<size_t>(Count));
+  hostBackend().gemm({true, false, K, N, M, 1.0f, X.data(), K, DY.data(), N, 0.0f, Want.data(), N});
+  Cuda->releaseResident();
+  EXPECT_TRUE(near(Grad, Want, F32Tol, "the gradient through the device group"));
+  EXPECT_EQ(Gathered[size_t(Count)], 0.0f) << "the padding";
+
+  // Host arrays: the host communicator, nothing moved.
+  std::vector<float> OnHost = Want;
+  Before = Moved();
+  Cuda->allReduceSum(OnHost.data(), Count, *Self, Device.get());
+  EXPECT_EQ(OnHost, Want);
+  // Resident, but no device group: asked for, summed on the host.
+  Cuda->makeResident({{Flat.data(), Count}});
+  Cuda->copy(OnHost.data(), Flat.data(), Count);
+  EXPECT_EQ(Moved() - Before, Count * Crossing) << "a host array into a resident one crosses once";
+  Cuda->allReduceSum(Flat.data(), Count, *Self, nullptr);
+  EXPECT_EQ(Moved() - Before, 2 * Count * Crossing) << "and back to the host for a host group";
+  Cuda->releaseResident();
+  EXPECT_EQ(std::vector<float>(Flat.begin(), Flat.begin() + Count), Want);
 }
 
 #ifdef MOERT_CUDA_EMULATION

@@ -30,6 +30,7 @@
 #include "kernels/host/Blas.h"
 #include "train/Trainer.h"
 #ifdef MOERT_TRAIN_DRIVER_CUDA
+#include "comm/nccl/HostStagedComm.h"
 #include "kernels/cuda/CudaBackend.h"
 #endif
 
@@ -102,6 +103,10 @@ int main(int Argc, char **Argv) {
 #ifdef MOERT_TRAIN_DRIVER_CUDA
       Compute = cuda::createCudaBackend(cuda::deviceForLocalRank());
       Opts.Compute = Compute.get();
+      // The gradient sums on the device, staged through the host: the
+      // ranks of a test share one GPU (or the emulation's), which NCCL
+      // refuses.
+      Opts.DeviceGroup = [](const std::string &, Communicator &Group) { return createHostStagedCommunicator(Group); };
 #else
       World->abort("moert-train-driver: built without the CUDA backend", 2);
 #endif
