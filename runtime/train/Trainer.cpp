@@ -442,7 +442,8 @@ struct Trainer::Impl final : public PipelineStage {
   /// Every parameter's values and gradients: no value changes between a
   /// step's first forward and its optimizer step, and gradients are only
   /// added to until the step's reductions read them, so the compute backend
-  /// may keep its own copies for that long (ComputeBackend::holdArrays).
+  /// may keep its own copies for that long (ComputeBackend::holdArrays;
+  /// those resident on it already, keepOnBackend, are left to it).
   std::vector<HeldArray> heldParameters() {
     std::vector<HeldArray> Held;
     for (Parameter *Param : allParameters()) {
@@ -462,8 +463,18 @@ struct Trainer::Impl final : public PipelineStage {
       MOpts.Compute->makeResident(Optimizer->residentArrays());
     Resident = true;
   }
-  /// Before host code reads or writes the parameters or the optimizer's
-  /// state (a checkpoint, a dump, the caller's own reads).
+  /// Before host code reads the parameters' values (and gradients) without
+  /// writing them (a checkpoint, whose moments AdamW::moments() asks for, a
+  /// dump): they come back and stay resident.
+  void readBack(bool Grads) {
+    for (Parameter *Param : allParameters()) {
+      MOpts.Compute->hostReads(Param->Value.data(), Param->Value.numel());
+      if (Grads)
+        MOpts.Compute->hostReads(Param->Grad.data(), Param->Grad.numel());
+    }
+  }
+  /// Before host code writes the parameters or the optimizer's state (a
+  /// checkpoint's load, an import) or hands them out.
   void settleOnHost() {
     if (Resident)
       MOpts.Compute->releaseResident();
@@ -885,7 +896,7 @@ struct Trainer::Impl final : public PipelineStage {
 
   bool save(const std::string &Dir, int Keep, std::string &Path, std::string &Error,
             const std::function<void()> &AfterWrite) {
-    settleOnHost();
+    readBack(/*Grads=*/false);
     std::string Staging;
     bool Ok = World.rank() != 0 || beginCheckpoint(Dir, StepIndex, Staging, Error);
     if (!agree(Ok))
@@ -1077,7 +1088,7 @@ struct Trainer::Impl final : public PipelineStage {
   }
 
   void dump(const std::string &Path, bool Grads) {
-    settleOnHost();
+    readBack(Grads);
     std::vector<Tensor> Keep;
     std::vector<Parameter *> Params = allParameters();
     // The expert biases are model state without a gradient.

@@ -192,7 +192,8 @@ public:
   const char *name() const override { return "cuda"; }
   const char *precision() const override {
     return "GEMMs, attention, RMSNorm, RoPE, SwiGLU, the experts' MLPs, token permutation and the loss head on bf16 "
-           "operands with fp32 accumulation, the rest in fp32 on the host";
+           "operands with fp32 accumulation, the gradient sums and AdamW in fp32 on the device (of the parameters "
+           "no host code reads), the rest in fp32 on the host";
   }
 
   void gemm(const GemmArgs &G) override {

@@ -10,11 +10,12 @@ after it; the resumed steps' losses must equal the first run's bit for bit
 (the step log's %.9g), and differ from step to step (it trained). Layouts:
 one rank (everything resident) and ep 2 with the distributed optimizer (the
 experts resident, alone in their edp groups; the dense parameters summed over
-dp-cp on the host). On one rank, the uninterrupted run's second step must
-also move none of them: its step log charges nothing to "resident" (their
-first upload) or "optimizer" (the norm's one figure rounds to 0.000 MiB) and
-has no "outermost hold" (the parameters a step holds when they are not
-resident).
+dp-cp on the host). On one rank, the uninterrupted run's second and third
+steps (before and after the save, which reads the values and moments back and
+leaves them resident) must also move none of them: their step logs charge
+nothing to "resident" (their first upload) or "optimizer" (the norm's one
+figure rounds to 0.000 MiB) and have no "outermost hold" (the parameters a
+step holds when they are not resident).
 
 usage: resume_backend.py --moec MOEC --driver DRIVER --mpirun MPIRUN --work DIR
                          [--backend cuda]
@@ -72,12 +73,12 @@ def main():
             return losses(log), p.stdout
 
         whole, out = run(os.path.join(a.work, name + ".whole.jsonl"), "--save", ckpt, "--save-at", str(SAVE_AT))
-        if ranks == 1:
-            copies = re.search(r"^step 2/.*\n.*\n  rank 0 staged by operation:(.*)$", out, re.M)
+        for step in (2, 3) if ranks == 1 else ():
+            copies = re.search(rf"^step {step}/.*\n.*\n  rank 0 staged by operation:(.*)$", out, re.M)
             moved = copies.group(1) if copies else ""
             still = "resident 0.000/0.000;" in moved and "optimizer 0.000/0.000;" in moved and \
                 "outermost hold" not in moved
-            print(f"{'ok' if still else 'FAIL'} {name}: step 2 moves no resident array:{moved}")
+            print(f"{'ok' if still else 'FAIL'} {name}: step {step} moves no resident array:{moved}")
             failed |= not still
         resumed, _ = run(os.path.join(a.work, name + ".resumed.jsonl"), "--load", ckpt)
         after = list(range(SAVE_AT + 1, STEPS + 1))
