@@ -148,7 +148,7 @@ def main():
             "\n\nThe one-rank copies by the operation that made them (rank 0's step log lines, "
             "`BackendTraffic::ByOperation`; *resident*: the first upload of the parameters, gradients and moments "
             "kept on the device, none after; *outermost hold*: the other parameters and their gradients; "
-            "*optimizer*: the gradient norm's one figure; *nested holds*: activations held for several "
+            "*optimizer*: the gradient norm's one figure; *embedding*: the looked-up rows and their gradient; *nested holds*: activations held for several "
             "products):\n\n" + by_op +
             f"\n\nMachine: {m['cpu']}, {m['cores']} cores, {m['os']}. Measured "
             f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC.\n{END}\n")

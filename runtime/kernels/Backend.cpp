@@ -109,6 +109,27 @@ double ComputeBackend::sumSquares(const std::vector<ConstArray> &Arrays) {
   return Total;
 }
 
+void ComputeBackend::embeddingForward(const EmbeddingArgs &A, const float *Table, float *Out) {
+  for (int64_t N = 0; N < A.Tokens; ++N) {
+    float *Row = Out + N * A.Hidden;
+    if (A.holds(A.Ids[N]))
+      std::copy_n(Table + (A.Ids[N] - A.VocabStart) * A.Hidden, A.Hidden, Row);
+    else
+      std::fill_n(Row, A.Hidden, 0.0f);
+  }
+}
+
+void ComputeBackend::embeddingBackward(const EmbeddingArgs &A, const float *D, float *DTable) {
+  for (int64_t N = 0; N < A.Tokens; ++N) {
+    if (!A.holds(A.Ids[N]))
+      continue;
+    float *Dst = DTable + (A.Ids[N] - A.VocabStart) * A.Hidden;
+    const float *Src = D + N * A.Hidden;
+    for (int64_t J = 0; J < A.Hidden; ++J)
+      Dst[J] += Src[J];
+  }
+}
+
 void ComputeBackend::zero(float *Data, int64_t Count) { std::fill_n(Data, Count, 0.0f); }
 
 void ComputeBackend::copy(const float *Src, float *Dst, int64_t Count) { std::copy_n(Src, Count, Dst); }

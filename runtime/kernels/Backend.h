@@ -202,6 +202,16 @@ struct AdamWArgs {
   float Decay = 0;    ///< lr * weight decay, or 0 for an exempt parameter
 };
 
+/// A vocabulary-parallel embedding's lookup (parallel/tp/VocabParallel.h):
+/// this rank's table [VocabRows, Hidden] holds the ids [VocabStart,
+/// VocabStart + VocabRows).
+struct EmbeddingArgs {
+  int64_t Tokens = 0, Hidden = 0, VocabStart = 0, VocabRows = 0;
+  const int32_t *Ids = nullptr;
+
+  bool holds(int32_t Id) const { return Id >= VocabStart && Id < VocabStart + VocabRows; }
+};
+
 /// A host array by its extent (ComputeBackend::makeResident).
 struct HostArray {
   float *Data = nullptr;
@@ -273,6 +283,12 @@ public:
   /// (the same on every layout).
   virtual void unpermuteRowsBackward(const PermuteArgs &, const float *DY, const float *Rows, float *DRows,
                                      float *DWeights);
+  /// Out [Tokens, Hidden] (written): row n = Table[Ids[n] - VocabStart]
+  /// where this rank holds the id, else zeros.
+  virtual void embeddingForward(const EmbeddingArgs &, const float *Table, float *Out);
+  /// DTable[Ids[n] - VocabStart] += D[n] for the ids this rank holds, the
+  /// tokens in order.
+  virtual void embeddingBackward(const EmbeddingArgs &, const float *D, float *DTable);
   /// The optimizer's element update (AdamWArgs).
   virtual void adamW(const AdamWArgs &);
   /// The sum of the squares of every element of Arrays, in double (the

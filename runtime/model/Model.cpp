@@ -268,10 +268,8 @@ struct StageModel::Impl {
     const ModelConfig &C = Config;
     const double Std = 0.02;
     const ParamKind Dense = ParamKind::Dense, Rep = ParamKind::SequenceParallelReplicated;
-    if (Stage.HasEmbedding) {
+    if (Stage.HasEmbedding)
       Embedding = addParam("embedding", Dense, {C.Vocab, C.Hidden}, Std, 1);
-      Embedding->ReadOnHost = true; // the lookup and its gradient's scatter
-    }
     if (Stage.HasEmbedding && C.Vision) {
       Tower = std::make_unique<VisionTower>(*C.Vision, Options.Seed);
       // Every tp rank runs the whole tower and back-propagates its own
@@ -295,7 +293,6 @@ struct StageModel::Impl {
       if (!Embedding) {
         Embedding = addParam("embedding", Dense, {C.Vocab, C.Hidden}, Std, 1);
         Embedding->TiedCopy = true;
-        Embedding->ReadOnHost = true;
       }
       for (int64_t K = 0; K < C.MtpLayers; ++K) {
         std::string Pre = "mtp." + std::to_string(K) + ".";

@@ -240,9 +240,9 @@ struct Parameter {
   /// embedding group so that both take the same steps, and checkpoints hold
   /// the original only.
   bool TiedCopy = false;
-  /// Host code reads its values or adds to its gradient (an embedding
-  /// lookup, Gated DeltaNet's gates and convolutions, the vision tower's
-  /// biases and LayerNorms) besides the compute backend's operations: it
+  /// Host code reads its values or adds to its gradient (Gated DeltaNet's
+  /// gates and convolutions, the vision tower's biases and LayerNorms)
+  /// besides the compute backend's operations: it
   /// stays a host array between steps, where the trainer keeps the others
   /// on the backend (ComputeBackend::makeResident).
   bool ReadOnHost = false;

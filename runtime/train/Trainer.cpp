@@ -824,8 +824,8 @@ struct Trainer::Impl final : public PipelineStage {
     if (!Timed.count("embedding"))
       return;
     for (Parameter *Param : allParameters())
-      if (Param->Name == "embedding")
-        group("embedding").allReduceSum(Param->Grad.data(), size_t(Param->Grad.numel()));
+      if (Param->Name == "embedding") // resident on the first stage: asked for, summed on the host
+        MOpts.Compute->allReduceSum(Param->Grad.data(), Param->Grad.numel(), group("embedding"), nullptr);
   }
 
   bool owns(const Parameter &Param) {

@@ -552,6 +552,39 @@ public:
 
   void hostWrote(const float *Data, int64_t Count) override { dropCopies(Data, Count); }
 
+  void embeddingForward(const EmbeddingArgs &A, const float *Table, float *Out) override {
+    Charge Charged(Copies, "embedding");
+    HeldCopy *T = resident(Table, A.VocabRows * A.Hidden);
+    if (!T || A.Tokens == 0) { // a host table: looked up where it is
+      flushOverlapping(Table, A.VocabRows * A.Hidden);
+      ComputeBackend::embeddingForward(A, Table, Out);
+      dropCopies(Out, A.Tokens * A.Hidden);
+      return;
+    }
+    master(*T);
+    DeviceBuffer<int32_t> Ids = Copies.upload(std::vector<int32_t>(A.Ids, A.Ids + A.Tokens));
+    DeviceBuffer<float> Rows{size_t(A.Tokens * A.Hidden)};
+    cuda::embeddingGather(A.Tokens, A.Hidden, T->at(Table), A.VocabStart, A.VocabRows, Ids.data(), Rows.data(),
+                          Blas.stream());
+    result(Rows, Out);
+  }
+
+  void embeddingBackward(const EmbeddingArgs &A, const float *D, float *DTable) override {
+    Charge Charged(Copies, "embedding");
+    HeldCopy *Sum = A.Tokens ? heldSum(DTable, A.VocabRows * A.Hidden) : nullptr;
+    if (!Sum) {
+      flushOverlapping(D, A.Tokens * A.Hidden);
+      ComputeBackend::embeddingBackward(A, D, DTable);
+      dropCopies(DTable, A.VocabRows * A.Hidden);
+      return;
+    }
+    DeviceBuffer<int32_t> Ids = Copies.upload(std::vector<int32_t>(A.Ids, A.Ids + A.Tokens));
+    flushOverlapping(D, A.Tokens * A.Hidden);
+    DeviceBuffer<float> Rows = Copies.floats(D, A.Tokens * A.Hidden);
+    cuda::embeddingScatterAdd(A.Tokens, A.Hidden, Rows.data(), A.VocabStart, A.VocabRows, Ids.data(), Sum->at(DTable),
+                              Blas.stream());
+  }
+
   void adamW(const AdamWArgs &A) override {
     Charge Charged(Copies, "optimizer");
     if (A.Count == 0)
@@ -659,46 +692,25 @@ public:
   }
 
   void allReduceSum(float *Data, int64_t Count, Communicator &Host, Communicator *Device) override {
-    if (HeldCopy *H = Device ? resident(Data, Count) : nullptr) {
-      master(*H);
-      aheadOfHost(*H);
-      onComputeStream(*Device).allReduceSum(H->at(Data), size_t(Count));
-      return;
-    }
-    hostReads(Data, Count);
-    Host.allReduceSum(Data, size_t(Count));
-    hostWrote(Data, Count);
+    collective(
+        Data, Count, Data, Count, Device,
+        [&](Communicator &Group, const float *, float *Out) { Group.allReduceSum(Out, size_t(Count)); },
+        [&] { Host.allReduceSum(Data, size_t(Count)); });
   }
 
   void reduceScatterSum(const float *In, float *Out, int64_t PerRank, Communicator &Host,
                         Communicator *Device) override {
-    const int64_t Whole = PerRank * Host.size();
-    HeldCopy *From = Device ? resident(In, Whole) : nullptr, *To = Device ? resident(Out, PerRank) : nullptr;
-    if (From && To) {
-      master(*From);
-      writeResident(*To, Out, PerRank);
-      onComputeStream(*Device).reduceScatterSum(From->at(In), To->at(Out), size_t(PerRank));
-      return;
-    }
-    hostReads(In, Whole);
-    hostReads(Out, PerRank);
-    Host.reduceScatterSum(In, Out, size_t(PerRank));
-    hostWrote(Out, PerRank);
+    collective(
+        In, PerRank * Host.size(), Out, PerRank, Device,
+        [&](Communicator &Group, const float *From, float *To) { Group.reduceScatterSum(From, To, size_t(PerRank)); },
+        [&] { Host.reduceScatterSum(In, Out, size_t(PerRank)); });
   }
 
   void allGather(const float *In, float *Out, int64_t PerRank, Communicator &Host, Communicator *Device) override {
-    const int64_t Whole = PerRank * Host.size();
-    HeldCopy *From = Device ? resident(In, PerRank) : nullptr, *To = Device ? resident(Out, Whole) : nullptr;
-    if (From && To) {
-      master(*From);
-      writeResident(*To, Out, Whole);
-      onComputeStream(*Device).allGather(From->at(In), To->at(Out), size_t(PerRank));
-      return;
-    }
-    hostReads(In, PerRank);
-    hostReads(Out, Whole);
-    Host.allGather(In, Out, size_t(PerRank));
-    hostWrote(Out, Whole);
+    collective(
+        In, PerRank, Out, PerRank * Host.size(), Device,
+        [&](Communicator &Group, const float *From, float *To) { Group.allGather(From, To, size_t(PerRank)); },
+        [&] { Host.allGather(In, Out, size_t(PerRank)); });
   }
 
   void makeResident(const std::vector<HostArray> &Arrays) override {
@@ -1168,6 +1180,25 @@ private:
                              "' is not a DeviceCommunicator");
     Ordered->setComputeStream(Blas.stream());
     return Device;
+  }
+  /// A collective from In (InCount elements) into Out (OutCount; the same
+  /// array for an all-reduce): over Device on their resident copies where
+  /// both are resident and Device is given, else over the host group on the
+  /// host arrays, asked for first.
+  template <typename OnDevice, typename OnHost>
+  void collective(const float *In, int64_t InCount, float *Out, int64_t OutCount, Communicator *Device,
+                  OnDevice DeviceOp, OnHost HostOp) {
+    HeldCopy *From = Device ? resident(In, InCount) : nullptr, *To = Device ? resident(Out, OutCount) : nullptr;
+    if (From && To) {
+      master(*From);
+      writeResident(*To, Out, OutCount);
+      DeviceOp(onComputeStream(*Device), From->at(In), To->at(Out));
+      return;
+    }
+    hostReads(In, InCount);
+    hostReads(Out, OutCount);
+    HostOp();
+    hostWrote(Out, OutCount);
   }
   /// The resident array that contains all of [Data, Data + Count), if any.
   HeldCopy *resident(const float *Data, int64_t Count) {

@@ -73,6 +73,30 @@ __global__ void rmsNormBackwardDwKernel(int64_t Rows, int64_t Hidden, const bf16
   DW[J] += Sum;
 }
 
+__global__ void embeddingGatherKernel(int64_t Tokens, int64_t Hidden, const float *Table, int64_t VocabStart,
+                                      int64_t VocabRows, const int32_t *Ids, float *Out) {
+  const int64_t N = blockIdx.x;
+  if (N >= Tokens)
+    return;
+  const int64_t Row = int64_t(Ids[N]) - VocabStart;
+  const bool Held = Row >= 0 && Row < VocabRows;
+  for (int64_t J = threadIdx.x; J < Hidden; J += blockDim.x)
+    Out[N * Hidden + J] = Held ? Table[Row * Hidden + J] : 0.0f;
+}
+
+/// One thread per column, tokens in order: the host's sums.
+__global__ void embeddingScatterAddKernel(int64_t Tokens, int64_t Hidden, const float *D, int64_t VocabStart,
+                                          int64_t VocabRows, const int32_t *Ids, float *DTable) {
+  int64_t J = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (J >= Hidden)
+    return;
+  for (int64_t N = 0; N < Tokens; ++N) {
+    const int64_t Row = int64_t(Ids[N]) - VocabStart;
+    if (Row >= 0 && Row < VocabRows)
+      DTable[Row * Hidden + J] += D[N * Hidden + J];
+  }
+}
+
 /// One thread per (row, pair index); loops over the heads with one angle.
 __global__ void ropeKernel(int64_t Rows, int64_t Heads, int64_t HeadDim, bf16 *X, const int32_t *Positions,
                            double Theta, bool Inverse) {
@@ -191,6 +215,23 @@ void addInPlace(int64_t Count, const bf16 *X, bf16 *Y, cudaStream_t Stream) {
   if (Count == 0)
     return;
   addKernel<<<gridFor(Count, 256), 256, 0, Stream>>>(Count, X, Y);
+  MOERT_CUDA_CHECK_LAUNCH();
+}
+
+void embeddingGather(int64_t Tokens, int64_t Hidden, const float *Table, int64_t VocabStart, int64_t VocabRows,
+                     const int32_t *Ids, float *Out, cudaStream_t Stream) {
+  if (Tokens == 0 || Hidden == 0)
+    return;
+  embeddingGatherKernel<<<unsigned(Tokens), 256, 0, Stream>>>(Tokens, Hidden, Table, VocabStart, VocabRows, Ids, Out);
+  MOERT_CUDA_CHECK_LAUNCH();
+}
+
+void embeddingScatterAdd(int64_t Tokens, int64_t Hidden, const float *D, int64_t VocabStart, int64_t VocabRows,
+                         const int32_t *Ids, float *DTable, cudaStream_t Stream) {
+  if (Tokens == 0 || Hidden == 0)
+    return;
+  embeddingScatterAddKernel<<<gridFor(Hidden, 128), 128, 0, Stream>>>(Tokens, Hidden, D, VocabStart, VocabRows, Ids,
+                                                                      DTable);
   MOERT_CUDA_CHECK_LAUNCH();
 }
 

@@ -41,6 +41,17 @@ void castToF32(int64_t Count, const bf16 *In, float *Out, cudaStream_t Stream);
 /// Y += X (residual adds) in bf16 with an fp32 sum.
 void addInPlace(int64_t Count, const bf16 *X, bf16 *Y, cudaStream_t Stream);
 
+/// The embedding lookup of this rank's vocabulary rows [VocabStart,
+/// VocabStart + VocabRows) of Table [VocabRows, Hidden] (fp32): Out[n] =
+/// Table[Ids[n] - VocabStart] where this rank holds Ids[n], else zeros.
+void embeddingGather(int64_t Tokens, int64_t Hidden, const float *Table, int64_t VocabStart, int64_t VocabRows,
+                     const int32_t *Ids, float *Out, cudaStream_t Stream);
+/// Its backward: DTable[Ids[n] - VocabStart] += D[n] for the ids this rank
+/// holds; one thread per column adds the tokens in order, so the sums are
+/// the host's, bit for bit.
+void embeddingScatterAdd(int64_t Tokens, int64_t Hidden, const float *D, int64_t VocabStart, int64_t VocabRows,
+                         const int32_t *Ids, float *DTable, cudaStream_t Stream);
+
 } // namespace moert::cuda
 
 #endif

@@ -1,6 +1,7 @@
 //===- parallel/tp/VocabParallel.cpp --------------------------------------===//
 #include "parallel/tp/VocabParallel.h"
 
+#include "kernels/Backend.h"
 #include "parallel/tp/SequenceParallelLinear.h"
 
 #include <algorithm>
@@ -17,26 +18,17 @@ bool owns(int32_t Id, int64_t Start, int64_t Count) { return Id >= Start && Id <
 
 Tensor vocabParallelEmbeddingForward(Communicator &Tp, const std::vector<int32_t> &Tokens, const Tensor &Table,
                                      int64_t VocabStart) {
-  int64_t N = int64_t(Tokens.size()), H = Table.cols();
-  Tensor Partial({N, H});
-  for (int64_t I = 0; I < N; ++I)
-    if (owns(Tokens[I], VocabStart, Table.rows()))
-      std::memcpy(Partial.row(I), Table.row(Tokens[I] - VocabStart), sizeof(float) * H);
+  const EmbeddingArgs A{int64_t(Tokens.size()), Table.cols(), VocabStart, Table.rows(), Tokens.data()};
+  Tensor Partial({A.Tokens, A.Hidden});
+  currentBackend().embeddingForward(A, Table.data(), Partial.data());
   return reduceScatterSequence(Tp, std::move(Partial));
 }
 
 void vocabParallelEmbeddingBackward(Communicator &Tp, const std::vector<int32_t> &Tokens, const Tensor &DShard,
                                     Tensor &DTable, int64_t VocabStart) {
   Tensor D = gatherSequence(Tp, DShard);
-  int64_t H = DTable.cols();
-  for (size_t I = 0; I < Tokens.size(); ++I) {
-    if (!owns(Tokens[I], VocabStart, DTable.rows()))
-      continue;
-    float *Dst = DTable.row(Tokens[I] - VocabStart);
-    const float *Src = D.row(int64_t(I));
-    for (int64_t J = 0; J < H; ++J)
-      Dst[J] += Src[J];
-  }
+  const EmbeddingArgs A{int64_t(Tokens.size()), DTable.cols(), VocabStart, DTable.rows(), Tokens.data()};
+  currentBackend().embeddingBackward(A, D.data(), DTable.data());
 }
 
 void maxOverGroup(Communicator &Tp, float *Values, int64_t N) {

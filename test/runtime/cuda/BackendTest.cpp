@@ -562,8 +562,53 @@ TEST(CudaBackend, ResidentGradientsAreSummedOverDeviceGroupsWhereTheyLie) {
   EXPECT_EQ(Moved() - Before, Count * Crossing) << "a host array into a resident one crosses once";
   Cuda->allReduceSum(Flat.data(), Count, *Self, nullptr);
   EXPECT_EQ(Moved() - Before, 2 * Count * Crossing) << "and back to the host for a host group";
+  std::fill(Shard.begin(), Shard.end(), 0.0f);
+  std::fill(Gathered.begin(), Gathered.end(), 0.0f);
+  Cuda->reduceScatterSum(Flat.data(), Shard.data(), Count, *Self, nullptr);
+  Cuda->allGather(Shard.data(), Gathered.data(), Count, *Self, nullptr);
   Cuda->releaseResident();
   EXPECT_EQ(std::vector<float>(Flat.begin(), Flat.begin() + Count), Want);
+  EXPECT_EQ(std::vector<float>(Gathered.begin(), Gathered.begin() + Count), Want) << "through the host group";
+}
+
+// The embedding lookup and its gradient's scatter run on a resident table
+// where it is, with the host's values and sums bit for bit (ids this rank
+// does not hold give zeros and add nothing; a repeated id adds in token
+// order); a host table is looked up on the host, moving nothing.
+TEST(CudaBackend, EmbeddingLookupAndScatterRunWhereTheTableIs) {
+  auto Cuda = cudaBackend();
+  const int64_t Rows = 6, Hidden = 5, Start = 10;
+  const std::vector<int32_t> Ids = {12, 3, 15, 12, 10, 16, 11};
+  const EmbeddingArgs A{int64_t(Ids.size()), Hidden, Start, Rows, Ids.data()};
+  std::vector<float> Table = randomF32(size_t(Rows * Hidden), 81), D = randomF32(size_t(A.Tokens * Hidden), 82);
+  std::vector<float> Want(size_t(A.Tokens * Hidden)), WantGrad(size_t(Rows * Hidden), 0.5f);
+  hostBackend().embeddingForward(A, Table.data(), Want.data());
+  hostBackend().embeddingBackward(A, D.data(), WantGrad.data());
+  auto Moved = [&] { return Cuda->traffic().HostToDeviceBytes + Cuda->traffic().DeviceToHostBytes; };
+
+  std::vector<float> Out(Want.size()), Grad(WantGrad.size(), 0.5f);
+  int64_t Before = Moved();
+  Cuda->embeddingForward(A, Table.data(), Out.data());
+  Cuda->embeddingBackward(A, D.data(), Grad.data());
+  EXPECT_EQ(Moved() - Before, 0) << "host arrays: looked up and summed on the host";
+  EXPECT_EQ(Out, Want);
+  EXPECT_EQ(Grad, WantGrad);
+
+  std::fill(Out.begin(), Out.end(), -1.0f);
+  std::fill(Grad.begin(), Grad.end(), 0.5f);
+  Cuda->makeResident({{Table.data(), Rows * Hidden}, {Grad.data(), Rows * Hidden}});
+  Cuda->embeddingForward(A, Table.data(), Out.data());
+  Before = Moved();
+  Cuda->embeddingForward(A, Table.data(), Out.data());
+  const int64_t IdBytes = A.Tokens * int64_t(sizeof(int32_t)), RowBytes = A.Tokens * Hidden * Crossing;
+  EXPECT_EQ(Moved() - Before, IdBytes + RowBytes) << "the ids in, the rows out: the table stays";
+  Before = Moved();
+  Cuda->embeddingBackward(A, D.data(), Grad.data());
+  EXPECT_EQ(Moved() - Before, IdBytes + RowBytes + Rows * Hidden * Crossing)
+      << "the ids and the gradient's rows in, and the first use of the table's gradient";
+  Cuda->releaseResident();
+  EXPECT_EQ(Out, Want);
+  EXPECT_EQ(Grad, WantGrad);
 }
 
 #ifdef MOERT_CUDA_EMULATION
