@@ -456,9 +456,10 @@ struct Trainer::Impl final : public PipelineStage {
   }
 
   void keepOnBackend() {
-    // The parameters only the backend's operations read and that no group
-    // sums, their gradients and moments (AdamW::residentArrays): on a GPU
-    // the optimizer steps them where they are instead of moving them.
+    // The parameters only the backend's operations read, their gradients
+    // and moments, and the buckets a device group sums
+    // (AdamW::residentArrays): on a GPU the optimizer steps them where they
+    // are instead of moving them.
     if (!Resident)
       MOpts.Compute->makeResident(Optimizer->residentArrays());
     Resident = true;

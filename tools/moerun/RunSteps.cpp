@@ -30,7 +30,6 @@
 #include "comm/nccl/HostStagedComm.h"
 #include "comm/nccl/NcclComm.h"
 #include "kernels/cuda/CudaBackend.h"
-#include "kernels/cuda/CudaCheck.h"
 #include "kernels/cuda/CudaGraph.h"
 #endif
 #include "train/Trainer.h"
@@ -112,11 +111,7 @@ std::unique_ptr<moert::ComputeBackend> createCudaBackend() {
 std::function<std::unique_ptr<moert::Communicator>(const std::string &, moert::Communicator &)>
 deviceGroups(RunContext &Ctx) {
 #ifdef MOERUN_CUDA_BACKEND
-  const char *Local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-  if (!Local)
-    Local = std::getenv("SLURM_NTASKS_PER_NODE");
-  const int Ranks = Local ? std::atoi(Local) : 1, Devices = moert::cuda::deviceCount();
-  if (Ranks > Devices)
+  if (moert::cuda::ranksShareDevices())
     return [](const std::string &, moert::Communicator &Group) { return moert::createHostStagedCommunicator(Group); };
   const int Device = moert::cuda::deviceForLocalRank();
   return [&Ctx, Device](const std::string &Kind, moert::Communicator &) -> std::unique_ptr<moert::Communicator> {

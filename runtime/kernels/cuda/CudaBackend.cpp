@@ -83,9 +83,7 @@ public:
   }
   DeviceBuffer<float> floats(const float *Data, int64_t Count) {
     DeviceBuffer<float> Buffer{size_t(Count)};
-    if (Count)
-      MOERT_CUDA_CHECK(cudaMemcpy(Buffer.data(), Data, Buffer.bytes(), cudaMemcpyHostToDevice));
-    count(int64_t(Buffer.bytes()), 0);
+    toDevice(Data, Buffer.data(), Count);
     return Buffer;
   }
   DeviceBuffer<bf16> bf16s(const float *Data, int64_t Count) {
@@ -124,11 +122,7 @@ public:
     castToF32(int64_t(Buffer.size()), Buffer.data(), Wide.data(), Stream);
     downloadTo(Wide, Out);
   }
-  void downloadTo(const DeviceBuffer<float> &Buffer, float *Out) {
-    if (Buffer.size())
-      MOERT_CUDA_CHECK(cudaMemcpy(Out, Buffer.data(), Buffer.bytes(), cudaMemcpyDeviceToHost));
-    count(0, int64_t(Buffer.bytes()));
-  }
+  void downloadTo(const DeviceBuffer<float> &Buffer, float *Out) { toHost(Buffer.data(), Out, int64_t(Buffer.size())); }
   BackendTraffic Moved;
   /// The operation the copies are made for (Stager::Operation).
   const char *Operation = "other";
@@ -1269,6 +1263,10 @@ int deviceForLocalRank() {
   int Local = envInt("OMPI_COMM_WORLD_LOCAL_RANK", envInt("SLURM_LOCALID", 0));
   int Devices = deviceCount();
   return Devices ? Local % Devices : 0;
+}
+
+bool ranksShareDevices() {
+  return envInt("OMPI_COMM_WORLD_LOCAL_SIZE", envInt("SLURM_NTASKS_PER_NODE", 1)) > deviceCount();
 }
 
 } // namespace moert::cuda

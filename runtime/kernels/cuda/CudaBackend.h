@@ -43,6 +43,10 @@ std::unique_ptr<ComputeBackend> createCudaBackend(int Device);
 /// OMPI_COMM_WORLD_LOCAL_RANK, else Slurm's SLURM_LOCALID, else 0) modulo the
 /// node's devices, so several ranks may share one GPU.
 int deviceForLocalRank();
+/// Whether this node runs more ranks (OMPI_COMM_WORLD_LOCAL_SIZE, else
+/// SLURM_NTASKS_PER_NODE, else 1) than it has devices, so that some share
+/// one (which NCCL refuses).
+bool ranksShareDevices();
 
 } // namespace moert::cuda
 
