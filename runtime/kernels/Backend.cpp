@@ -134,6 +134,11 @@ void ComputeBackend::zero(float *Data, int64_t Count) { std::fill_n(Data, Count,
 
 void ComputeBackend::copy(const float *Src, float *Dst, int64_t Count) { std::copy_n(Src, Count, Dst); }
 
+void ComputeBackend::add(int64_t Count, const float *A, const float *B, float *Out) {
+  for (int64_t I = 0; I < Count; ++I)
+    Out[I] = A[I] + B[I];
+}
+
 void ComputeBackend::allReduceSum(float *Data, int64_t Count, Communicator &Host, Communicator *) {
   Host.allReduceSum(Data, size_t(Count));
 }

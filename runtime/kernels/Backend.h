@@ -86,7 +86,9 @@ struct HeldArray {
     /// and a backend that computes elsewhere does not copy their results
     /// back; host code that reads or writes it meanwhile calls hostReads()
     /// first (a host fallback, a ring's send), and hostWrote() after a
-    /// write. Its host values are unspecified after the release. For what
+    /// write. After the release its host values are those the host last
+    /// had (its own, or what hostReads() brought back) if no operation wrote
+    /// it since, else unspecified. For what
     /// the backend's operations alone read: saved products, the queries,
     /// keys and values. The CUDA emulation fills host values the backend
     /// has not brought back with NaNs, so that a host reader that did not
@@ -96,6 +98,10 @@ struct HeldArray {
   float *Data = nullptr;
   int64_t Count = 0;
   Use Kind = Read;
+  /// BackendOnly alone: the backend keeps it in fp32, not in the bf16 of
+  /// its operands (made from it where an operation reads it), so that adds
+  /// into it give the host's bits: the residual stream and its gradient.
+  bool Wide = false;
 };
 
 /// What a backend moved between host and device and the device memory it
@@ -297,6 +303,10 @@ public:
   virtual double sumSquares(const std::vector<ConstArray> &Arrays);
   /// Count zeros at Data (a gradient before a step's first backward).
   virtual void zero(float *Data, int64_t Count);
+  /// Out = A + B over Count elements in fp32 (the residual stream's adds);
+  /// Out may be A or B. A backend that computes elsewhere adds there where
+  /// one of them is held Wide, else on the host.
+  virtual void add(int64_t Count, const float *A, const float *B, float *Out);
   /// Count elements from Src to Dst (a gradient into its reduction bucket).
   virtual void copy(const float *Src, float *Dst, int64_t Count);
   /// The collectives of the gradient reduction and of the distributed

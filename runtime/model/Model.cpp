@@ -626,15 +626,23 @@ struct StageModel::Impl {
   void mlpNorm(const LayerParams &P, LayerState &S) {
     rmsNormForward(S.H, P.MlpNorm->Value, Config.RmsNormEps, S.Rstd2, S.Xn2);
   }
-  /// The dense MLP or the shared experts; returns the output shard unless
-  /// recomputing (the products are then all that is wanted).
-  Tensor denseMlp(const LayerParams &P, LayerState &S, bool Recomputing = false, const void *KeepFor = nullptr) {
-    return parallelMlpForward(*Groups.Tp, S.Xn2, {&P.Gate->Value, &P.Up->Value, &P.Down->Value}, S.G, S.U, S.Act,
-                              !Recomputing, KeepFor);
+  /// The dense MLP or the shared experts; writes the output shard to Y
+  /// unless it is null (a recompute wants only the products).
+  void denseMlp(const LayerParams &P, LayerState &S, Tensor *Y, const void *KeepFor) {
+    parallelMlpForward(*Groups.Tp, S.Xn2, {&P.Gate->Value, &P.Up->Value, &P.Down->Value}, S.G, S.U, S.Act, Y, KeepFor);
   }
-  Tensor sharedExperts(const LayerParams &P, LayerState &S, bool Recomputing = false, const void *KeepFor = nullptr) {
-    return parallelMlpForward(*Groups.Tp, S.Xn2, {&P.SGate->Value, &P.SUp->Value, &P.SDown->Value}, S.SG, S.SU, S.SAct,
-                              !Recomputing, KeepFor);
+  void sharedExperts(const LayerParams &P, LayerState &S, Tensor *Y, const void *KeepFor) {
+    parallelMlpForward(*Groups.Tp, S.Xn2, {&P.SGate->Value, &P.SUp->Value, &P.SDown->Value}, S.SG, S.SU, S.SAct, Y,
+                       KeepFor);
+  }
+  /// An output of the MLP branch, on the backend where the residual stream
+  /// is and the backend makes it there (HeldArray::Wide, in Y's storage;
+  /// else Y is left empty, to be written on the host).
+  std::vector<HeldArray> branchOutput(Tensor &Y, const LayerState &S, bool OnBackend) {
+    if (!OnBackend)
+      return {};
+    Y = Tensor({S.H.rows(), S.H.cols()});
+    return {residual(Y)};
   }
 
   /// The attention output the out-projection reads: gated by sigmoid(OGate)
@@ -660,20 +668,31 @@ struct StageModel::Impl {
     return BalanceKeys.data();
   }
 
-  /// The whole layer; fills every saved activation. Returns the output and
-  /// the layer's aux loss.
-  Tensor layerForward(const LayerParams &P, const MicroState &M, LayerState &S, double &Aux, bool Count) {
+  /// The whole layer; fills every saved activation and the layer's aux
+  /// loss, and the layer's output into Out where Out is not null (a
+  /// recompute wants only the saved activations). Where OutputKey is not
+  /// null the output stays on the backend, kept under that key (the next
+  /// decoder layer's, whose input it is).
+  void layerForward(const LayerParams &P, const MicroState &M, LayerState &S, double &Aux, bool Count, Tensor *Out,
+                    const void *OutputKey = nullptr) {
+    // The residual stream stays on the backend (in fp32, so that its adds
+    // are the host's) in a decoder layer, whose saved activations are kept
+    // there until its backward: the branch sums H, and the output where the
+    // next layer reads it.
+    const bool ResidualOnBackend = keepKey(M, S) != nullptr;
+    S.H = Tensor({S.X.rows(), S.X.cols()});
+    HeldArrays KeepSum(compute(), ResidualOnBackend ? std::vector{residual(S.H)} : std::vector<HeldArray>());
     // Each branch's normalised input is written by the backend alone and
     // read by every product of the branch: held while the branch runs, it
     // moves to the backend once, as the norm's result. The branch's input
     // (the residual stream) moves once too, for the norm's forward and
-    // backward.
+    // backward, where it is not there already.
     S.Xn1 = Tensor({S.X.rows(), S.X.cols()});
     {
       HeldArrays Keep(compute(), {normalised(M, S, S.Xn1, !P.Linear && !Config.Mla), keptResult(S.X)});
       attnNorm(P, S);
       if (P.Linear) {
-        S.H = add(S.X, Gdn->forward(P.Gdn, S.Xn1, M.Sequences, S.Gdn));
+        residualAdd(S.X, Gdn->forward(P.Gdn, S.Xn1, M.Sequences, S.Gdn), S.H);
       } else {
         // Attention's output, read by the out-projection here and by its
         // weight gradient and Delta in the backward: one copy, made by
@@ -689,7 +708,7 @@ struct StageModel::Impl {
           keepForBackward(M, S, {&S.Q, &S.K, &S.V});
         }
         Tensor Gated;
-        S.H = add(S.X, rowParallelForward(*Groups.Tp, gatedAttention(S, Gated), P.O->Value));
+        addProjection(gatedAttention(S, Gated), P.O->Value, S.X, S.H, ResidualOnBackend);
         keepForBackward(M, S, {&S.AttnOut});
       }
       keepForBackward(M, S, {&S.Xn1, &S.X});
@@ -697,17 +716,23 @@ struct StageModel::Impl {
     S.Xn2 = Tensor({S.H.rows(), S.H.cols()});
     HeldArrays Keep(compute(), {normalised(M, S, S.Xn2, true), keptResult(S.H)});
     mlpNorm(P, S);
-    Tensor Y;
     Aux = 0;
     // The MLPs' products stay on the backend for the backward, as the
-    // normalised inputs do.
+    // normalised inputs do, and their outputs for the residual add where
+    // no host code combines them (a tp reduce-scatter, an ep combine, the
+    // shared experts' gate).
     const void *KeepFor = keepKey(M, S);
+    Tensor Y;
+    HeldArrays KeepOutput(compute(),
+                          branchOutput(Y, S, ResidualOnBackend && (P.Moe ? Moe->movesOnBackend() : TpSize == 1)));
     if (!P.Moe) {
-      Y = denseMlp(P, S, false, KeepFor);
+      denseMlp(P, S, &Y, KeepFor);
     } else {
       Aux = Moe->forward(P.Routed, S.Xn2, S.Routed, Y, Count, balanceKeys(P, M), KeepFor);
       if (P.SGate) {
-        Tensor Shared = sharedExperts(P, S, false, KeepFor);
+        Tensor Shared;
+        HeldArrays KeepShared(compute(), branchOutput(Shared, S, ResidualOnBackend && TpSize == 1 && !P.SGateW));
+        sharedExperts(P, S, &Shared, KeepFor);
         if (P.SGateW) {
           S.SOut = Shared;
           S.SScore = matmul(S.Xn2, P.SGateW->Value);
@@ -718,12 +743,54 @@ struct StageModel::Impl {
               Shared.row(I)[C] *= Score;
           }
         }
-        addInto(Y, Shared);
+        residualAdd(Y, Shared, Y);
       }
     }
     keepForBackward(M, S, {&S.Xn2, &S.H});
-    addInto(Y, S.H);
-    return Y;
+    if (Out)
+      *Out = residualOutput(Y, S.H, OutputKey);
+  }
+
+  /// A residual stream's array on the backend (HeldArray::Wide).
+  static HeldArray residual(Tensor &T) { return {T.data(), T.numel(), HeldArray::BackendOnly, /*Wide=*/true}; }
+  /// A + B, a layer's output (or its input gradient): kept on the backend
+  /// under OutputKey where it is not null.
+  Tensor residualOutput(const Tensor &A, const Tensor &B, const void *OutputKey) {
+    Tensor Sum(A.shape());
+    HeldArrays Keep(compute(), OutputKey ? std::vector{residual(Sum)} : std::vector<HeldArray>());
+    residualAdd(A, B, Sum);
+    if (OutputKey)
+      compute().keepArrays(OutputKey, {residual(Sum)});
+    return Sum;
+  }
+  /// The layer's input gradient: the residual stream's DH plus the attention
+  /// norm's backward from DXn1, which joins it on the backend where the
+  /// stream is.
+  Tensor inputGradient(const LayerParams &P, const MicroState &M, LayerState &S, const Tensor &DH, const Tensor &DXn1,
+                       const void *OutputKey) {
+    Tensor DNorm(DH.shape());
+    HeldArrays Keep(compute(), keepKey(M, S) ? std::vector{residual(DNorm)} : std::vector<HeldArray>());
+    rmsNormBackward(S.X, P.AttnNorm->Value, S.Rstd1, DXn1, P.AttnNorm->Grad, DNorm);
+    return residualOutput(DH, DNorm, OutputKey);
+  }
+  /// Sum = A + B, where the backend keeps whichever of them it holds.
+  void residualAdd(const Tensor &A, const Tensor &B, Tensor &Sum) {
+    if (A.shape() != B.shape() || Sum.shape() != A.shape())
+      fail("residual add of tensors of different shapes");
+    compute().add(Sum.numel(), A.data(), B.data(), Sum.data());
+  }
+  /// Sum = Residual + In W, the out-projection's output added to the
+  /// residual stream: on the backend alone where it keeps the stream and no
+  /// tensor-parallel reduce-scatter reads the product on the host.
+  void addProjection(const Tensor &In, const Tensor &W, const Tensor &Residual, Tensor &Sum, bool OnBackend) {
+    if (TpSize > 1 || !OnBackend) {
+      residualAdd(Residual, rowParallelForward(*Groups.Tp, In, W), Sum);
+      return;
+    }
+    Tensor Projected({In.rows(), W.cols()});
+    HeldArrays Keep(compute(), {residual(Projected)});
+    matmul(In, W, Projected);
+    residualAdd(Residual, Projected, Sum);
   }
 
   /// A branch's normalised input, held from its RMSNorm through the
@@ -768,6 +835,7 @@ struct StageModel::Impl {
 
   void dropForRecompute(LayerState &S) {
     if (Options.Recompute.Full) {
+      compute().hostReads(S.X.data(), S.X.numel()); // the layer's input stays, on the host
       compute().releaseKept(&S);
       Tensor X = std::move(S.X);
       S = LayerState();
@@ -816,7 +884,7 @@ struct StageModel::Impl {
   void recompute(const LayerParams &P, const MicroState &M, LayerState &S) {
     if (S.FullDropped) {
       double Aux;
-      layerForward(P, M, S, Aux, /*Count=*/false);
+      layerForward(P, M, S, Aux, /*Count=*/false, /*Out=*/nullptr);
       S.FullDropped = false;
       return;
     }
@@ -831,7 +899,7 @@ struct StageModel::Impl {
     if (S.Dropped.count("core_attn"))
       coreAttn(M, S);
     if (S.Dropped.count("mlp"))
-      denseMlp(P, S, /*Recomputing=*/true, keepKey(M, S));
+      denseMlp(P, S, /*Y=*/nullptr, keepKey(M, S));
     if (S.Dropped.count("moe")) {
       Tensor Y;
       Moe->forward(P.Routed, S.Xn2, S.Routed, Y, /*CountTokens=*/false, balanceKeys(P, M), keepKey(M, S));
@@ -839,12 +907,19 @@ struct StageModel::Impl {
     if (S.Dropped.count("moe_act"))
       Moe->recomputeAct(S.Routed);
     if (S.Dropped.count("shared_experts"))
-      sharedExperts(P, S, /*Recomputing=*/true, keepKey(M, S));
+      sharedExperts(P, S, /*Y=*/nullptr, keepKey(M, S));
     S.Dropped.clear();
   }
 
-  Tensor layerBackward(const LayerParams &P, const MicroState &M, LayerState &S, const Tensor &DY) {
+  /// The layer's backward from its output gradient DY; returns its input
+  /// gradient, kept on the backend under OutputKey where it is not null (the
+  /// previous decoder layer's, which reads it), as layerForward's output.
+  Tensor layerBackward(const LayerParams &P, const MicroState &M, LayerState &S, const Tensor &DY,
+                       const void *OutputKey = nullptr) {
     Communicator &Tp = *Groups.Tp;
+    // The residual stream's gradient, on the backend as the stream itself.
+    Tensor DH(DY.shape());
+    HeldArrays KeepSum(compute(), keepKey(M, S) ? std::vector{residual(DH)} : std::vector<HeldArray>());
     // MLP / MoE branch. Its input is read by every weight's gradient: held
     // for them, it moves to the backend once.
     Tensor DXn2;
@@ -856,32 +931,41 @@ struct StageModel::Impl {
       } else {
         DXn2 = Moe->backward(P.Routed, S.Xn2, S.Routed, DY, Options.AuxScale);
         if (P.SGate) {
-          Tensor DShared = DY;
+          Tensor Scaled;
+          const Tensor *DShared = &DY;
           if (P.SGateW) {
-            // Y = out * s, s = sigmoid(Xn2 w) per token.
+            // Y = out * s, s = sigmoid(Xn2 w) per token, on the host.
+            compute().hostReads(DY.data(), DY.numel());
+            Scaled = DY;
+            DShared = &Scaled;
             Tensor DLogit({DY.rows(), 1});
             for (int64_t I = 0; I < DY.rows(); ++I) {
               double Ds = 0;
               const float Score = S.SScore[I];
               for (int64_t C = 0; C < DY.cols(); ++C) {
                 Ds += double(DY.row(I)[C]) * S.SOut.row(I)[C];
-                DShared.row(I)[C] *= Score;
+                Scaled.row(I)[C] *= Score;
               }
               DLogit[I] = float(Ds * Score * (1 - Score));
             }
             matmulBackward(S.Xn2, P.SGateW->Value, DLogit, P.SGateW->Grad, DXn2, 1.0f);
           }
           addInto(DXn2, parallelMlpBackward(Tp, S.Xn2, {&P.SGate->Value, &P.SUp->Value, &P.SDown->Value}, S.SG, S.SU,
-                                            S.SAct, DShared, {&P.SGate->Grad, &P.SUp->Grad, &P.SDown->Grad}));
+                                            S.SAct, *DShared, {&P.SGate->Grad, &P.SUp->Grad, &P.SDown->Grad}));
         }
       }
     }
-    Tensor DH = add(DY, rmsNormBackward(S.H, P.MlpNorm->Value, S.Rstd2, DXn2, P.MlpNorm->Grad));
+    {
+      Tensor DNorm(DY.shape());
+      HeldArrays KeepNormGradient(compute(), keepKey(M, S) ? std::vector{residual(DNorm)} : std::vector<HeldArray>());
+      rmsNormBackward(S.H, P.MlpNorm->Value, S.Rstd2, DXn2, P.MlpNorm->Grad, DNorm);
+      residualAdd(DY, DNorm, DH);
+    }
     // Attention branch, its input held as the MLP branch's.
     HeldArrays KeepInput(compute(), {keptResult(S.Xn1)});
     if (P.Linear) {
       Tensor DXn1 = Gdn->backward(P.Gdn, S.Xn1, M.Sequences, S.Gdn, DH);
-      return add(DH, rmsNormBackward(S.X, P.AttnNorm->Value, S.Rstd1, DXn1, P.AttnNorm->Grad));
+      return inputGradient(P, M, S, DH, DXn1, OutputKey);
     }
     Tensor Gated;
     // Attention's output gradient, which only the backend reads (for
@@ -908,7 +992,7 @@ struct StageModel::Impl {
     }
     if (Config.Mla) {
       Tensor DXn1 = mlaBackward(P, M, S, DQ, DK, DV);
-      return add(DH, rmsNormBackward(S.X, P.AttnNorm->Value, S.Rstd1, DXn1, P.AttnNorm->Grad));
+      return inputGradient(P, M, S, DH, DXn1, OutputKey);
     }
     // The projections' output gradients, held from the rotation back to
     // their products, which alone read them (the head norms' backward
@@ -931,7 +1015,7 @@ struct StageModel::Impl {
       DWs.push_back(&P.OGate->Grad);
     }
     Tensor DXn1 = columnParallelBackward(Tp, S.Xn1, nullptr, Ws, DYs, DWs);
-    return add(DH, rmsNormBackward(S.X, P.AttnNorm->Value, S.Rstd1, DXn1, P.AttnNorm->Grad));
+    return inputGradient(P, M, S, DH, DXn1, OutputKey);
   }
 
   // ---- the chunk -------------------------------------------------------
@@ -987,8 +1071,13 @@ struct StageModel::Impl {
       LayerState &S = M.Layers[L];
       S.X = std::move(X);
       double Aux = 0;
-      X = layerForward(Layers[L], M, S, Aux, /*CountRouting=*/Training);
-      if (Tower && L < M.VisionOut.Deepstack.size())
+      // The next layer reads the output on the backend; host code reads the
+      // last layer's (the final norm, a pipeline send) and a deepstack
+      // feature is added to it on the host.
+      const bool Deepstack = Tower && L < M.VisionOut.Deepstack.size();
+      layerForward(Layers[L], M, S, Aux, /*CountRouting=*/Training, &X,
+                   L + 1 < Layers.size() && !Deepstack ? keepKey(M, M.Layers[L + 1]) : nullptr);
+      if (Deepstack)
         for (auto [Row, From] : M.VisualRows)
           for (int64_t C = 0; C < Config.Hidden; ++C)
             X.row(Row)[C] += M.VisionOut.Deepstack[L].row(From)[C];
@@ -1092,7 +1181,7 @@ struct StageModel::Impl {
       }
       S.Layer.X = matmul(S.Cat, P.Proj->Value);
       double Aux = 0;
-      S.Y = layerForward(P.Layer, M, S.Layer, Aux, /*CountRouting=*/Training);
+      layerForward(P.Layer, M, S.Layer, Aux, /*CountRouting=*/Training, &S.Y);
       if (P.Layer.Moe)
         Loss.AuxSum += Aux;
       dropForRecompute(S.Layer);
@@ -1265,10 +1354,15 @@ struct StageModel::Impl {
       recompute(Layers[L], M, S);
       auto After = S.bytes();
       charge(minus(After, Before), +1);
-      DY = layerBackward(Layers[L], M, S, DY);
+      // The previous layer reads the input gradient on the backend, as the
+      // forward's output; host code reads layer 0's (the embedding's
+      // backward, a pipeline send) and adds a deepstack feature's rows.
+      const bool HostReads = L == 0 || L - 1 < DDeepstack.size();
+      Tensor DX = layerBackward(Layers[L], M, S, DY, HostReads ? nullptr : keepKey(M, M.Layers[L - 1]));
       charge(After, -1);
-      compute().releaseKept(&S);
+      compute().releaseKept(&S); // DY among them: before it is freed
       S = LayerState();
+      DY = std::move(DX);
     }
     Tensor Result;
     if (Tower)

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <stdexcept>
 
 namespace moert {
 
@@ -26,9 +27,16 @@ void rmsNormForward(const Tensor &X, const Tensor &W, double Eps, std::vector<fl
 
 Tensor rmsNormBackward(const Tensor &X, const Tensor &W, const std::vector<float> &Rstd, const Tensor &DY, Tensor &DW) {
   Tensor DX({X.rows(), X.cols()});
+  rmsNormBackward(X, W, Rstd, DY, DW, DX);
+  return DX;
+}
+
+void rmsNormBackward(const Tensor &X, const Tensor &W, const std::vector<float> &Rstd, const Tensor &DY, Tensor &DW,
+                     Tensor &DX) {
+  if (DX.shape() != X.shape())
+    throw std::invalid_argument("rmsNormBackward: DX is not shaped as X");
   currentBackend().rmsNormBackward(X.rows(), X.cols(), X.data(), W.data(), Rstd.data(), DY.data(), DX.data(),
                                    DW.data());
-  return DX;
 }
 
 namespace {

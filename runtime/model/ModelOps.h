@@ -23,6 +23,10 @@ Tensor rmsNormForward(const Tensor &X, const Tensor &W, double Eps, std::vector<
 void rmsNormForward(const Tensor &X, const Tensor &W, double Eps, std::vector<float> &Rstd, Tensor &Y);
 /// Returns DX; DW += sum over rows of DY * X * rstd.
 Tensor rmsNormBackward(const Tensor &X, const Tensor &W, const std::vector<float> &Rstd, const Tensor &DY, Tensor &DW);
+/// The same into DX, which has X's shape already (and may be held on the
+/// backend).
+void rmsNormBackward(const Tensor &X, const Tensor &W, const std::vector<float> &Rstd, const Tensor &DY, Tensor &DW,
+                     Tensor &DX);
 
 /// Rotary embedding, rotate-half convention, in place on X [N, Heads *
 /// HeadDim]: for pair i < HeadDim / 2 with angle Positions[n] * Theta^(-2i /

@@ -232,7 +232,8 @@ void MoeBlock::localExperts(const MoeWeights &W, const Tensor &Xn, MoeSaved &S, 
   MlpArgs A = expertMlpArgs(W, S.Dispatch.TokensPerLocalExpert, H, F, S);
   A.Y = Out.data();
   mlpForwardKeeping(Backend, A, KeepFor, /*KeepRows=*/true);
-  Y = Tensor({N, H});
+  if (Y.shape() != std::vector<int64_t>{N, H})
+    Y = Tensor({N, H});
   Backend.unpermuteRows(S.Dispatch.moves(S.TopW.data()), Out.data(), Y.data());
   S.Dispatch.CombinedCopies = std::move(Out); // the same storage, which stays held
   if (KeepFor)

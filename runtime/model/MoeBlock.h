@@ -64,6 +64,9 @@ public:
   /// experts' outputs where the rows move on the backend: movesOnBackend())
   /// is kept under that key (ComputeBackend::keepArrays) until the caller
   /// releases it.
+  /// Y is written, in its own storage where it has the output's shape
+  /// already and the rows move on the backend (so that a hold on it keeps
+  /// the output there).
   double forward(const MoeWeights &W, const Tensor &Xn, MoeSaved &S, Tensor &Y, bool CountTokens = false,
                  const uint64_t *BalanceKeys = nullptr, const void *KeepFor = nullptr);
   /// Recomputes Act from G and U (selective "moe_act").
@@ -73,11 +76,12 @@ public:
   /// weights' gradients.
   Tensor backward(const MoeWeights &W, const Tensor &Xn, MoeSaved &S, const Tensor &DY, double AuxGradScale);
 
-private:
   /// Whether the rows move between the tokens and the experts on the
   /// backend (ComputeBackend::permuteRows and the others): where neither the
   /// ep group nor the etp group has another rank to exchange them with.
   bool movesOnBackend() const;
+
+private:
   /// The routed experts of a rank that exchanges nothing: Y from Xn, the
   /// rows and the experts' outputs kept on the backend under KeepFor (where
   /// not null) for localExpertsBackward.

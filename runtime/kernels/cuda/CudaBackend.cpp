@@ -186,8 +186,8 @@ public:
   const char *name() const override { return "cuda"; }
   const char *precision() const override {
     return "GEMMs, attention, RMSNorm, RoPE, SwiGLU, the experts' MLPs, token permutation and the loss head on bf16 "
-           "operands with fp32 accumulation, the gradient sums and AdamW in fp32 on the device (of the parameters "
-           "no host code reads), the rest in fp32 on the host";
+           "operands with fp32 accumulation, the residual stream's adds, the gradient sums and AdamW in fp32 on the "
+           "device (of the parameters no host code reads), the rest in fp32 on the host";
   }
 
   void gemm(const GemmArgs &G) override {
@@ -518,12 +518,16 @@ public:
   }
 
   void holdArrays(const std::vector<HeldArray> &Arrays) override {
+    for (const HeldArray &A : Arrays)
+      if (A.Wide && A.Kind != HeldArray::BackendOnly)
+        throw std::logic_error("the CUDA backend keeps only BackendOnly arrays wide");
     std::vector<const float *> &Level = Levels.emplace_back();
     for (const HeldArray &A : Arrays)
       if (A.Count > 0 && !overlapsHeld(A.Data, A.Count)) {
         HeldCopy &H = Held[A.Data];
         H.Count = A.Count;
         H.Kind = A.Kind;
+        H.Wide = A.Wide;
         H.Host = A.Data;
         H.Depth = Levels.size() - 1;
         Level.push_back(A.Data);
@@ -656,8 +660,38 @@ public:
       hostWrote(Data, Count);
       return;
     }
-    writeResident(*H, Data, Count);
+    writeMaster(*H, Data, Count);
     MOERT_CUDA_CHECK(cudaMemsetAsync(H->at(Data), 0, size_t(Count) * sizeof(float), Blas.stream()));
+  }
+
+  void add(int64_t Count, const float *A, const float *B, float *Out) override {
+    Charge Charged(Copies, "add");
+    auto IsWide = [&](const float *X) {
+      const HeldCopy *H = containing(X, Count);
+      return H && H->Wide;
+    };
+    if (Count == 0 || (!IsWide(A) && !IsWide(B) && !IsWide(Out))) {
+      for (const float *X : {A, B, const_cast<const float *>(Out)}) {
+        flushOverlapping(X, Count);
+        hostReads(X, Count);
+      }
+      ComputeBackend::add(Count, A, B, Out);
+      dropCopies(Out, Count);
+      return;
+    }
+    // Where one of them is on the device, the others come to it (a sum
+    // the host reads comes back, as an operation's result).
+    DeviceBuffer<float> StagedA, StagedB;
+    const float *DA = wideInput(A, Count, StagedA), *DB = wideInput(B, Count, StagedB);
+    if (IsWide(Out)) {
+      HeldCopy &To = *containing(Out, Count);
+      writeMaster(To, Out, Count);
+      cuda::addF32(Count, DA, DB, To.at(Out), Blas.stream());
+      return;
+    }
+    DeviceBuffer<float> Sum{size_t(Count)};
+    cuda::addF32(Count, DA, DB, Sum.data(), Blas.stream());
+    result(Sum, Out);
   }
 
   void copy(const float *Src, float *Dst, int64_t Count) override {
@@ -677,7 +711,7 @@ public:
       dropCopies(Dst, Count);
       return;
     }
-    writeResident(*To, Dst, Count);
+    writeMaster(*To, Dst, Count);
     if (From)
       MOERT_CUDA_CHECK(cudaMemcpyAsync(To->at(Dst), From->at(Src), size_t(Count) * sizeof(float),
                                        cudaMemcpyDeviceToDevice, Blas.stream()));
@@ -714,7 +748,7 @@ public:
         H.Count = A.Count;
         H.Kind = HeldArray::Read; // operands read its bf16 copy
         H.Host = A.Data;
-        H.Resident = true;
+        H.Resident = H.Wide = true;
       }
   }
   void releaseResident() override {
@@ -730,7 +764,7 @@ public:
 
   void hostReads(const float *Data, int64_t Count) override {
     for (HeldCopy *H : readCopiesOverlapping(Data, Count))
-      if (H->Resident)
+      if (H->Wide)
         settle(*H);
       else if (H->Ahead) {
         Charge Charged(Copies, "host reads");
@@ -788,14 +822,16 @@ private:
     const void *KeptBy = nullptr;
     /// The copy has results the host array lacks (BackendOnly, resident).
     bool Ahead = false;
-    /// Kept across holds (makeResident): Master is the fp32 array, from
-    /// which Copy (bf16, for operands) is made on the device.
+    /// Kept across holds (makeResident).
     bool Resident = false;
+    /// Resident or held wide (HeldArray::Wide): Master is the fp32 array,
+    /// from which Copy (bf16, for operands) is made on the device.
+    bool Wide = false;
     DeviceBuffer<bf16> Copy;
     DeviceBuffer<float> Sum, Master;
     /// The fp32 element of Data an operation adds to: the Accumulate
-    /// array's share, or the resident array itself.
-    float *at(const float *Data) { return (Resident ? Master : Sum).data() + (Data - Host); }
+    /// array's share, or the wide array itself.
+    float *at(const float *Data) { return (Wide ? Master : Sum).data() + (Data - Host); }
     /// What its copies are charged to: the trainer's parameters and
     /// gradients are the outermost hold, or resident.
     const char *holdName() const { return Resident ? "resident" : Depth == 0 ? "outermost hold" : "nested holds"; }
@@ -825,7 +861,7 @@ private:
   void productInto(bool TransA, bool TransB, int64_t M, int64_t N, int64_t K, float Alpha, const Operand &A,
                    const Operand &B, float Beta, float *C, int64_t LdC) {
     const int64_t Extent = (M - 1) * LdC + N;
-    if (HeldCopy *Sum = heldSum(C, Extent); Sum && Beta == 1.0f) {
+    if (HeldCopy *Sum = Beta == 1.0f ? heldSum(C, Extent) : nullptr) {
       cuda::gemm(Blas, TransA, TransB, M, N, K, Alpha, A.Data, A.Ld, B.Data, B.Ld, 1.0f, Sum->at(C), OutType::F32, LdC);
       return;
     }
@@ -866,6 +902,17 @@ private:
     return Copies.upload(Narrow);
   }
 
+  /// Count contiguous elements in fp32 on the device: a wide array's own,
+  /// else the host's values staged in Staged.
+  const float *wideInput(const float *Data, int64_t Count, DeviceBuffer<float> &Staged) {
+    if (HeldCopy *H = containing(Data, Count); H && H->Wide)
+      return master(*H) + (Data - H->Host);
+    flushOverlapping(Data, Count);
+    hostReads(Data, Count);
+    Staged = Copies.floats(Data, Count);
+    return Staged.data();
+  }
+
   /// Count contiguous elements as a bf16 operand (not to be written).
   Operand input(const float *Data, int64_t Count) { return operand(Data, 1, Count, Count); }
 
@@ -888,8 +935,8 @@ private:
   template <typename T> void result(const DeviceBuffer<T> &Device, float *Out) {
     const int64_t Count = int64_t(Device.size());
     HeldCopy *Only = containing(Out, Count);
-    if (Only && Only->Resident) {
-      writeResident(*Only, Out, Count);
+    if (Only && Only->Wide) {
+      writeMaster(*Only, Out, Count);
       float *Dst = Only->at(Out);
       if constexpr (std::is_same_v<T, bf16>)
         castToF32(Count, Device.data(), Dst, Blas.stream());
@@ -959,11 +1006,12 @@ private:
   }
   static bool hasCopy(HeldArray::Use Kind) { return Kind == HeldArray::Read || Kind == HeldArray::BackendOnly; }
 
-  /// A BackendOnly array's host values, which are unspecified: NaNs in the
-  /// emulation, so that a host reader shows in the results.
+  /// A released BackendOnly array's host values, which are unspecified
+  /// where the device was ahead of them: NaNs in the emulation, so that a
+  /// host reader shows in the results.
   void unspecified(HeldCopy &H) {
 #ifdef MOERT_CUDA_EMULATION
-    if (H.Kind == HeldArray::BackendOnly)
+    if (H.Kind == HeldArray::BackendOnly && H.Ahead)
       std::fill_n(H.Host, H.Count, std::numeric_limits<float>::quiet_NaN());
 #else
     (void)H;
@@ -1104,7 +1152,7 @@ private:
     HeldCopy *H = containing(Data, Extent);
     if (!H || !hasCopy(H->Kind))
       return nullptr;
-    if (!H->Copy.size() && H->Resident) {
+    if (!H->Copy.size() && H->Wide) {
       H->Copy.resize(size_t(H->Count));
       castToBf16(H->Count, master(*H), H->Copy.data(), Blas.stream());
     } else if (!H->Copy.size()) {
@@ -1115,10 +1163,10 @@ private:
   }
 
   /// The held array an operation adds to in fp32 on the device (an
-  /// Accumulate array's share, a resident array), if Data lies in one.
+  /// Accumulate array's share, a wide array), if Data lies in one.
   HeldCopy *heldSum(const float *Data, int64_t Extent) {
     HeldCopy *H = containing(Data, Extent);
-    if (H && H->Resident) {
+    if (H && H->Wide) {
       master(*H);
       aheadOfHost(*H);
       return H;
@@ -1132,8 +1180,8 @@ private:
     return H;
   }
 
-  /// A resident array's fp32 values on the device, uploaded from the host
-  /// where the host's are the newer.
+  /// A wide array's fp32 values on the device, uploaded from the host where
+  /// the host's are the newer.
   float *master(HeldCopy &H) {
     if (!H.Master.size()) {
       Charge Charged(Copies, H.holdName());
@@ -1141,7 +1189,7 @@ private:
     }
     return H.Master.data();
   }
-  /// A resident array an operation is about to write on the device: its
+  /// A wide array an operation is about to write on the device: its
   /// bf16 copy is stale (unless the operation writes it too), its host
   /// values unspecified (NaNs in the emulation, so that a host reader that
   /// did not ask shows).
@@ -1155,10 +1203,10 @@ private:
     std::fill_n(H.Host, H.Count, std::numeric_limits<float>::quiet_NaN());
 #endif
   }
-  /// A resident array whose elements [Data, Data + Count) an operation is
+  /// A wide array whose elements [Data, Data + Count) an operation is
   /// about to overwrite on the device: the rest of it comes from the host
   /// first where the device has none of it.
-  void writeResident(HeldCopy &H, const float *Data, int64_t Count) {
+  void writeMaster(HeldCopy &H, const float *Data, int64_t Count) {
     if (Count != H.Count)
       master(H);
     else if (!H.Master.size())
@@ -1185,7 +1233,7 @@ private:
     HeldCopy *From = Device ? resident(In, InCount) : nullptr, *To = Device ? resident(Out, OutCount) : nullptr;
     if (From && To) {
       master(*From);
-      writeResident(*To, Out, OutCount);
+      writeMaster(*To, Out, OutCount);
       DeviceOp(onComputeStream(*Device), From->at(In), To->at(Out));
       return;
     }
@@ -1199,7 +1247,7 @@ private:
     HeldCopy *H = containing(Data, Count);
     return H && H->Resident ? H : nullptr;
   }
-  /// Brings a resident array's device values back to the host.
+  /// Brings a wide array's device values back to the host.
   void settle(HeldCopy &H) {
     if (!H.Ahead)
       return;

@@ -1,4 +1,4 @@
-//===- kernels/cuda/Elementwise.h - RMSNorm, RoPE, SwiGLU, casts (BF16) ---===//
+//===- kernels/cuda/Elementwise.h - RMSNorm, RoPE, SwiGLU, casts, adds ---===//
 //
 // The element-wise pieces of the transformer on the GPU, with the semantics of
 // model/ModelOps.h: activations [tokens, features] row-major in bf16, every
@@ -38,8 +38,9 @@ void swiGluBackward(int64_t Count, const bf16 *G, const bf16 *U, const bf16 *DAc
 /// Precision casts (fp32 GEMM outputs to bf16 activations and back).
 void castToBf16(int64_t Count, const float *In, bf16 *Out, cudaStream_t Stream);
 void castToF32(int64_t Count, const bf16 *In, float *Out, cudaStream_t Stream);
-/// Y += X (residual adds) in bf16 with an fp32 sum.
-void addInPlace(int64_t Count, const bf16 *X, bf16 *Y, cudaStream_t Stream);
+/// Out = A + B in fp32 (the residual stream's adds: the host's bits); Out
+/// may be A or B.
+void addF32(int64_t Count, const float *A, const float *B, float *Out, cudaStream_t Stream);
 
 /// The embedding lookup of this rank's vocabulary rows [VocabStart,
 /// VocabStart + VocabRows) of Table [VocabRows, Hidden] (fp32): Out[n] =

@@ -162,6 +162,7 @@ Tensor TokenDispatcher::combineBackward(const Tensor &DY, const std::vector<floa
     fail(Ep, "combineBackward: combine() has not run on this state");
   DWeights.assign(Copies, 0.0f);
   Tensor SendRows({Copies, Hidden});
+  currentBackend().hostReads(DY.data(), DY.numel()); // combined on the host
   hostBackend().unpermuteRowsBackward(S.moves(Weights.data()), DY.data(), S.CombinedCopies.data(), SendRows.data(),
                                       DWeights.data());
   return toExperts(SendRows, S);

@@ -153,8 +153,8 @@ MlpArgs mlpArgs(const Tensor &X, const ParallelMlpWeights &W) {
 }
 } // namespace
 
-Tensor parallelMlpForward(Communicator &Tp, const Tensor &XShard, const ParallelMlpWeights &W, Tensor &G, Tensor &U,
-                          Tensor &Act, bool WithOutput, const void *KeepFor) {
+void parallelMlpForward(Communicator &Tp, const Tensor &XShard, const ParallelMlpWeights &W, Tensor &G, Tensor &U,
+                        Tensor &Act, Tensor *Y, const void *KeepFor) {
   Tensor Gathered;
   const Tensor &X = wholeSequence(Tp, XShard, Gathered);
   MlpArgs A = mlpArgs(X, W);
@@ -164,14 +164,16 @@ Tensor parallelMlpForward(Communicator &Tp, const Tensor &XShard, const Parallel
   A.G = G.data();
   A.U = U.data();
   A.Act = Act.data();
-  Tensor Y;
-  if (WithOutput) {
-    Y.resize({X.rows(), X.cols()});
-    A.Y = Y.data();
-  }
+  const std::vector<int64_t> Whole = {X.rows(), X.cols()};
+  Tensor Partial;
+  Tensor &Out = Tp.size() == 1 && Y && Y->shape() == Whole ? *Y : Partial;
+  if (Y && &Out == &Partial)
+    Partial = Tensor(Whole);
+  A.Y = Y ? Out.data() : nullptr;
   // The input rows are the caller's to keep (at tp 1 its own array).
   mlpForwardKeeping(currentBackend(), A, KeepFor, /*KeepRows=*/false);
-  return WithOutput ? reduceScatterSequence(Tp, std::move(Y)) : Tensor();
+  if (Y && &Out == &Partial)
+    *Y = reduceScatterSequence(Tp, std::move(Partial));
 }
 
 Tensor parallelMlpBackward(Communicator &Tp, const Tensor &XShard, const ParallelMlpWeights &W, const Tensor &G,

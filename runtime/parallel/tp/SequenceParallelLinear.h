@@ -70,14 +70,16 @@ struct ParallelMlpWeights {
 };
 
 /// The MLP as one backend operation (ComputeBackend::mlpForward) on the
-/// gathered sequence: writes G, U and Act [N, ffn / TP] and returns the
-/// reduce-scattered output shard, or an empty tensor when !WithOutput (a
-/// recompute needs only the products). Where KeepFor is not null, the
-/// products stay on the backend (HeldArray::BackendOnly: their host values
-/// are unspecified), G and U (which the backward reads) kept under that key
+/// gathered sequence: writes G, U and Act [N, ffn / TP] and the
+/// reduce-scattered output shard into Y, unless Y is null (a recompute needs
+/// only the products); on a group of one, into Y's own storage where it has
+/// the output's shape already (so that a hold on it keeps the output on the
+/// backend). Where KeepFor is not null, the products stay on the backend
+/// (HeldArray::BackendOnly: their host values are unspecified), G and U
+/// (which the backward reads) kept under that key
 /// (ComputeBackend::keepArrays) until the caller releases them.
-Tensor parallelMlpForward(Communicator &Tp, const Tensor &XShard, const ParallelMlpWeights &W, Tensor &G, Tensor &U,
-                          Tensor &Act, bool WithOutput = true, const void *KeepFor = nullptr);
+void parallelMlpForward(Communicator &Tp, const Tensor &XShard, const ParallelMlpWeights &W, Tensor &G, Tensor &U,
+                        Tensor &Act, Tensor *Y, const void *KeepFor = nullptr);
 /// Backward: gathers DYShard and XShard again (Megatron keeps the shard),
 /// adds the weight gradients (DWeights in Gate, Up, Down order) and returns
 /// the reduce-scattered input-gradient shard.

@@ -415,6 +415,68 @@ TEST(CudaBackend, BackendOnlyResultsComeBackOnlyWhenAskedFor) {
   Cuda->releaseKept(&Key);
 }
 
+// The residual stream on the device: a product and a sum held wide stay
+// there in fp32, the add gives the host's bits, an operation that reads the
+// sum takes its bf16 copy made there, and it comes back, exact, when asked.
+TEST(CudaBackend, WideArraysAddInFp32WhereTheyAre) {
+  auto Cuda = cudaBackend();
+  const int64_t M = 4, K = 6, N = 8, Count = M * N;
+  std::vector<float> X = randomF32(size_t(Count), 81), A = randomBf16(size_t(M * K), 82);
+  std::vector<float> W = randomBf16(size_t(K * N), 83), Norm = randomBf16(size_t(N), 84);
+  auto Moved = [&] { return Cuda->traffic().HostToDeviceBytes + Cuda->traffic().DeviceToHostBytes; };
+  auto Product = [&](std::vector<float> &P) {
+    Cuda->gemm({false, false, M, N, K, 1.0f, A.data(), K, W.data(), N, 0.0f, P.data(), N});
+  };
+  // What the host adds: the same product, brought back, plus X.
+  std::vector<float> OnHost(static_cast<size_t>(Count)), Want(static_cast<size_t>(Count)),
+      WantY(static_cast<size_t>(Count)), WantRstd(static_cast<size_t>(M));
+  Product(OnHost);
+  hostBackend().add(Count, X.data(), OnHost.data(), Want.data());
+  Cuda->rmsNormForward(M, N, Want.data(), Norm.data(), 1e-6, WantY.data(), WantRstd.data());
+
+  std::vector<float> P(static_cast<size_t>(Count)), H(static_cast<size_t>(Count)), Y(static_cast<size_t>(Count)),
+      Rstd(static_cast<size_t>(M));
+  int Key = 0;
+  {
+    HeldArrays Hold(*Cuda,
+                    {{P.data(), Count, HeldArray::BackendOnly, true}, {H.data(), Count, HeldArray::BackendOnly, true}});
+    int64_t Before = Moved();
+    Product(P);
+    EXPECT_EQ(Moved() - Before, (M * K + K * N) * Crossing) << "the operands in, the product stays";
+    Before = Moved();
+    Cuda->add(Count, X.data(), P.data(), H.data());
+    EXPECT_EQ(Moved() - Before, Count * Crossing) << "X in, in fp32; the sum stays";
+#ifdef MOERT_CUDA_EMULATION
+    EXPECT_TRUE(std::isnan(H[0]) && std::isnan(P[0])) << "host values unspecified until asked for";
+#endif
+    Before = Moved();
+    Cuda->rmsNormForward(M, N, H.data(), Norm.data(), 1e-6, Y.data(), Rstd.data());
+    EXPECT_EQ(Moved() - Before, (N + Count + M) * Crossing) << "the weight in, Y and rstd out: H is read there";
+    EXPECT_EQ(Y, WantY);
+    EXPECT_EQ(Rstd, WantRstd);
+    Cuda->add(Count, H.data(), H.data(), H.data()); // in place, and back
+    Cuda->add(Count, H.data(), P.data(), H.data());
+    Cuda->keepArrays(&Key, {{H.data(), Count, HeldArray::BackendOnly, true}});
+  }
+  std::vector<float> Twice(static_cast<size_t>(Count));
+  for (int64_t I = 0; I < Count; ++I)
+    Twice[size_t(I)] = 2.0f * Want[size_t(I)] + OnHost[size_t(I)];
+  int64_t Before = Moved();
+  Cuda->hostReads(H.data(), Count);
+  Cuda->hostReads(H.data() + 1, 1);
+  EXPECT_EQ(Moved() - Before, Count * Crossing) << "kept past its hold; asked for, it comes back once";
+  EXPECT_EQ(H, Twice) << "the host's fp32 sums, bit for bit";
+  Cuda->releaseKept(&Key);
+
+  // Where the sum is not held wide, the add is the host's.
+  std::vector<float> Plain(static_cast<size_t>(Count));
+  Before = Moved();
+  Cuda->add(Count, X.data(), OnHost.data(), Plain.data());
+  EXPECT_EQ(Moved() - Before, 0);
+  EXPECT_EQ(Plain, Want);
+  EXPECT_THROW(Cuda->holdArrays({{Plain.data(), Count, HeldArray::Read, true}}), std::logic_error);
+}
+
 // A parameter's values, gradient and moments kept resident step to step:
 // the gradient is zeroed and summed on the device, the norm's squares come
 // back as one figure, the update runs where they are (the host backend's
@@ -1206,6 +1268,20 @@ TEST(CudaBackend, AStageKeepsWhatOnlyTheBackendReadsOnTheDevice) {
   const int64_t Statistics = MB.Sequences * C.Heads * MB.SeqLen * int64_t(sizeof(float));
   EXPECT_EQ(Cuda->traffic().ByOperation["attention"].DeviceToHostBytes, C.Layers * 2 * Statistics);
   EXPECT_EQ(Cuda->traffic().ByOperation.count("host reads"), 0u) << "no host code asked for them on one rank";
+  // The residual stream and its gradient stay on the device from layer to
+  // layer: of the adds' operands and sums, only the stage's ends cross (the
+  // embedding's rows in and the last layer's output out; the final norm's
+  // gradient in and the first layer's input gradient out).
+  const int64_t Stream = Rows * C.Hidden * int64_t(sizeof(float));
+  const BackendTraffic::Copies Adds = Cuda->traffic().ByOperation["add"];
+  EXPECT_EQ(Adds.HostToDeviceBytes, 2 * Stream);
+  EXPECT_EQ(Adds.DeviceToHostBytes, 2 * Stream);
+  // And the norms' input gradients join it there: of their backward, only
+  // the final norm's (whose input is the host's) comes back.
+  EXPECT_EQ(Cuda->traffic().ByOperation["rmsnorm"].DeviceToHostBytes,
+            (C.Layers * 2 + 1) * (Rows + C.Hidden) * int64_t(sizeof(float)) + 2 * Stream)
+      << "every norm's rstd and weight gradient (no parameter is held here); the final norm's output and input "
+         "gradient";
 }
 
 } // namespace

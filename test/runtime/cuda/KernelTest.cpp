@@ -400,20 +400,24 @@ TEST(CudaElementwise, SwiGluForwardAndBackwardMatchHost) {
   EXPECT_TRUE(near(downloadBf16(GDU), DU.storage(), Bf16Tol, "dU"));
 }
 
-TEST(CudaElementwise, CastsRoundTripAndAddInPlace) {
-  std::vector<float> X = {1.0f, -2.5f, 3.14159f, 1e-3f, 65504.0f};
-  auto DX = uploadF32(X);
+TEST(CudaElementwise, CastsRoundTripAndFp32AddsAreTheHosts) {
+  std::vector<float> X = {1.0f, -2.5f, 3.14159f, 1e-3f, 65504.0f}, Y = {1e-8f, 2.5f, -3.0f, 7.0e-4f, 1.0f};
+  auto DX = uploadF32(X), DY = uploadF32(Y);
   DeviceBuffer<bf16> B(X.size());
-  DeviceBuffer<float> Back(X.size());
+  DeviceBuffer<float> Back(X.size()), Sum(X.size());
   castToBf16(int64_t(X.size()), DX.data(), B.data(), nullptr);
   castToF32(int64_t(X.size()), B.data(), Back.data(), nullptr);
-  addInPlace(int64_t(X.size()), B.data(), B.data(), nullptr); // B = 2B
+  addF32(int64_t(X.size()), DX.data(), DY.data(), Sum.data(), nullptr);
+  addF32(int64_t(X.size()), DX.data(), DX.data(), DX.data(), nullptr); // in place: X = 2X
   sync();
   EXPECT_EQ(Back.download(), roundedToBf16(X));
-  std::vector<float> Twice = roundedToBf16(X);
-  for (float &T : Twice)
-    T *= 2.0f;
-  EXPECT_EQ(downloadBf16(B), Twice);
+  std::vector<float> HostSum(X.size()), Twice(X.size());
+  for (size_t I = 0; I < X.size(); ++I) {
+    HostSum[I] = X[I] + Y[I]; // 1 + 1e-8 rounds to 1 in fp32, not in a wider sum
+    Twice[I] = 2.0f * X[I];
+  }
+  EXPECT_EQ(Sum.download(), HostSum);
+  EXPECT_EQ(DX.download(), Twice);
 }
 
 //===--------------------------------------------------------------------===//
