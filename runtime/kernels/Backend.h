@@ -301,13 +301,16 @@ public:
   /// global gradient norm's share of a rank): one operation for all of a
   /// rank's gradients, so that a GPU returns one figure.
   virtual double sumSquares(const std::vector<ConstArray> &Arrays);
-  /// Count zeros at Data (a gradient before a step's first backward).
+  /// Count zeros at Data (a gradient before a step's first backward, a sum
+  /// before its first product).
   virtual void zero(float *Data, int64_t Count);
   /// Out = A + B over Count elements in fp32 (the residual stream's adds);
   /// Out may be A or B. A backend that computes elsewhere adds there where
   /// one of them is held Wide, else on the host.
   virtual void add(int64_t Count, const float *A, const float *B, float *Out);
-  /// Count elements from Src to Dst (a gradient into its reduction bucket).
+  /// Count elements from Src to Dst (a gradient into its reduction bucket,
+  /// attention's key and value gradients out of the ring's buffer), on the
+  /// device where one of them is held wide or resident.
   virtual void copy(const float *Src, float *Dst, int64_t Count);
   /// The collectives of the gradient reduction and of the distributed
   /// optimizer (comm/Communicator.h), on arrays that may be resident

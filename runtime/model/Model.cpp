@@ -635,9 +635,9 @@ struct StageModel::Impl {
     parallelMlpForward(*Groups.Tp, S.Xn2, {&P.SGate->Value, &P.SUp->Value, &P.SDown->Value}, S.SG, S.SU, S.SAct, Y,
                        KeepFor);
   }
-  /// An output of the MLP branch, on the backend where the residual stream
-  /// is and the backend makes it there (HeldArray::Wide, in Y's storage;
-  /// else Y is left empty, to be written on the host).
+  /// An output of a branch (or its input's gradient), on the backend where
+  /// the residual stream is and the backend makes it there (HeldArray::Wide,
+  /// in Y's storage; else Y is left empty, to be written on the host).
   std::vector<HeldArray> branchOutput(Tensor &Y, const LayerState &S, bool OnBackend) {
     if (!OnBackend)
       return {};
@@ -922,14 +922,18 @@ struct StageModel::Impl {
     HeldArrays KeepSum(compute(), keepKey(M, S) ? std::vector{residual(DH)} : std::vector<HeldArray>());
     // MLP / MoE branch. Its input is read by every weight's gradient: held
     // for them, it moves to the backend once.
+    // Its input gradient joins the residual stream's through the norm on the
+    // backend, where the backend makes it there (as the branch's output).
     Tensor DXn2;
+    HeldArrays KeepBranchGradient(
+        compute(), branchOutput(DXn2, S, keepKey(M, S) && (P.Moe ? Moe->movesOnBackend() : TpSize == 1)));
     {
       HeldArrays KeepInput(compute(), {keptResult(S.Xn2)});
       if (!P.Moe) {
-        DXn2 = parallelMlpBackward(Tp, S.Xn2, {&P.Gate->Value, &P.Up->Value, &P.Down->Value}, S.G, S.U, S.Act, DY,
-                                   {&P.Gate->Grad, &P.Up->Grad, &P.Down->Grad});
+        parallelMlpBackward(Tp, S.Xn2, {&P.Gate->Value, &P.Up->Value, &P.Down->Value}, S.G, S.U, S.Act, DY,
+                            {&P.Gate->Grad, &P.Up->Grad, &P.Down->Grad}, DXn2);
       } else {
-        DXn2 = Moe->backward(P.Routed, S.Xn2, S.Routed, DY, Options.AuxScale);
+        Moe->backward(P.Routed, S.Xn2, S.Routed, DY, Options.AuxScale, DXn2);
         if (P.SGate) {
           Tensor Scaled;
           const Tensor *DShared = &DY;
@@ -950,8 +954,11 @@ struct StageModel::Impl {
             }
             matmulBackward(S.Xn2, P.SGateW->Value, DLogit, P.SGateW->Grad, DXn2, 1.0f);
           }
-          addInto(DXn2, parallelMlpBackward(Tp, S.Xn2, {&P.SGate->Value, &P.SUp->Value, &P.SDown->Value}, S.SG, S.SU,
-                                            S.SAct, *DShared, {&P.SGate->Grad, &P.SUp->Grad, &P.SDown->Grad}));
+          Tensor DSharedIn;
+          HeldArrays KeepSharedGradient(compute(), branchOutput(DSharedIn, S, keepKey(M, S) && TpSize == 1));
+          parallelMlpBackward(Tp, S.Xn2, {&P.SGate->Value, &P.SUp->Value, &P.SDown->Value}, S.SG, S.SU, S.SAct,
+                              *DShared, {&P.SGate->Grad, &P.SUp->Grad, &P.SDown->Grad}, DSharedIn);
+          residualAdd(DXn2, DSharedIn, DXn2);
         }
       }
     }
@@ -983,6 +990,14 @@ struct StageModel::Impl {
       }
     }
     Tensor DQ(S.Q.shape()), DK(S.K.shape()), DV(S.V.shape());
+    // Attention's gradients stay on the backend, as sums in fp32, from its
+    // blocks to the projections' products where only the backend reads them
+    // on the way (no head norm's backward; no cp exchange, which sends them
+    // from host memory).
+    const bool GradientsOnBackend = keepKey(M, S) && !Config.Mla && !P.QNorm && Groups.Cp->size() == 1;
+    HeldArrays KeepAttentionGradients(compute(), GradientsOnBackend
+                                                     ? std::vector{residual(DQ), residual(DK), residual(DV)}
+                                                     : std::vector<HeldArray>());
     {
       // Every block of the ring reads them: one copy each.
       HeldArrays KeepOperands(compute(), {keptResult(S.Q), keptResult(S.K), keptResult(S.V), keptResult(DOut)});
@@ -1014,7 +1029,11 @@ struct StageModel::Impl {
       DYs.push_back(&DOGate);
       DWs.push_back(&P.OGate->Grad);
     }
-    Tensor DXn1 = columnParallelBackward(Tp, S.Xn1, nullptr, Ws, DYs, DWs);
+    // The projections' input gradient, summed where the norm's backward
+    // reads it (at tp 1; under tp it is reduce-scattered on the host).
+    Tensor DXn1;
+    HeldArrays KeepInputGradient(compute(), branchOutput(DXn1, S, keepKey(M, S) && TpSize == 1));
+    columnParallelBackward(Tp, S.Xn1, nullptr, Ws, DYs, DWs, DXn1);
     return inputGradient(P, M, S, DH, DXn1, OutputKey);
   }
 

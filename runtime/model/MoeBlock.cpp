@@ -240,7 +240,8 @@ void MoeBlock::localExperts(const MoeWeights &W, const Tensor &Xn, MoeSaved &S, 
     Backend.keepArrays(KeepFor, {Rows[1]});
 }
 
-Tensor MoeBlock::localExpertsBackward(const MoeWeights &W, MoeSaved &S, const Tensor &DY, std::vector<float> &DW) {
+void MoeBlock::localExpertsBackward(const MoeWeights &W, MoeSaved &S, const Tensor &DY, std::vector<float> &DW,
+                                    Tensor &DXn) {
   ComputeBackend &Backend = currentBackend();
   const int64_t N = S.Dispatch.Tokens, H = Config.Hidden, F = Config.MoeFfnHidden, Copies = N * Config.TopK;
   if (S.Dispatch.CombinedCopies.rows() != Copies)
@@ -258,9 +259,9 @@ Tensor MoeBlock::localExpertsBackward(const MoeWeights &W, MoeSaved &S, const Te
   A.DX = DIn.data();
   addGradients(A, W);
   Backend.mlpBackward(A);
-  Tensor DXn({N, H});
+  if (DXn.shape() != std::vector<int64_t>{N, H})
+    DXn = Tensor({N, H});
   Backend.permuteRowsBackward(S.Dispatch.moves(), DIn.data(), DXn.data());
-  return DXn;
 }
 
 Tensor MoeBlock::exchangedExpertsBackward(const MoeWeights &W, MoeSaved &S, const Tensor &DY, std::vector<float> &DW) {
@@ -280,10 +281,14 @@ Tensor MoeBlock::exchangedExpertsBackward(const MoeWeights &W, MoeSaved &S, cons
   return Dispatcher.dispatchBackward(DIn, S.Dispatch);
 }
 
-Tensor MoeBlock::backward(const MoeWeights &W, const Tensor &Xn, MoeSaved &S, const Tensor &DY, double AuxGradScale) {
+void MoeBlock::backward(const MoeWeights &W, const Tensor &Xn, MoeSaved &S, const Tensor &DY, double AuxGradScale,
+                        Tensor &DXn) {
   int64_t N = Xn.rows(), E = Config.Experts, K = Config.TopK;
   std::vector<float> DW;
-  Tensor DXn = movesOnBackend() ? localExpertsBackward(W, S, DY, DW) : exchangedExpertsBackward(W, S, DY, DW);
+  if (movesOnBackend())
+    localExpertsBackward(W, S, DY, DW, DXn);
+  else
+    DXn = exchangedExpertsBackward(W, S, DY, DW);
 
   // Router: gradients of the scores from the routing weights and from the
   // aux loss (f_e is a constant), then through softmax or sigmoid.
@@ -332,7 +337,6 @@ Tensor MoeBlock::backward(const MoeWeights &W, const Tensor &Xn, MoeSaved &S, co
     }
   }
   matmulBackward(Xn, W.Router->Value, DLogits, W.Router->Grad, DXn, 1.0f);
-  return DXn;
 }
 
 } // namespace moert

@@ -72,9 +72,10 @@ public:
   /// Recomputes Act from G and U (selective "moe_act").
   void recomputeAct(MoeSaved &S);
   /// DY [Ns, Hidden] is the gradient of the routed output; AuxGradScale
-  /// multiplies the aux loss in the objective. Returns dXn; accumulates the
-  /// weights' gradients.
-  Tensor backward(const MoeWeights &W, const Tensor &Xn, MoeSaved &S, const Tensor &DY, double AuxGradScale);
+  /// multiplies the aux loss in the objective. Writes dXn into DXn (in its
+  /// own storage where it has Xn's shape already and the rows move on the
+  /// backend, as forward's Y); accumulates the weights' gradients.
+  void backward(const MoeWeights &W, const Tensor &Xn, MoeSaved &S, const Tensor &DY, double AuxGradScale, Tensor &DXn);
 
   /// Whether the rows move between the tokens and the experts on the
   /// backend (ComputeBackend::permuteRows and the others): where neither the
@@ -88,7 +89,7 @@ private:
   void localExperts(const MoeWeights &W, const Tensor &Xn, MoeSaved &S, Tensor &Y, const void *KeepFor);
   /// dXn from the routed output's gradient DY, and the routing weights'
   /// gradients DW: on the backend, or through the ep and etp exchanges.
-  Tensor localExpertsBackward(const MoeWeights &W, MoeSaved &S, const Tensor &DY, std::vector<float> &DW);
+  void localExpertsBackward(const MoeWeights &W, MoeSaved &S, const Tensor &DY, std::vector<float> &DW, Tensor &DXn);
   Tensor exchangedExpertsBackward(const MoeWeights &W, MoeSaved &S, const Tensor &DY, std::vector<float> &DW);
   /// Under etp > 1: this rank's dispatched rows -> every etp rank's,
   /// expert-major (the first call of a micro batch fills S.EtpCounts and

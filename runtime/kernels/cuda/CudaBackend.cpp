@@ -654,7 +654,7 @@ public:
   }
 
   void zero(float *Data, int64_t Count) override {
-    HeldCopy *H = resident(Data, Count);
+    HeldCopy *H = wide(Data, Count);
     if (!H) {
       ComputeBackend::zero(Data, Count);
       hostWrote(Data, Count);
@@ -666,10 +666,7 @@ public:
 
   void add(int64_t Count, const float *A, const float *B, float *Out) override {
     Charge Charged(Copies, "add");
-    auto IsWide = [&](const float *X) {
-      const HeldCopy *H = containing(X, Count);
-      return H && H->Wide;
-    };
+    auto IsWide = [&](const float *X) { return wide(X, Count) != nullptr; };
     if (Count == 0 || (!IsWide(A) && !IsWide(B) && !IsWide(Out))) {
       for (const float *X : {A, B, const_cast<const float *>(Out)}) {
         flushOverlapping(X, Count);
@@ -684,7 +681,7 @@ public:
     DeviceBuffer<float> StagedA, StagedB;
     const float *DA = wideInput(A, Count, StagedA), *DB = wideInput(B, Count, StagedB);
     if (IsWide(Out)) {
-      HeldCopy &To = *containing(Out, Count);
+      HeldCopy &To = *wide(Out, Count);
       writeMaster(To, Out, Count);
       cuda::addF32(Count, DA, DB, To.at(Out), Blas.stream());
       return;
@@ -695,19 +692,21 @@ public:
   }
 
   void copy(const float *Src, float *Dst, int64_t Count) override {
-    Charge Charged(Copies, "gradient sums");
+    Charge Charged(Copies, "copy");
     if (Count == 0)
       return;
-    HeldCopy *From = resident(Src, Count), *To = resident(Dst, Count);
+    HeldCopy *From = wide(Src, Count), *To = wide(Dst, Count);
     if (From && !From->Master.size())
       From = nullptr; // the host's values are the array's
+    if (!From) {
+      flushOverlapping(Src, Count);
+      hostReads(Src, Count);
+    }
     if (!To) {
       if (From)
         Copies.toHost(From->at(Src), Dst, Count);
-      else {
-        flushOverlapping(Src, Count);
+      else
         std::copy_n(Src, Count, Dst);
-      }
       dropCopies(Dst, Count);
       return;
     }
@@ -905,7 +904,7 @@ private:
   /// Count contiguous elements in fp32 on the device: a wide array's own,
   /// else the host's values staged in Staged.
   const float *wideInput(const float *Data, int64_t Count, DeviceBuffer<float> &Staged) {
-    if (HeldCopy *H = containing(Data, Count); H && H->Wide)
+    if (HeldCopy *H = wide(Data, Count))
       return master(*H) + (Data - H->Host);
     flushOverlapping(Data, Count);
     hostReads(Data, Count);
@@ -1246,6 +1245,11 @@ private:
   HeldCopy *resident(const float *Data, int64_t Count) {
     HeldCopy *H = containing(Data, Count);
     return H && H->Resident ? H : nullptr;
+  }
+  /// The wide (or resident) array that contains all of [Data, Data + Count).
+  HeldCopy *wide(const float *Data, int64_t Count) {
+    HeldCopy *H = Count ? containing(Data, Count) : nullptr;
+    return H && H->Wide ? H : nullptr;
   }
   /// Brings a wide array's device values back to the host.
   void settle(HeldCopy &H) {

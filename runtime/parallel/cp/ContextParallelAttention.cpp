@@ -139,7 +139,8 @@ void contextParallelAttentionBackward(Communicator &Cp, const AttentionDims &Dim
   readOnHost(Cp, Shape, Q, K, V);
   int64_t T = Shape.LocalTokens;
   size_t QCount = size_t(Dims.Batch * T * Dims.QHeads * Dims.HeadDim);
-  std::fill(DQ, DQ + QCount, 0.0f);
+  ComputeBackend &Backend = currentBackend();
+  Backend.zero(DQ, int64_t(QCount)); // where the caller keeps it, if on a backend
   if (Cp.size() > 1 && Exchange == CpExchange::AllToAll)
     return allToAllAttentionBackward(Cp, Shape, Q, K, V, Out, Lse, DOut, DQ, DK, DV);
   std::vector<float> Delta = attentionDelta(currentBackend(), Dims.Batch, T, Dims.QHeads, Dims.vHeadDim(), Out, DOut);
@@ -162,15 +163,20 @@ void contextParallelAttentionBackward(Communicator &Cp, const AttentionDims &Dim
   {
     // Only the blocks add to DQ (and, on a rank alone, to the block's
     // gradients, which then travel nowhere): a backend sums them where they
-    // run, for every block, and they come back once.
+    // run, for every block, and they come back once, DQ to where the caller
+    // keeps it; on a rank alone the block's gradients are the backend's
+    // alone (in fp32, as a sum) and go from there to where the caller keeps
+    // DK and DV.
     std::vector<HeldArray> Sums = {{DQ, int64_t(QCount), HeldArray::Accumulate}};
     if (B.alone())
-      Sums.push_back({B.blockDK(), int64_t(B.kvCount()), HeldArray::Accumulate});
-    HeldArrays SummedWhereTheyRun(currentBackend(), Sums);
+      Sums.push_back({B.blockDK(), int64_t(B.kvCount()), HeldArray::BackendOnly, /*Wide=*/true});
+    HeldArrays SummedWhereTheyRun(Backend, Sums);
+    if (B.alone())
+      Backend.zero(B.blockDK(), int64_t(B.kvCount()));
     ring::backward(Cp, B);
+    Backend.copy(B.blockDK(), DK, int64_t(B.KCount));
+    Backend.copy(B.blockDV(), DV, int64_t(B.VCount));
   }
-  std::copy_n(B.blockDK(), B.KCount, DK);
-  std::copy_n(B.blockDV(), B.VCount, DV);
 }
 
 } // namespace moert

@@ -107,11 +107,26 @@ void columnParallelForward(Communicator &Tp, const Tensor &XShard, const std::ve
 Tensor columnParallelBackward(Communicator &Tp, const Tensor &XShard, const Tensor *XFull,
                               const std::vector<const Tensor *> &Ws, const std::vector<const Tensor *> &DYs,
                               const std::vector<Tensor *> &DWs) {
+  Tensor DX;
+  columnParallelBackward(Tp, XShard, XFull, Ws, DYs, DWs, DX);
+  return DX;
+}
+
+void columnParallelBackward(Communicator &Tp, const Tensor &XShard, const Tensor *XFull,
+                            const std::vector<const Tensor *> &Ws, const std::vector<const Tensor *> &DYs,
+                            const std::vector<Tensor *> &DWs, Tensor &DXShard) {
   Tensor Gathered;
   if (!XFull) // Megatron keeps only the shard and gathers again: the saved
               // activation is 1/TP of the gathered one.
     XFull = &wholeSequence(Tp, XShard, Gathered);
-  Tensor DX({XFull->rows(), XFull->cols()});
+  const std::vector<int64_t> Whole = {XFull->rows(), XFull->cols()};
+  Tensor Partial;
+  const bool InPlace = Tp.size() == 1 && DXShard.shape() == Whole;
+  Tensor &DX = InPlace ? DXShard : Partial;
+  if (InPlace)
+    currentBackend().zero(DX.data(), DX.numel());
+  else
+    Partial = Tensor(Whole);
   {
     // One copy of the input for every weight's gradient; the input's
     // gradient summed over the products where they run.
@@ -119,7 +134,8 @@ Tensor columnParallelBackward(Communicator &Tp, const Tensor &XShard, const Tens
     for (size_t I = 0; I < Ws.size(); ++I)
       matmulBackward(*XFull, *Ws[I], *DYs[I], *DWs[I], DX, 1.0f);
   }
-  return reduceScatterSequence(Tp, std::move(DX));
+  if (!InPlace)
+    DXShard = reduceScatterSequence(Tp, std::move(Partial));
 }
 
 Tensor rowParallelForward(Communicator &Tp, const Tensor &X, const Tensor &W) {
@@ -179,6 +195,14 @@ void parallelMlpForward(Communicator &Tp, const Tensor &XShard, const ParallelMl
 Tensor parallelMlpBackward(Communicator &Tp, const Tensor &XShard, const ParallelMlpWeights &W, const Tensor &G,
                            const Tensor &U, const Tensor &Act, const Tensor &DYShard,
                            const std::vector<Tensor *> &DWeights) {
+  Tensor DX;
+  parallelMlpBackward(Tp, XShard, W, G, U, Act, DYShard, DWeights, DX);
+  return DX;
+}
+
+void parallelMlpBackward(Communicator &Tp, const Tensor &XShard, const ParallelMlpWeights &W, const Tensor &G,
+                         const Tensor &U, const Tensor &Act, const Tensor &DYShard,
+                         const std::vector<Tensor *> &DWeights, Tensor &DXShard) {
   if (DWeights.size() != 3)
     fail("parallelMlpBackward: expects the gate, up and down gradients");
   Tensor GatheredDY, GatheredX;
@@ -189,13 +213,19 @@ Tensor parallelMlpBackward(Communicator &Tp, const Tensor &XShard, const Paralle
   A.U = const_cast<float *>(U.data());
   A.Act = const_cast<float *>(Act.data());
   A.DY = DY.data();
-  Tensor DX({X.rows(), X.cols()});
+  const std::vector<int64_t> Whole = {X.rows(), X.cols()};
+  Tensor Partial;
+  const bool InPlace = Tp.size() == 1 && DXShard.shape() == Whole;
+  Tensor &DX = InPlace ? DXShard : Partial;
+  if (!InPlace)
+    Partial = Tensor(Whole);
   A.DX = DX.data();
   A.DGate = {DWeights[0]->data()};
   A.DUp = {DWeights[1]->data()};
   A.DDown = {DWeights[2]->data()};
   currentBackend().mlpBackward(A);
-  return reduceScatterSequence(Tp, std::move(DX));
+  if (!InPlace)
+    DXShard = reduceScatterSequence(Tp, std::move(Partial));
 }
 
 } // namespace moert

@@ -53,6 +53,12 @@ void columnParallelForward(Communicator &Tp, const Tensor &XShard, const std::ve
 Tensor columnParallelBackward(Communicator &Tp, const Tensor &XShard, const Tensor *XFull,
                               const std::vector<const Tensor *> &Ws, const std::vector<const Tensor *> &DYs,
                               const std::vector<Tensor *> &DWs);
+/// The same into DXShard: on a group of one, into its own storage where it
+/// has the input's shape already (so that a hold on it keeps the sum on the
+/// backend; it is zeroed there first).
+void columnParallelBackward(Communicator &Tp, const Tensor &XShard, const Tensor *XFull,
+                            const std::vector<const Tensor *> &Ws, const std::vector<const Tensor *> &DYs,
+                            const std::vector<Tensor *> &DWs, Tensor &DXShard);
 
 /// Row-parallel linear: X [N, in / TP] times the row shard W [in / TP, out],
 /// reduce-scattered to [N / TP, out].
@@ -86,6 +92,12 @@ void parallelMlpForward(Communicator &Tp, const Tensor &XShard, const ParallelMl
 Tensor parallelMlpBackward(Communicator &Tp, const Tensor &XShard, const ParallelMlpWeights &W, const Tensor &G,
                            const Tensor &U, const Tensor &Act, const Tensor &DYShard,
                            const std::vector<Tensor *> &DWeights);
+/// The same into DXShard: on a group of one, into its own storage where it
+/// has the input's shape already (so that a hold on it keeps the gradient
+/// on the backend).
+void parallelMlpBackward(Communicator &Tp, const Tensor &XShard, const ParallelMlpWeights &W, const Tensor &G,
+                         const Tensor &U, const Tensor &Act, const Tensor &DYShard,
+                         const std::vector<Tensor *> &DWeights, Tensor &DXShard);
 
 } // namespace moert
 

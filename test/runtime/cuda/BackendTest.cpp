@@ -468,6 +468,22 @@ TEST(CudaBackend, WideArraysAddInFp32WhereTheyAre) {
   EXPECT_EQ(H, Twice) << "the host's fp32 sums, bit for bit";
   Cuda->releaseKept(&Key);
 
+  // Zeroed and copied where they are: a sum before its first product, a
+  // ring's buffer into the gradient it is for.
+  std::vector<float> From(static_cast<size_t>(Count)), To(static_cast<size_t>(Count)), Out(static_cast<size_t>(Count));
+  {
+    HeldArrays Hold(
+        *Cuda, {{From.data(), Count, HeldArray::BackendOnly, true}, {To.data(), Count, HeldArray::BackendOnly, true}});
+    Before = Moved();
+    Cuda->zero(From.data(), Count);
+    Cuda->gemm({false, false, M, N, K, 1.0f, A.data(), K, W.data(), N, 1.0f, From.data(), N});
+    Cuda->copy(From.data(), To.data(), Count);
+    EXPECT_EQ(Moved() - Before, (M * K + K * N) * Crossing) << "the product's operands alone";
+    Cuda->copy(To.data(), Out.data(), Count);
+    EXPECT_EQ(Moved() - Before, (M * K + K * N + Count) * Crossing) << "and the copy to the host";
+  }
+  EXPECT_EQ(Out, OnHost) << "zero plus the product, in fp32";
+
   // Where the sum is not held wide, the add is the host's.
   std::vector<float> Plain(static_cast<size_t>(Count));
   Before = Moved();
@@ -1278,6 +1294,9 @@ TEST(CudaBackend, AStageKeepsWhatOnlyTheBackendReadsOnTheDevice) {
   EXPECT_EQ(Adds.DeviceToHostBytes, 2 * Stream);
   // And the norms' input gradients join it there: of their backward, only
   // the final norm's (whose input is the host's) comes back.
+  // Attention's gradients and the projections' input gradients are summed
+  // where their readers are: no held sum comes back.
+  EXPECT_EQ(Cuda->traffic().ByOperation["nested holds"].DeviceToHostBytes, 0);
   EXPECT_EQ(Cuda->traffic().ByOperation["rmsnorm"].DeviceToHostBytes,
             (C.Layers * 2 + 1) * (Rows + C.Hidden) * int64_t(sizeof(float)) + 2 * Stream)
       << "every norm's rstd and weight gradient (no parameter is held here); the final norm's output and input "
