@@ -140,7 +140,8 @@ def main():
             "gradient) "
             "never comes back to the host; the residual stream stays on the device in fp32 from layer to layer, "
             "forward and backward, with the outputs and input gradients added to it and attention's gradients "
-            "(where no tp, ep or cp exchange reads them on the host), so that only the stage's ends cross for it; "
+            "(where no tp, ep or cp exchange reads them on the host), from the embedding's rows to the final norm "
+            "and back at tp 1, so that it crosses only where host code reads it (a pipeline send); "
             "other activations still cross at every operation. Arrays cross in fp32 and are rounded to bf16 (or widened back) on "
             "the device: twice the bytes of a bf16 copy, for no conversion pass on the host, which on one core "
             f"of this machine takes {to_bf16:.2f} ns an element to bf16 and {from_bf16:.2f} ns back where an fp32 "
@@ -151,8 +152,7 @@ def main():
             "\n\nThe one-rank copies by the operation that made them (rank 0's step log lines, "
             "`BackendTraffic::ByOperation`; *resident*: the first upload of the parameters, gradients and moments "
             "kept on the device, none after; *outermost hold*: the other parameters and their gradients; "
-            "*optimizer*: the gradient norm's one figure; *embedding*: the looked-up rows and their gradient; *add*: the residual stream's ends (the first "
-            "layer's input and the last layer's output, and their gradients); *nested holds*: activations held for "
+            "*optimizer*: the gradient norm's one figure; *embedding*: the looked-up rows and their gradient; *nested holds*: activations held for "
             "several products):\n\n" + by_op +
             f"\n\nMachine: {m['cpu']}, {m['cores']} cores, {m['os']}. Measured "
             f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC.\n{END}\n")

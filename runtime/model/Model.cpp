@@ -1075,9 +1075,13 @@ struct StageModel::Impl {
         M.TokenKeys.push_back(mix64(uint64_t(Sample) * uint64_t(MB.SeqLen) + uint64_t(M.Positions[I])));
       }
 
+    M.Layers.resize(Layers.size());
     Tensor X;
     if (Stage.HasEmbedding) {
-      X = vocabParallelEmbeddingForward(*Groups.Tp, M.Tokens, Embedding->Value, TpRank * Embedding->Value.rows());
+      // The looked-up rows are the first layer's input, which it reads on
+      // the backend where no host code replaces rows (a vision tower's) and
+      // no tp reduce-scatter sums them.
+      embed(M, X, TpSize == 1 && !Tower && !Layers.empty() ? keepKey(M, M.Layers[0]) : nullptr);
       if (Tower)
         visionForward(MB, M, X);
     } else {
@@ -1085,17 +1089,17 @@ struct StageModel::Impl {
         fail("stage input is not [Sequences * SeqLen / CP / TP, Hidden]");
       X = *Input;
     }
-    M.Layers.resize(Layers.size());
     for (size_t L = 0; L < Layers.size(); ++L) {
       LayerState &S = M.Layers[L];
       S.X = std::move(X);
       double Aux = 0;
-      // The next layer reads the output on the backend; host code reads the
-      // last layer's (the final norm, a pipeline send) and a deepstack
-      // feature is added to it on the host.
+      // The next layer reads the output on the backend, as do the final
+      // norm's forward and backward (the micro batch's own key); host code
+      // reads a pipeline stage's output, and a deepstack feature is added on
+      // the host.
       const bool Deepstack = Tower && L < M.VisionOut.Deepstack.size();
-      layerForward(Layers[L], M, S, Aux, /*CountRouting=*/Training, &X,
-                   L + 1 < Layers.size() && !Deepstack ? keepKey(M, M.Layers[L + 1]) : nullptr);
+      const void *ReadBy = L + 1 < Layers.size() ? keepKey(M, M.Layers[L + 1]) : Stage.HasLoss ? &M : nullptr;
+      layerForward(Layers[L], M, S, Aux, /*CountRouting=*/Training, &X, Deepstack ? nullptr : ReadBy);
       if (Deepstack)
         for (auto [Row, From] : M.VisualRows)
           for (int64_t C = 0; C < Config.Hidden; ++C)
@@ -1130,6 +1134,21 @@ struct StageModel::Impl {
       mtpForward(M, MB);
     charge({{"output", M.outputBytes()}}, +1);
     return Tensor();
+  }
+
+  /// The embeddings of the micro batch's tokens into X: where KeepFor is
+  /// not null, on the backend alone and kept under that key (the first
+  /// layer's, which reads them there).
+  void embed(const MicroState &M, Tensor &X, const void *KeepFor) {
+    const int64_t VocabStart = TpRank * Embedding->Value.rows();
+    if (!KeepFor) {
+      X = vocabParallelEmbeddingForward(*Groups.Tp, M.Tokens, Embedding->Value, VocabStart);
+      return;
+    }
+    X = Tensor({int64_t(M.Tokens.size()), Config.Hidden});
+    HeldArrays Keep(compute(), {residual(X)});
+    vocabParallelEmbeddingForward(*Groups.Tp, M.Tokens, Embedding->Value, VocabStart, X);
+    compute().keepArrays(KeepFor, {residual(X)});
   }
 
   /// A loss head (the main one or an MTP block's) as one backend operation,
@@ -1278,6 +1297,7 @@ struct StageModel::Impl {
     for (MtpState &S : M.Mtp)
       charge(S.Layer.bytes(), -1);
     charge({{"vision", M.VisionBytes}}, -1);
+    compute().releaseKept(&M);
     InFlight.erase(It);
   }
 
@@ -1350,7 +1370,18 @@ struct StageModel::Impl {
       }
       if (Stage.HasMtp)
         addInto(DXn, mtpBackward(M));
-      DY = rmsNormBackward(M.HLast, FinalNorm->Value, M.RstdF, DXn, FinalNorm->Grad);
+      // The gradient the last layer reads on the backend, as its forward's
+      // output was, where no deepstack feature's rows are read on the host.
+      const bool LastReadsOnBackend =
+          !Layers.empty() && !(Tower && !VisionFrozen() && Layers.size() - 1 < M.VisionOut.Deepstack.size());
+      DY = Tensor(M.HLast.shape());
+      {
+        HeldArrays Keep(compute(), LastReadsOnBackend ? std::vector{residual(DY)} : std::vector<HeldArray>());
+        rmsNormBackward(M.HLast, FinalNorm->Value, M.RstdF, DXn, FinalNorm->Grad, DY);
+        if (LastReadsOnBackend)
+          compute().keepArrays(keepKey(M, M.Layers.back()), {residual(DY)});
+      }
+      compute().releaseKept(&M, M.HLast.data());
       charge({{"output", OutputBytes}}, -1);
     } else {
       int64_t Ns = M.Sequences * M.SeqLen / Groups.Cp->size() / TpSize;
@@ -1374,10 +1405,14 @@ struct StageModel::Impl {
       auto After = S.bytes();
       charge(minus(After, Before), +1);
       // The previous layer reads the input gradient on the backend, as the
-      // forward's output; host code reads layer 0's (the embedding's
-      // backward, a pipeline send) and adds a deepstack feature's rows.
-      const bool HostReads = L == 0 || L - 1 < DDeepstack.size();
-      Tensor DX = layerBackward(Layers[L], M, S, DY, HostReads ? nullptr : keepKey(M, M.Layers[L - 1]));
+      // forward's output, and so does the embedding's backward (under the
+      // micro batch's key) where its tp group is one rank; host code reads
+      // a pipeline stage's, and adds a deepstack feature's rows.
+      const void *ReadBy = L > 0                                         ? keepKey(M, M.Layers[L - 1])
+                           : Stage.HasEmbedding && !Tower && TpSize == 1 ? static_cast<const void *>(&M)
+                                                                         : nullptr;
+      const bool Deepstack = L > 0 && L - 1 < DDeepstack.size();
+      Tensor DX = layerBackward(Layers[L], M, S, DY, Deepstack ? nullptr : ReadBy);
       charge(After, -1);
       compute().releaseKept(&S); // DY among them: before it is freed
       S = LayerState();
@@ -1390,6 +1425,7 @@ struct StageModel::Impl {
       vocabParallelEmbeddingBackward(*Groups.Tp, M.Tokens, DY, Embedding->Grad, TpRank * Embedding->Value.rows());
     else
       Result = std::move(DY);
+    compute().releaseKept(&M); // DY among them: before it is freed
     InFlight.erase(It);
     return Result;
   }

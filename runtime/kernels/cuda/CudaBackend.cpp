@@ -572,14 +572,15 @@ public:
     HeldCopy *Sum = A.Tokens ? heldSum(DTable, A.VocabRows * A.Hidden) : nullptr;
     if (!Sum) {
       flushOverlapping(D, A.Tokens * A.Hidden);
+      hostReads(D, A.Tokens * A.Hidden);
       ComputeBackend::embeddingBackward(A, D, DTable);
       dropCopies(DTable, A.VocabRows * A.Hidden);
       return;
     }
     DeviceBuffer<int32_t> Ids = Copies.upload(std::vector<int32_t>(A.Ids, A.Ids + A.Tokens));
-    flushOverlapping(D, A.Tokens * A.Hidden);
-    DeviceBuffer<float> Rows = Copies.floats(D, A.Tokens * A.Hidden);
-    cuda::embeddingScatterAdd(A.Tokens, A.Hidden, Rows.data(), A.VocabStart, A.VocabRows, Ids.data(), Sum->at(DTable),
+    DeviceBuffer<float> Staged;
+    const float *Rows = wideInput(D, A.Tokens * A.Hidden, Staged);
+    cuda::embeddingScatterAdd(A.Tokens, A.Hidden, Rows, A.VocabStart, A.VocabRows, Ids.data(), Sum->at(DTable),
                               Blas.stream());
   }
 

@@ -18,15 +18,31 @@ bool owns(int32_t Id, int64_t Start, int64_t Count) { return Id >= Start && Id <
 
 Tensor vocabParallelEmbeddingForward(Communicator &Tp, const std::vector<int32_t> &Tokens, const Tensor &Table,
                                      int64_t VocabStart) {
+  Tensor X;
+  vocabParallelEmbeddingForward(Tp, Tokens, Table, VocabStart, X);
+  return X;
+}
+
+void vocabParallelEmbeddingForward(Communicator &Tp, const std::vector<int32_t> &Tokens, const Tensor &Table,
+                                   int64_t VocabStart, Tensor &XShard) {
   const EmbeddingArgs A{int64_t(Tokens.size()), Table.cols(), VocabStart, Table.rows(), Tokens.data()};
-  Tensor Partial({A.Tokens, A.Hidden});
-  currentBackend().embeddingForward(A, Table.data(), Partial.data());
-  return reduceScatterSequence(Tp, std::move(Partial));
+  const bool InPlace = Tp.size() == 1 && XShard.shape() == std::vector<int64_t>{A.Tokens, A.Hidden};
+  Tensor Partial;
+  if (!InPlace)
+    Partial = Tensor({A.Tokens, A.Hidden});
+  currentBackend().embeddingForward(A, Table.data(), (InPlace ? XShard : Partial).data());
+  if (!InPlace)
+    XShard = reduceScatterSequence(Tp, std::move(Partial));
 }
 
 void vocabParallelEmbeddingBackward(Communicator &Tp, const std::vector<int32_t> &Tokens, const Tensor &DShard,
                                     Tensor &DTable, int64_t VocabStart) {
-  Tensor D = gatherSequence(Tp, DShard);
+  // A group of one reads the caller's array (and whatever copy of it a
+  // backend holds).
+  Tensor Gathered;
+  if (Tp.size() > 1)
+    Gathered = gatherSequence(Tp, DShard);
+  const Tensor &D = Tp.size() > 1 ? Gathered : DShard;
   const EmbeddingArgs A{int64_t(Tokens.size()), DTable.cols(), VocabStart, DTable.rows(), Tokens.data()};
   currentBackend().embeddingBackward(A, D.data(), DTable.data());
 }

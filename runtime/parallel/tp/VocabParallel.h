@@ -27,6 +27,11 @@ namespace moert {
 /// Tokens [N]; Table is the local vocabulary slice [Vocab / TP, Hidden].
 Tensor vocabParallelEmbeddingForward(Communicator &Tp, const std::vector<int32_t> &Tokens, const Tensor &Table,
                                      int64_t VocabStart);
+/// The same into XShard: on a group of one, into its own storage where it
+/// has the shard's shape already (so that a hold on it keeps the rows on the
+/// backend).
+void vocabParallelEmbeddingForward(Communicator &Tp, const std::vector<int32_t> &Tokens, const Tensor &Table,
+                                   int64_t VocabStart, Tensor &XShard);
 /// DTable += the rows of the gathered gradient for the tokens this rank owns.
 void vocabParallelEmbeddingBackward(Communicator &Tp, const std::vector<int32_t> &Tokens, const Tensor &DShard,
                                     Tensor &DTable, int64_t VocabStart);
