@@ -1113,7 +1113,15 @@ struct StageModel::Impl {
       return X;
 
     M.HLast = std::move(X);
-    M.XnF = rmsNormForward(M.HLast, FinalNorm->Value, Config.RmsNormEps, M.RstdF);
+    // The final norm's output, which the loss heads' products alone read
+    // (and gather under tp, asking for it): the backend's, kept under the
+    // micro batch's key until the backward or a discard.
+    M.XnF = Tensor(M.HLast.shape());
+    {
+      HeldArrays Keep(compute(), {onBackend(M.XnF)});
+      rmsNormForward(M.HLast, FinalNorm->Value, Config.RmsNormEps, M.RstdF, M.XnF);
+      compute().keepArrays(&M, {onBackend(M.XnF)});
+    }
     std::vector<double> Losses;
     if (!lossHeadOnBackend(M.XnF, M.Labels, Options.CeScale, Losses, M.HeadDXn)) {
       std::vector<Tensor> Logits = columnParallelForward(*Groups.Tp, M.XnF, {&Output->Value});
