@@ -1123,7 +1123,9 @@ struct StageModel::Impl {
       compute().keepArrays(&M, {onBackend(M.XnF)});
     }
     std::vector<double> Losses;
-    if (!lossHeadOnBackend(M.XnF, M.Labels, Options.CeScale, Losses, M.HeadDXn)) {
+    // The head's input gradient is the final norm's backward's operand, on
+    // the backend.
+    if (!lossHeadOnBackend(M.XnF, M.Labels, Options.CeScale, Losses, M.HeadDXn, &M)) {
       std::vector<Tensor> Logits = columnParallelForward(*Groups.Tp, M.XnF, {&Output->Value});
       int64_t VocabStart = TpRank * Output->Value.cols();
       vocabParallelCrossEntropyForward(*Groups.Tp, Logits[0], M.Labels, VocabStart, Losses);
@@ -1164,9 +1166,11 @@ struct StageModel::Impl {
   /// it: in a training forward, whose logits then never leave the backend.
   /// XShard is the head's input (this rank's sequence shard); Losses as
   /// vocabParallelCrossEntropyForward gives them; DX is the backward's input
-  /// gradient (the shard's), and the output head's gradient is summed now.
+  /// gradient (the shard's), kept on the backend under KeepFor where it is
+  /// not null and no tp reduce-scatter sums it on the host, and the output
+  /// head's gradient is summed now.
   bool lossHeadOnBackend(const Tensor &XShard, const std::vector<int32_t> &Labels, double Scale,
-                         std::vector<double> &Losses, Tensor &DX) {
+                         std::vector<double> &Losses, Tensor &DX, const void *KeepFor = nullptr) {
     if (!Training || !compute().fusesLossHead())
       return false;
     Communicator &Tp = *Groups.Tp;
@@ -1184,6 +1188,8 @@ struct StageModel::Impl {
     Losses.assign(size_t(A.Rows), 0.0);
     A.Losses = Losses.data();
     Tensor Partial({A.Rows, A.Hidden});
+    const bool Keep = KeepFor && TpSize == 1;
+    HeldArrays Hold(compute(), Keep ? std::vector{residual(Partial)} : std::vector<HeldArray>());
     A.DX = Partial.data();
     A.DW = Output->Grad.data();
     if (TpSize > 1) {
@@ -1191,6 +1197,8 @@ struct StageModel::Impl {
       A.SumOverGroup = [&Tp](float *Values, int64_t N) { Tp.allReduceSum(Values, size_t(N)); };
     }
     compute().lossHead(A);
+    if (Keep)
+      compute().keepArrays(KeepFor, {residual(Partial)});
     DX = TpSize > 1 ? reduceScatterSequence(Tp, Partial) : std::move(Partial);
     return true;
   }
@@ -1377,7 +1385,7 @@ struct StageModel::Impl {
         DXn = columnParallelBackward(*Groups.Tp, M.XnF, nullptr, {&Output->Value}, {&DLogits}, {&Output->Grad});
       }
       if (Stage.HasMtp)
-        addInto(DXn, mtpBackward(M));
+        residualAdd(DXn, mtpBackward(M), DXn);
       // The gradient the last layer reads on the backend, as its forward's
       // output was, where no deepstack feature's rows are read on the host.
       const bool LastReadsOnBackend =
@@ -1390,6 +1398,7 @@ struct StageModel::Impl {
           compute().keepArrays(keepKey(M, M.Layers.back()), {residual(DY)});
       }
       compute().releaseKept(&M, M.HLast.data());
+      compute().releaseKept(&M, DXn.data()); // before it is freed
       charge({{"output", OutputBytes}}, -1);
     } else {
       int64_t Ns = M.Sequences * M.SeqLen / Groups.Cp->size() / TpSize;

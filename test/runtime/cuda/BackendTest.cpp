@@ -1294,6 +1294,11 @@ TEST(CudaBackend, AStageKeepsWhatOnlyTheBackendReadsOnTheDevice) {
   const BackendTraffic::Copies Adds = Cuda->traffic().ByOperation["add"];
   EXPECT_EQ(Adds.HostToDeviceBytes + Adds.DeviceToHostBytes, 0);
   EXPECT_EQ(Cuda->traffic().ByOperation["host reads"].DeviceToHostBytes, Stream);
+  // The loss head's input gradient is the final norm's backward's operand
+  // there: of the head, only each row's statistics (and the output weight's
+  // gradient, not held here) come back.
+  EXPECT_EQ(Cuda->traffic().ByOperation["loss head"].DeviceToHostBytes,
+            (2 * Rows + C.Hidden * C.Vocab) * int64_t(sizeof(float)));
   // Attention's gradients and the projections' input gradients are summed
   // where their readers are: no held sum comes back.
   EXPECT_EQ(Cuda->traffic().ByOperation["nested holds"].DeviceToHostBytes, 0);
