@@ -921,9 +921,9 @@ struct StageModel::Impl {
     Tensor DH(DY.shape());
     HeldArrays KeepSum(compute(), keepKey(M, S) ? std::vector{residual(DH)} : std::vector<HeldArray>());
     // MLP / MoE branch. Its input is read by every weight's gradient: held
-    // for them, it moves to the backend once.
-    // Its input gradient joins the residual stream's through the norm on the
-    // backend, where the backend makes it there (as the branch's output).
+    // for them, it moves to the backend once. Its input gradient joins the
+    // residual stream's through the norm on the backend, where the backend
+    // makes it there (as the branch's output).
     Tensor DXn2;
     HeldArrays KeepBranchGradient(
         compute(), branchOutput(DXn2, S, keepKey(M, S) && (P.Moe ? Moe->movesOnBackend() : TpSize == 1)));
