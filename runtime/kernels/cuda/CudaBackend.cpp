@@ -571,8 +571,7 @@ public:
     Charge Charged(Copies, "embedding");
     HeldCopy *Sum = A.Tokens ? heldSum(DTable, A.VocabRows * A.Hidden) : nullptr;
     if (!Sum) {
-      flushOverlapping(D, A.Tokens * A.Hidden);
-      hostReads(D, A.Tokens * A.Hidden);
+      hostValues(D, A.Tokens * A.Hidden);
       ComputeBackend::embeddingBackward(A, D, DTable);
       dropCopies(DTable, A.VocabRows * A.Hidden);
       return;
@@ -667,12 +666,10 @@ public:
 
   void add(int64_t Count, const float *A, const float *B, float *Out) override {
     Charge Charged(Copies, "add");
-    auto IsWide = [&](const float *X) { return wide(X, Count) != nullptr; };
-    if (Count == 0 || (!IsWide(A) && !IsWide(B) && !IsWide(Out))) {
-      for (const float *X : {A, B, const_cast<const float *>(Out)}) {
-        flushOverlapping(X, Count);
-        hostReads(X, Count);
-      }
+    HeldCopy *To = wide(Out, Count);
+    if (Count == 0 || (!To && !wide(A, Count) && !wide(B, Count))) {
+      for (const float *X : {A, B, const_cast<const float *>(Out)})
+        hostValues(X, Count);
       ComputeBackend::add(Count, A, B, Out);
       dropCopies(Out, Count);
       return;
@@ -681,10 +678,9 @@ public:
     // the host reads comes back, as an operation's result).
     DeviceBuffer<float> StagedA, StagedB;
     const float *DA = wideInput(A, Count, StagedA), *DB = wideInput(B, Count, StagedB);
-    if (IsWide(Out)) {
-      HeldCopy &To = *wide(Out, Count);
-      writeMaster(To, Out, Count);
-      cuda::addF32(Count, DA, DB, To.at(Out), Blas.stream());
+    if (To) {
+      writeMaster(*To, Out, Count);
+      cuda::addF32(Count, DA, DB, To->at(Out), Blas.stream());
       return;
     }
     DeviceBuffer<float> Sum{size_t(Count)};
@@ -699,10 +695,8 @@ public:
     HeldCopy *From = wide(Src, Count), *To = wide(Dst, Count);
     if (From && !From->Master.size())
       From = nullptr; // the host's values are the array's
-    if (!From) {
-      flushOverlapping(Src, Count);
-      hostReads(Src, Count);
-    }
+    if (!From)
+      hostValues(Src, Count);
     if (!To) {
       if (From)
         Copies.toHost(From->at(Src), Dst, Count);
@@ -902,13 +896,20 @@ private:
     return Copies.upload(Narrow);
   }
 
+  /// Before host code (or a copy to the device) reads [Data, Data + Count):
+  /// an Accumulate array's device share added in, a copy the device is
+  /// ahead with brought back.
+  void hostValues(const float *Data, int64_t Count) {
+    flushOverlapping(Data, Count);
+    hostReads(Data, Count);
+  }
+
   /// Count contiguous elements in fp32 on the device: a wide array's own,
   /// else the host's values staged in Staged.
   const float *wideInput(const float *Data, int64_t Count, DeviceBuffer<float> &Staged) {
     if (HeldCopy *H = wide(Data, Count))
       return master(*H) + (Data - H->Host);
-    flushOverlapping(Data, Count);
-    hostReads(Data, Count);
+    hostValues(Data, Count);
     Staged = Copies.floats(Data, Count);
     return Staged.data();
   }
