@@ -47,6 +47,9 @@ CASES = [
     ("tiny_moe with a 16384-token vocabulary, 1 rank", BIG_VOCAB, "tiny_bigvocab", 1, "tp = 1"),
     ("tiny_moe with a 16384-token vocabulary, tp 2", BIG_VOCAB, "tiny_bigvocab", 2, "tp = 2"),
     ("tiny_moe, ep 2 x pp 2", "", "tiny_moe", 4, "ep = 2; pp = 2"),
+    ("tiny_moe with heads of 32, cp 2 (the ring)", HEADS_32, "tiny_hd32", 2, "cp = 2"),
+    ("tiny_moe with heads of 32, ep 2", HEADS_32, "tiny_hd32", 2, "ep = 2"),
+    ("tiny_moe with heads of 32, tp 2", HEADS_32, "tiny_hd32", 2, "tp = 2"),
     ("tiny_moe, dp 2", "", "tiny_moe", 2, "tp = 1"),
     ("tiny_moe, full recompute, 1 rank", "", "tiny_moe", 1, "tp = 1", "full"),
     ("tiny_moe, selective recompute (moe_act, layernorm), 1 rank", "", "tiny_moe", 1, "tp = 1",
@@ -128,9 +131,10 @@ def main():
             "The parameters that no group sums and no host code reads stay on the device from step to step "
             "with their gradients and Adam's moments, and the optimizer steps them there; the others move once a "
             "step (their gradients summed on the device) and are stepped on the host; every SwiGLU MLP (routed "
-            "experts, dense and shared) moves its rows once each way, and on a rank without ep or etp "
-            "exchanges the routed experts' rows neither way (the tokens are permuted to them and combined on "
-            "the device); the loss head keeps the logits on the "
+            "experts, dense and shared) moves its rows once each way, and without etp the routed experts' rows "
+            "neither way (the tokens are permuted to them and combined on the device, and under ep exchanged "
+            "between the devices over the ep group's device communicator); cp's ring runs on the device, its "
+            "blocks travelling between device buffers; the loss head keeps the logits on the "
             "device; an activation several products read moves once for them (holds nest), and one that "
             "operations make and later ones read (the normalised inputs, queries, keys and values, their "
             "gradients) moves once, as the result; a layer's branch inputs (the residual stream), normalised inputs, "
@@ -140,7 +144,8 @@ def main():
             "gradient) "
             "never comes back to the host; the residual stream stays on the device in fp32 from layer to layer, "
             "forward and backward, with the outputs and input gradients added to it and attention's gradients "
-            "(where no tp, ep or cp exchange reads them on the host), from the embedding's rows to the final norm "
+            "(where no tp or etp exchange, nor cp's all-gather or all-to-all, reads them on the host), from the "
+            "embedding's rows to the final norm "
             "and back at tp 1, so that it crosses only where host code reads it (a pipeline send); "
             "other activations still cross at every operation. Arrays cross in fp32 and are rounded to bf16 (or widened back) on "
             "the device: twice the bytes of a bf16 copy, for no conversion pass on the host, which on one core "

@@ -53,6 +53,13 @@ public:
   /// The kind of group ("tp", "cp", "ep", ...), for messages.
   virtual const std::string &name() const = 0;
 
+  /// The same group over a compute backend's device buffers (comm/nccl),
+  /// where the job has one: a backend moves its own arrays over it, the
+  /// host's over this group (as a PyTorch process group has a backend per
+  /// device type). Not owned; null where there is none.
+  Communicator *device() const { return Device; }
+  void setDevice(Communicator *Group) { Device = Group; }
+
   /// In place: Data[i] = sum over ranks of Data[i].
   void allReduceSum(void *Data, size_t Count, DType T) { doAllReduceSum(Data, Count, T); }
   /// In is size() * CountPerRank elements; Out receives this rank's summed
@@ -131,6 +138,9 @@ protected:
   virtual void doRecv(void *Data, size_t Count, int Source, DType T) = 0;
   virtual std::unique_ptr<Request> doIsend(const void *Data, size_t Count, int Dest, int Tag, DType T) = 0;
   virtual std::unique_ptr<Request> doIrecv(void *Data, size_t Count, int Source, int Tag, DType T) = 0;
+
+private:
+  Communicator *Device = nullptr;
 };
 
 /// A group of one: every collective is a copy or a no-op. Lets layers run

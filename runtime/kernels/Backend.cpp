@@ -139,17 +139,22 @@ void ComputeBackend::add(int64_t Count, const float *A, const float *B, float *O
     Out[I] = A[I] + B[I];
 }
 
-void ComputeBackend::allReduceSum(float *Data, int64_t Count, Communicator &Host, Communicator *) {
-  Host.allReduceSum(Data, size_t(Count));
+void ComputeBackend::allReduceSum(float *Data, int64_t Count, Communicator &Group) {
+  Group.allReduceSum(Data, size_t(Count));
 }
 
-void ComputeBackend::reduceScatterSum(const float *In, float *Out, int64_t PerRank, Communicator &Host,
-                                      Communicator *) {
-  Host.reduceScatterSum(In, Out, size_t(PerRank));
+void ComputeBackend::reduceScatterSum(const float *In, float *Out, int64_t PerRank, Communicator &Group) {
+  Group.reduceScatterSum(In, Out, size_t(PerRank));
 }
 
-void ComputeBackend::allGather(const float *In, float *Out, int64_t PerRank, Communicator &Host, Communicator *) {
-  Host.allGather(In, Out, size_t(PerRank));
+void ComputeBackend::allGather(const float *In, float *Out, int64_t PerRank, Communicator &Group) {
+  Group.allGather(In, Out, size_t(PerRank));
+}
+
+void ComputeBackend::allToAllV(const float *In, const std::vector<size_t> &InCounts,
+                               const std::vector<size_t> &InOffsets, float *Out, const std::vector<size_t> &OutCounts,
+                               const std::vector<size_t> &OutOffsets, Communicator &Group) {
+  Group.allToAllV(In, InCounts, InOffsets, Out, OutCounts, OutOffsets);
 }
 
 void ComputeBackend::attentionDelta(int64_t Batch, int64_t Tokens, int64_t QHeads, int64_t VDim, const float *Out,

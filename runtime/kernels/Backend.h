@@ -66,6 +66,24 @@ struct AttentionBlockArgs {
   float *DQ = nullptr, *DK = nullptr, *DV = nullptr;
 };
 
+/// Context parallelism's ring of attention (parallel/cp/Ring.h; the
+/// semantics of parallel/cp/ContextParallelAttention.h with CpExchange::Ring)
+/// run where the backend computes: K/V blocks (and, backward, their
+/// gradients) travel over Device, the cp group's counterpart over the
+/// backend's buffers (comm/nccl), never through host memory. Q, K, V, Out
+/// and DOut are this rank's [Batch, SeqLen / cp, heads, HeadDim], Lse
+/// [Batch, QHeads, SeqLen / cp]; the outputs are overwritten.
+struct RingAttentionArgs {
+  Communicator *Device = nullptr;
+  int64_t Batch = 1, SeqLen = 0, QHeads = 0, KvHeads = 0, HeadDim = 0, VHeadDim = 0;
+  const float *Q = nullptr, *K = nullptr, *V = nullptr;
+  /// Written by the forward; the backward reads them.
+  float *Out = nullptr, *Lse = nullptr;
+  /// The backward's.
+  const float *DOut = nullptr;
+  float *DQ = nullptr, *DK = nullptr, *DV = nullptr;
+};
+
 /// A host array held on a backend (ComputeBackend::holdArrays).
 struct HeldArray {
   enum Use {
@@ -268,6 +286,16 @@ public:
   /// Out and DOut [Batch, Tokens, QHeads, VDim]).
   virtual void attentionDelta(int64_t Batch, int64_t Tokens, int64_t QHeads, int64_t VDim, const float *Out,
                               const float *DOut, float *Delta);
+  /// Whether the ring of A's shape runs on this backend over A.Device
+  /// (ringAttentionForward/Backward then do it); if not, the host's ring
+  /// moves the blocks and calls attentionBlockForward/Backward for each.
+  virtual bool takesRingAttention(const RingAttentionArgs &) const { return false; }
+  virtual void ringAttentionForward(const RingAttentionArgs &) {
+    throw std::logic_error("this backend runs no ring of attention");
+  }
+  virtual void ringAttentionBackward(const RingAttentionArgs &) {
+    throw std::logic_error("this backend runs no ring of attention");
+  }
   /// Whether the backend runs loss heads as one operation, keeping the
   /// logits (the step's largest activation) to itself; if not, the caller
   /// runs parallel/tp/VocabParallel.h and two products.
@@ -315,12 +343,22 @@ public:
   /// The collectives of the gradient reduction and of the distributed
   /// optimizer (comm/Communicator.h), on arrays that may be resident
   /// (makeResident): where every array is resident and the group has a
-  /// device counterpart (Device: a communicator of device buffers,
-  /// comm/nccl), the backend runs it on its copies; else Host runs it on the
-  /// host arrays, asked for first.
-  virtual void allReduceSum(float *Data, int64_t Count, Communicator &Host, Communicator *Device);
-  virtual void reduceScatterSum(const float *In, float *Out, int64_t PerRank, Communicator &Host, Communicator *Device);
-  virtual void allGather(const float *In, float *Out, int64_t PerRank, Communicator &Host, Communicator *Device);
+  /// device counterpart (Communicator::device(): a communicator of device
+  /// buffers, comm/nccl), the backend runs it on its copies; else the group
+  /// runs it on the host arrays, asked for first.
+  virtual void allReduceSum(float *Data, int64_t Count, Communicator &Group);
+  virtual void reduceScatterSum(const float *In, float *Out, int64_t PerRank, Communicator &Group);
+  virtual void allGather(const float *In, float *Out, int64_t PerRank, Communicator &Group);
+  /// Rows between the members of an exchange (the expert-parallel dispatch
+  /// and its reverse): Communicator::allToAllV's semantics, counts and
+  /// offsets in elements of In and Out. Over the group's device counterpart
+  /// (Communicator::device()), where it has one, between the backend's
+  /// copies (In's staged where it has none; Out's values brought back unless
+  /// Out lies in a held array), in the precision of its operands; else over
+  /// the group on the host arrays, asked for first.
+  virtual void allToAllV(const float *In, const std::vector<size_t> &InCounts, const std::vector<size_t> &InOffsets,
+                         float *Out, const std::vector<size_t> &OutCounts, const std::vector<size_t> &OutOffsets,
+                         Communicator &Group);
   /// Only where fusesLossHead().
   virtual void lossHead(const LossHeadArgs &) { throw std::logic_error("this backend does not fuse loss heads"); }
 

@@ -992,9 +992,11 @@ struct StageModel::Impl {
     Tensor DQ(S.Q.shape()), DK(S.K.shape()), DV(S.V.shape());
     // Attention's gradients stay on the backend, as sums in fp32, from its
     // blocks to the projections' products where only the backend reads them
-    // on the way (no head norm's backward; no cp exchange, which sends them
-    // from host memory).
-    const bool GradientsOnBackend = keepKey(M, S) && !Config.Mla && !P.QNorm && Groups.Cp->size() == 1;
+    // on the way (no head norm's backward; no cp exchange but a ring the
+    // backend runs, the others sending them from host memory).
+    const bool RingOnBackend = ringOnBackend(*Groups.Cp, attentionDims(M), Groups.CpKind);
+    const bool GradientsOnBackend =
+        keepKey(M, S) && !Config.Mla && !P.QNorm && (Groups.Cp->size() == 1 || RingOnBackend);
     HeldArrays KeepAttentionGradients(compute(), GradientsOnBackend
                                                      ? std::vector{residual(DQ), residual(DK), residual(DV)}
                                                      : std::vector<HeldArray>());

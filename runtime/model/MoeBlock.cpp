@@ -181,7 +181,7 @@ double MoeBlock::forward(const MoeWeights &W, const Tensor &Xn, MoeSaved &S, Ten
 
   // Routed experts: SwiGLU over each local expert's rows.
   if (movesOnBackend()) {
-    localExperts(W, Xn, S, Y, KeepFor);
+    routedOnBackend(W, Xn, S, Y, KeepFor);
     S.Valid = true;
     return Aux;
   }
@@ -210,58 +210,87 @@ double MoeBlock::forward(const MoeWeights &W, const Tensor &Xn, MoeSaved &S, Ten
 
 void MoeBlock::recomputeAct(MoeSaved &S) { S.Act = swiGlu(S.G, S.U); }
 
-bool MoeBlock::movesOnBackend() const { return Dispatcher.local() && Etp.size() == 1; }
+bool MoeBlock::movesOnBackend() const { return Etp.size() == 1; }
 
-void MoeBlock::localExperts(const MoeWeights &W, const Tensor &Xn, MoeSaved &S, Tensor &Y, const void *KeepFor) {
+void MoeBlock::routedOnBackend(const MoeWeights &W, const Tensor &Xn, MoeSaved &S, Tensor &Y, const void *KeepFor) {
   ComputeBackend &Backend = currentBackend();
   const int64_t N = Xn.rows(), H = Config.Hidden, F = Config.MoeFfnHidden, Copies = N * Config.TopK;
   Dispatcher.route(N, S.TopIdx, S.Dispatch);
-  S.ExpertIn.resize({Copies, H});
-  S.G.resize({Copies, F});
-  S.U.resize({Copies, F});
-  S.Act.resize({Copies, F});
-  Tensor Out({Copies, H});
-  // The rows and the experts' outputs are the backend's alone where they
-  // are kept for the backward (which reads them there).
-  std::vector<HeldArray> Rows;
+  // A rank alone in its ep group permutes its tokens straight into its
+  // experts' rows and combines their outputs where they are.
+  const bool Exchanged = !Dispatcher.local();
+  const int64_t Rows = Exchanged ? int64_t(S.Dispatch.RecvExpertOrder.size()) : Copies;
+  S.ExpertIn.resize({Rows, H});
+  S.G.resize({Rows, F});
+  S.U.resize({Rows, F});
+  S.Act.resize({Rows, F});
+  Tensor Out({Rows, H}), Sent, Combined;
+  if (Exchanged) {
+    Sent = Tensor({Copies, H});
+    Combined = Tensor({Copies, H});
+  }
+  // The rows, the experts' outputs and what the exchanges move are the
+  // backend's alone where they are kept for the backward (which reads the
+  // experts' input rows and their outputs back in send order there).
+  std::vector<HeldArray> Held;
   if (KeepFor)
-    Rows = {{S.ExpertIn.data(), S.ExpertIn.numel(), HeldArray::BackendOnly},
-            {Out.data(), Out.numel(), HeldArray::BackendOnly}};
-  HeldArrays Hold(Backend, Rows);
-  Backend.permuteRows(S.Dispatch.moves(), Xn.data(), S.ExpertIn.data());
+    for (Tensor *T : {&S.ExpertIn, &Out, &Sent, &Combined})
+      if (T->numel())
+        Held.push_back({T->data(), T->numel(), HeldArray::BackendOnly});
+  HeldArrays Hold(Backend, Held);
+  Backend.permuteRows(S.Dispatch.moves(), Xn.data(), Exchanged ? Sent.data() : S.ExpertIn.data());
+  if (Exchanged)
+    Dispatcher.toExperts(Sent, S.Dispatch, S.ExpertIn);
   MlpArgs A = expertMlpArgs(W, S.Dispatch.TokensPerLocalExpert, H, F, S);
   A.Y = Out.data();
   mlpForwardKeeping(Backend, A, KeepFor, /*KeepRows=*/true);
+  if (Exchanged)
+    Dispatcher.toSenders(Out, S.Dispatch, Combined);
+  else
+    Combined = std::move(Out); // the same storage, which stays held
   if (Y.shape() != std::vector<int64_t>{N, H})
     Y = Tensor({N, H});
-  Backend.unpermuteRows(S.Dispatch.moves(S.TopW.data()), Out.data(), Y.data());
-  S.Dispatch.CombinedCopies = std::move(Out); // the same storage, which stays held
+  Backend.unpermuteRows(S.Dispatch.moves(S.TopW.data()), Combined.data(), Y.data());
   if (KeepFor)
-    Backend.keepArrays(KeepFor, {Rows[1]});
+    Backend.keepArrays(KeepFor, {{Combined.data(), Combined.numel(), HeldArray::BackendOnly}});
+  S.Dispatch.CombinedCopies = std::move(Combined);
 }
 
-void MoeBlock::localExpertsBackward(const MoeWeights &W, MoeSaved &S, const Tensor &DY, std::vector<float> &DW,
-                                    Tensor &DXn) {
+void MoeBlock::routedOnBackendBackward(const MoeWeights &W, MoeSaved &S, const Tensor &DY, std::vector<float> &DW,
+                                       Tensor &DXn) {
   ComputeBackend &Backend = currentBackend();
   const int64_t N = S.Dispatch.Tokens, H = Config.Hidden, F = Config.MoeFfnHidden, Copies = N * Config.TopK;
   if (S.Dispatch.CombinedCopies.rows() != Copies)
     throw std::logic_error("the routed experts' backward runs before their forward");
-  // What passes between the moves and the experts' products stays on the
-  // backend.
-  Tensor DOut({Copies, H}), DIn({Copies, H});
-  HeldArrays Hold(Backend, {{DOut.data(), DOut.numel(), HeldArray::BackendOnly},
-                            {DIn.data(), DIn.numel(), HeldArray::BackendOnly}});
+  const bool Exchanged = !Dispatcher.local();
+  const int64_t Rows = S.ExpertIn.rows();
+  // What passes between the moves, the exchanges and the experts' products
+  // stays on the backend.
+  Tensor DOut({Rows, H}), DIn({Rows, H}), DCombined, DSent;
+  if (Exchanged) {
+    DCombined = Tensor({Copies, H});
+    DSent = Tensor({Copies, H});
+  }
+  std::vector<HeldArray> Held;
+  for (Tensor *T : {&DOut, &DIn, &DCombined, &DSent})
+    if (T->numel())
+      Held.push_back({T->data(), T->numel(), HeldArray::BackendOnly});
+  HeldArrays Hold(Backend, Held);
   DW.assign(size_t(Copies), 0.0f);
   Backend.unpermuteRowsBackward(S.Dispatch.moves(S.TopW.data()), DY.data(), S.Dispatch.CombinedCopies.data(),
-                                DOut.data(), DW.data());
+                                Exchanged ? DCombined.data() : DOut.data(), DW.data());
+  if (Exchanged)
+    Dispatcher.toExperts(DCombined, S.Dispatch, DOut);
   MlpArgs A = expertMlpArgs(W, S.Dispatch.TokensPerLocalExpert, H, F, S);
   A.DY = DOut.data();
   A.DX = DIn.data();
   addGradients(A, W);
   Backend.mlpBackward(A);
+  if (Exchanged)
+    Dispatcher.toSenders(DIn, S.Dispatch, DSent);
   if (DXn.shape() != std::vector<int64_t>{N, H})
     DXn = Tensor({N, H});
-  Backend.permuteRowsBackward(S.Dispatch.moves(), DIn.data(), DXn.data());
+  Backend.permuteRowsBackward(S.Dispatch.moves(), Exchanged ? DSent.data() : DIn.data(), DXn.data());
 }
 
 Tensor MoeBlock::exchangedExpertsBackward(const MoeWeights &W, MoeSaved &S, const Tensor &DY, std::vector<float> &DW) {
@@ -286,7 +315,7 @@ void MoeBlock::backward(const MoeWeights &W, const Tensor &Xn, MoeSaved &S, cons
   int64_t N = Xn.rows(), E = Config.Experts, K = Config.TopK;
   std::vector<float> DW;
   if (movesOnBackend())
-    localExpertsBackward(W, S, DY, DW, DXn);
+    routedOnBackendBackward(W, S, DY, DW, DXn);
   else
     DXn = exchangedExpertsBackward(W, S, DY, DW);
 

@@ -78,18 +78,20 @@ public:
   void backward(const MoeWeights &W, const Tensor &Xn, MoeSaved &S, const Tensor &DY, double AuxGradScale, Tensor &DXn);
 
   /// Whether the rows move between the tokens and the experts on the
-  /// backend (ComputeBackend::permuteRows and the others): where neither the
-  /// ep group nor the etp group has another rank to exchange them with.
+  /// backend (ComputeBackend::permuteRows and the others, and the ep
+  /// group's exchanges: TokenDispatcher::toExperts): where the etp group has
+  /// no other rank to gather them with.
   bool movesOnBackend() const;
 
 private:
-  /// The routed experts of a rank that exchanges nothing: Y from Xn, the
-  /// rows and the experts' outputs kept on the backend under KeepFor (where
-  /// not null) for localExpertsBackward.
-  void localExperts(const MoeWeights &W, const Tensor &Xn, MoeSaved &S, Tensor &Y, const void *KeepFor);
+  /// The routed experts with the rows moved on the backend: Y from Xn, the
+  /// rows and the experts' outputs (in send order) kept on the backend under
+  /// KeepFor (where not null) for routedOnBackendBackward.
+  void routedOnBackend(const MoeWeights &W, const Tensor &Xn, MoeSaved &S, Tensor &Y, const void *KeepFor);
   /// dXn from the routed output's gradient DY, and the routing weights'
-  /// gradients DW: on the backend, or through the ep and etp exchanges.
-  void localExpertsBackward(const MoeWeights &W, MoeSaved &S, const Tensor &DY, std::vector<float> &DW, Tensor &DXn);
+  /// gradients DW: on the backend, or through the host's ep and etp
+  /// exchanges.
+  void routedOnBackendBackward(const MoeWeights &W, MoeSaved &S, const Tensor &DY, std::vector<float> &DW, Tensor &DXn);
   Tensor exchangedExpertsBackward(const MoeWeights &W, MoeSaved &S, const Tensor &DY, std::vector<float> &DW);
   /// Under etp > 1: this rank's dispatched rows -> every etp rank's,
   /// expert-major (the first call of a micro batch fills S.EtpCounts and

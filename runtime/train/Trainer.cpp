@@ -174,8 +174,8 @@ struct Trainer::Impl final : public PipelineStage {
   int64_t EvalBase = 0;        ///< the first validation sample of the global batch evaluated
   PipelineSchedule ForwardOps; ///< every rank's forwards of one global batch, in pipeline order
   std::unique_ptr<PipelineExecutor> Executor;
-  /// The gradient groups over device buffers (TrainerOptions::DeviceGroup),
-  /// over Timed's communicators, which outlive them.
+  /// The groups over device buffers (TrainerOptions::DeviceGroup), over
+  /// Timed's communicators, which outlive them.
   std::vector<std::unique_ptr<Communicator>> DeviceGroups;
   std::unique_ptr<AdamW> Optimizer;
   LrSchedule Schedule;
@@ -258,6 +258,10 @@ struct Trainer::Impl final : public PipelineStage {
 
     ParallelContext Ctx{&group("tp"), &group("cp"), &group("tp-cp"), &group("ep"), &group("etp")};
     Ctx.CpKind = cpExchange(Notes);
+    // Every rank makes the same device groups in the same order.
+    if (Options.DeviceGroup)
+      for (const char *Kind : {"tp", "cp", "ep", "dp-cp", "edp"})
+        addDeviceGroup(Kind);
     for (int64_t C = 0; C < Plan.Parallel.VPP; ++C) {
       const moec::LaunchStage &S = Plan.stage(PpRank, C);
       if (S.MtpLayers > 0 && (!S.Loss || S.MtpLayers != Config.MtpLayers))
@@ -384,18 +388,21 @@ struct Trainer::Impl final : public PipelineStage {
                ", which does not come after its " + std::to_string(Schedule.WarmupSteps) + " warm-up steps");
     }
     GradientGroups GG{&group("dp-cp"), &group("tp"), &group("edp")};
-    if (Options.DeviceGroup)
-      for (auto [Kind, Slot] : {std::pair{"dp-cp", &GG.DeviceDpCp}, {"tp", &GG.DeviceTp}, {"edp", &GG.DeviceEdp}}) {
-        Communicator &Host = group(Kind);
-        if (Host.size() == 1)
-          continue;
-        DeviceGroups.push_back(Options.DeviceGroup(Kind, Host));
-        *Slot = DeviceGroups.back().get();
-      }
     Optimizer = std::make_unique<AdamW>(allParameters(), GG, group("world"), AOpts, *MOpts.Compute);
   }
 
   ~Impl() override { settleOnHost(); }
+
+  /// The group of a kind over device buffers (TrainerOptions::DeviceGroup)
+  /// as its host group's counterpart (Communicator::device()), where the
+  /// group has peers.
+  void addDeviceGroup(const std::string &Kind) {
+    Communicator &Host = group(Kind);
+    if (Host.size() == 1)
+      return;
+    DeviceGroups.push_back(Options.DeviceGroup(Kind, Host));
+    Host.setDevice(DeviceGroups.back().get());
+  }
 
   Communicator &group(const std::string &Kind) {
     auto It = Timed.find(Kind);
@@ -826,7 +833,7 @@ struct Trainer::Impl final : public PipelineStage {
       return;
     for (Parameter *Param : allParameters())
       if (Param->Name == "embedding") // resident on the first stage: asked for, summed on the host
-        MOpts.Compute->allReduceSum(Param->Grad.data(), Param->Grad.numel(), group("embedding"), nullptr);
+        MOpts.Compute->allReduceSum(Param->Grad.data(), Param->Grad.numel(), group("embedding"));
   }
 
   bool owns(const Parameter &Param) {

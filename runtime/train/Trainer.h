@@ -72,12 +72,13 @@ struct TrainerOptions {
   /// Not owned.
   ComputeBackend *Compute = nullptr;
   /// A communicator of device buffers over the plan's group of this kind
-  /// ("dp-cp", "tp", "edp"; Group is the trainer's host communicator over
-  /// it), for the gradient sums to run where the compute backend keeps the
-  /// gradients (GradientGroups): NCCL under moerun, the host-staged
+  /// ("cp", "dp-cp", "tp", "edp"; Group is the trainer's host communicator
+  /// over it, whose Communicator::device() it becomes), for what the compute
+  /// backend keeps to move between its own arrays (attention's ring, the
+  /// routed rows, the gradient sums): NCCL under moerun, the host-staged
   /// communicator where ranks share a GPU. Called once per group of more
-  /// than one rank, by every member, in the same order. Unset: the sums are
-  /// the host's.
+  /// than one rank, by every member, in the same order. Unset: the host
+  /// moves them.
   std::function<std::unique_ptr<Communicator>(const std::string &Kind, Communicator &Group)> DeviceGroup;
 };
 

@@ -9,6 +9,7 @@
 #include "kernels/cuda/Elementwise.h"
 #include "kernels/cuda/Gemm.h"
 #include "kernels/cuda/Moe.h"
+#include "kernels/cuda/RingAttention.h"
 
 #include <algorithm>
 #include <cmath>
@@ -58,6 +59,15 @@ std::vector<int32_t> positions(int64_t First, int64_t Count) {
 
 /// The kernels of kernels/cuda/Attention.h take heads of 32, 64 or 128
 /// columns, values as wide as keys, and positions that fit int32.
+/// The elements an exchange's counts and offsets reach.
+int64_t extent(const std::vector<size_t> &Counts, const std::vector<size_t> &Offsets) {
+  size_t End = 0;
+  for (size_t P = 0; P < Counts.size(); ++P)
+    if (Counts[P])
+      End = std::max(End, Offsets[P] + Counts[P]);
+  return int64_t(End);
+}
+
 bool attentionKernelTakes(const AttentionBlockArgs &A) {
   bool Width = A.HeadDim == 32 || A.HeadDim == 64 || A.HeadDim == 128;
   return Width && A.VHeadDim == A.HeadDim && A.KvHeads > 0 && A.QHeads % A.KvHeads == 0 &&
@@ -327,6 +337,42 @@ public:
     for (SumSpan *Sum : {&DQ, &DK, &DV})
       addedTo(*Sum);
     return true;
+  }
+
+  bool takesRingAttention(const RingAttentionArgs &A) const override {
+    const bool Width = A.HeadDim == 32 || A.HeadDim == 64 || A.HeadDim == 128;
+    return dynamic_cast<DeviceCommunicator *>(A.Device) && Width && A.VHeadDim == A.HeadDim && A.KvHeads > 0 &&
+           A.QHeads % A.KvHeads == 0 && A.SeqLen < (int64_t(1) << 31);
+  }
+
+  // The blocks travel between the ranks' device copies of K and V; the
+  // queries, keys and values come from where the layer keeps them, and the
+  // outputs go to where the caller holds them (on the device, where held).
+  void ringAttentionForward(const RingAttentionArgs &A) override {
+    Charge Charged(Copies, "attention");
+    RingShape R(A);
+    Operand Q = input(A.Q, R.QCount), K = input(A.K, R.KvCount), V = input(A.V, R.KvCount);
+    DeviceBuffer<float> Out{size_t(R.QCount)}, Lse{size_t(R.LseCount)};
+    cuda::ringAttentionForward(R.Cp, R.Dims, Q.Data, K.Data, V.Data, Out.data(), Lse.data(), Blas.stream());
+    result(Out, A.Out);
+    result(Lse, A.Lse);
+  }
+
+  void ringAttentionBackward(const RingAttentionArgs &A) override {
+    Charge Charged(Copies, "attention");
+    RingShape R(A);
+    Operand Q = input(A.Q, R.QCount), K = input(A.K, R.KvCount), V = input(A.V, R.KvCount);
+    Operand Out16 = input(A.Out, R.QCount), DOut16 = input(A.DOut, R.QCount);
+    // Delta reads the output as the blocks' kernels see their operands.
+    DeviceBuffer<float> Out32{size_t(R.QCount)}, StagedLse;
+    castToF32(R.QCount, Out16.Data, Out32.data(), Blas.stream());
+    const float *Lse = wideInput(A.Lse, R.LseCount, StagedLse);
+    DeviceBuffer<float> DQ{size_t(R.QCount)}, DK{size_t(R.KvCount)}, DV{size_t(R.KvCount)};
+    cuda::ringAttentionBackward(R.Cp, R.Dims, Q.Data, K.Data, V.Data, Out32.data(), Lse, DOut16.Data, DQ.data(),
+                                DK.data(), DV.data(), Blas.stream());
+    result(DQ, A.DQ);
+    result(DK, A.DK);
+    result(DV, A.DV);
   }
 
   void mlpForward(const MlpArgs &A) override {
@@ -713,26 +759,46 @@ public:
       Copies.toDevice(Src, To->at(Dst), Count);
   }
 
-  void allReduceSum(float *Data, int64_t Count, Communicator &Host, Communicator *Device) override {
+  void allReduceSum(float *Data, int64_t Count, Communicator &Group) override {
     collective(
-        Data, Count, Data, Count, Device,
-        [&](Communicator &Group, const float *, float *Out) { Group.allReduceSum(Out, size_t(Count)); },
-        [&] { Host.allReduceSum(Data, size_t(Count)); });
+        Data, Count, Data, Count, Group.device(),
+        [&](Communicator &Device, const float *, float *Out) { Device.allReduceSum(Out, size_t(Count)); },
+        [&] { Group.allReduceSum(Data, size_t(Count)); });
   }
 
-  void reduceScatterSum(const float *In, float *Out, int64_t PerRank, Communicator &Host,
-                        Communicator *Device) override {
+  void reduceScatterSum(const float *In, float *Out, int64_t PerRank, Communicator &Group) override {
     collective(
-        In, PerRank * Host.size(), Out, PerRank, Device,
-        [&](Communicator &Group, const float *From, float *To) { Group.reduceScatterSum(From, To, size_t(PerRank)); },
-        [&] { Host.reduceScatterSum(In, Out, size_t(PerRank)); });
+        In, PerRank * Group.size(), Out, PerRank, Group.device(),
+        [&](Communicator &Device, const float *From, float *To) { Device.reduceScatterSum(From, To, size_t(PerRank)); },
+        [&] { Group.reduceScatterSum(In, Out, size_t(PerRank)); });
   }
 
-  void allGather(const float *In, float *Out, int64_t PerRank, Communicator &Host, Communicator *Device) override {
+  void allGather(const float *In, float *Out, int64_t PerRank, Communicator &Group) override {
     collective(
-        In, PerRank, Out, PerRank * Host.size(), Device,
-        [&](Communicator &Group, const float *From, float *To) { Group.allGather(From, To, size_t(PerRank)); },
-        [&] { Host.allGather(In, Out, size_t(PerRank)); });
+        In, PerRank, Out, PerRank * Group.size(), Group.device(),
+        [&](Communicator &Device, const float *From, float *To) { Device.allGather(From, To, size_t(PerRank)); },
+        [&] { Group.allGather(In, Out, size_t(PerRank)); });
+  }
+
+  void allToAllV(const float *In, const std::vector<size_t> &InCounts, const std::vector<size_t> &InOffsets, float *Out,
+                 const std::vector<size_t> &OutCounts, const std::vector<size_t> &OutOffsets,
+                 Communicator &Group) override {
+    Charge Charged(Copies, "exchange");
+    const int64_t InCount = extent(InCounts, InOffsets), OutCount = extent(OutCounts, OutOffsets);
+    Communicator *Device = Group.device();
+    if (!Device) {
+      hostValues(In, InCount);
+      hostReads(Out, OutCount);
+      Group.allToAllV(In, InCounts, InOffsets, Out, OutCounts, OutOffsets);
+      hostWrote(Out, OutCount);
+      return;
+    }
+    // The rows are operands' (bf16) on both sides.
+    Operand Send = InCount ? input(In, InCount) : Operand();
+    DeviceBuffer<bf16> Recv{size_t(OutCount)};
+    onComputeStream(*Device).allToAllV(Send.Data, InCounts, InOffsets, Recv.data(), OutCounts, OutOffsets, DType::BF16);
+    if (OutCount)
+      result(Recv, Out);
   }
 
   void makeResident(const std::vector<HostArray> &Arrays) override {
@@ -803,6 +869,21 @@ public:
   void resetPeak() override { resetDevicePeak(); }
 
 private:
+  /// A ring's group, its dimensions and this rank's element counts.
+  struct RingShape {
+    DeviceCommunicator &Cp;
+    AttentionDims Dims;
+    int64_t QCount, KvCount, LseCount;
+    explicit RingShape(const RingAttentionArgs &A)
+        : Cp(dynamic_cast<DeviceCommunicator &>(*A.Device)), Dims{A.Batch,   A.SeqLen,  A.QHeads,
+                                                                  A.KvHeads, A.HeadDim, A.VHeadDim} {
+      const int64_t Rows = A.Batch * (A.SeqLen / Cp.size());
+      QCount = Rows * A.QHeads * A.HeadDim;
+      KvCount = Rows * A.KvHeads * A.HeadDim;
+      LseCount = Rows * A.QHeads;
+    }
+  };
+
   /// A held array's device copy, made on its first use: the bf16 values of
   /// a Read array, the backend's share of an Accumulate array's sum (fp32,
   /// from zero).

@@ -104,11 +104,37 @@ void readOnHost(const Communicator &Cp, const BlockShape &Shape, const float *Q,
   Backend.hostReads(V, Rows * D.KvHeads * D.vHeadDim());
 }
 
+RingAttentionArgs ringArgs(Communicator *DeviceCp, const AttentionDims &Dims) {
+  RingAttentionArgs A;
+  A.Device = DeviceCp;
+  A.Batch = Dims.Batch;
+  A.SeqLen = Dims.SeqLen;
+  A.QHeads = Dims.QHeads;
+  A.KvHeads = Dims.KvHeads;
+  A.HeadDim = Dims.HeadDim;
+  A.VHeadDim = Dims.vHeadDim();
+  return A;
+}
+
 } // namespace
+
+bool ringOnBackend(const Communicator &Cp, const AttentionDims &Dims, CpExchange Exchange) {
+  return Cp.size() > 1 && Cp.device() && Exchange == CpExchange::Ring &&
+         currentBackend().takesRingAttention(ringArgs(Cp.device(), Dims));
+}
 
 void contextParallelAttentionForward(Communicator &Cp, const AttentionDims &Dims, const float *Q, const float *K,
                                      const float *V, float *Out, float *Lse, CpExchange Exchange) {
   BlockShape Shape = blockShape(Cp, Dims);
+  if (ringOnBackend(Cp, Dims, Exchange)) {
+    RingAttentionArgs A = ringArgs(Cp.device(), Dims);
+    A.Q = Q;
+    A.K = K;
+    A.V = V;
+    A.Out = Out;
+    A.Lse = Lse;
+    return currentBackend().ringAttentionForward(A);
+  }
   readOnHost(Cp, Shape, Q, K, V);
   size_t OutCount = size_t(Dims.Batch * Shape.LocalTokens * Dims.QHeads * Dims.vHeadDim());
   std::fill(Out, Out + OutCount, 0.0f);
@@ -136,14 +162,27 @@ void contextParallelAttentionBackward(Communicator &Cp, const AttentionDims &Dim
                                       const float *V, const float *Out, const float *Lse, const float *DOut, float *DQ,
                                       float *DK, float *DV, CpExchange Exchange) {
   BlockShape Shape = blockShape(Cp, Dims);
+  ComputeBackend &Backend = currentBackend();
+  if (ringOnBackend(Cp, Dims, Exchange)) {
+    RingAttentionArgs A = ringArgs(Cp.device(), Dims);
+    A.Q = Q;
+    A.K = K;
+    A.V = V;
+    A.Out = const_cast<float *>(Out);
+    A.Lse = const_cast<float *>(Lse);
+    A.DOut = DOut;
+    A.DQ = DQ;
+    A.DK = DK;
+    A.DV = DV;
+    return Backend.ringAttentionBackward(A);
+  }
   readOnHost(Cp, Shape, Q, K, V);
   int64_t T = Shape.LocalTokens;
   size_t QCount = size_t(Dims.Batch * T * Dims.QHeads * Dims.HeadDim);
-  ComputeBackend &Backend = currentBackend();
   Backend.zero(DQ, int64_t(QCount)); // where the caller keeps it, if on a backend
   if (Cp.size() > 1 && Exchange == CpExchange::AllToAll)
     return allToAllAttentionBackward(Cp, Shape, Q, K, V, Out, Lse, DOut, DQ, DK, DV);
-  std::vector<float> Delta = attentionDelta(currentBackend(), Dims.Batch, T, Dims.QHeads, Dims.vHeadDim(), Out, DOut);
+  std::vector<float> Delta = attentionDelta(Backend, Dims.Batch, T, Dims.QHeads, Dims.vHeadDim(), Out, DOut);
   if (Cp.size() > 1 && Exchange == CpExchange::AllGather)
     return allGatherAttentionBackward(Cp, Shape, Q, K, V, Lse, Delta.data(), DOut, DQ, DK, DV);
 

@@ -76,6 +76,10 @@ enum class CpExchange {
   AllToAll,
 };
 
+/// Where the cp group has a device counterpart (Communicator::device()),
+/// the ring runs on the current backend over it where the backend takes the
+/// shape (ComputeBackend::takesRingAttention), its blocks never in host
+/// memory.
 void contextParallelAttentionForward(Communicator &Cp, const AttentionDims &Dims, const float *Q, const float *K,
                                      const float *V, float *Out, float *Lse, CpExchange Exchange = CpExchange::Ring);
 
@@ -83,6 +87,11 @@ void contextParallelAttentionForward(Communicator &Cp, const AttentionDims &Dims
 void contextParallelAttentionBackward(Communicator &Cp, const AttentionDims &Dims, const float *Q, const float *K,
                                       const float *V, const float *Out, const float *Lse, const float *DOut, float *DQ,
                                       float *DK, float *DV, CpExchange Exchange = CpExchange::Ring);
+
+/// Whether these calls run the ring on the current backend, reading and
+/// writing the tensors only there: its gradients may be held on it
+/// (HeldArray::Wide) as on a group of one.
+bool ringOnBackend(const Communicator &Cp, const AttentionDims &Dims, CpExchange Exchange);
 
 } // namespace moert
 

@@ -69,7 +69,7 @@ std::vector<HostArray> AdamW::residentArrays() {
   GradientReducer &R = P->Reducer;
   // A bucket's sum stays where its gradients lie: a group of one (the
   // rank's own gradient is the sum) or one with a device counterpart.
-  auto SummedThere = [](const GradBucket &B) { return GradientReducer::inPlace(B) || B.DeviceGroup; };
+  auto SummedThere = [](const GradBucket &B) { return GradientReducer::inPlace(B) || B.Group->device(); };
   auto KindSummedThere = [&](const Parameter &Param) {
     switch (Param.Kind) {
     case ParamKind::Dense:
@@ -97,7 +97,7 @@ std::vector<HostArray> AdamW::residentArrays() {
   // The buckets a device group sums, whole (a host gradient among them is
   // copied in and out).
   for (GradBucket *B : {&R.tpBucket(), &R.dpCpBucket(), &R.edpBucket()})
-    if (!GradientReducer::inPlace(*B) && B->DeviceGroup)
+    if (!GradientReducer::inPlace(*B) && B->Group->device())
       Keep(B->Flat);
   if (!Options.Distributed) {
     for (size_t I = 0; I < P->Params.size(); ++I)
@@ -116,7 +116,7 @@ std::vector<HostArray> AdamW::residentArrays() {
         if (Kept(*S.Param))
           for (std::vector<float> *Moment : {M, V})
             Arrays.push_back({Moment->data() + S.Offset, int64_t(S.Numel)});
-    } else if (B->DeviceGroup) {
+    } else if (B->Group->device()) {
       for (std::vector<float> *A : {Shard, M, V, Master})
         Keep(*A);
     }
@@ -343,7 +343,7 @@ AdamWStepInfo AdamW::step() {
       Compute.copy(S.Param->Value.data() + (O.Lo - S.Offset), Master.data() + K, int64_t(N));
       Update(S.Param, Master.data() + K, M.data() + K, V.data() + K, Grad.data() + K, N);
     }
-    Compute.allGather(Master.data(), B.Flat.data(), int64_t(Size), *B.Group, B.DeviceGroup);
+    Compute.allGather(Master.data(), B.Flat.data(), int64_t(Size), *B.Group);
     B.unpackValues();
   };
   UpdateShard(R.dpCpBucket(), R.dpCpShard(), P->DpCpM, P->DpCpV, P->DpCpMaster);

@@ -21,11 +21,10 @@ void addSlot(GradBucket &B, Parameter *P) {
   B.Numel += N;
 }
 
-void finishLayout(GradBucket &B, Communicator *Group, Communicator *DeviceGroup, ComputeBackend &Compute) {
+void finishLayout(GradBucket &B, Communicator *Group, ComputeBackend &Compute) {
   if (!Group)
     fail("a gradient group is null (use a group of one)");
   B.Group = Group;
-  B.DeviceGroup = DeviceGroup;
   B.Compute = &Compute;
   size_t Size = size_t(Group->size());
   B.Padded = (B.Numel + Size - 1) / Size * Size;
@@ -79,9 +78,9 @@ GradientReducer::GradientReducer(std::vector<Parameter *> Params, const Gradient
       break;
     }
   }
-  finishLayout(Tp, Groups.Tp, Groups.DeviceTp, Compute);
-  finishLayout(DpCp, Groups.DpCp, Groups.DeviceDpCp, Compute);
-  finishLayout(Edp, Groups.Edp, Groups.DeviceEdp, Compute);
+  finishLayout(Tp, Groups.Tp, Compute);
+  finishLayout(DpCp, Groups.DpCp, Compute);
+  finishLayout(Edp, Groups.Edp, Compute);
   if (!inPlace(DpCp))
     DpCpShard.assign(DpCp.shardSize(), 0.0f);
   if (!inPlace(Edp))
@@ -94,7 +93,7 @@ void allReduceBucket(GradBucket &B) {
   if (B.empty() || B.Group->size() == 1)
     return;
   B.packGrads();
-  B.Compute->allReduceSum(B.Flat.data(), int64_t(B.Numel), *B.Group, B.DeviceGroup);
+  B.Compute->allReduceSum(B.Flat.data(), int64_t(B.Numel), *B.Group);
   B.unpackGrads();
 }
 
@@ -104,7 +103,7 @@ void reduceScatterBucket(GradBucket &B, std::vector<float> &Shard) {
   if (GradientReducer::inPlace(B) || B.empty())
     return;
   B.packGrads();
-  B.Compute->reduceScatterSum(B.Flat.data(), Shard.data(), int64_t(B.shardSize()), *B.Group, B.DeviceGroup);
+  B.Compute->reduceScatterSum(B.Flat.data(), Shard.data(), int64_t(B.shardSize()), *B.Group);
 }
 } // namespace
 

@@ -39,10 +39,6 @@ struct GradientGroups {
   Communicator *DpCp = nullptr; ///< Dense and SequenceParallelReplicated
   Communicator *Tp = nullptr;   ///< SequenceParallelReplicated, before dp-cp
   Communicator *Edp = nullptr;  ///< Expert
-  /// The same groups over device buffers (comm/nccl), where the compute
-  /// backend keeps the gradients (ComputeBackend::makeResident); null: the
-  /// sums are the host's.
-  Communicator *DeviceDpCp = nullptr, *DeviceTp = nullptr, *DeviceEdp = nullptr;
 };
 
 /// Parameters packed back to back, in the order given, into one flat buffer
@@ -59,8 +55,6 @@ struct GradBucket {
   size_t Numel = 0;  ///< elements of all slots
   size_t Padded = 0; ///< Numel rounded up to a multiple of Group->size()
   std::vector<float> Flat;
-  /// The group over device buffers, if any (GradientGroups).
-  Communicator *DeviceGroup = nullptr;
   /// What packs, unpacks and reduces, so that gradients, values and the
   /// bucket itself may be resident on it (ComputeBackend::makeResident).
   ComputeBackend *Compute = nullptr;

@@ -104,6 +104,9 @@ void TokenDispatcher::route(int64_t N, const std::vector<int32_t> &ExpertIds, Di
       for (int64_t I = 0; I < FromPeer[P * Local + L]; ++I)
         S.RecvExpertOrder.push_back(Base + I);
     }
+  S.ExpertRowOfRecv.assign(S.RecvExpertOrder.size(), 0);
+  for (size_t I = 0; I < S.RecvExpertOrder.size(); ++I)
+    S.ExpertRowOfRecv[size_t(S.RecvExpertOrder[I])] = int64_t(I);
   S.CombinedCopies = Tensor();
 }
 
@@ -139,6 +142,39 @@ Tensor TokenDispatcher::toSendOrder(const Tensor &Rows, const DispatchState &S) 
   // The reverse exchange: what this rank received it now sends back.
   Ep.allToAllV(Back.data(), S.RecvCounts, S.RecvOffsets, SendRows.data(), S.SendCounts, S.SendOffsets);
   return SendRows;
+}
+
+namespace {
+/// Row j of the result is row From[j] of the rows (a permuteRows of one
+/// copy a token); To is its inverse.
+PermuteArgs reorder(const std::vector<int64_t> &From, const std::vector<int64_t> &To, int64_t Hidden) {
+  return {int64_t(From.size()), 1, Hidden, From.data(), To.data(), nullptr};
+}
+/// Out in Shape, its storage kept where the caller shaped it (and may hold it).
+void shape(Tensor &Out, const std::vector<int64_t> &Shape) {
+  if (Out.shape() != Shape)
+    Out.resize(Shape);
+}
+} // namespace
+
+void TokenDispatcher::toExperts(const Tensor &SendRows, const DispatchState &S, Tensor &ExpertRows) {
+  ComputeBackend &Backend = currentBackend();
+  Tensor Recv({int64_t(S.RecvExpertOrder.size()), Hidden});
+  HeldArrays OnlyTheBackendReads(Backend, {{Recv.data(), Recv.numel(), HeldArray::BackendOnly}});
+  Backend.allToAllV(SendRows.data(), S.SendCounts, S.SendOffsets, Recv.data(), S.RecvCounts, S.RecvOffsets, Ep);
+  shape(ExpertRows, Recv.shape());
+  Backend.permuteRows(reorder(S.RecvExpertOrder, S.ExpertRowOfRecv, Hidden), Recv.data(), ExpertRows.data());
+}
+
+void TokenDispatcher::toSenders(const Tensor &ExpertRows, const DispatchState &S, Tensor &SendRows) {
+  ComputeBackend &Backend = currentBackend();
+  if (ExpertRows.rows() != int64_t(S.RecvExpertOrder.size()) || (ExpertRows.rows() && ExpertRows.cols() != Hidden))
+    fail(Ep, "expert rows do not match the dispatch");
+  Tensor Back(ExpertRows.shape());
+  HeldArrays OnlyTheBackendReads(Backend, {{Back.data(), Back.numel(), HeldArray::BackendOnly}});
+  Backend.permuteRows(reorder(S.ExpertRowOfRecv, S.RecvExpertOrder, Hidden), ExpertRows.data(), Back.data());
+  shape(SendRows, {S.Tokens * S.TopK, Hidden});
+  Backend.allToAllV(Back.data(), S.RecvCounts, S.RecvOffsets, SendRows.data(), S.SendCounts, S.SendOffsets, Ep);
 }
 
 Tensor TokenDispatcher::combine(const Tensor &ExpertOut, const std::vector<float> &Weights, DispatchState &S) {

@@ -17,11 +17,12 @@
 // same order; so any layout reproduces one rank's numbers, not just closely.
 //
 // The moves within a rank (permute, unpermute and their backwards) are the
-// ComputeBackend's (kernels/Backend.h); the dispatcher runs them on the host,
-// where its exchanges send from. A rank alone in its ep group has nothing to
-// exchange: route() gives the bookkeeping, and the caller may run the moves
-// on its own backend (model/MoeBlock.cpp does, so that the rows stay on a
-// GPU).
+// ComputeBackend's (kernels/Backend.h). dispatch() and the others run them on
+// the host, where their exchanges send from. Or the caller runs them on its
+// own backend, from route()'s bookkeeping, with the exchanges between them
+// (toExperts, toSenders) on that backend too, over the ep group's device
+// counterpart (Communicator::device()) where it has one (model/MoeBlock.cpp does, so that the rows stay
+// on a GPU); a rank alone in its ep group has nothing to exchange.
 //
 // Backward runs the same exchanges in the opposite directions. Each call works
 // on a DispatchState that the caller keeps per micro batch (several are in
@@ -67,6 +68,8 @@ struct DispatchState {
   /// Row i of dispatch()'s result is row RecvExpertOrder[i] of the receive
   /// buffer, which arrives source-rank-major (then local expert, then copy).
   std::vector<int64_t> RecvExpertOrder;
+  /// Its inverse: receive row r is row ExpertRowOfRecv[r] of the result.
+  std::vector<int64_t> ExpertRowOfRecv;
   /// The expert outputs back at this rank, [N * TopK, Hidden] in send order;
   /// written by combine(), read by combineBackward() for dWeights.
   Tensor CombinedCopies;
@@ -105,6 +108,14 @@ public:
   /// Backward of dispatch: returns dX [N, Hidden], summed over the TopK copies
   /// in k order.
   Tensor dispatchBackward(const Tensor &DExpertIn, DispatchState &S);
+
+  /// The exchanges alone, on the current compute backend (over the ep
+  /// group's Communicator::device() where it has one), for a caller that runs the moves there after route():
+  /// send-ordered rows [N * TopK, Hidden] to this rank's expert-major rows
+  /// (dispatch()'s), and back. An output the caller shaped keeps its
+  /// storage (and a backend its copy, where the caller holds it).
+  void toExperts(const Tensor &SendRows, const DispatchState &S, Tensor &ExpertRows);
+  void toSenders(const Tensor &ExpertRows, const DispatchState &S, Tensor &SendRows);
 
 private:
   /// The forward exchange: send-ordered rows [N * TopK, Hidden] (row j is

@@ -598,6 +598,7 @@ TEST(CudaBackend, ResidentGradientsAreSummedOverDeviceGroupsWhereTheyLie) {
   auto Cuda = cudaBackend();
   std::unique_ptr<Communicator> Self = createSelfCommunicator("dp-cp");
   std::unique_ptr<Communicator> Device = createHostStagedCommunicator(*Self);
+  Self->setDevice(Device.get());
   const int64_t M = 3, K = 4, N = 5, Count = K * N;
   std::vector<float> X = randomBf16(size_t(M * K), 71), DY = randomBf16(size_t(M * N), 72);
   std::vector<float> Grad(static_cast<size_t>(Count)), Flat(static_cast<size_t>(Count + 1));
@@ -613,14 +614,14 @@ TEST(CudaBackend, ResidentGradientsAreSummedOverDeviceGroupsWhereTheyLie) {
   Before = Moved();
   Cuda->copy(Grad.data(), Flat.data(), Count);
   Cuda->zero(Flat.data() + Count, 1);
-  Cuda->allReduceSum(Flat.data(), Count + 1, *Self, Device.get());
-  Cuda->reduceScatterSum(Flat.data(), Shard.data(), Count + 1, *Self, Device.get());
-  Cuda->allGather(Shard.data(), Gathered.data(), Count + 1, *Self, Device.get());
+  Cuda->allReduceSum(Flat.data(), Count + 1, *Self);
+  Cuda->reduceScatterSum(Flat.data(), Shard.data(), Count + 1, *Self);
+  Cuda->allGather(Shard.data(), Gathered.data(), Count + 1, *Self);
   Cuda->copy(Gathered.data(), Grad.data(), Count);
   EXPECT_EQ(Moved() - Before, (Count + 1) * Crossing) << "the bucket's first partial write brings the rest of it";
   Before = Moved();
   Cuda->copy(Gathered.data(), Flat.data(), Count + 1);
-  Cuda->allReduceSum(Flat.data(), Count + 1, *Self, Device.get());
+  Cuda->allReduceSum(Flat.data(), Count + 1, *Self);
   Cuda->copy(Flat.data(), Grad.data(), Count);
   EXPECT_EQ(Moved() - Before, 0) << "every move and sum on the device";
   std::vector<float> Want(static_cast<size_t>(Count));
@@ -632,18 +633,19 @@ TEST(CudaBackend, ResidentGradientsAreSummedOverDeviceGroupsWhereTheyLie) {
   // Host arrays: the host communicator, nothing moved.
   std::vector<float> OnHost = Want;
   Before = Moved();
-  Cuda->allReduceSum(OnHost.data(), Count, *Self, Device.get());
+  Cuda->allReduceSum(OnHost.data(), Count, *Self);
   EXPECT_EQ(OnHost, Want);
   // Resident, but no device group: asked for, summed on the host.
   Cuda->makeResident({{Flat.data(), Count}});
   Cuda->copy(OnHost.data(), Flat.data(), Count);
   EXPECT_EQ(Moved() - Before, Count * Crossing) << "a host array into a resident one crosses once";
-  Cuda->allReduceSum(Flat.data(), Count, *Self, nullptr);
+  Self->setDevice(nullptr);
+  Cuda->allReduceSum(Flat.data(), Count, *Self);
   EXPECT_EQ(Moved() - Before, 2 * Count * Crossing) << "and back to the host for a host group";
   std::fill(Shard.begin(), Shard.end(), 0.0f);
   std::fill(Gathered.begin(), Gathered.end(), 0.0f);
-  Cuda->reduceScatterSum(Flat.data(), Shard.data(), Count, *Self, nullptr);
-  Cuda->allGather(Shard.data(), Gathered.data(), Count, *Self, nullptr);
+  Cuda->reduceScatterSum(Flat.data(), Shard.data(), Count, *Self);
+  Cuda->allGather(Shard.data(), Gathered.data(), Count, *Self);
   Cuda->releaseResident();
   EXPECT_EQ(std::vector<float>(Flat.begin(), Flat.begin() + Count), Want);
   EXPECT_EQ(std::vector<float>(Gathered.begin(), Gathered.begin() + Count), Want) << "through the host group";

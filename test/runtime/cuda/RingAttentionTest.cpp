@@ -3,13 +3,17 @@
 // Several ranks share one GPU through the host-staged communicator (NCCL
 // refuses that); each rank's GPU ring attention (forward and backward) must
 // match the CPU backend's contextParallelAttention over MPI on the same
-// bf16-rounded inputs, for CP groups of 1, 2 and 4.
+// bf16-rounded inputs, for CP groups of 1, 2 and 4; and so must the CUDA
+// backend's, which the transformer's attention runs where it is given the cp
+// group over device buffers.
 //
 //===----------------------------------------------------------------------===//
 #include "GpuTestUtil.h"
 #include "MpiTestEnv.h"
 
 #include "comm/nccl/HostStagedComm.h"
+#include "kernels/Backend.h"
+#include "kernels/cuda/CudaBackend.h"
 #include "kernels/cuda/RingAttention.h"
 
 #include <numeric>
@@ -49,6 +53,73 @@ TEST(CudaRingAttention, MatchesCpuRingOverMpi) {
   EXPECT_TRUE(test::near(GDQ.download(), DQ, 1e-3, "dQ, " + Rank));
   EXPECT_TRUE(test::near(GDK.download(), DK, 1e-3, "dK, " + Rank));
   EXPECT_TRUE(test::near(GDV.download(), DV, 1e-3, "dV, " + Rank));
+}
+
+int64_t attentionBytes(const ComputeBackend &Backend, bool ToDevice) {
+  const BackendTraffic T = Backend.traffic();
+  auto It = T.ByOperation.find("attention");
+  return It == T.ByOperation.end() ? 0 : ToDevice ? It->second.HostToDeviceBytes : It->second.DeviceToHostBytes;
+}
+
+TEST(CudaBackendRing, RunsWhereTheBackendIsOverTheDeviceGroup) {
+  CommWorld &W = test::world();
+  std::vector<int> All(W.size());
+  std::iota(All.begin(), All.end(), 0);
+  auto Cp = W.split("cp", {All});
+  auto DevCp = createHostStagedCommunicator(*Cp);
+  const int64_t B = 2, Seq = 16 * 2 * W.size(), QH = 4, KvH = 2, Hd = 32;
+  AttentionDims D{B, Seq, QH, KvH, Hd};
+  const int64_t Local = Seq / W.size();
+  const size_t QN = size_t(B * Local * QH * Hd), KN = size_t(B * Local * KvH * Hd), LseN = size_t(B * QH * Local);
+  uint64_t Seed = 2000 + 10 * uint64_t(W.rank());
+  auto Q = test::randomBf16(QN, Seed), K = test::randomBf16(KN, Seed + 1);
+  auto V = test::randomBf16(KN, Seed + 2), DOut = test::randomBf16(QN, Seed + 3);
+  std::vector<float> Out(QN), Lse(LseN), DQ(QN), DK(KN), DV(KN);
+  contextParallelAttentionForward(*Cp, D, Q.data(), K.data(), V.data(), Out.data(), Lse.data());
+  // The backend reads the output in bf16 for the backward's Delta, as it
+  // does its operands (and its one-rank attention).
+  std::vector<float> Out16(QN);
+  for (size_t I = 0; I < QN; ++I)
+    Out16[I] = floatFromBf16(bf16FromFloat(Out[I]));
+  contextParallelAttentionBackward(*Cp, D, Q.data(), K.data(), V.data(), Out16.data(), Lse.data(), DOut.data(),
+                                   DQ.data(), DK.data(), DV.data());
+
+  int Device = 0;
+  ASSERT_EQ(cudaGetDevice(&Device), cudaSuccess);
+  std::unique_ptr<ComputeBackend> Backend = createCudaBackend(Device);
+  BackendScope OnCuda(*Backend);
+  const bool Ringed = W.size() > 1;
+  // Only a group with peers, with a counterpart over device buffers,
+  // exchanging by the ring.
+  EXPECT_FALSE(ringOnBackend(*Cp, D, CpExchange::Ring));
+  Cp->setDevice(Cp.get()); // a host group is no device group
+  EXPECT_FALSE(ringOnBackend(*Cp, D, CpExchange::Ring));
+  Cp->setDevice(DevCp.get());
+  EXPECT_EQ(ringOnBackend(*Cp, D, CpExchange::Ring), Ringed);
+  EXPECT_FALSE(ringOnBackend(*Cp, D, CpExchange::AllGather));
+  AttentionDims Narrow = D;
+  Narrow.HeadDim = 16; // no kernel for heads of 16 columns
+  EXPECT_FALSE(ringOnBackend(*Cp, Narrow, CpExchange::Ring));
+
+  std::vector<float> GOut(QN), GLse(LseN), GDQ(QN), GDK(KN), GDV(KN);
+  contextParallelAttentionForward(*Cp, D, Q.data(), K.data(), V.data(), GOut.data(), GLse.data());
+  contextParallelAttentionBackward(*Cp, D, Q.data(), K.data(), V.data(), GOut.data(), GLse.data(), DOut.data(),
+                                   GDQ.data(), GDK.data(), GDV.data());
+  std::string Rank = "rank " + std::to_string(W.rank());
+  EXPECT_TRUE(test::near(GOut, Out, test::AttnTol, "Out, " + Rank));
+  EXPECT_TRUE(test::near(GLse, Lse, test::AttnTol, "Lse, " + Rank));
+  EXPECT_TRUE(test::near(GDQ, DQ, 1e-3, "dQ, " + Rank));
+  EXPECT_TRUE(test::near(GDK, DK, 1e-3, "dK, " + Rank));
+  EXPECT_TRUE(test::near(GDV, DV, 1e-3, "dV, " + Rank));
+  if (!Ringed)
+    return;
+  // Each tensor crosses once, in fp32: Q, K and V up and the output and
+  // log-sum-exp back in the forward; Q, K, V, the output, its gradient and
+  // the log-sum-exp up and dQ, dK and dV back in the backward. The blocks
+  // travel between device buffers, whatever the ring's length.
+  const int64_t F = sizeof(float);
+  EXPECT_EQ(attentionBytes(*Backend, true), F * int64_t(4 * QN + 4 * KN + LseN));
+  EXPECT_EQ(attentionBytes(*Backend, false), F * int64_t(2 * QN + 2 * KN + LseN));
 }
 
 TEST(CudaHostStaged, CollectivesOnDeviceBuffers) {

@@ -393,6 +393,46 @@ TEST(TokenDispatcherEp, InterleavedMicroBatchesKeepTheirOwnState) {
   expectMatchesOneRank(P2, B2, Ep.rank());
 }
 
+TEST(TokenDispatcherEp, ExchangesAloneMoveTheRowsAsDispatchAndCombine) {
+  Communicator &Ep = world();
+  // Uneven shares, a rank without tokens, and experts nobody routes to.
+  std::vector<int64_t> Shares;
+  for (int R = 0; R < Ep.size(); ++R)
+    Shares.push_back(R == 1 ? 0 : 3 + 2 * R);
+  Batch B = makeBatch(Shares, allExpertsBut(NumExperts, {2, 7}), 24);
+  TokenDispatcher D(Ep, NumExperts, TopK, Hidden);
+  Pass P(D, B, Ep.rank());
+  DispatchState Whole;
+  const Tensor Rows = D.dispatch(P.X, P.R.Experts, Whole);
+
+  // The caller's moves around the exchanges alone, as model/MoeBlock.cpp
+  // runs them on its backend.
+  DispatchState S;
+  D.route(P.X.rows(), P.R.Experts, S);
+  Tensor SendRows({P.X.rows() * TopK, Hidden});
+  hostBackend().permuteRows(S.moves(), P.X.data(), SendRows.data());
+  Tensor ExpertRows;
+  D.toExperts(SendRows, S, ExpertRows);
+  ASSERT_EQ(ExpertRows.shape(), Rows.shape());
+  EXPECT_TRUE(std::equal(Rows.data(), Rows.data() + Rows.numel(), ExpertRows.data()));
+
+  P.S = S; // whose counts the experts read
+  const Tensor Out = P.experts(ExpertRows, false);
+  Tensor Back({1, 1}); // a caller's storage of another shape is replaced
+  D.toSenders(Out, S, Back);
+  Tensor Y({P.X.rows(), Hidden});
+  hostBackend().unpermuteRows(S.moves(P.R.Weights.data()), Back.data(), Y.data());
+  const Tensor Combined = D.combine(Out, P.R.Weights, Whole);
+  ASSERT_EQ(Y.shape(), Combined.shape());
+  EXPECT_TRUE(std::equal(Y.data(), Y.data() + Y.numel(), Combined.data()));
+
+  // And back: the expert rows return to the send order they left in.
+  Tensor Returned;
+  D.toSenders(ExpertRows, S, Returned);
+  ASSERT_EQ(Returned.shape(), SendRows.shape());
+  EXPECT_TRUE(std::equal(SendRows.data(), SendRows.data() + SendRows.numel(), Returned.data()));
+}
+
 TEST(TokenDispatcherEp, EpGroupInsideALargerWorld) {
   CommWorld &World = test::world();
   // Pairs of ranks form ep groups, each with its own batch.
