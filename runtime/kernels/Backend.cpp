@@ -151,6 +151,14 @@ void ComputeBackend::allGather(const float *In, float *Out, int64_t PerRank, Com
   Group.allGather(In, Out, size_t(PerRank));
 }
 
+void ComputeBackend::gatherActivations(const float *In, float *Out, int64_t PerRank, Communicator &Group) {
+  Group.allGather(In, Out, size_t(PerRank));
+}
+
+void ComputeBackend::reduceScatterActivations(const float *In, float *Out, int64_t PerRank, Communicator &Group) {
+  Group.reduceScatterSum(In, Out, size_t(PerRank));
+}
+
 void ComputeBackend::allToAllV(const float *In, const std::vector<size_t> &InCounts,
                                const std::vector<size_t> &InOffsets, float *Out, const std::vector<size_t> &OutCounts,
                                const std::vector<size_t> &OutOffsets, Communicator &Group) {

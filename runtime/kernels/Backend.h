@@ -349,6 +349,16 @@ public:
   virtual void allReduceSum(float *Data, int64_t Count, Communicator &Group);
   virtual void reduceScatterSum(const float *In, float *Out, int64_t PerRank, Communicator &Group);
   virtual void allGather(const float *In, float *Out, int64_t PerRank, Communicator &Group);
+  /// Tensor parallelism's sequence exchanges of activations (parallel/tp):
+  /// every member's In [PerRank] into Out [size() * PerRank] in rank order;
+  /// this member's slice of the sum of every member's In [size() * PerRank]
+  /// into Out [PerRank]. Over the group's device counterpart
+  /// (Communicator::device()), where it has one, between the backend's
+  /// copies, in fp32 (In's staged where it has none; Out's values brought
+  /// back unless Out lies in a held array); else over the group on the
+  /// host arrays, asked for first.
+  virtual void gatherActivations(const float *In, float *Out, int64_t PerRank, Communicator &Group);
+  virtual void reduceScatterActivations(const float *In, float *Out, int64_t PerRank, Communicator &Group);
   /// Rows between the members of an exchange (the expert-parallel dispatch
   /// and its reverse): Communicator::allToAllV's semantics, counts and
   /// offsets in elements of In and Out. Over the group's device counterpart

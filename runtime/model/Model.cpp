@@ -724,14 +724,14 @@ struct StageModel::Impl {
     const void *KeepFor = keepKey(M, S);
     Tensor Y;
     HeldArrays KeepOutput(compute(),
-                          branchOutput(Y, S, ResidualOnBackend && (P.Moe ? Moe->movesOnBackend() : TpSize == 1)));
+                          branchOutput(Y, S, ResidualOnBackend && (P.Moe ? Moe->movesOnBackend() : tpOnBackend())));
     if (!P.Moe) {
       denseMlp(P, S, &Y, KeepFor);
     } else {
       Aux = Moe->forward(P.Routed, S.Xn2, S.Routed, Y, Count, balanceKeys(P, M), KeepFor);
       if (P.SGate) {
         Tensor Shared;
-        HeldArrays KeepShared(compute(), branchOutput(Shared, S, ResidualOnBackend && TpSize == 1 && !P.SGateW));
+        HeldArrays KeepShared(compute(), branchOutput(Shared, S, ResidualOnBackend && tpOnBackend() && !P.SGateW));
         sharedExperts(P, S, &Shared, KeepFor);
         if (P.SGateW) {
           S.SOut = Shared;
@@ -783,15 +783,19 @@ struct StageModel::Impl {
   /// residual stream: on the backend alone where it keeps the stream and no
   /// tensor-parallel reduce-scatter reads the product on the host.
   void addProjection(const Tensor &In, const Tensor &W, const Tensor &Residual, Tensor &Sum, bool OnBackend) {
-    if (TpSize > 1 || !OnBackend) {
+    if (!OnBackend || !tpOnBackend()) {
       residualAdd(Residual, rowParallelForward(*Groups.Tp, In, W), Sum);
       return;
     }
-    Tensor Projected({In.rows(), W.cols()});
+    Tensor Projected({Residual.rows(), W.cols()});
     HeldArrays Keep(compute(), {residual(Projected)});
-    matmul(In, W, Projected);
+    rowParallelForward(*Groups.Tp, In, W, Projected);
     residualAdd(Residual, Projected, Sum);
   }
+  /// Whether tensor parallelism's exchanges run where the backend computes:
+  /// on a group of one, or over the group's device counterpart, so that
+  /// what they sum may stay there as the residual stream does.
+  bool tpOnBackend() const { return TpSize == 1 || Groups.Tp->device(); }
 
   /// A branch's normalised input, held from its RMSNorm through the
   /// branch: the backend's alone (HeldArray::BackendOnly) where it is kept
@@ -926,7 +930,7 @@ struct StageModel::Impl {
     // makes it there (as the branch's output).
     Tensor DXn2;
     HeldArrays KeepBranchGradient(
-        compute(), branchOutput(DXn2, S, keepKey(M, S) && (P.Moe ? Moe->movesOnBackend() : TpSize == 1)));
+        compute(), branchOutput(DXn2, S, keepKey(M, S) && (P.Moe ? Moe->movesOnBackend() : tpOnBackend())));
     {
       HeldArrays KeepInput(compute(), {keptResult(S.Xn2)});
       if (!P.Moe) {
@@ -955,7 +959,7 @@ struct StageModel::Impl {
             matmulBackward(S.Xn2, P.SGateW->Value, DLogit, P.SGateW->Grad, DXn2, 1.0f);
           }
           Tensor DSharedIn;
-          HeldArrays KeepSharedGradient(compute(), branchOutput(DSharedIn, S, keepKey(M, S) && TpSize == 1));
+          HeldArrays KeepSharedGradient(compute(), branchOutput(DSharedIn, S, keepKey(M, S) && tpOnBackend()));
           parallelMlpBackward(Tp, S.Xn2, {&P.SGate->Value, &P.SUp->Value, &P.SDown->Value}, S.SG, S.SU, S.SAct,
                               *DShared, {&P.SGate->Grad, &P.SUp->Grad, &P.SDown->Grad}, DSharedIn);
           residualAdd(DXn2, DSharedIn, DXn2);
@@ -1034,7 +1038,7 @@ struct StageModel::Impl {
     // The projections' input gradient, summed where the norm's backward
     // reads it (at tp 1; under tp it is reduce-scattered on the host).
     Tensor DXn1;
-    HeldArrays KeepInputGradient(compute(), branchOutput(DXn1, S, keepKey(M, S) && TpSize == 1));
+    HeldArrays KeepInputGradient(compute(), branchOutput(DXn1, S, keepKey(M, S) && tpOnBackend()));
     columnParallelBackward(Tp, S.Xn1, nullptr, Ws, DYs, DWs, DXn1);
     return inputGradient(P, M, S, DH, DXn1, OutputKey);
   }

@@ -780,6 +780,27 @@ public:
         [&] { Group.allGather(In, Out, size_t(PerRank)); });
   }
 
+  // Activations cross the group in fp32 whatever each member holds (a
+  // collective's members must agree on its type): a wide array's own
+  // values, a held copy widened on the device, else the host's.
+  void gatherActivations(const float *In, float *Out, int64_t PerRank, Communicator &Group) override {
+    activations(
+        In, PerRank, Out, PerRank * Group.size(), Group,
+        [&](Communicator &Device, const float *From, float *To) {
+          Device.allGather(From, To, size_t(PerRank), DType::F32);
+        },
+        [&] { Group.allGather(In, Out, size_t(PerRank)); });
+  }
+
+  void reduceScatterActivations(const float *In, float *Out, int64_t PerRank, Communicator &Group) override {
+    activations(
+        In, PerRank * Group.size(), Out, PerRank, Group,
+        [&](Communicator &Device, const float *From, float *To) {
+          Device.reduceScatterSum(From, To, size_t(PerRank), DType::F32);
+        },
+        [&] { Group.reduceScatterSum(In, Out, size_t(PerRank)); });
+  }
+
   void allToAllV(const float *In, const std::vector<size_t> &InCounts, const std::vector<size_t> &InOffsets, float *Out,
                  const std::vector<size_t> &OutCounts, const std::vector<size_t> &OutOffsets,
                  Communicator &Group) override {
@@ -1323,6 +1344,38 @@ private:
     hostReads(Out, OutCount);
     HostOp();
     hostWrote(Out, OutCount);
+  }
+  /// A collective of activations from In (InCount elements) into Out
+  /// (OutCount), over Group's device counterpart between the backend's
+  /// copies where it has one (OnDevice), else over Group on the host arrays
+  /// (OnHost).
+  template <typename DeviceOp, typename HostOp>
+  void activations(const float *In, int64_t InCount, float *Out, int64_t OutCount, Communicator &Group,
+                   DeviceOp OnDevice, HostOp OnHost) {
+    Charge Charged(Copies, "tp exchange");
+    if (!Group.device()) {
+      hostValues(In, InCount);
+      hostReads(Out, OutCount);
+      OnHost();
+      hostWrote(Out, OutCount);
+      return;
+    }
+    DeviceBuffer<float> Staged, Recv{size_t(OutCount)};
+    const float *Send = InCount ? f32Input(In, InCount, Staged) : nullptr;
+    OnDevice(onComputeStream(*Group.device()), Send, Recv.data());
+    if (OutCount)
+      result(Recv, Out);
+  }
+  /// Count contiguous elements in fp32 on the device: a wide array's own,
+  /// a held copy widened there, else the host's values staged in Staged.
+  const float *f32Input(const float *Data, int64_t Count, DeviceBuffer<float> &Staged) {
+    if (!wide(Data, Count))
+      if (const bf16 *Copy = heldCopy(Data, Count)) {
+        Staged.resize(size_t(Count));
+        castToF32(Count, Copy, Staged.data(), Blas.stream());
+        return Staged.data();
+      }
+    return wideInput(Data, Count, Staged);
   }
   /// The resident array that contains all of [Data, Data + Count), if any.
   HeldCopy *resident(const float *Data, int64_t Count) {

@@ -6,6 +6,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <utility>
 
 namespace moert {
@@ -18,20 +19,26 @@ namespace {
 } // namespace
 
 Tensor gatherSequence(Communicator &Tp, const Tensor &Shard) {
-  currentBackend().hostReads(Shard.data(), Shard.numel()); // sent from host memory
   Tensor Full({Shard.rows() * Tp.size(), Shard.cols()});
-  Tp.allGather(Shard.data(), Full.data(), size_t(Shard.numel()));
+  currentBackend().gatherActivations(Shard.data(), Full.data(), Shard.numel(), Tp);
   return Full;
 }
 
 Tensor reduceScatterSequence(Communicator &Tp, Tensor Partial) {
   if (Tp.size() == 1)
     return Partial;
+  Tensor Shard;
+  reduceScatterSequence(Tp, Partial, Shard);
+  return Shard;
+}
+
+void reduceScatterSequence(Communicator &Tp, const Tensor &Partial, Tensor &Shard) {
   if (Partial.rows() % Tp.size())
     fail("reduceScatterSequence: rows do not divide by the tp size");
-  Tensor Shard({Partial.rows() / Tp.size(), Partial.cols()});
-  Tp.reduceScatterSum(Partial.data(), Shard.data(), size_t(Shard.numel()));
-  return Shard;
+  const std::vector<int64_t> Shape = {Partial.rows() / Tp.size(), Partial.cols()};
+  if (Shard.shape() != Shape)
+    Shard.resize(Shape);
+  currentBackend().reduceScatterActivations(Partial.data(), Shard.data(), Shard.numel(), Tp);
 }
 
 Tensor matmul(const Tensor &X, const Tensor &W) {
@@ -51,17 +58,50 @@ void matmul(const Tensor &X, const Tensor &W, Tensor &Y) {
 }
 
 namespace {
-/// The whole sequence of XShard's group: XShard itself on a group of one,
-/// so that a product reads the caller's array (and whatever copy of it a
-/// backend holds), else gathered into Storage.
-const Tensor &wholeSequence(Communicator &Tp, const Tensor &XShard, Tensor &Storage) {
-  if (Tp.size() == 1)
-    return XShard;
-  Storage = gatherSequence(Tp, XShard);
-  return Storage;
-}
+/// The whole sequence of a shard's group, for the products that read it:
+/// the shard itself on a group of one, so that a product reads the
+/// caller's array (and whatever copy of it a backend holds), else gathered
+/// into storage the backend holds as its own while this lives (only
+/// products read it: HeldArray::BackendOnly), so that on a group with a
+/// device counterpart it never crosses.
+class WholeSequence {
+public:
+  WholeSequence(Communicator &Tp, const Tensor &XShard) : Shard(XShard), Gathered(Tp.size() > 1) {
+    if (!Gathered)
+      return;
+    Storage = Tensor({XShard.rows() * Tp.size(), XShard.cols()});
+    if (Storage.numel())
+      Hold.emplace(currentBackend(), std::vector<HeldArray>{{Storage.data(), Storage.numel(), HeldArray::BackendOnly}});
+    currentBackend().gatherActivations(XShard.data(), Storage.data(), XShard.numel(), Tp);
+  }
+  const Tensor &get() const { return Gathered ? Storage : Shard; }
+
+private:
+  const Tensor &Shard;
+  bool Gathered;
+  Tensor Storage;
+  std::optional<HeldArrays> Hold; // released before Storage is freed
+};
 
 HeldArray readOnly(const Tensor &T) { return {const_cast<float *>(T.data()), T.numel(), HeldArray::Read}; }
+
+/// Partial sums over the whole sequence, made by products and read only by
+/// the reduce-scatter that follows: the backend's own, in fp32
+/// (HeldArray::Wide), so that on a group with a device counterpart they
+/// never cross.
+class PartialSums {
+public:
+  explicit PartialSums(std::vector<int64_t> Shape) : Sums(std::move(Shape)) {
+    if (Sums.numel())
+      Hold.emplace(currentBackend(),
+                   std::vector<HeldArray>{{Sums.data(), Sums.numel(), HeldArray::BackendOnly, /*Wide=*/true}});
+  }
+  Tensor &get() { return Sums; }
+
+private:
+  Tensor Sums;
+  std::optional<HeldArrays> Hold; // released before Sums is freed
+};
 HeldArray summedInto(Tensor &T) { return {T.data(), T.numel(), HeldArray::Accumulate}; }
 } // namespace
 
@@ -97,8 +137,8 @@ void columnParallelForward(Communicator &Tp, const Tensor &XShard, const std::ve
                            const std::vector<Tensor *> &Ys) {
   if (Ys.size() != Ws.size())
     fail("columnParallelForward: a product each weight");
-  Tensor Gathered;
-  const Tensor &X = wholeSequence(Tp, XShard, Gathered);
+  WholeSequence Gathered(Tp, XShard);
+  const Tensor &X = Gathered.get();
   HeldArrays Hold(currentBackend(), {readOnly(X)}); // one copy for every product
   for (size_t I = 0; I < Ws.size(); ++I)
     matmul(X, *Ws[I], *Ys[I]);
@@ -115,18 +155,15 @@ Tensor columnParallelBackward(Communicator &Tp, const Tensor &XShard, const Tens
 void columnParallelBackward(Communicator &Tp, const Tensor &XShard, const Tensor *XFull,
                             const std::vector<const Tensor *> &Ws, const std::vector<const Tensor *> &DYs,
                             const std::vector<Tensor *> &DWs, Tensor &DXShard) {
-  Tensor Gathered;
+  std::optional<WholeSequence> Gathered;
   if (!XFull) // Megatron keeps only the shard and gathers again: the saved
               // activation is 1/TP of the gathered one.
-    XFull = &wholeSequence(Tp, XShard, Gathered);
+    XFull = &Gathered.emplace(Tp, XShard).get();
   const std::vector<int64_t> Whole = {XFull->rows(), XFull->cols()};
-  Tensor Partial;
   const bool InPlace = Tp.size() == 1 && DXShard.shape() == Whole;
-  Tensor &DX = InPlace ? DXShard : Partial;
-  if (InPlace)
-    currentBackend().zero(DX.data(), DX.numel());
-  else
-    Partial = Tensor(Whole);
+  std::optional<PartialSums> Partial;
+  Tensor &DX = InPlace ? DXShard : Partial.emplace(Whole).get();
+  currentBackend().zero(DX.data(), DX.numel());
   {
     // One copy of the input for every weight's gradient; the input's
     // gradient summed over the products where they run.
@@ -135,11 +172,21 @@ void columnParallelBackward(Communicator &Tp, const Tensor &XShard, const Tensor
       matmulBackward(*XFull, *Ws[I], *DYs[I], *DWs[I], DX, 1.0f);
   }
   if (!InPlace)
-    DXShard = reduceScatterSequence(Tp, std::move(Partial));
+    reduceScatterSequence(Tp, DX, DXShard);
 }
 
 Tensor rowParallelForward(Communicator &Tp, const Tensor &X, const Tensor &W) {
-  return reduceScatterSequence(Tp, matmul(X, W));
+  Tensor YShard;
+  rowParallelForward(Tp, X, W, YShard);
+  return YShard;
+}
+
+void rowParallelForward(Communicator &Tp, const Tensor &X, const Tensor &W, Tensor &YShard) {
+  if (Tp.size() == 1)
+    return matmul(X, W, YShard);
+  PartialSums Partial({X.rows(), W.cols()});
+  matmul(X, W, Partial.get());
+  reduceScatterSequence(Tp, Partial.get(), YShard);
 }
 
 Tensor rowParallelBackward(Communicator &Tp, const Tensor &X, const Tensor &W, const Tensor &DYShard, Tensor &DW) {
@@ -150,9 +197,8 @@ Tensor rowParallelBackward(Communicator &Tp, const Tensor &X, const Tensor &W, c
 
 void rowParallelBackward(Communicator &Tp, const Tensor &X, const Tensor &W, const Tensor &DYShard, Tensor &DW,
                          Tensor &DX) {
-  Tensor Gathered;
-  const Tensor &DY = wholeSequence(Tp, DYShard, Gathered);
-  matmulBackward(X, W, DY, DW, DX);
+  WholeSequence Gathered(Tp, DYShard);
+  matmulBackward(X, W, Gathered.get(), DW, DX);
 }
 
 namespace {
@@ -171,8 +217,8 @@ MlpArgs mlpArgs(const Tensor &X, const ParallelMlpWeights &W) {
 
 void parallelMlpForward(Communicator &Tp, const Tensor &XShard, const ParallelMlpWeights &W, Tensor &G, Tensor &U,
                         Tensor &Act, Tensor *Y, const void *KeepFor) {
-  Tensor Gathered;
-  const Tensor &X = wholeSequence(Tp, XShard, Gathered);
+  WholeSequence Gathered(Tp, XShard);
+  const Tensor &X = Gathered.get();
   MlpArgs A = mlpArgs(X, W);
   G.resize({X.rows(), A.Ffn});
   U.resize({X.rows(), A.Ffn});
@@ -181,15 +227,14 @@ void parallelMlpForward(Communicator &Tp, const Tensor &XShard, const ParallelMl
   A.U = U.data();
   A.Act = Act.data();
   const std::vector<int64_t> Whole = {X.rows(), X.cols()};
-  Tensor Partial;
-  Tensor &Out = Tp.size() == 1 && Y && Y->shape() == Whole ? *Y : Partial;
-  if (Y && &Out == &Partial)
-    Partial = Tensor(Whole);
-  A.Y = Y ? Out.data() : nullptr;
+  const bool InPlace = Tp.size() == 1 && Y && Y->shape() == Whole;
+  std::optional<PartialSums> Partial;
+  if (Y)
+    A.Y = (InPlace ? *Y : Partial.emplace(Whole).get()).data();
   // The input rows are the caller's to keep (at tp 1 its own array).
   mlpForwardKeeping(currentBackend(), A, KeepFor, /*KeepRows=*/false);
-  if (Y && &Out == &Partial)
-    *Y = reduceScatterSequence(Tp, std::move(Partial));
+  if (Partial)
+    reduceScatterSequence(Tp, Partial->get(), *Y);
 }
 
 Tensor parallelMlpBackward(Communicator &Tp, const Tensor &XShard, const ParallelMlpWeights &W, const Tensor &G,
@@ -205,27 +250,24 @@ void parallelMlpBackward(Communicator &Tp, const Tensor &XShard, const ParallelM
                          const std::vector<Tensor *> &DWeights, Tensor &DXShard) {
   if (DWeights.size() != 3)
     fail("parallelMlpBackward: expects the gate, up and down gradients");
-  Tensor GatheredDY, GatheredX;
-  const Tensor &DY = wholeSequence(Tp, DYShard, GatheredDY);
-  const Tensor &X = wholeSequence(Tp, XShard, GatheredX);
+  WholeSequence WholeDY(Tp, DYShard), WholeX(Tp, XShard);
+  const Tensor &DY = WholeDY.get(), &X = WholeX.get();
   MlpArgs A = mlpArgs(X, W);
   A.G = const_cast<float *>(G.data());
   A.U = const_cast<float *>(U.data());
   A.Act = const_cast<float *>(Act.data());
   A.DY = DY.data();
   const std::vector<int64_t> Whole = {X.rows(), X.cols()};
-  Tensor Partial;
   const bool InPlace = Tp.size() == 1 && DXShard.shape() == Whole;
-  Tensor &DX = InPlace ? DXShard : Partial;
-  if (!InPlace)
-    Partial = Tensor(Whole);
+  std::optional<PartialSums> Partial;
+  Tensor &DX = InPlace ? DXShard : Partial.emplace(Whole).get();
   A.DX = DX.data();
   A.DGate = {DWeights[0]->data()};
   A.DUp = {DWeights[1]->data()};
   A.DDown = {DWeights[2]->data()};
   currentBackend().mlpBackward(A);
   if (!InPlace)
-    DXShard = reduceScatterSequence(Tp, std::move(Partial));
+    reduceScatterSequence(Tp, DX, DXShard);
 }
 
 } // namespace moert

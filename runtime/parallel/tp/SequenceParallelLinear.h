@@ -25,11 +25,15 @@
 
 namespace moert {
 
-/// [N / TP, C] sequence shard -> [N, C], shards in tp rank order.
+/// [N / TP, C] sequence shard -> [N, C], shards in tp rank order (on the
+/// current backend: ComputeBackend::gatherActivations).
 Tensor gatherSequence(Communicator &Tp, const Tensor &Shard);
 /// [N, C] partial sums -> [N / TP, C]: the tp sum of this rank's row range
 /// (Partial itself on a group of one).
 Tensor reduceScatterSequence(Communicator &Tp, Tensor Partial);
+/// The same into Shard, whose storage stays where it has the shard's shape
+/// already (an array held on the backend before it is written).
+void reduceScatterSequence(Communicator &Tp, const Tensor &Partial, Tensor &Shard);
 
 /// Y = X W for X [M, in] and W [in, out].
 Tensor matmul(const Tensor &X, const Tensor &W);
@@ -63,6 +67,8 @@ void columnParallelBackward(Communicator &Tp, const Tensor &XShard, const Tensor
 /// Row-parallel linear: X [N, in / TP] times the row shard W [in / TP, out],
 /// reduce-scattered to [N / TP, out].
 Tensor rowParallelForward(Communicator &Tp, const Tensor &X, const Tensor &W);
+/// The same into YShard (storage kept where it has the right shape).
+void rowParallelForward(Communicator &Tp, const Tensor &X, const Tensor &W, Tensor &YShard);
 /// Backward: gathers DYShard, DW += X^T DY, returns DX = DY W^T [N, in / TP].
 Tensor rowParallelBackward(Communicator &Tp, const Tensor &X, const Tensor &W, const Tensor &DYShard, Tensor &DW);
 /// The same into DX (storage kept where it has the right shape).

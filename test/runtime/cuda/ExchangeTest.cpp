@@ -1,9 +1,11 @@
 //===- ExchangeTest.cpp - The CUDA backend's row exchange over a device group ===//
 //
-// The expert-parallel exchange (ComputeBackend::allToAllV) between the
-// backend's copies over a device group (the host-staged communicator, as when
-// ranks share a GPU): the same rows as the host's exchange, and nothing staged
-// for it where both sides are held on the backend.
+// The exchanges of activations between the backend's copies over a device
+// group (the host-staged communicator, as when ranks share a GPU): the
+// expert-parallel rows (ComputeBackend::allToAllV) and tensor parallelism's
+// sequence gather and reduce-scatter (gatherActivations,
+// reduceScatterActivations): the same values as the host's exchange, and
+// nothing staged for them where both sides are held on the backend.
 //
 //===----------------------------------------------------------------------===//
 #include "GpuTestUtil.h"
@@ -90,6 +92,57 @@ TEST(CudaBackendExchange, RowsTravelBetweenTheBackendsCopies) {
     Backend->hostReads(Out.data(), Out.numel());
   }
   EXPECT_EQ(Out.storage(), X.Want.storage());
+}
+
+/// Bytes an operation's copies moved, both ways.
+int64_t movedBy(const ComputeBackend &Backend, const char *Operation) {
+  const BackendTraffic T = Backend.traffic();
+  auto It = T.ByOperation.find(Operation);
+  return It == T.ByOperation.end() ? 0 : It->second.HostToDeviceBytes + It->second.DeviceToHostBytes;
+}
+
+TEST(CudaBackendExchange, TheSequenceIsGatheredAndSummedWhereItIs) {
+  CommWorld &W = test::world();
+  std::vector<int> All(W.size());
+  std::iota(All.begin(), All.end(), 0);
+  auto Tp = W.split("tp", {All});
+  auto DevTp = createHostStagedCommunicator(*Tp);
+  const int64_t PerRank = 24, Whole = PerRank * W.size();
+  Tensor Shard({PerRank}), Partial({Whole});
+  Shard.storage() = test::randomBf16(size_t(PerRank), 600 + uint64_t(W.rank()));
+  Partial.storage() = test::randomBf16(size_t(Whole), 700 + uint64_t(W.rank()));
+  Tensor WantGathered({Whole}), WantSum({PerRank});
+  Tp->allGather(Shard.data(), WantGathered.data(), size_t(PerRank));
+  Tp->reduceScatterSum(Partial.data(), WantSum.data(), size_t(PerRank));
+
+  int Device = 0;
+  ASSERT_EQ(cudaGetDevice(&Device), cudaSuccess);
+  std::unique_ptr<ComputeBackend> Backend = cuda::createCudaBackend(Device);
+  // Without a device group: the host's exchange of the host's arrays.
+  Tensor Gathered({Whole}), Sum({PerRank});
+  Backend->gatherActivations(Shard.data(), Gathered.data(), PerRank, *Tp);
+  Backend->reduceScatterActivations(Partial.data(), Sum.data(), PerRank, *Tp);
+  EXPECT_EQ(Gathered.storage(), WantGathered.storage());
+  EXPECT_EQ(Sum.storage(), WantSum.storage());
+
+  // Held on the backend (a shard a norm made there, partial sums its
+  // products made there, in fp32): the same values, nothing crossing for
+  // the exchanges themselves.
+  Tp->setDevice(DevTp.get());
+  const auto Wide = [](Tensor &T) { return HeldArray{T.data(), T.numel(), HeldArray::BackendOnly, /*Wide=*/true}; };
+  Tensor DeviceGathered({Whole}), DeviceSum({PerRank});
+  {
+    HeldArrays Inputs(*Backend, {{Shard.data(), PerRank, HeldArray::Read}, Wide(Partial)});
+    HeldArrays Results(*Backend, {{DeviceGathered.data(), Whole, HeldArray::BackendOnly}, Wide(DeviceSum)});
+    const int64_t Before = movedBy(*Backend, "tp exchange");
+    Backend->gatherActivations(Shard.data(), DeviceGathered.data(), PerRank, *Tp);
+    Backend->reduceScatterActivations(Partial.data(), DeviceSum.data(), PerRank, *Tp);
+    EXPECT_EQ(movedBy(*Backend, "tp exchange"), Before);
+    Backend->hostReads(DeviceGathered.data(), Whole);
+    Backend->hostReads(DeviceSum.data(), PerRank);
+    EXPECT_EQ(DeviceGathered.storage(), WantGathered.storage());
+    EXPECT_EQ(DeviceSum.storage(), WantSum.storage());
+  }
 }
 
 } // namespace
