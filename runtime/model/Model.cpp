@@ -1087,7 +1087,7 @@ struct StageModel::Impl {
       // The looked-up rows are the first layer's input, which it reads on
       // the backend where no host code replaces rows (a vision tower's) and
       // no tp reduce-scatter sums them.
-      embed(M, X, TpSize == 1 && !Tower && !Layers.empty() ? keepKey(M, M.Layers[0]) : nullptr);
+      embed(M, X, tpOnBackend() && !Tower && !Layers.empty() ? keepKey(M, M.Layers[0]) : nullptr);
       if (Tower)
         visionForward(MB, M, X);
     } else {
@@ -1161,7 +1161,7 @@ struct StageModel::Impl {
       X = vocabParallelEmbeddingForward(*Groups.Tp, M.Tokens, Embedding->Value, VocabStart);
       return;
     }
-    X = Tensor({int64_t(M.Tokens.size()), Config.Hidden});
+    X = Tensor({int64_t(M.Tokens.size()) / TpSize, Config.Hidden});
     HeldArrays Keep(compute(), {residual(X)});
     vocabParallelEmbeddingForward(*Groups.Tp, M.Tokens, Embedding->Value, VocabStart, X);
     compute().keepArrays(KeepFor, {residual(X)});
@@ -1180,8 +1180,8 @@ struct StageModel::Impl {
     if (!Training || !compute().fusesLossHead())
       return false;
     Communicator &Tp = *Groups.Tp;
-    const Tensor X = TpSize > 1 ? gatherSequence(Tp, XShard) : Tensor();
-    const Tensor &Rows = TpSize > 1 ? X : XShard;
+    WholeSequence Gathered(Tp, XShard);
+    const Tensor &Rows = Gathered.get();
     LossHeadArgs A;
     A.Rows = Rows.rows();
     A.Hidden = Rows.cols();
@@ -1193,19 +1193,35 @@ struct StageModel::Impl {
     A.Scale = float(Scale);
     Losses.assign(size_t(A.Rows), 0.0);
     A.Losses = Losses.data();
-    Tensor Partial({A.Rows, A.Hidden});
-    const bool Keep = KeepFor && TpSize == 1;
-    HeldArrays Hold(compute(), Keep ? std::vector{residual(Partial)} : std::vector<HeldArray>());
-    A.DX = Partial.data();
+    // The input's gradient stays on the backend where it is kept and the tp
+    // group's reduce-scatter (if any) runs there; the sum over the whole
+    // sequence under tp is the backend's alone.
+    const bool Keep = KeepFor && tpOnBackend();
+    std::optional<PartialSums> Sums;
+    Tensor Partial;
+    if (TpSize > 1)
+      Sums.emplace(std::vector<int64_t>{A.Rows, A.Hidden});
+    else
+      Partial = Tensor({A.Rows, A.Hidden});
+    HeldArrays Hold(compute(), Keep && TpSize == 1 ? std::vector{residual(Partial)} : std::vector<HeldArray>());
+    A.DX = (Sums ? Sums->get() : Partial).data();
     A.DW = Output->Grad.data();
     if (TpSize > 1) {
       A.MaxOverGroup = [&Tp](float *Values, int64_t N) { maxOverGroup(Tp, Values, N); };
       A.SumOverGroup = [&Tp](float *Values, int64_t N) { Tp.allReduceSum(Values, size_t(N)); };
     }
     compute().lossHead(A);
+    if (!Sums) {
+      DX = std::move(Partial); // the same storage, which stays held
+      if (Keep)
+        compute().keepArrays(KeepFor, {residual(DX)});
+      return true;
+    }
+    DX = Tensor({XShard.rows(), A.Hidden});
+    HeldArrays HoldShard(compute(), Keep ? std::vector{residual(DX)} : std::vector<HeldArray>());
+    reduceScatterSequence(Tp, Sums->get(), DX);
     if (Keep)
-      compute().keepArrays(KeepFor, {residual(Partial)});
-    DX = TpSize > 1 ? reduceScatterSequence(Tp, Partial) : std::move(Partial);
+      compute().keepArrays(KeepFor, {residual(DX)});
     return true;
   }
 
@@ -1431,9 +1447,9 @@ struct StageModel::Impl {
       // forward's output, and so does the embedding's backward (under the
       // micro batch's key) where its tp group is one rank; host code reads
       // a pipeline stage's, and adds a deepstack feature's rows.
-      const void *ReadBy = L > 0                                         ? keepKey(M, M.Layers[L - 1])
-                           : Stage.HasEmbedding && !Tower && TpSize == 1 ? static_cast<const void *>(&M)
-                                                                         : nullptr;
+      const void *ReadBy = L > 0                                           ? keepKey(M, M.Layers[L - 1])
+                           : Stage.HasEmbedding && !Tower && tpOnBackend() ? static_cast<const void *>(&M)
+                                                                           : nullptr;
       const bool Deepstack = L > 0 && L - 1 < DDeepstack.size();
       Tensor DX = layerBackward(Layers[L], M, S, DY, Deepstack ? nullptr : ReadBy);
       charge(After, -1);

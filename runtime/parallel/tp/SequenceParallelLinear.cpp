@@ -18,6 +18,22 @@ namespace {
 }
 } // namespace
 
+WholeSequence::WholeSequence(Communicator &Tp, const Tensor &XShard) : Shard(XShard), Gathered(Tp.size() > 1) {
+  if (!Gathered)
+    return;
+  Storage = Tensor({XShard.rows() * Tp.size(), XShard.cols()});
+  if (Storage.numel())
+    Hold.emplace(currentBackend(),
+                 std::vector<HeldArray>{{Storage.data(), Storage.numel(), HeldArray::BackendOnly, /*Wide=*/true}});
+  currentBackend().gatherActivations(XShard.data(), Storage.data(), XShard.numel(), Tp);
+}
+
+PartialSums::PartialSums(std::vector<int64_t> Shape) : Sums(std::move(Shape)) {
+  if (Sums.numel())
+    Hold.emplace(currentBackend(),
+                 std::vector<HeldArray>{{Sums.data(), Sums.numel(), HeldArray::BackendOnly, /*Wide=*/true}});
+}
+
 Tensor gatherSequence(Communicator &Tp, const Tensor &Shard) {
   Tensor Full({Shard.rows() * Tp.size(), Shard.cols()});
   currentBackend().gatherActivations(Shard.data(), Full.data(), Shard.numel(), Tp);
@@ -58,50 +74,9 @@ void matmul(const Tensor &X, const Tensor &W, Tensor &Y) {
 }
 
 namespace {
-/// The whole sequence of a shard's group, for the products that read it:
-/// the shard itself on a group of one, so that a product reads the
-/// caller's array (and whatever copy of it a backend holds), else gathered
-/// into storage the backend holds as its own while this lives (only
-/// products read it: HeldArray::BackendOnly), so that on a group with a
-/// device counterpart it never crosses.
-class WholeSequence {
-public:
-  WholeSequence(Communicator &Tp, const Tensor &XShard) : Shard(XShard), Gathered(Tp.size() > 1) {
-    if (!Gathered)
-      return;
-    Storage = Tensor({XShard.rows() * Tp.size(), XShard.cols()});
-    if (Storage.numel())
-      Hold.emplace(currentBackend(), std::vector<HeldArray>{{Storage.data(), Storage.numel(), HeldArray::BackendOnly}});
-    currentBackend().gatherActivations(XShard.data(), Storage.data(), XShard.numel(), Tp);
-  }
-  const Tensor &get() const { return Gathered ? Storage : Shard; }
-
-private:
-  const Tensor &Shard;
-  bool Gathered;
-  Tensor Storage;
-  std::optional<HeldArrays> Hold; // released before Storage is freed
-};
 
 HeldArray readOnly(const Tensor &T) { return {const_cast<float *>(T.data()), T.numel(), HeldArray::Read}; }
 
-/// Partial sums over the whole sequence, made by products and read only by
-/// the reduce-scatter that follows: the backend's own, in fp32
-/// (HeldArray::Wide), so that on a group with a device counterpart they
-/// never cross.
-class PartialSums {
-public:
-  explicit PartialSums(std::vector<int64_t> Shape) : Sums(std::move(Shape)) {
-    if (Sums.numel())
-      Hold.emplace(currentBackend(),
-                   std::vector<HeldArray>{{Sums.data(), Sums.numel(), HeldArray::BackendOnly, /*Wide=*/true}});
-  }
-  Tensor &get() { return Sums; }
-
-private:
-  Tensor Sums;
-  std::optional<HeldArrays> Hold; // released before Sums is freed
-};
 HeldArray summedInto(Tensor &T) { return {T.data(), T.numel(), HeldArray::Accumulate}; }
 } // namespace
 

@@ -19,11 +19,45 @@
 #define MOERT_PARALLEL_TP_SEQUENCEPARALLELLINEAR_H
 
 #include "comm/Communicator.h"
+#include "kernels/Backend.h"
 #include "kernels/host/Tensor.h"
 
+#include <optional>
 #include <vector>
 
 namespace moert {
+
+/// The whole sequence of a shard's group, for the operations that read it:
+/// the shard itself on a group of one, so that they read the caller's array
+/// (and whatever copy of it a backend holds), else gathered into storage
+/// the current backend holds as its own, in fp32, while this lives
+/// (HeldArray::BackendOnly, Wide): on a group with a device counterpart it
+/// never crosses. Only backend operations may read it.
+class WholeSequence {
+public:
+  WholeSequence(Communicator &Tp, const Tensor &XShard);
+  const Tensor &get() const { return Gathered ? Storage : Shard; }
+
+private:
+  const Tensor &Shard;
+  bool Gathered;
+  Tensor Storage;
+  std::optional<HeldArrays> Hold; // released before Storage is freed
+};
+
+/// Partial sums over the whole sequence of Shape, made by backend
+/// operations and read only by the reduce-scatter that follows: the
+/// current backend's own, in fp32, while this lives (HeldArray::Wide), so
+/// that on a group with a device counterpart they never cross.
+class PartialSums {
+public:
+  explicit PartialSums(std::vector<int64_t> Shape);
+  Tensor &get() { return Sums; }
+
+private:
+  Tensor Sums;
+  std::optional<HeldArrays> Hold; // released before Sums is freed
+};
 
 /// [N / TP, C] sequence shard -> [N, C], shards in tp rank order (on the
 /// current backend: ComputeBackend::gatherActivations).

@@ -27,24 +27,18 @@ void vocabParallelEmbeddingForward(Communicator &Tp, const std::vector<int32_t> 
                                    int64_t VocabStart, Tensor &XShard) {
   const EmbeddingArgs A{int64_t(Tokens.size()), Table.cols(), VocabStart, Table.rows(), Tokens.data()};
   const bool InPlace = Tp.size() == 1 && XShard.shape() == std::vector<int64_t>{A.Tokens, A.Hidden};
-  Tensor Partial;
-  if (!InPlace)
-    Partial = Tensor({A.Tokens, A.Hidden});
-  currentBackend().embeddingForward(A, Table.data(), (InPlace ? XShard : Partial).data());
-  if (!InPlace)
-    XShard = reduceScatterSequence(Tp, std::move(Partial));
+  if (InPlace)
+    return currentBackend().embeddingForward(A, Table.data(), XShard.data());
+  PartialSums Partial({A.Tokens, A.Hidden});
+  currentBackend().embeddingForward(A, Table.data(), Partial.get().data());
+  reduceScatterSequence(Tp, Partial.get(), XShard);
 }
 
 void vocabParallelEmbeddingBackward(Communicator &Tp, const std::vector<int32_t> &Tokens, const Tensor &DShard,
                                     Tensor &DTable, int64_t VocabStart) {
-  // A group of one reads the caller's array (and whatever copy of it a
-  // backend holds).
-  Tensor Gathered;
-  if (Tp.size() > 1)
-    Gathered = gatherSequence(Tp, DShard);
-  const Tensor &D = Tp.size() > 1 ? Gathered : DShard;
+  WholeSequence D(Tp, DShard);
   const EmbeddingArgs A{int64_t(Tokens.size()), DTable.cols(), VocabStart, DTable.rows(), Tokens.data()};
-  currentBackend().embeddingBackward(A, D.data(), DTable.data());
+  currentBackend().embeddingBackward(A, D.get().data(), DTable.data());
 }
 
 void maxOverGroup(Communicator &Tp, float *Values, int64_t N) {
