@@ -1,0 +1,88 @@
+#!/usr/bin/env python3
+"""Exchanges between ranks add no host-device traffic on the CUDA backend.
+
+Where a group has a device counterpart (the host-staged communicator here, NCCL
+under moerun), what tensor parallelism's sequence gathers and reduce-scatters,
+context parallelism's ring, the expert-parallel all-to-all and the gradient
+sums move goes between device buffers. So a rank of a tp 2, cp 2, ep 2 or dp 2
+layout of the heads-of-32 model (whose attention runs on the backend's
+kernels) stages no more bytes a step than the one-rank run of the same model,
+whose rank computes twice the tokens or experts. The control: cp 2 exchanging
+by all-gather, which still sends from host memory, stages more than the one
+rank does, so the measure sees an exchange through the host.
+
+Runs the trainer's test driver built on the CPU emulation of CUDA
+(moert-train-driver-emu) for two steps and reads the second step's `staged`
+figure (the most any rank copied).
+
+usage: exchange_traffic.py --moec MOEC --driver MOERT_TRAIN_DRIVER_EMU
+                           [--mpirun MPIRUN] --work DIR
+"""
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import train_matrix  # noqa: E402
+
+# name: (ranks, parallel settings); every one the heads-of-32 model.
+ONE_RANK = ("hd32_one_rank", 1, "tp = 1")
+ON_DEVICE = [("hd32_tp2", 2, "tp = 2"), ("hd32_cp2", 2, "cp = 2"), ("hd32_ep2", 2, "ep = 2"),
+             ("hd32_dp2", 2, "tp = 1")]
+THROUGH_HOST = ("hd32_cp2_allgather", 2, "cp = 2; cp_comm = allgather")
+STAGED = re.compile(r"^  device peak [0-9.]+ MiB, staged ([0-9.]+) MiB")
+
+
+def staged(args, name, ranks, parallel):
+    d = os.path.join(args.work, name)
+    shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(d)
+    src, plan = os.path.join(d, f"{name}.moe"), os.path.join(d, "plan.toml")
+    with open(src, "w") as f:
+        f.write(train_matrix.recipe(name, ranks, parallel, None, force_balance=True))
+    p = subprocess.run([args.moec, "plan", src, "-o", plan, "--quiet"], stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, text=True)
+    if p.returncode != 0:
+        sys.exit(f"{name}: moec plan failed (exit {p.returncode}):\n{p.stdout}")
+    p = subprocess.run([args.mpirun, "--oversubscribe", "--bind-to", "none", "--mca", "btl", "self,vader",
+                        "-np", str(ranks), args.driver, plan, "--steps", "2", "--backend", "cuda"],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
+    if p.returncode != 0:
+        sys.exit(f"{name}: the run failed (exit {p.returncode}):\n{p.stdout[-3000:]}")
+    figures = [float(m.group(1)) for m in map(STAGED.match, p.stdout.splitlines()) if m]
+    if len(figures) != 2:
+        sys.exit(f"{name}: expected two steps' device figures, got:\n{p.stdout[-3000:]}")
+    return figures[-1]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--moec", required=True)
+    ap.add_argument("--driver", required=True, help="moert-train-driver-emu")
+    ap.add_argument("--mpirun", default="mpirun")
+    ap.add_argument("--work", required=True)
+    args = ap.parse_args()
+    one = staged(args, *ONE_RANK)
+    print(f"{ONE_RANK[0]}: {one:.2f} MiB staged a step")
+    failed = []
+    for layout in ON_DEVICE:
+        mib = staged(args, *layout)
+        ok = mib <= one
+        print(f"{layout[0]}: {mib:.2f} MiB staged a step, " + ("no more than one rank" if ok else "MORE than one rank"))
+        if not ok:
+            failed.append(layout[0])
+    control = staged(args, *THROUGH_HOST)
+    seen = control > one
+    print(f"{THROUGH_HOST[0]} (control, exchanged through host memory): {control:.2f} MiB staged a step, " +
+          ("more than one rank" if seen else "NOT more than one rank: the measure misses host exchanges"))
+    if not seen:
+        failed.append(THROUGH_HOST[0])
+    if failed:
+        sys.exit("exchange_traffic: " + ", ".join(failed))
+
+
+if __name__ == "__main__":
+    main()
