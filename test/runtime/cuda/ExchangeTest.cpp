@@ -8,15 +8,13 @@
 // nothing staged for them where both sides are held on the backend.
 //
 //===----------------------------------------------------------------------===//
+#include "EveryRankGroup.h"
 #include "GpuTestUtil.h"
 #include "MpiTestEnv.h"
 
-#include "comm/nccl/HostStagedComm.h"
 #include "kernels/Backend.h"
 #include "kernels/cuda/CudaBackend.h"
 #include "kernels/host/Tensor.h"
-
-#include <numeric>
 
 using namespace moert;
 
@@ -58,11 +56,9 @@ std::vector<HeldArray> held(Tensor &T, HeldArray::Use Use) {
 }
 
 TEST(CudaBackendExchange, RowsTravelBetweenTheBackendsCopies) {
-  CommWorld &W = test::world();
-  std::vector<int> All(W.size());
-  std::iota(All.begin(), All.end(), 0);
-  auto Ep = W.split("ep", {All});
-  auto DevEp = createHostStagedCommunicator(*Ep);
+  test::EveryRankGroup Group("ep");
+  Communicator *Ep = Group.Host.get();
+  DeviceCommunicator *DevEp = Group.Device.get();
   const Exchange X(*Ep);
   int Device = 0;
   ASSERT_EQ(cudaGetDevice(&Device), cudaSuccess);
@@ -71,7 +67,7 @@ TEST(CudaBackendExchange, RowsTravelBetweenTheBackendsCopies) {
   // Plain host arrays either way: the same rows.
   Tensor OverHost(X.Want.shape()), OverDevice(X.Want.shape());
   X.run(*Backend, OverHost, *Ep, nullptr);
-  X.run(*Backend, OverDevice, *Ep, DevEp.get());
+  X.run(*Backend, OverDevice, *Ep, DevEp);
   EXPECT_EQ(OverHost.storage(), X.Want.storage());
   EXPECT_EQ(OverDevice.storage(), X.Want.storage());
 
@@ -82,7 +78,7 @@ TEST(CudaBackendExchange, RowsTravelBetweenTheBackendsCopies) {
   {
     HeldArrays Rows(*Backend, held(const_cast<Tensor &>(X.In), HeldArray::Read));
     HeldArrays Result(*Backend, held(Out, HeldArray::BackendOnly));
-    X.run(*Backend, Out, *Ep, DevEp.get());
+    X.run(*Backend, Out, *Ep, DevEp);
     const BackendTraffic After = Backend->traffic();
     auto Moved = [&](const BackendTraffic &T) {
       auto It = T.ByOperation.find("exchange");
@@ -103,10 +99,9 @@ int64_t movedBy(const ComputeBackend &Backend, const char *Operation) {
 
 TEST(CudaBackendExchange, TheSequenceIsGatheredAndSummedWhereItIs) {
   CommWorld &W = test::world();
-  std::vector<int> All(W.size());
-  std::iota(All.begin(), All.end(), 0);
-  auto Tp = W.split("tp", {All});
-  auto DevTp = createHostStagedCommunicator(*Tp);
+  test::EveryRankGroup Group("tp");
+  Communicator *Tp = Group.Host.get();
+  DeviceCommunicator *DevTp = Group.Device.get();
   const int64_t PerRank = 24, Whole = PerRank * W.size();
   Tensor Shard({PerRank}), Partial({Whole});
   Shard.storage() = test::randomBf16(size_t(PerRank), 600 + uint64_t(W.rank()));
@@ -128,7 +123,7 @@ TEST(CudaBackendExchange, TheSequenceIsGatheredAndSummedWhereItIs) {
   // Held on the backend (a shard a norm made there, partial sums its
   // products made there, in fp32): the same values, nothing crossing for
   // the exchanges themselves.
-  Tp->setDevice(DevTp.get());
+  Tp->setDevice(DevTp);
   const auto Wide = [](Tensor &T) { return HeldArray{T.data(), T.numel(), HeldArray::BackendOnly, /*Wide=*/true}; };
   Tensor DeviceGathered({Whole}), DeviceSum({PerRank});
   {

@@ -8,10 +8,10 @@
 // group over device buffers.
 //
 //===----------------------------------------------------------------------===//
+#include "EveryRankGroup.h"
 #include "GpuTestUtil.h"
 #include "MpiTestEnv.h"
 
-#include "comm/nccl/HostStagedComm.h"
 #include "kernels/Backend.h"
 #include "kernels/cuda/CudaBackend.h"
 #include "kernels/cuda/RingAttention.h"
@@ -25,10 +25,9 @@ namespace {
 
 TEST(CudaRingAttention, MatchesCpuRingOverMpi) {
   CommWorld &W = test::world();
-  std::vector<int> All(W.size());
-  std::iota(All.begin(), All.end(), 0);
-  auto Cp = W.split("cp", {All});
-  auto DevCp = createHostStagedCommunicator(*Cp);
+  test::EveryRankGroup Group("cp");
+  Communicator *Cp = Group.Host.get();
+  DeviceCommunicator *DevCp = Group.Device.get();
   const int64_t B = 2, Seq = 64 * 2 * W.size(), QH = 4, KvH = 2, Hd = 64;
   AttentionDims D{B, Seq, QH, KvH, Hd};
   int64_t Local = Seq / W.size();
@@ -63,10 +62,9 @@ int64_t attentionBytes(const ComputeBackend &Backend, bool ToDevice) {
 
 TEST(CudaBackendRing, RunsWhereTheBackendIsOverTheDeviceGroup) {
   CommWorld &W = test::world();
-  std::vector<int> All(W.size());
-  std::iota(All.begin(), All.end(), 0);
-  auto Cp = W.split("cp", {All});
-  auto DevCp = createHostStagedCommunicator(*Cp);
+  test::EveryRankGroup Group("cp");
+  Communicator *Cp = Group.Host.get();
+  DeviceCommunicator *DevCp = Group.Device.get();
   const int64_t B = 2, Seq = 16 * 2 * W.size(), QH = 4, KvH = 2, Hd = 32;
   AttentionDims D{B, Seq, QH, KvH, Hd};
   const int64_t Local = Seq / W.size();
@@ -92,9 +90,9 @@ TEST(CudaBackendRing, RunsWhereTheBackendIsOverTheDeviceGroup) {
   // Only a group with peers, with a counterpart over device buffers,
   // exchanging by the ring.
   EXPECT_FALSE(ringOnBackend(*Cp, D, CpExchange::Ring));
-  Cp->setDevice(Cp.get()); // a host group is no device group
+  Cp->setDevice(Cp); // a host group is no device group
   EXPECT_FALSE(ringOnBackend(*Cp, D, CpExchange::Ring));
-  Cp->setDevice(DevCp.get());
+  Cp->setDevice(DevCp);
   EXPECT_EQ(ringOnBackend(*Cp, D, CpExchange::Ring), Ringed);
   EXPECT_FALSE(ringOnBackend(*Cp, D, CpExchange::AllGather));
   AttentionDims Narrow = D;
@@ -123,11 +121,8 @@ TEST(CudaBackendRing, RunsWhereTheBackendIsOverTheDeviceGroup) {
 }
 
 TEST(CudaHostStaged, CollectivesOnDeviceBuffers) {
-  CommWorld &W = test::world();
-  std::vector<int> All(W.size());
-  std::iota(All.begin(), All.end(), 0);
-  auto Host = W.split("dp", {All});
-  auto Dev = createHostStagedCommunicator(*Host);
+  test::EveryRankGroup Group("dp");
+  DeviceCommunicator *Dev = Group.Device.get();
   int Size = Dev->size(), Rank = Dev->rank();
   std::vector<float> Mine(size_t(Size) * 8);
   std::iota(Mine.begin(), Mine.end(), float(Rank));
