@@ -145,7 +145,7 @@ def main():
             "gradient) "
             "never comes back to the host; the residual stream stays on the device in fp32 from layer to layer, "
             "forward and backward, with the outputs and input gradients added to it and attention's gradients "
-            "(where no etp exchange, nor cp's all-gather or all-to-all, reads them on the host), from the "
+            "(where no etp exchange nor cp's all-to-all reads them on the host), from the "
             "embedding's rows to the final norm "
             "and back, so that it crosses only where host code reads it (a pipeline send); "
             "other activations still cross at every operation. Arrays cross in fp32 and are rounded to bf16 (or widened back) on "

@@ -998,9 +998,9 @@ struct StageModel::Impl {
     // blocks to the projections' products where only the backend reads them
     // on the way (no head norm's backward; no cp exchange but a ring the
     // backend runs, the others sending them from host memory).
-    const bool RingOnBackend = ringOnBackend(*Groups.Cp, attentionDims(M), Groups.CpKind);
     const bool GradientsOnBackend =
-        keepKey(M, S) && !Config.Mla && !P.QNorm && (Groups.Cp->size() == 1 || RingOnBackend);
+        keepKey(M, S) && !Config.Mla && !P.QNorm &&
+        (Groups.Cp->size() == 1 || exchangeOnBackend(*Groups.Cp, attentionDims(M), Groups.CpKind));
     HeldArrays KeepAttentionGradients(compute(), GradientsOnBackend
                                                      ? std::vector{residual(DQ), residual(DK), residual(DV)}
                                                      : std::vector<HeldArray>());

@@ -118,9 +118,15 @@ RingAttentionArgs ringArgs(Communicator *DeviceCp, const AttentionDims &Dims) {
 
 } // namespace
 
+namespace {
 bool ringOnBackend(const Communicator &Cp, const AttentionDims &Dims, CpExchange Exchange) {
   return Cp.size() > 1 && Cp.device() && Exchange == CpExchange::Ring &&
          currentBackend().takesRingAttention(ringArgs(Cp.device(), Dims));
+}
+} // namespace
+
+bool exchangeOnBackend(const Communicator &Cp, const AttentionDims &Dims, CpExchange Exchange) {
+  return ringOnBackend(Cp, Dims, Exchange) || (Cp.size() > 1 && Cp.device() && Exchange == CpExchange::AllGather);
 }
 
 void contextParallelAttentionForward(Communicator &Cp, const AttentionDims &Dims, const float *Q, const float *K,
@@ -135,7 +141,8 @@ void contextParallelAttentionForward(Communicator &Cp, const AttentionDims &Dims
     A.Lse = Lse;
     return currentBackend().ringAttentionForward(A);
   }
-  readOnHost(Cp, Shape, Q, K, V);
+  if (!exchangeOnBackend(Cp, Dims, Exchange))
+    readOnHost(Cp, Shape, Q, K, V);
   size_t OutCount = size_t(Dims.Batch * Shape.LocalTokens * Dims.QHeads * Dims.vHeadDim());
   std::fill(Out, Out + OutCount, 0.0f);
   std::fill(Lse, Lse + Dims.Batch * Dims.QHeads * Shape.LocalTokens, -std::numeric_limits<float>::infinity());
@@ -176,7 +183,8 @@ void contextParallelAttentionBackward(Communicator &Cp, const AttentionDims &Dim
     A.DV = DV;
     return Backend.ringAttentionBackward(A);
   }
-  readOnHost(Cp, Shape, Q, K, V);
+  if (!exchangeOnBackend(Cp, Dims, Exchange))
+    readOnHost(Cp, Shape, Q, K, V);
   int64_t T = Shape.LocalTokens;
   size_t QCount = size_t(Dims.Batch * T * Dims.QHeads * Dims.HeadDim);
   Backend.zero(DQ, int64_t(QCount)); // where the caller keeps it, if on a backend

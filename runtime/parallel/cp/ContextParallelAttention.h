@@ -88,10 +88,12 @@ void contextParallelAttentionBackward(Communicator &Cp, const AttentionDims &Dim
                                       const float *V, const float *Out, const float *Lse, const float *DOut, float *DQ,
                                       float *DK, float *DV, CpExchange Exchange = CpExchange::Ring);
 
-/// Whether these calls run the ring on the current backend, reading and
-/// writing the tensors only there: its gradients may be held on it
-/// (HeldArray::Wide) as on a group of one.
-bool ringOnBackend(const Communicator &Cp, const AttentionDims &Dims, CpExchange Exchange);
+/// Whether these calls exchange over the cp group's device counterpart,
+/// reading and writing the tensors only through the current backend: the
+/// ring where the backend takes its shape, or the all-gather (its gathers
+/// and reduce-scatters between the backend's arrays). Attention's
+/// gradients may then be held on it (HeldArray::Wide) as on a group of one.
+bool exchangeOnBackend(const Communicator &Cp, const AttentionDims &Dims, CpExchange Exchange);
 
 } // namespace moert
 

@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
@@ -130,17 +131,36 @@ std::vector<float> attentionDelta(ComputeBackend &Backend, int64_t Batch, int64_
 
 namespace {
 
-/// Every rank's K and V, gathered over Cp, and the owners' order of the ring
-/// (the block of rank - s at step s).
+/// Arrays only backend operations read and write while this lives: the
+/// backend's own, in fp32 (HeldArray::Wide), so that over a group with a
+/// device counterpart they never cross.
+class BackendSums {
+public:
+  explicit BackendSums(std::vector<std::vector<float> *> Arrays) {
+    std::vector<HeldArray> Held;
+    for (std::vector<float> *A : Arrays)
+      if (!A->empty())
+        Held.push_back({A->data(), int64_t(A->size()), HeldArray::BackendOnly, /*Wide=*/true});
+    Hold.emplace(currentBackend(), Held);
+  }
+
+private:
+  std::optional<HeldArrays> Hold;
+};
+
+/// Every rank's K and V, gathered over Cp (ComputeBackend::gatherActivations:
+/// between the backend's arrays where the group has a device counterpart),
+/// and the owners' order of the ring (the block of rank - s at step s).
 struct GatheredBlocks {
   size_t KCount, VCount;
   std::vector<float> K, V;
+  BackendSums OnBackend; // released before K and V are freed
   GatheredBlocks(Communicator &Cp, const BlockShape &Shape, const float *LocalK, const float *LocalV)
       : KCount(size_t(Shape.Dims.Batch * Shape.LocalTokens * Shape.Dims.KvHeads * Shape.Dims.HeadDim)),
         VCount(size_t(Shape.Dims.Batch * Shape.LocalTokens * Shape.Dims.KvHeads * Shape.Dims.vHeadDim())),
-        K(size_t(Cp.size()) * KCount), V(size_t(Cp.size()) * VCount) {
-    Cp.allGather(LocalK, K.data(), KCount, DType::F32);
-    Cp.allGather(LocalV, V.data(), VCount, DType::F32);
+        K(size_t(Cp.size()) * KCount), V(size_t(Cp.size()) * VCount), OnBackend({&K, &V}) {
+    currentBackend().gatherActivations(LocalK, K.data(), int64_t(KCount), Cp);
+    currentBackend().gatherActivations(LocalV, V.data(), int64_t(VCount), Cp);
   }
   /// Attend(Owner, KeySpan, QuerySpan) for every pair, owners in ring order.
   template <typename F> static void visit(const Communicator &Cp, int64_t SeqLen, F Attend) {
@@ -170,14 +190,25 @@ void allGatherAttentionForward(Communicator &Cp, const BlockShape &Shape, const 
 void allGatherAttentionBackward(Communicator &Cp, const BlockShape &Shape, const float *Q, const float *K,
                                 const float *V, const float *Lse, const float *Delta, const float *DOut, float *DQ,
                                 float *DK, float *DV) {
+  ComputeBackend &Backend = currentBackend();
   GatheredBlocks All(Cp, Shape, K, V);
+  // Every block's key and value gradients, and the query gradient, summed
+  // where the blocks run.
   std::vector<float> AllDK(All.K.size(), 0.0f), AllDV(All.V.size(), 0.0f), Scratch;
-  GatheredBlocks::visit(Cp, Shape.Dims.SeqLen, [&](size_t Owner, const TokenSpan &Keys, const TokenSpan &Query) {
-    attendSpanBackward(Shape, Q, Query, All.K.data() + Owner * All.KCount, All.V.data() + Owner * All.VCount, Keys, Lse,
-                       Delta, DOut, DQ, AllDK.data() + Owner * All.KCount, AllDV.data() + Owner * All.VCount, Scratch);
-  });
-  Cp.reduceScatterSum(AllDK.data(), DK, All.KCount, DType::F32);
-  Cp.reduceScatterSum(AllDV.data(), DV, All.VCount, DType::F32);
+  BackendSums Sums({&AllDK, &AllDV});
+  Backend.zero(AllDK.data(), int64_t(AllDK.size()));
+  Backend.zero(AllDV.data(), int64_t(AllDV.size()));
+  {
+    const int64_t QCount = Shape.Dims.Batch * Shape.LocalTokens * Shape.Dims.QHeads * Shape.Dims.HeadDim;
+    HeldArrays QuerySum(Backend, {{DQ, QCount, HeldArray::Accumulate}});
+    GatheredBlocks::visit(Cp, Shape.Dims.SeqLen, [&](size_t Owner, const TokenSpan &Keys, const TokenSpan &Query) {
+      attendSpanBackward(Shape, Q, Query, All.K.data() + Owner * All.KCount, All.V.data() + Owner * All.VCount, Keys,
+                         Lse, Delta, DOut, DQ, AllDK.data() + Owner * All.KCount, AllDV.data() + Owner * All.VCount,
+                         Scratch);
+    });
+  }
+  Backend.reduceScatterActivations(AllDK.data(), DK, int64_t(All.KCount), Cp);
+  Backend.reduceScatterActivations(AllDV.data(), DV, int64_t(All.VCount), Cp);
 }
 
 void allToAllAttentionForward(Communicator &Cp, const BlockShape &Shape, const float *Q, const float *K, const float *V,

@@ -88,16 +88,18 @@ TEST(CudaBackendRing, RunsWhereTheBackendIsOverTheDeviceGroup) {
   BackendScope OnCuda(*Backend);
   const bool Ringed = W.size() > 1;
   // Only a group with peers, with a counterpart over device buffers,
-  // exchanging by the ring.
-  EXPECT_FALSE(ringOnBackend(*Cp, D, CpExchange::Ring));
+  // exchanging by the ring (where the backend has a kernel for the heads)
+  // or by all-gather.
+  EXPECT_FALSE(exchangeOnBackend(*Cp, D, CpExchange::Ring));
   Cp->setDevice(Cp); // a host group is no device group
-  EXPECT_FALSE(ringOnBackend(*Cp, D, CpExchange::Ring));
+  EXPECT_FALSE(exchangeOnBackend(*Cp, D, CpExchange::Ring));
   Cp->setDevice(DevCp);
-  EXPECT_EQ(ringOnBackend(*Cp, D, CpExchange::Ring), Ringed);
-  EXPECT_FALSE(ringOnBackend(*Cp, D, CpExchange::AllGather));
+  EXPECT_EQ(exchangeOnBackend(*Cp, D, CpExchange::Ring), Ringed);
+  EXPECT_EQ(exchangeOnBackend(*Cp, D, CpExchange::AllGather), Ringed);
+  EXPECT_FALSE(exchangeOnBackend(*Cp, D, CpExchange::AllToAll));
   AttentionDims Narrow = D;
   Narrow.HeadDim = 16; // no kernel for heads of 16 columns
-  EXPECT_FALSE(ringOnBackend(*Cp, Narrow, CpExchange::Ring));
+  EXPECT_FALSE(exchangeOnBackend(*Cp, Narrow, CpExchange::Ring));
 
   std::vector<float> GOut(QN), GLse(LseN), GDQ(QN), GDK(KN), GDV(KN);
   contextParallelAttentionForward(*Cp, D, Q.data(), K.data(), V.data(), GOut.data(), GLse.data());

@@ -148,6 +148,7 @@ LAYOUTS = [
     ("hd32_tp2_cp2", 4, "tp = 2; cp = 2", "selective(core_attn)"),
     ("hd32_cp2_ep2_pp2", 4, "cp = 2; ep = 2; pp = 2", None),
     ("hd32_dp2_cp2_ep4_pp2_vpp2", 8, "cp = 2; ep = 4; pp = 2; vpp = 2", None),
+    ("hd32_cp2_allgather_ep2", 4, "cp = 2; ep = 2; cp_comm = allgather", None),
 ]
 # tiny_moe with the sigmoid router and aux-loss-free balancing; a bias update rate of
 # Megatron's 1e-3 changes routing within 3 steps of this tiny model.
