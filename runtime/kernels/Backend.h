@@ -396,6 +396,10 @@ public:
   /// one (a saved activation that a recompute policy frees before the
   /// backward).
   virtual void releaseKept(const void *Key, const float *Array) {}
+  /// Releases all that Key keeps but the array at Retained, which stays
+  /// kept under Key (a layer's input, from which a full recompute reruns
+  /// the layer).
+  virtual void releaseKeptBut(const void *Key, const float *Retained) {}
   /// Host code wrote Count elements at Data in place, where a held array
   /// may lie (a host fallback of an operation the backend declined): a
   /// backend that keeps copies drops those it overlaps.

@@ -839,8 +839,9 @@ struct StageModel::Impl {
 
   void dropForRecompute(LayerState &S) {
     if (Options.Recompute.Full) {
-      compute().hostReads(S.X.data(), S.X.numel()); // the layer's input stays, on the host
-      compute().releaseKept(&S);
+      // The layer's input stays, where it is (on the backend, as Megatron
+      // keeps a checkpointed input on the GPU).
+      compute().releaseKeptBut(&S, S.X.data());
       Tensor X = std::move(S.X);
       S = LayerState();
       S.X = std::move(X);

@@ -876,6 +876,12 @@ public:
     for (auto It = Held.begin(); It != Held.end();)
       It = It->second.KeptBy == Key ? releaseKept(It) : std::next(It);
   }
+  void releaseKeptBut(const void *Key, const float *Retained) override {
+    if (!Key)
+      return;
+    for (auto It = Held.begin(); It != Held.end();)
+      It = It->second.KeptBy == Key && It->first != Retained ? releaseKept(It) : std::next(It);
+  }
   void releaseKept(const void *Key, const float *Array) override {
     auto It = Held.find(Array);
     if (Key && It != Held.end() && It->second.KeptBy == Key)

@@ -1309,4 +1309,22 @@ TEST(CudaBackend, AStageKeepsWhatOnlyTheBackendReadsOnTheDevice) {
       << "every norm's rstd and weight gradient (no parameter is held here)";
 }
 
+TEST(CudaBackend, AFullRecomputeRerunsEachLayerFromItsInputWhereItIs) {
+  auto Cuda = cudaBackend();
+  OneRankGroups Groups;
+  ModelConfig C = tinyMoe(/*TopK=*/4);
+  ModelOptions OnCuda;
+  OnCuda.Compute = Cuda.get();
+  OnCuda.Recompute.Full = true;
+  StageModel Model(C, StageSpec{0, C.Layers, true, true}, Groups.Ctx, OnCuda);
+  MicroBatch MB = batch(C.Vocab);
+  Model.forward(0, MB, nullptr);
+  Model.backward(0, nullptr);
+  // Every layer's input stays on the device from the forward to its
+  // recompute, as Megatron keeps a checkpointed input on the GPU: the one
+  // host read is the embedding's, as without recompute.
+  const int64_t Stream = MB.Sequences * MB.SeqLen * C.Hidden * int64_t(sizeof(float));
+  EXPECT_EQ(Cuda->traffic().ByOperation["host reads"].DeviceToHostBytes, Stream);
+}
+
 } // namespace
