@@ -66,15 +66,18 @@ struct AttentionBlockArgs {
   float *DQ = nullptr, *DK = nullptr, *DV = nullptr;
 };
 
-/// Context parallelism's ring of attention (parallel/cp/Ring.h; the
-/// semantics of parallel/cp/ContextParallelAttention.h with CpExchange::Ring)
-/// run where the backend computes: K/V blocks (and, backward, their
-/// gradients) travel over Device, the cp group's counterpart over the
-/// backend's buffers (comm/nccl), never through host memory. Q, K, V, Out
-/// and DOut are this rank's [Batch, SeqLen / cp, heads, HeadDim], Lse
-/// [Batch, QHeads, SeqLen / cp]; the outputs are overwritten.
-struct RingAttentionArgs {
+/// Context-parallel attention (the semantics of
+/// parallel/cp/ContextParallelAttention.h) run where the backend computes,
+/// its exchanges over Device, the cp group's counterpart over the backend's
+/// buffers (comm/nccl), never through host memory: the ring
+/// (parallel/cp/Ring.h; K/V blocks and, backward, their gradients travel
+/// around it), or with AllGather every rank's K and V gathered once and
+/// their gradients reduce-scattered (cp_comm = allgather). Q, K, V, Out and
+/// DOut are this rank's [Batch, SeqLen / cp, heads, HeadDim], Lse [Batch,
+/// QHeads, SeqLen / cp]; the outputs are overwritten.
+struct CpAttentionArgs {
   Communicator *Device = nullptr;
+  bool AllGather = false;
   int64_t Batch = 1, SeqLen = 0, QHeads = 0, KvHeads = 0, HeadDim = 0, VHeadDim = 0;
   const float *Q = nullptr, *K = nullptr, *V = nullptr;
   /// Written by the forward; the backward reads them.
@@ -286,15 +289,16 @@ public:
   /// Out and DOut [Batch, Tokens, QHeads, VDim]).
   virtual void attentionDelta(int64_t Batch, int64_t Tokens, int64_t QHeads, int64_t VDim, const float *Out,
                               const float *DOut, float *Delta);
-  /// Whether the ring of A's shape runs on this backend over A.Device
-  /// (ringAttentionForward/Backward then do it); if not, the host's ring
-  /// moves the blocks and calls attentionBlockForward/Backward for each.
-  virtual bool takesRingAttention(const RingAttentionArgs &) const { return false; }
-  virtual void ringAttentionForward(const RingAttentionArgs &) {
-    throw std::logic_error("this backend runs no ring of attention");
+  /// Whether context-parallel attention of A's shape and exchange runs on
+  /// this backend over A.Device (cpAttentionForward/Backward then do it);
+  /// if not, host code exchanges the blocks and calls
+  /// attentionBlockForward/Backward for each.
+  virtual bool takesCpAttention(const CpAttentionArgs &) const { return false; }
+  virtual void cpAttentionForward(const CpAttentionArgs &) {
+    throw std::logic_error("this backend runs no context-parallel attention");
   }
-  virtual void ringAttentionBackward(const RingAttentionArgs &) {
-    throw std::logic_error("this backend runs no ring of attention");
+  virtual void cpAttentionBackward(const CpAttentionArgs &) {
+    throw std::logic_error("this backend runs no context-parallel attention");
   }
   /// Whether the backend runs loss heads as one operation, keeping the
   /// logits (the step's largest activation) to itself; if not, the caller

@@ -339,26 +339,27 @@ public:
     return true;
   }
 
-  bool takesRingAttention(const RingAttentionArgs &A) const override {
+  bool takesCpAttention(const CpAttentionArgs &A) const override {
     const bool Width = A.HeadDim == 32 || A.HeadDim == 64 || A.HeadDim == 128;
     return dynamic_cast<DeviceCommunicator *>(A.Device) && Width && A.VHeadDim == A.HeadDim && A.KvHeads > 0 &&
            A.QHeads % A.KvHeads == 0 && A.SeqLen < (int64_t(1) << 31);
   }
 
-  // The blocks travel between the ranks' device copies of K and V; the
+  // The blocks travel (or are gathered) between the ranks' device copies of K and V; the
   // queries, keys and values come from where the layer keeps them, and the
   // outputs go to where the caller holds them (on the device, where held).
-  void ringAttentionForward(const RingAttentionArgs &A) override {
+  void cpAttentionForward(const CpAttentionArgs &A) override {
     Charge Charged(Copies, "attention");
     RingShape R(A);
     Operand Q = input(A.Q, R.QCount), K = input(A.K, R.KvCount), V = input(A.V, R.KvCount);
     DeviceBuffer<float> Out{size_t(R.QCount)}, Lse{size_t(R.LseCount)};
-    cuda::ringAttentionForward(R.Cp, R.Dims, Q.Data, K.Data, V.Data, Out.data(), Lse.data(), Blas.stream());
+    (A.AllGather ? cuda::gatheredAttentionForward : cuda::ringAttentionForward)(R.Cp, R.Dims, Q.Data, K.Data, V.Data,
+                                                                                Out.data(), Lse.data(), Blas.stream());
     result(Out, A.Out);
     result(Lse, A.Lse);
   }
 
-  void ringAttentionBackward(const RingAttentionArgs &A) override {
+  void cpAttentionBackward(const CpAttentionArgs &A) override {
     Charge Charged(Copies, "attention");
     RingShape R(A);
     Operand Q = input(A.Q, R.QCount), K = input(A.K, R.KvCount), V = input(A.V, R.KvCount);
@@ -368,8 +369,9 @@ public:
     castToF32(R.QCount, Out16.Data, Out32.data(), Blas.stream());
     const float *Lse = wideInput(A.Lse, R.LseCount, StagedLse);
     DeviceBuffer<float> DQ{size_t(R.QCount)}, DK{size_t(R.KvCount)}, DV{size_t(R.KvCount)};
-    cuda::ringAttentionBackward(R.Cp, R.Dims, Q.Data, K.Data, V.Data, Out32.data(), Lse, DOut16.Data, DQ.data(),
-                                DK.data(), DV.data(), Blas.stream());
+    (A.AllGather ? cuda::gatheredAttentionBackward
+                 : cuda::ringAttentionBackward)(R.Cp, R.Dims, Q.Data, K.Data, V.Data, Out32.data(), Lse, DOut16.Data,
+                                                DQ.data(), DK.data(), DV.data(), Blas.stream());
     result(DQ, A.DQ);
     result(DK, A.DK);
     result(DV, A.DV);
@@ -901,7 +903,7 @@ private:
     DeviceCommunicator &Cp;
     AttentionDims Dims;
     int64_t QCount, KvCount, LseCount;
-    explicit RingShape(const RingAttentionArgs &A)
+    explicit RingShape(const CpAttentionArgs &A)
         : Cp(dynamic_cast<DeviceCommunicator &>(*A.Device)), Dims{A.Batch,   A.SeqLen,  A.QHeads,
                                                                   A.KvHeads, A.HeadDim, A.VHeadDim} {
       const int64_t Rows = A.Batch * (A.SeqLen / Cp.size());

@@ -129,4 +129,56 @@ void ringAttentionBackward(DeviceCommunicator &Cp, const AttentionDims &Dims, co
   MOERT_CUDA_CHECK(cudaStreamSynchronize(Stream));
 }
 
+namespace {
+/// Every rank's K then V blocks, gathered over the group.
+struct Gathered {
+  DeviceBuffer<bf16> K, V;
+  Gathered(DeviceCommunicator &Cp, const Ring &R, const bf16 *LocalK, const bf16 *LocalV)
+      : K(size_t(R.Size) * R.KvCount), V(size_t(R.Size) * R.KvCount) {
+    Cp.allGather(LocalK, K.data(), R.KvCount, DType::BF16);
+    Cp.allGather(LocalV, V.data(), R.KvCount, DType::BF16);
+  }
+  const bf16 *k(int Owner, const Ring &R) const { return K.data() + size_t(Owner) * R.KvCount; }
+  const bf16 *v(int Owner, const Ring &R) const { return V.data() + size_t(Owner) * R.KvCount; }
+};
+} // namespace
+
+void gatheredAttentionForward(DeviceCommunicator &Cp, const AttentionDims &Dims, const bf16 *Q, const bf16 *K,
+                              const bf16 *V, float *Out, float *Lse, cudaStream_t Stream) {
+  Ring R(Cp, Dims);
+  Cp.setComputeStream(Stream);
+  attentionInit(R.Shape, Out, Lse, Stream);
+  const Gathered All(Cp, R, K, V);
+  for (int Step = 0; Step < R.Size; ++Step) {
+    const int Owner = ring::ownerAt(Cp, Step);
+    attentionForwardBlock(R.Shape, Q, R.positionsOf(R.Rank), All.k(Owner, R), All.v(Owner, R), R.positionsOf(Owner),
+                          Out, Lse, Stream);
+  }
+  MOERT_CUDA_CHECK(cudaStreamSynchronize(Stream));
+}
+
+void gatheredAttentionBackward(DeviceCommunicator &Cp, const AttentionDims &Dims, const bf16 *Q, const bf16 *K,
+                               const bf16 *V, const float *Out, const float *Lse, const bf16 *DOut, float *DQ,
+                               float *DK, float *DV, cudaStream_t Stream) {
+  Ring R(Cp, Dims);
+  Cp.setComputeStream(Stream);
+  const DeviceAttentionShape &S = R.Shape;
+  MOERT_CUDA_CHECK(cudaMemsetAsync(DQ, 0, size_t(S.Batch * S.QTokens * S.QHeads * S.HeadDim) * sizeof(float), Stream));
+  DeviceBuffer<float> Delta(size_t(S.Batch * S.QHeads * S.QTokens));
+  attentionDelta(S, DOut, Out, Delta.data(), Stream);
+  const Gathered All(Cp, R, K, V);
+  DeviceBuffer<float> AllDK(size_t(R.Size) * R.KvCount), AllDV(size_t(R.Size) * R.KvCount);
+  MOERT_CUDA_CHECK(cudaMemsetAsync(AllDK.data(), 0, AllDK.bytes(), Stream));
+  MOERT_CUDA_CHECK(cudaMemsetAsync(AllDV.data(), 0, AllDV.bytes(), Stream));
+  for (int Step = 0; Step < R.Size; ++Step) {
+    const int Owner = ring::ownerAt(Cp, Step);
+    const size_t At = size_t(Owner) * R.KvCount;
+    attentionBackwardBlock(S, Q, R.positionsOf(R.Rank), All.k(Owner, R), All.v(Owner, R), R.positionsOf(Owner), Lse,
+                           Delta.data(), DOut, DQ, AllDK.data() + At, AllDV.data() + At, Stream);
+  }
+  Cp.reduceScatterSum(AllDK.data(), DK, R.KvCount, DType::F32);
+  Cp.reduceScatterSum(AllDV.data(), DV, R.KvCount, DType::F32);
+  MOERT_CUDA_CHECK(cudaStreamSynchronize(Stream));
+}
+
 } // namespace moert::cuda

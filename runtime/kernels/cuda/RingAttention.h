@@ -30,6 +30,16 @@ void ringAttentionBackward(DeviceCommunicator &Cp, const AttentionDims &Dims, co
                            const bf16 *V, const float *Out, const float *Lse, const bf16 *DOut, float *DQ, float *DK,
                            float *DV, cudaStream_t Stream);
 
+/// The same attention with the all-gather exchange (CpExchange::AllGather,
+/// parallel/cp/Exchanges.h): every rank's K and V gathered once, the blocks
+/// attended in the ring's order, every block's dK and dV summed and
+/// reduce-scattered back to their owners.
+void gatheredAttentionForward(DeviceCommunicator &Cp, const AttentionDims &Dims, const bf16 *Q, const bf16 *K,
+                              const bf16 *V, float *Out, float *Lse, cudaStream_t Stream);
+void gatheredAttentionBackward(DeviceCommunicator &Cp, const AttentionDims &Dims, const bf16 *Q, const bf16 *K,
+                               const bf16 *V, const float *Out, const float *Lse, const bf16 *DOut, float *DQ,
+                               float *DK, float *DV, cudaStream_t Stream);
+
 } // namespace moert::cuda
 
 #endif

@@ -104,9 +104,12 @@ void readOnHost(const Communicator &Cp, const BlockShape &Shape, const float *Q,
   Backend.hostReads(V, Rows * D.KvHeads * D.vHeadDim());
 }
 
-RingAttentionArgs ringArgs(Communicator *DeviceCp, const AttentionDims &Dims) {
-  RingAttentionArgs A;
-  A.Device = DeviceCp;
+/// The backend's context-parallel attention of these dimensions over the cp
+/// group's device counterpart (a null Device where it has none).
+CpAttentionArgs cpArgs(const Communicator &Cp, const AttentionDims &Dims, CpExchange Exchange) {
+  CpAttentionArgs A;
+  A.Device = Cp.device();
+  A.AllGather = Exchange == CpExchange::AllGather;
   A.Batch = Dims.Batch;
   A.SeqLen = Dims.SeqLen;
   A.QHeads = Dims.QHeads;
@@ -116,30 +119,30 @@ RingAttentionArgs ringArgs(Communicator *DeviceCp, const AttentionDims &Dims) {
   return A;
 }
 
-} // namespace
-
-namespace {
-bool ringOnBackend(const Communicator &Cp, const AttentionDims &Dims, CpExchange Exchange) {
-  return Cp.size() > 1 && Cp.device() && Exchange == CpExchange::Ring &&
-         currentBackend().takesRingAttention(ringArgs(Cp.device(), Dims));
+/// Whether the whole of attention, its exchange included, is the current
+/// backend's operation (ComputeBackend::cpAttentionForward).
+bool backendAttends(const Communicator &Cp, const AttentionDims &Dims, CpExchange Exchange) {
+  return Cp.size() > 1 && Cp.device() && Exchange != CpExchange::AllToAll &&
+         currentBackend().takesCpAttention(cpArgs(Cp, Dims, Exchange));
 }
+
 } // namespace
 
 bool exchangeOnBackend(const Communicator &Cp, const AttentionDims &Dims, CpExchange Exchange) {
-  return ringOnBackend(Cp, Dims, Exchange) || (Cp.size() > 1 && Cp.device() && Exchange == CpExchange::AllGather);
+  return backendAttends(Cp, Dims, Exchange) || (Cp.size() > 1 && Cp.device() && Exchange == CpExchange::AllGather);
 }
 
 void contextParallelAttentionForward(Communicator &Cp, const AttentionDims &Dims, const float *Q, const float *K,
                                      const float *V, float *Out, float *Lse, CpExchange Exchange) {
   BlockShape Shape = blockShape(Cp, Dims);
-  if (ringOnBackend(Cp, Dims, Exchange)) {
-    RingAttentionArgs A = ringArgs(Cp.device(), Dims);
+  if (backendAttends(Cp, Dims, Exchange)) {
+    CpAttentionArgs A = cpArgs(Cp, Dims, Exchange);
     A.Q = Q;
     A.K = K;
     A.V = V;
     A.Out = Out;
     A.Lse = Lse;
-    return currentBackend().ringAttentionForward(A);
+    return currentBackend().cpAttentionForward(A);
   }
   if (!exchangeOnBackend(Cp, Dims, Exchange))
     readOnHost(Cp, Shape, Q, K, V);
@@ -170,8 +173,8 @@ void contextParallelAttentionBackward(Communicator &Cp, const AttentionDims &Dim
                                       float *DK, float *DV, CpExchange Exchange) {
   BlockShape Shape = blockShape(Cp, Dims);
   ComputeBackend &Backend = currentBackend();
-  if (ringOnBackend(Cp, Dims, Exchange)) {
-    RingAttentionArgs A = ringArgs(Cp.device(), Dims);
+  if (backendAttends(Cp, Dims, Exchange)) {
+    CpAttentionArgs A = cpArgs(Cp, Dims, Exchange);
     A.Q = Q;
     A.K = K;
     A.V = V;
@@ -181,7 +184,7 @@ void contextParallelAttentionBackward(Communicator &Cp, const AttentionDims &Dim
     A.DQ = DQ;
     A.DK = DK;
     A.DV = DV;
-    return Backend.ringAttentionBackward(A);
+    return Backend.cpAttentionBackward(A);
   }
   if (!exchangeOnBackend(Cp, Dims, Exchange))
     readOnHost(Cp, Shape, Q, K, V);

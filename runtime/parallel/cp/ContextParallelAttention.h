@@ -77,9 +77,10 @@ enum class CpExchange {
 };
 
 /// Where the cp group has a device counterpart (Communicator::device()),
-/// the ring runs on the current backend over it where the backend takes the
-/// shape (ComputeBackend::takesRingAttention), its blocks never in host
-/// memory.
+/// the ring or the all-gather runs on the current backend over it where the
+/// backend takes the shape (ComputeBackend::takesCpAttention), its blocks
+/// never in host memory; else the all-gather still gathers and
+/// reduce-scatters between the backend's arrays.
 void contextParallelAttentionForward(Communicator &Cp, const AttentionDims &Dims, const float *Q, const float *K,
                                      const float *V, float *Out, float *Lse, CpExchange Exchange = CpExchange::Ring);
 

@@ -60,7 +60,7 @@ int64_t attentionBytes(const ComputeBackend &Backend, bool ToDevice) {
   return It == T.ByOperation.end() ? 0 : ToDevice ? It->second.HostToDeviceBytes : It->second.DeviceToHostBytes;
 }
 
-TEST(CudaBackendRing, RunsWhereTheBackendIsOverTheDeviceGroup) {
+TEST(CudaBackendCpAttention, RunsWhereTheBackendIsOverTheDeviceGroup) {
   CommWorld &W = test::world();
   test::EveryRankGroup Group("cp");
   Communicator *Cp = Group.Host.get();
@@ -101,25 +101,30 @@ TEST(CudaBackendRing, RunsWhereTheBackendIsOverTheDeviceGroup) {
   Narrow.HeadDim = 16; // no kernel for heads of 16 columns
   EXPECT_FALSE(exchangeOnBackend(*Cp, Narrow, CpExchange::Ring));
 
-  std::vector<float> GOut(QN), GLse(LseN), GDQ(QN), GDK(KN), GDV(KN);
-  contextParallelAttentionForward(*Cp, D, Q.data(), K.data(), V.data(), GOut.data(), GLse.data());
-  contextParallelAttentionBackward(*Cp, D, Q.data(), K.data(), V.data(), GOut.data(), GLse.data(), DOut.data(),
-                                   GDQ.data(), GDK.data(), GDV.data());
-  std::string Rank = "rank " + std::to_string(W.rank());
-  EXPECT_TRUE(test::near(GOut, Out, test::AttnTol, "Out, " + Rank));
-  EXPECT_TRUE(test::near(GLse, Lse, test::AttnTol, "Lse, " + Rank));
-  EXPECT_TRUE(test::near(GDQ, DQ, 1e-3, "dQ, " + Rank));
-  EXPECT_TRUE(test::near(GDK, DK, 1e-3, "dK, " + Rank));
-  EXPECT_TRUE(test::near(GDV, DV, 1e-3, "dV, " + Rank));
-  if (!Ringed)
-    return;
-  // Each tensor crosses once, in fp32: Q, K and V up and the output and
-  // log-sum-exp back in the forward; Q, K, V, the output, its gradient and
-  // the log-sum-exp up and dQ, dK and dV back in the backward. The blocks
-  // travel between device buffers, whatever the ring's length.
-  const int64_t F = sizeof(float);
-  EXPECT_EQ(attentionBytes(*Backend, true), F * int64_t(4 * QN + 4 * KN + LseN));
-  EXPECT_EQ(attentionBytes(*Backend, false), F * int64_t(2 * QN + 2 * KN + LseN));
+  // The ring, and the all-gather, whose blocks meet in the ring's order.
+  for (CpExchange Exchange : {CpExchange::Ring, CpExchange::AllGather}) {
+    const std::string Where =
+        std::string(Exchange == CpExchange::Ring ? "ring" : "all-gather") + ", rank " + std::to_string(W.rank());
+    const int64_t Up = attentionBytes(*Backend, true), Down = attentionBytes(*Backend, false);
+    std::vector<float> GOut(QN), GLse(LseN), GDQ(QN), GDK(KN), GDV(KN);
+    contextParallelAttentionForward(*Cp, D, Q.data(), K.data(), V.data(), GOut.data(), GLse.data(), Exchange);
+    contextParallelAttentionBackward(*Cp, D, Q.data(), K.data(), V.data(), GOut.data(), GLse.data(), DOut.data(),
+                                     GDQ.data(), GDK.data(), GDV.data(), Exchange);
+    EXPECT_TRUE(test::near(GOut, Out, test::AttnTol, "Out, " + Where));
+    EXPECT_TRUE(test::near(GLse, Lse, test::AttnTol, "Lse, " + Where));
+    EXPECT_TRUE(test::near(GDQ, DQ, 1e-3, "dQ, " + Where));
+    EXPECT_TRUE(test::near(GDK, DK, 1e-3, "dK, " + Where));
+    EXPECT_TRUE(test::near(GDV, DV, 1e-3, "dV, " + Where));
+    if (!Ringed)
+      continue;
+    // Each tensor crosses once, in fp32: Q, K and V up and the output and
+    // log-sum-exp back in the forward; Q, K, V, the output, its gradient
+    // and the log-sum-exp up and dQ, dK and dV back in the backward. The
+    // blocks travel between device buffers, whatever the group's size.
+    const int64_t F = sizeof(float);
+    EXPECT_EQ(attentionBytes(*Backend, true) - Up, F * int64_t(4 * QN + 4 * KN + LseN)) << Where;
+    EXPECT_EQ(attentionBytes(*Backend, false) - Down, F * int64_t(2 * QN + 2 * KN + LseN)) << Where;
+  }
 }
 
 TEST(CudaHostStaged, CollectivesOnDeviceBuffers) {
