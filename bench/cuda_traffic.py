@@ -48,6 +48,9 @@ CASES = [
     ("tiny_moe with a 16384-token vocabulary, tp 2", BIG_VOCAB, "tiny_bigvocab", 2, "tp = 2"),
     ("tiny_moe, ep 2 x pp 2", "", "tiny_moe", 4, "ep = 2; pp = 2"),
     ("tiny_moe with heads of 32, cp 2 (the ring)", HEADS_32, "tiny_hd32", 2, "cp = 2"),
+    ("tiny_moe with heads of 32, cp 2 (all-gather)", HEADS_32, "tiny_hd32", 2, "cp = 2; cp_comm = allgather"),
+    ("tiny_moe with heads of 32, cp 2 (all-to-all, through host memory)", HEADS_32, "tiny_hd32", 2,
+     "cp = 2; cp_comm = a2a"),
     ("tiny_moe with heads of 32, ep 2", HEADS_32, "tiny_hd32", 2, "ep = 2"),
     ("tiny_moe with heads of 32, tp 2", HEADS_32, "tiny_hd32", 2, "tp = 2"),
     ("tiny_moe, dp 2", "", "tiny_moe", 2, "tp = 1"),
@@ -133,8 +136,9 @@ def main():
             "step (their gradients summed on the device) and are stepped on the host; every SwiGLU MLP (routed "
             "experts, dense and shared) moves its rows once each way, and without etp the routed experts' rows "
             "neither way (the tokens are permuted to them and combined on the device, and under ep exchanged "
-            "between the devices over the ep group's device communicator); cp's ring runs on the device, its "
-            "blocks travelling between device buffers, and so do tp's sequence gathers and reduce-scatters; "
+            "between the devices over the ep group's device communicator); cp's ring and all-gather run on the "
+            "device, their blocks travelling between device buffers (cp's all-to-all still exchanges through "
+            "host memory), and so do tp's sequence gathers and reduce-scatters; "
             "the loss head keeps the logits on the "
             "device; an activation several products read moves once for them (holds nest), and one that "
             "operations make and later ones read (the normalised inputs, queries, keys and values, their "
