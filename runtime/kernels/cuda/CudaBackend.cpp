@@ -57,8 +57,6 @@ std::vector<int32_t> positions(int64_t First, int64_t Count) {
   return P;
 }
 
-/// The kernels of kernels/cuda/Attention.h take heads of 32, 64 or 128
-/// columns, values as wide as keys, and positions that fit int32.
 /// The elements an exchange's counts and offsets reach.
 int64_t extent(const std::vector<size_t> &Counts, const std::vector<size_t> &Offsets) {
   size_t End = 0;
@@ -68,10 +66,17 @@ int64_t extent(const std::vector<size_t> &Counts, const std::vector<size_t> &Off
   return int64_t(End);
 }
 
+/// The kernels of kernels/cuda/Attention.h take heads of 32, 64 or 128
+/// columns, values as wide as keys, and positions that fit int32.
+bool attentionKernelTakesHeads(int64_t QHeads, int64_t KvHeads, int64_t HeadDim, int64_t VHeadDim) {
+  const bool Width = HeadDim == 32 || HeadDim == 64 || HeadDim == 128;
+  return Width && VHeadDim == HeadDim && KvHeads > 0 && QHeads % KvHeads == 0;
+}
+constexpr int64_t PositionBound = int64_t(1) << 31;
+
 bool attentionKernelTakes(const AttentionBlockArgs &A) {
-  bool Width = A.HeadDim == 32 || A.HeadDim == 64 || A.HeadDim == 128;
-  return Width && A.VHeadDim == A.HeadDim && A.KvHeads > 0 && A.QHeads % A.KvHeads == 0 &&
-         A.QPos + A.QLen < (int64_t(1) << 31) && A.KPos + A.KLen < (int64_t(1) << 31);
+  return attentionKernelTakesHeads(A.QHeads, A.KvHeads, A.HeadDim, A.VHeadDim) && A.QPos + A.QLen < PositionBound &&
+         A.KPos + A.KLen < PositionBound;
 }
 
 /// Every copy between host and device goes through here, so that the
@@ -340,14 +345,14 @@ public:
   }
 
   bool takesCpAttention(const CpAttentionArgs &A) const override {
-    const bool Width = A.HeadDim == 32 || A.HeadDim == 64 || A.HeadDim == 128;
-    return dynamic_cast<DeviceCommunicator *>(A.Device) && Width && A.VHeadDim == A.HeadDim && A.KvHeads > 0 &&
-           A.QHeads % A.KvHeads == 0 && A.SeqLen < (int64_t(1) << 31);
+    return dynamic_cast<DeviceCommunicator *>(A.Device) &&
+           attentionKernelTakesHeads(A.QHeads, A.KvHeads, A.HeadDim, A.VHeadDim) && A.SeqLen < PositionBound;
   }
 
-  // The blocks travel (or are gathered) between the ranks' device copies of K and V; the
-  // queries, keys and values come from where the layer keeps them, and the
-  // outputs go to where the caller holds them (on the device, where held).
+  // The blocks travel (or are gathered) between the ranks' device copies of
+  // K and V; the queries, keys and values come from where the layer keeps
+  // them, and the outputs go to where the caller holds them (on the device,
+  // where held).
   void cpAttentionForward(const CpAttentionArgs &A) override {
     Charge Charged(Copies, "attention");
     RingShape R(A);
@@ -1176,7 +1181,7 @@ private:
     DeviceBuffer<float> Packed;
   };
   SumSpan sumSpan(float *Host, int64_t Batch, int64_t LocalTokens, int64_t Begin, int64_t Len, int64_t Width) {
-    SumSpan S{Host, Batch, LocalTokens, Begin, Len, Width};
+    SumSpan S{Host, Batch, LocalTokens, Begin, Len, Width, nullptr, {}};
     if (HeldCopy *Sum = heldSum(Host, Batch * LocalTokens * Width)) {
       S.Share = Sum->at(Host);
       S.Packed.resize(size_t(Batch * Len * Width));
