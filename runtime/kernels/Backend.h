@@ -123,6 +123,10 @@ struct HeldArray {
   /// its operands (made from it where an operation reads it), so that adds
   /// into it give the host's bits: the residual stream and its gradient.
   bool Wide = false;
+
+  /// The backend's own in fp32 (BackendOnly, Wide): the residual stream,
+  /// and the sums and gathers only its operations read and write.
+  static HeldArray wide(float *Data, int64_t Count) { return {Data, Count, BackendOnly, /*Wide=*/true}; }
 };
 
 /// What a backend moved between host and device and the device memory it

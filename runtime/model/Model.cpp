@@ -752,7 +752,7 @@ struct StageModel::Impl {
   }
 
   /// A residual stream's array on the backend (HeldArray::Wide).
-  static HeldArray residual(Tensor &T) { return {T.data(), T.numel(), HeldArray::BackendOnly, /*Wide=*/true}; }
+  static HeldArray residual(Tensor &T) { return HeldArray::wide(T.data(), T.numel()); }
   /// A + B, a layer's output (or its input gradient): kept on the backend
   /// under OutputKey where it is not null.
   Tensor residualOutput(const Tensor &A, const Tensor &B, const void *OutputKey) {
@@ -839,8 +839,10 @@ struct StageModel::Impl {
 
   void dropForRecompute(LayerState &S) {
     if (Options.Recompute.Full) {
-      // The layer's input stays, where it is (on the backend, as Megatron
-      // keeps a checkpointed input on the GPU).
+      // The layer's input stays where it is (on the backend, as Megatron
+      // keeps a checkpointed input on the GPU: megatron-core 0.16.1
+      // tensor_parallel/random.py:528, CheckpointFunction.forward's
+      // save_for_backward of its inputs).
       compute().releaseKeptBut(&S, S.X.data());
       Tensor X = std::move(S.X);
       S = LayerState();
@@ -997,8 +999,9 @@ struct StageModel::Impl {
     Tensor DQ(S.Q.shape()), DK(S.K.shape()), DV(S.V.shape());
     // Attention's gradients stay on the backend, as sums in fp32, from its
     // blocks to the projections' products where only the backend reads them
-    // on the way (no head norm's backward; no cp exchange but a ring the
-    // backend runs, the others sending them from host memory).
+    // on the way (no head norm's backward; no cp exchange but one that
+    // runs through the backend, exchangeOnBackend: the others send them
+    // from host memory).
     const bool GradientsOnBackend =
         keepKey(M, S) && !Config.Mla && !P.QNorm &&
         (Groups.Cp->size() == 1 || exchangeOnBackend(*Groups.Cp, attentionDims(M), Groups.CpKind));
@@ -1037,7 +1040,7 @@ struct StageModel::Impl {
       DWs.push_back(&P.OGate->Grad);
     }
     // The projections' input gradient, summed where the norm's backward
-    // reads it (at tp 1; under tp it is reduce-scattered on the host).
+    // reads it (where tp's reduce-scatter, if any, runs on the backend).
     Tensor DXn1;
     HeldArrays KeepInputGradient(compute(), branchOutput(DXn1, S, keepKey(M, S) && tpOnBackend()));
     columnParallelBackward(Tp, S.Xn1, nullptr, Ws, DYs, DWs, DXn1);
@@ -1446,8 +1449,8 @@ struct StageModel::Impl {
       charge(minus(After, Before), +1);
       // The previous layer reads the input gradient on the backend, as the
       // forward's output, and so does the embedding's backward (under the
-      // micro batch's key) where its tp group is one rank; host code reads
-      // a pipeline stage's, and adds a deepstack feature's rows.
+      // micro batch's key) where tp's exchanges run on the backend; host
+      // code reads a pipeline stage's, and adds a deepstack feature's rows.
       const void *ReadBy = L > 0                                           ? keepKey(M, M.Layers[L - 1])
                            : Stage.HasEmbedding && !Tower && tpOnBackend() ? static_cast<const void *>(&M)
                                                                            : nullptr;

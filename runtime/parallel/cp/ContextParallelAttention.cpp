@@ -219,7 +219,7 @@ void contextParallelAttentionBackward(Communicator &Cp, const AttentionDims &Dim
     // DK and DV.
     std::vector<HeldArray> Sums = {{DQ, int64_t(QCount), HeldArray::Accumulate}};
     if (B.alone())
-      Sums.push_back({B.blockDK(), int64_t(B.kvCount()), HeldArray::BackendOnly, /*Wide=*/true});
+      Sums.push_back(HeldArray::wide(B.blockDK(), int64_t(B.kvCount())));
     HeldArrays SummedWhereTheyRun(Backend, Sums);
     if (B.alone())
       Backend.zero(B.blockDK(), int64_t(B.kvCount()));

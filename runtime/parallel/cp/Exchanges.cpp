@@ -140,7 +140,7 @@ public:
     std::vector<HeldArray> Held;
     for (std::vector<float> *A : Arrays)
       if (!A->empty())
-        Held.push_back({A->data(), int64_t(A->size()), HeldArray::BackendOnly, /*Wide=*/true});
+        Held.push_back(HeldArray::wide(A->data(), int64_t(A->size())));
     Hold.emplace(currentBackend(), Held);
   }
 

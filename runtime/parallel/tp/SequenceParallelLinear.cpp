@@ -23,15 +23,13 @@ WholeSequence::WholeSequence(Communicator &Tp, const Tensor &XShard) : Shard(XSh
     return;
   Storage = Tensor({XShard.rows() * Tp.size(), XShard.cols()});
   if (Storage.numel())
-    Hold.emplace(currentBackend(),
-                 std::vector<HeldArray>{{Storage.data(), Storage.numel(), HeldArray::BackendOnly, /*Wide=*/true}});
+    Hold.emplace(currentBackend(), std::vector{HeldArray::wide(Storage.data(), Storage.numel())});
   currentBackend().gatherActivations(XShard.data(), Storage.data(), XShard.numel(), Tp);
 }
 
 PartialSums::PartialSums(std::vector<int64_t> Shape) : Sums(std::move(Shape)) {
   if (Sums.numel())
-    Hold.emplace(currentBackend(),
-                 std::vector<HeldArray>{{Sums.data(), Sums.numel(), HeldArray::BackendOnly, /*Wide=*/true}});
+    Hold.emplace(currentBackend(), std::vector{HeldArray::wide(Sums.data(), Sums.numel())});
 }
 
 Tensor gatherSequence(Communicator &Tp, const Tensor &Shard) {

@@ -438,8 +438,7 @@ TEST(CudaBackend, WideArraysAddInFp32WhereTheyAre) {
       Rstd(static_cast<size_t>(M));
   int Key = 0;
   {
-    HeldArrays Hold(*Cuda,
-                    {{P.data(), Count, HeldArray::BackendOnly, true}, {H.data(), Count, HeldArray::BackendOnly, true}});
+    HeldArrays Hold(*Cuda, {HeldArray::wide(P.data(), Count), HeldArray::wide(H.data(), Count)});
     int64_t Before = Moved();
     Product(P);
     EXPECT_EQ(Moved() - Before, (M * K + K * N) * Crossing) << "the operands in, the product stays";
@@ -456,7 +455,7 @@ TEST(CudaBackend, WideArraysAddInFp32WhereTheyAre) {
     EXPECT_EQ(Rstd, WantRstd);
     Cuda->add(Count, H.data(), H.data(), H.data()); // in place, and back
     Cuda->add(Count, H.data(), P.data(), H.data());
-    Cuda->keepArrays(&Key, {{H.data(), Count, HeldArray::BackendOnly, true}});
+    Cuda->keepArrays(&Key, {HeldArray::wide(H.data(), Count)});
   }
   std::vector<float> Twice(static_cast<size_t>(Count));
   for (int64_t I = 0; I < Count; ++I)
@@ -472,8 +471,7 @@ TEST(CudaBackend, WideArraysAddInFp32WhereTheyAre) {
   // ring's buffer into the gradient it is for.
   std::vector<float> From(static_cast<size_t>(Count)), To(static_cast<size_t>(Count)), Out(static_cast<size_t>(Count));
   {
-    HeldArrays Hold(
-        *Cuda, {{From.data(), Count, HeldArray::BackendOnly, true}, {To.data(), Count, HeldArray::BackendOnly, true}});
+    HeldArrays Hold(*Cuda, {HeldArray::wide(From.data(), Count), HeldArray::wide(To.data(), Count)});
     Before = Moved();
     Cuda->zero(From.data(), Count);
     Cuda->gemm({false, false, M, N, K, 1.0f, A.data(), K, W.data(), N, 1.0f, From.data(), N});
@@ -742,8 +740,8 @@ TEST(CudaBackend, LossHeadMatchesTheHostsCrossEntropyAndProducts) {
     std::vector<double> Losses;
     std::vector<float> DX(size_t(Rows * Hidden), NAN), DW = DW0;
     Losses.assign(size_t(Rows), NAN);
-    LossHeadArgs A{Rows,          Hidden, Vocab,         0,         X.data(), W.data(),
-                   Labels.data(), Scale,  Losses.data(), DX.data(), DW.data()};
+    LossHeadArgs A{Rows,  Hidden,        Vocab,     0,         X.data(), W.data(), Labels.data(),
+                   Scale, Losses.data(), DX.data(), DW.data(), {},       {}};
     {
       std::optional<HeldArrays> Held;
       if (Hold)

@@ -124,7 +124,7 @@ TEST(CudaBackendExchange, TheSequenceIsGatheredAndSummedWhereItIs) {
   // products made there, in fp32): the same values, nothing crossing for
   // the exchanges themselves.
   Tp->setDevice(DevTp);
-  const auto Wide = [](Tensor &T) { return HeldArray{T.data(), T.numel(), HeldArray::BackendOnly, /*Wide=*/true}; };
+  const auto Wide = [](Tensor &T) { return HeldArray::wide(T.data(), T.numel()); };
   Tensor DeviceGathered({Whole}), DeviceSum({PerRank});
   {
     HeldArrays Inputs(*Backend, {{Shard.data(), PerRank, HeldArray::Read}, Wide(Partial)});
