@@ -47,6 +47,8 @@ CASES = [
     ("tiny_moe with a 16384-token vocabulary, 1 rank", BIG_VOCAB, "tiny_bigvocab", 1, "tp = 1"),
     ("tiny_moe with a 16384-token vocabulary, tp 2", BIG_VOCAB, "tiny_bigvocab", 2, "tp = 2"),
     ("tiny_moe, ep 2 x pp 2", "", "tiny_moe", 4, "ep = 2; pp = 2"),
+    ("tiny_moe with heads of 32, pp 2", HEADS_32, "tiny_hd32", 2, "pp = 2"),
+    ("tiny_moe with heads of 32, pp 2 x vpp 2", HEADS_32, "tiny_hd32", 2, "pp = 2; vpp = 2"),
     ("tiny_moe with heads of 32, cp 2 (the ring)", HEADS_32, "tiny_hd32", 2, "cp = 2"),
     ("tiny_moe with heads of 32, cp 2 (all-gather)", HEADS_32, "tiny_hd32", 2, "cp = 2; cp_comm = allgather"),
     ("tiny_moe with heads of 32, cp 2 (all-to-all, through host memory)", HEADS_32, "tiny_hd32", 2,
@@ -151,7 +153,8 @@ def main():
             "forward and backward, with the outputs and input gradients added to it and attention's gradients "
             "(where no etp exchange nor cp's all-to-all reads them on the host), from the "
             "embedding's rows to the final norm "
-            "and back, so that it crosses only where host code reads it (a pipeline send); "
+            "and back, and from one pipeline stage's device to the next's (the pp group's device communicator), "
+            "so that it crosses only where host code reads it (a vision tower's rows, deepstack features); "
             "other activations still cross at every operation. Arrays cross in fp32 and are rounded to bf16 (or widened back) on "
             "the device: twice the bytes of a bf16 copy, for no conversion pass on the host, which on one core "
             f"of this machine takes {to_bf16:.2f} ns an element to bf16 and {from_bf16:.2f} ns back where an fp32 "

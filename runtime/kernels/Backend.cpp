@@ -165,6 +165,16 @@ void ComputeBackend::allToAllV(const float *In, const std::vector<size_t> &InCou
   Group.allToAllV(In, InCounts, InOffsets, Out, OutCounts, OutOffsets);
 }
 
+std::unique_ptr<Request> ComputeBackend::sendActivations(const float *Data, int64_t Count, int Peer, int Tag,
+                                                         Communicator &Group) {
+  return Group.isend(Data, size_t(Count), Peer, Tag);
+}
+
+std::unique_ptr<Request> ComputeBackend::receiveActivations(float *Data, int64_t Count, int Peer, int Tag,
+                                                            Communicator &Group) {
+  return Group.irecv(Data, size_t(Count), Peer, Tag);
+}
+
 void ComputeBackend::attentionDelta(int64_t Batch, int64_t Tokens, int64_t QHeads, int64_t VDim, const float *Out,
                                     const float *DOut, float *Delta) {
   for (int64_t B = 0; B < Batch; ++B)

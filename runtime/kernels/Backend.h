@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -29,6 +30,7 @@
 namespace moert {
 
 class Communicator;
+class Request;
 
 /// C = Alpha * op(A) * op(B) + Beta * C, row-major; op(A) is M x K, op(B) is
 /// K x N; leading dimensions are the stored rows' widths.
@@ -377,6 +379,19 @@ public:
   virtual void allToAllV(const float *In, const std::vector<size_t> &InCounts, const std::vector<size_t> &InOffsets,
                          float *Out, const std::vector<size_t> &OutCounts, const std::vector<size_t> &OutOffsets,
                          Communicator &Group);
+  /// A pipeline stage's activations (its output, or its input's gradient)
+  /// to or from a neighbour over Group (the pp group), non-blocking: the
+  /// Request completes the transfer, and Data must stay allocated until
+  /// then. Over the group's device counterpart (Communicator::device()),
+  /// where it has one, between the backend's copies in fp32; else the
+  /// host's arrays travel over the group. What the backend keeps of the
+  /// array at Data (keepArrays, under any key) is what is sent, and is
+  /// released; what is received is kept under Data itself until its reader
+  /// takes it over (passKept) or releases it.
+  virtual std::unique_ptr<Request> sendActivations(const float *Data, int64_t Count, int Peer, int Tag,
+                                                   Communicator &Group);
+  virtual std::unique_ptr<Request> receiveActivations(float *Data, int64_t Count, int Peer, int Tag,
+                                                      Communicator &Group);
   /// Only where fusesLossHead().
   virtual void lossHead(const LossHeadArgs &) { throw std::logic_error("this backend does not fuse loss heads"); }
 
@@ -408,6 +423,9 @@ public:
   /// kept under Key (a layer's input, from which a full recompute reruns
   /// the layer).
   virtual void releaseKeptBut(const void *Key, const float *Retained) {}
+  /// What is kept under From is kept under To from now on (a stage's
+  /// received input, taken over by its first layer).
+  virtual void passKept(const void *From, const void *To) {}
   /// Host code wrote Count elements at Data in place, where a held array
   /// may lie (a host fallback of an operation the backend declined): a
   /// backend that keeps copies drops those it overlaps.

@@ -146,6 +146,12 @@ HeldArray keptResult(Tensor &T) { return {T.data(), T.numel(), HeldArray::Read};
 /// its operations, and host code that asks for it, read it.
 HeldArray onBackend(Tensor &T) { return {T.data(), T.numel(), HeldArray::BackendOnly}; }
 
+/// The key of a stage's output (or input gradient) on the backend from the
+/// layer that makes it until the stage returns it, kept under its own
+/// address from then on, for the pipeline's send (ComputeBackend::
+/// sendActivations) or the next chunk of this rank.
+const char StageOutputKey = 0;
+
 } // namespace
 
 struct StageModel::Impl {
@@ -826,6 +832,17 @@ struct StageModel::Impl {
     const bool Decoder = &S >= M.Layers.data() && &S < M.Layers.data() + M.Layers.size();
     return Decoder ? &S : nullptr;
   }
+  /// A stage's input or output gradient from the pipeline, which a backend
+  /// may keep under its address (ComputeBackend::receiveActivations): now
+  /// kept under Reader, or brought to the host where host code reads it.
+  void takeReceived(Tensor &T, const void *Reader) {
+    if (Reader) {
+      compute().passKept(T.data(), Reader);
+      return;
+    }
+    compute().hostReads(T.data(), T.numel());
+    compute().releaseKept(T.data());
+  }
   /// Frees saved activations a recompute policy drops, and the backend's
   /// kept copies of them.
   void dropSaved(LayerState &S, std::initializer_list<Tensor *> Saved) {
@@ -1050,7 +1067,7 @@ struct StageModel::Impl {
   // ---- the chunk -------------------------------------------------------
   ComputeBackend &compute() const { return Options.Compute ? *Options.Compute : hostBackend(); }
 
-  Tensor forward(int64_t Id, const MicroBatch &MB, const Tensor *Input) {
+  Tensor forward(int64_t Id, const MicroBatch &MB, Tensor *Input) {
     if (InFlight.count(Id))
       fail("micro batch " + std::to_string(Id) + " is already in flight");
     int Cp = Groups.Cp->size();
@@ -1097,18 +1114,20 @@ struct StageModel::Impl {
     } else {
       if (!Input || Input->rows() != N / TpSize || Input->cols() != Config.Hidden)
         fail("stage input is not [Sequences * SeqLen / CP / TP, Hidden]");
-      X = *Input;
+      X = std::move(*Input);
+      takeReceived(X, !Layers.empty() ? keepKey(M, M.Layers[0]) : Stage.HasLoss ? &M : nullptr);
     }
     for (size_t L = 0; L < Layers.size(); ++L) {
       LayerState &S = M.Layers[L];
       S.X = std::move(X);
       double Aux = 0;
       // The next layer reads the output on the backend, as do the final
-      // norm's forward and backward (the micro batch's own key); host code
-      // reads a pipeline stage's output, and a deepstack feature is added on
-      // the host.
+      // norm's forward and backward (the micro batch's own key) and the
+      // pipeline's send; a deepstack feature is added on the host.
       const bool Deepstack = Tower && L < M.VisionOut.Deepstack.size();
-      const void *ReadBy = L + 1 < Layers.size() ? keepKey(M, M.Layers[L + 1]) : Stage.HasLoss ? &M : nullptr;
+      const void *ReadBy = L + 1 < Layers.size() ? keepKey(M, M.Layers[L + 1])
+                           : Stage.HasLoss       ? static_cast<const void *>(&M)
+                                                 : &StageOutputKey;
       layerForward(Layers[L], M, S, Aux, /*CountRouting=*/Training, &X, Deepstack ? nullptr : ReadBy);
       if (Deepstack)
         for (auto [Row, From] : M.VisualRows)
@@ -1119,8 +1138,10 @@ struct StageModel::Impl {
       dropForRecompute(S);
       charge(S.bytes(), +1);
     }
-    if (!Stage.HasLoss)
+    if (!Stage.HasLoss) {
+      compute().passKept(&StageOutputKey, X.data());
       return X;
+    }
 
     M.HLast = std::move(X);
     // The final norm's output, which the loss heads' products alone read
@@ -1394,11 +1415,15 @@ struct StageModel::Impl {
     M.VisionBytes = 0;
   }
 
-  Tensor backward(int64_t Id, const Tensor *OutputGrad) {
+  Tensor backward(int64_t Id, Tensor *OutputGrad) {
     auto It = InFlight.find(Id);
     if (It == InFlight.end())
       fail("backward of micro batch " + std::to_string(Id) + " without its forward");
     MicroState &M = It->second;
+    // The gradient the last layer reads on the backend, as its forward's
+    // output was, where no deepstack feature's rows are read on the host.
+    const bool LastReadsOnBackend =
+        !Layers.empty() && !(Tower && !VisionFrozen() && Layers.size() - 1 < M.VisionOut.Deepstack.size());
     Tensor DY;
     if (Stage.HasLoss) {
       const int64_t OutputBytes = M.outputBytes();
@@ -1412,10 +1437,6 @@ struct StageModel::Impl {
       }
       if (Stage.HasMtp)
         residualAdd(DXn, mtpBackward(M), DXn);
-      // The gradient the last layer reads on the backend, as its forward's
-      // output was, where no deepstack feature's rows are read on the host.
-      const bool LastReadsOnBackend =
-          !Layers.empty() && !(Tower && !VisionFrozen() && Layers.size() - 1 < M.VisionOut.Deepstack.size());
       DY = Tensor(M.HLast.shape());
       {
         HeldArrays Keep(compute(), LastReadsOnBackend ? std::vector{residual(DY)} : std::vector<HeldArray>());
@@ -1431,7 +1452,8 @@ struct StageModel::Impl {
       if (!OutputGrad || OutputGrad->rows() != Ns || OutputGrad->cols() != Config.Hidden)
         fail("backward of a non-loss chunk needs the output gradient "
              "[Sequences * SeqLen / CP / TP, Hidden]");
-      DY = *OutputGrad;
+      DY = std::move(*OutputGrad);
+      takeReceived(DY, LastReadsOnBackend ? keepKey(M, M.Layers.back()) : nullptr);
     }
     std::vector<Tensor> DDeepstack;
     if (Tower && !VisionFrozen())
@@ -1448,12 +1470,13 @@ struct StageModel::Impl {
       auto After = S.bytes();
       charge(minus(After, Before), +1);
       // The previous layer reads the input gradient on the backend, as the
-      // forward's output, and so does the embedding's backward (under the
-      // micro batch's key) where tp's exchanges run on the backend; host
-      // code reads a pipeline stage's, and adds a deepstack feature's rows.
-      const void *ReadBy = L > 0                                           ? keepKey(M, M.Layers[L - 1])
-                           : Stage.HasEmbedding && !Tower && tpOnBackend() ? static_cast<const void *>(&M)
-                                                                           : nullptr;
+      // forward's output, and so do the pipeline's send and the embedding's
+      // backward (under the micro batch's key) where tp's exchanges run on
+      // the backend; host code adds a deepstack feature's rows.
+      const void *ReadBy = L > 0                     ? keepKey(M, M.Layers[L - 1])
+                           : !Stage.HasEmbedding     ? &StageOutputKey
+                           : !Tower && tpOnBackend() ? static_cast<const void *>(&M)
+                                                     : nullptr;
       const bool Deepstack = L > 0 && L - 1 < DDeepstack.size();
       Tensor DX = layerBackward(Layers[L], M, S, DY, Deepstack ? nullptr : ReadBy);
       charge(After, -1);
@@ -1466,8 +1489,10 @@ struct StageModel::Impl {
       visionBackward(M, DY, DDeepstack);
     if (Stage.HasEmbedding)
       vocabParallelEmbeddingBackward(*Groups.Tp, M.Tokens, DY, Embedding->Grad, TpRank * Embedding->Value.rows());
-    else
+    else {
       Result = std::move(DY);
+      compute().passKept(&StageOutputKey, Result.data());
+    }
     compute().releaseKept(&M); // DY among them: before it is freed
     InFlight.erase(It);
     return Result;
@@ -1480,12 +1505,12 @@ StageModel::StageModel(const ModelConfig &Config, const StageSpec &Stage, const 
 
 StageModel::~StageModel() = default;
 
-Tensor StageModel::forward(int64_t Id, const MicroBatch &MB, const Tensor *Input) {
+Tensor StageModel::forward(int64_t Id, const MicroBatch &MB, Tensor *Input) {
   BackendScope Scope(P->compute());
   return P->forward(Id, MB, Input);
 }
 
-Tensor StageModel::backward(int64_t Id, const Tensor *OutputGrad) {
+Tensor StageModel::backward(int64_t Id, Tensor *OutputGrad) {
   BackendScope Scope(P->compute());
   return P->backward(Id, OutputGrad);
 }

@@ -357,13 +357,17 @@ public:
   /// on the embedding chunk, which reads MB.Tokens). Hidden states between
   /// chunks are [Sequences * SeqLen / CP / TP, Hidden]: this rank's sequence
   /// shard. Returns the output hidden states, or an empty tensor on the loss
-  /// chunk (which adds to loss()).
-  Tensor forward(int64_t Id, const MicroBatch &MB, const Tensor *Input);
+  /// chunk (which adds to loss()). The chunk takes Input's storage (and
+  /// what a backend keeps of it under its address: a pipeline's receive,
+  /// ComputeBackend::receiveActivations); it keeps its output under its
+  /// address on the backend, for the pipeline's send.
+  Tensor forward(int64_t Id, const MicroBatch &MB, Tensor *Input);
   /// Backward of micro batch Id: OutputGrad from the next chunk (nullptr on
   /// the loss chunk). Accumulates parameter gradients; returns the gradient
   /// of the input hidden states (empty on the embedding chunk). Frees the
-  /// micro batch's saved activations.
-  Tensor backward(int64_t Id, const Tensor *OutputGrad);
+  /// micro batch's saved activations. OutputGrad and the result as Input
+  /// and the output of forward().
+  Tensor backward(int64_t Id, Tensor *OutputGrad);
   /// Frees micro batch Id's saved activations without a backward (after a
   /// forward that only evaluates).
   void discard(int64_t Id);

@@ -260,7 +260,7 @@ struct Trainer::Impl final : public PipelineStage {
     Ctx.CpKind = cpExchange(Notes);
     // Every rank makes the same device groups in the same order.
     if (Options.DeviceGroup)
-      for (const char *Kind : {"tp", "cp", "ep", "dp-cp", "edp"})
+      for (const char *Kind : {"tp", "cp", "ep", "pp", "dp-cp", "edp"})
         addDeviceGroup(Kind);
     for (int64_t C = 0; C < Plan.Parallel.VPP; ++C) {
       const moec::LaunchStage &S = Plan.stage(PpRank, C);
@@ -339,7 +339,7 @@ struct Trainer::Impl final : public PipelineStage {
                           : "data.eval_interval: data.split gives the validation part no sequence; give it a weight "
                             "(data { split = [969, 30, 1] }) or leave eval_interval unset");
 
-    Executor = std::make_unique<PipelineExecutor>(group("pp"), int(Plan.Parallel.VPP), *this);
+    Executor = std::make_unique<PipelineExecutor>(group("pp"), int(Plan.Parallel.VPP), *this, *MOpts.Compute);
     // The executor reads the neighbours' schedules too: they say in which
     // order messages arrive.
     for (const std::vector<moec::LaunchOp> &RankOps : Plan.Schedule) {
@@ -668,7 +668,7 @@ struct Trainer::Impl final : public PipelineStage {
   }
 
   // PipelineStage.
-  Tensor forward(int64_t Mb, int Chunk, const Tensor *Input) override {
+  Tensor forward(int64_t Mb, int Chunk, Tensor *Input) override {
     Tensor Out = Chunks[size_t(Chunk)]->forward(Mb, batch(Mb), Input);
     if (Evaluating) // no backward follows: free what it would have used
       Chunks[size_t(Chunk)]->discard(Mb);
@@ -707,7 +707,7 @@ struct Trainer::Impl final : public PipelineStage {
     E.Loss = E.Tokens ? joinDouble(Sums) / double(E.Tokens) : 0.0;
     return E;
   }
-  Tensor backward(int64_t Mb, int Chunk, const Tensor *OutGrad) override {
+  Tensor backward(int64_t Mb, int Chunk, Tensor *OutGrad) override {
     return Chunks[size_t(Chunk)]->backward(Mb, OutGrad);
   }
   std::vector<int64_t> activationShape(int64_t, int) override {

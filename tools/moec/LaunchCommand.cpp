@@ -94,9 +94,8 @@ int runLaunch() {
     return P.Status;
   const Recipe &R = *P.R;
   // Unless told, the engine is the one that trains fast on the cluster's
-  // GPUs: moerun's CUDA backend has not been measured on a GPU, and pipeline
-  // sends and the operations still in host code move activations through
-  // host memory (docs/runtime.md), so a GPU recipe under a Megatron-Bridge
+  // GPUs: moerun's CUDA backend has not been measured on a GPU, and the
+  // operations still in host code move activations through host memory (docs/runtime.md), so a GPU recipe under a Megatron-Bridge
   // target runs Bridge's entry point.
   bool OnGpus = R.Gpu.Arch != GpuArch::Cpu;
   bool BridgeTarget = getTargetInfo(R.Tgt).Kind == Framework::Bridge;
@@ -107,8 +106,8 @@ int runLaunch() {
     return ExitErrors;
   if (Chosen == bridge::Engine::Moerun && OnGpus)
     llvm::errs() << fmt::format("moec launch: warning: engine moerun trains on the {} {} GPUs with its CUDA backend, "
-                                "which has not been measured on a GPU and moves pipeline sends and what host code "
-                                "computes through host memory: a step may take far longer than the plan predicts{}\n",
+                                "which has not been measured on a GPU and moves what host code computes through "
+                                "host memory: a step may take far longer than the plan predicts{}\n",
                                 R.WorldSize, R.Gpu.Name,
                                 BridgeTarget ? " (--engine bridge runs Megatron-Bridge on them)" : "");
   else

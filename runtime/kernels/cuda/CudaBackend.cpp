@@ -829,6 +829,60 @@ public:
       result(Recv, Out);
   }
 
+  std::unique_ptr<Request> sendActivations(const float *Data, int64_t Count, int Peer, int Tag,
+                                           Communicator &Group) override {
+    Charge Charged(Copies, "pp exchange");
+    Communicator *Device = Group.device();
+    if (!Device) {
+      hostValues(Data, Count);
+      releaseKeptArray(Data);
+      return Group.isend(Data, size_t(Count), Peer, Tag);
+    }
+    // The transfer reads a buffer of its own, so that the array's copy is
+    // released now and the next stage's work may reuse its memory.
+    auto Sent = std::make_unique<Transfer>();
+    const float *Values = f32Input(Data, Count, Sent->Buffer);
+    if (Values != Sent->Buffer.data()) {
+      Sent->Buffer.resize(size_t(Count));
+      MOERT_CUDA_CHECK(cudaMemcpyAsync(Sent->Buffer.data(), Values, size_t(Count) * sizeof(float),
+                                       cudaMemcpyDeviceToDevice, Blas.stream()));
+    }
+    releaseKeptArray(Data);
+    Sent->Posted = onComputeStream(*Device).isend(Sent->Buffer.data(), size_t(Count), Peer, Tag, DType::F32);
+    return Sent;
+  }
+
+  std::unique_ptr<Request> receiveActivations(float *Data, int64_t Count, int Peer, int Tag,
+                                              Communicator &Group) override {
+    Communicator *Device = Group.device();
+    if (!Device)
+      return std::make_unique<HostReceive>(*this, Data, Count, Group.irecv(Data, size_t(Count), Peer, Tag));
+    if (overlapsHeld(Data, Count))
+      throw std::logic_error("a pipeline receive into an array the CUDA backend holds");
+    auto Received = std::make_unique<Transfer>();
+    Received->Buffer.resize(size_t(Count));
+    Received->Posted = onComputeStream(*Device).irecv(Received->Buffer.data(), size_t(Count), Peer, Tag, DType::F32);
+    // Completed, the received values become Data's copy, kept under Data.
+    Received->OnArrival = [this, Data, Count, Buffer = &Received->Buffer] {
+      HeldCopy &H = Held[Data];
+      H.Count = Count;
+      H.Kind = HeldArray::BackendOnly;
+      H.Wide = true;
+      H.Host = Data;
+      H.Depth = Levels.size();
+      H.KeptBy = Data;
+      H.Master = std::move(*Buffer);
+      aheadOfHost(H);
+    };
+    return Received;
+  }
+
+  void passKept(const void *From, const void *To) override {
+    for (auto &[Begin, H] : Held)
+      if (H.KeptBy == From)
+        H.KeptBy = To;
+  }
+
   void makeResident(const std::vector<HostArray> &Arrays) override {
     for (const HostArray &A : Arrays)
       if (A.Count > 0 && !overlapsHeld(A.Data, A.Count)) {
@@ -915,6 +969,40 @@ private:
       QCount = Rows * A.QHeads * A.HeadDim;
       KvCount = Rows * A.KvHeads * A.HeadDim;
       LseCount = Rows * A.QHeads;
+    }
+  };
+
+  /// A pipeline transfer between the backend's copies: the device buffer it
+  /// reads or fills lives until it completes; a receive's values become the
+  /// array's kept copy then.
+  struct Transfer final : Request {
+    DeviceBuffer<float> Buffer;
+    std::unique_ptr<Request> Posted;
+    std::function<void()> OnArrival;
+    void wait() override {
+      if (!Posted)
+        return;
+      Posted->wait();
+      Posted.reset();
+      if (OnArrival)
+        OnArrival();
+    }
+  };
+  /// A receive over the host group into an array the backend may copy: the
+  /// copies it overlaps are stale once it arrives.
+  struct HostReceive final : Request {
+    HostReceive(ComputeBackend &Backend, float *Data, int64_t Count, std::unique_ptr<Request> Posted)
+        : Backend(Backend), Data(Data), Count(Count), Posted(std::move(Posted)) {}
+    ComputeBackend &Backend;
+    float *Data;
+    int64_t Count;
+    std::unique_ptr<Request> Posted;
+    void wait() override {
+      if (!Posted)
+        return;
+      Posted->wait();
+      Posted.reset();
+      Backend.hostWrote(Data, Count);
     }
   };
 
@@ -1242,6 +1330,13 @@ private:
 #endif
     unspecified(It->second);
     return Held.erase(It);
+  }
+
+  /// Ends the keep of the array at Data, whichever key keeps it.
+  void releaseKeptArray(const float *Data) {
+    auto It = Held.find(Data);
+    if (It != Held.end() && It->second.KeptBy)
+      releaseKept(It);
   }
 
   /// The held array that contains all of [Data, Data + Extent), if any.

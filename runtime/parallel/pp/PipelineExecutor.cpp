@@ -21,8 +21,8 @@ double now() { return std::chrono::duration<double>(std::chrono::steady_clock::n
 }
 } // namespace
 
-PipelineExecutor::PipelineExecutor(Communicator &Pp, int Vpp, PipelineStage &Stage)
-    : Pp(Pp), Rank(Pp.rank()), Size(Pp.size()), Vpp(Vpp), Stage(Stage) {}
+PipelineExecutor::PipelineExecutor(Communicator &Pp, int Vpp, PipelineStage &Stage, ComputeBackend &Compute)
+    : Pp(Pp), Rank(Pp.rank()), Size(Pp.size()), Vpp(Vpp), Stage(Stage), Compute(Compute) {}
 
 int PipelineExecutor::tagFor(int64_t Mb, int Chunk, int Vpp, bool Backward) {
   constexpr int64_t TagBound = 32767; // MPI guarantees MPI_TAG_UB >= 32767
@@ -51,7 +51,7 @@ Tensor PipelineExecutor::receive(int64_t Mb, int Chunk, Direction Dir, int Peer)
     auto [QMb, QChunk, QDir] = Queue.front();
     Transfer R;
     R.Data = Tensor(Stage.activationShape(QMb, QChunk));
-    R.Req = Pp.irecv(R.Data.data(), size_t(R.Data.numel()), Peer, tagFor(QMb, QChunk, Vpp, QDir == Bwd));
+    R.Req = Compute.receiveActivations(R.Data.data(), R.Data.numel(), Peer, tagFor(QMb, QChunk, Vpp, QDir == Bwd), Pp);
     Posted.emplace(Queue.front(), std::move(R));
     Queue.pop_front();
   }
@@ -88,7 +88,7 @@ void PipelineExecutor::send(Tensor Data, int64_t Mb, int PeerChunk, Direction Di
   }
   Transfer S;
   S.Data = std::move(Data);
-  S.Req = Pp.isend(S.Data.data(), size_t(S.Data.numel()), Peer, tagFor(Mb, PeerChunk, Vpp, Dir == Bwd));
+  S.Req = Compute.sendActivations(S.Data.data(), S.Data.numel(), Peer, tagFor(Mb, PeerChunk, Vpp, Dir == Bwd), Pp);
   Pending.push_back(std::move(S));
 }
 

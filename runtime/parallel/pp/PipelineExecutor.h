@@ -25,11 +25,16 @@
 // until their ops run. Tags still encode (micro batch, chunk of the receiver,
 // direction), so over MPI a mistake in that order cannot go unnoticed.
 //
+// Where the tensors travel is the compute backend's to say
+// (ComputeBackend::sendActivations): between its device copies over the pp
+// group's device counterpart, or the host's arrays over the pp group.
+//
 //===----------------------------------------------------------------------===//
 #ifndef MOERT_PARALLEL_PP_PIPELINEEXECUTOR_H
 #define MOERT_PARALLEL_PP_PIPELINEEXECUTOR_H
 
 #include "comm/Communicator.h"
+#include "kernels/Backend.h"
 #include "kernels/host/Tensor.h"
 
 #include <cstdint>
@@ -58,13 +63,15 @@ public:
   /// Forward of micro batch Mb through chunk Chunk. Input is the previous
   /// virtual stage's output, or null on virtual stage 0. Returns the output
   /// sent to the next virtual stage (ignored on the last virtual stage, which
-  /// computes the loss and may return an empty tensor).
-  virtual Tensor forward(int64_t Mb, int Chunk, const Tensor *Input) = 0;
+  /// computes the loss and may return an empty tensor). The stage may take
+  /// Input's storage.
+  virtual Tensor forward(int64_t Mb, int Chunk, Tensor *Input) = 0;
   /// Backward of micro batch Mb through chunk Chunk. OutGrad is the gradient
   /// of the chunk's output received from the next virtual stage, or null on
   /// the last virtual stage. Returns the gradient of the chunk's input (sent
-  /// to the previous virtual stage; ignored on virtual stage 0).
-  virtual Tensor backward(int64_t Mb, int Chunk, const Tensor *OutGrad) = 0;
+  /// to the previous virtual stage; ignored on virtual stage 0). The stage
+  /// may take OutGrad's storage.
+  virtual Tensor backward(int64_t Mb, int Chunk, Tensor *OutGrad) = 0;
   /// The shape of the tensor flowing into Chunk for micro batch Mb (the
   /// previous virtual stage's output, and the gradient this chunk sends
   /// back). Both sides of a link must agree; a shape is asked of a chunk only
@@ -85,8 +92,9 @@ struct PipelineStepStats {
 class PipelineExecutor {
 public:
   /// Pp is this rank's pp group (group-local rank = pipeline rank); Vpp the
-  /// model chunks per rank.
-  PipelineExecutor(Communicator &Pp, int Vpp, PipelineStage &Stage);
+  /// model chunks per rank; Compute the backend the stage computes on,
+  /// which moves its tensors.
+  PipelineExecutor(Communicator &Pp, int Vpp, PipelineStage &Stage, ComputeBackend &Compute = hostBackend());
 
   /// Runs this rank's ops of Schedules in order; the other ranks' tell in
   /// which order the neighbours send. Every rank of the pp group must run
@@ -133,6 +141,7 @@ private:
   Communicator &Pp;
   int Rank, Size, Vpp;
   PipelineStage &Stage;
+  ComputeBackend &Compute;
   std::vector<Transfer> Pending;
   /// PP = 1: the successor is this rank; tensors are handed over here.
   std::map<MessageKey, Tensor> Local;

@@ -4,8 +4,10 @@
 // group (the host-staged communicator, as when ranks share a GPU): the
 // expert-parallel rows (ComputeBackend::allToAllV) and tensor parallelism's
 // sequence gather and reduce-scatter (gatherActivations,
-// reduceScatterActivations): the same values as the host's exchange, and
-// nothing staged for them where both sides are held on the backend.
+// reduceScatterActivations), and a pipeline stage's output to the next
+// stage (sendActivations, receiveActivations): the same values as the
+// host's exchange, and nothing staged for them where both sides are held on
+// the backend.
 //
 //===----------------------------------------------------------------------===//
 #include "EveryRankGroup.h"
@@ -137,6 +139,64 @@ TEST(CudaBackendExchange, TheSequenceIsGatheredAndSummedWhereItIs) {
     Backend->hostReads(DeviceSum.data(), PerRank);
     EXPECT_EQ(DeviceGathered.storage(), WantGathered.storage());
     EXPECT_EQ(DeviceSum.storage(), WantSum.storage());
+  }
+}
+
+/// Rank R's stage output: fp32 values that a bf16 wire would round.
+std::vector<float> stageOutput(int Rank, int64_t Count) {
+  std::vector<float> V(static_cast<size_t>(Count));
+  for (int64_t I = 0; I < Count; ++I)
+    V[size_t(I)] = float(Rank + 1) + float(I) / 3.0f;
+  return V;
+}
+
+// Around a ring of pipeline stages: the output a stage's last layer made
+// on the backend (kept there under the layer's key) reaches the next
+// stage's backend exactly, kept there under the received array's address
+// until its reader takes it over; where the pp group has no device
+// counterpart, the host's values travel, what the backend had brought back.
+TEST(CudaBackendExchange, AStagesOutputReachesTheNextStagesBackend) {
+  if (test::world().size() < 2)
+    GTEST_SKIP() << "a pipeline has two stages or more";
+  test::EveryRankGroup Group("pp");
+  Communicator &Pp = *Group.Host;
+  const int Next = (Pp.rank() + 1) % Pp.size(), Prev = (Pp.rank() + Pp.size() - 1) % Pp.size();
+  constexpr int64_t Count = 40;
+  const std::vector<float> Mine = stageOutput(Pp.rank(), Count), Want = stageOutput(Prev, Count);
+  int Device = 0;
+  ASSERT_EQ(cudaGetDevice(&Device), cudaSuccess);
+  std::unique_ptr<ComputeBackend> Backend = cuda::createCudaBackend(Device);
+  const char LastLayer = 0, FirstLayer = 0; // the keys of the two layers
+
+  for (Communicator *PpDevice :
+       {static_cast<Communicator *>(nullptr), static_cast<Communicator *>(Group.Device.get())}) {
+    SCOPED_TRACE(PpDevice ? "over the device group" : "over the host group");
+    Pp.setDevice(PpDevice);
+    Tensor Output({Count}), Input({Count});
+    {
+      Tensor Values({Count});
+      Values.storage() = Mine;
+      HeldArrays Hold(*Backend, {HeldArray::wide(Output.data(), Count)});
+      Backend->copy(Values.data(), Output.data(), Count);
+      Backend->keepArrays(&LastLayer, {HeldArray::wide(Output.data(), Count)});
+    }
+    const int64_t Before = movedBy(*Backend, "pp exchange");
+    std::unique_ptr<Request> Received = Backend->receiveActivations(Input.data(), Count, Prev, 7, Pp);
+    std::unique_ptr<Request> Sent = Backend->sendActivations(Output.data(), Count, Next, 7, Pp);
+    Received->wait();
+    Sent->wait();
+    if (PpDevice) {
+      EXPECT_EQ(movedBy(*Backend, "pp exchange"), Before) << "the transfer crossed host memory";
+      // The send released the output's copy, which the host never had.
+      Backend->hostReads(Output.data(), Count);
+      EXPECT_NE(Output.storage(), Mine);
+    }
+    Backend->passKept(Input.data(), &FirstLayer);
+    Backend->releaseKept(Input.data()); // no longer its key
+    Backend->hostReads(Input.data(), Count);
+    EXPECT_EQ(Input.storage(), Want);
+    Backend->releaseKept(&FirstLayer);
+    Backend->releaseKept(&LastLayer);
   }
 }
 

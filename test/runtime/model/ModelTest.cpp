@@ -71,7 +71,8 @@ class FiniteDifferences : public ::testing::TestWithParam<FdCase> {};
 /// gradients are not looked at).
 double evalLoss(StageModel &M, const ModelOptions &O, const MicroBatch &MB, const Tensor *Input = nullptr) {
   M.loss() = StageModel::LossTotals();
-  M.forward(0, MB, Input);
+  Tensor In = Input ? *Input : Tensor(); // the chunk takes its input's storage
+  M.forward(0, MB, Input ? &In : nullptr);
   double L = objective(M, O);
   M.backward(0, nullptr);
   return L;
@@ -166,11 +167,13 @@ TEST_P(FiniteDifferences, EveryParameterAndTheChunkInput) {
           P->Value = Q->Value;
   Tensor Hidden = A.forward(0, MB, nullptr);
   B.loss() = StageModel::LossTotals();
-  B.forward(0, MB, &Hidden);
+  Tensor Input = Hidden; // the chunk takes its input's storage
+  B.forward(0, MB, &Input);
   EXPECT_NEAR(objective(B, O), L0, 1e-5 * L0);
   Tensor DHidden = B.backward(0, nullptr);
   ASSERT_EQ(DHidden.shape(), Hidden.shape());
-  A.backward(0, &DHidden);
+  Tensor OutputGrad = DHidden;
+  A.backward(0, &OutputGrad);
   for (int64_t I = 0; I < Hidden.numel(); I += 7) {
     Tensor H = Hidden;
     H[I] += float(Step);

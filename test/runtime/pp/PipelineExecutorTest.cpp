@@ -28,7 +28,7 @@ public:
   static float input(int64_t Mb, int64_t I) { return float(Mb) + 0.5f * float(I % 11); }
   static float lossGrad(int64_t Mb, int64_t I) { return 1.0f + float(Mb) + 0.1f * float(I % 7); }
 
-  Tensor forward(int64_t Mb, int Chunk, const Tensor *In) override {
+  Tensor forward(int64_t Mb, int Chunk, Tensor *In) override {
     int V = Chunk * PP + Rank;
     EXPECT_EQ(In == nullptr, V == 0) << "v" << V;
     EXPECT_TRUE(Forwarded.insert({Mb, Chunk}).second);
@@ -44,7 +44,7 @@ public:
     return Y;
   }
 
-  Tensor backward(int64_t Mb, int Chunk, const Tensor *OutGrad) override {
+  Tensor backward(int64_t Mb, int Chunk, Tensor *OutGrad) override {
     int V = Chunk * PP + Rank;
     EXPECT_EQ(OutGrad == nullptr, V == PP * Vpp - 1) << "v" << V;
     EXPECT_TRUE(Forwarded.count({Mb, Chunk}))
