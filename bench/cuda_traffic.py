@@ -55,6 +55,7 @@ CASES = [
      "cp = 2; cp_comm = a2a"),
     ("tiny_moe with heads of 32, ep 2", HEADS_32, "tiny_hd32", 2, "ep = 2"),
     ("tiny_moe with heads of 32, tp 2", HEADS_32, "tiny_hd32", 2, "tp = 2"),
+    ("tiny_moe with heads of 32, tp 2 x etp 2", HEADS_32, "tiny_hd32", 2, "tp = 2; etp = 2"),
     ("tiny_moe, dp 2", "", "tiny_moe", 2, "tp = 1"),
     ("tiny_moe, full recompute, 1 rank", "", "tiny_moe", 1, "tp = 1", "full"),
     ("tiny_moe, selective recompute (moe_act, layernorm), 1 rank", "", "tiny_moe", 1, "tp = 1",
@@ -136,9 +137,10 @@ def main():
             "The parameters that no group sums and no host code reads stay on the device from step to step "
             "with their gradients and Adam's moments, and the optimizer steps them there; the others move once a "
             "step (their gradients summed on the device) and are stepped on the host; every SwiGLU MLP (routed "
-            "experts, dense and shared) moves its rows once each way, and without etp the routed experts' rows "
-            "neither way (the tokens are permuted to them and combined on the device, and under ep exchanged "
-            "between the devices over the ep group's device communicator); cp's ring and all-gather run on the "
+            "experts, dense and shared) moves its rows once each way, and the routed experts' rows "
+            "neither way (the tokens are permuted to them and combined on the device, under ep exchanged "
+            "between the devices over the ep group's device communicator, and under etp gathered and summed "
+            "over the etp group's); cp's ring and all-gather run on the "
             "device, their blocks travelling between device buffers (cp's all-to-all still exchanges through "
             "host memory), and so do tp's sequence gathers and reduce-scatters; "
             "the loss head keeps the logits on the "
@@ -151,7 +153,7 @@ def main():
             "gradient) "
             "never comes back to the host; the residual stream stays on the device in fp32 from layer to layer, "
             "forward and backward, with the outputs and input gradients added to it and attention's gradients "
-            "(where no etp exchange nor cp's all-to-all reads them on the host), from the "
+            "(where cp's all-to-all does not read them on the host), from the "
             "embedding's rows to the final norm "
             "and back, and from one pipeline stage's device to the next's (the pp group's device communicator), "
             "so that it crosses only where host code reads it (a vision tower's rows, deepstack features); "

@@ -729,8 +729,7 @@ struct StageModel::Impl {
     // shared experts' gate).
     const void *KeepFor = keepKey(M, S);
     Tensor Y;
-    HeldArrays KeepOutput(compute(),
-                          branchOutput(Y, S, ResidualOnBackend && (P.Moe ? Moe->movesOnBackend() : tpOnBackend())));
+    HeldArrays KeepOutput(compute(), branchOutput(Y, S, ResidualOnBackend && (P.Moe || tpOnBackend())));
     if (!P.Moe) {
       denseMlp(P, S, &Y, KeepFor);
     } else {
@@ -949,8 +948,7 @@ struct StageModel::Impl {
     // residual stream's through the norm on the backend, where the backend
     // makes it there (as the branch's output).
     Tensor DXn2;
-    HeldArrays KeepBranchGradient(
-        compute(), branchOutput(DXn2, S, keepKey(M, S) && (P.Moe ? Moe->movesOnBackend() : tpOnBackend())));
+    HeldArrays KeepBranchGradient(compute(), branchOutput(DXn2, S, keepKey(M, S) && (P.Moe || tpOnBackend())));
     {
       HeldArrays KeepInput(compute(), {keptResult(S.Xn2)});
       if (!P.Moe) {

@@ -26,9 +26,6 @@ int64_t MoeSaved::moeBytes() const {
 void MoeSaved::dropMoe() { *this = MoeSaved(); }
 
 namespace {
-/// Rows [Begin, Begin + Rows) of a 2-D tensor as a pointer.
-float *rowsAt(Tensor &T, int64_t Begin) { return T.data() + Begin * T.cols(); }
-
 /// Rows per local expert of the tensors the expert GEMMs run on: this
 /// rank's dispatched rows, or under etp > 1 the whole group's.
 std::vector<int64_t> expertRows(const MoeSaved &S) {
@@ -70,69 +67,95 @@ void addGradients(MlpArgs &A, const MoeWeights &W) {
 }
 } // namespace
 
-int64_t MoeBlock::gatheredBegin(const MoeSaved &S, int64_t R, int64_t L) const {
-  int64_t Ranks = Etp.size(), Local = Dispatcher.localExperts(), Begin = 0;
-  for (int64_t E = 0; E < Local; ++E)
-    for (int64_t Q = 0; Q < Ranks; ++Q) {
-      if (E == L && Q == R)
-        return Begin;
-      Begin += S.EtpCounts[size_t(Q * Local + E)];
-    }
-  return Begin;
+namespace {
+/// Row j of the result is row From[j] of the rows (a permuteRows of one
+/// copy a row); To is its inverse.
+PermuteArgs reorder(const std::vector<int64_t> &From, const std::vector<int64_t> &To, int64_t Hidden) {
+  return {int64_t(From.size()), 1, Hidden, From.data(), To.data(), nullptr};
 }
+/// Held while the block runs: the backend's alone, or wide (fp32, for sums).
+HeldArray temporary(Tensor &T) { return {T.data(), T.numel(), HeldArray::BackendOnly}; }
+HeldArray temporarySum(Tensor &T) { return HeldArray::wide(T.data(), T.numel()); }
+} // namespace
 
-Tensor MoeBlock::gatherExpertRows(const Tensor &Mine, MoeSaved &S) {
-  int64_t Ranks = Etp.size(), Local = Dispatcher.localExperts(), H = Config.Hidden;
+MoeBlock::EtpLayout MoeBlock::etpLayout(MoeSaved &S) const {
+  const int64_t Ranks = Etp.size(), Local = Dispatcher.localExperts();
   if (S.EtpCounts.empty()) {
     // The forward learns every rank's rows per local expert (exact in
-    // float: far below 2^24); the backward's gather reuses the layout.
+    // float: far below 2^24); the backward reuses them.
     std::vector<float> Count(static_cast<size_t>(Local)), Counts(static_cast<size_t>(Ranks * Local));
     for (int64_t L = 0; L < Local; ++L)
       Count[size_t(L)] = float(S.Dispatch.TokensPerLocalExpert[size_t(L)]);
     Etp.allGather(Count.data(), Counts.data(), size_t(Local));
     S.EtpCounts.assign(Counts.begin(), Counts.end());
-    S.EtpPaddedRows = 0;
-    for (int64_t R = 0; R < Ranks; ++R)
-      S.EtpPaddedRows = std::max(S.EtpPaddedRows, std::accumulate(S.EtpCounts.begin() + R * Local,
-                                                                  S.EtpCounts.begin() + (R + 1) * Local, int64_t(0)));
   }
-  int64_t Padded = S.EtpPaddedRows;
-  int64_t Total = std::accumulate(S.EtpCounts.begin(), S.EtpCounts.end(), int64_t(0));
-  std::vector<float> Send(size_t(Padded * H), 0.0f), Recv(size_t(Ranks * Padded * H));
-  std::copy_n(Mine.data(), Mine.numel(), Send.begin());
-  Etp.allGather(Send.data(), Recv.data(), Send.size());
-  Tensor All({Total, H});
-  for (int64_t R = 0; R < Ranks; ++R) {
-    int64_t From = 0;
-    for (int64_t L = 0; L < Local; ++L) {
-      int64_t Rows = S.EtpCounts[size_t(R * Local + L)];
-      std::copy_n(Recv.data() + (R * Padded + From) * H, Rows * H, rowsAt(All, gatheredBegin(S, R, L)));
-      From += Rows;
+  EtpLayout Y;
+  Y.Mine = std::accumulate(S.Dispatch.TokensPerLocalExpert.begin(), S.Dispatch.TokensPerLocalExpert.end(), int64_t(0));
+  std::vector<int64_t> RankBegin(size_t(Ranks) + 1, 0);
+  for (int64_t Q = 0; Q < Ranks; ++Q) {
+    int64_t Rows = 0;
+    for (int64_t L = 0; L < Local; ++L)
+      Rows += S.EtpCounts[size_t(Q * Local + L)];
+    Y.RowsOf.push_back(Rows);
+    RankBegin[size_t(Q) + 1] = RankBegin[size_t(Q)] + Rows;
+  }
+  // Expert-major, then rank: row j of the gathered rows is row
+  // RankMajorRow[j] of the ranks' rows one after another.
+  for (int64_t L = 0; L < Local; ++L)
+    for (int64_t Q = 0; Q < Ranks; ++Q) {
+      int64_t From = RankBegin[size_t(Q)];
+      for (int64_t E = 0; E < L; ++E)
+        From += S.EtpCounts[size_t(Q * Local + E)];
+      for (int64_t R = 0; R < S.EtpCounts[size_t(Q * Local + L)]; ++R)
+        Y.RankMajorRow.push_back(From + R);
     }
-  }
-  return All;
+  Y.ExpertMajorRow.assign(Y.RankMajorRow.size(), 0);
+  for (size_t J = 0; J < Y.RankMajorRow.size(); ++J)
+    Y.ExpertMajorRow[size_t(Y.RankMajorRow[J])] = int64_t(J);
+  return Y;
 }
 
-Tensor MoeBlock::reduceExpertRows(const Tensor &Partial, const MoeSaved &S) {
-  int64_t Ranks = Etp.size(), Local = Dispatcher.localExperts(), H = Config.Hidden;
-  int64_t Padded = S.EtpPaddedRows;
-  std::vector<float> Send(size_t(Ranks * Padded * H), 0.0f), Recv(size_t(Padded * H));
-  for (int64_t R = 0; R < Ranks; ++R) {
-    int64_t To = 0;
-    for (int64_t L = 0; L < Local; ++L) {
-      int64_t Rows = S.EtpCounts[size_t(R * Local + L)];
-      const float *From = Partial.data() + gatheredBegin(S, R, L) * H;
-      std::copy_n(From, Rows * H, Send.data() + (R * Padded + To) * H);
-      To += Rows;
-    }
+void MoeBlock::gatherExpertRows(const Tensor &Mine, const EtpLayout &Y, Tensor &All) {
+  ComputeBackend &Backend = currentBackend();
+  const int64_t H = Config.Hidden, Ranks = Etp.size();
+  // Megatron's all-gather over the expert tensor-parallel group after the
+  // all-to-all: each rank's rows to every rank (a rank's may differ in
+  // number, so an all-to-all), then expert-major.
+  Tensor RankMajor({int64_t(Y.RankMajorRow.size()), H});
+  HeldArrays Hold(Backend, {temporary(RankMajor)});
+  std::vector<size_t> SendCounts(static_cast<size_t>(Ranks), static_cast<size_t>(Y.Mine * H)),
+      SendOffsets(static_cast<size_t>(Ranks), 0), RecvCounts, RecvOffsets;
+  size_t Offset = 0;
+  for (int64_t Rows : Y.RowsOf) {
+    RecvCounts.push_back(size_t(Rows * H));
+    RecvOffsets.push_back(Offset);
+    Offset += size_t(Rows * H);
   }
-  Etp.reduceScatterSum(Send.data(), Recv.data(), size_t(Padded * H));
-  int64_t Me = Etp.rank(), Rows = 0;
-  for (int64_t L = 0; L < Local; ++L)
-    Rows += S.EtpCounts[size_t(Me * Local + L)];
-  Tensor Out({Rows, H});
-  std::copy_n(Recv.data(), Rows * H, Out.data());
-  return Out;
+  Backend.allToAllV(Mine.data(), SendCounts, SendOffsets, RankMajor.data(), RecvCounts, RecvOffsets, Etp);
+  Backend.permuteRows(reorder(Y.RankMajorRow, Y.ExpertMajorRow, H), RankMajor.data(), All.data());
+}
+
+void MoeBlock::reduceExpertRows(const Tensor &Partial, const EtpLayout &Y, Tensor &Mine) {
+  ComputeBackend &Backend = currentBackend();
+  const int64_t H = Config.Hidden, Ranks = Etp.size(), Count = Y.Mine * H;
+  // Each rank's rows of every rank's partial sums to it, summed in rank
+  // order in fp32 (Megatron's reduce-scatter over the group).
+  Tensor RankMajor({int64_t(Y.RankMajorRow.size()), H}), Partials({Ranks * Y.Mine, H});
+  HeldArrays Hold(Backend, {temporary(RankMajor), temporarySum(Partials)});
+  Backend.permuteRows(reorder(Y.ExpertMajorRow, Y.RankMajorRow, H), Partial.data(), RankMajor.data());
+  std::vector<size_t> SendCounts, SendOffsets, RecvCounts(static_cast<size_t>(Ranks), static_cast<size_t>(Count)),
+      RecvOffsets;
+  size_t Offset = 0;
+  for (int64_t Q = 0; Q < Ranks; ++Q) {
+    SendCounts.push_back(size_t(Y.RowsOf[size_t(Q)] * H));
+    SendOffsets.push_back(Offset);
+    Offset += SendCounts.back();
+    RecvOffsets.push_back(size_t(Q * Count));
+  }
+  Backend.allToAllV(RankMajor.data(), SendCounts, SendOffsets, Partials.data(), RecvCounts, RecvOffsets, Etp);
+  Backend.add(Count, Partials.data(), Partials.data() + Count, Mine.data());
+  for (int64_t Q = 2; Q < Ranks; ++Q)
+    Backend.add(Count, Mine.data(), Partials.data() + Q * Count, Mine.data());
 }
 
 double MoeBlock::forward(const MoeWeights &W, const Tensor &Xn, MoeSaved &S, Tensor &Y, bool CountTokens,
@@ -180,144 +203,137 @@ double MoeBlock::forward(const MoeWeights &W, const Tensor &Xn, MoeSaved &S, Ten
   Aux *= Config.AuxLossCoeff * double(E);
 
   // Routed experts: SwiGLU over each local expert's rows.
-  if (movesOnBackend()) {
-    routedOnBackend(W, Xn, S, Y, KeepFor);
-    S.Valid = true;
-    return Aux;
-  }
-  S.ExpertIn = Dispatcher.dispatch(Xn, S.TopIdx, S.Dispatch);
-  // Under etp > 1 every rank of the group runs all of the group's rows
-  // through its columns of the experts (Megatron's all-gather over the
-  // expert tensor-parallel group after the all-to-all).
-  bool Split = Etp.size() > 1;
-  if (Split)
-    S.ExpertIn = gatherExpertRows(S.ExpertIn, S);
-  int64_t Rows = S.ExpertIn.rows(), H = Config.Hidden, F = Config.MoeFfnHidden / Etp.size();
-  S.G.resize({Rows, F});
-  S.U.resize({Rows, F});
-  Tensor Out({Rows, H});
-  std::vector<int64_t> Counts = expertRows(S);
-  S.Act.resize({Rows, F});
-  MlpArgs A = expertMlpArgs(W, Counts, H, F, S);
-  A.Y = Out.data();
-  mlpForwardKeeping(currentBackend(), A, KeepFor, /*KeepRows=*/true);
-  if (Split)
-    Out = reduceExpertRows(Out, S);
-  Y = Dispatcher.combine(Out, S.TopW, S.Dispatch);
+  routedExperts(W, Xn, S, Y, KeepFor);
   S.Valid = true;
   return Aux;
 }
 
 void MoeBlock::recomputeAct(MoeSaved &S) { S.Act = swiGlu(S.G, S.U); }
 
-bool MoeBlock::movesOnBackend() const { return Etp.size() == 1; }
-
-void MoeBlock::routedOnBackend(const MoeWeights &W, const Tensor &Xn, MoeSaved &S, Tensor &Y, const void *KeepFor) {
+void MoeBlock::routedExperts(const MoeWeights &W, const Tensor &Xn, MoeSaved &S, Tensor &Y, const void *KeepFor) {
   ComputeBackend &Backend = currentBackend();
-  const int64_t N = Xn.rows(), H = Config.Hidden, F = Config.MoeFfnHidden, Copies = N * Config.TopK;
+  const int64_t N = Xn.rows(), H = Config.Hidden, F = Config.MoeFfnHidden / Etp.size(), Copies = N * Config.TopK;
   Dispatcher.route(N, S.TopIdx, S.Dispatch);
   // A rank alone in its ep group permutes its tokens straight into its
-  // experts' rows and combines their outputs where they are.
-  const bool Exchanged = !Dispatcher.local();
-  const int64_t Rows = Exchanged ? int64_t(S.Dispatch.RecvExpertOrder.size()) : Copies;
+  // experts' rows and combines their outputs where they are; under etp > 1
+  // every rank of the group runs all of the group's rows through its
+  // columns of the experts.
+  const bool Exchanged = !Dispatcher.local(), Split = Etp.size() > 1;
+  EtpLayout Layout;
+  if (Split)
+    Layout = etpLayout(S);
+  const int64_t Mine = Exchanged ? int64_t(S.Dispatch.RecvExpertOrder.size()) : Copies;
+  const int64_t Rows = Split ? int64_t(Layout.RankMajorRow.size()) : Mine;
   S.ExpertIn.resize({Rows, H});
   S.G.resize({Rows, F});
   S.U.resize({Rows, F});
   S.Act.resize({Rows, F});
-  Tensor Out({Rows, H}), Sent, Combined;
+  Tensor Out({Rows, H}), Sent, Combined, MineIn, MineOut;
   if (Exchanged) {
     Sent = Tensor({Copies, H});
     Combined = Tensor({Copies, H});
   }
+  if (Split) {
+    MineIn = Tensor({Mine, H});
+    MineOut = Tensor({Mine, H});
+  }
   // The rows, the experts' outputs and what the exchanges move are the
   // backend's alone where they are kept for the backward (which reads the
-  // experts' input rows and their outputs back in send order there).
+  // experts' input rows and their outputs back in send order there); what
+  // passes between the etp exchanges is its own in any case (this rank's
+  // share of the outputs in fp32, as it is summed).
   std::vector<HeldArray> Held;
   if (KeepFor)
     for (Tensor *T : {&S.ExpertIn, &Out, &Sent, &Combined})
       if (T->numel())
-        Held.push_back({T->data(), T->numel(), HeldArray::BackendOnly});
+        Held.push_back(temporary(*T));
+  if (Split)
+    Held.insert(Held.end(), {temporary(MineIn), temporarySum(MineOut)});
   HeldArrays Hold(Backend, Held);
-  Backend.permuteRows(S.Dispatch.moves(), Xn.data(), Exchanged ? Sent.data() : S.ExpertIn.data());
+  Tensor &In = Split ? MineIn : S.ExpertIn;
+  Backend.permuteRows(S.Dispatch.moves(), Xn.data(), Exchanged ? Sent.data() : In.data());
   if (Exchanged)
-    Dispatcher.toExperts(Sent, S.Dispatch, S.ExpertIn);
-  MlpArgs A = expertMlpArgs(W, S.Dispatch.TokensPerLocalExpert, H, F, S);
+    Dispatcher.toExperts(Sent, S.Dispatch, In);
+  if (Split)
+    gatherExpertRows(MineIn, Layout, S.ExpertIn);
+  MlpArgs A = expertMlpArgs(W, expertRows(S), H, F, S);
   A.Y = Out.data();
   mlpForwardKeeping(Backend, A, KeepFor, /*KeepRows=*/true);
+  if (Split)
+    reduceExpertRows(Out, Layout, MineOut);
+  Tensor &Result = Split ? MineOut : Out;
   if (Exchanged)
-    Dispatcher.toSenders(Out, S.Dispatch, Combined);
+    Dispatcher.toSenders(Result, S.Dispatch, Combined);
   else
-    Combined = std::move(Out); // the same storage, which stays held
+    Combined = std::move(Result); // the same storage, which stays held
   if (Y.shape() != std::vector<int64_t>{N, H})
     Y = Tensor({N, H});
   Backend.unpermuteRows(S.Dispatch.moves(S.TopW.data()), Combined.data(), Y.data());
   if (KeepFor)
-    Backend.keepArrays(KeepFor, {{Combined.data(), Combined.numel(), HeldArray::BackendOnly}});
+    Backend.keepArrays(KeepFor, {temporary(Combined)});
+  else // the host's backward reads them
+    Backend.hostReads(Combined.data(), Combined.numel());
   S.Dispatch.CombinedCopies = std::move(Combined);
 }
 
-void MoeBlock::routedOnBackendBackward(const MoeWeights &W, MoeSaved &S, const Tensor &DY, std::vector<float> &DW,
-                                       Tensor &DXn) {
+void MoeBlock::routedExpertsBackward(const MoeWeights &W, MoeSaved &S, const Tensor &DY, std::vector<float> &DW,
+                                     Tensor &DXn) {
   ComputeBackend &Backend = currentBackend();
-  const int64_t N = S.Dispatch.Tokens, H = Config.Hidden, F = Config.MoeFfnHidden, Copies = N * Config.TopK;
+  const int64_t N = S.Dispatch.Tokens, H = Config.Hidden, F = Config.MoeFfnHidden / Etp.size(),
+                Copies = N * Config.TopK;
   if (S.Dispatch.CombinedCopies.rows() != Copies)
     throw std::logic_error("the routed experts' backward runs before their forward");
-  const bool Exchanged = !Dispatcher.local();
-  const int64_t Rows = S.ExpertIn.rows();
+  const bool Exchanged = !Dispatcher.local(), Split = Etp.size() > 1;
+  EtpLayout Layout;
+  if (Split)
+    Layout = etpLayout(S);
+  const int64_t Rows = S.ExpertIn.rows(), Mine = Split ? Layout.Mine : Rows;
   // What passes between the moves, the exchanges and the experts' products
   // stays on the backend.
-  Tensor DOut({Rows, H}), DIn({Rows, H}), DCombined, DSent;
+  Tensor DOut({Rows, H}), DIn({Rows, H}), DCombined, DSent, MineDOut, MineDIn;
   if (Exchanged) {
     DCombined = Tensor({Copies, H});
     DSent = Tensor({Copies, H});
   }
+  if (Split) {
+    MineDOut = Tensor({Mine, H});
+    MineDIn = Tensor({Mine, H});
+  }
   std::vector<HeldArray> Held;
-  for (Tensor *T : {&DOut, &DIn, &DCombined, &DSent})
+  for (Tensor *T : {&DOut, &DIn, &DCombined, &DSent, &MineDOut})
     if (T->numel())
-      Held.push_back({T->data(), T->numel(), HeldArray::BackendOnly});
+      Held.push_back(temporary(*T));
+  if (MineDIn.numel())
+    Held.push_back(temporarySum(MineDIn));
   HeldArrays Hold(Backend, Held);
+  Tensor &OutGrad = Split ? MineDOut : DOut;
   DW.assign(size_t(Copies), 0.0f);
   Backend.unpermuteRowsBackward(S.Dispatch.moves(S.TopW.data()), DY.data(), S.Dispatch.CombinedCopies.data(),
-                                Exchanged ? DCombined.data() : DOut.data(), DW.data());
+                                Exchanged ? DCombined.data() : OutGrad.data(), DW.data());
   if (Exchanged)
-    Dispatcher.toExperts(DCombined, S.Dispatch, DOut);
-  MlpArgs A = expertMlpArgs(W, S.Dispatch.TokensPerLocalExpert, H, F, S);
-  A.DY = DOut.data();
-  A.DX = DIn.data();
-  addGradients(A, W);
-  Backend.mlpBackward(A);
-  if (Exchanged)
-    Dispatcher.toSenders(DIn, S.Dispatch, DSent);
-  if (DXn.shape() != std::vector<int64_t>{N, H})
-    DXn = Tensor({N, H});
-  Backend.permuteRowsBackward(S.Dispatch.moves(), Exchanged ? DSent.data() : DIn.data(), DXn.data());
-}
-
-Tensor MoeBlock::exchangedExpertsBackward(const MoeWeights &W, MoeSaved &S, const Tensor &DY, std::vector<float> &DW) {
-  const int64_t H = Config.Hidden, F = Config.MoeFfnHidden / Etp.size();
-  Tensor DOut = Dispatcher.combineBackward(DY, S.TopW, S.Dispatch, DW);
-  const bool Split = Etp.size() > 1;
+    Dispatcher.toExperts(DCombined, S.Dispatch, OutGrad);
   if (Split)
-    DOut = gatherExpertRows(DOut, S);
-  Tensor DIn({DOut.rows(), H});
+    gatherExpertRows(MineDOut, Layout, DOut);
   MlpArgs A = expertMlpArgs(W, expertRows(S), H, F, S);
   A.DY = DOut.data();
   A.DX = DIn.data();
   addGradients(A, W);
-  currentBackend().mlpBackward(A);
+  Backend.mlpBackward(A);
   if (Split)
-    DIn = reduceExpertRows(DIn, S);
-  return Dispatcher.dispatchBackward(DIn, S.Dispatch);
+    reduceExpertRows(DIn, Layout, MineDIn);
+  Tensor &InGrad = Split ? MineDIn : DIn;
+  if (Exchanged)
+    Dispatcher.toSenders(InGrad, S.Dispatch, DSent);
+  if (DXn.shape() != std::vector<int64_t>{N, H})
+    DXn = Tensor({N, H});
+  Backend.permuteRowsBackward(S.Dispatch.moves(), Exchanged ? DSent.data() : InGrad.data(), DXn.data());
 }
 
 void MoeBlock::backward(const MoeWeights &W, const Tensor &Xn, MoeSaved &S, const Tensor &DY, double AuxGradScale,
                         Tensor &DXn) {
   int64_t N = Xn.rows(), E = Config.Experts, K = Config.TopK;
   std::vector<float> DW;
-  if (movesOnBackend())
-    routedOnBackendBackward(W, S, DY, DW, DXn);
-  else
-    DXn = exchangedExpertsBackward(W, S, DY, DW);
+  routedExpertsBackward(W, S, DY, DW, DXn);
 
   // Router: gradients of the scores from the routing weights and from the
   // aux loss (f_e is a constant), then through softmax or sigmoid.

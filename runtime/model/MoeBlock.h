@@ -32,11 +32,9 @@ struct MoeSaved {
   double GroupTokens = 0;      ///< tokens of the micro batch (TpCp sum)
   DispatchState Dispatch;
   /// Under etp > 1: the rows each etp rank brought for each local expert
-  /// ([rank * localExperts + expert]) and the padded rows per rank of the
-  /// group's exchanges; ExpertIn then holds every etp rank's rows,
+  /// ([rank * localExperts + expert]); ExpertIn then holds every etp rank's rows,
   /// expert-major (then rank), and G, U, Act this rank's columns of them.
   std::vector<int64_t> EtpCounts;
-  int64_t EtpPaddedRows = 0;
   Tensor ExpertIn, G, U; ///< dispatched rows and their projections
   Tensor Act;            ///< silu(G) * U
   bool Valid = false;
@@ -61,12 +59,10 @@ public:
   /// Router::forceBalancedLogits. KeepFor (else null): the experts' products
   /// stay on the backend (HeldArray::BackendOnly: their host values are
   /// unspecified), and what their backward reads (the rows, G and U, and the
-  /// experts' outputs where the rows move on the backend: movesOnBackend())
-  /// is kept under that key (ComputeBackend::keepArrays) until the caller
-  /// releases it.
+  /// experts' outputs in send order) is kept under that key
+  /// (ComputeBackend::keepArrays) until the caller releases it.
   /// Y is written, in its own storage where it has the output's shape
-  /// already and the rows move on the backend (so that a hold on it keeps
-  /// the output there).
+  /// already (so that a hold on it keeps the output on the backend).
   double forward(const MoeWeights &W, const Tensor &Xn, MoeSaved &S, Tensor &Y, bool CountTokens = false,
                  const uint64_t *BalanceKeys = nullptr, const void *KeepFor = nullptr);
   /// Recomputes Act from G and U (selective "moe_act").
@@ -77,32 +73,35 @@ public:
   /// backend, as forward's Y); accumulates the weights' gradients.
   void backward(const MoeWeights &W, const Tensor &Xn, MoeSaved &S, const Tensor &DY, double AuxGradScale, Tensor &DXn);
 
-  /// Whether the rows move between the tokens and the experts on the
-  /// backend (ComputeBackend::permuteRows and the others, and the ep
-  /// group's exchanges: TokenDispatcher::toExperts): where the etp group has
-  /// no other rank to gather them with.
-  bool movesOnBackend() const;
-
 private:
-  /// The routed experts with the rows moved on the backend: Y from Xn, the
-  /// rows and the experts' outputs (in send order) kept on the backend under
-  /// KeepFor (where not null) for routedOnBackendBackward.
-  void routedOnBackend(const MoeWeights &W, const Tensor &Xn, MoeSaved &S, Tensor &Y, const void *KeepFor);
+  /// The rows of an etp group's exchanges (etp > 1): how many this rank
+  /// brought, how many each rank brought, and the order of the gathered
+  /// rows (expert-major, then rank) against the ranks' rows one after the
+  /// other.
+  struct EtpLayout {
+    int64_t Mine = 0;
+    std::vector<int64_t> RowsOf, RankMajorRow, ExpertMajorRow;
+  };
+  /// The routed experts, the rows moved between the tokens and the experts
+  /// on the current backend (ComputeBackend::permuteRows and the others,
+  /// and the ep and etp groups' exchanges, over their device counterparts
+  /// where they have them): Y from Xn, the rows and the experts' outputs (in
+  /// send order) kept on the backend under KeepFor (where not null) for
+  /// routedExpertsBackward.
+  void routedExperts(const MoeWeights &W, const Tensor &Xn, MoeSaved &S, Tensor &Y, const void *KeepFor);
   /// dXn from the routed output's gradient DY, and the routing weights'
-  /// gradients DW: on the backend, or through the host's ep and etp
-  /// exchanges.
-  void routedOnBackendBackward(const MoeWeights &W, MoeSaved &S, const Tensor &DY, std::vector<float> &DW, Tensor &DXn);
-  Tensor exchangedExpertsBackward(const MoeWeights &W, MoeSaved &S, const Tensor &DY, std::vector<float> &DW);
-  /// Under etp > 1: this rank's dispatched rows -> every etp rank's,
-  /// expert-major (the first call of a micro batch fills S.EtpCounts and
-  /// S.EtpPaddedRows; later ones, in backward, reuse them).
-  Tensor gatherExpertRows(const Tensor &Mine, MoeSaved &S);
-  /// The reverse: this rank's rows of the sum over the etp group of
-  /// Partial (laid out as gatherExpertRows returns).
-  Tensor reduceExpertRows(const Tensor &Partial, const MoeSaved &S);
-  /// Where the rows of (etp rank R, local expert L) start in the gathered
-  /// layout.
-  int64_t gatheredBegin(const MoeSaved &S, int64_t R, int64_t L) const;
+  /// gradients DW, the same way.
+  void routedExpertsBackward(const MoeWeights &W, MoeSaved &S, const Tensor &DY, std::vector<float> &DW, Tensor &DXn);
+  /// The etp group's rows for this micro batch (the first call fills
+  /// S.EtpCounts, over the group; later ones reuse them).
+  EtpLayout etpLayout(MoeSaved &S) const;
+  /// Under etp > 1, on the current backend: this rank's expert-major rows
+  /// Mine -> every etp rank's, expert-major then rank (S.ExpertIn's
+  /// layout), into All's storage.
+  void gatherExpertRows(const Tensor &Mine, const EtpLayout &Y, Tensor &All);
+  /// The reverse: this rank's rows of the sum over the etp group of Partial
+  /// (laid out as gatherExpertRows writes), into Mine's storage.
+  void reduceExpertRows(const Tensor &Partial, const EtpLayout &Y, Tensor &Mine);
 
   const ModelConfig &Config;
   Communicator &TpCp;

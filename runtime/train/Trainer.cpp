@@ -260,7 +260,7 @@ struct Trainer::Impl final : public PipelineStage {
     Ctx.CpKind = cpExchange(Notes);
     // Every rank makes the same device groups in the same order.
     if (Options.DeviceGroup)
-      for (const char *Kind : {"tp", "cp", "ep", "pp", "dp-cp", "edp"})
+      for (const char *Kind : {"tp", "cp", "ep", "etp", "pp", "dp-cp", "edp"})
         addDeviceGroup(Kind);
     for (int64_t C = 0; C < Plan.Parallel.VPP; ++C) {
       const moec::LaunchStage &S = Plan.stage(PpRank, C);

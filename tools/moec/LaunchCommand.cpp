@@ -95,8 +95,8 @@ int runLaunch() {
   const Recipe &R = *P.R;
   // Unless told, the engine is the one that trains fast on the cluster's
   // GPUs: moerun's CUDA backend has not been measured on a GPU, and the
-  // operations still in host code move activations through host memory (docs/runtime.md), so a GPU recipe under a Megatron-Bridge
-  // target runs Bridge's entry point.
+  // operations still in host code move activations through host memory (docs/runtime.md), so a GPU recipe under a
+  // Megatron-Bridge target runs Bridge's entry point.
   bool OnGpus = R.Gpu.Arch != GpuArch::Cpu;
   bool BridgeTarget = getTargetInfo(R.Tgt).Kind == Framework::Bridge;
   bridge::Engine Chosen = LaunchEngine;

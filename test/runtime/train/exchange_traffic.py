@@ -4,13 +4,14 @@
 Where a group has a device counterpart (the host-staged communicator here, NCCL
 under moerun), what tensor parallelism's sequence gathers and reduce-scatters,
 context parallelism's ring, the expert-parallel all-to-all and the gradient
-sums move, and what a pipeline stage sends the next, goes between device
-buffers. So a rank of a tp 2, cp 2 (by the ring or by all-gather), ep 2, dp 2
-or pp 2 (and interleaved, and pp 4) layout of the heads-of-32 model (whose
-attention runs on the backend's kernels) stages no more bytes a step than the
-one-rank run of the same model, whose rank computes twice the tokens,
-experts or layers. (Through host memory, pp 2 stages 0.31 MiB a step against
-the one rank's 0.22.) The control: cp 2 exchanging
+sums move, what the expert tensor-parallel group gathers and sums, and what a
+pipeline stage sends the next, goes between device buffers. So a rank of a
+tp 2, cp 2 (by the ring or by all-gather), ep 2, tp 2 x etp 2, dp 2 or pp 2
+(and interleaved, and pp 4) layout of the heads-of-32 model (whose attention
+runs on the backend's kernels) stages no more bytes a step than the one-rank
+run of the same model, whose rank computes twice the tokens, experts or
+layers. (Through host memory, pp 2 stages 0.31 MiB a step and tp 2 x etp 2
+2.08 MiB against the one rank's 0.22.) The control: cp 2 exchanging
 by all-to-all, which still sends from host memory, stages more than the one
 rank does, so the measure sees an exchange through the host.
 
@@ -35,6 +36,7 @@ import train_matrix  # noqa: E402
 ONE_RANK = ("hd32_one_rank", 1, "tp = 1")
 ON_DEVICE = [("hd32_tp2", 2, "tp = 2"), ("hd32_cp2", 2, "cp = 2"),
              ("hd32_cp2_allgather", 2, "cp = 2; cp_comm = allgather"), ("hd32_ep2", 2, "ep = 2"),
+             ("hd32_tp2_etp2", 2, "tp = 2; etp = 2"),
              ("hd32_dp2", 2, "tp = 1"), ("hd32_pp2", 2, "pp = 2"), ("hd32_pp2_vpp2", 2, "pp = 2; vpp = 2"),
              ("hd32_pp4", 4, "pp = 4")]
 THROUGH_HOST = ("hd32_cp2_a2a", 2, "cp = 2; cp_comm = a2a")
