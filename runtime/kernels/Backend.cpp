@@ -151,7 +151,7 @@ void ComputeBackend::allGather(const float *In, float *Out, int64_t PerRank, Com
   Group.allGather(In, Out, size_t(PerRank));
 }
 
-void ComputeBackend::gatherActivations(const float *In, float *Out, int64_t PerRank, Communicator &Group) {
+void ComputeBackend::gatherActivations(const float *In, float *Out, int64_t PerRank, Communicator &Group, ReadBy) {
   Group.allGather(In, Out, size_t(PerRank));
 }
 

@@ -89,6 +89,13 @@ struct CpAttentionArgs {
   float *DQ = nullptr, *DK = nullptr, *DV = nullptr;
 };
 
+/// What reads the result of an exchange of activations: any operation
+/// (the exchange moves fp32, the host's bits), or products alone, which take
+/// their operands in the backend's operand precision, so that the exchange
+/// may move them in it (bf16 on the CUDA backend: half the bytes, the same
+/// products).
+enum class ReadBy { AnyOperation, Products };
+
 /// A host array held on a backend (ComputeBackend::holdArrays).
 struct HeldArray {
   enum Use {
@@ -366,8 +373,10 @@ public:
   /// (Communicator::device()), where it has one, between the backend's
   /// copies, in fp32 (In's staged where it has none; Out's values brought
   /// back unless Out lies in a held array); else over the group on the
-  /// host arrays, asked for first.
-  virtual void gatherActivations(const float *In, float *Out, int64_t PerRank, Communicator &Group);
+  /// host arrays, asked for first. Readers says what reads the gathered
+  /// sequence: where products alone do, it travels in their precision.
+  virtual void gatherActivations(const float *In, float *Out, int64_t PerRank, Communicator &Group,
+                                 ReadBy Readers = ReadBy::AnyOperation);
   virtual void reduceScatterActivations(const float *In, float *Out, int64_t PerRank, Communicator &Group);
   /// Rows between the members of an exchange (the expert-parallel dispatch
   /// and its reverse): Communicator::allToAllV's semantics, counts and

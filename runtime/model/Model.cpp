@@ -1203,7 +1203,7 @@ struct StageModel::Impl {
     if (!Training || !compute().fusesLossHead())
       return false;
     Communicator &Tp = *Groups.Tp;
-    WholeSequence Gathered(Tp, XShard);
+    WholeSequence Gathered(Tp, XShard, ReadBy::Products);
     const Tensor &Rows = Gathered.get();
     LossHeadArgs A;
     A.Rows = Rows.rows();

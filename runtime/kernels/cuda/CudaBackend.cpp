@@ -790,7 +790,18 @@ public:
   // Activations cross the group in fp32 whatever each member holds (a
   // collective's members must agree on its type): a wide array's own
   // values, a held copy widened on the device, else the host's.
-  void gatherActivations(const float *In, float *Out, int64_t PerRank, Communicator &Group) override {
+  void gatherActivations(const float *In, float *Out, int64_t PerRank, Communicator &Group, ReadBy Readers) override {
+    if (Readers == ReadBy::Products && Group.device()) {
+      // The products read the bf16 of every element: moved in bf16, the
+      // shards' operand copies give the same copy of the whole.
+      Charge Charged(Copies, "tp exchange");
+      Operand Send = PerRank ? input(In, PerRank) : Operand();
+      DeviceBuffer<bf16> Recv{size_t(PerRank * Group.size())};
+      onComputeStream(*Group.device()).allGather(Send.Data, Recv.data(), size_t(PerRank), DType::BF16);
+      if (PerRank)
+        result(Recv, Out);
+      return;
+    }
     activations(
         In, PerRank, Out, PerRank * Group.size(), Group,
         [&](Communicator &Device, const float *From, float *To) {

@@ -18,13 +18,14 @@ namespace {
 }
 } // namespace
 
-WholeSequence::WholeSequence(Communicator &Tp, const Tensor &XShard) : Shard(XShard), Gathered(Tp.size() > 1) {
+WholeSequence::WholeSequence(Communicator &Tp, const Tensor &XShard, ReadBy Readers)
+    : Shard(XShard), Gathered(Tp.size() > 1) {
   if (!Gathered)
     return;
   Storage = Tensor({XShard.rows() * Tp.size(), XShard.cols()});
   if (Storage.numel())
     Hold.emplace(currentBackend(), std::vector{HeldArray::wide(Storage.data(), Storage.numel())});
-  currentBackend().gatherActivations(XShard.data(), Storage.data(), XShard.numel(), Tp);
+  currentBackend().gatherActivations(XShard.data(), Storage.data(), XShard.numel(), Tp, Readers);
 }
 
 PartialSums::PartialSums(std::vector<int64_t> Shape) : Sums(std::move(Shape)) {
@@ -110,7 +111,7 @@ void columnParallelForward(Communicator &Tp, const Tensor &XShard, const std::ve
                            const std::vector<Tensor *> &Ys) {
   if (Ys.size() != Ws.size())
     fail("columnParallelForward: a product each weight");
-  WholeSequence Gathered(Tp, XShard);
+  WholeSequence Gathered(Tp, XShard, ReadBy::Products);
   const Tensor &X = Gathered.get();
   HeldArrays Hold(currentBackend(), {readOnly(X)}); // one copy for every product
   for (size_t I = 0; I < Ws.size(); ++I)
@@ -131,7 +132,7 @@ void columnParallelBackward(Communicator &Tp, const Tensor &XShard, const Tensor
   std::optional<WholeSequence> Gathered;
   if (!XFull) // Megatron keeps only the shard and gathers again: the saved
               // activation is 1/TP of the gathered one.
-    XFull = &Gathered.emplace(Tp, XShard).get();
+    XFull = &Gathered.emplace(Tp, XShard, ReadBy::Products).get();
   const std::vector<int64_t> Whole = {XFull->rows(), XFull->cols()};
   const bool InPlace = Tp.size() == 1 && DXShard.shape() == Whole;
   std::optional<PartialSums> Partial;
@@ -170,7 +171,7 @@ Tensor rowParallelBackward(Communicator &Tp, const Tensor &X, const Tensor &W, c
 
 void rowParallelBackward(Communicator &Tp, const Tensor &X, const Tensor &W, const Tensor &DYShard, Tensor &DW,
                          Tensor &DX) {
-  WholeSequence Gathered(Tp, DYShard);
+  WholeSequence Gathered(Tp, DYShard, ReadBy::Products);
   matmulBackward(X, W, Gathered.get(), DW, DX);
 }
 
@@ -190,7 +191,7 @@ MlpArgs mlpArgs(const Tensor &X, const ParallelMlpWeights &W) {
 
 void parallelMlpForward(Communicator &Tp, const Tensor &XShard, const ParallelMlpWeights &W, Tensor &G, Tensor &U,
                         Tensor &Act, Tensor *Y, const void *KeepFor) {
-  WholeSequence Gathered(Tp, XShard);
+  WholeSequence Gathered(Tp, XShard, ReadBy::Products);
   const Tensor &X = Gathered.get();
   MlpArgs A = mlpArgs(X, W);
   G.resize({X.rows(), A.Ffn});
@@ -223,7 +224,7 @@ void parallelMlpBackward(Communicator &Tp, const Tensor &XShard, const ParallelM
                          const std::vector<Tensor *> &DWeights, Tensor &DXShard) {
   if (DWeights.size() != 3)
     fail("parallelMlpBackward: expects the gate, up and down gradients");
-  WholeSequence WholeDY(Tp, DYShard), WholeX(Tp, XShard);
+  WholeSequence WholeDY(Tp, DYShard, ReadBy::Products), WholeX(Tp, XShard, ReadBy::Products);
   const Tensor &DY = WholeDY.get(), &X = WholeX.get();
   MlpArgs A = mlpArgs(X, W);
   A.G = const_cast<float *>(G.data());

@@ -32,10 +32,11 @@ namespace moert {
 /// (and whatever copy of it a backend holds), else gathered into storage
 /// the current backend holds as its own, in fp32, while this lives
 /// (HeldArray::BackendOnly, Wide): on a group with a device counterpart it
-/// never crosses. Only backend operations may read it.
+/// never crosses. Only backend operations may read it; where products alone
+/// do (Readers), the gather moves their operands' precision.
 class WholeSequence {
 public:
-  WholeSequence(Communicator &Tp, const Tensor &XShard);
+  WholeSequence(Communicator &Tp, const Tensor &XShard, ReadBy Readers);
   const Tensor &get() const { return Gathered ? Storage : Shard; }
 
 private:

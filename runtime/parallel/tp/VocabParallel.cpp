@@ -36,7 +36,7 @@ void vocabParallelEmbeddingForward(Communicator &Tp, const std::vector<int32_t> 
 
 void vocabParallelEmbeddingBackward(Communicator &Tp, const std::vector<int32_t> &Tokens, const Tensor &DShard,
                                     Tensor &DTable, int64_t VocabStart) {
-  WholeSequence D(Tp, DShard);
+  WholeSequence D(Tp, DShard, ReadBy::AnyOperation); // the table's gradient sums it in fp32
   const EmbeddingArgs A{int64_t(Tokens.size()), DTable.cols(), VocabStart, DTable.rows(), Tokens.data()};
   currentBackend().embeddingBackward(A, D.get().data(), DTable.data());
 }

@@ -142,6 +142,32 @@ TEST(CudaBackendExchange, TheSequenceIsGatheredAndSummedWhereItIs) {
   }
 }
 
+// A gathered sequence that products alone read travels in their operands'
+// precision: its device copy is the bf16 of every rank's shard, where a
+// gather that any operation may read keeps fp32's bits.
+TEST(CudaBackendExchange, ASequenceThatProductsAloneReadIsGatheredInTheirPrecision) {
+  CommWorld &W = test::world();
+  test::EveryRankGroup Group("tp");
+  Communicator *Tp = Group.Host.get();
+  Tp->setDevice(Group.Device.get());
+  const int64_t PerRank = 24, Whole = PerRank * W.size();
+  Tensor Shard({PerRank});
+  for (int64_t I = 0; I < PerRank; ++I)
+    Shard[I] = float(W.rank() + 1) + float(I) / 3.0f; // not exact in bf16
+  Tensor Want({Whole});
+  Tp->allGather(Shard.data(), Want.data(), size_t(PerRank));
+  int Device = 0;
+  ASSERT_EQ(cudaGetDevice(&Device), cudaSuccess);
+  std::unique_ptr<ComputeBackend> Backend = cuda::createCudaBackend(Device);
+  for (ReadBy Readers : {ReadBy::AnyOperation, ReadBy::Products}) {
+    Tensor Gathered({Whole});
+    HeldArrays Hold(*Backend, {HeldArray::wide(Gathered.data(), Whole)});
+    Backend->gatherActivations(Shard.data(), Gathered.data(), PerRank, *Tp, Readers);
+    Backend->hostReads(Gathered.data(), Whole);
+    EXPECT_EQ(Gathered.storage(), Readers == ReadBy::Products ? cuda::roundedToBf16(Want.storage()) : Want.storage());
+  }
+}
+
 /// Rank R's stage output: fp32 values that a bf16 wire would round.
 std::vector<float> stageOutput(int Rank, int64_t Count) {
   std::vector<float> V(static_cast<size_t>(Count));
