@@ -51,7 +51,8 @@ CASES = [
     ("tiny_moe with heads of 32, pp 2 x vpp 2", HEADS_32, "tiny_hd32", 2, "pp = 2; vpp = 2"),
     ("tiny_moe with heads of 32, cp 2 (the ring)", HEADS_32, "tiny_hd32", 2, "cp = 2"),
     ("tiny_moe with heads of 32, cp 2 (all-gather)", HEADS_32, "tiny_hd32", 2, "cp = 2; cp_comm = allgather"),
-    ("tiny_moe with heads of 32, cp 2 (all-to-all, through host memory)", HEADS_32, "tiny_hd32", 2,
+    ("tiny_moe with heads of 32, cp 2 (all-to-all)", HEADS_32, "tiny_hd32", 2, "cp = 2; cp_comm = a2a"),
+    ("tiny_moe, cp 2 (all-to-all; heads the kernels do not take, through host memory)", "", "tiny_moe", 2,
      "cp = 2; cp_comm = a2a"),
     ("tiny_moe with heads of 32, ep 2", HEADS_32, "tiny_hd32", 2, "ep = 2"),
     ("tiny_moe with heads of 32, tp 2", HEADS_32, "tiny_hd32", 2, "tp = 2"),
@@ -141,8 +142,8 @@ def main():
             "neither way (the tokens are permuted to them and combined on the device, under ep exchanged "
             "between the devices over the ep group's device communicator, and under etp gathered and summed "
             "over the etp group's); cp's ring and all-gather run on the "
-            "device, their blocks travelling between device buffers (cp's all-to-all still exchanges through "
-            "host memory), and so do tp's sequence gathers and reduce-scatters; "
+            "device, their blocks travelling between device buffers, and so does the all-to-all (where the kernels take "
+            "each rank's share of the heads), and so do tp's sequence gathers and reduce-scatters; "
             "the loss head keeps the logits on the "
             "device; an activation several products read moves once for them (holds nest), and one that "
             "operations make and later ones read (the normalised inputs, queries, keys and values, their "
@@ -153,7 +154,7 @@ def main():
             "gradient) "
             "never comes back to the host; the residual stream stays on the device in fp32 from layer to layer, "
             "forward and backward, with the outputs and input gradients added to it and attention's gradients "
-            "(where cp's all-to-all does not read them on the host), from the "
+            "(where no host attention reads them), from the "
             "embedding's rows to the final norm "
             "and back, and from one pipeline stage's device to the next's (the pp group's device communicator), "
             "so that it crosses only where host code reads it (a vision tower's rows, deepstack features); "

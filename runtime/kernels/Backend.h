@@ -79,7 +79,10 @@ struct AttentionBlockArgs {
 /// QHeads, SeqLen / cp]; the outputs are overwritten.
 struct CpAttentionArgs {
   Communicator *Device = nullptr;
-  bool AllGather = false;
+  /// How the blocks travel (parallel/cp/ContextParallelAttention.h's
+  /// CpExchange): around the ring, gathered, or by all-to-alls to head
+  /// shards.
+  enum Exchange { Ring, AllGather, AllToAll } Kind = Ring;
   int64_t Batch = 1, SeqLen = 0, QHeads = 0, KvHeads = 0, HeadDim = 0, VHeadDim = 0;
   const float *Q = nullptr, *K = nullptr, *V = nullptr;
   /// Written by the forward; the backward reads them.

@@ -345,8 +345,14 @@ public:
   }
 
   bool takesCpAttention(const CpAttentionArgs &A) const override {
-    return dynamic_cast<DeviceCommunicator *>(A.Device) &&
-           attentionKernelTakesHeads(A.QHeads, A.KvHeads, A.HeadDim, A.VHeadDim) && A.SeqLen < PositionBound;
+    if (!dynamic_cast<DeviceCommunicator *>(A.Device) || A.SeqLen >= PositionBound)
+      return false;
+    if (A.Kind != CpAttentionArgs::AllToAll)
+      return attentionKernelTakesHeads(A.QHeads, A.KvHeads, A.HeadDim, A.VHeadDim);
+    // Each rank attends over QHeads / CP and KvHeads / CP heads.
+    const int64_t Cp = A.Device->size();
+    return A.QHeads % Cp == 0 && A.KvHeads % Cp == 0 &&
+           attentionKernelTakesHeads(A.QHeads / Cp, A.KvHeads / Cp, A.HeadDim, A.VHeadDim);
   }
 
   // The blocks travel (or are gathered) between the ranks' device copies of
@@ -358,8 +364,10 @@ public:
     RingShape R(A);
     Operand Q = input(A.Q, R.QCount), K = input(A.K, R.KvCount), V = input(A.V, R.KvCount);
     DeviceBuffer<float> Out{size_t(R.QCount)}, Lse{size_t(R.LseCount)};
-    (A.AllGather ? cuda::gatheredAttentionForward : cuda::ringAttentionForward)(R.Cp, R.Dims, Q.Data, K.Data, V.Data,
-                                                                                Out.data(), Lse.data(), Blas.stream());
+    auto *Attend = A.Kind == CpAttentionArgs::AllGather  ? cuda::gatheredAttentionForward
+                   : A.Kind == CpAttentionArgs::AllToAll ? cuda::headShardedAttentionForward
+                                                         : cuda::ringAttentionForward;
+    Attend(R.Cp, R.Dims, Q.Data, K.Data, V.Data, Out.data(), Lse.data(), Blas.stream());
     result(Out, A.Out);
     result(Lse, A.Lse);
   }
@@ -374,9 +382,11 @@ public:
     castToF32(R.QCount, Out16.Data, Out32.data(), Blas.stream());
     const float *Lse = wideInput(A.Lse, R.LseCount, StagedLse);
     DeviceBuffer<float> DQ{size_t(R.QCount)}, DK{size_t(R.KvCount)}, DV{size_t(R.KvCount)};
-    (A.AllGather ? cuda::gatheredAttentionBackward
-                 : cuda::ringAttentionBackward)(R.Cp, R.Dims, Q.Data, K.Data, V.Data, Out32.data(), Lse, DOut16.Data,
-                                                DQ.data(), DK.data(), DV.data(), Blas.stream());
+    auto *Attend = A.Kind == CpAttentionArgs::AllGather  ? cuda::gatheredAttentionBackward
+                   : A.Kind == CpAttentionArgs::AllToAll ? cuda::headShardedAttentionBackward
+                                                         : cuda::ringAttentionBackward;
+    Attend(R.Cp, R.Dims, Q.Data, K.Data, V.Data, Out32.data(), Lse, DOut16.Data, DQ.data(), DK.data(), DV.data(),
+           Blas.stream());
     result(DQ, A.DQ);
     result(DK, A.DK);
     result(DV, A.DV);

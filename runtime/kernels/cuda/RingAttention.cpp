@@ -6,6 +6,7 @@
 #include <cmath>
 #include <memory>
 #include <stdexcept>
+#include <type_traits>
 
 namespace moert::cuda {
 
@@ -179,6 +180,112 @@ void gatheredAttentionBackward(DeviceCommunicator &Cp, const AttentionDims &Dims
   Cp.reduceScatterSum(AllDK.data(), DK, R.KvCount, DType::F32);
   Cp.reduceScatterSum(AllDV.data(), DV, R.KvCount, DType::F32);
   MOERT_CUDA_CHECK(cudaStreamSynchronize(Stream));
+}
+
+namespace {
+template <typename T> constexpr DType dtypeOf() { return std::is_same_v<T, float> ? DType::F32 : DType::BF16; }
+
+/// An all-to-all that regroups a row-major matrix in Cp.size() column
+/// blocks: Src [RowsIn, C x WidthIn] sends its column block J to rank J,
+/// which lays what rank R sent as column block R of Dst [RowsOut, C x
+/// WidthOut] (RowsIn x WidthIn = RowsOut x WidthOut).
+template <typename T>
+void exchangeColumnBlocks(DeviceCommunicator &Cp, const T *Src, int64_t RowsIn, int64_t WidthIn, T *Dst,
+                          int64_t RowsOut, int64_t WidthOut, cudaStream_t Stream) {
+  const int64_t C = Cp.size(), Chunk = RowsIn * WidthIn;
+  if (Chunk != RowsOut * WidthOut)
+    throw std::logic_error("an all-to-all's blocks do not match");
+  if (Chunk == 0)
+    return;
+  DeviceBuffer<T> Send(size_t(C * Chunk)), Recv(size_t(C * Chunk));
+  for (int64_t J = 0; J < C; ++J)
+    MOERT_CUDA_CHECK(cudaMemcpy2DAsync(Send.data() + J * Chunk, size_t(WidthIn) * sizeof(T), Src + J * WidthIn,
+                                       size_t(C * WidthIn) * sizeof(T), size_t(WidthIn) * sizeof(T), size_t(RowsIn),
+                                       cudaMemcpyDeviceToDevice, Stream));
+  Cp.allToAll(Send.data(), Recv.data(), size_t(Chunk), dtypeOf<T>());
+  for (int64_t J = 0; J < C; ++J)
+    MOERT_CUDA_CHECK(cudaMemcpy2DAsync(Dst + J * WidthOut, size_t(C * WidthOut) * sizeof(T), Recv.data() + J * Chunk,
+                                       size_t(WidthOut) * sizeof(T), size_t(WidthOut) * sizeof(T), size_t(RowsOut),
+                                       cudaMemcpyDeviceToDevice, Stream));
+  // The buffers are freed on return: finish the copies that read them.
+  MOERT_CUDA_CHECK(cudaStreamSynchronize(Stream));
+}
+
+/// One rank's view of the all-to-all exchange: the head shards' shape (the
+/// whole sequence, every rank's positions in rank order) and the moves.
+struct HeadShards {
+  DeviceCommunicator &Cp;
+  Ring R;
+  DeviceAttentionShape Local, Sharded;
+  int64_t C, T;
+  cudaStream_t Stream;
+
+  HeadShards(DeviceCommunicator &Cp, const AttentionDims &Dims, cudaStream_t Stream)
+      : Cp(Cp), R(Cp, Dims), Local(R.Shape), Sharded(R.Shape), C(Cp.size()), T(R.Shape.QTokens), Stream(Stream) {
+    if (Dims.QHeads % C != 0 || Dims.KvHeads % C != 0)
+      throw std::invalid_argument("all-to-all attention: the query and key-value heads must divide by cp");
+    Sharded.QTokens = Sharded.KTokens = C * T;
+    Sharded.QHeads /= C;
+    Sharded.KvHeads /= C;
+    Cp.setComputeStream(Stream);
+  }
+  int64_t count(int64_t Heads) const { return Local.Batch * T * Heads * Local.HeadDim; }
+  /// [Batch, T, Heads, HeadDim] sequence shard <-> [Batch, C x T, Heads / C,
+  /// HeadDim] head shard.
+  template <typename E> DeviceBuffer<E> toHeads(const E *X, int64_t Heads) {
+    DeviceBuffer<E> Xs(size_t(count(Heads)));
+    const int64_t Row = Heads / C * Local.HeadDim;
+    exchangeColumnBlocks(Cp, X, Local.Batch * T, Row, Xs.data(), Local.Batch, T * Row, Stream);
+    return Xs;
+  }
+  template <typename E> void toSequence(const E *Xs, int64_t Heads, E *X) {
+    const int64_t Row = Heads / C * Local.HeadDim;
+    exchangeColumnBlocks(Cp, Xs, Local.Batch, T * Row, X, Local.Batch * T, Row, Stream);
+  }
+  /// Per (batch, head, token) [Batch, QHeads, T] <-> [Batch, QHeads / C, C x T].
+  DeviceBuffer<float> statsToHeads(const float *X) {
+    DeviceBuffer<float> Xs(size_t(Local.Batch * Local.QHeads * T));
+    exchangeColumnBlocks(Cp, X, Local.Batch, Sharded.QHeads * T, Xs.data(), Local.Batch * Sharded.QHeads, T, Stream);
+    return Xs;
+  }
+  void statsToSequence(const float *Xs, float *X) {
+    exchangeColumnBlocks(Cp, Xs, Local.Batch * Sharded.QHeads, T, X, Local.Batch, Sharded.QHeads * T, Stream);
+  }
+  const int32_t *positions() const { return R.Positions.data(); }
+};
+} // namespace
+
+void headShardedAttentionForward(DeviceCommunicator &Cp, const AttentionDims &Dims, const bf16 *Q, const bf16 *K,
+                                 const bf16 *V, float *Out, float *Lse, cudaStream_t Stream) {
+  HeadShards H(Cp, Dims, Stream);
+  DeviceBuffer<bf16> Qs = H.toHeads(Q, Dims.QHeads), Ks = H.toHeads(K, Dims.KvHeads), Vs = H.toHeads(V, Dims.KvHeads);
+  DeviceBuffer<float> Os(size_t(H.count(Dims.QHeads))), Ls(size_t(Dims.Batch * Dims.QHeads * H.T));
+  attentionInit(H.Sharded, Os.data(), Ls.data(), Stream);
+  attentionForwardBlock(H.Sharded, Qs.data(), H.positions(), Ks.data(), Vs.data(), H.positions(), Os.data(), Ls.data(),
+                        Stream);
+  H.toSequence(Os.data(), Dims.QHeads, Out);
+  H.statsToSequence(Ls.data(), Lse);
+}
+
+void headShardedAttentionBackward(DeviceCommunicator &Cp, const AttentionDims &Dims, const bf16 *Q, const bf16 *K,
+                                  const bf16 *V, const float *Out, const float *Lse, const bf16 *DOut, float *DQ,
+                                  float *DK, float *DV, cudaStream_t Stream) {
+  HeadShards H(Cp, Dims, Stream);
+  // Delta per (batch, head, token) where the output is, then with Lse to
+  // the head shards.
+  DeviceBuffer<float> Delta(size_t(Dims.Batch * Dims.QHeads * H.T));
+  attentionDelta(H.Local, DOut, Out, Delta.data(), Stream);
+  DeviceBuffer<float> Deltas = H.statsToHeads(Delta.data()), Ls = H.statsToHeads(Lse);
+  DeviceBuffer<bf16> Qs = H.toHeads(Q, Dims.QHeads), Ks = H.toHeads(K, Dims.KvHeads), Vs = H.toHeads(V, Dims.KvHeads),
+                     DOs = H.toHeads(DOut, Dims.QHeads);
+  DeviceBuffer<float> DQs(Qs.size()), DKs(Ks.size()), DVs(Vs.size());
+  for (DeviceBuffer<float> *G : {&DQs, &DKs, &DVs})
+    MOERT_CUDA_CHECK(cudaMemsetAsync(G->data(), 0, G->bytes(), Stream));
+  attentionBackwardBlock(H.Sharded, Qs.data(), H.positions(), Ks.data(), Vs.data(), H.positions(), Ls.data(),
+                         Deltas.data(), DOs.data(), DQs.data(), DKs.data(), DVs.data(), Stream);
+  H.toSequence(DQs.data(), Dims.QHeads, DQ);
+  H.toSequence(DKs.data(), Dims.KvHeads, DK);
+  H.toSequence(DVs.data(), Dims.KvHeads, DV);
 }
 
 } // namespace moert::cuda

@@ -40,6 +40,18 @@ void gatheredAttentionBackward(DeviceCommunicator &Cp, const AttentionDims &Dims
                                const bf16 *V, const float *Out, const float *Lse, const bf16 *DOut, float *DQ,
                                float *DK, float *DV, cudaStream_t Stream);
 
+/// The same attention with the all-to-all exchange (CpExchange::AllToAll,
+/// Ulysses): all-to-alls turn the sequence shards of Q, K and V into head
+/// shards (QHeads / CP and KvHeads / CP heads of the whole sequence, the
+/// ranks' tokens in rank order), one block attends over the whole sequence
+/// by the tokens' positions, and the outputs (gradients) go back the same
+/// way. Both head counts must divide by CP.
+void headShardedAttentionForward(DeviceCommunicator &Cp, const AttentionDims &Dims, const bf16 *Q, const bf16 *K,
+                                 const bf16 *V, float *Out, float *Lse, cudaStream_t Stream);
+void headShardedAttentionBackward(DeviceCommunicator &Cp, const AttentionDims &Dims, const bf16 *Q, const bf16 *K,
+                                  const bf16 *V, const float *Out, const float *Lse, const bf16 *DOut, float *DQ,
+                                  float *DK, float *DV, cudaStream_t Stream);
+
 } // namespace moert::cuda
 
 #endif

@@ -109,7 +109,9 @@ void readOnHost(const Communicator &Cp, const BlockShape &Shape, const float *Q,
 CpAttentionArgs cpArgs(const Communicator &Cp, const AttentionDims &Dims, CpExchange Exchange) {
   CpAttentionArgs A;
   A.Device = Cp.device();
-  A.AllGather = Exchange == CpExchange::AllGather;
+  A.Kind = Exchange == CpExchange::AllGather  ? CpAttentionArgs::AllGather
+           : Exchange == CpExchange::AllToAll ? CpAttentionArgs::AllToAll
+                                              : CpAttentionArgs::Ring;
   A.Batch = Dims.Batch;
   A.SeqLen = Dims.SeqLen;
   A.QHeads = Dims.QHeads;
@@ -122,8 +124,7 @@ CpAttentionArgs cpArgs(const Communicator &Cp, const AttentionDims &Dims, CpExch
 /// Whether the whole of attention, its exchange included, is the current
 /// backend's operation (ComputeBackend::cpAttentionForward).
 bool backendAttends(const Communicator &Cp, const AttentionDims &Dims, CpExchange Exchange) {
-  return Cp.size() > 1 && Cp.device() && Exchange != CpExchange::AllToAll &&
-         currentBackend().takesCpAttention(cpArgs(Cp, Dims, Exchange));
+  return Cp.size() > 1 && Cp.device() && currentBackend().takesCpAttention(cpArgs(Cp, Dims, Exchange));
 }
 
 } // namespace

@@ -77,7 +77,7 @@ enum class CpExchange {
 };
 
 /// Where the cp group has a device counterpart (Communicator::device()),
-/// the ring or the all-gather runs on the current backend over it where the
+/// attention and its exchange run on the current backend over it where the
 /// backend takes the shape (ComputeBackend::takesCpAttention), its blocks
 /// never in host memory; else the all-gather still gathers and
 /// reduce-scatters between the backend's arrays.
@@ -90,8 +90,8 @@ void contextParallelAttentionBackward(Communicator &Cp, const AttentionDims &Dim
                                       float *DK, float *DV, CpExchange Exchange = CpExchange::Ring);
 
 /// Whether these calls exchange over the cp group's device counterpart,
-/// reading and writing the tensors only through the current backend: the
-/// ring where the backend takes its shape, or the all-gather (its gathers
+/// reading and writing the tensors only through the current backend: any
+/// exchange where the backend takes its shape, or the all-gather (its gathers
 /// and reduce-scatters between the backend's arrays). Attention's
 /// gradients may then be held on it (HeldArray::Wide) as on a group of one.
 bool exchangeOnBackend(const Communicator &Cp, const AttentionDims &Dims, CpExchange Exchange);

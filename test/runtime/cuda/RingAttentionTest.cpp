@@ -65,7 +65,8 @@ TEST(CudaBackendCpAttention, RunsWhereTheBackendIsOverTheDeviceGroup) {
   test::EveryRankGroup Group("cp");
   Communicator *Cp = Group.Host.get();
   DeviceCommunicator *DevCp = Group.Device.get();
-  const int64_t B = 2, Seq = 16 * 2 * W.size(), QH = 4, KvH = 2, Hd = 32;
+  // Heads that divide by every group's size here, for the all-to-all.
+  const int64_t B = 2, Seq = 16 * 2 * W.size(), QH = 8, KvH = 4, Hd = 32;
   AttentionDims D{B, Seq, QH, KvH, Hd};
   const int64_t Local = Seq / W.size();
   const size_t QN = size_t(B * Local * QH * Hd), KN = size_t(B * Local * KvH * Hd), LseN = size_t(B * QH * Local);
@@ -87,24 +88,28 @@ TEST(CudaBackendCpAttention, RunsWhereTheBackendIsOverTheDeviceGroup) {
   std::unique_ptr<ComputeBackend> Backend = createCudaBackend(Device);
   BackendScope OnCuda(*Backend);
   const bool Ringed = W.size() > 1;
-  // Only a group with peers, with a counterpart over device buffers,
-  // exchanging by the ring (where the backend has a kernel for the heads)
-  // or by all-gather.
+  // Only a group with peers, with a counterpart over device buffers, where
+  // the backend has a kernel for the heads (for the all-to-all, for each
+  // rank's share of them); the all-gather exchanges there in any case.
   EXPECT_FALSE(exchangeOnBackend(*Cp, D, CpExchange::Ring));
   Cp->setDevice(Cp); // a host group is no device group
   EXPECT_FALSE(exchangeOnBackend(*Cp, D, CpExchange::Ring));
   Cp->setDevice(DevCp);
   EXPECT_EQ(exchangeOnBackend(*Cp, D, CpExchange::Ring), Ringed);
   EXPECT_EQ(exchangeOnBackend(*Cp, D, CpExchange::AllGather), Ringed);
-  EXPECT_FALSE(exchangeOnBackend(*Cp, D, CpExchange::AllToAll));
+  EXPECT_EQ(exchangeOnBackend(*Cp, D, CpExchange::AllToAll), Ringed);
   AttentionDims Narrow = D;
   Narrow.HeadDim = 16; // no kernel for heads of 16 columns
   EXPECT_FALSE(exchangeOnBackend(*Cp, Narrow, CpExchange::Ring));
+  EXPECT_FALSE(exchangeOnBackend(*Cp, Narrow, CpExchange::AllToAll));
 
-  // The ring, and the all-gather, whose blocks meet in the ring's order.
-  for (CpExchange Exchange : {CpExchange::Ring, CpExchange::AllGather}) {
-    const std::string Where =
-        std::string(Exchange == CpExchange::Ring ? "ring" : "all-gather") + ", rank " + std::to_string(W.rank());
+  // The ring; the all-gather, whose blocks meet in the ring's order; the
+  // all-to-all, whose head shards attend over the whole sequence at once.
+  for (CpExchange Exchange : {CpExchange::Ring, CpExchange::AllGather, CpExchange::AllToAll}) {
+    const std::string Where = std::string(Exchange == CpExchange::Ring        ? "ring"
+                                          : Exchange == CpExchange::AllGather ? "all-gather"
+                                                                              : "all-to-all") +
+                              ", rank " + std::to_string(W.rank());
     const int64_t Up = attentionBytes(*Backend, true), Down = attentionBytes(*Backend, false);
     std::vector<float> GOut(QN), GLse(LseN), GDQ(QN), GDK(KN), GDV(KN);
     contextParallelAttentionForward(*Cp, D, Q.data(), K.data(), V.data(), GOut.data(), GLse.data(), Exchange);

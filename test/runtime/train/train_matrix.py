@@ -149,6 +149,7 @@ LAYOUTS = [
     ("hd32_cp2_ep2_pp2", 4, "cp = 2; ep = 2; pp = 2", None),
     ("hd32_dp2_cp2_ep4_pp2_vpp2", 8, "cp = 2; ep = 4; pp = 2; vpp = 2", None),
     ("hd32_cp2_allgather_ep2", 4, "cp = 2; ep = 2; cp_comm = allgather", None),
+    ("hd32_cp2_a2a_ep2", 4, "cp = 2; ep = 2; cp_comm = a2a", None),
 ]
 # tiny_moe with the sigmoid router and aux-loss-free balancing; a bias update rate of
 # Megatron's 1e-3 changes routing within 3 steps of this tiny model.
