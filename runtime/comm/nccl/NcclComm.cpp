@@ -7,8 +7,10 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <sstream>
 #include <stdexcept>
+#include <vector>
 
 namespace moert {
 
@@ -45,24 +47,31 @@ const void *at(const void *Base, size_t Offset, DType T) {
 }
 void *at(void *Base, size_t Offset, DType T) { return static_cast<char *>(Base) + Offset * dtypeSize(T); }
 
-/// Completes when the event recorded after the transfer fires; wait() orders
-/// the compute stream after it.
-class NcclRequest : public Request {
-public:
-  NcclRequest(cudaEvent_t Done, cudaStream_t Waiter) : Done(Done), Waiter(Waiter) {}
-  ~NcclRequest() override {
+/// The point-to-point operations posted since the last launch, launched
+/// together as one NCCL group (so that they progress concurrently, as NCCL
+/// requires of operations that wait on each other) at the first wait() of
+/// any of them; Done fires when the group has completed.
+struct P2pBatch {
+  cudaEvent_t Done = nullptr;
+  bool Launched = false;
+  ~P2pBatch() {
     if (Done)
       cudaEventDestroy(Done);
   }
-  void wait() override {
-    if (!Done)
-      return;
-    MOERT_CUDA_CHECK(cudaStreamWaitEvent(Waiter, Done, 0));
-  }
+};
+
+class NcclCommunicator;
+
+/// A posted send or receive: wait() launches its batch if it is still
+/// waiting and orders the compute stream after the batch (no host sync).
+class P2pRequest : public Request {
+public:
+  P2pRequest(NcclCommunicator &Comm, std::shared_ptr<P2pBatch> Batch) : Comm(Comm), Batch(std::move(Batch)) {}
+  void wait() override;
 
 private:
-  cudaEvent_t Done;
-  cudaStream_t Waiter;
+  NcclCommunicator &Comm;
+  std::shared_ptr<P2pBatch> Batch;
 };
 
 class NcclCommunicator : public DeviceCommunicator {
@@ -77,16 +86,22 @@ public:
     // Blocking streams: a plain cudaMemcpy on the legacy stream orders after
     // them, so host code reading a result needs no explicit sync.
     MOERT_CUDA_CHECK(cudaStreamCreate(&CollStream));
-    MOERT_CUDA_CHECK(cudaStreamCreate(&SendStream));
-    MOERT_CUDA_CHECK(cudaStreamCreate(&RecvStream));
+    MOERT_CUDA_CHECK(cudaStreamCreate(&P2pStream));
     MOERT_CUDA_CHECK(cudaEventCreateWithFlags(&Ready, cudaEventDisableTiming));
     MOERT_CUDA_CHECK(cudaEventCreateWithFlags(&Finished, cudaEventDisableTiming));
   }
 
   ~NcclCommunicator() override {
     cudaSetDevice(Device);
-    // Destructors must not throw: finish outstanding work, then free.
-    for (cudaStream_t S : {CollStream, SendStream, RecvStream})
+    // Destructors must not throw: launch and finish outstanding work, then
+    // free.
+    try {
+      launchP2p();
+    } catch (...) {
+    }
+    for (const Posted &P : Deferred)
+      cudaEventDestroy(P.Ready);
+    for (cudaStream_t S : {CollStream, P2pStream})
       if (S) {
         cudaStreamSynchronize(S);
         cudaStreamDestroy(S);
@@ -105,9 +120,34 @@ public:
 
   void setComputeStream(cudaStream_t S) override { Compute = S; }
   void synchronize() override {
-    for (cudaStream_t S : {CollStream, SendStream, RecvStream})
+    launchP2p();
+    for (cudaStream_t S : {CollStream, P2pStream})
       MOERT_CUDA_CHECK(cudaStreamSynchronize(S));
   }
+
+  /// Launches the posted point-to-point operations as one group.
+  void launchP2p() {
+    if (Deferred.empty())
+      return;
+    MOERT_CUDA_CHECK(cudaSetDevice(Device));
+    for (const Posted &P : Deferred)
+      MOERT_CUDA_CHECK(cudaStreamWaitEvent(P2pStream, P.Ready, 0));
+    MOERT_NCCL_CHECK(ncclGroupStart());
+    for (const Posted &P : Deferred)
+      if (P.Send)
+        MOERT_NCCL_CHECK(ncclSend(P.Data, P.Count, ncclType(P.Type), P.Peer, Comm, P2pStream));
+      else
+        MOERT_NCCL_CHECK(ncclRecv(P.Data, P.Count, ncclType(P.Type), P.Peer, Comm, P2pStream));
+    MOERT_NCCL_CHECK(ncclGroupEnd());
+    MOERT_CUDA_CHECK(cudaEventCreateWithFlags(&Batch->Done, cudaEventDisableTiming));
+    MOERT_CUDA_CHECK(cudaEventRecord(Batch->Done, P2pStream));
+    Batch->Launched = true;
+    for (const Posted &P : Deferred)
+      MOERT_CUDA_CHECK(cudaEventDestroy(P.Ready));
+    Deferred.clear();
+    Batch = std::make_shared<P2pBatch>();
+  }
+  cudaStream_t computeStream() const { return Compute; }
 
   void broadcast(void *Bytes, size_t Size, int Root) override {
     begin(CollStream);
@@ -195,16 +235,12 @@ protected:
     doSendRecv(nullptr, 0, -1, Data, Count, Source, T);
   }
 
-  std::unique_ptr<Request> doIsend(const void *Data, size_t Count, int Dest, int Tag, DType T) override {
-    begin(SendStream);
-    MOERT_NCCL_CHECK(ncclSend(Data, Count, ncclType(T), Dest, Comm, SendStream));
-    return request(SendStream);
+  std::unique_ptr<Request> doIsend(const void *Data, size_t Count, int Dest, int, DType T) override {
+    return post(true, const_cast<void *>(Data), Count, Dest, T);
   }
 
-  std::unique_ptr<Request> doIrecv(void *Data, size_t Count, int Source, int Tag, DType T) override {
-    begin(RecvStream);
-    MOERT_NCCL_CHECK(ncclRecv(Data, Count, ncclType(T), Source, Comm, RecvStream));
-    return request(RecvStream);
+  std::unique_ptr<Request> doIrecv(void *Data, size_t Count, int Source, int, DType T) override {
+    return post(false, Data, Count, Source, T);
   }
 
 private:
@@ -212,8 +248,22 @@ private:
     if (N != size_t(size()))
       throw std::invalid_argument(std::string(What) + ": one per peer needed");
   }
-  /// NCCL work on Stream starts after what the compute stream holds.
+  /// A send or receive, launched with the others posted before the first
+  /// wait() of any of them (launchP2p); it starts after what the compute
+  /// stream holds now.
+  std::unique_ptr<Request> post(bool Send, void *Data, size_t Count, int Peer, DType T) {
+    MOERT_CUDA_CHECK(cudaSetDevice(Device));
+    Posted P{Send, Data, Count, Peer, T, nullptr};
+    MOERT_CUDA_CHECK(cudaEventCreateWithFlags(&P.Ready, cudaEventDisableTiming));
+    MOERT_CUDA_CHECK(cudaEventRecord(P.Ready, Compute));
+    Deferred.push_back(P);
+    return std::make_unique<P2pRequest>(*this, Batch);
+  }
+  /// NCCL work on Stream starts after what the compute stream holds (and
+  /// after the point-to-point operations posted so far, so that every
+  /// operation reaches NCCL in the order it was issued).
   void begin(cudaStream_t Stream) {
+    launchP2p();
     MOERT_CUDA_CHECK(cudaSetDevice(Device));
     MOERT_CUDA_CHECK(cudaEventRecord(Ready, Compute));
     MOERT_CUDA_CHECK(cudaStreamWaitEvent(Stream, Ready, 0));
@@ -223,20 +273,36 @@ private:
     MOERT_CUDA_CHECK(cudaEventRecord(Finished, Stream));
     MOERT_CUDA_CHECK(cudaStreamWaitEvent(Compute, Finished, 0));
   }
-  std::unique_ptr<Request> request(cudaStream_t Stream) {
-    cudaEvent_t Done;
-    MOERT_CUDA_CHECK(cudaEventCreateWithFlags(&Done, cudaEventDisableTiming));
-    MOERT_CUDA_CHECK(cudaEventRecord(Done, Stream));
-    return std::make_unique<NcclRequest>(Done, Compute);
-  }
+
+  /// A send or receive not launched yet; Ready marks the compute stream
+  /// when it was posted.
+  struct Posted {
+    bool Send;
+    void *Data;
+    size_t Count;
+    int Peer;
+    DType Type;
+    cudaEvent_t Ready;
+  };
 
   std::unique_ptr<Communicator> Mpi;
   int Device;
   ncclComm_t Comm = nullptr;
   cudaStream_t Compute = nullptr; // the legacy default stream
-  cudaStream_t CollStream = nullptr, SendStream = nullptr, RecvStream = nullptr;
+  cudaStream_t CollStream = nullptr, P2pStream = nullptr;
   cudaEvent_t Ready = nullptr, Finished = nullptr;
+  std::vector<Posted> Deferred;
+  std::shared_ptr<P2pBatch> Batch = std::make_shared<P2pBatch>();
 };
+
+void P2pRequest::wait() {
+  if (!Batch)
+    return;
+  if (!Batch->Launched)
+    Comm.launchP2p();
+  MOERT_CUDA_CHECK(cudaStreamWaitEvent(Comm.computeStream(), Batch->Done, 0));
+  Batch.reset();
+}
 
 class NcclWorld : public CommWorld {
 public:

@@ -6,24 +6,32 @@
 // these communicators is a DEVICE pointer on the communicator's GPU.
 //
 // Streams and ordering. Each communicator owns a stream for collectives and
-// one each for point-to-point sends and receives (separate so that a pipeline
-// rank's send to its successor cannot hold up its receive from its
-// predecessor). A call is stream-ordered against the caller's compute stream
-// (setComputeStream, default: the legacy default stream): the NCCL work waits
-// for everything already queued on the compute stream, and everything queued
-// on the compute stream afterwards waits for the NCCL work. That is what the
-// Communicator interface's "blocking" means on this backend; the host does
-// not wait (call synchronize() for that, or use a blocking cudaMemcpy, which
-// orders after these streams since they are created blocking).
+// one for point-to-point transfers. A call is stream-ordered against the
+// caller's compute stream (setComputeStream, default: the legacy default
+// stream): the NCCL work waits for everything already queued on the compute
+// stream, and everything queued on the compute stream afterwards waits for
+// the NCCL work. That is what the Communicator interface's "blocking" means on
+// this backend; the host does not wait (call synchronize() for that, or use a
+// blocking cudaMemcpy, which orders after these streams since they are
+// created blocking).
 //
 // Overlap: isend/irecv return at once; their Request's wait() makes the
-// compute stream wait on the transfer's event (stream order, no host sync),
-// so the caller can queue compute between posting and waiting: CP ring
-// exchanges overlap attention, EP all-to-alls overlap expert GEMMs. NCCL has
-// no tags: messages between one pair of ranks match in posting order, which
-// the pipeline executor and the CP ring keep the same on both sides. A rank
-// must not isend/irecv to itself (the two would sit on different streams
-// outside one NCCL group); sendRecv to itself is fine (one group).
+// compute stream wait on the transfer (stream order, no host sync), so the
+// caller can queue compute between posting and waiting: CP ring exchanges
+// overlap attention, a pipeline stage's send overlaps its next op. NCCL
+// requires sends and receives that wait on each other to be launched in one
+// group (ncclSend: "if multiple ncclSend() and ncclRecv() operations need to
+// progress concurrently to complete, they must be fused within a
+// ncclGroupStart()/ncclGroupEnd() section"), and a pipeline rank's pending
+// send to its successor and its receive from it, or a ring step's send and
+// receive, do. So isend/irecv only post: the operations posted since the
+// last launch are launched as one group at the first wait() of any of them
+// (or before any other operation on the communicator), each after the
+// compute stream's work at its posting. Sends posted before a receive that
+// is waited on thus progress with it, as an MPI isend does while its rank
+// waits. NCCL has no tags: messages between one pair of ranks match in
+// posting order, which the pipeline executor and the CP ring keep the same
+// on both sides. A rank must not isend/irecv to itself.
 //
 // Collectives: allReduceSum / reduceScatterSum / allGather are NCCL's;
 // allToAllV and allToAll are grouped ncclSend/ncclRecv (ncclGroupStart/End);

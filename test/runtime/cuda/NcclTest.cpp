@@ -114,6 +114,18 @@ TEST_F(Nccl, RingSendRecvNonBlockingPairsAndBroadcast) {
     EXPECT_EQ(Got2.download(), std::vector<float>(N, float(Prev)));
   }
 
+  // A pipeline's steady state: each rank sends to its peer before it
+  // receives from it (rank 0 forward, rank 1 backward), and waits on the
+  // receive first; the posted sends and receives launch as one group.
+  if (Size > 1) {
+    DeviceBuffer<float> Got3(N);
+    auto S = Comm->isend(Mine.data(), N, Next, 8);
+    auto R = Comm->irecv(Got3.data(), N, Prev, 8);
+    R->wait();
+    S->wait();
+    EXPECT_EQ(Got3.download(), std::vector<float>(N, float(Prev)));
+  }
+
   std::vector<char> Bytes(100, char(Rank));
   auto DB = up(Bytes);
   Comm->broadcast(DB.data(), Bytes.size(), Size - 1);
