@@ -228,6 +228,12 @@ struct PermuteArgs {
   const float *Weights = nullptr;
 
   int64_t copies() const { return Tokens * TopK; }
+
+  /// A permutation of whole rows (one copy a row): row j of the result is
+  /// row From[j] of the rows; To is its inverse.
+  static PermuteArgs ofRows(const std::vector<int64_t> &From, const std::vector<int64_t> &To, int64_t Hidden) {
+    return {int64_t(From.size()), 1, Hidden, From.data(), To.data(), nullptr};
+  }
 };
 
 /// One AdamW update of Count consecutive elements (parallel/dp/AdamW.h),

@@ -68,11 +68,6 @@ void addGradients(MlpArgs &A, const MoeWeights &W) {
 } // namespace
 
 namespace {
-/// Row j of the result is row From[j] of the rows (a permuteRows of one
-/// copy a row); To is its inverse.
-PermuteArgs reorder(const std::vector<int64_t> &From, const std::vector<int64_t> &To, int64_t Hidden) {
-  return {int64_t(From.size()), 1, Hidden, From.data(), To.data(), nullptr};
-}
 /// Held while the block runs: the backend's alone, or wide (fp32, for sums).
 HeldArray temporary(Tensor &T) { return {T.data(), T.numel(), HeldArray::BackendOnly}; }
 HeldArray temporarySum(Tensor &T) { return HeldArray::wide(T.data(), T.numel()); }
@@ -132,7 +127,7 @@ void MoeBlock::gatherExpertRows(const Tensor &Mine, const EtpLayout &Y, Tensor &
     Offset += size_t(Rows * H);
   }
   Backend.allToAllV(Mine.data(), SendCounts, SendOffsets, RankMajor.data(), RecvCounts, RecvOffsets, Etp);
-  Backend.permuteRows(reorder(Y.RankMajorRow, Y.ExpertMajorRow, H), RankMajor.data(), All.data());
+  Backend.permuteRows(PermuteArgs::ofRows(Y.RankMajorRow, Y.ExpertMajorRow, H), RankMajor.data(), All.data());
 }
 
 void MoeBlock::reduceExpertRows(const Tensor &Partial, const EtpLayout &Y, Tensor &Mine) {
@@ -142,7 +137,7 @@ void MoeBlock::reduceExpertRows(const Tensor &Partial, const EtpLayout &Y, Tenso
   // order in fp32 (Megatron's reduce-scatter over the group).
   Tensor RankMajor({int64_t(Y.RankMajorRow.size()), H}), Partials({Ranks * Y.Mine, H});
   HeldArrays Hold(Backend, {temporary(RankMajor), temporarySum(Partials)});
-  Backend.permuteRows(reorder(Y.ExpertMajorRow, Y.RankMajorRow, H), Partial.data(), RankMajor.data());
+  Backend.permuteRows(PermuteArgs::ofRows(Y.ExpertMajorRow, Y.RankMajorRow, H), Partial.data(), RankMajor.data());
   std::vector<size_t> SendCounts, SendOffsets, RecvCounts(static_cast<size_t>(Ranks), static_cast<size_t>(Count)),
       RecvOffsets;
   size_t Offset = 0;

@@ -145,11 +145,6 @@ Tensor TokenDispatcher::toSendOrder(const Tensor &Rows, const DispatchState &S) 
 }
 
 namespace {
-/// Row j of the result is row From[j] of the rows (a permuteRows of one
-/// copy a token); To is its inverse.
-PermuteArgs reorder(const std::vector<int64_t> &From, const std::vector<int64_t> &To, int64_t Hidden) {
-  return {int64_t(From.size()), 1, Hidden, From.data(), To.data(), nullptr};
-}
 /// Out in Shape, its storage kept where the caller shaped it (and may hold it).
 void shape(Tensor &Out, const std::vector<int64_t> &Shape) {
   if (Out.shape() != Shape)
@@ -163,7 +158,8 @@ void TokenDispatcher::toExperts(const Tensor &SendRows, const DispatchState &S, 
   HeldArrays OnlyTheBackendReads(Backend, {{Recv.data(), Recv.numel(), HeldArray::BackendOnly}});
   Backend.allToAllV(SendRows.data(), S.SendCounts, S.SendOffsets, Recv.data(), S.RecvCounts, S.RecvOffsets, Ep);
   shape(ExpertRows, Recv.shape());
-  Backend.permuteRows(reorder(S.RecvExpertOrder, S.ExpertRowOfRecv, Hidden), Recv.data(), ExpertRows.data());
+  Backend.permuteRows(PermuteArgs::ofRows(S.RecvExpertOrder, S.ExpertRowOfRecv, Hidden), Recv.data(),
+                      ExpertRows.data());
 }
 
 void TokenDispatcher::toSenders(const Tensor &ExpertRows, const DispatchState &S, Tensor &SendRows) {
@@ -172,7 +168,8 @@ void TokenDispatcher::toSenders(const Tensor &ExpertRows, const DispatchState &S
     fail(Ep, "expert rows do not match the dispatch");
   Tensor Back(ExpertRows.shape());
   HeldArrays OnlyTheBackendReads(Backend, {{Back.data(), Back.numel(), HeldArray::BackendOnly}});
-  Backend.permuteRows(reorder(S.ExpertRowOfRecv, S.RecvExpertOrder, Hidden), ExpertRows.data(), Back.data());
+  Backend.permuteRows(PermuteArgs::ofRows(S.ExpertRowOfRecv, S.RecvExpertOrder, Hidden), ExpertRows.data(),
+                      Back.data());
   shape(SendRows, {S.Tokens * S.TopK, Hidden});
   Backend.allToAllV(Back.data(), S.RecvCounts, S.RecvOffsets, SendRows.data(), S.SendCounts, S.SendOffsets, Ep);
 }
