@@ -71,17 +71,16 @@ struct AttentionBlockArgs {
 /// Context-parallel attention (the semantics of
 /// parallel/cp/ContextParallelAttention.h) run where the backend computes,
 /// its exchanges over Device, the cp group's counterpart over the backend's
-/// buffers (comm/nccl), never through host memory: the ring
-/// (parallel/cp/Ring.h; K/V blocks and, backward, their gradients travel
-/// around it), or with AllGather every rank's K and V gathered once and
-/// their gradients reduce-scattered (cp_comm = allgather). Q, K, V, Out and
+/// buffers (comm/nccl), never through host memory, by the exchange Kind
+/// names. Q, K, V, Out and
 /// DOut are this rank's [Batch, SeqLen / cp, heads, HeadDim], Lse [Batch,
 /// QHeads, SeqLen / cp]; the outputs are overwritten.
 struct CpAttentionArgs {
   Communicator *Device = nullptr;
   /// How the blocks travel (parallel/cp/ContextParallelAttention.h's
-  /// CpExchange): around the ring, gathered, or by all-to-alls to head
-  /// shards.
+  /// CpExchange): around the ring (parallel/cp/Ring.h: K/V blocks and,
+  /// backward, their gradients), gathered once (their gradients
+  /// reduce-scattered), or by all-to-alls to head shards.
   enum Exchange { Ring, AllGather, AllToAll } Kind = Ring;
   int64_t Batch = 1, SeqLen = 0, QHeads = 0, KvHeads = 0, HeadDim = 0, VHeadDim = 0;
   const float *Q = nullptr, *K = nullptr, *V = nullptr;

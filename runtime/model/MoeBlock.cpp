@@ -65,9 +65,7 @@ void addGradients(MlpArgs &A, const MoeWeights &W) {
     A.DDown.push_back(W.Down[L]->Grad.data());
   }
 }
-} // namespace
 
-namespace {
 /// Held while the block runs: the backend's alone, or wide (fp32, for sums).
 HeldArray temporary(Tensor &T) { return {T.data(), T.numel(), HeldArray::BackendOnly}; }
 HeldArray temporarySum(Tensor &T) { return HeldArray::wide(T.data(), T.numel()); }
@@ -133,8 +131,11 @@ void MoeBlock::gatherExpertRows(const Tensor &Mine, const EtpLayout &Y, Tensor &
 void MoeBlock::reduceExpertRows(const Tensor &Partial, const EtpLayout &Y, Tensor &Mine) {
   ComputeBackend &Backend = currentBackend();
   const int64_t H = Config.Hidden, Ranks = Etp.size(), Count = Y.Mine * H;
-  // Each rank's rows of every rank's partial sums to it, summed in rank
-  // order in fp32 (Megatron's reduce-scatter over the group).
+  // Each rank's rows of every rank's partial sums to it (in the operands'
+  // precision, as the rows travel), summed in rank order in fp32. Megatron
+  // reduce-scatters them in the routing probabilities' dtype, which is the
+  // activations' unless moe_router_dtype asks for fp32 (megatron-core
+  // 0.16.1 transformer/moe/token_dispatcher.py:779, router.py:95).
   Tensor RankMajor({int64_t(Y.RankMajorRow.size()), H}), Partials({Ranks * Y.Mine, H});
   HeldArrays Hold(Backend, {temporary(RankMajor), temporarySum(Partials)});
   Backend.permuteRows(PermuteArgs::ofRows(Y.ExpertMajorRow, Y.RankMajorRow, H), Partial.data(), RankMajor.data());

@@ -799,7 +799,8 @@ public:
 
   // Activations cross the group in fp32 whatever each member holds (a
   // collective's members must agree on its type): a wide array's own
-  // values, a held copy widened on the device, else the host's.
+  // values, a held copy widened on the device, else the host's; a gather
+  // that products alone read crosses in bf16, which every member has.
   void gatherActivations(const float *In, float *Out, int64_t PerRank, Communicator &Group, ReadBy Readers) override {
     if (Readers == ReadBy::Products && Group.device()) {
       // The products read the bf16 of every element: moved in bf16, the

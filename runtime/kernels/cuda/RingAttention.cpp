@@ -3,6 +3,7 @@
 
 #include "parallel/cp/Ring.h"
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <stdexcept>
@@ -80,6 +81,16 @@ struct DeviceBlock {
   const bf16 *blockV() const { return Cur.data() + R.KvCount; }
 };
 
+/// A backward over this rank's queries starts so: DQ zeroed (every block
+/// adds to it) and Delta = rowsum(dO * O) per (batch, head, token).
+DeviceBuffer<float> startBackward(const Ring &R, const bf16 *DOut, const float *Out, float *DQ, cudaStream_t Stream) {
+  const DeviceAttentionShape &S = R.Shape;
+  MOERT_CUDA_CHECK(cudaMemsetAsync(DQ, 0, size_t(S.Batch * S.QTokens * S.QHeads * S.HeadDim) * sizeof(float), Stream));
+  DeviceBuffer<float> Delta(size_t(S.Batch * S.QHeads * S.QTokens));
+  attentionDelta(S, DOut, Out, Delta.data(), Stream);
+  return Delta;
+}
+
 } // namespace
 
 void ringAttentionForward(DeviceCommunicator &Cp, const AttentionDims &Dims, const bf16 *Q, const bf16 *K,
@@ -107,11 +118,7 @@ void ringAttentionBackward(DeviceCommunicator &Cp, const AttentionDims &Dims, co
                            float *DV, cudaStream_t Stream) {
   Ring R(Cp, Dims);
   Cp.setComputeStream(Stream);
-  const DeviceAttentionShape &S = R.Shape;
-  size_t QCount = size_t(S.Batch * S.QTokens * S.QHeads * S.HeadDim);
-  MOERT_CUDA_CHECK(cudaMemsetAsync(DQ, 0, QCount * sizeof(float), Stream));
-  DeviceBuffer<float> Delta(size_t(S.Batch * S.QHeads * S.QTokens));
-  attentionDelta(S, DOut, Out, Delta.data(), Stream);
+  DeviceBuffer<float> Delta = startBackward(R, DOut, Out, DQ, Stream);
   struct Backward : DeviceBlock {
     const bf16 *Q, *DOut;
     const float *Lse, *Delta;
@@ -163,10 +170,7 @@ void gatheredAttentionBackward(DeviceCommunicator &Cp, const AttentionDims &Dims
                                float *DK, float *DV, cudaStream_t Stream) {
   Ring R(Cp, Dims);
   Cp.setComputeStream(Stream);
-  const DeviceAttentionShape &S = R.Shape;
-  MOERT_CUDA_CHECK(cudaMemsetAsync(DQ, 0, size_t(S.Batch * S.QTokens * S.QHeads * S.HeadDim) * sizeof(float), Stream));
-  DeviceBuffer<float> Delta(size_t(S.Batch * S.QHeads * S.QTokens));
-  attentionDelta(S, DOut, Out, Delta.data(), Stream);
+  DeviceBuffer<float> Delta = startBackward(R, DOut, Out, DQ, Stream);
   const Gathered All(Cp, R, K, V);
   DeviceBuffer<float> AllDK(size_t(R.Size) * R.KvCount), AllDV(size_t(R.Size) * R.KvCount);
   MOERT_CUDA_CHECK(cudaMemsetAsync(AllDK.data(), 0, AllDK.bytes(), Stream));
@@ -174,8 +178,8 @@ void gatheredAttentionBackward(DeviceCommunicator &Cp, const AttentionDims &Dims
   for (int Step = 0; Step < R.Size; ++Step) {
     const int Owner = ring::ownerAt(Cp, Step);
     const size_t At = size_t(Owner) * R.KvCount;
-    attentionBackwardBlock(S, Q, R.positionsOf(R.Rank), All.k(Owner, R), All.v(Owner, R), R.positionsOf(Owner), Lse,
-                           Delta.data(), DOut, DQ, AllDK.data() + At, AllDV.data() + At, Stream);
+    attentionBackwardBlock(R.Shape, Q, R.positionsOf(R.Rank), All.k(Owner, R), All.v(Owner, R), R.positionsOf(Owner),
+                           Lse, Delta.data(), DOut, DQ, AllDK.data() + At, AllDV.data() + At, Stream);
   }
   Cp.reduceScatterSum(AllDK.data(), DK, R.KvCount, DType::F32);
   Cp.reduceScatterSum(AllDV.data(), DV, R.KvCount, DType::F32);
@@ -188,27 +192,26 @@ template <typename T> constexpr DType dtypeOf() { return std::is_same_v<T, float
 /// An all-to-all that regroups a row-major matrix in Cp.size() column
 /// blocks: Src [RowsIn, C x WidthIn] sends its column block J to rank J,
 /// which lays what rank R sent as column block R of Dst [RowsOut, C x
-/// WidthOut] (RowsIn x WidthIn = RowsOut x WidthOut).
+/// WidthOut] (RowsIn x WidthIn = RowsOut x WidthOut). Send and Recv hold at
+/// least C x RowsIn x WidthIn elements of T; the caller keeps them until
+/// the stream has run the exchange.
 template <typename T>
 void exchangeColumnBlocks(DeviceCommunicator &Cp, const T *Src, int64_t RowsIn, int64_t WidthIn, T *Dst,
-                          int64_t RowsOut, int64_t WidthOut, cudaStream_t Stream) {
+                          int64_t RowsOut, int64_t WidthOut, T *Send, T *Recv, cudaStream_t Stream) {
   const int64_t C = Cp.size(), Chunk = RowsIn * WidthIn;
   if (Chunk != RowsOut * WidthOut)
     throw std::logic_error("an all-to-all's blocks do not match");
   if (Chunk == 0)
     return;
-  DeviceBuffer<T> Send(size_t(C * Chunk)), Recv(size_t(C * Chunk));
   for (int64_t J = 0; J < C; ++J)
-    MOERT_CUDA_CHECK(cudaMemcpy2DAsync(Send.data() + J * Chunk, size_t(WidthIn) * sizeof(T), Src + J * WidthIn,
+    MOERT_CUDA_CHECK(cudaMemcpy2DAsync(Send + J * Chunk, size_t(WidthIn) * sizeof(T), Src + J * WidthIn,
                                        size_t(C * WidthIn) * sizeof(T), size_t(WidthIn) * sizeof(T), size_t(RowsIn),
                                        cudaMemcpyDeviceToDevice, Stream));
-  Cp.allToAll(Send.data(), Recv.data(), size_t(Chunk), dtypeOf<T>());
+  Cp.allToAll(Send, Recv, size_t(Chunk), dtypeOf<T>());
   for (int64_t J = 0; J < C; ++J)
-    MOERT_CUDA_CHECK(cudaMemcpy2DAsync(Dst + J * WidthOut, size_t(C * WidthOut) * sizeof(T), Recv.data() + J * Chunk,
+    MOERT_CUDA_CHECK(cudaMemcpy2DAsync(Dst + J * WidthOut, size_t(C * WidthOut) * sizeof(T), Recv + J * Chunk,
                                        size_t(WidthOut) * sizeof(T), size_t(WidthOut) * sizeof(T), size_t(RowsOut),
                                        cudaMemcpyDeviceToDevice, Stream));
-  // The buffers are freed on return: finish the copies that read them.
-  MOERT_CUDA_CHECK(cudaStreamSynchronize(Stream));
 }
 
 /// One rank's view of the all-to-all exchange: the head shards' shape (the
@@ -220,6 +223,11 @@ struct HeadShards {
   int64_t C, T;
   cudaStream_t Stream;
 
+  /// The exchanges' send and receive buffers, in fp32 elements: room for
+  /// the largest tensor exchanged (the queries' heads), reused by every
+  /// exchange in stream order and freed after finish().
+  DeviceBuffer<float> Send, Recv;
+
   HeadShards(DeviceCommunicator &Cp, const AttentionDims &Dims, cudaStream_t Stream)
       : Cp(Cp), R(Cp, Dims), Local(R.Shape), Sharded(R.Shape), C(Cp.size()), T(R.Shape.QTokens), Stream(Stream) {
     if (Dims.QHeads % C != 0 || Dims.KvHeads % C != 0)
@@ -227,29 +235,40 @@ struct HeadShards {
     Sharded.QTokens = Sharded.KTokens = C * T;
     Sharded.QHeads /= C;
     Sharded.KvHeads /= C;
+    Send.resize(size_t(count(std::max(Dims.QHeads, Dims.KvHeads))));
+    Recv.resize(Send.size());
     Cp.setComputeStream(Stream);
   }
+  /// Dst from Src by exchangeColumnBlocks, through the shared buffers.
+  template <typename E>
+  void exchange(const E *Src, int64_t RowsIn, int64_t WidthIn, E *Dst, int64_t RowsOut, int64_t WidthOut) {
+    exchangeColumnBlocks(Cp, Src, RowsIn, WidthIn, Dst, RowsOut, WidthOut, reinterpret_cast<E *>(Send.data()),
+                         reinterpret_cast<E *>(Recv.data()), Stream);
+  }
+  /// The buffers (and the caller's) are freed on return: finish the work
+  /// that reads them.
+  void finish() { MOERT_CUDA_CHECK(cudaStreamSynchronize(Stream)); }
   int64_t count(int64_t Heads) const { return Local.Batch * T * Heads * Local.HeadDim; }
   /// [Batch, T, Heads, HeadDim] sequence shard <-> [Batch, C x T, Heads / C,
   /// HeadDim] head shard.
   template <typename E> DeviceBuffer<E> toHeads(const E *X, int64_t Heads) {
     DeviceBuffer<E> Xs(size_t(count(Heads)));
     const int64_t Row = Heads / C * Local.HeadDim;
-    exchangeColumnBlocks(Cp, X, Local.Batch * T, Row, Xs.data(), Local.Batch, T * Row, Stream);
+    exchange(X, Local.Batch * T, Row, Xs.data(), Local.Batch, T * Row);
     return Xs;
   }
   template <typename E> void toSequence(const E *Xs, int64_t Heads, E *X) {
     const int64_t Row = Heads / C * Local.HeadDim;
-    exchangeColumnBlocks(Cp, Xs, Local.Batch, T * Row, X, Local.Batch * T, Row, Stream);
+    exchange(Xs, Local.Batch, T * Row, X, Local.Batch * T, Row);
   }
   /// Per (batch, head, token) [Batch, QHeads, T] <-> [Batch, QHeads / C, C x T].
   DeviceBuffer<float> statsToHeads(const float *X) {
     DeviceBuffer<float> Xs(size_t(Local.Batch * Local.QHeads * T));
-    exchangeColumnBlocks(Cp, X, Local.Batch, Sharded.QHeads * T, Xs.data(), Local.Batch * Sharded.QHeads, T, Stream);
+    exchange(X, Local.Batch, Sharded.QHeads * T, Xs.data(), Local.Batch * Sharded.QHeads, T);
     return Xs;
   }
   void statsToSequence(const float *Xs, float *X) {
-    exchangeColumnBlocks(Cp, Xs, Local.Batch * Sharded.QHeads, T, X, Local.Batch, Sharded.QHeads * T, Stream);
+    exchange(Xs, Local.Batch * Sharded.QHeads, T, X, Local.Batch, Sharded.QHeads * T);
   }
   const int32_t *positions() const { return R.Positions.data(); }
 };
@@ -265,6 +284,7 @@ void headShardedAttentionForward(DeviceCommunicator &Cp, const AttentionDims &Di
                         Stream);
   H.toSequence(Os.data(), Dims.QHeads, Out);
   H.statsToSequence(Ls.data(), Lse);
+  H.finish();
 }
 
 void headShardedAttentionBackward(DeviceCommunicator &Cp, const AttentionDims &Dims, const bf16 *Q, const bf16 *K,
@@ -286,6 +306,7 @@ void headShardedAttentionBackward(DeviceCommunicator &Cp, const AttentionDims &D
   H.toSequence(DQs.data(), Dims.QHeads, DQ);
   H.toSequence(DKs.data(), Dims.KvHeads, DK);
   H.toSequence(DVs.data(), Dims.KvHeads, DV);
+  H.finish();
 }
 
 } // namespace moert::cuda

@@ -15,8 +15,8 @@
 #include "parallel/cp/Exchanges.h"
 
 #include <algorithm>
+#include <initializer_list>
 #include <limits>
-#include <optional>
 #include <stdexcept>
 #include <string>
 
@@ -131,22 +131,15 @@ std::vector<float> attentionDelta(ComputeBackend &Backend, int64_t Batch, int64_
 
 namespace {
 
-/// Arrays only backend operations read and write while this lives: the
+/// Arrays only backend operations read and write while they are held: the
 /// backend's own, in fp32 (HeldArray::Wide), so that over a group with a
 /// device counterpart they never cross.
-class BackendSums {
-public:
-  explicit BackendSums(std::vector<std::vector<float> *> Arrays) {
-    std::vector<HeldArray> Held;
-    for (std::vector<float> *A : Arrays)
-      if (!A->empty())
-        Held.push_back(HeldArray::wide(A->data(), int64_t(A->size())));
-    Hold.emplace(currentBackend(), Held);
-  }
-
-private:
-  std::optional<HeldArrays> Hold;
-};
+std::vector<HeldArray> backendSums(std::initializer_list<std::vector<float> *> Arrays) {
+  std::vector<HeldArray> Held;
+  for (std::vector<float> *A : Arrays)
+    Held.push_back(HeldArray::wide(A->data(), int64_t(A->size())));
+  return Held;
+}
 
 /// Every rank's K and V, gathered over Cp (ComputeBackend::gatherActivations:
 /// between the backend's arrays where the group has a device counterpart),
@@ -154,11 +147,12 @@ private:
 struct GatheredBlocks {
   size_t KCount, VCount;
   std::vector<float> K, V;
-  BackendSums OnBackend; // released before K and V are freed
+  HeldArrays OnBackend; // released before K and V are freed
   GatheredBlocks(Communicator &Cp, const BlockShape &Shape, const float *LocalK, const float *LocalV)
       : KCount(size_t(Shape.Dims.Batch * Shape.LocalTokens * Shape.Dims.KvHeads * Shape.Dims.HeadDim)),
         VCount(size_t(Shape.Dims.Batch * Shape.LocalTokens * Shape.Dims.KvHeads * Shape.Dims.vHeadDim())),
-        K(size_t(Cp.size()) * KCount), V(size_t(Cp.size()) * VCount), OnBackend({&K, &V}) {
+        K(size_t(Cp.size()) * KCount), V(size_t(Cp.size()) * VCount),
+        OnBackend(currentBackend(), backendSums({&K, &V})) {
     currentBackend().gatherActivations(LocalK, K.data(), int64_t(KCount), Cp);
     currentBackend().gatherActivations(LocalV, V.data(), int64_t(VCount), Cp);
   }
@@ -195,7 +189,7 @@ void allGatherAttentionBackward(Communicator &Cp, const BlockShape &Shape, const
   // Every block's key and value gradients, and the query gradient, summed
   // where the blocks run.
   std::vector<float> AllDK(All.K.size(), 0.0f), AllDV(All.V.size(), 0.0f), Scratch;
-  BackendSums Sums({&AllDK, &AllDV});
+  HeldArrays Sums(Backend, backendSums({&AllDK, &AllDV}));
   Backend.zero(AllDK.data(), int64_t(AllDK.size()));
   Backend.zero(AllDV.data(), int64_t(AllDV.size()));
   {
