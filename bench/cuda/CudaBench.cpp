@@ -126,19 +126,24 @@ void benchGemm(std::vector<Row> &Rows, int64_t Experts, int64_t Tokens, int64_t 
   }
 }
 
-void benchAttention(std::vector<Row> &Rows, int64_t Seq, int64_t QHeads, int64_t KvHeads, int64_t HeadDim, int Runs) {
-  DeviceAttentionShape S{1, Seq, Seq, QHeads, KvHeads, HeadDim, float(1.0 / std::sqrt(double(HeadDim)))};
+/// VHeadDim 0: values as wide as keys.
+void benchAttention(std::vector<Row> &Rows, int64_t Seq, int64_t QHeads, int64_t KvHeads, int64_t HeadDim,
+                    int64_t VHeadDim, int Runs) {
+  DeviceAttentionShape S{1, Seq, Seq, QHeads, KvHeads, HeadDim, float(1.0 / std::sqrt(double(HeadDim))), VHeadDim};
   size_t QN = size_t(Seq * QHeads * HeadDim), KN = size_t(Seq * KvHeads * HeadDim);
-  auto Q = randomDevice(QN, 3), K = randomDevice(KN, 4), V = randomDevice(KN, 5);
-  auto DOut = randomDevice(QN, 6);
+  size_t VN = size_t(Seq * KvHeads * S.vHeadDim()), ON = size_t(Seq * QHeads * S.vHeadDim());
+  auto Q = randomDevice(QN, 3), K = randomDevice(KN, 4), V = randomDevice(VN, 5);
+  auto DOut = randomDevice(ON, 6);
   std::vector<int32_t> P(Seq);
   std::iota(P.begin(), P.end(), 0);
   DeviceBuffer<int32_t> Pos;
   Pos.upload(P);
-  DeviceBuffer<float> Out(QN), Lse(size_t(QHeads * Seq)), Delta(Lse.size()), DQ(QN), DK(KN), DV(KN);
+  DeviceBuffer<float> Out(ON), Lse(size_t(QHeads * Seq)), Delta(Lse.size()), DQ(QN), DK(KN), DV(VN);
   double Flops = causalAttentionFlops(S);
   std::ostringstream Shape;
   Shape << "seq " << Seq << ", " << QHeads << " q / " << KvHeads << " kv heads, head dim " << HeadDim;
+  if (S.vHeadDim() != HeadDim)
+    Shape << " (values " << S.vHeadDim() << ")";
   double F = timeMs(
       [&] { causalAttentionForward(S, Q.data(), K.data(), V.data(), Pos.data(), Out.data(), Lse.data(), nullptr); },
       Runs);
@@ -151,6 +156,8 @@ void benchAttention(std::vector<Row> &Rows, int64_t Seq, int64_t QHeads, int64_t
       Runs);
   Rows.push_back({"causal attention backward", Shape.str(), B, 2.5 * Flops / B / 1e9, "FLOPs counted as 2.5x forward"});
 #if MOERT_HAS_CUDNN
+  if (S.vHeadDim() != HeadDim)
+    return; // CudnnAttention takes values as wide as keys only
   CudnnAttention Fused;
   DeviceBuffer<bf16> OutBf(QN), DQb(QN), DKb(KN), DVb(KN);
   std::string Version = "cuDNN " + std::to_string(CudnnAttention::version());
@@ -200,8 +207,9 @@ int main(int Argc, char **Argv) {
     // gate and up as one [2048, 1536] GEMM, then down with K = 768.
     benchGemm(Rows, 8, Quick ? 4096 : 16384, 2048, 1536, Runs);
     benchGemm(Rows, 8, Quick ? 4096 : 16384, 768, 2048, Runs);
-    benchAttention(Rows, Quick ? 2048 : 8192, 32, 8, 128, Runs);
-    benchAttention(Rows, Quick ? 2048 : 4096, 16, 16, 64, Runs);
+    benchAttention(Rows, Quick ? 2048 : 8192, 32, 8, 128, 0, Runs);
+    benchAttention(Rows, Quick ? 2048 : 4096, 16, 16, 64, 0, Runs);
+    benchAttention(Rows, Quick ? 2048 : 4096, 16, 16, 192, 128, Runs); // latent attention (DeepSeek-V3)
   } catch (const std::exception &E) {
     std::fprintf(stderr, "benchmark failed: %s\n", E.what());
     return 1;

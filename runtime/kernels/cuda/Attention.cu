@@ -12,25 +12,56 @@
 // own 32 query rows, four threads per row, and sweep the key tiles. Both
 // recompute P = exp(S - Lse) and dP = dO V^T; dS = P (dP - Delta).
 //
+// Heads wider than 128 (latent attention's 192-wide queries and keys) halve
+// the rows of a block (32 forward, 16 backward, so four and eight threads a
+// row) to keep the tiles within the 48 KiB of static shared memory.
+//
 // Shared-memory rows are padded by two bf16 (one 32-bit bank) so threads
 // reading the same column of different rows hit different banks.
 //
 //===----------------------------------------------------------------------===//
 #include "kernels/cuda/Attention.h"
 
+#include <algorithm>
 #include <climits>
 #include <cmath>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 
 namespace moert::cuda {
 
 namespace {
 
-constexpr int FwdRows = 64, FwdKeys = 32, FwdThreads = 128;
-constexpr int FwdTpr = FwdThreads / FwdRows; // threads per query row
-constexpr int BwdTile = 32, BwdThreads = 128;
-constexpr int BwdTpr = BwdThreads / BwdTile; // threads per row (or key)
+constexpr int FwdKeys = 32, FwdThreads = 128, BwdThreads = 128;
+
+/// A kernel instance's head widths (queries and keys DK, values DV) and the
+/// tiles they fit.
+template <int DKArg, int DVArg> struct Widths {
+  static constexpr int DK = DKArg, DV = DVArg;
+  static constexpr bool Wide = DK > 128;
+  static constexpr int FwdRows = Wide ? 32 : 64;
+  static constexpr int FwdTpr = FwdThreads / FwdRows; // threads per query row
+  static constexpr int BwdTile = Wide ? 16 : 32;
+  static constexpr int BwdTpr = BwdThreads / BwdTile; // threads per row (or key)
+  static_assert(DK % FwdTpr == 0 && DV % FwdTpr == 0 && DK % BwdTpr == 0 && DV % BwdTpr == 0);
+};
+
+/// The widths the kernels are built for, declared once.
+using KernelWidths = std::tuple<Widths<32, 32>, Widths<64, 64>, Widths<128, 128>, Widths<192, 128>>;
+
+/// Calls Launch(W) with the instance W of KernelWidths for these widths.
+template <typename F> void forWidths(int64_t HeadDim, int64_t VHeadDim, F &&Launch) {
+  bool Launched = false;
+  std::apply(
+      [&](auto... W) {
+        ((!Launched && HeadDim == W.DK && VHeadDim == W.DV ? (Launch(W), Launched = true) : false), ...);
+      },
+      KernelWidths{});
+  if (!Launched)
+    throw std::invalid_argument("attention: no kernel for heads " + std::to_string(HeadDim) + " wide with values " +
+                                std::to_string(VHeadDim) + " wide");
+}
 
 __device__ inline float toF(bf16 X) { return __bfloat162float(X); }
 /// min(Tile, Remaining) for the last, partial tile.
@@ -45,14 +76,15 @@ template <int D> __device__ void loadTile(bf16 (*Dst)[D + 2], const bf16 *Src, i
   }
 }
 
-template <int D>
+template <typename W>
 __global__ void __launch_bounds__(FwdThreads)
     forwardKernel(DeviceAttentionShape S, const bf16 *Q, const int32_t *QPos, const bf16 *K, const bf16 *V,
                   const int32_t *KPos, float *Out, float *Lse) {
-  constexpr int Dpt = D / FwdTpr;
-  __shared__ bf16 Qs[FwdRows][D + 2];
-  __shared__ bf16 Ks[FwdKeys][D + 2];
-  __shared__ bf16 Vs[FwdKeys][D + 2];
+  constexpr int DK = W::DK, DV = W::DV, FwdRows = W::FwdRows, FwdTpr = W::FwdTpr;
+  constexpr int Dpt = DV / FwdTpr;
+  __shared__ bf16 Qs[FwdRows][DK + 2];
+  __shared__ bf16 Ks[FwdKeys][DK + 2];
+  __shared__ bf16 Vs[FwdKeys][DV + 2];
   __shared__ float Ss[FwdRows][FwdKeys + 1];
   __shared__ int32_t QPosS[FwdRows], KPosS[FwdKeys];
 
@@ -60,10 +92,10 @@ __global__ void __launch_bounds__(FwdThreads)
   const int H = blockIdx.y, B = blockIdx.z;
   const int G = H / int(S.QHeads / S.KvHeads);
   const int QValid = int(tileRows(FwdRows, S.QTokens - Q0));
-  const int64_t QStride = S.QHeads * D, KStride = S.KvHeads * D;
+  const int64_t QStride = S.QHeads * DK, KStride = S.KvHeads * DK, VStride = S.KvHeads * DV;
 
-  const bf16 *QBase = Q + ((int64_t(B) * S.QTokens + Q0) * S.QHeads + H) * D;
-  loadTile<D>(Qs, QBase, QStride, FwdRows, QValid);
+  const bf16 *QBase = Q + ((int64_t(B) * S.QTokens + Q0) * S.QHeads + H) * DK;
+  loadTile<DK>(Qs, QBase, QStride, FwdRows, QValid);
   for (int I = threadIdx.x; I < FwdRows; I += blockDim.x)
     QPosS[I] = I < QValid ? QPos[Q0 + I] : INT_MIN;
   __syncthreads();
@@ -84,9 +116,9 @@ __global__ void __launch_bounds__(FwdThreads)
   for (int64_t K0 = 0; K0 < S.KTokens; K0 += FwdKeys) {
     const int KValid = int(tileRows(FwdKeys, S.KTokens - K0));
     __syncthreads(); // the previous tile's readers are done
-    const int64_t KOff = ((int64_t(B) * S.KTokens + K0) * S.KvHeads + G) * D;
-    loadTile<D>(Ks, K + KOff, KStride, FwdKeys, KValid);
-    loadTile<D>(Vs, V + KOff, KStride, FwdKeys, KValid);
+    const int64_t KRow = (int64_t(B) * S.KTokens + K0) * S.KvHeads + G;
+    loadTile<DK>(Ks, K + KRow * DK, KStride, FwdKeys, KValid);
+    loadTile<DV>(Vs, V + KRow * DV, VStride, FwdKeys, KValid);
     for (int I = threadIdx.x; I < FwdKeys; I += blockDim.x)
       KPosS[I] = I < KValid ? KPos[K0 + I] : INT_MAX;
     __syncthreads();
@@ -96,13 +128,13 @@ __global__ void __launch_bounds__(FwdThreads)
     if (KMin > QMax)
       continue; // every key of the tile is after every query (uniform)
 
-    // Scores of this thread's keys: full dot products over D.
+    // Scores of this thread's keys: full dot products over DK.
     float Acc[KeysPerThread];
 #pragma unroll
     for (int J = 0; J < KeysPerThread; ++J)
       Acc[J] = 0.f;
     const int J0 = Part * KeysPerThread;
-    for (int C = 0; C < D; ++C) {
+    for (int C = 0; C < DK; ++C) {
       float Qv = toF(Qs[Row][C]);
 #pragma unroll
       for (int J = 0; J < KeysPerThread; ++J)
@@ -149,7 +181,7 @@ __global__ void __launch_bounds__(FwdThreads)
     return; // no visible key in this block: the merged state is unchanged
   const int64_t QIdx = Q0 + Row;
   float *LsePtr = Lse + (int64_t(B) * S.QHeads + H) * S.QTokens + QIdx;
-  float *OutRow = Out + ((int64_t(B) * S.QTokens + QIdx) * S.QHeads + H) * D;
+  float *OutRow = Out + ((int64_t(B) * S.QTokens + QIdx) * S.QHeads + H) * DV;
   const float BlockLse = M + logf(L);
   const float OldLse = *LsePtr;
   float OldScale = 0.f, NewScale = 1.f / L, MergedLse = BlockLse;
@@ -179,9 +211,10 @@ __global__ void deltaKernel(DeviceAttentionShape S, const bf16 *DOut, const floa
   if (R >= Rows)
     return;
   const int Lane = threadIdx.x % 32;
+  const int64_t Width = S.VHeadDim > 0 ? S.VHeadDim : S.HeadDim; // vHeadDim(), a host function
   float Sum = 0.f;
-  for (int64_t C = Lane; C < S.HeadDim; C += 32)
-    Sum += toF(DOut[R * S.HeadDim + C]) * Out[R * S.HeadDim + C];
+  for (int64_t C = Lane; C < Width; C += 32)
+    Sum += toF(DOut[R * Width + C]) * Out[R * Width + C];
   for (int Off = 16; Off > 0; Off >>= 1)
     Sum += __shfl_xor_sync(0xffffffffu, Sum, Off);
   if (Lane == 0) {
@@ -192,14 +225,15 @@ __global__ void deltaKernel(DeviceAttentionShape S, const bf16 *DOut, const floa
 
 /// dK and dV of 32 keys of one (batch, KV head), over every query head of
 /// its group and every query tile.
-template <int D>
+template <typename W>
 __global__ void __launch_bounds__(BwdThreads)
     backwardKvKernel(DeviceAttentionShape S, const bf16 *Q, const int32_t *QPos, const bf16 *K, const bf16 *V,
                      const int32_t *KPos, const float *Lse, const float *Delta, const bf16 *DOut, float *DK,
                      float *DV) {
-  constexpr int Dpt = D / BwdTpr, RowsPerThread = BwdTile / BwdTpr;
-  __shared__ bf16 Ks[BwdTile][D + 2], Vs[BwdTile][D + 2];
-  __shared__ bf16 Qs[BwdTile][D + 2], DOs[BwdTile][D + 2];
+  constexpr int DKW = W::DK, DVW = W::DV, BwdTile = W::BwdTile, BwdTpr = W::BwdTpr;
+  constexpr int KDpt = DKW / BwdTpr, VDpt = DVW / BwdTpr, RowsPerThread = BwdTile / BwdTpr;
+  __shared__ bf16 Ks[BwdTile][DKW + 2], Vs[BwdTile][DVW + 2];
+  __shared__ bf16 Qs[BwdTile][DKW + 2], DOs[BwdTile][DVW + 2];
   __shared__ float Ps[BwdTile][BwdTile + 1], DSs[BwdTile][BwdTile + 1];
   __shared__ float LseS[BwdTile], DeltaS[BwdTile];
   __shared__ int32_t QPosS[BwdTile], KPosS[BwdTile];
@@ -208,10 +242,11 @@ __global__ void __launch_bounds__(BwdThreads)
   const int G = blockIdx.y, B = blockIdx.z;
   const int Group = int(S.QHeads / S.KvHeads);
   const int KValid = int(tileRows(BwdTile, S.KTokens - K0));
-  const int64_t QStride = S.QHeads * D, KStride = S.KvHeads * D;
-  const int64_t KOff = ((int64_t(B) * S.KTokens + K0) * S.KvHeads + G) * D;
-  loadTile<D>(Ks, K + KOff, KStride, BwdTile, KValid);
-  loadTile<D>(Vs, V + KOff, KStride, BwdTile, KValid);
+  const int64_t QStride = S.QHeads * DKW, OStride = S.QHeads * DVW, KStride = S.KvHeads * DKW,
+                VStride = S.KvHeads * DVW;
+  const int64_t KRow = (int64_t(B) * S.KTokens + K0) * S.KvHeads + G;
+  loadTile<DKW>(Ks, K + KRow * DKW, KStride, BwdTile, KValid);
+  loadTile<DVW>(Vs, V + KRow * DVW, VStride, BwdTile, KValid);
   for (int I = threadIdx.x; I < BwdTile; I += blockDim.x)
     KPosS[I] = I < KValid ? KPos[K0 + I] : INT_MAX;
   __syncthreads();
@@ -221,19 +256,22 @@ __global__ void __launch_bounds__(BwdThreads)
 
   const int Key = threadIdx.x / BwdTpr, Part = threadIdx.x % BwdTpr;
   const int MyKPos = KPosS[Key];
-  float DKAcc[Dpt], DVAcc[Dpt];
+  float DKAcc[KDpt], DVAcc[VDpt];
 #pragma unroll
-  for (int I = 0; I < Dpt; ++I)
-    DKAcc[I] = DVAcc[I] = 0.f;
+  for (int I = 0; I < KDpt; ++I)
+    DKAcc[I] = 0.f;
+#pragma unroll
+  for (int I = 0; I < VDpt; ++I)
+    DVAcc[I] = 0.f;
 
   for (int HI = 0; HI < Group; ++HI) {
     const int H = G * Group + HI;
     for (int64_t Q0 = 0; Q0 < S.QTokens; Q0 += BwdTile) {
       const int QValid = int(tileRows(BwdTile, S.QTokens - Q0));
       __syncthreads();
-      const int64_t QOff = ((int64_t(B) * S.QTokens + Q0) * S.QHeads + H) * D;
-      loadTile<D>(Qs, Q + QOff, QStride, BwdTile, QValid);
-      loadTile<D>(DOs, DOut + QOff, QStride, BwdTile, QValid);
+      const int64_t QRow = (int64_t(B) * S.QTokens + Q0) * S.QHeads + H;
+      loadTile<DKW>(Qs, Q + QRow * DKW, QStride, BwdTile, QValid);
+      loadTile<DVW>(DOs, DOut + QRow * DVW, OStride, BwdTile, QValid);
       const int64_t StatOff = (int64_t(B) * S.QHeads + H) * S.QTokens + Q0;
       for (int I = threadIdx.x; I < BwdTile; I += blockDim.x) {
         bool Valid = I < QValid;
@@ -253,13 +291,17 @@ __global__ void __launch_bounds__(BwdThreads)
       for (int R = 0; R < RowsPerThread; ++R)
         SAcc[R] = PAcc[R] = 0.f;
       const int R0 = Part * RowsPerThread;
-      for (int C = 0; C < D; ++C) {
-        float Kv = toF(Ks[Key][C]), Vv = toF(Vs[Key][C]);
+      for (int C = 0; C < DKW; ++C) {
+        float Kv = toF(Ks[Key][C]);
 #pragma unroll
-        for (int R = 0; R < RowsPerThread; ++R) {
+        for (int R = 0; R < RowsPerThread; ++R)
           SAcc[R] += toF(Qs[R0 + R][C]) * Kv;
+      }
+      for (int C = 0; C < DVW; ++C) {
+        float Vv = toF(Vs[Key][C]);
+#pragma unroll
+        for (int R = 0; R < RowsPerThread; ++R)
           PAcc[R] += toF(DOs[R0 + R][C]) * Vv;
-        }
       }
 #pragma unroll
       for (int R = 0; R < RowsPerThread; ++R) {
@@ -274,34 +316,35 @@ __global__ void __launch_bounds__(BwdThreads)
       for (int Q = 0; Q < QValid; ++Q) {
         float P = Ps[Key][Q], Ds = DSs[Key][Q];
 #pragma unroll
-        for (int I = 0; I < Dpt; ++I) {
-          int C = I * BwdTpr + Part;
-          DVAcc[I] += P * toF(DOs[Q][C]);
-          DKAcc[I] += Ds * toF(Qs[Q][C]);
-        }
+        for (int I = 0; I < VDpt; ++I)
+          DVAcc[I] += P * toF(DOs[Q][I * BwdTpr + Part]);
+#pragma unroll
+        for (int I = 0; I < KDpt; ++I)
+          DKAcc[I] += Ds * toF(Qs[Q][I * BwdTpr + Part]);
       }
       __syncwarp();
     }
   }
   if (Key >= KValid)
     return;
-  const int64_t Off = ((int64_t(B) * S.KTokens + K0 + Key) * S.KvHeads + G) * D;
+  const int64_t Row = (int64_t(B) * S.KTokens + K0 + Key) * S.KvHeads + G;
 #pragma unroll
-  for (int I = 0; I < Dpt; ++I) {
-    int C = I * BwdTpr + Part;
-    DK[Off + C] += DKAcc[I] * S.Scale;
-    DV[Off + C] += DVAcc[I];
-  }
+  for (int I = 0; I < KDpt; ++I)
+    DK[Row * DKW + I * BwdTpr + Part] += DKAcc[I] * S.Scale;
+#pragma unroll
+  for (int I = 0; I < VDpt; ++I)
+    DV[Row * DVW + I * BwdTpr + Part] += DVAcc[I];
 }
 
 /// dQ of 32 query rows of one (batch, query head), over every key tile.
-template <int D>
+template <typename W>
 __global__ void __launch_bounds__(BwdThreads)
     backwardQKernel(DeviceAttentionShape S, const bf16 *Q, const int32_t *QPos, const bf16 *K, const bf16 *V,
                     const int32_t *KPos, const float *Lse, const float *Delta, const bf16 *DOut, float *DQ) {
-  constexpr int Dpt = D / BwdTpr, KeysPerThread = BwdTile / BwdTpr;
-  __shared__ bf16 Qs[BwdTile][D + 2], DOs[BwdTile][D + 2];
-  __shared__ bf16 Ks[BwdTile][D + 2], Vs[BwdTile][D + 2];
+  constexpr int DKW = W::DK, DVW = W::DV, BwdTile = W::BwdTile, BwdTpr = W::BwdTpr;
+  constexpr int Dpt = DKW / BwdTpr, KeysPerThread = BwdTile / BwdTpr;
+  __shared__ bf16 Qs[BwdTile][DKW + 2], DOs[BwdTile][DVW + 2];
+  __shared__ bf16 Ks[BwdTile][DKW + 2], Vs[BwdTile][DVW + 2];
   __shared__ float DSs[BwdTile][BwdTile + 1];
   __shared__ int32_t QPosS[BwdTile], KPosS[BwdTile];
 
@@ -309,10 +352,11 @@ __global__ void __launch_bounds__(BwdThreads)
   const int H = blockIdx.y, B = blockIdx.z;
   const int G = H / int(S.QHeads / S.KvHeads);
   const int QValid = int(tileRows(BwdTile, S.QTokens - Q0));
-  const int64_t QStride = S.QHeads * D, KStride = S.KvHeads * D;
-  const int64_t QOff = ((int64_t(B) * S.QTokens + Q0) * S.QHeads + H) * D;
-  loadTile<D>(Qs, Q + QOff, QStride, BwdTile, QValid);
-  loadTile<D>(DOs, DOut + QOff, QStride, BwdTile, QValid);
+  const int64_t QStride = S.QHeads * DKW, OStride = S.QHeads * DVW, KStride = S.KvHeads * DKW,
+                VStride = S.KvHeads * DVW;
+  const int64_t QRow = (int64_t(B) * S.QTokens + Q0) * S.QHeads + H;
+  loadTile<DKW>(Qs, Q + QRow * DKW, QStride, BwdTile, QValid);
+  loadTile<DVW>(DOs, DOut + QRow * DVW, OStride, BwdTile, QValid);
   for (int I = threadIdx.x; I < BwdTile; I += blockDim.x)
     QPosS[I] = I < QValid ? QPos[Q0 + I] : INT_MIN;
   __syncthreads();
@@ -334,9 +378,9 @@ __global__ void __launch_bounds__(BwdThreads)
   for (int64_t K0 = 0; K0 < S.KTokens; K0 += BwdTile) {
     const int KValid = int(tileRows(BwdTile, S.KTokens - K0));
     __syncthreads();
-    const int64_t KOff = ((int64_t(B) * S.KTokens + K0) * S.KvHeads + G) * D;
-    loadTile<D>(Ks, K + KOff, KStride, BwdTile, KValid);
-    loadTile<D>(Vs, V + KOff, KStride, BwdTile, KValid);
+    const int64_t KRow = (int64_t(B) * S.KTokens + K0) * S.KvHeads + G;
+    loadTile<DKW>(Ks, K + KRow * DKW, KStride, BwdTile, KValid);
+    loadTile<DVW>(Vs, V + KRow * DVW, VStride, BwdTile, KValid);
     for (int I = threadIdx.x; I < BwdTile; I += blockDim.x)
       KPosS[I] = I < KValid ? KPos[K0 + I] : INT_MAX;
     __syncthreads();
@@ -351,13 +395,17 @@ __global__ void __launch_bounds__(BwdThreads)
     for (int J = 0; J < KeysPerThread; ++J)
       SAcc[J] = PAcc[J] = 0.f;
     const int J0 = Part * KeysPerThread;
-    for (int C = 0; C < D; ++C) {
-      float Qv = toF(Qs[Row][C]), Dv = toF(DOs[Row][C]);
+    for (int C = 0; C < DKW; ++C) {
+      float Qv = toF(Qs[Row][C]);
 #pragma unroll
-      for (int J = 0; J < KeysPerThread; ++J) {
+      for (int J = 0; J < KeysPerThread; ++J)
         SAcc[J] += Qv * toF(Ks[J0 + J][C]);
+    }
+    for (int C = 0; C < DVW; ++C) {
+      float Dv = toF(DOs[Row][C]);
+#pragma unroll
+      for (int J = 0; J < KeysPerThread; ++J)
         PAcc[J] += Dv * toF(Vs[J0 + J][C]);
-      }
     }
 #pragma unroll
     for (int J = 0; J < KeysPerThread; ++J) {
@@ -377,7 +425,7 @@ __global__ void __launch_bounds__(BwdThreads)
   }
   if (!RowValid)
     return;
-  float *Dst = DQ + ((int64_t(B) * S.QTokens + Q0 + Row) * S.QHeads + H) * D;
+  float *Dst = DQ + ((int64_t(B) * S.QTokens + Q0 + Row) * S.QHeads + H) * DKW;
 #pragma unroll
   for (int I = 0; I < Dpt; ++I)
     Dst[I * BwdTpr + Part] += DQAcc[I] * S.Scale;
@@ -400,39 +448,51 @@ void checkShape(const DeviceAttentionShape &S) {
   if (S.Batch < 1 || S.QTokens < 0 || S.KTokens < 0 || S.KvHeads < 1 || S.QHeads < S.KvHeads || S.QHeads % S.KvHeads)
     throw std::invalid_argument("attention: QHeads must be a positive "
                                 "multiple of KvHeads, Batch >= 1");
-  if (S.HeadDim != 32 && S.HeadDim != 64 && S.HeadDim != 128)
-    throw std::invalid_argument("attention: HeadDim must be 32, 64 or 128 "
-                                "(got " +
-                                std::to_string(S.HeadDim) + ")");
+  forWidths(S.HeadDim, S.vHeadDim(), [](auto) {}); // throws, naming the widths, if no kernel takes them
   if (S.Batch > 65535 || S.QHeads > 65535)
     throw std::invalid_argument("attention: Batch and QHeads must fit a "
                                 "grid dimension (65535)");
 }
 
-template <int D>
+template <typename W>
 void launchForward(const DeviceAttentionShape &S, const bf16 *Q, const int32_t *QPos, const bf16 *K, const bf16 *V,
                    const int32_t *KPos, float *Out, float *Lse, cudaStream_t Stream) {
-  dim3 Grid(unsigned((S.QTokens + FwdRows - 1) / FwdRows), unsigned(S.QHeads), unsigned(S.Batch));
-  forwardKernel<D><<<Grid, FwdThreads, 0, Stream>>>(S, Q, QPos, K, V, KPos, Out, Lse);
+  dim3 Grid(unsigned((S.QTokens + W::FwdRows - 1) / W::FwdRows), unsigned(S.QHeads), unsigned(S.Batch));
+  forwardKernel<W><<<Grid, FwdThreads, 0, Stream>>>(S, Q, QPos, K, V, KPos, Out, Lse);
   MOERT_CUDA_CHECK_LAUNCH();
 }
 
-template <int D>
+template <typename W>
 void launchBackward(const DeviceAttentionShape &S, const bf16 *Q, const int32_t *QPos, const bf16 *K, const bf16 *V,
                     const int32_t *KPos, const float *Lse, const float *Delta, const bf16 *DOut, float *DQ, float *DK,
                     float *DV, cudaStream_t Stream) {
-  dim3 KvGrid(unsigned((S.KTokens + BwdTile - 1) / BwdTile), unsigned(S.KvHeads), unsigned(S.Batch));
-  backwardKvKernel<D><<<KvGrid, BwdThreads, 0, Stream>>>(S, Q, QPos, K, V, KPos, Lse, Delta, DOut, DK, DV);
+  dim3 KvGrid(unsigned((S.KTokens + W::BwdTile - 1) / W::BwdTile), unsigned(S.KvHeads), unsigned(S.Batch));
+  backwardKvKernel<W><<<KvGrid, BwdThreads, 0, Stream>>>(S, Q, QPos, K, V, KPos, Lse, Delta, DOut, DK, DV);
   MOERT_CUDA_CHECK_LAUNCH();
-  dim3 QGrid(unsigned((S.QTokens + BwdTile - 1) / BwdTile), unsigned(S.QHeads), unsigned(S.Batch));
-  backwardQKernel<D><<<QGrid, BwdThreads, 0, Stream>>>(S, Q, QPos, K, V, KPos, Lse, Delta, DOut, DQ);
+  dim3 QGrid(unsigned((S.QTokens + W::BwdTile - 1) / W::BwdTile), unsigned(S.QHeads), unsigned(S.Batch));
+  backwardQKernel<W><<<QGrid, BwdThreads, 0, Stream>>>(S, Q, QPos, K, V, KPos, Lse, Delta, DOut, DQ);
   MOERT_CUDA_CHECK_LAUNCH();
 }
 
 } // namespace
 
+const std::vector<AttentionWidths> &attentionKernelWidths() {
+  static const std::vector<AttentionWidths> Taken = std::apply(
+      [](auto... W) {
+        return std::vector<AttentionWidths>{AttentionWidths{W.DK, W.DV}...};
+      },
+      KernelWidths{});
+  return Taken;
+}
+
+bool attentionKernelTakesWidths(int64_t HeadDim, int64_t VHeadDim) {
+  const std::vector<AttentionWidths> &Taken = attentionKernelWidths();
+  return std::any_of(Taken.begin(), Taken.end(),
+                     [&](const AttentionWidths &W) { return W.HeadDim == HeadDim && W.VHeadDim == VHeadDim; });
+}
+
 void attentionInit(const DeviceAttentionShape &S, float *Out, float *Lse, cudaStream_t Stream) {
-  fill(Out, S.Batch * S.QTokens * S.QHeads * S.HeadDim, 0.f, Stream);
+  fill(Out, S.Batch * S.QTokens * S.QHeads * S.vHeadDim(), 0.f, Stream);
   fill(Lse, S.Batch * S.QHeads * S.QTokens, -INFINITY, Stream);
 }
 
@@ -441,14 +501,8 @@ void attentionForwardBlock(const DeviceAttentionShape &S, const bf16 *Q, const i
   checkShape(S);
   if (S.QTokens == 0 || S.KTokens == 0)
     return;
-  switch (S.HeadDim) {
-  case 32:
-    return launchForward<32>(S, Q, QPos, K, V, KPos, Out, Lse, Stream);
-  case 64:
-    return launchForward<64>(S, Q, QPos, K, V, KPos, Out, Lse, Stream);
-  default:
-    return launchForward<128>(S, Q, QPos, K, V, KPos, Out, Lse, Stream);
-  }
+  forWidths(S.HeadDim, S.vHeadDim(),
+            [&](auto W) { launchForward<decltype(W)>(S, Q, QPos, K, V, KPos, Out, Lse, Stream); });
 }
 
 void attentionDelta(const DeviceAttentionShape &S, const bf16 *DOut, const float *Out, float *Delta,
@@ -466,14 +520,8 @@ void attentionBackwardBlock(const DeviceAttentionShape &S, const bf16 *Q, const 
   checkShape(S);
   if (S.QTokens == 0 || S.KTokens == 0)
     return;
-  switch (S.HeadDim) {
-  case 32:
-    return launchBackward<32>(S, Q, QPos, K, V, KPos, Lse, Delta, DOut, DQ, DK, DV, Stream);
-  case 64:
-    return launchBackward<64>(S, Q, QPos, K, V, KPos, Lse, Delta, DOut, DQ, DK, DV, Stream);
-  default:
-    return launchBackward<128>(S, Q, QPos, K, V, KPos, Lse, Delta, DOut, DQ, DK, DV, Stream);
-  }
+  forWidths(S.HeadDim, S.vHeadDim(),
+            [&](auto W) { launchBackward<decltype(W)>(S, Q, QPos, K, V, KPos, Lse, Delta, DOut, DQ, DK, DV, Stream); });
 }
 
 void causalAttentionForward(const DeviceAttentionShape &S, const bf16 *Q, const bf16 *K, const bf16 *V,
@@ -491,7 +539,7 @@ void causalAttentionBackward(const DeviceAttentionShape &S, const bf16 *Q, const
     throw std::invalid_argument("causal attention: QTokens != KTokens");
   fill(DQ, S.Batch * S.QTokens * S.QHeads * S.HeadDim, 0.f, Stream);
   fill(DK, S.Batch * S.KTokens * S.KvHeads * S.HeadDim, 0.f, Stream);
-  fill(DV, S.Batch * S.KTokens * S.KvHeads * S.HeadDim, 0.f, Stream);
+  fill(DV, S.Batch * S.KTokens * S.KvHeads * S.vHeadDim(), 0.f, Stream);
   attentionDelta(S, DOut, Out, Delta, Stream);
   attentionBackwardBlock(S, Q, Positions, K, V, Positions, Lse, Delta, DOut, DQ, DK, DV, Stream);
 }
@@ -499,7 +547,7 @@ void causalAttentionBackward(const DeviceAttentionShape &S, const bf16 *Q, const
 double causalAttentionFlops(const DeviceAttentionShape &S) {
   double T = double(S.QTokens);
   double Pairs = T * (T + 1) / 2;
-  return 4.0 * double(S.Batch) * double(S.QHeads) * Pairs * double(S.HeadDim);
+  return 2.0 * double(S.Batch) * double(S.QHeads) * Pairs * double(S.HeadDim + S.vHeadDim());
 }
 
 } // namespace moert::cuda

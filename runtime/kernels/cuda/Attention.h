@@ -8,11 +8,13 @@
 //   S = Scale * Q K^T per (batch, query head); key j is visible to query i iff
 //   KPos[j] <= QPos[i]; query head h reads KV head h / (QHeads / KvHeads).
 //
-// Layouts (row-major): Q [Batch, QTokens, QHeads, HeadDim] bf16; K, V [Batch,
-// KTokens, KvHeads, HeadDim] bf16; QPos [QTokens], KPos [KTokens] int32 (the
-// same for every batch row); Out [Batch, QTokens, QHeads, HeadDim] fp32 (the
-// merge buffer of a ring, kept in fp32 so that merging blocks does not round);
-// Lse, Delta [Batch, QHeads, QTokens] fp32.
+// Layouts (row-major): Q [Batch, QTokens, QHeads, HeadDim] bf16; K [Batch,
+// KTokens, KvHeads, HeadDim] bf16; V [Batch, KTokens, KvHeads, VHeadDim]
+// bf16; QPos [QTokens], KPos [KTokens] int32 (the same for every batch row);
+// Out [Batch, QTokens, QHeads, VHeadDim] fp32 (the merge buffer of a ring,
+// kept in fp32 so that merging blocks does not round); Lse, Delta [Batch,
+// QHeads, QTokens] fp32. Values may be narrower than keys, as in multi-head
+// latent attention.
 //
 // attentionForwardBlock merges one K/V block into (Out, Lse) by the
 // log-sum-exp rule, exactly like attendSpanForward: Out stays normalised over
@@ -23,7 +25,9 @@
 // two kernels (one owning dK/dV per key tile, one owning dQ per query tile),
 // so no atomics are used and results are deterministic.
 //
-// HeadDim must be 32, 64 or 128 (std::invalid_argument otherwise). The
+// The widths (HeadDim, VHeadDim) must be one of attentionKernelWidths():
+// 32, 64 or 128 both, or 192 and 128 (DeepSeek-V3's and Kimi K2's latent
+// attention); std::invalid_argument otherwise. The
 // kernels use CUDA cores with fp32 accumulation, not tensor cores: 6-10
 // TFLOP/s on an H200, 40-80x slower than cuDNN's fused attention
 // (CudnnAttention.h, which whole-sequence attention uses where cuDNN is built
@@ -36,15 +40,26 @@
 #include "kernels/cuda/DeviceBuffer.h"
 
 #include <cstdint>
+#include <vector>
 
 namespace moert::cuda {
 
 struct DeviceAttentionShape {
   int64_t Batch = 1;
   int64_t QTokens = 0, KTokens = 0;
-  int64_t QHeads = 0, KvHeads = 0, HeadDim = 0;
-  float Scale = 1.0f; ///< usually 1 / sqrt(HeadDim)
+  int64_t QHeads = 0, KvHeads = 0;
+  int64_t HeadDim = 0;  ///< of queries and keys
+  float Scale = 1.0f;   ///< usually 1 / sqrt(HeadDim)
+  int64_t VHeadDim = 0; ///< of values and outputs; 0: HeadDim
+  int64_t vHeadDim() const { return VHeadDim > 0 ? VHeadDim : HeadDim; }
 };
+
+/// The (query-key, value) head widths the kernels are built for.
+struct AttentionWidths {
+  int64_t HeadDim, VHeadDim;
+};
+const std::vector<AttentionWidths> &attentionKernelWidths();
+bool attentionKernelTakesWidths(int64_t HeadDim, int64_t VHeadDim);
 
 /// Out = 0, Lse = -inf: the state before the first block is merged.
 void attentionInit(const DeviceAttentionShape &S, float *Out, float *Lse, cudaStream_t Stream);
@@ -52,12 +67,12 @@ void attentionInit(const DeviceAttentionShape &S, float *Out, float *Lse, cudaSt
 void attentionForwardBlock(const DeviceAttentionShape &S, const bf16 *Q, const int32_t *QPos, const bf16 *K,
                            const bf16 *V, const int32_t *KPos, float *Out, float *Lse, cudaStream_t Stream);
 
-/// Delta[b, h, i] = sum_d DOut[b, i, h, d] * Out[b, i, h, d].
+/// Delta[b, h, i] = sum_d DOut[b, i, h, d] * Out[b, i, h, d] (d < VHeadDim).
 void attentionDelta(const DeviceAttentionShape &S, const bf16 *DOut, const float *Out, float *Delta,
                     cudaStream_t Stream);
 
-/// Accumulates this K/V block's share of the gradients: DQ [like Q], DK, DV
-/// [like K] fp32, +=.
+/// Accumulates this K/V block's share of the gradients: DQ [like Q], DK
+/// [like K], DV [like V] fp32, +=.
 void attentionBackwardBlock(const DeviceAttentionShape &S, const bf16 *Q, const int32_t *QPos, const bf16 *K,
                             const bf16 *V, const int32_t *KPos, const float *Lse, const float *Delta, const bf16 *DOut,
                             float *DQ, float *DK, float *DV, cudaStream_t Stream);
@@ -72,7 +87,7 @@ void causalAttentionBackward(const DeviceAttentionShape &S, const bf16 *Q, const
                              float *Delta, float *DQ, float *DK, float *DV, cudaStream_t Stream);
 
 /// Floating-point operations of a causal forward over full sequences
-/// (4 * B * H * visible pairs * D; the backward is 2.5x: two recomputes of S
+/// (2 * B * H * visible pairs * (HeadDim + VHeadDim); the backward is 2.5x: two recomputes of S
 /// and dP plus dQ, dK, dV), for the benchmarks.
 double causalAttentionFlops(const DeviceAttentionShape &S);
 

@@ -66,11 +66,11 @@ int64_t extent(const std::vector<size_t> &Counts, const std::vector<size_t> &Off
   return int64_t(End);
 }
 
-/// The kernels of kernels/cuda/Attention.h take heads of 32, 64 or 128
-/// columns, values as wide as keys, and positions that fit int32.
+/// The kernels of kernels/cuda/Attention.h take the head widths they are
+/// built for (cuda::attentionKernelWidths()), grouped queries, and positions
+/// that fit int32.
 bool attentionKernelTakesHeads(int64_t QHeads, int64_t KvHeads, int64_t HeadDim, int64_t VHeadDim) {
-  const bool Width = HeadDim == 32 || HeadDim == 64 || HeadDim == 128;
-  return Width && VHeadDim == HeadDim && KvHeads > 0 && QHeads % KvHeads == 0;
+  return cuda::attentionKernelTakesWidths(HeadDim, VHeadDim) && KvHeads > 0 && QHeads % KvHeads == 0;
 }
 constexpr int64_t PositionBound = int64_t(1) << 31;
 
@@ -294,7 +294,7 @@ public:
     if (!attentionKernelTakes(A))
       return false;
     DeviceBlock Block = deviceBlock(A);
-    int64_t OutWidth = A.QHeads * A.HeadDim;
+    int64_t OutWidth = A.QHeads * A.VHeadDim;
     const std::vector<float> PackedLse = packStat(A.Lse, A);
     DeviceBuffer<float> Lse = Copies.upload(PackedLse);
     // Where no key has reached the span yet (every log-sum-exp -inf), the
@@ -329,13 +329,14 @@ public:
     if (!attentionKernelTakes(A))
       return false;
     DeviceBlock Block = deviceBlock(A);
-    int64_t QWidth = A.QHeads * A.HeadDim, KWidth = A.KvHeads * A.HeadDim;
-    DeviceBuffer<bf16> DOut = span(A.DOut, A.Batch, A.LocalTokens, A.QBegin, A.QLen, QWidth);
+    int64_t QWidth = A.QHeads * A.HeadDim, KWidth = A.KvHeads * A.HeadDim, OutWidth = A.QHeads * A.VHeadDim,
+            VWidth = A.KvHeads * A.VHeadDim;
+    DeviceBuffer<bf16> DOut = span(A.DOut, A.Batch, A.LocalTokens, A.QBegin, A.QLen, OutWidth);
     DeviceBuffer<float> Lse = Copies.upload(packStat(A.FinalLse, A));
     DeviceBuffer<float> Delta = Copies.upload(packStat(A.Delta, A));
     SumSpan DQ = sumSpan(A.DQ, A.Batch, A.LocalTokens, A.QBegin, A.QLen, QWidth);
     SumSpan DK = sumSpan(A.DK, A.Batch, A.LocalTokens, A.KBegin, A.KLen, KWidth);
-    SumSpan DV = sumSpan(A.DV, A.Batch, A.LocalTokens, A.KBegin, A.KLen, KWidth);
+    SumSpan DV = sumSpan(A.DV, A.Batch, A.LocalTokens, A.KBegin, A.KLen, VWidth);
     attentionBackwardBlock(Block.Shape, Block.Q.data(), Block.QPos.data(), Block.K.data(), Block.V.data(),
                            Block.KPos.data(), Lse.data(), Delta.data(), DOut.data(), DQ.Packed.data(), DK.Packed.data(),
                            DV.Packed.data(), Blas.stream());
@@ -362,8 +363,8 @@ public:
   void cpAttentionForward(const CpAttentionArgs &A) override {
     Charge Charged(Copies, "attention");
     RingShape R(A);
-    Operand Q = input(A.Q, R.QCount), K = input(A.K, R.KvCount), V = input(A.V, R.KvCount);
-    DeviceBuffer<float> Out{size_t(R.QCount)}, Lse{size_t(R.LseCount)};
+    Operand Q = input(A.Q, R.QCount), K = input(A.K, R.KCount), V = input(A.V, R.VCount);
+    DeviceBuffer<float> Out{size_t(R.OutCount)}, Lse{size_t(R.LseCount)};
     auto *Attend = A.Kind == CpAttentionArgs::AllGather  ? cuda::gatheredAttentionForward
                    : A.Kind == CpAttentionArgs::AllToAll ? cuda::headShardedAttentionForward
                                                          : cuda::ringAttentionForward;
@@ -375,13 +376,13 @@ public:
   void cpAttentionBackward(const CpAttentionArgs &A) override {
     Charge Charged(Copies, "attention");
     RingShape R(A);
-    Operand Q = input(A.Q, R.QCount), K = input(A.K, R.KvCount), V = input(A.V, R.KvCount);
-    Operand Out16 = input(A.Out, R.QCount), DOut16 = input(A.DOut, R.QCount);
+    Operand Q = input(A.Q, R.QCount), K = input(A.K, R.KCount), V = input(A.V, R.VCount);
+    Operand Out16 = input(A.Out, R.OutCount), DOut16 = input(A.DOut, R.OutCount);
     // Delta reads the output as the blocks' kernels see their operands.
-    DeviceBuffer<float> Out32{size_t(R.QCount)}, StagedLse;
-    castToF32(R.QCount, Out16.Data, Out32.data(), Blas.stream());
+    DeviceBuffer<float> Out32{size_t(R.OutCount)}, StagedLse;
+    castToF32(R.OutCount, Out16.Data, Out32.data(), Blas.stream());
     const float *Lse = wideInput(A.Lse, R.LseCount, StagedLse);
-    DeviceBuffer<float> DQ{size_t(R.QCount)}, DK{size_t(R.KvCount)}, DV{size_t(R.KvCount)};
+    DeviceBuffer<float> DQ{size_t(R.QCount)}, DK{size_t(R.KCount)}, DV{size_t(R.VCount)};
     auto *Attend = A.Kind == CpAttentionArgs::AllGather  ? cuda::gatheredAttentionBackward
                    : A.Kind == CpAttentionArgs::AllToAll ? cuda::headShardedAttentionBackward
                                                          : cuda::ringAttentionBackward;
@@ -478,7 +479,7 @@ public:
     Shape.Batch = Batch;
     Shape.QTokens = Tokens;
     Shape.QHeads = QHeads;
-    Shape.HeadDim = VDim;
+    Shape.HeadDim = Shape.VHeadDim = VDim;
     cuda::attentionDelta(Shape, DOut16.Data, Out32.data(), Delta32.data(), Blas.stream());
     result(Delta32, Delta);
   }
@@ -983,13 +984,15 @@ private:
   struct RingShape {
     DeviceCommunicator &Cp;
     AttentionDims Dims;
-    int64_t QCount, KvCount, LseCount;
+    int64_t QCount, KCount, VCount, OutCount, LseCount;
     explicit RingShape(const CpAttentionArgs &A)
         : Cp(dynamic_cast<DeviceCommunicator &>(*A.Device)), Dims{A.Batch,   A.SeqLen,  A.QHeads,
                                                                   A.KvHeads, A.HeadDim, A.VHeadDim} {
       const int64_t Rows = A.Batch * (A.SeqLen / Cp.size());
       QCount = Rows * A.QHeads * A.HeadDim;
-      KvCount = Rows * A.KvHeads * A.HeadDim;
+      KCount = Rows * A.KvHeads * A.HeadDim;
+      VCount = Rows * A.KvHeads * A.VHeadDim;
+      OutCount = Rows * A.QHeads * A.VHeadDim;
       LseCount = Rows * A.QHeads;
     }
   };
@@ -1320,10 +1323,11 @@ private:
     Shape.QHeads = A.QHeads;
     Shape.KvHeads = A.KvHeads;
     Shape.HeadDim = A.HeadDim;
+    Shape.VHeadDim = A.VHeadDim;
     Shape.Scale = A.Scale;
     Block.Q = span(A.Q, A.Batch, A.LocalTokens, A.QBegin, A.QLen, A.QHeads * A.HeadDim);
     Block.K = span(A.K, A.Batch, A.LocalTokens, A.KBegin, A.KLen, A.KvHeads * A.HeadDim);
-    Block.V = span(A.V, A.Batch, A.LocalTokens, A.KBegin, A.KLen, A.KvHeads * A.HeadDim);
+    Block.V = span(A.V, A.Batch, A.LocalTokens, A.KBegin, A.KLen, A.KvHeads * A.VHeadDim);
     Block.QPos = Copies.upload(positions(A.QPos, A.QLen));
     Block.KPos = Copies.upload(positions(A.KPos, A.KLen));
     return Block;

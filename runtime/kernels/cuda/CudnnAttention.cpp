@@ -89,6 +89,8 @@ struct CudnnAttention::Impl {
       return *It->second;
     if (S.QTokens != S.KTokens)
       throw std::invalid_argument("cuDNN attention: whole sequences only (QTokens == KTokens)");
+    if (S.vHeadDim() != S.HeadDim)
+      throw std::invalid_argument("cuDNN attention: values as wide as keys only");
     auto G = newGraph();
     auto Q = bshd(*G, "Q", UQ, S, S.QHeads);
     auto K = bshd(*G, "K", UK, S, S.KvHeads);

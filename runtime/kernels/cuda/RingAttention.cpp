@@ -18,7 +18,7 @@ namespace {
 struct Ring {
   DeviceAttentionShape Shape;
   int Size, Rank;
-  size_t KvCount;                  ///< elements of K (= of V)
+  size_t KCount, VCount;           ///< elements of K and of V
   DeviceBuffer<int32_t> Positions; ///< [Size, LocalTokens]
 
   Ring(DeviceCommunicator &Cp, const AttentionDims &Dims) : Size(Cp.size()), Rank(Cp.rank()) {
@@ -35,8 +35,10 @@ struct Ring {
     Shape.QHeads = Dims.QHeads;
     Shape.KvHeads = Dims.KvHeads;
     Shape.HeadDim = Dims.HeadDim;
+    Shape.VHeadDim = Dims.vHeadDim();
     Shape.Scale = float(1.0 / std::sqrt(double(Dims.HeadDim)));
-    KvCount = size_t(Dims.Batch * Local * Dims.KvHeads * Dims.HeadDim);
+    KCount = size_t(Dims.Batch * Local * Dims.KvHeads * Dims.HeadDim);
+    VCount = size_t(Dims.Batch * Local * Dims.KvHeads * Dims.vHeadDim());
     Positions.upload(All);
   }
   const int32_t *positionsOf(int R) const { return Positions.data() + int64_t(R) * Shape.QTokens; }
@@ -58,27 +60,27 @@ struct DeviceBlock {
   DeviceBuffer<float> CurGrad, NextGrad;
 
   DeviceBlock(const Ring &R, const bf16 *K, const bf16 *V, bool WithGrads, cudaStream_t Stream)
-      : R(R), Stream(Stream), Cur(2 * R.KvCount), Next(R.Size > 1 ? 2 * R.KvCount : 0),
-        CurGrad(WithGrads ? 2 * R.KvCount : 0), NextGrad(WithGrads && R.Size > 1 ? 2 * R.KvCount : 0) {
-    copyAsync(Cur.data(), K, R.KvCount * sizeof(bf16), Stream);
-    copyAsync(Cur.data() + R.KvCount, V, R.KvCount * sizeof(bf16), Stream);
+      : R(R), Stream(Stream), Cur(R.KCount + R.VCount), Next(R.Size > 1 ? R.KCount + R.VCount : 0),
+        CurGrad(WithGrads ? R.KCount + R.VCount : 0), NextGrad(WithGrads && R.Size > 1 ? R.KCount + R.VCount : 0) {
+    copyAsync(Cur.data(), K, R.KCount * sizeof(bf16), Stream);
+    copyAsync(Cur.data() + R.KCount, V, R.VCount * sizeof(bf16), Stream);
     if (WithGrads)
       MOERT_CUDA_CHECK(cudaMemsetAsync(CurGrad.data(), 0, CurGrad.bytes(), Stream));
   }
   const void *kv() const { return Cur.data(); }
   void *nextKv() { return Next.data(); }
-  size_t kvCount() const { return 2 * R.KvCount; }
+  size_t kvCount() const { return R.KCount + R.VCount; }
   DType kvType() const { return DType::BF16; }
   const void *grad() const { return CurGrad.data(); }
   void *nextGrad() { return NextGrad.data(); }
-  size_t gradCount() const { return 2 * R.KvCount; }
+  size_t gradCount() const { return R.KCount + R.VCount; }
   DType gradType() const { return DType::F32; }
   void swap() {
     std::swap(Cur, Next);
     std::swap(CurGrad, NextGrad);
   }
   const bf16 *blockK() const { return Cur.data(); }
-  const bf16 *blockV() const { return Cur.data() + R.KvCount; }
+  const bf16 *blockV() const { return Cur.data() + R.KCount; }
 };
 
 /// A backward over this rank's queries starts so: DQ zeroed (every block
@@ -128,12 +130,12 @@ void ringAttentionBackward(DeviceCommunicator &Cp, const AttentionDims &Dims, co
         : DeviceBlock(R, K, V, true, Stream), Q(Q), DOut(DOut), Lse(Lse), Delta(Delta), DQ(DQ) {}
     void attend(int Owner) {
       attentionBackwardBlock(R.Shape, Q, R.positionsOf(R.Rank), blockK(), blockV(), R.positionsOf(Owner), Lse, Delta,
-                             DOut, DQ, CurGrad.data(), CurGrad.data() + R.KvCount, Stream);
+                             DOut, DQ, CurGrad.data(), CurGrad.data() + R.KCount, Stream);
     }
   } B(R, Q, K, V, Lse, Delta.data(), DOut, DQ, Stream);
   ring::backward(Cp, B);
-  copyAsync(DK, B.CurGrad.data(), R.KvCount * sizeof(float), Stream);
-  copyAsync(DV, B.CurGrad.data() + R.KvCount, R.KvCount * sizeof(float), Stream);
+  copyAsync(DK, B.CurGrad.data(), R.KCount * sizeof(float), Stream);
+  copyAsync(DV, B.CurGrad.data() + R.KCount, R.VCount * sizeof(float), Stream);
   MOERT_CUDA_CHECK(cudaStreamSynchronize(Stream));
 }
 
@@ -142,12 +144,12 @@ namespace {
 struct Gathered {
   DeviceBuffer<bf16> K, V;
   Gathered(DeviceCommunicator &Cp, const Ring &R, const bf16 *LocalK, const bf16 *LocalV)
-      : K(size_t(R.Size) * R.KvCount), V(size_t(R.Size) * R.KvCount) {
-    Cp.allGather(LocalK, K.data(), R.KvCount, DType::BF16);
-    Cp.allGather(LocalV, V.data(), R.KvCount, DType::BF16);
+      : K(size_t(R.Size) * R.KCount), V(size_t(R.Size) * R.VCount) {
+    Cp.allGather(LocalK, K.data(), R.KCount, DType::BF16);
+    Cp.allGather(LocalV, V.data(), R.VCount, DType::BF16);
   }
-  const bf16 *k(int Owner, const Ring &R) const { return K.data() + size_t(Owner) * R.KvCount; }
-  const bf16 *v(int Owner, const Ring &R) const { return V.data() + size_t(Owner) * R.KvCount; }
+  const bf16 *k(int Owner, const Ring &R) const { return K.data() + size_t(Owner) * R.KCount; }
+  const bf16 *v(int Owner, const Ring &R) const { return V.data() + size_t(Owner) * R.VCount; }
 };
 } // namespace
 
@@ -172,17 +174,17 @@ void gatheredAttentionBackward(DeviceCommunicator &Cp, const AttentionDims &Dims
   Cp.setComputeStream(Stream);
   DeviceBuffer<float> Delta = startBackward(R, DOut, Out, DQ, Stream);
   const Gathered All(Cp, R, K, V);
-  DeviceBuffer<float> AllDK(size_t(R.Size) * R.KvCount), AllDV(size_t(R.Size) * R.KvCount);
+  DeviceBuffer<float> AllDK(size_t(R.Size) * R.KCount), AllDV(size_t(R.Size) * R.VCount);
   MOERT_CUDA_CHECK(cudaMemsetAsync(AllDK.data(), 0, AllDK.bytes(), Stream));
   MOERT_CUDA_CHECK(cudaMemsetAsync(AllDV.data(), 0, AllDV.bytes(), Stream));
   for (int Step = 0; Step < R.Size; ++Step) {
     const int Owner = ring::ownerAt(Cp, Step);
-    const size_t At = size_t(Owner) * R.KvCount;
     attentionBackwardBlock(R.Shape, Q, R.positionsOf(R.Rank), All.k(Owner, R), All.v(Owner, R), R.positionsOf(Owner),
-                           Lse, Delta.data(), DOut, DQ, AllDK.data() + At, AllDV.data() + At, Stream);
+                           Lse, Delta.data(), DOut, DQ, AllDK.data() + size_t(Owner) * R.KCount,
+                           AllDV.data() + size_t(Owner) * R.VCount, Stream);
   }
-  Cp.reduceScatterSum(AllDK.data(), DK, R.KvCount, DType::F32);
-  Cp.reduceScatterSum(AllDV.data(), DV, R.KvCount, DType::F32);
+  Cp.reduceScatterSum(AllDK.data(), DK, R.KCount, DType::F32);
+  Cp.reduceScatterSum(AllDV.data(), DV, R.VCount, DType::F32);
   MOERT_CUDA_CHECK(cudaStreamSynchronize(Stream));
 }
 
@@ -224,8 +226,8 @@ struct HeadShards {
   cudaStream_t Stream;
 
   /// The exchanges' send and receive buffers, in fp32 elements: room for
-  /// the largest tensor exchanged (the queries' heads), reused by every
-  /// exchange in stream order and freed after finish().
+  /// the largest tensor exchanged, reused by every exchange in stream order
+  /// and freed after finish().
   DeviceBuffer<float> Send, Recv;
 
   HeadShards(DeviceCommunicator &Cp, const AttentionDims &Dims, cudaStream_t Stream)
@@ -235,7 +237,7 @@ struct HeadShards {
     Sharded.QTokens = Sharded.KTokens = C * T;
     Sharded.QHeads /= C;
     Sharded.KvHeads /= C;
-    Send.resize(size_t(count(std::max(Dims.QHeads, Dims.KvHeads))));
+    Send.resize(size_t(count(std::max(Dims.QHeads, Dims.KvHeads), std::max(Dims.HeadDim, Dims.vHeadDim()))));
     Recv.resize(Send.size());
     Cp.setComputeStream(Stream);
   }
@@ -248,17 +250,17 @@ struct HeadShards {
   /// The buffers (and the caller's) are freed on return: finish the work
   /// that reads them.
   void finish() { MOERT_CUDA_CHECK(cudaStreamSynchronize(Stream)); }
-  int64_t count(int64_t Heads) const { return Local.Batch * T * Heads * Local.HeadDim; }
-  /// [Batch, T, Heads, HeadDim] sequence shard <-> [Batch, C x T, Heads / C,
-  /// HeadDim] head shard.
-  template <typename E> DeviceBuffer<E> toHeads(const E *X, int64_t Heads) {
-    DeviceBuffer<E> Xs(size_t(count(Heads)));
-    const int64_t Row = Heads / C * Local.HeadDim;
+  int64_t count(int64_t Heads, int64_t Width) const { return Local.Batch * T * Heads * Width; }
+  /// [Batch, T, Heads, Width] sequence shard <-> [Batch, C x T, Heads / C,
+  /// Width] head shard.
+  template <typename E> DeviceBuffer<E> toHeads(const E *X, int64_t Heads, int64_t Width) {
+    DeviceBuffer<E> Xs(size_t(count(Heads, Width)));
+    const int64_t Row = Heads / C * Width;
     exchange(X, Local.Batch * T, Row, Xs.data(), Local.Batch, T * Row);
     return Xs;
   }
-  template <typename E> void toSequence(const E *Xs, int64_t Heads, E *X) {
-    const int64_t Row = Heads / C * Local.HeadDim;
+  template <typename E> void toSequence(const E *Xs, int64_t Heads, int64_t Width, E *X) {
+    const int64_t Row = Heads / C * Width;
     exchange(Xs, Local.Batch, T * Row, X, Local.Batch * T, Row);
   }
   /// Per (batch, head, token) [Batch, QHeads, T] <-> [Batch, QHeads / C, C x T].
@@ -277,12 +279,14 @@ struct HeadShards {
 void headShardedAttentionForward(DeviceCommunicator &Cp, const AttentionDims &Dims, const bf16 *Q, const bf16 *K,
                                  const bf16 *V, float *Out, float *Lse, cudaStream_t Stream) {
   HeadShards H(Cp, Dims, Stream);
-  DeviceBuffer<bf16> Qs = H.toHeads(Q, Dims.QHeads), Ks = H.toHeads(K, Dims.KvHeads), Vs = H.toHeads(V, Dims.KvHeads);
-  DeviceBuffer<float> Os(size_t(H.count(Dims.QHeads))), Ls(size_t(Dims.Batch * Dims.QHeads * H.T));
+  const int64_t Dk = Dims.HeadDim, Dv = Dims.vHeadDim();
+  DeviceBuffer<bf16> Qs = H.toHeads(Q, Dims.QHeads, Dk), Ks = H.toHeads(K, Dims.KvHeads, Dk),
+                     Vs = H.toHeads(V, Dims.KvHeads, Dv);
+  DeviceBuffer<float> Os(size_t(H.count(Dims.QHeads, Dv))), Ls(size_t(Dims.Batch * Dims.QHeads * H.T));
   attentionInit(H.Sharded, Os.data(), Ls.data(), Stream);
   attentionForwardBlock(H.Sharded, Qs.data(), H.positions(), Ks.data(), Vs.data(), H.positions(), Os.data(), Ls.data(),
                         Stream);
-  H.toSequence(Os.data(), Dims.QHeads, Out);
+  H.toSequence(Os.data(), Dims.QHeads, Dv, Out);
   H.statsToSequence(Ls.data(), Lse);
   H.finish();
 }
@@ -296,16 +300,17 @@ void headShardedAttentionBackward(DeviceCommunicator &Cp, const AttentionDims &D
   DeviceBuffer<float> Delta(size_t(Dims.Batch * Dims.QHeads * H.T));
   attentionDelta(H.Local, DOut, Out, Delta.data(), Stream);
   DeviceBuffer<float> Deltas = H.statsToHeads(Delta.data()), Ls = H.statsToHeads(Lse);
-  DeviceBuffer<bf16> Qs = H.toHeads(Q, Dims.QHeads), Ks = H.toHeads(K, Dims.KvHeads), Vs = H.toHeads(V, Dims.KvHeads),
-                     DOs = H.toHeads(DOut, Dims.QHeads);
+  const int64_t Dk = Dims.HeadDim, Dv = Dims.vHeadDim();
+  DeviceBuffer<bf16> Qs = H.toHeads(Q, Dims.QHeads, Dk), Ks = H.toHeads(K, Dims.KvHeads, Dk),
+                     Vs = H.toHeads(V, Dims.KvHeads, Dv), DOs = H.toHeads(DOut, Dims.QHeads, Dv);
   DeviceBuffer<float> DQs(Qs.size()), DKs(Ks.size()), DVs(Vs.size());
   for (DeviceBuffer<float> *G : {&DQs, &DKs, &DVs})
     MOERT_CUDA_CHECK(cudaMemsetAsync(G->data(), 0, G->bytes(), Stream));
   attentionBackwardBlock(H.Sharded, Qs.data(), H.positions(), Ks.data(), Vs.data(), H.positions(), Ls.data(),
                          Deltas.data(), DOs.data(), DQs.data(), DKs.data(), DVs.data(), Stream);
-  H.toSequence(DQs.data(), Dims.QHeads, DQ);
-  H.toSequence(DKs.data(), Dims.KvHeads, DK);
-  H.toSequence(DVs.data(), Dims.KvHeads, DV);
+  H.toSequence(DQs.data(), Dims.QHeads, Dk, DQ);
+  H.toSequence(DKs.data(), Dims.KvHeads, Dk, DK);
+  H.toSequence(DVs.data(), Dims.KvHeads, Dv, DV);
   H.finish();
 }
 

@@ -8,9 +8,10 @@
 // hop in flight overlaps the attention kernels; it is waited on (stream
 // order) before the swap.
 //
-// Q [Batch, LocalTokens, QHeads, HeadDim] bf16, K and V [Batch, LocalTokens,
-// KvHeads, HeadDim] bf16 (device); Out fp32 like Q; Lse [Batch, QHeads,
-// LocalTokens] fp32; DOut bf16; DQ, DK, DV fp32 (overwritten). Cp is any
+// Q [Batch, LocalTokens, QHeads, HeadDim] bf16, K [Batch, LocalTokens,
+// KvHeads, HeadDim] and V [.., KvHeads, VHeadDim] bf16 (device); Out fp32
+// [.., QHeads, VHeadDim]; Lse [Batch, QHeads, LocalTokens] fp32; DOut bf16
+// like Out; DQ, DK, DV fp32 like Q, K, V (overwritten). Cp is any
 // DeviceCommunicator (NCCL, or host-staged for several ranks on one GPU).
 //
 //===----------------------------------------------------------------------===//

@@ -142,22 +142,25 @@ TEST(CudaGroupedGemm, AutoSpreadsSmallExpertsOverStreams) {
 //===--------------------------------------------------------------------===//
 
 struct AttnCase {
-  int64_t Batch, SeqLen, QHeads, KvHeads, HeadDim;
+  int64_t Batch, SeqLen, QHeads, KvHeads, HeadDim, VHeadDim = 0; ///< 0: HeadDim
+  int64_t vHeadDim() const { return VHeadDim ? VHeadDim : HeadDim; }
 };
 
 /// Random bf16 inputs of a case and the host's causal attention on them (the
 /// CPU backend's context-parallel attention on one rank), forward and back.
 struct HostAttention {
-  int64_t QN, KN, LN;
+  int64_t QN, KN, VN, ON, LN;
   std::vector<float> Q, K, V, DOut, Out, Lse, DQ, DK, DV;
   DeviceAttentionShape Shape;
 
   HostAttention(const AttnCase &C, uint64_t Seed)
       : QN(C.Batch * C.SeqLen * C.QHeads * C.HeadDim), KN(C.Batch * C.SeqLen * C.KvHeads * C.HeadDim),
+        VN(C.Batch * C.SeqLen * C.KvHeads * C.vHeadDim()), ON(C.Batch * C.SeqLen * C.QHeads * C.vHeadDim()),
         LN(C.Batch * C.QHeads * C.SeqLen), Q(randomBf16(QN, Seed)), K(randomBf16(KN, Seed + 1)),
-        V(randomBf16(KN, Seed + 2)), DOut(randomBf16(QN, Seed + 3)), Out(QN), Lse(LN), DQ(QN), DK(KN), DV(KN),
-        Shape{C.Batch, C.SeqLen, C.SeqLen, C.QHeads, C.KvHeads, C.HeadDim, float(1.0 / std::sqrt(double(C.HeadDim)))} {
-    AttentionDims D{C.Batch, C.SeqLen, C.QHeads, C.KvHeads, C.HeadDim};
+        V(randomBf16(VN, Seed + 2)), DOut(randomBf16(ON, Seed + 3)), Out(ON), Lse(LN), DQ(QN), DK(KN), DV(VN),
+        Shape{C.Batch,   C.SeqLen, C.SeqLen, C.QHeads, C.KvHeads, C.HeadDim, float(1.0 / std::sqrt(double(C.HeadDim))),
+              C.VHeadDim} {
+    AttentionDims D{C.Batch, C.SeqLen, C.QHeads, C.KvHeads, C.HeadDim, C.VHeadDim};
     auto Self = createSelfCommunicator("cp");
     contextParallelAttentionForward(*Self, D, Q.data(), K.data(), V.data(), Out.data(), Lse.data());
     contextParallelAttentionBackward(*Self, D, Q.data(), K.data(), V.data(), Out.data(), Lse.data(), DOut.data(),
@@ -170,13 +173,13 @@ class CudaAttention : public ::testing::TestWithParam<AttnCase> {};
 TEST_P(CudaAttention, CausalForwardAndBackwardMatchHostAttention) {
   AttnCase C = GetParam();
   HostAttention Ref(C, 21);
-  const auto &[QN, KN, LN, Q, K, V, DOut, Out, Lse, DQ, DK, DV, S] = Ref;
+  const auto &[QN, KN, VN, ON, LN, Q, K, V, DOut, Out, Lse, DQ, DK, DV, S] = Ref;
   std::vector<int32_t> Pos(C.SeqLen);
   std::iota(Pos.begin(), Pos.end(), 0);
   auto DQb = uploadBf16(Q), DKb = uploadBf16(K), DVb = uploadBf16(V);
   auto DDO = uploadBf16(DOut);
   auto DPos = uploadVec(Pos);
-  DeviceBuffer<float> GOut(QN), GLse(LN), GDelta(LN), GDQ(QN), GDK(KN), GDV(KN);
+  DeviceBuffer<float> GOut(ON), GLse(LN), GDelta(LN), GDQ(QN), GDK(KN), GDV(VN);
   causalAttentionForward(S, DQb.data(), DKb.data(), DVb.data(), DPos.data(), GOut.data(), GLse.data(), nullptr);
   causalAttentionBackward(S, DQb.data(), DKb.data(), DVb.data(), DPos.data(), GOut.data(), GLse.data(), DDO.data(),
                           GDelta.data(), GDQ.data(), GDK.data(), GDV.data(), nullptr);
@@ -192,7 +195,10 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CudaAttention,
                          ::testing::Values(AttnCase{2, 100, 4, 2, 64}, // partial tiles, GQA
                                            AttnCase{1, 70, 2, 2, 32},
                                            AttnCase{1, 129, 4, 1, 128}, // one KV head for four
-                                           AttnCase{1, 1, 1, 1, 64}));
+                                           AttnCase{1, 1, 1, 1, 64},
+                                           // latent attention's widths (DeepSeek-V3), the
+                                           // narrower tiles of wide heads, partial ones too
+                                           AttnCase{1, 45, 2, 2, 192, 128}, AttnCase{2, 33, 2, 1, 192, 128}));
 
 #if MOERT_HAS_CUDNN
 // cuDNN's fused attention against the same host reference. Out and the
@@ -202,11 +208,11 @@ class CudnnFusedAttention : public ::testing::TestWithParam<AttnCase> {};
 
 TEST_P(CudnnFusedAttention, CausalForwardAndBackwardMatchHostAttention) {
   HostAttention Ref(GetParam(), 31);
-  const auto &[QN, KN, LN, Q, K, V, DOut, Out, Lse, DQ, DK, DV, S] = Ref;
+  const auto &[QN, KN, VN, ON, LN, Q, K, V, DOut, Out, Lse, DQ, DK, DV, S] = Ref;
   auto DQb = uploadBf16(Q), DKb = uploadBf16(K), DVb = uploadBf16(V), DDO = uploadBf16(DOut);
   // Outputs start as NaN: an element cuDNN does not write fails the check.
-  auto GOut = uploadBf16(std::vector<float>(QN, NAN)), GDQ = uploadBf16(std::vector<float>(QN, NAN));
-  auto GDK = uploadBf16(std::vector<float>(KN, NAN)), GDV = uploadBf16(std::vector<float>(KN, NAN));
+  auto GOut = uploadBf16(std::vector<float>(ON, NAN)), GDQ = uploadBf16(std::vector<float>(QN, NAN));
+  auto GDK = uploadBf16(std::vector<float>(KN, NAN)), GDV = uploadBf16(std::vector<float>(VN, NAN));
   auto GLse = uploadVec(std::vector<float>(LN, NAN));
   CudnnAttention Attn;
   Attn.forward(S, DQb.data(), DKb.data(), DVb.data(), GOut.data(), GLse.data(), nullptr);
@@ -335,6 +341,12 @@ TEST(CudaAttentionBlocks, RejectsUnsupportedHeadDim) {
   DeviceAttentionShape S{1, 4, 4, 2, 2, 96, 0.1f};
   EXPECT_THROW(attentionForwardBlock(S, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr),
                std::invalid_argument);
+  S.HeadDim = 128;
+  S.VHeadDim = 64; // values narrower than keys, but no kernel for the pair
+  EXPECT_THROW(attentionForwardBlock(S, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr),
+               std::invalid_argument);
+  EXPECT_FALSE(attentionKernelTakesWidths(128, 64));
+  EXPECT_TRUE(attentionKernelTakesWidths(192, 128));
 }
 
 //===--------------------------------------------------------------------===//

@@ -60,25 +60,27 @@ int64_t attentionBytes(const ComputeBackend &Backend, bool ToDevice) {
   return It == T.ByOperation.end() ? 0 : ToDevice ? It->second.HostToDeviceBytes : It->second.DeviceToHostBytes;
 }
 
-TEST(CudaBackendCpAttention, RunsWhereTheBackendIsOverTheDeviceGroup) {
+/// Every exchange of the CUDA backend's cp attention against the CPU ring
+/// on the same bf16 inputs, and what crosses between host and device.
+void checkBackendCpAttention(int64_t B, int64_t QH, int64_t KvH, int64_t Hd, int64_t VHd) {
   CommWorld &W = test::world();
   test::EveryRankGroup Group("cp");
   Communicator *Cp = Group.Host.get();
   DeviceCommunicator *DevCp = Group.Device.get();
-  // Heads that divide by every group's size here, for the all-to-all.
-  const int64_t B = 2, Seq = 16 * 2 * W.size(), QH = 8, KvH = 4, Hd = 32;
-  AttentionDims D{B, Seq, QH, KvH, Hd};
+  const int64_t Seq = 16 * 2 * W.size();
+  AttentionDims D{B, Seq, QH, KvH, Hd, VHd};
   const int64_t Local = Seq / W.size();
-  const size_t QN = size_t(B * Local * QH * Hd), KN = size_t(B * Local * KvH * Hd), LseN = size_t(B * QH * Local);
+  const size_t QN = size_t(B * Local * QH * Hd), KN = size_t(B * Local * KvH * Hd), VN = size_t(B * Local * KvH * VHd),
+               ON = size_t(B * Local * QH * VHd), LseN = size_t(B * QH * Local);
   uint64_t Seed = 2000 + 10 * uint64_t(W.rank());
   auto Q = test::randomBf16(QN, Seed), K = test::randomBf16(KN, Seed + 1);
-  auto V = test::randomBf16(KN, Seed + 2), DOut = test::randomBf16(QN, Seed + 3);
-  std::vector<float> Out(QN), Lse(LseN), DQ(QN), DK(KN), DV(KN);
+  auto V = test::randomBf16(VN, Seed + 2), DOut = test::randomBf16(ON, Seed + 3);
+  std::vector<float> Out(ON), Lse(LseN), DQ(QN), DK(KN), DV(VN);
   contextParallelAttentionForward(*Cp, D, Q.data(), K.data(), V.data(), Out.data(), Lse.data());
   // The backend reads the output in bf16 for the backward's Delta, as it
   // does its operands (and its one-rank attention).
-  std::vector<float> Out16(QN);
-  for (size_t I = 0; I < QN; ++I)
+  std::vector<float> Out16(ON);
+  for (size_t I = 0; I < ON; ++I)
     Out16[I] = floatFromBf16(bf16FromFloat(Out[I]));
   contextParallelAttentionBackward(*Cp, D, Q.data(), K.data(), V.data(), Out16.data(), Lse.data(), DOut.data(),
                                    DQ.data(), DK.data(), DV.data());
@@ -109,9 +111,10 @@ TEST(CudaBackendCpAttention, RunsWhereTheBackendIsOverTheDeviceGroup) {
     const std::string Where = std::string(Exchange == CpExchange::Ring        ? "ring"
                                           : Exchange == CpExchange::AllGather ? "all-gather"
                                                                               : "all-to-all") +
-                              ", rank " + std::to_string(W.rank());
+                              ", heads " + std::to_string(Hd) + "/" + std::to_string(VHd) + ", rank " +
+                              std::to_string(W.rank());
     const int64_t Up = attentionBytes(*Backend, true), Down = attentionBytes(*Backend, false);
-    std::vector<float> GOut(QN), GLse(LseN), GDQ(QN), GDK(KN), GDV(KN);
+    std::vector<float> GOut(ON), GLse(LseN), GDQ(QN), GDK(KN), GDV(VN);
     contextParallelAttentionForward(*Cp, D, Q.data(), K.data(), V.data(), GOut.data(), GLse.data(), Exchange);
     contextParallelAttentionBackward(*Cp, D, Q.data(), K.data(), V.data(), GOut.data(), GLse.data(), DOut.data(),
                                      GDQ.data(), GDK.data(), GDV.data(), Exchange);
@@ -127,10 +130,17 @@ TEST(CudaBackendCpAttention, RunsWhereTheBackendIsOverTheDeviceGroup) {
     // and the log-sum-exp up and dQ, dK and dV back in the backward. The
     // blocks travel between device buffers, whatever the group's size.
     const int64_t F = sizeof(float);
-    EXPECT_EQ(attentionBytes(*Backend, true) - Up, F * int64_t(4 * QN + 4 * KN + LseN)) << Where;
-    EXPECT_EQ(attentionBytes(*Backend, false) - Down, F * int64_t(2 * QN + 2 * KN + LseN)) << Where;
+    EXPECT_EQ(attentionBytes(*Backend, true) - Up, F * int64_t(2 * (QN + KN + VN + ON) + LseN)) << Where;
+    EXPECT_EQ(attentionBytes(*Backend, false) - Down, F * int64_t(QN + KN + VN + ON + LseN)) << Where;
   }
 }
+
+// Heads that divide by every group's size here, for the all-to-all.
+TEST(CudaBackendCpAttention, RunsWhereTheBackendIsOverTheDeviceGroup) { checkBackendCpAttention(2, 8, 4, 32, 32); }
+
+// Latent attention's widths (DeepSeek-V3: queries and keys 192 wide, values
+// 128), which the kernels take in narrower tiles.
+TEST(CudaBackendCpAttention, TakesValuesNarrowerThanKeys) { checkBackendCpAttention(1, 4, 4, 192, 128); }
 
 TEST(CudaHostStaged, CollectivesOnDeviceBuffers) {
   test::EveryRankGroup Group("dp");
