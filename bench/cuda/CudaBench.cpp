@@ -13,6 +13,7 @@
 //===----------------------------------------------------------------------===//
 #include "BenchFormat.h"
 #include "kernels/cuda/Attention.h"
+#include "kernels/cuda/DeltaRule.h"
 #if MOERT_HAS_CUDNN
 #include "kernels/cuda/CudnnAttention.h"
 #endif
@@ -175,6 +176,43 @@ void benchAttention(std::vector<Row> &Rows, int64_t Seq, int64_t QHeads, int64_t
 #endif
 }
 
+/// Gated DeltaNet's recurrence (kernels/cuda/DeltaRule.h) at Sequences x
+/// SeqLen tokens; about 8 HeadDim^2 FLOPs a token and value head forward.
+void benchDeltaRule(std::vector<Row> &Rows, int64_t SeqLen, int64_t KeyHeads, int64_t ValueHeads, int64_t HeadDim,
+                    int Runs) {
+  const DeltaRuleShape S{1, SeqLen, KeyHeads, ValueHeads, HeadDim};
+  std::mt19937_64 Gen(7);
+  std::normal_distribution<float> Normal(0.0f, float(1.0 / std::sqrt(double(HeadDim))));
+  auto Upload = [&](int64_t N, float Fixed) {
+    std::vector<float> H(static_cast<size_t>(N));
+    for (float &X : H)
+      X = Fixed != 0.0f ? Fixed : Normal(Gen);
+    DeviceBuffer<float> D;
+    D.upload(H);
+    return D;
+  };
+  const int64_t QkN = SeqLen * KeyHeads * HeadDim, VN = SeqLen * ValueHeads * HeadDim, GN = SeqLen * ValueHeads;
+  auto Q = Upload(QkN, 0), K = Upload(QkN, 0), V = Upload(VN, 0), DO = Upload(VN, 0);
+  auto G = Upload(GN, -0.1f), Beta = Upload(GN, 0.5f);
+  DeviceBuffer<float> O{size_t(VN)}, DQ{size_t(QkN)}, DK{size_t(QkN)}, DV{size_t(VN)}, DG{size_t(GN)},
+      DBeta{size_t(GN)}, Scratch{size_t(deltaRuleScratch(S))};
+  const double Flops = 8.0 * double(SeqLen) * double(ValueHeads) * double(HeadDim * HeadDim);
+  std::ostringstream Shape;
+  Shape << "seq " << SeqLen << ", " << KeyHeads << " key / " << ValueHeads << " value heads of " << HeadDim;
+  double F = timeMs(
+      [&] { gatedDeltaRuleForward(S, Q.data(), K.data(), V.data(), G.data(), Beta.data(), O.data(), nullptr); }, Runs);
+  Rows.push_back(
+      {"gated delta rule forward", Shape.str(), F, Flops / F / 1e9, "recurrent form, fp32, a thread per state column"});
+  double B = timeMs(
+      [&] {
+        gatedDeltaRuleBackward(S, Q.data(), K.data(), V.data(), G.data(), Beta.data(), DO.data(), DQ.data(), DK.data(),
+                               DV.data(), DG.data(), DBeta.data(), Scratch.data(), nullptr);
+      },
+      Runs);
+  Rows.push_back({"gated delta rule backward", Shape.str(), B, 3.0 * Flops / B / 1e9,
+                  "FLOPs counted as 3x forward; scratch " + fixed(double(Scratch.bytes()) / (1 << 20), 0) + " MiB"});
+}
+
 } // namespace
 
 int main(int Argc, char **Argv) {
@@ -210,6 +248,8 @@ int main(int Argc, char **Argv) {
     benchAttention(Rows, Quick ? 2048 : 8192, 32, 8, 128, 0, Runs);
     benchAttention(Rows, Quick ? 2048 : 4096, 16, 16, 64, 0, Runs);
     benchAttention(Rows, Quick ? 2048 : 4096, 16, 16, 192, 128, Runs); // latent attention (DeepSeek-V3)
+    // Qwen3-Next-80B-A3B's linear attention (16 key, 32 value heads of 128).
+    benchDeltaRule(Rows, Quick ? 1024 : 4096, 16, 32, 128, Runs);
   } catch (const std::exception &E) {
     std::fprintf(stderr, "benchmark failed: %s\n", E.what());
     return 1;

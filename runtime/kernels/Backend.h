@@ -68,6 +68,21 @@ struct AttentionBlockArgs {
   float *DQ = nullptr, *DK = nullptr, *DV = nullptr;
 };
 
+/// Gated DeltaNet's recurrence (model/GatedDeltaRule.h) over every value
+/// head of Sequences whole sequences of SeqLen tokens, in fp32: Q, K, DQ, DK
+/// [Sequences * SeqLen, KeyHeads * HeadDim]; V, O, DO, DV [.., ValueHeads *
+/// HeadDim]; G, Beta, DG, DBeta [.., ValueHeads]; value head h reads key head
+/// h / (ValueHeads / KeyHeads). The results are overwritten.
+struct DeltaRuleArgs {
+  int64_t Sequences = 0, SeqLen = 0, KeyHeads = 0, ValueHeads = 0, HeadDim = 0;
+  const float *Q = nullptr, *K = nullptr, *V = nullptr, *G = nullptr, *Beta = nullptr;
+  /// The forward's result.
+  float *O = nullptr;
+  /// The backward's.
+  const float *DO = nullptr;
+  float *DQ = nullptr, *DK = nullptr, *DV = nullptr, *DG = nullptr, *DBeta = nullptr;
+};
+
 /// Context-parallel attention (the semantics of
 /// parallel/cp/ContextParallelAttention.h) run where the backend computes,
 /// its exchanges over Device, the cp group's counterpart over the backend's
@@ -310,6 +325,10 @@ public:
   /// Out and DOut [Batch, Tokens, QHeads, VDim]).
   virtual void attentionDelta(int64_t Batch, int64_t Tokens, int64_t QHeads, int64_t VDim, const float *Out,
                               const float *DOut, float *Delta);
+  /// Gated DeltaNet's recurrence, where the backend has a kernel for its
+  /// heads: true when done, false to leave it to the caller's host code.
+  virtual bool gatedDeltaRuleForward(const DeltaRuleArgs &) { return false; }
+  virtual bool gatedDeltaRuleBackward(const DeltaRuleArgs &) { return false; }
   /// Whether context-parallel attention of A's shape and exchange runs on
   /// this backend over A.Device (cpAttentionForward/Backward then do it);
   /// if not, host code exchanges the blocks and calls

@@ -136,6 +136,21 @@ void GatedDeltaNetBlock::forEachHead(
       Fn(Head, Seq * SeqLen, H, H / (ValueHeads / KeyHeads));
 }
 
+DeltaRuleArgs GatedDeltaNetBlock::ruleArgs(int64_t Sequences, int64_t SeqLen, const GdnSaved &S) const {
+  DeltaRuleArgs A;
+  A.Sequences = Sequences;
+  A.SeqLen = SeqLen;
+  A.KeyHeads = KeyHeads;
+  A.ValueHeads = ValueHeads;
+  A.HeadDim = Config.Linear->HeadDim;
+  A.Q = S.Q.data();
+  A.K = S.K.data();
+  A.V = S.V.data();
+  A.G = S.G.data();
+  A.Beta = S.Beta.data();
+  return A;
+}
+
 void GatedDeltaNetBlock::gatedNorm(const GdnWeights &W, GdnSaved &S) const {
   // RMSNorm over each head, times w and silu(z).
   const int64_t D = Config.Linear->HeadDim, N = S.O.rows();
@@ -185,10 +200,13 @@ Tensor GatedDeltaNetBlock::forward(const GdnWeights &W, const Tensor &Xn, int64_
       S.Beta.row(T)[H] = float(sigmoid(P[4].row(T)[H]));
     }
   S.O = Tensor({N, ValueHeads * D});
-  forEachHead(Sequences, SeqLen, [&](const DeltaRuleHead &Head, int64_t Row, int64_t H, int64_t Kh) {
-    gatedDeltaRuleForward(Head, S.Q.row(Row) + Kh * D, S.K.row(Row) + Kh * D, S.V.row(Row) + H * D, S.G.row(Row) + H,
-                          S.Beta.row(Row) + H, S.O.row(Row) + H * D);
-  });
+  DeltaRuleArgs Rule = ruleArgs(Sequences, SeqLen, S);
+  Rule.O = S.O.data();
+  if (!currentBackend().gatedDeltaRuleForward(Rule))
+    forEachHead(Sequences, SeqLen, [&](const DeltaRuleHead &Head, int64_t Row, int64_t H, int64_t Kh) {
+      gatedDeltaRuleForward(Head, S.Q.row(Row) + Kh * D, S.K.row(Row) + Kh * D, S.V.row(Row) + H * D, S.G.row(Row) + H,
+                            S.Beta.row(Row) + H, S.O.row(Row) + H * D);
+    });
   gatedNorm(W, S);
   return rowParallelForward(Tp, S.Gated, W.Out->Value);
 }
@@ -216,11 +234,19 @@ Tensor GatedDeltaNetBlock::backward(const GdnWeights &W, const Tensor &Xn, int64
   }
   // The rule.
   Tensor DQ(S.Q.shape()), DK(S.K.shape()), DV(S.V.shape()), DG(S.G.shape()), DBeta(S.Beta.shape());
-  forEachHead(Sequences, SeqLen, [&](const DeltaRuleHead &Head, int64_t Row, int64_t H, int64_t Kh) {
-    gatedDeltaRuleBackward(Head, S.Q.row(Row) + Kh * D, S.K.row(Row) + Kh * D, S.V.row(Row) + H * D, S.G.row(Row) + H,
-                           S.Beta.row(Row) + H, DO.row(Row) + H * D, DQ.row(Row) + Kh * D, DK.row(Row) + Kh * D,
-                           DV.row(Row) + H * D, DG.row(Row) + H, DBeta.row(Row) + H);
-  });
+  DeltaRuleArgs Rule = ruleArgs(Sequences, SeqLen, S);
+  Rule.DO = DO.data();
+  Rule.DQ = DQ.data();
+  Rule.DK = DK.data();
+  Rule.DV = DV.data();
+  Rule.DG = DG.data();
+  Rule.DBeta = DBeta.data();
+  if (!currentBackend().gatedDeltaRuleBackward(Rule))
+    forEachHead(Sequences, SeqLen, [&](const DeltaRuleHead &Head, int64_t Row, int64_t H, int64_t Kh) {
+      gatedDeltaRuleBackward(Head, S.Q.row(Row) + Kh * D, S.K.row(Row) + Kh * D, S.V.row(Row) + H * D, S.G.row(Row) + H,
+                             S.Beta.row(Row) + H, DO.row(Row) + H * D, DQ.row(Row) + Kh * D, DK.row(Row) + Kh * D,
+                             DV.row(Row) + H * D, DG.row(Row) + H, DBeta.row(Row) + H);
+    });
   // g = -exp(A_log) softplus(a + dt_bias), beta = sigmoid(b).
   Tensor DA({N, ValueHeads}), DB({N, ValueHeads});
   for (int64_t T = 0; T < N; ++T)

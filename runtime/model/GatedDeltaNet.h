@@ -23,6 +23,7 @@
 #ifndef MOERT_MODEL_GATEDDELTANET_H
 #define MOERT_MODEL_GATEDDELTANET_H
 
+#include "kernels/Backend.h"
 #include "model/GatedDeltaRule.h"
 #include "model/Model.h"
 
@@ -75,6 +76,8 @@ public:
 private:
   /// S.Gated and S.RstdO from S.O and S.Z.
   void gatedNorm(const GdnWeights &W, GdnSaved &S) const;
+  /// The rule's operands in S, for the compute backend.
+  DeltaRuleArgs ruleArgs(int64_t Sequences, int64_t SeqLen, const GdnSaved &S) const;
   /// Fn(head view, first row of the sequence, value head, its key head) for
   /// every sequence and value head of this rank.
   void forEachHead(int64_t Sequences, int64_t SeqLen,

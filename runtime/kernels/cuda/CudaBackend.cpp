@@ -5,6 +5,7 @@
 #include "kernels/cuda/AdamW.h"
 #include "kernels/cuda/Attention.h"
 #include "kernels/cuda/CrossEntropy.h"
+#include "kernels/cuda/DeltaRule.h"
 #include "kernels/cuda/DeviceBuffer.h"
 #include "kernels/cuda/Elementwise.h"
 #include "kernels/cuda/Gemm.h"
@@ -201,8 +202,8 @@ public:
   const char *name() const override { return "cuda"; }
   const char *precision() const override {
     return "GEMMs, attention, RMSNorm, RoPE, SwiGLU, the experts' MLPs, token permutation and the loss head on bf16 "
-           "operands with fp32 accumulation, the residual stream's adds, the gradient sums and AdamW in fp32 on the "
-           "device (of the parameters no host code reads), the rest in fp32 on the host";
+           "operands with fp32 accumulation, Gated DeltaNet's recurrence, the residual stream's adds, the gradient "
+           "sums and AdamW in fp32 on the device (of the parameters no host code reads), the rest in fp32 on the host";
   }
 
   void gemm(const GemmArgs &G) override {
@@ -342,6 +343,40 @@ public:
                            DV.Packed.data(), Blas.stream());
     for (SumSpan *Sum : {&DQ, &DK, &DV})
       addedTo(*Sum);
+    return true;
+  }
+
+  bool gatedDeltaRuleForward(const DeltaRuleArgs &A) override {
+    Charge Charged(Copies, "delta rule");
+    const DeltaRuleOperands R(A);
+    if (!cuda::deltaRuleKernelTakes(R.Shape))
+      return false;
+    DeviceBuffer<float> SQ, SK, SV, SG, SBeta;
+    DeviceBuffer<float> O{size_t(R.VCount)};
+    cuda::gatedDeltaRuleForward(R.Shape, wideInput(A.Q, R.QkCount, SQ), wideInput(A.K, R.QkCount, SK),
+                                wideInput(A.V, R.VCount, SV), wideInput(A.G, R.GCount, SG),
+                                wideInput(A.Beta, R.GCount, SBeta), O.data(), Blas.stream());
+    result(O, A.O);
+    return true;
+  }
+
+  bool gatedDeltaRuleBackward(const DeltaRuleArgs &A) override {
+    Charge Charged(Copies, "delta rule");
+    const DeltaRuleOperands R(A);
+    if (!cuda::deltaRuleKernelTakes(R.Shape))
+      return false;
+    DeviceBuffer<float> SQ, SK, SV, SG, SBeta, SDO;
+    DeviceBuffer<float> DQ{size_t(R.QkCount)}, DK{size_t(R.QkCount)}, DV{size_t(R.VCount)}, DG{size_t(R.GCount)},
+        DBeta{size_t(R.GCount)}, Scratch{size_t(cuda::deltaRuleScratch(R.Shape))};
+    cuda::gatedDeltaRuleBackward(R.Shape, wideInput(A.Q, R.QkCount, SQ), wideInput(A.K, R.QkCount, SK),
+                                 wideInput(A.V, R.VCount, SV), wideInput(A.G, R.GCount, SG),
+                                 wideInput(A.Beta, R.GCount, SBeta), wideInput(A.DO, R.VCount, SDO), DQ.data(),
+                                 DK.data(), DV.data(), DG.data(), DBeta.data(), Scratch.data(), Blas.stream());
+    result(DQ, A.DQ);
+    result(DK, A.DK);
+    result(DV, A.DV);
+    result(DG, A.DG);
+    result(DBeta, A.DBeta);
     return true;
   }
 
@@ -980,6 +1015,19 @@ public:
   void resetPeak() override { resetDevicePeak(); }
 
 private:
+  /// The delta rule's shape and element counts.
+  struct DeltaRuleOperands {
+    cuda::DeltaRuleShape Shape;
+    int64_t QkCount, VCount, GCount;
+    explicit DeltaRuleOperands(const DeltaRuleArgs &A)
+        : Shape{A.Sequences, A.SeqLen, A.KeyHeads, A.ValueHeads, A.HeadDim} {
+      const int64_t Rows = A.Sequences * A.SeqLen;
+      QkCount = Rows * A.KeyHeads * A.HeadDim;
+      VCount = Rows * A.ValueHeads * A.HeadDim;
+      GCount = Rows * A.ValueHeads;
+    }
+  };
+
   /// A ring's group, its dimensions and this rank's element counts.
   struct RingShape {
     DeviceCommunicator &Cp;

@@ -15,10 +15,12 @@
 #if MOERT_HAS_CUDNN
 #include "kernels/cuda/CudnnAttention.h"
 #endif
+#include "kernels/cuda/DeltaRule.h"
 #include "kernels/cuda/Elementwise.h"
 #include "kernels/cuda/Gemm.h"
 #include "kernels/cuda/Moe.h"
 #include "kernels/host/Blas.h"
+#include "model/GatedDeltaRule.h"
 #include "model/ModelOps.h"
 #include "parallel/cp/ContextParallelAttention.h"
 #include "parallel/ep/TokenDispatcher.h"
@@ -347,6 +349,105 @@ TEST(CudaAttentionBlocks, RejectsUnsupportedHeadDim) {
                std::invalid_argument);
   EXPECT_FALSE(attentionKernelTakesWidths(128, 64));
   EXPECT_TRUE(attentionKernelTakesWidths(192, 128));
+}
+
+//===--------------------------------------------------------------------===//
+// Gated DeltaNet's recurrence
+//===--------------------------------------------------------------------===//
+
+/// Inputs as Gated DeltaNet makes them: unit-norm q and k per head, decays
+/// g = -exp(A) softplus(..) < 0, beta in (0, 1).
+struct DeltaRuleInputs {
+  std::vector<float> Q, K, V, G, Beta, DO;
+  DeltaRuleInputs(const DeltaRuleShape &S, uint64_t Seed) {
+    const int64_t Rows = S.Sequences * S.SeqLen, D = S.HeadDim;
+    std::mt19937_64 Gen(Seed);
+    std::normal_distribution<float> Normal(0.0f, 1.0f);
+    std::uniform_real_distribution<float> Unit(0.0f, 1.0f);
+    auto Heads = [&](int64_t Count) {
+      std::vector<float> X(size_t(Rows * Count * D));
+      for (float &E : X)
+        E = Normal(Gen);
+      for (int64_t H = 0; H < Rows * Count; ++H) {
+        double Norm = 0;
+        for (int64_t I = 0; I < D; ++I)
+          Norm += double(X[H * D + I]) * X[H * D + I];
+        for (int64_t I = 0; I < D; ++I)
+          X[H * D + I] = float(X[H * D + I] / std::sqrt(Norm));
+      }
+      return X;
+    };
+    Q = Heads(S.KeyHeads);
+    K = Heads(S.KeyHeads);
+    V = randomBf16(size_t(Rows * S.ValueHeads * D), Seed + 1);
+    DO = randomBf16(V.size(), Seed + 2);
+    for (int64_t I = 0; I < Rows * S.ValueHeads; ++I) {
+      G.push_back(-0.02f - 0.5f * Unit(Gen));
+      Beta.push_back(Unit(Gen));
+    }
+  }
+};
+
+class CudaDeltaRule : public ::testing::TestWithParam<DeltaRuleShape> {};
+
+// The kernels against model/GatedDeltaRule.cpp head by head: several chunks
+// of the backward's checkpoints (a partial one last), grouped value heads
+// whose key-head gradients sum, widths under and over a warp.
+TEST_P(CudaDeltaRule, ForwardAndBackwardMatchTheHost) {
+  const DeltaRuleShape S = GetParam();
+  const int64_t Rows = S.Sequences * S.SeqLen, D = S.HeadDim;
+  const DeltaRuleInputs In(S, 51);
+  std::vector<float> O(In.V.size()), DQ(In.Q.size()), DK(In.K.size()), DV(In.V.size()), DG(In.G.size()),
+      DBeta(In.G.size());
+  DeltaRuleHead Head;
+  Head.Tokens = S.SeqLen;
+  Head.Dk = Head.Dv = D;
+  Head.QkStride = S.KeyHeads * D;
+  Head.VStride = S.ValueHeads * D;
+  Head.GStride = S.ValueHeads;
+  for (int64_t Seq = 0; Seq < S.Sequences; ++Seq)
+    for (int64_t H = 0; H < S.ValueHeads; ++H) {
+      const int64_t Row = Seq * S.SeqLen, Kh = H / (S.ValueHeads / S.KeyHeads);
+      const int64_t Qk = Row * Head.QkStride + Kh * D, Vo = Row * Head.VStride + H * D, Gi = Row * S.ValueHeads + H;
+      gatedDeltaRuleForward(Head, &In.Q[Qk], &In.K[Qk], &In.V[Vo], &In.G[Gi], &In.Beta[Gi], &O[Vo]);
+      gatedDeltaRuleBackward(Head, &In.Q[Qk], &In.K[Qk], &In.V[Vo], &In.G[Gi], &In.Beta[Gi], &In.DO[Vo], &DQ[Qk],
+                             &DK[Qk], &DV[Vo], &DG[Gi], &DBeta[Gi]);
+    }
+  ASSERT_TRUE(deltaRuleKernelTakes(S));
+  auto GQ = uploadF32(In.Q), GK = uploadF32(In.K), GV = uploadF32(In.V), GG = uploadF32(In.G);
+  auto GB = uploadF32(In.Beta), GDO = uploadF32(In.DO);
+  // Outputs start as NaN: an element the kernels do not write fails.
+  auto GO = uploadF32(std::vector<float>(O.size(), NAN)), GDQ = uploadF32(std::vector<float>(DQ.size(), NAN));
+  auto GDK = uploadF32(std::vector<float>(DK.size(), NAN)), GDV = uploadF32(std::vector<float>(DV.size(), NAN));
+  auto GDG = uploadF32(std::vector<float>(DG.size(), NAN)), GDB = uploadF32(std::vector<float>(DBeta.size(), NAN));
+  DeviceBuffer<float> Scratch(size_t(deltaRuleScratch(S)));
+  gatedDeltaRuleForward(S, GQ.data(), GK.data(), GV.data(), GG.data(), GB.data(), GO.data(), nullptr);
+  gatedDeltaRuleBackward(S, GQ.data(), GK.data(), GV.data(), GG.data(), GB.data(), GDO.data(), GDQ.data(), GDK.data(),
+                         GDV.data(), GDG.data(), GDB.data(), Scratch.data(), nullptr);
+  sync();
+  const std::string Case = "rows " + std::to_string(Rows) + ", heads " + std::to_string(S.KeyHeads) + "/" +
+                           std::to_string(S.ValueHeads) + " of " + std::to_string(D);
+  // fp32 throughout; the sums over columns run in another order than the
+  // host's (which sums them in double), and exp is the device's.
+  const double Tol = 1e-4;
+  EXPECT_TRUE(near(GO.download(), O, Tol, "O, " + Case));
+  EXPECT_TRUE(near(GDQ.download(), DQ, Tol, "dQ, " + Case));
+  EXPECT_TRUE(near(GDK.download(), DK, Tol, "dK, " + Case));
+  EXPECT_TRUE(near(GDV.download(), DV, Tol, "dV, " + Case));
+  EXPECT_TRUE(near(GDG.download(), DG, Tol, "dG, " + Case));
+  EXPECT_TRUE(near(GDB.download(), DBeta, Tol, "dBeta, " + Case));
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, CudaDeltaRule,
+                         ::testing::Values(DeltaRuleShape{2, 70, 1, 2, 8}, DeltaRuleShape{1, 130, 2, 4, 32},
+                                           DeltaRuleShape{1, 65, 1, 1, 64}, DeltaRuleShape{1, 3, 2, 2, 16}));
+
+TEST(CudaDeltaRuleShapes, AreRefusedWithoutAKernel) {
+  EXPECT_FALSE(deltaRuleKernelTakes({1, 8, 1, 1, 48})); // no kernel for heads of 48
+  EXPECT_FALSE(deltaRuleKernelTakes({1, 8, 2, 3, 32})); // value heads not a multiple of key heads
+  EXPECT_TRUE(deltaRuleKernelTakes({1, 8, 2, 4, 128})); // Qwen3-Next's widths
+  EXPECT_THROW(gatedDeltaRuleForward({1, 8, 1, 1, 48}, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr),
+               std::invalid_argument);
 }
 
 //===--------------------------------------------------------------------===//
