@@ -40,6 +40,13 @@ HEADS_32 = "model tiny_hd32 extends tiny_moe { head_dim = 32 }\n"
 # and a shared expert, so the routed rows outnumber the tokens eight to one.
 TOP_8 = ("model tiny_top8 extends tiny_moe {\n  hidden = 128; head_dim = 32\n"
          "  moe { experts = 16; top_k = 8; ffn_hidden = 32; shared_experts = 1 }\n}\n")
+# Latent attention at DeepSeek-V3's head widths (queries and keys 128 + 64 wide, values 128), which
+# the attention kernels take.
+MLA_WIDE = ("model tiny_mlaw extends tiny_moe {\n  kv_heads = 4\n  attention = mla(q_lora_rank = 24, "
+            "kv_lora_rank = 16, qk_head_dim = 128, qk_rope_head_dim = 64, v_head_dim = 128)\n}\n")
+# Qwen3-Next's layers: Gated DeltaNet (its recurrence on the device) on every layer but each second.
+NEXT = ("model tiny_next extends tiny_moe {\n  qk_norm = true\n"
+        "  linear_attention { interval = 2; key_heads = 2; value_heads = 4; head_dim = 8 }\n}\n")
 CASES = [
     ("tiny_moe, 1 rank", "", "tiny_moe", 1, "tp = 1"),
     ("tiny_moe with heads of 32, 1 rank", HEADS_32, "tiny_hd32", 1, "tp = 1"),
@@ -57,6 +64,9 @@ CASES = [
     ("tiny_moe with heads of 32, ep 2", HEADS_32, "tiny_hd32", 2, "ep = 2"),
     ("tiny_moe with heads of 32, tp 2", HEADS_32, "tiny_hd32", 2, "tp = 2"),
     ("tiny_moe with heads of 32, tp 2 x etp 2", HEADS_32, "tiny_hd32", 2, "tp = 2; etp = 2"),
+    ("latent attention at DeepSeek-V3's head widths, 1 rank", MLA_WIDE, "tiny_mlaw", 1, "tp = 1"),
+    ("latent attention at DeepSeek-V3's head widths, tp 2 x cp 2", MLA_WIDE, "tiny_mlaw", 4, "tp = 2; cp = 2"),
+    ("Qwen3-Next's layers (Gated DeltaNet), 1 rank", NEXT, "tiny_next", 1, "tp = 1"),
     ("tiny_moe, dp 2", "", "tiny_moe", 2, "tp = 1"),
     ("tiny_moe, full recompute, 1 rank", "", "tiny_moe", 1, "tp = 1", "full"),
     ("tiny_moe, selective recompute (moe_act, layernorm), 1 rank", "", "tiny_moe", 1, "tp = 1",
@@ -145,7 +155,10 @@ def main():
             "device, their blocks travelling between device buffers, and so does the all-to-all (where the kernels take "
             "each rank's share of the heads), and so do tp's sequence gathers and reduce-scatters; "
             "the loss head keeps the logits on the "
-            "device; an activation several products read moves once for them (holds nest), and one that "
+            "device; the router's logits and scores stay there (each token's experts and routing weights come "
+            "back for the host's dispatcher); latent attention at DeepSeek-V3's head widths runs on the attention "
+            "kernels (its queries, keys and values come from host code); Gated DeltaNet's recurrence runs there, "
+            "its inputs and output crossing once each way (its convolution and norms are host code); an activation several products read moves once for them (holds nest), and one that "
             "operations make and later ones read (the normalised inputs, queries, keys and values, their "
             "gradients) moves once, as the result; a layer's branch inputs (the residual stream), normalised inputs, "
             "queries, keys and values, attention output and its MLPs' products stay on the device from its forward to its backward (what a recompute policy drops, "

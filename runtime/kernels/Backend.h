@@ -83,6 +83,31 @@ struct DeltaRuleArgs {
   float *DQ = nullptr, *DK = nullptr, *DV = nullptr, *DG = nullptr, *DBeta = nullptr;
 };
 
+/// An MoE router's routing (model/Router.h: Router::route and stats
+/// forward, Router::backward backward) for Tokens tokens, with the router's
+/// settings (those of ModelConfig).
+struct RouterArgs {
+  int64_t Tokens = 0, Experts = 0, TopK = 0, Groups = 1, GroupTopK = 1;
+  bool Sigmoid = false, PreSoftmax = false;
+  double Scaling = 1.0;
+  /// [Experts], a sigmoid router's expert bias, or null.
+  const float *Bias = nullptr;
+  /// [Tokens, Experts]: the logits in (the router's product, or ForcedLogits
+  /// where given: forced balance), the scores out; the backward reads them.
+  float *Scores = nullptr;
+  const float *ForcedLogits = nullptr;
+  /// [Tokens * TopK]: written by the forward, read by the backward.
+  int32_t *TopIdx = nullptr;
+  float *TopW = nullptr;
+  /// The forward's [2 Experts + 1] load-balancing statistics.
+  float *Stats = nullptr;
+  /// The backward's: the routing weights' gradients, the aux loss's f_e and
+  /// its scale, and the logits' gradients (overwritten).
+  const float *DTopW = nullptr, *Fraction = nullptr;
+  double AuxPerScore = 0;
+  float *DLogits = nullptr;
+};
+
 /// Context-parallel attention (the semantics of
 /// parallel/cp/ContextParallelAttention.h) run where the backend computes,
 /// its exchanges over Device, the cp group's counterpart over the backend's
@@ -325,6 +350,11 @@ public:
   /// Out and DOut [Batch, Tokens, QHeads, VDim]).
   virtual void attentionDelta(int64_t Batch, int64_t Tokens, int64_t QHeads, int64_t VDim, const float *Out,
                               const float *DOut, float *Delta);
+  /// Whether the backend routes tokens of A's router (routeTokens and
+  /// routeTokensBackward then do it); if not, the caller's host code does.
+  virtual bool takesRouting(const RouterArgs &) const { return false; }
+  virtual void routeTokens(const RouterArgs &) { throw std::logic_error("this backend routes no tokens"); }
+  virtual void routeTokensBackward(const RouterArgs &) { throw std::logic_error("this backend routes no tokens"); }
   /// Gated DeltaNet's recurrence, where the backend has a kernel for its
   /// heads: true when done, false to leave it to the caller's host code.
   virtual bool gatedDeltaRuleForward(const DeltaRuleArgs &) { return false; }

@@ -889,7 +889,7 @@ struct StageModel::Impl {
       S.Dropped.insert("mlp");
     }
     if (selective("moe") && S.Routed.Valid) {
-      dropSaved(S, {&S.Routed.ExpertIn, &S.Routed.G, &S.Routed.U, &S.Routed.Dispatch.CombinedCopies});
+      dropSaved(S, {&S.Routed.Scores, &S.Routed.ExpertIn, &S.Routed.G, &S.Routed.U, &S.Routed.Dispatch.CombinedCopies});
       S.Routed.dropMoe();
       S.Dropped.insert("moe");
     } else if (selective("moe_act") && S.Routed.Valid) {

@@ -13,7 +13,6 @@ namespace moert {
 
 namespace {
 /// Megatron-Core adds it to the sum of the sigmoid scores it normalises.
-constexpr double AuxScoreEpsilon = 1e-20;
 } // namespace
 
 int64_t MoeSaved::moeBytes() const {
@@ -70,6 +69,20 @@ void addGradients(MlpArgs &A, const MoeWeights &W) {
 HeldArray temporary(Tensor &T) { return {T.data(), T.numel(), HeldArray::BackendOnly}; }
 HeldArray temporarySum(Tensor &T) { return HeldArray::wide(T.data(), T.numel()); }
 } // namespace
+
+RouterArgs MoeBlock::routerArgs(int64_t Tokens, const MoeWeights &W) const {
+  RouterArgs R;
+  R.Tokens = Tokens;
+  R.Experts = Config.Experts;
+  R.TopK = Config.TopK;
+  R.Groups = Config.RouterGroups;
+  R.GroupTopK = Config.RouterGroupTopK;
+  R.Sigmoid = Config.SigmoidRouter;
+  R.PreSoftmax = Config.PreSoftmax;
+  R.Scaling = Config.TopKScaling;
+  R.Bias = W.Bias ? W.Bias->State.Value.data() : nullptr;
+  return R;
+}
 
 MoeBlock::EtpLayout MoeBlock::etpLayout(MoeSaved &S) const {
   const int64_t Ranks = Etp.size(), Local = Dispatcher.localExperts();
@@ -156,38 +169,47 @@ void MoeBlock::reduceExpertRows(const Tensor &Partial, const EtpLayout &Y, Tenso
 
 double MoeBlock::forward(const MoeWeights &W, const Tensor &Xn, MoeSaved &S, Tensor &Y, bool CountTokens,
                          const uint64_t *BalanceKeys, const void *KeepFor) {
-  int64_t N = Xn.rows(), E = Config.Experts, K = Config.TopK;
-  // Router scores and each token's experts.
-  S.Scores = matmul(Xn, W.Router->Value);
-  if (BalanceKeys)
-    Router::forceBalancedLogits(S.Scores.data(), N, E, BalanceKeys);
-  Router(Config).route(S.Scores.data(), N, S.TopIdx, S.TopW, W.Bias ? W.Bias->State.Value.data() : nullptr);
+  ComputeBackend &Backend = currentBackend();
+  const int64_t N = Xn.rows(), E = Config.Experts, K = Config.TopK;
+  const Router Route(Config);
+  // Router scores, each token's experts, and the load-balancing statistics
+  // over every token of the micro batch.
+  std::vector<float> Stats(2 * E + 1, 0.0f);
+  RouterArgs R = routerArgs(N, W);
+  if (Backend.takesRouting(R)) {
+    // The logits and scores stay on the backend (kept for the backward);
+    // the experts, weights and statistics come back for the dispatcher and
+    // the all-reduce.
+    S.Scores = Tensor({N, E});
+    HeldArrays Hold(Backend, {temporarySum(S.Scores)});
+    matmul(Xn, W.Router->Value, S.Scores);
+    std::vector<float> Forced;
+    if (BalanceKeys) {
+      Forced.resize(size_t(N * E));
+      Router::forceBalancedLogits(Forced.data(), N, E, BalanceKeys);
+      R.ForcedLogits = Forced.data();
+    }
+    S.TopIdx.resize(size_t(N * K));
+    S.TopW.resize(size_t(N * K));
+    R.Scores = S.Scores.data();
+    R.TopIdx = S.TopIdx.data();
+    R.TopW = S.TopW.data();
+    R.Stats = Stats.data();
+    Backend.routeTokens(R);
+    if (KeepFor)
+      Backend.keepArrays(KeepFor, {temporarySum(S.Scores)});
+    else
+      Backend.hostReads(S.Scores.data(), S.Scores.numel());
+  } else {
+    S.Scores = matmul(Xn, W.Router->Value);
+    if (BalanceKeys)
+      Router::forceBalancedLogits(S.Scores.data(), N, E, BalanceKeys);
+    Route.route(S.Scores.data(), N, S.TopIdx, S.TopW, W.Bias ? W.Bias->State.Value.data() : nullptr);
+    Route.stats(S.Scores.data(), N, Stats.data());
+  }
   if (CountTokens && W.Bias)
     for (int32_t Expert : S.TopIdx)
       W.Bias->Tokens[size_t(Expert)] += 1.0f;
-  // Load-balancing statistics over every token of the micro batch: copies
-  // per expert, score sums per expert, and the token count. Megatron-Core's
-  // load-balancing loss sees neither the expert bias nor the groups: it
-  // counts each token's top-k by the scores over all experts, and normalises
-  // sigmoid scores to sum to one (moe_utils.py
-  // compute_routing_scores_for_aux_loss, router.py _apply_aux_loss). For a
-  // softmax router without groups those are the routed experts.
-  std::vector<float> Stats(2 * E + 1, 0.0f);
-  std::vector<int32_t> Order(static_cast<size_t>(E));
-  for (int64_t I = 0; I < N; ++I) {
-    const float *Sc = S.Scores.row(I);
-    double Div = 1;
-    if (Config.SigmoidRouter)
-      Div = std::accumulate(Sc, Sc + E, 0.0) + AuxScoreEpsilon;
-    for (int64_t J = 0; J < E; ++J)
-      Stats[E + J] += float(Sc[J] / Div);
-    std::iota(Order.begin(), Order.end(), 0);
-    std::partial_sort(Order.begin(), Order.begin() + K, Order.end(),
-                      [&](int32_t A, int32_t B) { return Sc[A] > Sc[B] || (Sc[A] == Sc[B] && A < B); });
-    for (int64_t J = 0; J < K; ++J)
-      Stats[Order[size_t(J)]] += 1.0f;
-  }
-  Stats[2 * E] = float(N);
   TpCp.allReduceSum(Stats.data(), Stats.size());
   S.GroupTokens = Stats[2 * E];
   S.Fraction.assign(E, 0.0f);
@@ -327,56 +349,30 @@ void MoeBlock::routedExpertsBackward(const MoeWeights &W, MoeSaved &S, const Ten
 
 void MoeBlock::backward(const MoeWeights &W, const Tensor &Xn, MoeSaved &S, const Tensor &DY, double AuxGradScale,
                         Tensor &DXn) {
-  int64_t N = Xn.rows(), E = Config.Experts, K = Config.TopK;
+  const int64_t N = Xn.rows(), E = Config.Experts;
   std::vector<float> DW;
   routedExpertsBackward(W, S, DY, DW, DXn);
 
   // Router: gradients of the scores from the routing weights and from the
   // aux loss (f_e is a constant), then through softmax or sigmoid.
   Tensor DLogits({N, E});
-  std::vector<double> DScore(E);
-  double AuxPerScore = AuxGradScale * Config.AuxLossCoeff * double(E) / S.GroupTokens;
-  for (int64_t I = 0; I < N; ++I) {
-    const float *Sc = S.Scores.row(I);
-    if (Config.SigmoidRouter) {
-      // The aux loss reads a_j = s_j / (sum s + eps): ds_i = (g_i - sum_j g_j a_j) / (sum s + eps).
-      double Div = std::accumulate(Sc, Sc + E, 0.0) + AuxScoreEpsilon, Dot = 0;
-      for (int64_t J = 0; J < E; ++J)
-        Dot += AuxPerScore * S.Fraction[J] * (Sc[J] / Div);
-      for (int64_t J = 0; J < E; ++J)
-        DScore[J] = (AuxPerScore * S.Fraction[J] - Dot) / Div;
-    } else {
-      for (int64_t J = 0; J < E; ++J)
-        DScore[J] = AuxPerScore * S.Fraction[J];
-    }
-    const float *Wt = &S.TopW[I * K];
-    const float *Dw = &DW[I * K];
-    const int32_t *Idx = &S.TopIdx[I * K];
-    const double Scaling = Config.TopKScaling;
-    if (Router(Config).normalisedWeights()) {
-      // w_k = c s_k / sum_j s_j: ds_j = (c dw_j - sum_k dw_k w_k) / sum.
-      double Sum = 0, Dot = 0;
-      for (int64_t J = 0; J < K; ++J) {
-        Sum += Sc[Idx[J]];
-        Dot += double(Dw[J]) * Wt[J];
-      }
-      for (int64_t J = 0; J < K; ++J)
-        DScore[Idx[J]] += (Scaling * Dw[J] - Dot) / Sum;
-    } else {
-      for (int64_t J = 0; J < K; ++J)
-        DScore[Idx[J]] += Scaling * Dw[J];
-    }
-    if (Config.SigmoidRouter) {
-      for (int64_t J = 0; J < E; ++J)
-        DLogits.row(I)[J] = float(DScore[J] * Sc[J] * (1.0 - Sc[J]));
-    } else {
-      double Dot = 0;
-      for (int64_t J = 0; J < E; ++J)
-        Dot += DScore[J] * Sc[J];
-      for (int64_t J = 0; J < E; ++J)
-        DLogits.row(I)[J] = float(Sc[J] * (DScore[J] - Dot));
-    }
+  RouterArgs R = routerArgs(N, W);
+  R.Scores = S.Scores.data();
+  R.TopIdx = S.TopIdx.data();
+  R.TopW = S.TopW.data();
+  R.DTopW = DW.data();
+  R.Fraction = S.Fraction.data();
+  R.AuxPerScore = AuxGradScale * Config.AuxLossCoeff * double(E) / S.GroupTokens;
+  R.DLogits = DLogits.data();
+  ComputeBackend &Backend = currentBackend();
+  if (!Backend.takesRouting(R)) {
+    Router(Config).backward(S.Scores.data(), N, S.TopIdx.data(), S.TopW.data(), DW.data(), S.Fraction.data(),
+                            R.AuxPerScore, DLogits.data());
+    matmulBackward(Xn, W.Router->Value, DLogits, W.Router->Grad, DXn, 1.0f);
+    return;
   }
+  HeldArrays Hold(Backend, {temporarySum(DLogits)});
+  Backend.routeTokensBackward(R);
   matmulBackward(Xn, W.Router->Value, DLogits, W.Router->Grad, DXn, 1.0f);
 }
 

@@ -95,6 +95,9 @@ private:
   /// The etp group's rows for this micro batch (the first call fills
   /// S.EtpCounts, over the group; later ones reuse them).
   EtpLayout etpLayout(MoeSaved &S) const;
+  /// The router's settings for the compute backend (RouterArgs), over
+  /// Tokens tokens.
+  RouterArgs routerArgs(int64_t Tokens, const MoeWeights &W) const;
   /// Under etp > 1, on the current backend: this rank's expert-major rows
   /// Mine -> every etp rank's, expert-major then rank (S.ExpertIn's
   /// layout), into All's storage.

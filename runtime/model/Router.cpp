@@ -123,4 +123,72 @@ void Router::route(float *Rows, int64_t N, std::vector<int32_t> &TopIdx, std::ve
   }
 }
 
+void Router::stats(const float *Scores, int64_t N, float *Stats) const {
+  const int64_t E = Config.Experts, K = Config.TopK;
+  std::fill(Stats, Stats + 2 * E + 1, 0.0f);
+  std::vector<int32_t> Order(static_cast<size_t>(E));
+  for (int64_t I = 0; I < N; ++I) {
+    const float *Sc = Scores + I * E;
+    double Div = 1;
+    if (Config.SigmoidRouter)
+      Div = std::accumulate(Sc, Sc + E, 0.0) + AuxScoreEpsilon;
+    for (int64_t J = 0; J < E; ++J)
+      Stats[E + J] += float(Sc[J] / Div);
+    std::iota(Order.begin(), Order.end(), 0);
+    std::partial_sort(Order.begin(), Order.begin() + K, Order.end(),
+                      [&](int32_t A, int32_t B) { return Sc[A] > Sc[B] || (Sc[A] == Sc[B] && A < B); });
+    for (int64_t J = 0; J < K; ++J)
+      Stats[Order[size_t(J)]] += 1.0f;
+  }
+  Stats[2 * E] = float(N);
+}
+
+void Router::backward(const float *Scores, int64_t N, const int32_t *TopIdx, const float *TopW, const float *DTopW,
+                      const float *Fraction, double AuxPerScore, float *DLogits) const {
+  const int64_t E = Config.Experts, K = Config.TopK;
+  const double Scaling = Config.TopKScaling;
+  const bool Normalised = normalisedWeights();
+  std::vector<double> DScore(static_cast<size_t>(E));
+  for (int64_t I = 0; I < N; ++I) {
+    const float *Sc = Scores + I * E;
+    if (Config.SigmoidRouter) {
+      // The aux loss reads a_j = s_j / (sum s + eps): ds_i = (g_i - sum_j g_j a_j) / (sum s + eps).
+      double Div = std::accumulate(Sc, Sc + E, 0.0) + AuxScoreEpsilon, Dot = 0;
+      for (int64_t J = 0; J < E; ++J)
+        Dot += AuxPerScore * Fraction[J] * (Sc[J] / Div);
+      for (int64_t J = 0; J < E; ++J)
+        DScore[J] = (AuxPerScore * Fraction[J] - Dot) / Div;
+    } else {
+      for (int64_t J = 0; J < E; ++J)
+        DScore[J] = AuxPerScore * Fraction[J];
+    }
+    const float *Wt = TopW + I * K, *Dw = DTopW + I * K;
+    const int32_t *Idx = TopIdx + I * K;
+    if (Normalised) {
+      // w_k = c s_k / sum_j s_j: ds_j = (c dw_j - sum_k dw_k w_k) / sum.
+      double Sum = 0, Dot = 0;
+      for (int64_t J = 0; J < K; ++J) {
+        Sum += Sc[Idx[J]];
+        Dot += double(Dw[J]) * Wt[J];
+      }
+      for (int64_t J = 0; J < K; ++J)
+        DScore[Idx[J]] += (Scaling * Dw[J] - Dot) / Sum;
+    } else {
+      for (int64_t J = 0; J < K; ++J)
+        DScore[Idx[J]] += Scaling * Dw[J];
+    }
+    float *Out = DLogits + I * E;
+    if (Config.SigmoidRouter) {
+      for (int64_t J = 0; J < E; ++J)
+        Out[J] = float(DScore[J] * Sc[J] * (1.0 - Sc[J]));
+    } else {
+      double Dot = 0;
+      for (int64_t J = 0; J < E; ++J)
+        Dot += DScore[J] * Sc[J];
+      for (int64_t J = 0; J < E; ++J)
+        Out[J] = float(Sc[J] * (DScore[J] - Dot));
+    }
+  }
+}
+
 } // namespace moert

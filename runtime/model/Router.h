@@ -44,6 +44,25 @@ public:
   /// Whether the routing weights are the chosen scores over their sum.
   bool normalisedWeights() const;
 
+  /// The load-balancing statistics of Scores [N, Experts] (route()'s):
+  /// Stats [2 Experts + 1] = copies per expert of each token's top-k by
+  /// score over every expert, the sums per expert of the scores (a sigmoid
+  /// router's normalised to sum to one), and N. Megatron-Core's
+  /// load-balancing loss sees neither the expert bias nor the groups
+  /// (moe_utils.py compute_routing_scores_for_aux_loss, router.py
+  /// _apply_aux_loss); for a softmax router without groups those are the
+  /// routed experts.
+  void stats(const float *Scores, int64_t N, float *Stats) const;
+
+  /// The logits' gradients DLogits [N, Experts] from the routing weights'
+  /// DTopW [N * TopK] and the aux loss (AuxPerScore * Fraction[e], f_e a
+  /// constant), through softmax or sigmoid.
+  void backward(const float *Scores, int64_t N, const int32_t *TopIdx, const float *TopW, const float *DTopW,
+                const float *Fraction, double AuxPerScore, float *DLogits) const;
+
+  /// The epsilon of a sigmoid router's score normalisation for the aux loss.
+  static constexpr double AuxScoreEpsilon = 1e-20;
+
 private:
   /// Whether routing is limited to the best of several expert groups.
   bool grouped() const;

@@ -202,8 +202,9 @@ public:
   const char *name() const override { return "cuda"; }
   const char *precision() const override {
     return "GEMMs, attention, RMSNorm, RoPE, SwiGLU, the experts' MLPs, token permutation and the loss head on bf16 "
-           "operands with fp32 accumulation, Gated DeltaNet's recurrence, the residual stream's adds, the gradient "
-           "sums and AdamW in fp32 on the device (of the parameters no host code reads), the rest in fp32 on the host";
+           "operands with fp32 accumulation, the router, Gated DeltaNet's recurrence, the residual stream's adds, the "
+           "gradient sums and AdamW in fp32 on the device (of the parameters no host code reads), the rest in fp32 on "
+           "the host";
   }
 
   void gemm(const GemmArgs &G) override {
@@ -344,6 +345,47 @@ public:
     for (SumSpan *Sum : {&DQ, &DK, &DV})
       addedTo(*Sum);
     return true;
+  }
+
+  bool takesRouting(const RouterArgs &A) const override { return cuda::routerKernelTakes(routerSpec(A)); }
+
+  // The logits come from where the router's product left them (its held
+  // copy) and the scores go back there for the backward; only each token's
+  // experts and routing weights and the statistics cross, for the host's
+  // dispatcher and the aux loss's all-reduce.
+  void routeTokens(const RouterArgs &A) override {
+    Charge Charged(Copies, "router");
+    const cuda::RouterSpec Spec = routerSpec(A);
+    const int64_t N = A.Tokens, E = A.Experts, Copied = N * A.TopK;
+    DeviceBuffer<float> StagedLogits, Bias;
+    const float *Logits = A.ForcedLogits ? (StagedLogits = Copies.floats(A.ForcedLogits, N * E)).data()
+                                         : wideInput(A.Scores, N * E, StagedLogits);
+    if (A.Bias)
+      Bias = Copies.floats(A.Bias, E);
+    DeviceBuffer<float> Scores{size_t(N * E)}, TopW{size_t(Copied)}, Stats{size_t(2 * E + 1)};
+    DeviceBuffer<int32_t> TopIdx{size_t(Copied)}, Picks{size_t(Copied)};
+    DeviceBuffer<double> Div{size_t(N)};
+    cuda::routeTokens(Spec, N, Logits, A.Bias ? Bias.data() : nullptr, Scores.data(), TopIdx.data(), TopW.data(),
+                      Blas.stream());
+    cuda::routerStats(Spec, N, Scores.data(), Picks.data(), Div.data(), Stats.data(), Blas.stream());
+    result(Scores, A.Scores);
+    const std::vector<int32_t> Idx = Copies.download(TopIdx);
+    std::copy(Idx.begin(), Idx.end(), A.TopIdx);
+    Copies.downloadTo(TopW, A.TopW);
+    Copies.downloadTo(Stats, A.Stats);
+  }
+
+  void routeTokensBackward(const RouterArgs &A) override {
+    Charge Charged(Copies, "router");
+    const int64_t N = A.Tokens, E = A.Experts, Copied = N * A.TopK;
+    DeviceBuffer<float> StagedScores;
+    const float *Scores = wideInput(A.Scores, N * E, StagedScores);
+    DeviceBuffer<int32_t> TopIdx = Copies.upload(std::vector<int32_t>(A.TopIdx, A.TopIdx + Copied));
+    DeviceBuffer<float> TopW = Copies.floats(A.TopW, Copied), DTopW = Copies.floats(A.DTopW, Copied),
+                        Fraction = Copies.floats(A.Fraction, E), DLogits{size_t(N * E)};
+    cuda::routerBackward(routerSpec(A), N, Scores, TopIdx.data(), TopW.data(), DTopW.data(), Fraction.data(),
+                         A.AuxPerScore, DLogits.data(), Blas.stream());
+    result(DLogits, A.DLogits);
   }
 
   bool gatedDeltaRuleForward(const DeltaRuleArgs &A) override {
@@ -1015,6 +1057,18 @@ public:
   void resetPeak() override { resetDevicePeak(); }
 
 private:
+  static cuda::RouterSpec routerSpec(const RouterArgs &A) {
+    cuda::RouterSpec S;
+    S.Experts = A.Experts;
+    S.TopK = A.TopK;
+    S.Groups = A.Groups;
+    S.GroupTopK = A.GroupTopK;
+    S.Sigmoid = A.Sigmoid;
+    S.PreSoftmax = A.PreSoftmax;
+    S.Scaling = A.Scaling;
+    return S;
+  }
+
   /// The delta rule's shape and element counts.
   struct DeltaRuleOperands {
     cuda::DeltaRuleShape Shape;

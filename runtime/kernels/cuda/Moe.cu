@@ -22,60 +22,141 @@ __device__ inline bool before(float Score, int Id, float OtherScore, int OtherId
   return Score > OtherScore || (Score == OtherScore && Id < OtherId);
 }
 
-__global__ void routerTopKKernel(int64_t N, int64_t E, int64_t K, bool Sigmoid, const float *Logits, float *Scores,
-                                 int32_t *TopIdx, float *TopW) {
-  int64_t T = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+/// Where group-limited routing keeps experts: a bit per group.
+using GroupMask = unsigned long long;
+
+__device__ inline bool groupedRouting(const RouterSpec &S) { return S.Groups > 1 && S.GroupTopK < S.Groups; }
+
+/// One thread per token: model/Router.cpp's Router::route, operation for
+/// operation.
+__global__ void routeTokensKernel(RouterSpec S, int64_t N, const float *Logits, const float *Bias, float *Scores,
+                                  int32_t *TopIdx, float *TopW) {
+  const int64_t T = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (T >= N)
     return;
+  const int E = int(S.Experts), K = int(S.TopK);
   const float *L = Logits + T * E;
   float *Sc = Scores + T * E;
-  if (Sigmoid) {
-    for (int64_t J = 0; J < E; ++J)
-      Sc[J] = 1.f / (1.f + expf(-L[J]));
+  if (S.Sigmoid) {
+    for (int J = 0; J < E; ++J)
+      Sc[J] = 1.0f / (1.0f + expf(-L[J]));
   } else {
     float M = -INFINITY;
-    for (int64_t J = 0; J < E; ++J)
+    for (int J = 0; J < E; ++J)
       M = fmaxf(M, L[J]);
     double Sum = 0;
-    for (int64_t J = 0; J < E; ++J) {
-      float V = expf(L[J] - M);
-      Sc[J] = V;
-      Sum += V;
+    for (int J = 0; J < E; ++J) {
+      Sc[J] = expf(L[J] - M);
+      Sum += Sc[J];
     }
-    for (int64_t J = 0; J < E; ++J)
+    for (int J = 0; J < E; ++J)
       Sc[J] = float(Sc[J] / Sum);
   }
-  // K selection passes, each taking the best entry strictly after the
+  // What the top-k ranks by: the scores; for group-limited routing after a
+  // softmax over the chosen, their logs (a group's sum of logits ranks as
+  // the sum of the logs); a sigmoid router's plus its expert bias.
+  const bool Grouped = groupedRouting(S), LogScores = Grouped && !S.Sigmoid && !S.PreSoftmax,
+             Biased = Bias && S.Sigmoid;
+  auto Selection = [&](int J) { return LogScores ? logf(Sc[J]) : Biased ? Sc[J] + Bias[J] : Sc[J]; };
+  const int PerGroup = Grouped ? E / int(S.Groups) : E;
+  GroupMask Kept = ~GroupMask(0);
+  if (Grouped) {
+    // A group scores the sum of its best K / GroupTopK selections; the best
+    // GroupTopK groups keep their experts, the lower group on ties.
+    const int Best = max(K / int(S.GroupTopK), 1);
+    double GroupScore[MaxRouterGroups];
+    for (int G = 0; G < int(S.Groups); ++G) {
+      float PrevSel = INFINITY;
+      int PrevId = -1;
+      double Sum = 0;
+      for (int P = 0; P < Best; ++P) {
+        float BestSel = -INFINITY;
+        int BestId = -1;
+        for (int J = G * PerGroup; J < (G + 1) * PerGroup; ++J) {
+          const float V = Selection(J);
+          if (before(PrevSel, PrevId, V, J) && (BestId < 0 || before(V, J, BestSel, BestId))) {
+            BestSel = V;
+            BestId = J;
+          }
+        }
+        Sum += BestSel;
+        PrevSel = BestSel;
+        PrevId = BestId;
+      }
+      GroupScore[G] = Sum;
+    }
+    Kept = 0;
+    for (int P = 0; P < int(S.GroupTopK); ++P) {
+      int BestG = -1;
+      for (int G = 0; G < int(S.Groups); ++G)
+        if (!((Kept >> G) & 1) && (BestG < 0 || GroupScore[G] > GroupScore[BestG]))
+          BestG = G;
+      Kept |= GroupMask(1) << BestG;
+    }
+  }
+  // K selection passes, each taking the best candidate strictly after the
   // previous pick in routing order: no scratch array per token.
-  float PrevScore = INFINITY;
+  float PrevSel = INFINITY;
   int PrevId = -1;
   double Sum = 0;
-  for (int64_t Pick = 0; Pick < K; ++Pick) {
-    float Best = -INFINITY;
+  for (int Pick = 0; Pick < K; ++Pick) {
+    float BestSel = -INFINITY;
     int BestId = -1;
-    for (int J = 0; J < int(E); ++J) {
-      if (!before(PrevScore, PrevId, Sc[J], J))
-        continue; // already picked
-      if (BestId < 0 || before(Sc[J], J, Best, BestId)) {
-        Best = Sc[J];
+    for (int J = 0; J < E; ++J) {
+      if (!((Kept >> (J / PerGroup)) & 1))
+        continue;
+      const float V = Selection(J);
+      if (before(PrevSel, PrevId, V, J) && (BestId < 0 || before(V, J, BestSel, BestId))) {
+        BestSel = V;
         BestId = J;
       }
     }
     TopIdx[T * K + Pick] = BestId;
-    TopW[T * K + Pick] = Best;
-    Sum += Best;
+    Sum += Sc[BestId];
+    PrevSel = BestSel;
+    PrevId = BestId;
+  }
+  const bool Normalised = S.Sigmoid ? K > 1 : !S.PreSoftmax;
+  const float Scaling = float(S.Scaling);
+  for (int Pick = 0; Pick < K; ++Pick) {
+    const float W = Sc[TopIdx[T * K + Pick]];
+    TopW[T * K + Pick] = (Normalised ? float(W / Sum) : W) * Scaling;
+  }
+}
+
+/// One thread per token: its top-k by score over every expert (what the
+/// load-balancing loss counts) and what its scores are divided by.
+__global__ void auxPicksKernel(RouterSpec S, int64_t N, const float *Scores, int32_t *Picks, double *Div) {
+  const int64_t T = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (T >= N)
+    return;
+  const int E = int(S.Experts), K = int(S.TopK);
+  const float *Sc = Scores + T * E;
+  double Sum = 0;
+  for (int J = 0; J < E; ++J)
+    Sum += Sc[J];
+  Div[T] = S.Sigmoid ? Sum + AuxScoreEpsilon : 1.0;
+  float PrevScore = INFINITY;
+  int PrevId = -1;
+  for (int Pick = 0; Pick < K; ++Pick) {
+    float Best = -INFINITY;
+    int BestId = -1;
+    for (int J = 0; J < E; ++J)
+      if (before(PrevScore, PrevId, Sc[J], J) && (BestId < 0 || before(Sc[J], J, Best, BestId))) {
+        Best = Sc[J];
+        BestId = J;
+      }
+    Picks[T * K + Pick] = BestId;
     PrevScore = Best;
     PrevId = BestId;
   }
-  if (Sigmoid)
-    for (int64_t Pick = 0; Pick < K; ++Pick)
-      TopW[T * K + Pick] = float(TopW[T * K + Pick] / Sum);
 }
 
-/// Thread e counts copies of expert e and sums its scores; thread E writes N.
-__global__ void routerStatsKernel(int64_t N, int64_t E, int64_t K, const float *Scores, const int32_t *TopIdx,
-                                  float *Stats) {
-  int64_t J = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+/// Thread e counts the copies of expert e and sums its divided scores over
+/// the tokens in order; thread E writes N.
+__global__ void routerStatsKernel(int64_t N, int64_t E, int64_t K, const float *Scores, const int32_t *Picks,
+                                  const double *Div, float *Stats) {
+  const int64_t J = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (J > E)
     return;
   if (J == E) {
@@ -84,46 +165,57 @@ __global__ void routerStatsKernel(int64_t N, int64_t E, int64_t K, const float *
   }
   float Count = 0.f, Sum = 0.f;
   for (int64_t I = 0; I < N * K; ++I)
-    Count += TopIdx[I] == J ? 1.f : 0.f;
+    Count += Picks[I] == J ? 1.f : 0.f;
   for (int64_t I = 0; I < N; ++I)
-    Sum += Scores[I * E + J];
+    Sum += float(Scores[I * E + J] / Div[I]);
   Stats[J] = Count;
   Stats[E + J] = Sum;
 }
 
-__global__ void routerBackwardKernel(int64_t N, int64_t E, int64_t K, bool Sigmoid, const float *Scores,
-                                     const int32_t *TopIdx, const float *TopW, const float *DTopW,
-                                     const float *Fraction, float AuxPerScore, float *DLogits) {
-  int64_t T = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+/// One thread per token: model/Router.cpp's Router::backward.
+__global__ void routerBackwardKernel(RouterSpec S, int64_t N, const float *Scores, const int32_t *TopIdx,
+                                     const float *TopW, const float *DTopW, const float *Fraction, double AuxPerScore,
+                                     float *DLogits) {
+  const int64_t T = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (T >= N)
     return;
-  const float *Sc = Scores + T * E;
+  const int E = int(S.Experts), K = int(S.TopK);
+  const float *Sc = Scores + T * E, *Wt = TopW + T * K, *Dw = DTopW + T * K;
   const int32_t *Idx = TopIdx + T * K;
-  const float *Wt = TopW + T * K, *Dw = DTopW + T * K;
   float *Out = DLogits + T * E;
-  // dScore_j = aux term + the routing-weight term of j if it was picked.
-  double SigSum = 0, SigDot = 0;
-  if (Sigmoid)
-    for (int64_t J = 0; J < K; ++J) {
-      SigSum += Sc[Idx[J]];
-      SigDot += double(Dw[J]) * Wt[J];
-    }
-  auto DScore = [&](int64_t J) {
-    double D = double(AuxPerScore) * Fraction[J];
-    for (int64_t P = 0; P < K; ++P)
+  // The aux loss's share of dScore_j (a sigmoid router's reads a_j = s_j /
+  // (sum s + eps)), then the routing weights' of the picked experts.
+  double Div = 1, AuxDot = 0;
+  if (S.Sigmoid) {
+    double Sum = 0;
+    for (int J = 0; J < E; ++J)
+      Sum += Sc[J];
+    Div = Sum + AuxScoreEpsilon;
+    for (int J = 0; J < E; ++J)
+      AuxDot += AuxPerScore * Fraction[J] * (Sc[J] / Div);
+  }
+  const bool Normalised = S.Sigmoid ? K > 1 : !S.PreSoftmax;
+  double PickSum = 0, PickDot = 0;
+  for (int P = 0; P < K; ++P) {
+    PickSum += Sc[Idx[P]];
+    PickDot += double(Dw[P]) * Wt[P];
+  }
+  auto DScore = [&](int J) {
+    double D = S.Sigmoid ? (AuxPerScore * Fraction[J] - AuxDot) / Div : AuxPerScore * Fraction[J];
+    for (int P = 0; P < K; ++P)
       if (Idx[P] == J)
-        D += Sigmoid ? (Dw[P] - SigDot) / SigSum : double(Dw[P]);
+        D += Normalised ? (S.Scaling * Dw[P] - PickDot) / PickSum : S.Scaling * Dw[P];
     return D;
   };
-  if (Sigmoid) {
-    for (int64_t J = 0; J < E; ++J)
+  if (S.Sigmoid) {
+    for (int J = 0; J < E; ++J)
       Out[J] = float(DScore(J) * Sc[J] * (1.0 - Sc[J]));
     return;
   }
   double Dot = 0;
-  for (int64_t J = 0; J < E; ++J)
+  for (int J = 0; J < E; ++J)
     Dot += DScore(J) * Sc[J];
-  for (int64_t J = 0; J < E; ++J)
+  for (int J = 0; J < E; ++J)
     Out[J] = float(Sc[J] * (DScore(J) - Dot));
 }
 
@@ -246,27 +338,49 @@ __global__ void unpermuteBackwardKernel(int64_t K, int64_t H, const bf16 *DY, co
 
 } // namespace
 
-void routerTopK(int64_t N, int64_t E, int64_t K, bool Sigmoid, const float *Logits, float *Scores, int32_t *TopIdx,
-                float *TopW, cudaStream_t Stream) {
+bool routerKernelTakes(const RouterSpec &S) {
+  if (S.Experts < 1 || S.TopK < 1 || S.TopK > S.Experts || S.Experts > std::numeric_limits<int32_t>::max())
+    return false;
+  const bool Grouped = S.Groups > 1 && S.GroupTopK < S.Groups;
+  return !Grouped || (S.Groups <= MaxRouterGroups && S.Experts % S.Groups == 0 && S.GroupTopK >= 1);
+}
+
+namespace {
+void checkRouter(const RouterSpec &S) {
+  if (!routerKernelTakes(S))
+    throw std::invalid_argument("router: no kernel for " + std::to_string(S.Experts) + " experts, top " +
+                                std::to_string(S.TopK) + ", " + std::to_string(S.Groups) + " groups");
+}
+} // namespace
+
+void routeTokens(const RouterSpec &S, int64_t N, const float *Logits, const float *Bias, float *Scores, int32_t *TopIdx,
+                 float *TopW, cudaStream_t Stream) {
+  checkRouter(S);
   if (N == 0)
     return;
-  routerTopKKernel<<<blocksFor(N, 128), 128, 0, Stream>>>(N, E, K, Sigmoid, Logits, Scores, TopIdx, TopW);
+  routeTokensKernel<<<blocksFor(N, 128), 128, 0, Stream>>>(S, N, Logits, Bias, Scores, TopIdx, TopW);
   MOERT_CUDA_CHECK_LAUNCH();
 }
 
-void routerStats(int64_t N, int64_t E, int64_t K, const float *Scores, const int32_t *TopIdx, float *Stats,
+void routerStats(const RouterSpec &S, int64_t N, const float *Scores, int32_t *Picks, double *Div, float *Stats,
                  cudaStream_t Stream) {
-  routerStatsKernel<<<blocksFor(E + 1, 128), 128, 0, Stream>>>(N, E, K, Scores, TopIdx, Stats);
+  checkRouter(S);
+  if (N > 0) {
+    auxPicksKernel<<<blocksFor(N, 128), 128, 0, Stream>>>(S, N, Scores, Picks, Div);
+    MOERT_CUDA_CHECK_LAUNCH();
+  }
+  routerStatsKernel<<<blocksFor(S.Experts + 1, 128), 128, 0, Stream>>>(N, S.Experts, S.TopK, Scores, Picks, Div, Stats);
   MOERT_CUDA_CHECK_LAUNCH();
 }
 
-void routerBackward(int64_t N, int64_t E, int64_t K, bool Sigmoid, const float *Scores, const int32_t *TopIdx,
-                    const float *TopW, const float *DTopW, const float *Fraction, float AuxPerScore, float *DLogits,
+void routerBackward(const RouterSpec &S, int64_t N, const float *Scores, const int32_t *TopIdx, const float *TopW,
+                    const float *DTopW, const float *Fraction, double AuxPerScore, float *DLogits,
                     cudaStream_t Stream) {
+  checkRouter(S);
   if (N == 0)
     return;
-  routerBackwardKernel<<<blocksFor(N, 128), 128, 0, Stream>>>(N, E, K, Sigmoid, Scores, TopIdx, TopW, DTopW, Fraction,
-                                                              AuxPerScore, DLogits);
+  routerBackwardKernel<<<blocksFor(N, 128), 128, 0, Stream>>>(S, N, Scores, TopIdx, TopW, DTopW, Fraction, AuxPerScore,
+                                                              DLogits);
   MOERT_CUDA_CHECK_LAUNCH();
 }
 

@@ -3,15 +3,15 @@
 // The MoE layer's routing on the GPU, with model/MoeBlock.cpp's and
 // parallel/ep/TokenDispatcher.h's semantics:
 //
-//  * routerTopK: router logits [N, E] fp32 -> scores (softmax or sigmoid),
-//    top-k with the higher score first and the lower expert id on ties,
-//    routing weights (softmax: the scores; sigmoid: the scores normalised
-//    over the k chosen).
-//  * routerStats: per expert the number of copies routed to it and the sum of
-//    its scores, then the token count: the 2E + 1 statistics the aux loss
+//  * routeTokens: router logits [N, E] fp32 -> scores, each token's experts
+//    and routing weights, model/Router.h's Router::route (softmax or
+//    sigmoid, a softmax before or after the top-k, group-limited top-k, the
+//    expert bias, the weights' scaling; the higher selection first and the
+//    lower expert id on ties).
+//  * routerStats: Router::stats, the 2E + 1 statistics the aux loss
 //    all-reduces over the TpCp group.
-//  * routerBackward: logit gradients from the routing-weight gradients and
-//    the aux-loss term (AuxPerScore * Fraction[e]), through softmax/sigmoid.
+//  * routerBackward: Router::backward, the logits' gradients from the
+//    routing weights' and the aux loss's.
 //  * buildPermutation: copy c = n * K + k goes to row Permutation^-1(c) of the
 //    expert-major send buffer, sorted by expert then copy number (the
 //    dispatcher's order); RowOfCopy is that inverse, ExpertCounts the rows per
@@ -19,7 +19,9 @@
 //  * permuteTokens / unpermuteTokens and their backwards move bf16 rows; sums
 //    over the K copies of a token run in k order in fp32.
 //
-// One thread per token in the router kernels (E up to a few hundred); the
+// One thread per token in the router kernels (E up to a few hundred, as the
+// host's loops over a token's experts, in their order, so the same
+// arithmetic up to the device's exp and log); the
 // permutation is a stable counting sort over tiles of copies (a histogram
 // per tile, one scan, a placement per tile), parallel over the copies and
 // deterministic.
@@ -34,19 +36,33 @@
 
 namespace moert::cuda {
 
-/// Logits [N, E] -> Scores [N, E], TopIdx [N * K] (int32), TopW [N * K].
-void routerTopK(int64_t N, int64_t E, int64_t K, bool Sigmoid, const float *Logits, float *Scores, int32_t *TopIdx,
-                float *TopW, cudaStream_t Stream);
+/// What a router does with its logits (model/Router.h's ModelConfig fields).
+struct RouterSpec {
+  int64_t Experts = 0, TopK = 0;
+  /// Group-limited routing where Groups > 1 and GroupTopK < Groups.
+  int64_t Groups = 1, GroupTopK = 1;
+  bool Sigmoid = false, PreSoftmax = false;
+  double Scaling = 1.0;
+};
+/// The most expert groups the kernels take.
+constexpr int64_t MaxRouterGroups = 64;
+/// A sigmoid router's aux scores are s / (sum s + this) (Router::AuxScoreEpsilon).
+constexpr double AuxScoreEpsilon = 1e-20;
+bool routerKernelTakes(const RouterSpec &S);
 
-/// Stats [2E + 1]: copies per expert, score sums per expert, N.
-void routerStats(int64_t N, int64_t E, int64_t K, const float *Scores, const int32_t *TopIdx, float *Stats,
+/// Logits [N, E] -> Scores [N, E] (may be Logits), TopIdx [N * K] (int32),
+/// TopW [N * K]; Bias [E] (a sigmoid router's) or null.
+void routeTokens(const RouterSpec &S, int64_t N, const float *Logits, const float *Bias, float *Scores, int32_t *TopIdx,
+                 float *TopW, cudaStream_t Stream);
+
+/// Stats [2E + 1] from Scores; Picks [N * K] and Div [N] are scratch.
+void routerStats(const RouterSpec &S, int64_t N, const float *Scores, int32_t *Picks, double *Div, float *Stats,
                  cudaStream_t Stream);
 
 /// DLogits [N, E] from DTopW [N * K]; Fraction [E] are the f_e of the aux
 /// loss and AuxPerScore = AuxGradScale * AuxLossCoeff * E / GroupTokens.
-void routerBackward(int64_t N, int64_t E, int64_t K, bool Sigmoid, const float *Scores, const int32_t *TopIdx,
-                    const float *TopW, const float *DTopW, const float *Fraction, float AuxPerScore, float *DLogits,
-                    cudaStream_t Stream);
+void routerBackward(const RouterSpec &S, int64_t N, const float *Scores, const int32_t *TopIdx, const float *TopW,
+                    const float *DTopW, const float *Fraction, double AuxPerScore, float *DLogits, cudaStream_t Stream);
 
 /// The most experts buildPermutation takes (one shared-memory histogram).
 constexpr int64_t MaxPermuteExperts = 1024;

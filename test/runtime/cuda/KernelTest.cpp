@@ -22,6 +22,7 @@
 #include "kernels/host/Blas.h"
 #include "model/GatedDeltaRule.h"
 #include "model/ModelOps.h"
+#include "model/Router.h"
 #include "parallel/cp/ContextParallelAttention.h"
 #include "parallel/ep/TokenDispatcher.h"
 #include "parallel/tp/VocabParallel.h"
@@ -537,102 +538,81 @@ TEST(CudaElementwise, CastsRoundTripAndFp32AddsAreTheHosts) {
 // Router, permutation
 //===--------------------------------------------------------------------===//
 
-/// MoeBlock::forward's routing for one token row (softmax or sigmoid, top-k
-/// by score then lower id, sigmoid weights normalised).
-void hostRoute(const float *Logits, int64_t E, int64_t K, bool Sigmoid, float *Scores, int32_t *Idx, float *W) {
-  if (Sigmoid) {
-    for (int64_t J = 0; J < E; ++J)
-      Scores[J] = 1.0f / (1.0f + std::exp(-Logits[J]));
-  } else {
-    float M = *std::max_element(Logits, Logits + E);
-    double Sum = 0;
-    for (int64_t J = 0; J < E; ++J)
-      Sum += (Scores[J] = std::exp(Logits[J] - M));
-    for (int64_t J = 0; J < E; ++J)
-      Scores[J] = float(Scores[J] / Sum);
-  }
-  std::vector<int32_t> Order(E);
-  std::iota(Order.begin(), Order.end(), 0);
-  std::stable_sort(Order.begin(), Order.end(), [&](int32_t A, int32_t B) { return Scores[A] > Scores[B]; });
-  double Sum = 0;
-  for (int64_t J = 0; J < K; ++J)
-    Sum += Scores[Order[J]];
-  for (int64_t J = 0; J < K; ++J) {
-    Idx[J] = Order[J];
-    W[J] = Sigmoid ? float(Scores[Order[J]] / Sum) : Scores[Order[J]];
-  }
-}
+/// A router's settings (ModelConfig's), named for the test's output.
+struct RouterCase {
+  const char *Name;
+  int64_t Experts, TopK;
+  bool Sigmoid, PreSoftmax, Biased;
+  int64_t Groups, GroupTopK;
+  double Scaling;
+};
 
-class CudaRouter : public ::testing::TestWithParam<bool> {};
+class CudaRouter : public ::testing::TestWithParam<RouterCase> {};
 
-TEST_P(CudaRouter, TopKStatsAndBackwardMatchHostRouting) {
-  const bool Sigmoid = GetParam();
-  const int64_t N = 64, E = 16, K = 3;
+// The kernels against model/Router.cpp's route, stats and backward (what
+// the MoE block runs on the host) on the same logits, with a token whose
+// logits all tie (the lower expert ids win).
+TEST_P(CudaRouter, RouteStatsAndBackwardMatchTheHostRouter) {
+  const RouterCase C = GetParam();
+  ModelConfig Config;
+  Config.Experts = C.Experts;
+  Config.TopK = C.TopK;
+  Config.SigmoidRouter = C.Sigmoid;
+  Config.PreSoftmax = C.PreSoftmax;
+  Config.RouterGroups = C.Groups;
+  Config.RouterGroupTopK = C.GroupTopK;
+  Config.TopKScaling = C.Scaling;
+  const Router Host(Config);
+  const int64_t N = 64, E = C.Experts, K = C.TopK;
   std::vector<float> Logits = randomBf16(N * E, 81);
-  std::fill(Logits.begin(), Logits.begin() + E, 0.5f); // all tied: ids 0, 1, 2
-  std::vector<float> Scores(N * E), TopW(N * K);
-  std::vector<int32_t> TopIdx(N * K);
-  for (int64_t I = 0; I < N; ++I)
-    hostRoute(&Logits[I * E], E, K, Sigmoid, &Scores[I * E], &TopIdx[I * K], &TopW[I * K]);
-  ASSERT_EQ(TopIdx[0], 0);
-  ASSERT_EQ(TopIdx[2], 2);
-  auto GL = uploadF32(Logits);
+  std::fill(Logits.begin(), Logits.begin() + E, 0.5f);
+  std::vector<float> Bias = randomBf16(E, 84, 0.05f);
+  const float *HostBias = C.Biased ? Bias.data() : nullptr;
+  std::vector<float> Scores = Logits, TopW, Stats(2 * E + 1);
+  std::vector<int32_t> TopIdx;
+  Host.route(Scores.data(), N, TopIdx, TopW, HostBias);
+  Host.stats(Scores.data(), N, Stats.data());
+
+  RouterSpec Spec;
+  Spec.Experts = E;
+  Spec.TopK = K;
+  Spec.Groups = C.Groups;
+  Spec.GroupTopK = C.GroupTopK;
+  Spec.Sigmoid = C.Sigmoid;
+  Spec.PreSoftmax = C.PreSoftmax;
+  Spec.Scaling = C.Scaling;
+  ASSERT_TRUE(routerKernelTakes(Spec));
+  auto GL = uploadF32(Logits), GBias = uploadF32(Bias);
   DeviceBuffer<float> GS(N * E), GW(N * K), GStats(2 * E + 1), GDL(N * E);
-  DeviceBuffer<int32_t> GI(N * K);
-  routerTopK(N, E, K, Sigmoid, GL.data(), GS.data(), GI.data(), GW.data(), nullptr);
-  routerStats(N, E, K, GS.data(), GI.data(), GStats.data(), nullptr);
+  DeviceBuffer<int32_t> GI(N * K), Picks(N * K);
+  DeviceBuffer<double> Div(N);
+  routeTokens(Spec, N, GL.data(), C.Biased ? GBias.data() : nullptr, GS.data(), GI.data(), GW.data(), nullptr);
+  routerStats(Spec, N, GS.data(), Picks.data(), Div.data(), GStats.data(), nullptr);
   sync();
   EXPECT_TRUE(near(GS.download(), Scores, 1e-5, "scores"));
   EXPECT_EQ(GI.download(), TopIdx);
   EXPECT_TRUE(near(GW.download(), TopW, 1e-5, "routing weights"));
-  std::vector<float> Stats(2 * E + 1, 0.0f);
-  for (int32_t I : TopIdx)
-    Stats[I] += 1;
-  for (int64_t I = 0; I < N; ++I)
-    for (int64_t J = 0; J < E; ++J)
-      Stats[E + J] += Scores[I * E + J];
-  Stats[2 * E] = float(N);
   EXPECT_TRUE(near(GStats.download(), Stats, 1e-5, "router stats"));
 
-  // Backward (MoeBlock::backward's router part).
-  std::vector<float> DTopW = randomBf16(N * K, 82), Fraction = randomBf16(E, 83, 0.1f);
-  const float AuxPerScore = 0.01f;
-  std::vector<float> Want(N * E);
-  for (int64_t I = 0; I < N; ++I) {
-    const float *Sc = &Scores[I * E];
-    std::vector<double> DScore(E);
-    for (int64_t J = 0; J < E; ++J)
-      DScore[J] = double(AuxPerScore) * Fraction[J];
-    const float *Wt = &TopW[I * K], *Dw = &DTopW[I * K];
-    const int32_t *Idx = &TopIdx[I * K];
-    if (Sigmoid) {
-      double Sum = 0, Dot = 0;
-      for (int64_t J = 0; J < K; ++J) {
-        Sum += Sc[Idx[J]];
-        Dot += double(Dw[J]) * Wt[J];
-      }
-      for (int64_t J = 0; J < K; ++J)
-        DScore[Idx[J]] += (Dw[J] - Dot) / Sum;
-      for (int64_t J = 0; J < E; ++J)
-        Want[I * E + J] = float(DScore[J] * Sc[J] * (1.0 - Sc[J]));
-    } else {
-      for (int64_t J = 0; J < K; ++J)
-        DScore[Idx[J]] += Dw[J];
-      double Dot = 0;
-      for (int64_t J = 0; J < E; ++J)
-        Dot += DScore[J] * Sc[J];
-      for (int64_t J = 0; J < E; ++J)
-        Want[I * E + J] = float(Sc[J] * (DScore[J] - Dot));
-    }
-  }
+  std::vector<float> DTopW = randomBf16(N * K, 82), Fraction = randomBf16(E, 83, 0.1f), Want(N * E);
+  const double AuxPerScore = 0.01;
+  Host.backward(Scores.data(), N, TopIdx.data(), TopW.data(), DTopW.data(), Fraction.data(), AuxPerScore, Want.data());
   auto GDTW = uploadF32(DTopW), GF = uploadF32(Fraction);
-  routerBackward(N, E, K, Sigmoid, GS.data(), GI.data(), GW.data(), GDTW.data(), GF.data(), AuxPerScore, GDL.data(),
-                 nullptr);
+  routerBackward(Spec, N, GS.data(), GI.data(), GW.data(), GDTW.data(), GF.data(), AuxPerScore, GDL.data(), nullptr);
   sync();
   EXPECT_TRUE(near(GDL.download(), Want, 1e-4, "router dLogits"));
 }
 
-INSTANTIATE_TEST_SUITE_P(SoftmaxAndSigmoid, CudaRouter, ::testing::Bool());
+INSTANTIATE_TEST_SUITE_P(Routers, CudaRouter,
+                         ::testing::Values(RouterCase{"softmax_after_topk", 16, 3, false, false, false, 1, 1, 1.0},
+                                           RouterCase{"softmax_before_topk", 16, 3, false, true, false, 1, 1, 1.0},
+                                           RouterCase{"sigmoid", 16, 3, true, false, false, 1, 1, 1.0},
+                                           // DeepSeek-V3's: sigmoid with the expert bias, 4 of 8 groups, weights x 2.5
+                                           RouterCase{"deepseek", 32, 4, true, false, true, 8, 4, 2.5},
+                                           // group-limited after a softmax over the chosen: ranked by log scores
+                                           RouterCase{"grouped_softmax", 16, 4, false, false, false, 4, 2, 1.0},
+                                           RouterCase{"sigmoid_top1", 8, 1, true, false, true, 1, 1, 1.0}),
+                         [](const ::testing::TestParamInfo<RouterCase> &I) { return std::string(I.param.Name); });
 
 TEST(CudaPermute, StableCountingSortOverManyTiles) {
   // Copies spread over several 256-copy tiles, experts from a skewed draw
