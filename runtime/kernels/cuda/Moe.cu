@@ -22,6 +22,42 @@ __device__ inline bool before(float Score, int Id, float OtherScore, int OtherId
   return Score > OtherScore || (Score == OtherScore && Id < OtherId);
 }
 
+/// Takes the experts Lo..Hi - 1 that Admit(J) lets through one at a time in
+/// routing order (the higher Value(J) first, the lower id on ties): each
+/// next() is the best one strictly after the previous pick, so a token's
+/// top-k needs no scratch array.
+template <typename ValueFn, typename AdmitFn> struct Picker {
+  int Lo, Hi;
+  ValueFn Value;
+  AdmitFn Admit;
+  float PrevValue = INFINITY; ///< the last pick's value
+  int PrevId = -1;
+  __device__ int next() {
+    float Best = -INFINITY;
+    int BestId = -1;
+    for (int J = Lo; J < Hi; ++J) {
+      if (!Admit(J))
+        continue;
+      const float V = Value(J);
+      if (before(PrevValue, PrevId, V, J) && (BestId < 0 || before(V, J, Best, BestId))) {
+        Best = V;
+        BestId = J;
+      }
+    }
+    PrevValue = Best;
+    PrevId = BestId;
+    return BestId;
+  }
+};
+template <typename ValueFn, typename AdmitFn>
+__device__ Picker<ValueFn, AdmitFn> picker(int Lo, int Hi, ValueFn Value, AdmitFn Admit) {
+  return {Lo, Hi, Value, Admit};
+}
+/// Admits every expert.
+struct AnyExpert {
+  __device__ bool operator()(int) const { return true; }
+};
+
 /// Where group-limited routing keeps experts: a bit per group.
 using GroupMask = unsigned long long;
 
@@ -66,22 +102,11 @@ __global__ void routeTokensKernel(RouterSpec S, int64_t N, const float *Logits, 
     const int Best = max(K / int(S.GroupTopK), 1);
     double GroupScore[MaxRouterGroups];
     for (int G = 0; G < int(S.Groups); ++G) {
-      float PrevSel = INFINITY;
-      int PrevId = -1;
+      auto Members = picker(G * PerGroup, (G + 1) * PerGroup, Selection, AnyExpert{});
       double Sum = 0;
       for (int P = 0; P < Best; ++P) {
-        float BestSel = -INFINITY;
-        int BestId = -1;
-        for (int J = G * PerGroup; J < (G + 1) * PerGroup; ++J) {
-          const float V = Selection(J);
-          if (before(PrevSel, PrevId, V, J) && (BestId < 0 || before(V, J, BestSel, BestId))) {
-            BestSel = V;
-            BestId = J;
-          }
-        }
-        Sum += BestSel;
-        PrevSel = BestSel;
-        PrevId = BestId;
+        Members.next();
+        Sum += Members.PrevValue;
       }
       GroupScore[G] = Sum;
     }
@@ -94,27 +119,12 @@ __global__ void routeTokensKernel(RouterSpec S, int64_t N, const float *Logits, 
       Kept |= GroupMask(1) << BestG;
     }
   }
-  // K selection passes, each taking the best candidate strictly after the
-  // previous pick in routing order: no scratch array per token.
-  float PrevSel = INFINITY;
-  int PrevId = -1;
+  auto Candidates = picker(0, E, Selection, [&](int J) { return bool((Kept >> (J / PerGroup)) & 1); });
   double Sum = 0;
   for (int Pick = 0; Pick < K; ++Pick) {
-    float BestSel = -INFINITY;
-    int BestId = -1;
-    for (int J = 0; J < E; ++J) {
-      if (!((Kept >> (J / PerGroup)) & 1))
-        continue;
-      const float V = Selection(J);
-      if (before(PrevSel, PrevId, V, J) && (BestId < 0 || before(V, J, BestSel, BestId))) {
-        BestSel = V;
-        BestId = J;
-      }
-    }
-    TopIdx[T * K + Pick] = BestId;
-    Sum += Sc[BestId];
-    PrevSel = BestSel;
-    PrevId = BestId;
+    const int Id = Candidates.next();
+    TopIdx[T * K + Pick] = Id;
+    Sum += Sc[Id];
   }
   const bool Normalised = S.Sigmoid ? K > 1 : !S.PreSoftmax;
   const float Scaling = float(S.Scaling);
@@ -136,20 +146,10 @@ __global__ void auxPicksKernel(RouterSpec S, int64_t N, const float *Scores, int
   for (int J = 0; J < E; ++J)
     Sum += Sc[J];
   Div[T] = S.Sigmoid ? Sum + AuxScoreEpsilon : 1.0;
-  float PrevScore = INFINITY;
-  int PrevId = -1;
-  for (int Pick = 0; Pick < K; ++Pick) {
-    float Best = -INFINITY;
-    int BestId = -1;
-    for (int J = 0; J < E; ++J)
-      if (before(PrevScore, PrevId, Sc[J], J) && (BestId < 0 || before(Sc[J], J, Best, BestId))) {
-        Best = Sc[J];
-        BestId = J;
-      }
-    Picks[T * K + Pick] = BestId;
-    PrevScore = Best;
-    PrevId = BestId;
-  }
+  auto Score = [&](int J) { return Sc[J]; };
+  auto ByScore = picker(0, E, Score, AnyExpert{});
+  for (int Pick = 0; Pick < K; ++Pick)
+    Picks[T * K + Pick] = ByScore.next();
 }
 
 /// Thread e counts the copies of expert e and sums its divided scores over
