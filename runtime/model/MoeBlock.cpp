@@ -11,10 +11,6 @@
 
 namespace moert {
 
-namespace {
-/// Megatron-Core adds it to the sum of the sigmoid scores it normalises.
-} // namespace
-
 int64_t MoeSaved::moeBytes() const {
   int64_t B = Scores.bytes() + ExpertIn.bytes() + G.bytes() + U.bytes() + Dispatch.CombinedCopies.bytes();
   B += int64_t((TopIdx.size() + TopW.size() + Fraction.size()) * 4);

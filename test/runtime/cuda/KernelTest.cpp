@@ -549,6 +549,9 @@ struct RouterCase {
 
 class CudaRouter : public ::testing::TestWithParam<RouterCase> {};
 
+// The kernels' library cannot read model/Router.h: its constant is checked here.
+static_assert(AuxScoreEpsilon == Router::AuxScoreEpsilon);
+
 // The kernels against model/Router.cpp's route, stats and backward (what
 // the MoE block runs on the host) on the same logits, with a token whose
 // logits all tie (the lower expert ids win).
