@@ -92,10 +92,12 @@ struct RouterArgs {
   double Scaling = 1.0;
   /// [Experts], a sigmoid router's expert bias, or null.
   const float *Bias = nullptr;
-  /// [Tokens, Experts]: the logits in (the router's product, or ForcedLogits
-  /// where given: forced balance), the scores out; the backward reads them.
+  /// [Tokens, Experts]: the logits in (the router's product), the scores
+  /// out; the backward reads them.
   float *Scores = nullptr;
-  const float *ForcedLogits = nullptr;
+  /// Forced balance: [Tokens] keys whose draws replace the logits
+  /// (Router::forceBalancedLogits), or null.
+  const uint64_t *BalanceKeys = nullptr;
   /// [Tokens * TopK]: written by the forward, read by the backward.
   int32_t *TopIdx = nullptr;
   float *TopW = nullptr;

@@ -212,20 +212,6 @@ Tensor initParameter(uint64_t Seed, const std::string &Name, const std::vector<i
   return T;
 }
 
-uint64_t mix64(uint64_t Z) {
-  Z = (Z ^ (Z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  Z = (Z ^ (Z >> 27)) * 0x94d049bb133111ebull;
-  return Z ^ (Z >> 31);
-}
-
-double normalOfKey(uint64_t Key) {
-  const double TwoPi = 6.283185307179586;
-  // Two uniforms in (0, 1) from two hashes of the key.
-  double U1 = (double(mix64(Key * 2 + 0x9e3779b97f4a7c15ull) >> 11) + 0.5) * 0x1.0p-53;
-  double U2 = (double(mix64(Key * 2 + 1 + 0x9e3779b97f4a7c15ull) >> 11) + 0.5) * 0x1.0p-53;
-  return std::sqrt(-2.0 * std::log(U1)) * std::cos(TwoPi * U2);
-}
-
 Tensor rowShard(const Tensor &Full, int64_t Part, int64_t Parts) {
   int64_t R = Full.rows() / Parts, C = Full.cols();
   std::vector<int64_t> Shape = Full.shape();

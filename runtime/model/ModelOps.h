@@ -7,6 +7,7 @@
 #ifndef MOERT_MODEL_MODELOPS_H
 #define MOERT_MODEL_MODELOPS_H
 
+#include "kernels/KeyedDraws.h"
 #include "kernels/host/Tensor.h"
 
 #include <array>
@@ -87,12 +88,6 @@ void swiGluBackward(const Tensor &G, const Tensor &U, const Tensor &DAct, Tensor
 /// (Box-Muller, so the values do not depend on the standard library), or all
 /// ones when Std is 0 (norm weights).
 Tensor initParameter(uint64_t Seed, const std::string &Name, const std::vector<int64_t> &Shape, double Std);
-/// splitmix64's finaliser: the counter-based hash initParameter and forced
-/// routing draw from.
-uint64_t mix64(uint64_t X);
-/// A standard normal draw that is a function of Key alone (Box-Muller over
-/// two hashes of it).
-double normalOfKey(uint64_t Key);
 /// Rows [Part * R / Parts, (Part + 1) * R / Parts) of a 2-D tensor.
 Tensor rowShard(const Tensor &Full, int64_t Part, int64_t Parts);
 /// Columns [Part * C / Parts, (Part + 1) * C / Parts) of a 2-D tensor.

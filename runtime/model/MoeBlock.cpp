@@ -179,12 +179,7 @@ double MoeBlock::forward(const MoeWeights &W, const Tensor &Xn, MoeSaved &S, Ten
     S.Scores = Tensor({N, E});
     HeldArrays Hold(Backend, {temporarySum(S.Scores)});
     matmul(Xn, W.Router->Value, S.Scores);
-    std::vector<float> Forced;
-    if (BalanceKeys) {
-      Forced.resize(size_t(N * E));
-      Router::forceBalancedLogits(Forced.data(), N, E, BalanceKeys);
-      R.ForcedLogits = Forced.data();
-    }
+    R.BalanceKeys = BalanceKeys;
     S.TopIdx.resize(size_t(N * K));
     S.TopW.resize(size_t(N * K));
     R.Scores = S.Scores.data();

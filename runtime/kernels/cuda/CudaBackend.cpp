@@ -350,16 +350,24 @@ public:
   bool takesRouting(const RouterArgs &A) const override { return cuda::routerKernelTakes(routerSpec(A)); }
 
   // The logits come from where the router's product left them (its held
-  // copy) and the scores go back there for the backward; only each token's
-  // experts and routing weights and the statistics cross, for the host's
-  // dispatcher and the aux loss's all-reduce.
+  // copy), or are drawn here from forced balance's keys, and the scores go
+  // back there for the backward; only each token's experts and routing
+  // weights and the statistics cross, for the host's dispatcher and the aux
+  // loss's all-reduce.
   void routeTokens(const RouterArgs &A) override {
     Charge Charged(Copies, "router");
     const cuda::RouterSpec Spec = routerSpec(A);
     const int64_t N = A.Tokens, E = A.Experts, Copied = N * A.TopK;
     DeviceBuffer<float> StagedLogits, Bias;
-    const float *Logits = A.ForcedLogits ? (StagedLogits = Copies.floats(A.ForcedLogits, N * E)).data()
-                                         : wideInput(A.Scores, N * E, StagedLogits);
+    const float *Logits = nullptr;
+    if (A.BalanceKeys) {
+      const DeviceBuffer<uint64_t> Keys = Copies.upload(std::vector<uint64_t>(A.BalanceKeys, A.BalanceKeys + N));
+      StagedLogits.resize(size_t(N * E));
+      cuda::balancedLogits(N, E, Keys.data(), StagedLogits.data(), Blas.stream());
+      Logits = StagedLogits.data();
+    } else {
+      Logits = wideInput(A.Scores, N * E, StagedLogits);
+    }
     if (A.Bias)
       Bias = Copies.floats(A.Bias, E);
     DeviceBuffer<float> Scores{size_t(N * E)}, TopW{size_t(Copied)}, Stats{size_t(2 * E + 1)};

@@ -1,6 +1,8 @@
 //===- kernels/cuda/Moe.cu ------------------------------------------------===//
 #include "kernels/cuda/Moe.h"
 
+#include "kernels/KeyedDraws.h"
+
 #include <algorithm>
 #include <limits>
 #include <stdexcept>
@@ -62,6 +64,11 @@ struct AnyExpert {
 using GroupMask = unsigned long long;
 
 __device__ inline bool groupedRouting(const RouterSpec &S) { return S.Groups > 1 && S.GroupTopK < S.Groups; }
+
+__global__ void balancedLogitsKernel(int64_t N, int64_t E, const uint64_t *Keys, float *Logits) {
+  for (int64_t X = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; X < N * E; X += int64_t(gridDim.x) * blockDim.x)
+    Logits[X] = float(normalOfKey(mix64(Keys[X / E]) + uint64_t(X % E)));
+}
 
 /// One thread per token: model/Router.cpp's Router::route, operation for
 /// operation.
@@ -352,6 +359,14 @@ void checkRouter(const RouterSpec &S) {
                                 std::to_string(S.TopK) + ", " + std::to_string(S.Groups) + " groups");
 }
 } // namespace
+
+void balancedLogits(int64_t N, int64_t E, const uint64_t *Keys, float *Logits, cudaStream_t Stream) {
+  if (N * E == 0)
+    return;
+  balancedLogitsKernel<<<unsigned(std::min<int64_t>(blocksFor(N * E, 256), 4096)), 256, 0, Stream>>>(N, E, Keys,
+                                                                                                     Logits);
+  MOERT_CUDA_CHECK_LAUNCH();
+}
 
 void routeTokens(const RouterSpec &S, int64_t N, const float *Logits, const float *Bias, float *Scores, int32_t *TopIdx,
                  float *TopW, cudaStream_t Stream) {

@@ -50,6 +50,10 @@ constexpr int64_t MaxRouterGroups = 64;
 constexpr double AuxScoreEpsilon = 1e-20;
 bool routerKernelTakes(const RouterSpec &S);
 
+/// Logits [N, E] of forced balance: row I's drawn from Keys[I] and the
+/// expert (Router::forceBalancedLogits; kernels/KeyedDraws.h).
+void balancedLogits(int64_t N, int64_t E, const uint64_t *Keys, float *Logits, cudaStream_t Stream);
+
 /// Logits [N, E] -> Scores [N, E] (may be Logits), TopIdx [N * K] (int32),
 /// TopW [N * K]; Bias [E] (a sigmoid router's) or null.
 void routeTokens(const RouterSpec &S, int64_t N, const float *Logits, const float *Bias, float *Scores, int32_t *TopIdx,

@@ -606,6 +606,22 @@ TEST_P(CudaRouter, RouteStatsAndBackwardMatchTheHostRouter) {
   EXPECT_TRUE(near(GDL.download(), Want, 1e-4, "router dLogits"));
 }
 
+// Forced balance draws on the device what the host draws (the same hash;
+// the device's double log and cos may move a float by its last bit).
+TEST(CudaRouterBalance, DrawsTheHostsLogits) {
+  const int64_t N = 37, E = 24;
+  std::vector<uint64_t> Keys(N);
+  for (int64_t I = 0; I < N; ++I)
+    Keys[size_t(I)] = mix64(uint64_t(I) * 977 + 5);
+  std::vector<float> Want(N * E);
+  Router::forceBalancedLogits(Want.data(), N, E, Keys.data());
+  auto GK = uploadVec(Keys);
+  auto Got = uploadF32(std::vector<float>(N * E, NAN));
+  balancedLogits(N, E, GK.data(), Got.data(), nullptr);
+  sync();
+  EXPECT_TRUE(near(Got.download(), Want, 1e-6, "forced logits"));
+}
+
 INSTANTIATE_TEST_SUITE_P(Routers, CudaRouter,
                          ::testing::Values(RouterCase{"softmax_after_topk", 16, 3, false, false, false, 1, 1, 1.0},
                                            RouterCase{"softmax_before_topk", 16, 3, false, true, false, 1, 1, 1.0},
