@@ -391,6 +391,12 @@ struct DeltaRuleInputs {
 
 class CudaDeltaRule : public ::testing::TestWithParam<DeltaRuleShape> {};
 
+std::string deltaRuleCaseName(const ::testing::TestParamInfo<DeltaRuleShape> &I) {
+  const DeltaRuleShape &S = I.param;
+  return std::to_string(S.Sequences) + "x" + std::to_string(S.SeqLen) + "_heads" + std::to_string(S.KeyHeads) + "_" +
+         std::to_string(S.ValueHeads) + "_of" + std::to_string(S.HeadDim);
+}
+
 // The kernels against model/GatedDeltaRule.cpp head by head: several chunks
 // of the backward's checkpoints (a partial one last), grouped value heads
 // whose key-head gradients sum, widths under and over a warp.
@@ -441,7 +447,8 @@ TEST_P(CudaDeltaRule, ForwardAndBackwardMatchTheHost) {
 
 INSTANTIATE_TEST_SUITE_P(Shapes, CudaDeltaRule,
                          ::testing::Values(DeltaRuleShape{2, 70, 1, 2, 8}, DeltaRuleShape{1, 130, 2, 4, 32},
-                                           DeltaRuleShape{1, 65, 1, 1, 64}, DeltaRuleShape{1, 3, 2, 2, 16}));
+                                           DeltaRuleShape{1, 65, 1, 1, 64}, DeltaRuleShape{1, 3, 2, 2, 16}),
+                         deltaRuleCaseName);
 
 TEST(CudaDeltaRuleShapes, AreRefusedWithoutAKernel) {
   EXPECT_FALSE(deltaRuleKernelTakes({1, 8, 1, 1, 48})); // no kernel for heads of 48
