@@ -19,6 +19,8 @@
 #ifndef MOERT_KERNELS_BACKEND_H
 #define MOERT_KERNELS_BACKEND_H
 
+#include "kernels/RouterSpec.h"
+
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -87,9 +89,8 @@ struct DeltaRuleArgs {
 /// forward, Router::backward backward) for Tokens tokens, with the router's
 /// settings (those of ModelConfig).
 struct RouterArgs {
-  int64_t Tokens = 0, Experts = 0, TopK = 0, Groups = 1, GroupTopK = 1;
-  bool Sigmoid = false, PreSoftmax = false;
-  double Scaling = 1.0;
+  int64_t Tokens = 0;
+  RouterSpec Router;
   /// [Experts], a sigmoid router's expert bias, or null.
   const float *Bias = nullptr;
   /// [Tokens, Experts]: the logits in (the router's product), the scores

@@ -69,13 +69,7 @@ HeldArray temporarySum(Tensor &T) { return HeldArray::wide(T.data(), T.numel());
 RouterArgs MoeBlock::routerArgs(int64_t Tokens, const MoeWeights &W) const {
   RouterArgs R;
   R.Tokens = Tokens;
-  R.Experts = Config.Experts;
-  R.TopK = Config.TopK;
-  R.Groups = Config.RouterGroups;
-  R.GroupTopK = Config.RouterGroupTopK;
-  R.Sigmoid = Config.SigmoidRouter;
-  R.PreSoftmax = Config.PreSoftmax;
-  R.Scaling = Config.TopKScaling;
+  R.Router = routerSpec(Config);
   R.Bias = W.Bias ? W.Bias->State.Value.data() : nullptr;
   return R;
 }

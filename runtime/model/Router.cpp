@@ -9,6 +9,18 @@
 
 namespace moert {
 
+RouterSpec routerSpec(const ModelConfig &Config) {
+  RouterSpec S;
+  S.Experts = Config.Experts;
+  S.TopK = Config.TopK;
+  S.Groups = Config.RouterGroups;
+  S.GroupTopK = Config.RouterGroupTopK;
+  S.Sigmoid = Config.SigmoidRouter;
+  S.PreSoftmax = Config.PreSoftmax;
+  S.Scaling = Config.TopKScaling;
+  return S;
+}
+
 bool Router::grouped() const { return Config.RouterGroups > 1 && Config.RouterGroupTopK < Config.RouterGroups; }
 
 bool Router::normalisedWeights() const {

@@ -12,12 +12,16 @@
 #ifndef MOERT_MODEL_ROUTER_H
 #define MOERT_MODEL_ROUTER_H
 
+#include "kernels/RouterSpec.h"
 #include "model/Model.h"
 
 #include <cstdint>
 #include <vector>
 
 namespace moert {
+
+/// The router's settings in Config, for the compute backend.
+RouterSpec routerSpec(const ModelConfig &Config);
 
 class Router {
 public:

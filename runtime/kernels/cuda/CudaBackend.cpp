@@ -347,7 +347,7 @@ public:
     return true;
   }
 
-  bool takesRouting(const RouterArgs &A) const override { return cuda::routerKernelTakes(routerSpec(A)); }
+  bool takesRouting(const RouterArgs &A) const override { return cuda::routerKernelTakes(A.Router); }
 
   // The logits come from where the router's product left them (its held
   // copy), or are drawn here from forced balance's keys, and the scores go
@@ -356,8 +356,7 @@ public:
   // loss's all-reduce.
   void routeTokens(const RouterArgs &A) override {
     Charge Charged(Copies, "router");
-    const cuda::RouterSpec Spec = routerSpec(A);
-    const int64_t N = A.Tokens, E = A.Experts, Copied = N * A.TopK;
+    const int64_t N = A.Tokens, E = A.Router.Experts, Copied = N * A.Router.TopK;
     DeviceBuffer<float> StagedLogits, Bias;
     const float *Logits = nullptr;
     if (A.BalanceKeys) {
@@ -373,9 +372,9 @@ public:
     DeviceBuffer<float> Scores{size_t(N * E)}, TopW{size_t(Copied)}, Stats{size_t(2 * E + 1)};
     DeviceBuffer<int32_t> TopIdx{size_t(Copied)}, Picks{size_t(Copied)};
     DeviceBuffer<double> Div{size_t(N)};
-    cuda::routeTokens(Spec, N, Logits, A.Bias ? Bias.data() : nullptr, Scores.data(), TopIdx.data(), TopW.data(),
+    cuda::routeTokens(A.Router, N, Logits, A.Bias ? Bias.data() : nullptr, Scores.data(), TopIdx.data(), TopW.data(),
                       Blas.stream());
-    cuda::routerStats(Spec, N, Scores.data(), Picks.data(), Div.data(), Stats.data(), Blas.stream());
+    cuda::routerStats(A.Router, N, Scores.data(), Picks.data(), Div.data(), Stats.data(), Blas.stream());
     result(Scores, A.Scores);
     const std::vector<int32_t> Idx = Copies.download(TopIdx);
     std::copy(Idx.begin(), Idx.end(), A.TopIdx);
@@ -385,14 +384,14 @@ public:
 
   void routeTokensBackward(const RouterArgs &A) override {
     Charge Charged(Copies, "router");
-    const int64_t N = A.Tokens, E = A.Experts, Copied = N * A.TopK;
+    const int64_t N = A.Tokens, E = A.Router.Experts, Copied = N * A.Router.TopK;
     DeviceBuffer<float> StagedScores;
     const float *Scores = wideInput(A.Scores, N * E, StagedScores);
     DeviceBuffer<int32_t> TopIdx = Copies.upload(std::vector<int32_t>(A.TopIdx, A.TopIdx + Copied));
     DeviceBuffer<float> TopW = Copies.floats(A.TopW, Copied), DTopW = Copies.floats(A.DTopW, Copied),
                         Fraction = Copies.floats(A.Fraction, E), DLogits{size_t(N * E)};
-    cuda::routerBackward(routerSpec(A), N, Scores, TopIdx.data(), TopW.data(), DTopW.data(), Fraction.data(),
-                         A.AuxPerScore, DLogits.data(), Blas.stream());
+    cuda::routerBackward(A.Router, N, Scores, TopIdx.data(), TopW.data(), DTopW.data(), Fraction.data(), A.AuxPerScore,
+                         DLogits.data(), Blas.stream());
     result(DLogits, A.DLogits);
   }
 
@@ -1065,18 +1064,6 @@ public:
   void resetPeak() override { resetDevicePeak(); }
 
 private:
-  static cuda::RouterSpec routerSpec(const RouterArgs &A) {
-    cuda::RouterSpec S;
-    S.Experts = A.Experts;
-    S.TopK = A.TopK;
-    S.Groups = A.Groups;
-    S.GroupTopK = A.GroupTopK;
-    S.Sigmoid = A.Sigmoid;
-    S.PreSoftmax = A.PreSoftmax;
-    S.Scaling = A.Scaling;
-    return S;
-  }
-
   /// The delta rule's shape and element counts.
   struct DeltaRuleOperands {
     cuda::DeltaRuleShape Shape;

@@ -30,20 +30,13 @@
 #ifndef MOERT_KERNELS_CUDA_MOE_H
 #define MOERT_KERNELS_CUDA_MOE_H
 
+#include "kernels/RouterSpec.h"
 #include "kernels/cuda/DeviceBuffer.h"
 
 #include <cstdint>
 
 namespace moert::cuda {
 
-/// What a router does with its logits (model/Router.h's ModelConfig fields).
-struct RouterSpec {
-  int64_t Experts = 0, TopK = 0;
-  /// Group-limited routing where Groups > 1 and GroupTopK < Groups.
-  int64_t Groups = 1, GroupTopK = 1;
-  bool Sigmoid = false, PreSoftmax = false;
-  double Scaling = 1.0;
-};
 /// The most expert groups the kernels take.
 constexpr int64_t MaxRouterGroups = 64;
 /// A sigmoid router's aux scores are s / (sum s + this) (Router::AuxScoreEpsilon).

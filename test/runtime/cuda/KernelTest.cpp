@@ -583,14 +583,7 @@ TEST_P(CudaRouter, RouteStatsAndBackwardMatchTheHostRouter) {
   Host.route(Scores.data(), N, TopIdx, TopW, HostBias);
   Host.stats(Scores.data(), N, Stats.data());
 
-  RouterSpec Spec;
-  Spec.Experts = E;
-  Spec.TopK = K;
-  Spec.Groups = C.Groups;
-  Spec.GroupTopK = C.GroupTopK;
-  Spec.Sigmoid = C.Sigmoid;
-  Spec.PreSoftmax = C.PreSoftmax;
-  Spec.Scaling = C.Scaling;
+  const RouterSpec Spec = routerSpec(Config); // the MoE block's settings for the backend
   ASSERT_TRUE(routerKernelTakes(Spec));
   auto GL = uploadF32(Logits), GBias = uploadF32(Bias);
   DeviceBuffer<float> GS(N * E), GW(N * K), GStats(2 * E + 1), GDL(N * E);
