@@ -201,8 +201,8 @@ void benchDeltaRule(std::vector<Row> &Rows, int64_t SeqLen, int64_t KeyHeads, in
   Shape << "seq " << SeqLen << ", " << KeyHeads << " key / " << ValueHeads << " value heads of " << HeadDim;
   double F = timeMs(
       [&] { gatedDeltaRuleForward(S, Q.data(), K.data(), V.data(), G.data(), Beta.data(), O.data(), nullptr); }, Runs);
-  Rows.push_back(
-      {"gated delta rule forward", Shape.str(), F, Flops / F / 1e9, "recurrent form, fp32, a thread per state column"});
+  Rows.push_back({"gated delta rule forward", Shape.str(), F, Flops / F / 1e9,
+                  "recurrent form, fp32, a state column per 1-4 threads"});
   double B = timeMs(
       [&] {
         gatedDeltaRuleBackward(S, Q.data(), K.data(), V.data(), G.data(), Beta.data(), DO.data(), DQ.data(), DK.data(),

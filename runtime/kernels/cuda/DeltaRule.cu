@@ -1,18 +1,22 @@
 //===- kernels/cuda/DeltaRule.cu ------------------------------------------===//
 //
-// Thread J of a block owns column J of its head's state (HeadDim floats in
-// registers) and, in the backward, column J of the state's gradient. A
-// column's recurrence reads the token's k, q (broadcast from global memory)
-// and its own v, g, beta; the backward's sums over columns (dq_i, dk_i of
-// every row i, dbeta, dg) go through warp shuffles and then through shared
-// memory, the warps in order.
+// Column J of a head's state (HeadDim floats) is held in registers by
+// Parts<D> adjacent threads of a block, Span<D> rows each (at most 32, so
+// that heads of 128 fit the registers: a whole column of 128 rows took all
+// 255 and spilled). A token's read of the column (p = A^T k) and the output
+// (o = S^T q) are sums over the column's parts: butterfly shuffles within
+// the group, which give each of its threads the same bits. The backward's
+// sums over columns (dq_i, dk_i of every row i, dbeta, dg) go through warp
+// shuffles between the threads of the same part and then through shared
+// memory, the warps in order, so the results are deterministic.
 //
 // The backward's scratch, per block: the state before each chunk of
-// ChunkTokens tokens, the chunk's ChunkTokens + 1 states, and per token of
-// the chunk the decayed state's read p and the delta u of every column, all
-// laid out [.., row, column] so that a warp's threads touch adjacent floats;
-// after all blocks, each value head's dq and dk [Rows, ValueHeads, HeadDim],
-// summed over the heads of a key group by a second kernel.
+// ChunkTokens tokens and the chunk's ChunkTokens + 1 states, each laid out
+// [row of a part, thread] so that a warp's threads touch adjacent floats;
+// per token of the chunk, the decayed state's read p and the delta u of
+// every column; after all blocks, each value head's dq and dk [Rows,
+// ValueHeads, HeadDim], summed over the heads of a key group by a second
+// kernel.
 //
 //===----------------------------------------------------------------------===//
 #include "kernels/cuda/DeltaRule.h"
@@ -54,30 +58,66 @@ __host__ __device__ inline int64_t blockScratch(int64_t SeqLen, int64_t D) {
   return (chunksOf(SeqLen) + ChunkTokens + 1) * D * D + 2 * ChunkTokens * D;
 }
 
-/// X summed over the Lanes threads of the warp (Lanes a power of two).
-template <int Lanes> __device__ inline float warpSum(float X) {
-  constexpr unsigned Mask = Lanes == 32 ? 0xffffffffu : (1u << Lanes) - 1;
+/// How a block of a head D wide holds its state: Parts threads per column,
+/// Span rows each, a thread per (column, part), a column's parts adjacent.
+template <int D> struct Split {
+  static constexpr int Span = D < 32 ? D : 32;
+  static constexpr int Parts = D / Span;
+  static constexpr int Threads = D * Parts;
+  static constexpr int Lanes = Threads < 32 ? Threads : 32;
+  static constexpr int Warps = Threads / Lanes;
+  static constexpr unsigned Mask = Lanes == 32 ? 0xffffffffu : (1u << Lanes) - 1;
+  static_assert(Span * Parts == D && Threads % Lanes == 0, "heads of a width the split does not take");
+};
+
+/// X summed over the lanes whose index differs from this one's only in the
+/// bits From .. Below - 1 (powers of two): a butterfly, so every lane of a
+/// group ends with the same bits.
+template <int From, int Below, unsigned Mask> __device__ inline float laneSum(float X) {
 #pragma unroll
-  for (int Off = Lanes / 2; Off > 0; Off >>= 1)
+  for (int Off = Below / 2; Off >= From; Off >>= 1)
     X += __shfl_xor_sync(Mask, X, Off);
   return X;
 }
 
-/// One token's step on column J (model/GatedDeltaRule.cpp's step): St <-
-/// exp(g) St, P = the decayed column's read of k, U = beta (v - P), St += k U.
+/// Where a thread sits: its column J and part R, the rows it holds begin at
+/// Row0.
+template <int D> struct Place {
+  int T, J, R, Row0, Lane, Warp;
+  __device__ Place() : T(threadIdx.x) {
+    J = T / Split<D>::Parts;
+    R = T % Split<D>::Parts;
+    Row0 = R * Split<D>::Span;
+    Lane = T % Split<D>::Lanes;
+    Warp = T / Split<D>::Lanes;
+  }
+  /// The sum over the column's parts.
+  __device__ float columnTotal(float X) const { return laneSum<1, Split<D>::Parts, Split<D>::Mask>(X); }
+  /// The sum over this warp's columns, of this thread's part.
+  __device__ float acrossColumns(float X) const { return laneSum<Split<D>::Parts, Split<D>::Lanes, Split<D>::Mask>(X); }
+  /// The sum over the warp.
+  __device__ float acrossWarp(float X) const { return laneSum<1, Split<D>::Lanes, Split<D>::Mask>(X); }
+};
+
+/// One token's step on a thread's rows of column J (model/GatedDeltaRule.cpp's
+/// step): St <- exp(g) St, P = the decayed column's read of k, U = beta (v -
+/// P), St += k U. Kt points at the thread's first row.
 template <int D>
-__device__ inline void step(float (&St)[D], const float *Kt, float Vj, float G, float Beta, float &P, float &U) {
+__device__ inline void step(const Place<D> &At, float (&St)[Split<D>::Span], const float *Kt, float Vj, float G,
+                            float Beta, float &P, float &U) {
+  constexpr int Span = Split<D>::Span;
   const float Decay = expf(G);
 #pragma unroll
-  for (int I = 0; I < D; ++I)
+  for (int I = 0; I < Span; ++I)
     St[I] *= Decay;
   P = 0.f;
 #pragma unroll
-  for (int I = 0; I < D; ++I)
+  for (int I = 0; I < Span; ++I)
     P += Kt[I] * St[I];
+  P = At.columnTotal(P);
   U = Beta * (Vj - P);
 #pragma unroll
-  for (int I = 0; I < D; ++I)
+  for (int I = 0; I < Span; ++I)
     St[I] += Kt[I] * U;
 }
 
@@ -90,136 +130,160 @@ struct HeadView {
 };
 
 template <int D>
-__global__ void __launch_bounds__(D) forwardKernel(DeltaRuleShape S, const float *Q, const float *K, const float *V,
-                                                   const float *G, const float *Beta, float *O) {
-  const int J = threadIdx.x;
+__global__ void __launch_bounds__(Split<D>::Threads)
+    forwardKernel(DeltaRuleShape S, const float *Q, const float *K, const float *V, const float *G, const float *Beta,
+                  float *O) {
+  constexpr int Span = Split<D>::Span;
+  const Place<D> At;
   const int64_t H = blockIdx.x, Seq = blockIdx.y;
   const HeadView Hv(S, H, D);
   const float Scale = 1.0f / sqrtf(float(D));
-  float St[D];
+  float St[Span];
 #pragma unroll
-  for (int I = 0; I < D; ++I)
+  for (int I = 0; I < Span; ++I)
     St[I] = 0.f;
   for (int64_t T = 0; T < S.SeqLen; ++T) {
-    const int64_t Row = Seq * S.SeqLen + T, At = Row * Hv.VStride + H * D + J;
-    const float *Qt = Q + Row * Hv.QkStride + Hv.KeyHead * D, *Kt = K + Row * Hv.QkStride + Hv.KeyHead * D;
+    const int64_t Row = Seq * S.SeqLen + T, Vo = Row * Hv.VStride + H * D + At.J;
+    const int64_t Qk = Row * Hv.QkStride + Hv.KeyHead * D + At.Row0;
     float P, U;
-    step<D>(St, Kt, V[At], G[Row * Hv.GStride + H], Beta[Row * Hv.GStride + H], P, U);
+    step<D>(At, St, K + Qk, V[Vo], G[Row * Hv.GStride + H], Beta[Row * Hv.GStride + H], P, U);
     float Ot = 0.f;
 #pragma unroll
-    for (int I = 0; I < D; ++I)
-      Ot += Qt[I] * St[I];
-    O[At] = Ot * Scale;
+    for (int I = 0; I < Span; ++I)
+      Ot += Q[Qk + I] * St[I];
+    Ot = At.columnTotal(Ot);
+    if (At.R == 0)
+      O[Vo] = Ot * Scale;
   }
 }
 
 template <int D>
-__global__ void __launch_bounds__(D)
+__global__ void __launch_bounds__(Split<D>::Threads)
     backwardKernel(DeltaRuleShape S, const float *Q, const float *K, const float *V, const float *G, const float *Beta,
                    const float *DO, float *PartQ, float *PartK, float *DV, float *DG, float *DBeta, float *Scratch) {
-  constexpr int Warps = (D + 31) / 32, Lanes = D < 32 ? D : 32;
+  using Sp = Split<D>;
+  constexpr int Span = Sp::Span, Threads = Sp::Threads, Warps = Sp::Warps;
   constexpr int64_t Square = int64_t(D) * D;
   __shared__ float SumQ[Warps][D], SumK[Warps][D], SumB[Warps], SumG[Warps];
-  const int J = threadIdx.x, Warp = J / 32, Lane = J % 32;
+  const Place<D> At;
   const int64_t H = blockIdx.x, Seq = blockIdx.y, Chunks = chunksOf(S.SeqLen);
   const HeadView Hv(S, H, D);
   const float Scale = 1.0f / sqrtf(float(D));
-  float *Checkpoints = Scratch + (Seq * S.ValueHeads + H) * blockScratch(S.SeqLen, D); // [Chunks][D][D]
-  float *States = Checkpoints + Chunks * Square;                                       // [ChunkTokens + 1][D][D]
-  float *Reads = States + (ChunkTokens + 1) * Square;                                  // [ChunkTokens][D]
-  float *Deltas = Reads + ChunkTokens * D;                                             // [ChunkTokens][D]
-  auto Inputs = [&](int64_t T, const float *&Kt, float &Vj, float &Gt, float &Bt) {
-    const int64_t Row = Seq * S.SeqLen + T;
-    Kt = K + Row * Hv.QkStride + Hv.KeyHead * D;
-    Vj = V[Row * Hv.VStride + H * D + J];
-    Gt = G[Row * Hv.GStride + H];
-    Bt = Beta[Row * Hv.GStride + H];
+  // A state in scratch: this thread's row I at [I * Threads + T].
+  float *Checkpoints = Scratch + (Seq * S.ValueHeads + H) * blockScratch(S.SeqLen, D) + At.T; // [Chunks][D][D]
+  float *States = Checkpoints + Chunks * Square;                                              // [ChunkTokens + 1][D][D]
+  float *Reads = States - At.T + (ChunkTokens + 1) * Square;                                  // [ChunkTokens][D]
+  float *Deltas = Reads + ChunkTokens * D;                                                    // [ChunkTokens][D]
+  struct TokenInputs {
+    const float *Kt, *Qt; // the thread's first row
+    float Vj, Gt, Bt;
+    int64_t Row;
+  };
+  auto Inputs = [&](int64_t T) {
+    TokenInputs In;
+    In.Row = Seq * S.SeqLen + T;
+    const int64_t Qk = In.Row * Hv.QkStride + Hv.KeyHead * D + At.Row0;
+    In.Kt = K + Qk;
+    In.Qt = Q + Qk;
+    In.Vj = V[In.Row * Hv.VStride + H * D + At.J];
+    In.Gt = G[In.Row * Hv.GStride + H];
+    In.Bt = Beta[In.Row * Hv.GStride + H];
+    return In;
   };
 
   // The state before each chunk.
-  float St[D];
+  float St[Span];
 #pragma unroll
-  for (int I = 0; I < D; ++I)
+  for (int I = 0; I < Span; ++I)
     St[I] = 0.f;
   for (int64_t T = 0; T < S.SeqLen; ++T) {
     if (T % ChunkTokens == 0)
-      for (int I = 0; I < D; ++I)
-        Checkpoints[(T / ChunkTokens) * Square + I * D + J] = St[I];
-    const float *Kt;
-    float Vj, Gt, Bt, P, U;
-    Inputs(T, Kt, Vj, Gt, Bt);
-    step<D>(St, Kt, Vj, Gt, Bt, P, U);
+#pragma unroll
+      for (int I = 0; I < Span; ++I)
+        Checkpoints[(T / ChunkTokens) * Square + I * Threads] = St[I];
+    const TokenInputs In = Inputs(T);
+    float P, U;
+    step<D>(At, St, In.Kt, In.Vj, In.Gt, In.Bt, P, U);
   }
 
-  float DS[D]; // column J of the gradient of the state after the token
+  float DS[Span]; // the thread's rows of column J of the gradient of the state after the token
 #pragma unroll
-  for (int I = 0; I < D; ++I)
+  for (int I = 0; I < Span; ++I)
     DS[I] = 0.f;
   for (int64_t C = Chunks; C-- > 0;) {
     const int64_t First = C * ChunkTokens, Last = First + ChunkTokens < S.SeqLen ? First + ChunkTokens : S.SeqLen;
-    for (int I = 0; I < D; ++I)
-      States[I * D + J] = St[I] = Checkpoints[C * Square + I * D + J];
+#pragma unroll
+    for (int I = 0; I < Span; ++I)
+      States[I * Threads] = St[I] = Checkpoints[C * Square + I * Threads];
     for (int64_t T = First; T < Last; ++T) {
-      const float *Kt;
-      float Vj, Gt, Bt;
-      Inputs(T, Kt, Vj, Gt, Bt);
-      step<D>(St, Kt, Vj, Gt, Bt, Reads[(T - First) * D + J], Deltas[(T - First) * D + J]);
-      for (int I = 0; I < D; ++I)
-        States[(T - First + 1) * Square + I * D + J] = St[I];
+      const TokenInputs In = Inputs(T);
+      float P, U;
+      step<D>(At, St, In.Kt, In.Vj, In.Gt, In.Bt, P, U);
+      if (At.R == 0) {
+        Reads[(T - First) * D + At.J] = P;
+        Deltas[(T - First) * D + At.J] = U;
+      }
+#pragma unroll
+      for (int I = 0; I < Span; ++I)
+        States[(T - First + 1) * Square + I * Threads] = St[I];
     }
+    __syncthreads(); // a column's p and u are read by all its parts
     for (int64_t T = Last; T-- > First;) {
-      const int64_t Row = Seq * S.SeqLen + T;
-      const float *Kt, *Qt = Q + Row * Hv.QkStride + Hv.KeyHead * D;
-      float Vj, Gt, Bt;
-      Inputs(T, Kt, Vj, Gt, Bt);
+      const TokenInputs In = Inputs(T);
       const float *Before = States + (T - First) * Square, *After = Before + Square;
-      const float Pj = Reads[(T - First) * D + J], Uj = Deltas[(T - First) * D + J];
-      const float DOj = DO[Row * Hv.VStride + H * D + J], Decay = expf(Gt);
+      const float Pj = Reads[(T - First) * D + At.J], Uj = Deltas[(T - First) * D + At.J];
+      const float DOj = DO[In.Row * Hv.VStride + H * D + At.J], Decay = expf(In.Gt);
       // o = Scale S_t^T q, and S_t = A_t + k u^T: dq, the state's gradient
       // and u's.
       float DU = 0.f;
-      for (int I = 0; I < D; ++I) {
-        DS[I] += Scale * Qt[I] * DOj;
-        const float Dq = warpSum<Lanes>(After[I * D + J] * DOj);
-        if (Lane == 0)
-          SumQ[Warp][I] = Dq;
-        DU += DS[I] * Kt[I];
+#pragma unroll
+      for (int I = 0; I < Span; ++I) {
+        DS[I] += Scale * In.Qt[I] * DOj;
+        const float Dq = At.acrossColumns(After[I * Threads] * DOj);
+        if (At.Lane < Sp::Parts) // the warp's first column
+          SumQ[At.Warp][At.Row0 + I] = Dq;
+        DU += DS[I] * In.Kt[I];
       }
+      DU = At.columnTotal(DU);
       // u = beta (v - p), p = A_t^T k, A_t = exp(g) S_{t-1}.
-      const float Db = warpSum<Lanes>(DU * (Vj - Pj));
-      DV[Row * Hv.VStride + H * D + J] = Bt * DU;
-      const float DP = -Bt * DU;
+      const float Db = At.acrossWarp(At.R == 0 ? DU * (In.Vj - Pj) : 0.f);
+      if (At.R == 0)
+        DV[In.Row * Hv.VStride + H * D + At.J] = In.Bt * DU;
+      const float DP = -In.Bt * DU;
       float Dg = 0.f;
-      for (int I = 0; I < D; ++I) {
-        const float A = Decay * Before[I * D + J], Dd = DS[I] + Kt[I] * DP;
-        const float Dk = warpSum<Lanes>(DS[I] * Uj + A * DP);
-        if (Lane == 0)
-          SumK[Warp][I] = Dk;
+#pragma unroll
+      for (int I = 0; I < Span; ++I) {
+        const float A = Decay * Before[I * Threads], Dd = DS[I] + In.Kt[I] * DP;
+        const float Dk = At.acrossColumns(DS[I] * Uj + A * DP);
+        if (At.Lane < Sp::Parts)
+          SumK[At.Warp][At.Row0 + I] = Dk;
         Dg += Dd * A;
         DS[I] = Decay * Dd;
       }
-      Dg = warpSum<Lanes>(Dg);
-      if (Lane == 0) {
-        SumB[Warp] = Db;
-        SumG[Warp] = Dg;
+      Dg = At.acrossWarp(Dg);
+      if (At.Lane == 0) {
+        SumB[At.Warp] = Db;
+        SumG[At.Warp] = Dg;
       }
       __syncthreads();
-      float Dq = 0.f, Dk = 0.f;
-      for (int W = 0; W < Warps; ++W) {
-        Dq += SumQ[W][J];
-        Dk += SumK[W][J];
+      if (At.T < D) { // row T of dq and dk
+        float Dq = 0.f, Dk = 0.f;
+        for (int W = 0; W < Warps; ++W) {
+          Dq += SumQ[W][At.T];
+          Dk += SumK[W][At.T];
+        }
+        const int64_t Part = (In.Row * S.ValueHeads + H) * D + At.T;
+        PartQ[Part] = Scale * Dq;
+        PartK[Part] = Dk;
       }
-      const int64_t Part = (Row * S.ValueHeads + H) * D + J;
-      PartQ[Part] = Scale * Dq;
-      PartK[Part] = Dk;
-      if (J == 0) {
+      if (At.T == 0) {
         float Bs = 0.f, Gs = 0.f;
         for (int W = 0; W < Warps; ++W) {
           Bs += SumB[W];
           Gs += SumG[W];
         }
-        DBeta[Row * Hv.GStride + H] = Bs;
-        DG[Row * Hv.GStride + H] = Gs;
+        DBeta[In.Row * Hv.GStride + H] = Bs;
+        DG[In.Row * Hv.GStride + H] = Gs;
       }
       __syncthreads(); // the sums are read before the next token writes them
     }
@@ -271,8 +335,9 @@ void gatedDeltaRuleForward(const DeltaRuleShape &S, const float *Q, const float 
   if (S.Sequences == 0 || S.SeqLen == 0)
     return;
   forHeadDim(S.HeadDim, [&](auto D) {
-    forwardKernel<decltype(D)::value>
-        <<<dim3(unsigned(S.ValueHeads), unsigned(S.Sequences)), D.value, 0, Stream>>>(S, Q, K, V, G, Beta, O);
+    constexpr int Width = decltype(D)::value;
+    forwardKernel<Width><<<dim3(unsigned(S.ValueHeads), unsigned(S.Sequences)), Split<Width>::Threads, 0, Stream>>>(
+        S, Q, K, V, G, Beta, O);
     MOERT_CUDA_CHECK_LAUNCH();
   });
 }
@@ -292,7 +357,8 @@ void gatedDeltaRuleBackward(const DeltaRuleShape &S, const float *Q, const float
   float *PartQ = Scratch + S.Sequences * S.ValueHeads * blockScratch(S.SeqLen, S.HeadDim);
   float *PartK = PartQ + Rows * S.ValueHeads * S.HeadDim;
   forHeadDim(S.HeadDim, [&](auto D) {
-    backwardKernel<decltype(D)::value><<<dim3(unsigned(S.ValueHeads), unsigned(S.Sequences)), D.value, 0, Stream>>>(
+    constexpr int Width = decltype(D)::value;
+    backwardKernel<Width><<<dim3(unsigned(S.ValueHeads), unsigned(S.Sequences)), Split<Width>::Threads, 0, Stream>>>(
         S, Q, K, V, G, Beta, DO, PartQ, PartK, DV, DG, DBeta, Scratch);
     MOERT_CUDA_CHECK_LAUNCH();
   });

@@ -10,16 +10,17 @@
 // HeadDim]; V, O, DO, DV [.., ValueHeads * HeadDim]; G, Beta, DG, DBeta [..,
 // ValueHeads]. Value head h reads key head h / (ValueHeads / KeyHeads).
 //
-// One block per (sequence, value head), one thread per column of the state
-// (HeadDim threads), the column in registers: a column's recurrence needs
-// nothing of the others, so the forward runs without a barrier, and the
-// backward meets only to sum what several columns give one output (dq, dk,
-// dbeta, dg: warp shuffles, then the warps in order, so the results are
-// deterministic). The backward recomputes the states from checkpoints every
-// ChunkTokens tokens, as the host's does, in a scratch buffer of
-// deltaRuleScratch() floats; gradients of value heads that share a key head
-// are summed in head order. Tokens run one after another: this is the
-// recurrent form, not fla's chunked one on tensor cores.
+// One block per (sequence, value head); each column of the state is held in
+// registers by one thread (heads up to 32 wide) or by HeadDim / 32 adjacent
+// threads of 32 rows each, which sum a column's products by shuffles: a
+// column's recurrence needs nothing of the others, so the forward runs
+// without a barrier, and the backward meets only to sum what several columns
+// give one output (dq, dk, dbeta, dg: warp shuffles, then the warps in
+// order, so the results are deterministic). The backward recomputes the
+// states from checkpoints every ChunkTokens tokens, as the host's does, in a
+// scratch buffer of deltaRuleScratch() floats; gradients of value heads that
+// share a key head are summed in head order. Tokens run one after another:
+// this is the recurrent form, not fla's chunked one on tensor cores.
 //
 //===----------------------------------------------------------------------===//
 #ifndef MOERT_KERNELS_CUDA_DELTARULE_H

@@ -399,7 +399,8 @@ std::string deltaRuleCaseName(const ::testing::TestParamInfo<DeltaRuleShape> &I)
 
 // The kernels against model/GatedDeltaRule.cpp head by head: several chunks
 // of the backward's checkpoints (a partial one last), grouped value heads
-// whose key-head gradients sum, widths under and over a warp.
+// whose key-head gradients sum, widths under and over a warp, columns held
+// by one thread (up to 32 rows) and by two and four (64, 128).
 TEST_P(CudaDeltaRule, ForwardAndBackwardMatchTheHost) {
   const DeltaRuleShape S = GetParam();
   const int64_t Rows = S.Sequences * S.SeqLen, D = S.HeadDim;
@@ -447,7 +448,8 @@ TEST_P(CudaDeltaRule, ForwardAndBackwardMatchTheHost) {
 
 INSTANTIATE_TEST_SUITE_P(Shapes, CudaDeltaRule,
                          ::testing::Values(DeltaRuleShape{2, 70, 1, 2, 8}, DeltaRuleShape{1, 130, 2, 4, 32},
-                                           DeltaRuleShape{1, 65, 1, 1, 64}, DeltaRuleShape{1, 3, 2, 2, 16}),
+                                           DeltaRuleShape{1, 65, 1, 1, 64}, DeltaRuleShape{1, 3, 2, 2, 16},
+                                           DeltaRuleShape{1, 70, 1, 2, 128}),
                          deltaRuleCaseName);
 
 TEST(CudaDeltaRuleShapes, AreRefusedWithoutAKernel) {
