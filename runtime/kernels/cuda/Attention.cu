@@ -35,20 +35,55 @@ namespace {
 
 constexpr int FwdKeys = 32, FwdThreads = 128, BwdThreads = 128;
 
+/// What a block keeps in shared memory: the forward's Rows query rows and a
+/// tile of FwdKeys keys; the backward's Tile rows of each operand (the
+/// key/value kernel's, a superset of the query kernel's).
+template <int DK, int DV, int Rows> struct ForwardTiles {
+  bf16 Qs[Rows][DK + 2];
+  bf16 Ks[FwdKeys][DK + 2];
+  bf16 Vs[FwdKeys][DV + 2];
+  float Ss[Rows][FwdKeys + 1];
+  int32_t QPosS[Rows], KPosS[FwdKeys];
+};
+template <int DK, int DV, int Tile> struct BackwardKvTiles {
+  bf16 Ks[Tile][DK + 2], Vs[Tile][DV + 2];
+  bf16 Qs[Tile][DK + 2], DOs[Tile][DV + 2];
+  float Ps[Tile][Tile + 1], DSs[Tile][Tile + 1];
+  float LseS[Tile], DeltaS[Tile];
+  int32_t QPosS[Tile], KPosS[Tile];
+};
+template <int DK, int DV, int Tile> struct BackwardQTiles {
+  bf16 Qs[Tile][DK + 2], DOs[Tile][DV + 2];
+  bf16 Ks[Tile][DK + 2], Vs[Tile][DV + 2];
+  float DSs[Tile][Tile + 1];
+  int32_t QPosS[Tile], KPosS[Tile];
+};
+
+/// A kernel's static shared memory may not pass 48 KiB.
+constexpr size_t StaticSharedBytes = 48 * 1024;
+
 /// A kernel instance's head widths (queries and keys DK, values DV) and the
-/// tiles they fit.
+/// largest tiles that fit: wide heads take fewer rows a block.
 template <int DKArg, int DVArg> struct Widths {
   static constexpr int DK = DKArg, DV = DVArg;
-  static constexpr bool Wide = DK > 128;
-  static constexpr int FwdRows = Wide ? 32 : 64;
+  static constexpr int FwdRows = sizeof(ForwardTiles<DK, DV, 64>) <= StaticSharedBytes   ? 64
+                                 : sizeof(ForwardTiles<DK, DV, 32>) <= StaticSharedBytes ? 32
+                                                                                         : 16;
   static constexpr int FwdTpr = FwdThreads / FwdRows; // threads per query row
-  static constexpr int BwdTile = Wide ? 16 : 32;
+  static constexpr int BwdTile = sizeof(BackwardKvTiles<DK, DV, 32>) <= StaticSharedBytes ? 32 : 16;
   static constexpr int BwdTpr = BwdThreads / BwdTile; // threads per row (or key)
+  using Forward = ForwardTiles<DK, DV, FwdRows>;
+  using BackwardKv = BackwardKvTiles<DK, DV, BwdTile>;
+  using BackwardQ = BackwardQTiles<DK, DV, BwdTile>;
+  static_assert(sizeof(Forward) <= StaticSharedBytes && sizeof(BackwardKv) <= StaticSharedBytes &&
+                    sizeof(BackwardQ) <= StaticSharedBytes,
+                "heads too wide for the tiles");
   static_assert(DK % FwdTpr == 0 && DV % FwdTpr == 0 && DK % BwdTpr == 0 && DV % BwdTpr == 0);
 };
 
 /// The widths the kernels are built for, declared once.
-using KernelWidths = std::tuple<Widths<32, 32>, Widths<64, 64>, Widths<128, 128>, Widths<192, 128>>;
+using KernelWidths =
+    std::tuple<Widths<32, 32>, Widths<64, 64>, Widths<72, 72>, Widths<128, 128>, Widths<192, 128>, Widths<256, 256>>;
 
 /// Calls Launch(W) with the instance W of KernelWidths for these widths.
 template <typename F> void forWidths(int64_t HeadDim, int64_t VHeadDim, F &&Launch) {
@@ -82,11 +117,13 @@ __global__ void __launch_bounds__(FwdThreads)
                   const int32_t *KPos, float *Out, float *Lse) {
   constexpr int DK = W::DK, DV = W::DV, FwdRows = W::FwdRows, FwdTpr = W::FwdTpr;
   constexpr int Dpt = DV / FwdTpr;
-  __shared__ bf16 Qs[FwdRows][DK + 2];
-  __shared__ bf16 Ks[FwdKeys][DK + 2];
-  __shared__ bf16 Vs[FwdKeys][DV + 2];
-  __shared__ float Ss[FwdRows][FwdKeys + 1];
-  __shared__ int32_t QPosS[FwdRows], KPosS[FwdKeys];
+  __shared__ typename W::Forward Tiles;
+  auto &Qs = Tiles.Qs;
+  auto &Ks = Tiles.Ks;
+  auto &Vs = Tiles.Vs;
+  auto &Ss = Tiles.Ss;
+  auto &QPosS = Tiles.QPosS;
+  auto &KPosS = Tiles.KPosS;
 
   const int64_t Q0 = int64_t(blockIdx.x) * FwdRows;
   const int H = blockIdx.y, B = blockIdx.z;
@@ -232,11 +269,17 @@ __global__ void __launch_bounds__(BwdThreads)
                      float *DV) {
   constexpr int DKW = W::DK, DVW = W::DV, BwdTile = W::BwdTile, BwdTpr = W::BwdTpr;
   constexpr int KDpt = DKW / BwdTpr, VDpt = DVW / BwdTpr, RowsPerThread = BwdTile / BwdTpr;
-  __shared__ bf16 Ks[BwdTile][DKW + 2], Vs[BwdTile][DVW + 2];
-  __shared__ bf16 Qs[BwdTile][DKW + 2], DOs[BwdTile][DVW + 2];
-  __shared__ float Ps[BwdTile][BwdTile + 1], DSs[BwdTile][BwdTile + 1];
-  __shared__ float LseS[BwdTile], DeltaS[BwdTile];
-  __shared__ int32_t QPosS[BwdTile], KPosS[BwdTile];
+  __shared__ typename W::BackwardKv Tiles;
+  auto &Ks = Tiles.Ks;
+  auto &Qs = Tiles.Qs;
+  auto &Vs = Tiles.Vs;
+  auto &DOs = Tiles.DOs;
+  auto &Ps = Tiles.Ps;
+  auto &DSs = Tiles.DSs;
+  auto &LseS = Tiles.LseS;
+  auto &DeltaS = Tiles.DeltaS;
+  auto &QPosS = Tiles.QPosS;
+  auto &KPosS = Tiles.KPosS;
 
   const int64_t K0 = int64_t(blockIdx.x) * BwdTile;
   const int G = blockIdx.y, B = blockIdx.z;
@@ -343,10 +386,14 @@ __global__ void __launch_bounds__(BwdThreads)
                     const int32_t *KPos, const float *Lse, const float *Delta, const bf16 *DOut, float *DQ) {
   constexpr int DKW = W::DK, DVW = W::DV, BwdTile = W::BwdTile, BwdTpr = W::BwdTpr;
   constexpr int Dpt = DKW / BwdTpr, KeysPerThread = BwdTile / BwdTpr;
-  __shared__ bf16 Qs[BwdTile][DKW + 2], DOs[BwdTile][DVW + 2];
-  __shared__ bf16 Ks[BwdTile][DKW + 2], Vs[BwdTile][DVW + 2];
-  __shared__ float DSs[BwdTile][BwdTile + 1];
-  __shared__ int32_t QPosS[BwdTile], KPosS[BwdTile];
+  __shared__ typename W::BackwardQ Tiles;
+  auto &Qs = Tiles.Qs;
+  auto &Ks = Tiles.Ks;
+  auto &DOs = Tiles.DOs;
+  auto &Vs = Tiles.Vs;
+  auto &DSs = Tiles.DSs;
+  auto &QPosS = Tiles.QPosS;
+  auto &KPosS = Tiles.KPosS;
 
   const int64_t Q0 = int64_t(blockIdx.x) * BwdTile;
   const int H = blockIdx.y, B = blockIdx.z;

@@ -26,8 +26,8 @@
 // so no atomics are used and results are deterministic.
 //
 // The widths (HeadDim, VHeadDim) must be one of attentionKernelWidths():
-// 32, 64 or 128 both, or 192 and 128 (DeepSeek-V3's and Kimi K2's latent
-// attention); std::invalid_argument otherwise. The
+// 32, 64, 72, 128 or 256 both, or 192 and 128 (DeepSeek-V3's and Kimi K2's
+// latent attention); std::invalid_argument otherwise. The
 // kernels use CUDA cores with fp32 accumulation, not tensor cores: 6-10
 // TFLOP/s on an H200, 40-80x slower than cuDNN's fused attention
 // (CudnnAttention.h, which whole-sequence attention uses where cuDNN is built

@@ -8,8 +8,8 @@
 // K, V and output gradients and merges into fp32 outputs, statistics and
 // gradients; RMSNorm, RoPE and SwiGLU take and give bf16 activations, keeping
 // rstd and the norm weight's gradient in fp32. Attention shapes the kernels do not
-// take (head widths other than cuda::attentionKernelWidths(): 32, 64 or 128
-// for keys and values alike, or latent attention's 192 and 128) are
+// take (head widths other than cuda::attentionKernelWidths(): 32, 64, 72, 128
+// or 256 for keys and values alike, or latent attention's 192 and 128) are
 // declined, and the caller's host code runs them.
 //
 // Activations stay host arrays between operations: each operation copies its

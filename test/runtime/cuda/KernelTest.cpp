@@ -201,7 +201,11 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CudaAttention,
                                            AttnCase{1, 1, 1, 1, 64},
                                            // latent attention's widths (DeepSeek-V3), the
                                            // narrower tiles of wide heads, partial ones too
-                                           AttnCase{1, 45, 2, 2, 192, 128}, AttnCase{2, 33, 2, 1, 192, 128}));
+                                           AttnCase{1, 45, 2, 2, 192, 128}, AttnCase{2, 33, 2, 1, 192, 128},
+                                           // the vision towers' heads of 72 (Qwen3-VL), and
+                                           // heads of 256 (Qwen3-Next's and Qwen3.5's
+                                           // attention layers) in blocks of 16 query rows
+                                           AttnCase{1, 77, 2, 1, 72}, AttnCase{1, 37, 2, 1, 256}));
 
 #if MOERT_HAS_CUDNN
 // cuDNN's fused attention against the same host reference. Out and the
@@ -350,6 +354,8 @@ TEST(CudaAttentionBlocks, RejectsUnsupportedHeadDim) {
                std::invalid_argument);
   EXPECT_FALSE(attentionKernelTakesWidths(128, 64));
   EXPECT_TRUE(attentionKernelTakesWidths(192, 128));
+  EXPECT_TRUE(attentionKernelTakesWidths(72, 72));
+  EXPECT_TRUE(attentionKernelTakesWidths(256, 256));
 }
 
 //===--------------------------------------------------------------------===//
