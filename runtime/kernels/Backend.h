@@ -34,6 +34,9 @@ namespace moert {
 class Communicator;
 class Request;
 
+/// GELU exactly, x Phi(x) by erf, or by its tanh approximation.
+enum class GeluForm { Erf, Tanh };
+
 /// C = Alpha * op(A) * op(B) + Beta * C, row-major; op(A) is M x K, op(B) is
 /// K x N; leading dimensions are the stored rows' widths.
 struct GemmArgs {
@@ -335,6 +338,24 @@ public:
   /// DG = DAct * U * silu'(G), DU = DAct * silu(G).
   virtual void swiGluBackward(int64_t Count, const float *G, const float *U, const float *DAct, float *DG,
                               float *DU) = 0;
+  /// The vision tower's LayerNorm (weight and bias) and GELU, where the
+  /// backend has a kernel: true when done, false to leave them to the
+  /// caller's host code (model/VisionTower.cpp, whose semantics they have).
+  /// Y = (X - mean) rstd W + B per row, rstd = 1 / sqrt(var + Eps); Mean and
+  /// Rstd [Rows] are saved for the backward.
+  virtual bool layerNormForward(int64_t Rows, int64_t Hidden, const float *X, const float *W, const float *B,
+                                double Eps, float *Y, float *Mean, float *Rstd) {
+    return false;
+  }
+  /// DX = rstd (g - mean(g) - xhat mean(g xhat)), g = DY W; DW += sum over
+  /// rows of DY xhat, DB += sum over rows of DY.
+  virtual bool layerNormBackward(int64_t Rows, int64_t Hidden, const float *X, const float *W, const float *Mean,
+                                 const float *Rstd, const float *DY, float *DX, float *DW, float *DB) {
+    return false;
+  }
+  /// Y = gelu(X), and DX = DY gelu'(X), over Count elements.
+  virtual bool gelu(GeluForm, int64_t Count, const float *X, float *Y) { return false; }
+  virtual bool geluBackward(GeluForm, int64_t Count, const float *X, const float *DY, float *DX) { return false; }
   /// Rotary embedding of every head's whole width, in place on X [Rows,
   /// Heads * HeadDim] (model/ModelOps.h applyRope without a partial rotary
   /// width), where the backend has a kernel: true when done, false to leave

@@ -190,6 +190,98 @@ void swiGluBackward(const Tensor &G, const Tensor &U, const Tensor &DAct, Tensor
   currentBackend().swiGluBackward(G.numel(), G.data(), U.data(), DAct.data(), DG.data(), DU.data());
 }
 
+Tensor layerNormForward(const Tensor &X, const Tensor &W, const Tensor &B, double Eps, std::vector<float> &Mean,
+                        std::vector<float> &Rstd) {
+  const int64_t N = X.rows(), C = X.cols();
+  Mean.assign(size_t(N), 0);
+  Rstd.assign(size_t(N), 0);
+  Tensor Y(X.shape());
+  if (currentBackend().layerNormForward(N, C, X.data(), W.data(), B.data(), Eps, Y.data(), Mean.data(), Rstd.data()))
+    return Y;
+  for (int64_t R = 0; R < N; ++R) {
+    const float *In = X.row(R);
+    double M = 0, Var = 0;
+    for (int64_t I = 0; I < C; ++I)
+      M += In[I];
+    M /= double(C);
+    for (int64_t I = 0; I < C; ++I)
+      Var += (In[I] - M) * (In[I] - M);
+    const double Rs = 1.0 / std::sqrt(Var / double(C) + Eps);
+    Mean[size_t(R)] = float(M);
+    Rstd[size_t(R)] = float(Rs);
+    for (int64_t I = 0; I < C; ++I)
+      Y.row(R)[I] = float((In[I] - M) * Rs) * W[I] + B[I];
+  }
+  return Y;
+}
+
+Tensor layerNormBackward(const Tensor &X, const Tensor &W, const std::vector<float> &Mean,
+                         const std::vector<float> &Rstd, const Tensor &DY, Tensor &DW, Tensor &DB) {
+  const int64_t N = DY.rows(), C = DY.cols();
+  Tensor DX(DY.shape());
+  if (currentBackend().layerNormBackward(N, C, X.data(), W.data(), Mean.data(), Rstd.data(), DY.data(), DX.data(),
+                                         DW.data(), DB.data()))
+    return DX;
+  std::vector<double> G;
+  G.resize(size_t(C));
+  for (int64_t R = 0; R < N; ++R) {
+    const float *In = X.row(R), *Dy = DY.row(R);
+    const double M = Mean[size_t(R)], Rs = Rstd[size_t(R)];
+    double SumG = 0, SumGx = 0;
+    for (int64_t I = 0; I < C; ++I) {
+      const double Xhat = (In[I] - M) * Rs;
+      DW[I] += float(Dy[I] * Xhat);
+      DB[I] += Dy[I];
+      G[size_t(I)] = double(Dy[I]) * W[I];
+      SumG += G[size_t(I)];
+      SumGx += G[size_t(I)] * Xhat;
+    }
+    for (int64_t I = 0; I < C; ++I) {
+      const double Xhat = (In[I] - M) * Rs;
+      DX.row(R)[I] = float(Rs * (G[size_t(I)] - SumG / double(C) - Xhat * SumGx / double(C)));
+    }
+  }
+  return DX;
+}
+
+namespace {
+
+double geluOf(GeluForm Kind, double X, double *Slope) {
+  if (Kind == GeluForm::Erf) {
+    const double Phi = 0.5 * (1 + std::erf(X / std::sqrt(2.0)));
+    if (Slope)
+      *Slope = Phi + X * std::exp(-0.5 * X * X) / std::sqrt(2 * M_PI);
+    return X * Phi;
+  }
+  const double K = std::sqrt(2 / M_PI), U = K * (X + 0.044715 * X * X * X), T = std::tanh(U);
+  if (Slope)
+    *Slope = 0.5 * (1 + T) + 0.5 * X * (1 - T * T) * K * (1 + 3 * 0.044715 * X * X);
+  return 0.5 * X * (1 + T);
+}
+
+} // namespace
+
+Tensor gelu(GeluForm Kind, const Tensor &X) {
+  Tensor Y(X.shape());
+  if (currentBackend().gelu(Kind, X.numel(), X.data(), Y.data()))
+    return Y;
+  for (int64_t I = 0; I < X.numel(); ++I)
+    Y[I] = float(geluOf(Kind, X[I], nullptr));
+  return Y;
+}
+
+Tensor geluBackward(GeluForm Kind, const Tensor &X, const Tensor &DY) {
+  Tensor DX(X.shape());
+  if (currentBackend().geluBackward(Kind, X.numel(), X.data(), DY.data(), DX.data()))
+    return DX;
+  for (int64_t I = 0; I < X.numel(); ++I) {
+    double Slope = 0;
+    geluOf(Kind, X[I], &Slope);
+    DX[I] = float(DY[I] * Slope);
+  }
+  return DX;
+}
+
 Tensor initParameter(uint64_t Seed, const std::string &Name, const std::vector<int64_t> &Shape, double Std) {
   Tensor T(Shape);
   if (Std == 0.0) {

@@ -7,6 +7,7 @@
 #ifndef MOERT_MODEL_MODELOPS_H
 #define MOERT_MODEL_MODELOPS_H
 
+#include "kernels/Backend.h"
 #include "kernels/KeyedDraws.h"
 #include "kernels/host/Tensor.h"
 
@@ -82,6 +83,19 @@ void addInto(Tensor &A, const Tensor &B);
 Tensor swiGlu(const Tensor &G, const Tensor &U);
 /// From DAct: DG and DU (overwritten).
 void swiGluBackward(const Tensor &G, const Tensor &U, const Tensor &DAct, Tensor &DG, Tensor &DU);
+
+/// LayerNorm over the last dimension with weight and bias (the vision
+/// tower's): Y = (X - mean) rstd W + B per row, mean and variance in double;
+/// Mean and Rstd (resized to the rows) are what the backward reads.
+Tensor layerNormForward(const Tensor &X, const Tensor &W, const Tensor &B, double Eps, std::vector<float> &Mean,
+                        std::vector<float> &Rstd);
+/// DX; DW and DB are accumulated (+=).
+Tensor layerNormBackward(const Tensor &X, const Tensor &W, const std::vector<float> &Mean,
+                         const std::vector<float> &Rstd, const Tensor &DY, Tensor &DW, Tensor &DB);
+
+/// gelu(X) (in double) and DX = DY gelu'(X).
+Tensor gelu(GeluForm Kind, const Tensor &X);
+Tensor geluBackward(GeluForm Kind, const Tensor &X, const Tensor &DY);
 
 /// The full tensor of a parameter from (Seed, Name) alone: normal(0, Std)
 /// entries drawn row-major from a mt19937_64 seeded by a hash of both

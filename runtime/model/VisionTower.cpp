@@ -1,6 +1,7 @@
 //===- model/VisionTower.cpp - Qwen3-VL's vision encoder ------------------===//
 #include "model/VisionTower.h"
 
+#include "kernels/Backend.h"
 #include "model/ModelOps.h"
 #include "parallel/cp/AttentionBlock.h"
 #include "parallel/tp/SequenceParallelLinear.h"
@@ -32,85 +33,16 @@ Tensor linearBackward(const Tensor &X, Parameter &W, Parameter &B, const Tensor 
   return DX;
 }
 
-/// LayerNorm over the last dimension (weight and bias), saving its statistics.
-Tensor layerNorm(const Tensor &X, const Parameter &W, const Parameter &B, double Eps, VisionSaved::LayerNormSaved &S) {
-  const int64_t N = X.rows(), C = X.cols();
+/// LayerNorm over the last dimension (weight and bias), saving its input and
+/// statistics.
+Tensor towerLayerNorm(const Tensor &X, const Parameter &W, const Parameter &B, double Eps,
+                      VisionSaved::LayerNormSaved &S) {
   S.X = X;
-  S.Mean.assign(size_t(N), 0);
-  S.Rstd.assign(size_t(N), 0);
-  Tensor Y(X.shape());
-  for (int64_t R = 0; R < N; ++R) {
-    const float *In = X.row(R);
-    double Mean = 0, Var = 0;
-    for (int64_t I = 0; I < C; ++I)
-      Mean += In[I];
-    Mean /= double(C);
-    for (int64_t I = 0; I < C; ++I)
-      Var += (In[I] - Mean) * (In[I] - Mean);
-    const double Rstd = 1.0 / std::sqrt(Var / double(C) + Eps);
-    S.Mean[size_t(R)] = float(Mean);
-    S.Rstd[size_t(R)] = float(Rstd);
-    for (int64_t I = 0; I < C; ++I)
-      Y.row(R)[I] = float((In[I] - Mean) * Rstd) * W.Value[I] + B.Value[I];
-  }
-  return Y;
+  return layerNormForward(X, W.Value, B.Value, Eps, S.Mean, S.Rstd);
 }
 
-Tensor layerNormBackward(const VisionSaved::LayerNormSaved &S, Parameter &W, Parameter &B, const Tensor &DY) {
-  const int64_t N = DY.rows(), C = DY.cols();
-  Tensor DX(DY.shape());
-  std::vector<double> G;
-  G.resize(size_t(C));
-  for (int64_t R = 0; R < N; ++R) {
-    const float *In = S.X.row(R), *Dy = DY.row(R);
-    const double Mean = S.Mean[size_t(R)], Rstd = S.Rstd[size_t(R)];
-    double SumG = 0, SumGx = 0;
-    for (int64_t I = 0; I < C; ++I) {
-      const double Xhat = (In[I] - Mean) * Rstd;
-      W.Grad[I] += float(Dy[I] * Xhat);
-      B.Grad[I] += Dy[I];
-      G[size_t(I)] = double(Dy[I]) * W.Value[I];
-      SumG += G[size_t(I)];
-      SumGx += G[size_t(I)] * Xhat;
-    }
-    for (int64_t I = 0; I < C; ++I) {
-      const double Xhat = (In[I] - Mean) * Rstd;
-      DX.row(R)[I] = float(Rstd * (G[size_t(I)] - SumG / double(C) - Xhat * SumGx / double(C)));
-    }
-  }
-  return DX;
-}
-
-enum class Gelu { Tanh, Erf };
-
-double geluOf(Gelu Kind, double X, double *Slope) {
-  if (Kind == Gelu::Erf) {
-    const double Phi = 0.5 * (1 + std::erf(X / std::sqrt(2.0)));
-    if (Slope)
-      *Slope = Phi + X * std::exp(-0.5 * X * X) / std::sqrt(2 * M_PI);
-    return X * Phi;
-  }
-  const double K = std::sqrt(2 / M_PI), U = K * (X + 0.044715 * X * X * X), T = std::tanh(U);
-  if (Slope)
-    *Slope = 0.5 * (1 + T) + 0.5 * X * (1 - T * T) * K * (1 + 3 * 0.044715 * X * X);
-  return 0.5 * X * (1 + T);
-}
-
-Tensor gelu(Gelu Kind, const Tensor &X) {
-  Tensor Y(X.shape());
-  for (int64_t I = 0; I < X.numel(); ++I)
-    Y[I] = float(geluOf(Kind, X[I], nullptr));
-  return Y;
-}
-
-Tensor geluBackward(Gelu Kind, const Tensor &X, const Tensor &DY) {
-  Tensor DX(X.shape());
-  for (int64_t I = 0; I < X.numel(); ++I) {
-    double Slope = 0;
-    geluOf(Kind, X[I], &Slope);
-    DX[I] = float(DY[I] * Slope);
-  }
-  return DX;
+Tensor towerLayerNormBackward(const VisionSaved::LayerNormSaved &S, Parameter &W, Parameter &B, const Tensor &DY) {
+  return moert::layerNormBackward(S.X, W.Value, S.Mean, S.Rstd, DY, W.Grad, B.Grad);
 }
 
 /// Rotates dims (i, i + d/2) of every head of X [N, Heads x d] by the
@@ -270,8 +202,9 @@ VisionTower::VisionTower(const VisionConfig &C, uint64_t Seed) : Config(C), W(st
       for (int64_t I = 0; I < P->Value.numel(); ++I)
         P->Value[I] = 1.0f;
     P->Grad = Tensor(P->Value.shape());
-    // Host loops add the biases, run the LayerNorms and interpolate the
-    // position table; only the matrices are the compute backend's alone.
+    // Host loops add the biases and interpolate the position table, and run
+    // the LayerNorms where the backend has no kernel for them; only the
+    // matrices are the compute backend's alone.
     P->ReadOnHost = Shape.size() == 1 || Name == "pos_embed";
     Params.push_back(std::move(P));
     return Params.back().get();
@@ -338,24 +271,24 @@ template <typename M> Tensor mergerForward(const M &W, const VisionConfig &C, co
   if (W.NormAfterConcat) {
     Tensor Cat = X;
     Cat.reshape({X.rows() / C.mergeUnit(), Wide});
-    Xn = layerNorm(Cat, *W.Norm, *W.NormBias, C.Eps, S.Ln);
+    Xn = towerLayerNorm(Cat, *W.Norm, *W.NormBias, C.Eps, S.Ln);
   } else {
-    Xn = layerNorm(X, *W.Norm, *W.NormBias, C.Eps, S.Ln);
+    Xn = towerLayerNorm(X, *W.Norm, *W.NormBias, C.Eps, S.Ln);
     Xn.reshape({X.rows() / C.mergeUnit(), Wide});
   }
   S.Xn = Xn;
   S.H1 = linear(Xn, *W.Fc1, *W.Fc1Bias);
-  S.Act = gelu(Gelu::Erf, S.H1);
+  S.Act = gelu(GeluForm::Erf, S.H1);
   return linear(S.Act, *W.Fc2, *W.Fc2Bias);
 }
 
 template <typename M>
 Tensor mergerBackward(const M &W, const VisionConfig &C, const VisionSaved::Merger &S, const Tensor &DY) {
   Tensor DAct = linearBackward(S.Act, *W.Fc2, *W.Fc2Bias, DY);
-  Tensor DXn = linearBackward(S.Xn, *W.Fc1, *W.Fc1Bias, geluBackward(Gelu::Erf, S.H1, DAct));
+  Tensor DXn = linearBackward(S.Xn, *W.Fc1, *W.Fc1Bias, geluBackward(GeluForm::Erf, S.H1, DAct));
   if (!W.NormAfterConcat)
     DXn.reshape({DXn.rows() * C.mergeUnit(), C.Hidden});
-  Tensor DX = layerNormBackward(S.Ln, *W.Norm, *W.NormBias, DXn);
+  Tensor DX = towerLayerNormBackward(S.Ln, *W.Norm, *W.NormBias, DXn);
   DX.reshape({DX.numel() / C.Hidden, C.Hidden});
   return DX;
 }
@@ -409,7 +342,7 @@ VisionOutput VisionTower::forward(const Tensor &Patches, const std::vector<Image
   for (int64_t L = 0; L < C.Depth; ++L) {
     const Weights::Block &B = W->Blocks[size_t(L)];
     VisionSaved::Block &Sb = S.Blocks[size_t(L)];
-    Sb.Xn1 = layerNorm(X, *B.Norm1, *B.Norm1Bias, C.Eps, Sb.Ln1);
+    Sb.Xn1 = towerLayerNorm(X, *B.Norm1, *B.Norm1Bias, C.Eps, Sb.Ln1);
     Tensor Qkv = linear(Sb.Xn1, *B.Qkv, *B.QkvBias);
     Sb.Q = columns(Qkv, 0, H);
     Sb.K = columns(Qkv, H, H);
@@ -418,9 +351,9 @@ VisionOutput VisionTower::forward(const Tensor &Patches, const std::vector<Image
     rotate(Sb.K, D, S.Cos, S.Sin, false);
     attendImages(Grids, C.Heads, D, Sb.Q, Sb.K, Sb.V, Sb.Attn, Sb.Lse);
     addInto(X, linear(Sb.Attn, *B.Proj, *B.ProjBias));
-    Sb.Xn2 = layerNorm(X, *B.Norm2, *B.Norm2Bias, C.Eps, Sb.Ln2);
+    Sb.Xn2 = towerLayerNorm(X, *B.Norm2, *B.Norm2Bias, C.Eps, Sb.Ln2);
     Sb.H1 = linear(Sb.Xn2, *B.Fc1, *B.Fc1Bias);
-    Sb.Act = gelu(Gelu::Tanh, Sb.H1);
+    Sb.Act = gelu(GeluForm::Tanh, Sb.H1);
     addInto(X, linear(Sb.Act, *B.Fc2, *B.Fc2Bias));
     for (size_t J = 0; J < C.DeepstackLayers.size(); ++J)
       if (C.DeepstackLayers[J] == L)
@@ -443,8 +376,8 @@ Tensor VisionTower::backward(const VisionSaved &S, const Tensor &DTokens, const 
     const Weights::Block &B = W->Blocks[size_t(L)];
     const VisionSaved::Block &Sb = S.Blocks[size_t(L)];
     Tensor DAct = linearBackward(Sb.Act, *B.Fc2, *B.Fc2Bias, DX);
-    Tensor DXn2 = linearBackward(Sb.Xn2, *B.Fc1, *B.Fc1Bias, geluBackward(Gelu::Tanh, Sb.H1, DAct));
-    addInto(DX, layerNormBackward(Sb.Ln2, *B.Norm2, *B.Norm2Bias, DXn2));
+    Tensor DXn2 = linearBackward(Sb.Xn2, *B.Fc1, *B.Fc1Bias, geluBackward(GeluForm::Tanh, Sb.H1, DAct));
+    addInto(DX, towerLayerNormBackward(Sb.Ln2, *B.Norm2, *B.Norm2Bias, DXn2));
     Tensor DAttn = linearBackward(Sb.Attn, *B.Proj, *B.ProjBias, DX);
     Tensor DQ, DK, DV;
     attendImagesBackward(S.Grids, C.Heads, D, Sb.Q, Sb.K, Sb.V, Sb.Attn, Sb.Lse, DAttn, DQ, DK, DV);
@@ -456,7 +389,8 @@ Tensor VisionTower::backward(const VisionSaved &S, const Tensor &DTokens, const 
       std::copy(DK.row(R), DK.row(R) + H, DQkv.row(R) + H);
       std::copy(DV.row(R), DV.row(R) + H, DQkv.row(R) + 2 * H);
     }
-    addInto(DX, layerNormBackward(Sb.Ln1, *B.Norm1, *B.Norm1Bias, linearBackward(Sb.Xn1, *B.Qkv, *B.QkvBias, DQkv)));
+    addInto(DX,
+            towerLayerNormBackward(Sb.Ln1, *B.Norm1, *B.Norm1Bias, linearBackward(Sb.Xn1, *B.Qkv, *B.QkvBias, DQkv)));
   }
   // The interpolated position table and the patch embedding.
   for (int64_t P = 0; P < DX.rows(); ++P)

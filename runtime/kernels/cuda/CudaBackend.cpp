@@ -201,10 +201,10 @@ class CudaBackend final : public ComputeBackend {
 public:
   const char *name() const override { return "cuda"; }
   const char *precision() const override {
-    return "GEMMs, attention, RMSNorm, RoPE, SwiGLU, the experts' MLPs, token permutation and the loss head on bf16 "
-           "operands with fp32 accumulation, the router, Gated DeltaNet's recurrence, the residual stream's adds, the "
-           "gradient sums and AdamW in fp32 on the device (of the parameters no host code reads), the rest in fp32 on "
-           "the host";
+    return "GEMMs, attention, RMSNorm, LayerNorm, RoPE, SwiGLU, GELU, the experts' MLPs, token permutation and the "
+           "loss head on bf16 operands with fp32 accumulation, the router, Gated DeltaNet's recurrence, the residual "
+           "stream's adds, the gradient sums and AdamW in fp32 on the device (of the parameters no host code reads), "
+           "the rest in fp32 on the host";
   }
 
   void gemm(const GemmArgs &G) override {
@@ -273,6 +273,67 @@ public:
     cuda::swiGluBackward(Count, G16.Data, U16.Data, DA16.Data, DG16.data(), DU16.data(), Blas.stream());
     result(DG16, DG);
     result(DU16, DU);
+  }
+
+  bool layerNormForward(int64_t Rows, int64_t Hidden, const float *X, const float *W, const float *B, double Eps,
+                        float *Y, float *Mean, float *Rstd) override {
+    Charge Charged(Copies, "layernorm");
+    if (Rows == 0)
+      return true;
+    Operand X16 = input(X, Rows * Hidden), W16 = input(W, Hidden), B16 = input(B, Hidden);
+    DeviceBuffer<bf16> Y16{size_t(Rows * Hidden)};
+    DeviceBuffer<float> M32{size_t(Rows)}, R32{size_t(Rows)};
+    cuda::layerNormForward(Rows, Hidden, X16.Data, W16.Data, B16.Data, float(Eps), Y16.data(), M32.data(), R32.data(),
+                           Blas.stream());
+    result(Y16, Y);
+    result(M32, Mean);
+    result(R32, Rstd);
+    return true;
+  }
+
+  bool layerNormBackward(int64_t Rows, int64_t Hidden, const float *X, const float *W, const float *Mean,
+                         const float *Rstd, const float *DY, float *DX, float *DW, float *DB) override {
+    Charge Charged(Copies, "layernorm");
+    if (Rows == 0)
+      return true;
+    Operand X16 = input(X, Rows * Hidden), W16 = input(W, Hidden), DY16 = input(DY, Rows * Hidden);
+    DeviceBuffer<bf16> DX16{size_t(Rows * Hidden)};
+    DeviceBuffer<float> M32 = Copies.floats(Mean, Rows), R32 = Copies.floats(Rstd, Rows), DW32, DB32;
+    HeldCopy *SumW = heldSum(DW, Hidden), *SumB = heldSum(DB, Hidden);
+    if (!SumW)
+      DW32 = Copies.floats(DW, Hidden);
+    if (!SumB)
+      DB32 = Copies.floats(DB, Hidden);
+    cuda::layerNormBackward(Rows, Hidden, X16.Data, W16.Data, M32.data(), R32.data(), DY16.Data, DX16.data(),
+                            SumW ? SumW->at(DW) : DW32.data(), SumB ? SumB->at(DB) : DB32.data(), Blas.stream());
+    result(DX16, DX);
+    if (!SumW)
+      result(DW32, DW);
+    if (!SumB)
+      result(DB32, DB);
+    return true;
+  }
+
+  bool gelu(GeluForm Form, int64_t Count, const float *X, float *Y) override {
+    Charge Charged(Copies, "gelu");
+    if (Count == 0)
+      return true;
+    Operand X16 = input(X, Count);
+    DeviceBuffer<bf16> Y16{size_t(Count)};
+    cuda::geluForward(Count, Form == GeluForm::Tanh, X16.Data, Y16.data(), Blas.stream());
+    result(Y16, Y);
+    return true;
+  }
+
+  bool geluBackward(GeluForm Form, int64_t Count, const float *X, const float *DY, float *DX) override {
+    Charge Charged(Copies, "gelu");
+    if (Count == 0)
+      return true;
+    Operand X16 = input(X, Count), DY16 = input(DY, Count);
+    DeviceBuffer<bf16> DX16{size_t(Count)};
+    cuda::geluBackward(Count, Form == GeluForm::Tanh, X16.Data, DY16.Data, DX16.data(), Blas.stream());
+    result(DX16, DX);
+    return true;
   }
 
   bool rope(int64_t Rows, int64_t Heads, int64_t HeadDim, float *X, const int64_t *Positions, double Theta,

@@ -73,6 +73,90 @@ __global__ void rmsNormBackwardDwKernel(int64_t Rows, int64_t Hidden, const bf16
   DW[J] += Sum;
 }
 
+__global__ void layerNormForwardKernel(int64_t Hidden, const bf16 *X, const bf16 *W, const bf16 *B, float Eps, bf16 *Y,
+                                       float *Mean, float *Rstd) {
+  const int64_t Off = int64_t(blockIdx.x) * Hidden;
+  float Sum = 0.f;
+  for (int64_t J = threadIdx.x; J < Hidden; J += blockDim.x)
+    Sum += toF(X[Off + J]);
+  const float M = blockSum(Sum) / float(Hidden);
+  float Sq = 0.f;
+  for (int64_t J = threadIdx.x; J < Hidden; J += blockDim.x) {
+    const float D = toF(X[Off + J]) - M;
+    Sq += D * D;
+  }
+  const float R = rsqrtf(blockSum(Sq) / float(Hidden) + Eps);
+  if (threadIdx.x == 0) {
+    Mean[blockIdx.x] = M;
+    Rstd[blockIdx.x] = R;
+  }
+  for (int64_t J = threadIdx.x; J < Hidden; J += blockDim.x)
+    Y[Off + J] = toB((toF(X[Off + J]) - M) * R * toF(W[J]) + toF(B[J]));
+}
+
+__global__ void layerNormBackwardDxKernel(int64_t Hidden, const bf16 *X, const bf16 *W, const float *Mean,
+                                          const float *Rstd, const bf16 *DY, bf16 *DX) {
+  const int64_t Off = int64_t(blockIdx.x) * Hidden;
+  const float M = Mean[blockIdx.x], R = Rstd[blockIdx.x];
+  float SumG = 0.f, SumGx = 0.f;
+  for (int64_t J = threadIdx.x; J < Hidden; J += blockDim.x) {
+    const float G = toF(DY[Off + J]) * toF(W[J]);
+    SumG += G;
+    SumGx += G * (toF(X[Off + J]) - M) * R;
+  }
+  SumG = blockSum(SumG) / float(Hidden);
+  SumGx = blockSum(SumGx) / float(Hidden);
+  for (int64_t J = threadIdx.x; J < Hidden; J += blockDim.x) {
+    const float Xhat = (toF(X[Off + J]) - M) * R;
+    DX[Off + J] = toB(R * (toF(DY[Off + J]) * toF(W[J]) - SumG - Xhat * SumGx));
+  }
+}
+
+/// One thread per column, rows in order: deterministic weight and bias
+/// gradients.
+__global__ void layerNormBackwardDwKernel(int64_t Rows, int64_t Hidden, const bf16 *X, const float *Mean,
+                                          const float *Rstd, const bf16 *DY, float *DW, float *DB) {
+  const int64_t J = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (J >= Hidden)
+    return;
+  float SumW = 0.f, SumB = 0.f;
+  for (int64_t I = 0; I < Rows; ++I) {
+    const float Dy = toF(DY[I * Hidden + J]);
+    SumW += Dy * (toF(X[I * Hidden + J]) - Mean[I]) * Rstd[I];
+    SumB += Dy;
+  }
+  DW[J] += SumW;
+  DB[J] += SumB;
+}
+
+/// gelu(X) and, where Slope is given, gelu'(X), in fp32.
+__device__ inline float geluOf(bool Tanh, float X, float *Slope) {
+  if (!Tanh) {
+    const float Phi = 0.5f * (1.f + erff(X * 0.70710678118654752f));
+    if (Slope)
+      *Slope = Phi + X * expf(-0.5f * X * X) * 0.39894228040143268f; // 1 / sqrt(2 pi)
+    return X * Phi;
+  }
+  const float K = 0.79788456080286536f; // sqrt(2 / pi)
+  const float T = tanhf(K * (X + 0.044715f * X * X * X));
+  if (Slope)
+    *Slope = 0.5f * (1.f + T) + 0.5f * X * (1.f - T * T) * K * (1.f + 3.f * 0.044715f * X * X);
+  return 0.5f * X * (1.f + T);
+}
+
+__global__ void geluForwardKernel(int64_t Count, bool Tanh, const bf16 *X, bf16 *Y) {
+  for (int64_t I = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; I < Count; I += int64_t(gridDim.x) * blockDim.x)
+    Y[I] = toB(geluOf(Tanh, toF(X[I]), nullptr));
+}
+
+__global__ void geluBackwardKernel(int64_t Count, bool Tanh, const bf16 *X, const bf16 *DY, bf16 *DX) {
+  for (int64_t I = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; I < Count; I += int64_t(gridDim.x) * blockDim.x) {
+    float Slope = 0.f;
+    geluOf(Tanh, toF(X[I]), &Slope);
+    DX[I] = toB(toF(DY[I]) * Slope);
+  }
+}
+
 __global__ void embeddingGatherKernel(int64_t Tokens, int64_t Hidden, const float *Table, int64_t VocabStart,
                                       int64_t VocabRows, const int32_t *Ids, float *Out) {
   const int64_t N = blockIdx.x;
@@ -170,6 +254,39 @@ void rmsNormBackward(int64_t Rows, int64_t Hidden, const bf16 *X, const bf16 *W,
   rmsNormBackwardDxKernel<<<unsigned(Rows), 256, 0, Stream>>>(Hidden, X, W, Rstd, DY, DX);
   MOERT_CUDA_CHECK_LAUNCH();
   rmsNormBackwardDwKernel<<<unsigned((Hidden + 127) / 128), 128, 0, Stream>>>(Rows, Hidden, X, Rstd, DY, DW);
+  MOERT_CUDA_CHECK_LAUNCH();
+}
+
+void layerNormForward(int64_t Rows, int64_t Hidden, const bf16 *X, const bf16 *W, const bf16 *B, float Eps, bf16 *Y,
+                      float *Mean, float *Rstd, cudaStream_t Stream) {
+  if (Rows == 0)
+    return;
+  layerNormForwardKernel<<<unsigned(Rows), 256, 0, Stream>>>(Hidden, X, W, B, Eps, Y, Mean, Rstd);
+  MOERT_CUDA_CHECK_LAUNCH();
+}
+
+void layerNormBackward(int64_t Rows, int64_t Hidden, const bf16 *X, const bf16 *W, const float *Mean, const float *Rstd,
+                       const bf16 *DY, bf16 *DX, float *DW, float *DB, cudaStream_t Stream) {
+  if (Rows == 0)
+    return;
+  layerNormBackwardDxKernel<<<unsigned(Rows), 256, 0, Stream>>>(Hidden, X, W, Mean, Rstd, DY, DX);
+  MOERT_CUDA_CHECK_LAUNCH();
+  layerNormBackwardDwKernel<<<unsigned((Hidden + 127) / 128), 128, 0, Stream>>>(Rows, Hidden, X, Mean, Rstd, DY, DW,
+                                                                                DB);
+  MOERT_CUDA_CHECK_LAUNCH();
+}
+
+void geluForward(int64_t Count, bool Tanh, const bf16 *X, bf16 *Y, cudaStream_t Stream) {
+  if (Count == 0)
+    return;
+  geluForwardKernel<<<gridFor(Count, 256), 256, 0, Stream>>>(Count, Tanh, X, Y);
+  MOERT_CUDA_CHECK_LAUNCH();
+}
+
+void geluBackward(int64_t Count, bool Tanh, const bf16 *X, const bf16 *DY, bf16 *DX, cudaStream_t Stream) {
+  if (Count == 0)
+    return;
+  geluBackwardKernel<<<gridFor(Count, 256), 256, 0, Stream>>>(Count, Tanh, X, DY, DX);
   MOERT_CUDA_CHECK_LAUNCH();
 }
 

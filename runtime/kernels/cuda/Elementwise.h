@@ -1,9 +1,10 @@
 //===- kernels/cuda/Elementwise.h - RMSNorm, RoPE, SwiGLU, casts, adds ---===//
 //
 // The element-wise pieces of the transformer on the GPU, with the semantics of
-// model/ModelOps.h: activations [tokens, features] row-major in bf16, every
+// model/ModelOps.h (and the vision tower's LayerNorm and GELU, of
+// model/VisionTower.cpp): activations [tokens, features] row-major in bf16, every
 // reduction and every intermediate in fp32, weight gradients accumulated (+=)
-// into fp32. Reductions over rows (the RMSNorm weight gradient) loop over rows
+// into fp32. Reductions over rows (the norms' weight gradients) loop over rows
 // in order within one thread per column, so results are deterministic.
 //
 //===----------------------------------------------------------------------===//
@@ -22,6 +23,21 @@ void rmsNormForward(int64_t Rows, int64_t Hidden, const bf16 *X, const bf16 *W, 
 /// DX = rstd * (DY W - X rstd^2 mean(DY W X)); DW += sum_rows DY X rstd.
 void rmsNormBackward(int64_t Rows, int64_t Hidden, const bf16 *X, const bf16 *W, const float *Rstd, const bf16 *DY,
                      bf16 *DX, float *DW, cudaStream_t Stream);
+
+/// LayerNorm with weight and bias: Y = (X - mean) rstd W + B per row, rstd =
+/// 1 / sqrt(var + Eps) (the mean first, then the variance about it); Mean,
+/// Rstd [Rows].
+void layerNormForward(int64_t Rows, int64_t Hidden, const bf16 *X, const bf16 *W, const bf16 *B, float Eps, bf16 *Y,
+                      float *Mean, float *Rstd, cudaStream_t Stream);
+/// DX = rstd (g - mean(g) - xhat mean(g xhat)), g = DY W; DW += sum_rows DY
+/// xhat, DB += sum_rows DY.
+void layerNormBackward(int64_t Rows, int64_t Hidden, const bf16 *X, const bf16 *W, const float *Mean, const float *Rstd,
+                       const bf16 *DY, bf16 *DX, float *DW, float *DB, cudaStream_t Stream);
+
+/// Y = gelu(X) over Count elements (Tanh: the tanh approximation); the
+/// backward DX = DY gelu'(X).
+void geluForward(int64_t Count, bool Tanh, const bf16 *X, bf16 *Y, cudaStream_t Stream);
+void geluBackward(int64_t Count, bool Tanh, const bf16 *X, const bf16 *DY, bf16 *DX, cudaStream_t Stream);
 
 /// Rotary embedding in place on X [Rows, Heads * HeadDim] (rotate-half, angle
 /// Positions[n] * Theta^(-2i / HeadDim), computed in double as on the host);

@@ -495,6 +495,65 @@ TEST(CudaElementwise, RmsNormForwardAndBackwardMatchHost) {
   EXPECT_TRUE(near(GDW.download(), DW.storage(), 1e-4, "dW"));
 }
 
+// The vision tower's LayerNorm (weight and bias) and both GELUs against the
+// host's loops (model/ModelOps.h), which compute in double.
+TEST(CudaElementwise, LayerNormForwardAndBackwardMatchHost) {
+  const int64_t N = 33, H = 200;
+  auto X = randomBf16(N * H, 71), DY = randomBf16(N * H, 73);
+  for (float &Xi : X) // rows off zero mean, as a residual stream is
+    Xi = float(__bfloat162float(__float2bfloat16_rn(Xi + 0.5f)));
+  std::vector<float> W = randomBf16(H, 72, 0.1f), B = randomBf16(H, 74, 0.1f);
+  for (float &Wi : W)
+    Wi = float(__bfloat162float(__float2bfloat16_rn(Wi + 1.0f)));
+  Tensor TX = tensorOf({N, H}, X), TW = tensorOf({H}, W), TB = tensorOf({H}, B), TDY = tensorOf({N, H}, DY);
+  std::vector<float> Mean, Rstd;
+  Tensor Y = layerNormForward(TX, TW, TB, 1e-6, Mean, Rstd);
+  Tensor DW({H}), DB({H});
+  Tensor DX = layerNormBackward(TX, TW, Mean, Rstd, TDY, DW, DB);
+
+  auto GX = uploadBf16(X), GW = uploadBf16(W), GB = uploadBf16(B), GDY = uploadBf16(DY);
+  DeviceBuffer<bf16> GY(N * H), GDX(N * H);
+  DeviceBuffer<float> GMean(N), GRstd(N), GDW(H), GDB(H);
+  GDW.zero();
+  GDB.zero();
+  cuda::layerNormForward(N, H, GX.data(), GW.data(), GB.data(), 1e-6f, GY.data(), GMean.data(), GRstd.data(), nullptr);
+  cuda::layerNormBackward(N, H, GX.data(), GW.data(), GMean.data(), GRstd.data(), GDY.data(), GDX.data(), GDW.data(),
+                          GDB.data(), nullptr);
+  sync();
+  EXPECT_TRUE(near(downloadBf16(GY), Y.storage(), Bf16Tol, "Y"));
+  EXPECT_TRUE(near(GMean.download(), Mean, F32Tol, "Mean"));
+  EXPECT_TRUE(near(GRstd.download(), Rstd, F32Tol, "Rstd"));
+  EXPECT_TRUE(near(downloadBf16(GDX), DX.storage(), Bf16Tol, "dX"));
+  EXPECT_TRUE(near(GDW.download(), DW.storage(), 1e-4, "dW"));
+  EXPECT_TRUE(near(GDB.download(), DB.storage(), 1e-4, "dB"));
+}
+
+TEST(CudaElementwise, GeluBothFormsMatchHost) {
+  const int64_t N = 1000;
+  auto X = randomBf16(N, 81), DY = randomBf16(N, 82);
+  for (float &Xi : X) // past the tails of both forms
+    Xi = float(__bfloat162float(__float2bfloat16_rn(Xi * 4.0f)));
+  // Where the forms differ by more than bf16's rounding: x = -3 gives -4.05e-3
+  // by erf, -3.63e-3 by tanh.
+  const std::vector<float> Tail = {-3.0f, -2.5f, -3.5f};
+  std::copy(Tail.begin(), Tail.end(), X.begin());
+  Tensor TX = tensorOf({N}, X), TDY = tensorOf({N}, DY);
+  auto GX = uploadBf16(X), GDY = uploadBf16(DY);
+  for (GeluForm Form : {GeluForm::Erf, GeluForm::Tanh}) {
+    const std::string Name = Form == GeluForm::Erf ? "erf" : "tanh";
+    Tensor Y = gelu(Form, TX), DX = geluBackward(Form, TX, TDY);
+    DeviceBuffer<bf16> GY(N), GDX(N);
+    cuda::geluForward(N, Form == GeluForm::Tanh, GX.data(), GY.data(), nullptr);
+    cuda::geluBackward(N, Form == GeluForm::Tanh, GX.data(), GDY.data(), GDX.data(), nullptr);
+    sync();
+    const std::vector<float> Got = downloadBf16(GY);
+    EXPECT_TRUE(near(Got, Y.storage(), Bf16Tol, "gelu " + Name));
+    for (size_t I = 0; I < Tail.size(); ++I)
+      EXPECT_NEAR(Got[I], Y[int64_t(I)], 0.01 * std::abs(Y[int64_t(I)])) << Name << " at x = " << Tail[I];
+    EXPECT_TRUE(near(downloadBf16(GDX), DX.storage(), Bf16Tol, "gelu' " + Name));
+  }
+}
+
 TEST(CudaElementwise, RopeBothDirectionsMatchHost) {
   const int64_t N = 20, Heads = 3, Hd = 64;
   auto X = randomBf16(N * Heads * Hd, 61);
