@@ -340,7 +340,7 @@ public:
                               float *DU) = 0;
   /// The vision tower's LayerNorm (weight and bias) and GELU, where the
   /// backend has a kernel: true when done, false to leave them to the
-  /// caller's host code (model/VisionTower.cpp, whose semantics they have).
+  /// caller's host code (model/ModelOps.h's, whose semantics they have).
   /// Y = (X - mean) rstd W + B per row, rstd = 1 / sqrt(var + Eps); Mean and
   /// Rstd [Rows] are saved for the backward.
   virtual bool layerNormForward(int64_t Rows, int64_t Hidden, const float *X, const float *W, const float *B,

@@ -1,11 +1,11 @@
-//===- kernels/cuda/Elementwise.h - RMSNorm, RoPE, SwiGLU, casts, adds ---===//
+//===- kernels/cuda/Elementwise.h - Norms, RoPE, activations, casts, adds -===//
 //
-// The element-wise pieces of the transformer on the GPU, with the semantics of
-// model/ModelOps.h (and the vision tower's LayerNorm and GELU, of
-// model/VisionTower.cpp): activations [tokens, features] row-major in bf16, every
-// reduction and every intermediate in fp32, weight gradients accumulated (+=)
-// into fp32. Reductions over rows (the norms' weight gradients) loop over rows
-// in order within one thread per column, so results are deterministic.
+// The element-wise pieces of the transformer on the GPU (and the vision
+// tower's LayerNorm and GELU), with the semantics of model/ModelOps.h:
+// activations [tokens, features] row-major in bf16, every reduction and every
+// intermediate in fp32, weight gradients accumulated (+=) into fp32.
+// Reductions over rows (the norms' weight gradients) loop over rows in order
+// within one thread per column, so results are deterministic.
 //
 //===----------------------------------------------------------------------===//
 #ifndef MOERT_KERNELS_CUDA_ELEMENTWISE_H
