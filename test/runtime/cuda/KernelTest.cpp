@@ -508,14 +508,15 @@ TEST(CudaElementwise, LayerNormForwardAndBackwardMatchHost) {
   Tensor TX = tensorOf({N, H}, X), TW = tensorOf({H}, W), TB = tensorOf({H}, B), TDY = tensorOf({N, H}, DY);
   std::vector<float> Mean, Rstd;
   Tensor Y = layerNormForward(TX, TW, TB, 1e-6, Mean, Rstd);
-  Tensor DW({H}), DB({H});
+  // The gradients accumulate: both start from an earlier micro batch's.
+  const std::vector<float> DW0 = randomBf16(H, 75), DB0 = randomBf16(H, 76);
+  Tensor DW = tensorOf({H}, DW0), DB = tensorOf({H}, DB0);
   Tensor DX = layerNormBackward(TX, TW, Mean, Rstd, TDY, DW, DB);
 
   auto GX = uploadBf16(X), GW = uploadBf16(W), GB = uploadBf16(B), GDY = uploadBf16(DY);
   DeviceBuffer<bf16> GY(N * H), GDX(N * H);
-  DeviceBuffer<float> GMean(N), GRstd(N), GDW(H), GDB(H);
-  GDW.zero();
-  GDB.zero();
+  DeviceBuffer<float> GMean(N), GRstd(N);
+  auto GDW = uploadF32(DW0), GDB = uploadF32(DB0);
   cuda::layerNormForward(N, H, GX.data(), GW.data(), GB.data(), 1e-6f, GY.data(), GMean.data(), GRstd.data(), nullptr);
   cuda::layerNormBackward(N, H, GX.data(), GW.data(), GMean.data(), GRstd.data(), GDY.data(), GDX.data(), GDW.data(),
                           GDB.data(), nullptr);
