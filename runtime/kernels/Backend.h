@@ -19,6 +19,7 @@
 #ifndef MOERT_KERNELS_BACKEND_H
 #define MOERT_KERNELS_BACKEND_H
 
+#include "kernels/RopeColumns.h"
 #include "kernels/RouterSpec.h"
 
 #include <cstdint>
@@ -356,12 +357,12 @@ public:
   /// Y = gelu(X), and DX = DY gelu'(X), over Count elements.
   virtual bool gelu(GeluForm, int64_t Count, const float *X, float *Y) { return false; }
   virtual bool geluBackward(GeluForm, int64_t Count, const float *X, const float *DY, float *DX) { return false; }
-  /// Rotary embedding of every head's whole width, in place on X [Rows,
-  /// Heads * HeadDim] (model/ModelOps.h applyRope without a partial rotary
-  /// width), where the backend has a kernel: true when done, false to leave
-  /// it to the host code.
-  virtual bool rope(int64_t Rows, int64_t Heads, int64_t HeadDim, float *X, const int64_t *Positions, double Theta,
-                    bool Inverse) {
+  /// Rotary embedding in place on X [Rows, Groups * Columns.Stride]
+  /// (model/ModelOps.h's applyRope and applyInterleavedRope), where the
+  /// backend has a kernel: true when done, false to leave it to the host
+  /// code.
+  virtual bool rope(int64_t Rows, int64_t Groups, const RopeColumns &Columns, float *X, const int64_t *Positions,
+                    double Theta, bool Inverse) {
     return false;
   }
   /// An attention block, where the backend has a kernel for its shape: true

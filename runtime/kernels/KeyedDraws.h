@@ -10,14 +10,10 @@
 #ifndef MOERT_KERNELS_KEYEDDRAWS_H
 #define MOERT_KERNELS_KEYEDDRAWS_H
 
+#include "kernels/HostDevice.h"
+
 #include <cmath>
 #include <cstdint>
-
-#if defined(__CUDACC__)
-#define MOERT_HOST_DEVICE __host__ __device__
-#else
-#define MOERT_HOST_DEVICE
-#endif
 
 namespace moert {
 

@@ -41,16 +41,16 @@ void rmsNormBackward(const Tensor &X, const Tensor &W, const std::vector<float> 
 
 namespace {
 
-/// Rotates (x_j, x_{j+R/2}) of each head's first R columns by
-/// PositionOf(row, j) x Theta^(-2j / R) (backwards when Inverse).
+/// Turns pair j of Columns in every group of each row by PositionOf(row, j)
+/// x Theta^(-2j / RopeDim) (backwards when Inverse), on the host.
 template <typename PositionOf>
-void rotateHalves(Tensor &X, int64_t HeadDim, int64_t Rotated, double Theta, bool Inverse, PositionOf Position) {
+void rotatePairs(Tensor &X, const RopeColumns &Columns, double Theta, bool Inverse, PositionOf Position) {
   currentBackend().hostReads(X.data(), X.numel());
-  int64_t N = X.rows(), Heads = X.cols() / HeadDim, Half = Rotated / 2;
+  const int64_t N = X.rows(), Groups = X.cols() / Columns.Stride, Half = Columns.RopeDim / 2;
   std::vector<float> Cos(Half), Sin(Half);
   std::vector<double> Freq(Half);
   for (int64_t J = 0; J < Half; ++J)
-    Freq[J] = std::pow(Theta, -2.0 * double(J) / double(Rotated));
+    Freq[J] = std::pow(Theta, -2.0 * double(J) / double(Columns.RopeDim));
   for (int64_t I = 0; I < N; ++I) {
     for (int64_t J = 0; J < Half; ++J) {
       double Angle = double(Position(I, J)) * Freq[J];
@@ -58,36 +58,47 @@ void rotateHalves(Tensor &X, int64_t HeadDim, int64_t Rotated, double Theta, boo
       Sin[J] = float(Inverse ? -std::sin(Angle) : std::sin(Angle));
     }
     float *Row = X.row(I);
-    for (int64_t H = 0; H < Heads; ++H) {
-      float *A = Row + H * HeadDim, *B = A + Half;
+    for (int64_t G = 0; G < Groups; ++G) {
+      float *Group = Row + G * Columns.Stride;
       for (int64_t J = 0; J < Half; ++J) {
-        float X1 = A[J], X2 = B[J];
-        A[J] = X1 * Cos[J] - X2 * Sin[J];
-        B[J] = X2 * Cos[J] + X1 * Sin[J];
+        float &A = Group[Columns.first(J)], &B = Group[Columns.second(J)];
+        float X1 = A, X2 = B;
+        A = X1 * Cos[J] - X2 * Sin[J];
+        B = X2 * Cos[J] + X1 * Sin[J];
       }
     }
   }
   currentBackend().hostWrote(X.data(), X.numel());
 }
 
+/// Rotary embedding by each row's one position: the backend's kernel where
+/// it has one, else the host's loop.
+void rotateByPosition(Tensor &X, const RopeColumns &Columns, const std::vector<int64_t> &Positions, double Theta,
+                      bool Inverse) {
+  if (!Columns.valid() || X.cols() % Columns.Stride)
+    throw std::invalid_argument("rotary embedding: columns outside the row's groups");
+  if (X.rows() != int64_t(Positions.size()))
+    throw std::invalid_argument("rotary embedding: a position per row expected");
+  if (currentBackend().rope(X.rows(), X.cols() / Columns.Stride, Columns, X.data(), Positions.data(), Theta, Inverse))
+    return;
+  rotatePairs(X, Columns, Theta, Inverse, [&](int64_t I, int64_t) { return Positions[size_t(I)]; });
+}
+
 } // namespace
 
 void applyRope(Tensor &X, int64_t HeadDim, const std::vector<int64_t> &Positions, double Theta, bool Inverse,
                int64_t RotaryDim) {
-  if ((RotaryDim == 0 || RotaryDim == HeadDim) && X.rows() == int64_t(Positions.size()) &&
-      currentBackend().rope(X.rows(), X.cols() / HeadDim, HeadDim, X.data(), Positions.data(), Theta, Inverse))
-    return;
-  rotateHalves(X, HeadDim, RotaryDim > 0 ? RotaryDim : HeadDim, Theta, Inverse,
-               [&](int64_t I, int64_t) { return Positions[size_t(I)]; });
+  rotateByPosition(X, RopeColumns::halves(HeadDim, RotaryDim > 0 ? RotaryDim : HeadDim), Positions, Theta, Inverse);
 }
 
 void applyMultimodalRope(Tensor &X, int64_t HeadDim, const MultimodalPositions &Positions, double Theta,
                          const std::array<int64_t, 3> &Sections, bool Inverse, int64_t RotaryDim) {
-  rotateHalves(X, HeadDim, RotaryDim > 0 ? RotaryDim : HeadDim, Theta, Inverse, [&](int64_t I, int64_t J) {
-    const int Axis = int(J % 3);
-    const bool Spatial = Axis > 0 && J < 3 * Sections[size_t(Axis)];
-    return Positions.Axes[Spatial ? Axis : 0][size_t(I)];
-  });
+  rotatePairs(X, RopeColumns::halves(HeadDim, RotaryDim > 0 ? RotaryDim : HeadDim), Theta, Inverse,
+              [&](int64_t I, int64_t J) {
+                const int Axis = int(J % 3);
+                const bool Spatial = Axis > 0 && J < 3 * Sections[size_t(Axis)];
+                return Positions.Axes[Spatial ? Axis : 0][size_t(I)];
+              });
 }
 
 MultimodalPositions multimodalPositions(const std::vector<int32_t> &Tokens, int32_t ImageToken,
@@ -143,27 +154,7 @@ MultimodalPositions multimodalPositions(const std::vector<int32_t> &Tokens, int3
 
 void applyInterleavedRope(Tensor &X, int64_t Stride, int64_t Offset, int64_t RopeDim,
                           const std::vector<int64_t> &Positions, double Theta, bool Inverse) {
-  int64_t N = X.rows(), Groups = X.cols() / Stride, Pairs = RopeDim / 2;
-  std::vector<double> Freq(static_cast<size_t>(Pairs));
-  for (int64_t J = 0; J < Pairs; ++J)
-    Freq[size_t(J)] = std::pow(Theta, -2.0 * double(J) / double(RopeDim));
-  std::vector<float> Cos(static_cast<size_t>(Pairs)), Sin(static_cast<size_t>(Pairs));
-  for (int64_t I = 0; I < N; ++I) {
-    for (int64_t J = 0; J < Pairs; ++J) {
-      double Angle = double(Positions[size_t(I)]) * Freq[size_t(J)];
-      Cos[size_t(J)] = float(std::cos(Angle));
-      Sin[size_t(J)] = float(Inverse ? -std::sin(Angle) : std::sin(Angle));
-    }
-    float *Row = X.row(I);
-    for (int64_t G = 0; G < Groups; ++G) {
-      float *Pair = Row + G * Stride + Offset;
-      for (int64_t J = 0; J < Pairs; ++J) {
-        float X1 = Pair[2 * J], X2 = Pair[2 * J + 1];
-        Pair[2 * J] = X1 * Cos[size_t(J)] - X2 * Sin[size_t(J)];
-        Pair[2 * J + 1] = X2 * Cos[size_t(J)] + X1 * Sin[size_t(J)];
-      }
-    }
-  }
+  rotateByPosition(X, RopeColumns{Stride, Offset, RopeDim, /*Interleaved=*/true}, Positions, Theta, Inverse);
 }
 
 Tensor add(const Tensor &A, const Tensor &B) {

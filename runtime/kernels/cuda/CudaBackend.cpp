@@ -336,7 +336,7 @@ public:
     return true;
   }
 
-  bool rope(int64_t Rows, int64_t Heads, int64_t HeadDim, float *X, const int64_t *Positions, double Theta,
+  bool rope(int64_t Rows, int64_t Groups, const RopeColumns &Columns, float *X, const int64_t *Positions, double Theta,
             bool Inverse) override {
     Charge Charged(Copies, "rope");
     std::vector<int32_t> Positions32(static_cast<size_t>(Rows));
@@ -345,9 +345,9 @@ public:
         return false;
       Positions32[size_t(I)] = int32_t(Positions[I]);
     }
-    DeviceBuffer<bf16> X16 = ownCopy(X, Rows * Heads * HeadDim);
+    DeviceBuffer<bf16> X16 = ownCopy(X, Rows * Groups * Columns.Stride);
     DeviceBuffer<int32_t> P = Copies.upload(Positions32);
-    cuda::applyRope(Rows, Heads, HeadDim, X16.data(), P.data(), Theta, Inverse, Blas.stream());
+    cuda::applyRope(Rows, Groups, Columns, X16.data(), P.data(), Theta, Inverse, Blas.stream());
     result(X16, X);
     return true;
   }

@@ -182,20 +182,20 @@ __global__ void embeddingScatterAddKernel(int64_t Tokens, int64_t Hidden, const 
 }
 
 /// One thread per (row, pair index); loops over the heads with one angle.
-__global__ void ropeKernel(int64_t Rows, int64_t Heads, int64_t HeadDim, bf16 *X, const int32_t *Positions,
+__global__ void ropeKernel(int64_t Rows, int64_t Groups, RopeColumns Columns, bf16 *X, const int32_t *Positions,
                            double Theta, bool Inverse) {
-  int64_t Half = HeadDim / 2;
+  const int64_t Half = Columns.RopeDim / 2;
   for (int64_t T = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; T < Rows * Half;
        T += int64_t(gridDim.x) * blockDim.x) {
     int64_t N = T / Half, J = T % Half;
-    double Freq = pow(Theta, -2.0 * double(J) / double(HeadDim));
+    double Freq = pow(Theta, -2.0 * double(J) / double(Columns.RopeDim));
     double Angle = double(Positions[N]) * Freq;
     float C = float(cos(Angle)), S = float(sin(Angle));
     if (Inverse)
       S = -S;
-    bf16 *Row = X + N * Heads * HeadDim;
-    for (int64_t H = 0; H < Heads; ++H) {
-      bf16 *A = Row + H * HeadDim + J, *B = A + Half;
+    bf16 *Row = X + N * Groups * Columns.Stride;
+    for (int64_t G = 0; G < Groups; ++G) {
+      bf16 *A = Row + G * Columns.Stride + Columns.first(J), *B = Row + G * Columns.Stride + Columns.second(J);
       float X1 = toF(*A), X2 = toF(*B);
       *A = toB(X1 * C - X2 * S);
       *B = toB(X2 * C + X1 * S);
@@ -290,12 +290,12 @@ void geluBackward(int64_t Count, bool Tanh, const bf16 *X, const bf16 *DY, bf16 
   MOERT_CUDA_CHECK_LAUNCH();
 }
 
-void applyRope(int64_t Rows, int64_t Heads, int64_t HeadDim, bf16 *X, const int32_t *Positions, double Theta,
-               bool Inverse, cudaStream_t Stream) {
-  int64_t Work = Rows * (HeadDim / 2);
-  if (Work == 0)
+void applyRope(int64_t Rows, int64_t Groups, const RopeColumns &Columns, bf16 *X, const int32_t *Positions,
+               double Theta, bool Inverse, cudaStream_t Stream) {
+  int64_t Work = Rows * (Columns.RopeDim / 2);
+  if (Work == 0 || Groups == 0)
     return;
-  ropeKernel<<<gridFor(Work, 256), 256, 0, Stream>>>(Rows, Heads, HeadDim, X, Positions, Theta, Inverse);
+  ropeKernel<<<gridFor(Work, 256), 256, 0, Stream>>>(Rows, Groups, Columns, X, Positions, Theta, Inverse);
   MOERT_CUDA_CHECK_LAUNCH();
 }
 

@@ -11,6 +11,7 @@
 #ifndef MOERT_KERNELS_CUDA_ELEMENTWISE_H
 #define MOERT_KERNELS_CUDA_ELEMENTWISE_H
 
+#include "kernels/RopeColumns.h"
 #include "kernels/cuda/DeviceBuffer.h"
 
 #include <cstdint>
@@ -39,11 +40,12 @@ void layerNormBackward(int64_t Rows, int64_t Hidden, const bf16 *X, const bf16 *
 void geluForward(int64_t Count, bool Tanh, const bf16 *X, bf16 *Y, cudaStream_t Stream);
 void geluBackward(int64_t Count, bool Tanh, const bf16 *X, const bf16 *DY, bf16 *DX, cudaStream_t Stream);
 
-/// Rotary embedding in place on X [Rows, Heads * HeadDim] (rotate-half, angle
-/// Positions[n] * Theta^(-2i / HeadDim), computed in double as on the host);
-/// Inverse applies the transposed rotation (the backward).
-void applyRope(int64_t Rows, int64_t Heads, int64_t HeadDim, bf16 *X, const int32_t *Positions, double Theta,
-               bool Inverse, cudaStream_t Stream);
+/// Rotary embedding in place on X [Rows, Groups * Columns.Stride]
+/// (kernels/RopeColumns.h; angle Positions[n] * Theta^(-2j / RopeDim),
+/// computed in double as on the host); Inverse applies the transposed
+/// rotation (the backward).
+void applyRope(int64_t Rows, int64_t Groups, const RopeColumns &Columns, bf16 *X, const int32_t *Positions,
+               double Theta, bool Inverse, cudaStream_t Stream);
 
 /// Act = silu(G) * U over Count elements.
 void swiGluForward(int64_t Count, const bf16 *G, const bf16 *U, bf16 *Act, cudaStream_t Stream);

@@ -975,31 +975,28 @@ TEST(CudaBackend, RmsNormAndSwiGluMatchTheHost) {
   EXPECT_TRUE(near(DUG, DUW, Bf16Tol, "swiglu du"));
 }
 
-TEST(CudaBackend, RopeMatchesTheHostAndLeavesPartialWidthsToIt) {
+TEST(CudaBackend, RopeMatchesTheHostAtEveryLayout) {
   auto Cuda = cudaBackend();
   const int64_t Rows = 6, HeadDim = 16;
   Tensor X({Rows, 3 * HeadDim});
   X.storage() = randomBf16(size_t(X.numel()), 31);
   std::vector<int64_t> Positions{0, 1, 5, 9, 100, 4095};
-  for (bool Inverse : {false, true})
-    for (int64_t RotaryDim : {int64_t(0), HeadDim / 2}) {
+  // Whole heads, a partial rotary width, latent attention's interleaved pairs.
+  for (int Layout = 0; Layout < 3; ++Layout)
+    for (bool Inverse : {false, true}) {
       Tensor Want = X, Got = X;
-      {
-        BackendScope Scope(hostBackend());
-        applyRope(Want, HeadDim, Positions, 10000.0, Inverse, RotaryDim);
+      for (ComputeBackend *Backend : {&hostBackend(), Cuda.get()}) {
+        BackendScope Scope(*Backend);
+        Tensor &T = Backend == Cuda.get() ? Got : Want;
+        if (Layout == 2)
+          applyInterleavedRope(T, HeadDim, HeadDim / 2, HeadDim / 2, Positions, 10000.0, Inverse);
+        else
+          applyRope(T, HeadDim, Positions, 10000.0, Inverse, Layout == 0 ? 0 : HeadDim / 2);
       }
-      {
-        BackendScope Scope(*Cuda);
-        applyRope(Got, HeadDim, Positions, 10000.0, Inverse, RotaryDim);
-      }
-      std::string What = std::string(Inverse ? "inverse" : "forward") + " rotary " + std::to_string(RotaryDim);
+      std::string What = std::string(Inverse ? "inverse" : "forward") + " layout " + std::to_string(Layout);
       EXPECT_TRUE(near(Got.storage(), Want.storage(), Bf16Tol, What));
-      // The kernel's results are rounded to bf16; a partial width runs the
-      // host's code on the same values.
-      if (RotaryDim == 0)
-        EXPECT_NE(Got.storage(), Want.storage()) << What;
-      else
-        EXPECT_EQ(Got.storage(), Want.storage()) << What;
+      // The kernel's results are rounded to bf16: every layout ran on it.
+      EXPECT_NE(Got.storage(), Want.storage()) << What;
       // Position 0 rotates by nothing: only bf16 rounding, which X's values
       // (already bf16) do not show.
       for (int64_t C = 0; C < X.cols(); ++C)
@@ -1008,7 +1005,7 @@ TEST(CudaBackend, RopeMatchesTheHostAndLeavesPartialWidthsToIt) {
   // The kernel ran: a value that is not bf16 comes back rounded.
   Tensor Odd({1, HeadDim});
   Odd[0] = 1.0f + 0x1.0p-10f;
-  EXPECT_TRUE(Cuda->rope(1, 1, HeadDim, Odd.data(), Positions.data(), 10000.0, false));
+  EXPECT_TRUE(Cuda->rope(1, 1, RopeColumns::halves(HeadDim, HeadDim), Odd.data(), Positions.data(), 10000.0, false));
   EXPECT_EQ(Odd[0], 1.0f);
 }
 

@@ -555,7 +555,7 @@ TEST(CudaElementwise, GeluBothFormsMatchHost) {
   }
 }
 
-TEST(CudaElementwise, RopeBothDirectionsMatchHost) {
+TEST(CudaElementwise, RopeBothDirectionsMatchHostAtEveryLayout) {
   const int64_t N = 20, Heads = 3, Hd = 64;
   auto X = randomBf16(N * Heads * Hd, 61);
   std::vector<int64_t> Pos = localPositions(1, 2, 40); // a CP chunk pair
@@ -563,14 +563,33 @@ TEST(CudaElementwise, RopeBothDirectionsMatchHost) {
   Pos32[3] = 4000; // a far position: the angle must be exact in double
   Pos[3] = 4000;
   auto DPos = uploadVec(Pos32);
-  for (bool Inverse : {false, true}) {
-    Tensor T = tensorOf({N, Heads * Hd}, X);
-    moert::applyRope(T, Hd, Pos, 10000.0, Inverse);
-    auto G = uploadBf16(X);
-    cuda::applyRope(N, Heads, Hd, G.data(), DPos.data(), 10000.0, Inverse, nullptr);
-    sync();
-    EXPECT_TRUE(near(downloadBf16(G), T.storage(), Bf16Tol, Inverse ? "inverse rope" : "rope"));
-  }
+  // Whole heads, a partial rotary width, and latent attention's interleaved
+  // pairs in the last 32 columns of each 64.
+  const std::vector<RopeColumns> Layouts = {RopeColumns::halves(Hd, Hd), RopeColumns::halves(Hd, Hd / 4),
+                                            RopeColumns{Hd, 32, 32, /*Interleaved=*/true}};
+  for (const RopeColumns &Columns : Layouts)
+    for (bool Inverse : {false, true}) {
+      Tensor T = tensorOf({N, Heads * Hd}, X);
+      if (Columns.Interleaved)
+        moert::applyInterleavedRope(T, Columns.Stride, Columns.Offset, Columns.RopeDim, Pos, 10000.0, Inverse);
+      else
+        moert::applyRope(T, Hd, Pos, 10000.0, Inverse, Columns.RopeDim);
+      auto G = uploadBf16(X);
+      cuda::applyRope(N, Heads, Columns, G.data(), DPos.data(), 10000.0, Inverse, nullptr);
+      sync();
+      const std::string What = std::string(Inverse ? "inverse rope " : "rope ") +
+                               (Columns.Interleaved ? "interleaved " : "halves ") + std::to_string(Columns.RopeDim);
+      const std::vector<float> Got = downloadBf16(G);
+      EXPECT_TRUE(near(Got, T.storage(), Bf16Tol, What));
+      // The columns outside the rotated ones are left as they were.
+      for (int64_t R = 0; R < N; ++R)
+        for (int64_t C = 0; C < Heads * Hd; ++C) {
+          const int64_t InHead = C % Hd;
+          if (InHead < Columns.Offset || InHead >= Columns.Offset + Columns.RopeDim) {
+            ASSERT_EQ(Got[size_t(R * Heads * Hd + C)], X[size_t(R * Heads * Hd + C)]) << What << " column " << C;
+          }
+        }
+    }
 }
 
 TEST(CudaElementwise, SwiGluForwardAndBackwardMatchHost) {
