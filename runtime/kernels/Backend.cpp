@@ -134,6 +134,13 @@ void ComputeBackend::zero(float *Data, int64_t Count) { std::fill_n(Data, Count,
 
 void ComputeBackend::copy(const float *Src, float *Dst, int64_t Count) { std::copy_n(Src, Count, Dst); }
 
+void ComputeBackend::copyColumns(const ColumnBlocks &Blocks, const float *Src, float *Dst) {
+  if (Blocks.Accumulate)
+    Blocks.forEach([&](int64_t From, int64_t To) { Dst[To] += Src[From]; });
+  else
+    Blocks.forEach([&](int64_t From, int64_t To) { Dst[To] = Src[From]; });
+}
+
 void ComputeBackend::add(int64_t Count, const float *A, const float *B, float *Out) {
   for (int64_t I = 0; I < Count; ++I)
     Out[I] = A[I] + B[I];

@@ -19,6 +19,7 @@
 #ifndef MOERT_KERNELS_BACKEND_H
 #define MOERT_KERNELS_BACKEND_H
 
+#include "kernels/ColumnBlocks.h"
 #include "kernels/RopeColumns.h"
 #include "kernels/RouterSpec.h"
 
@@ -439,6 +440,10 @@ public:
   /// attention's key and value gradients out of the ring's buffer), on the
   /// device where one of them is held wide or resident.
   virtual void copy(const float *Src, float *Dst, int64_t Count);
+  /// Blocks of columns from Src to Dst (ColumnBlocks), on the device where
+  /// the destination is the backend's there (held wide or BackendOnly; a sum
+  /// only into a wide one), else on the host.
+  virtual void copyColumns(const ColumnBlocks &Blocks, const float *Src, float *Dst);
   /// The collectives of the gradient reduction and of the distributed
   /// optimizer (comm/Communicator.h), on arrays that may be resident
   /// (makeResident): where every array is resident and the group has a

@@ -201,8 +201,9 @@ class CudaBackend final : public ComputeBackend {
 public:
   const char *name() const override { return "cuda"; }
   const char *precision() const override {
-    return "GEMMs, attention, RMSNorm, LayerNorm, RoPE, SwiGLU, GELU, the experts' MLPs, token permutation and the "
-           "loss head on bf16 operands with fp32 accumulation, the router, Gated DeltaNet's recurrence, the residual "
+    return "GEMMs, attention, RMSNorm, LayerNorm, RoPE, SwiGLU, GELU, the experts' MLPs, token permutation, latent "
+           "attention's column splits and the loss head on bf16 operands with fp32 accumulation, the router, Gated "
+           "DeltaNet's recurrence, the residual "
            "stream's adds, the gradient sums and AdamW in fp32 on the device (of the parameters no host code reads), "
            "the rest in fp32 on the host";
   }
@@ -920,6 +921,48 @@ public:
                                        cudaMemcpyDeviceToDevice, Blas.stream()));
     else
       Copies.toDevice(Src, To->at(Dst), Count);
+  }
+
+  void copyColumns(const ColumnBlocks &Blocks, const float *Src, float *Dst) override {
+    Charge Charged(Copies, "copy columns");
+    const int64_t SrcExtent = Blocks.srcExtent(), DstExtent = Blocks.dstExtent();
+    HeldCopy *To = Blocks.empty() ? nullptr : containing(Dst, DstExtent);
+    const bool IntoWide = To && To->Wide,
+               IntoCopy = To && !To->Wide && To->Kind == HeldArray::BackendOnly && !Blocks.Accumulate;
+    if (!IntoWide && !IntoCopy) { // the host's, where its readers are
+      hostValues(Src, SrcExtent);
+      hostReads(Dst, DstExtent);
+      ComputeBackend::copyColumns(Blocks, Src, Dst);
+      hostWrote(Dst, DstExtent);
+      return;
+    }
+    // The source where the backend has it: fp32 where held wide, its bf16
+    // copy where held, else the host's values staged in fp32.
+    DeviceBuffer<float> Staged;
+    const void *From = nullptr;
+    bool FromBf16 = false;
+    if (HeldCopy *H = wide(Src, SrcExtent)) {
+      From = master(*H) + (Src - H->Host);
+    } else if (const bf16 *Copy = heldCopy(Src, SrcExtent)) {
+      From = Copy;
+      FromBf16 = true;
+    } else {
+      hostValues(Src, SrcExtent);
+      Staged = Copies.floats(Src, SrcExtent);
+      From = Staged.data();
+    }
+    if (IntoWide) {
+      master(*To); // the columns between the blocks keep their values
+      aheadOfHost(*To);
+      cuda::copyColumns(Blocks, From, FromBf16, To->at(Dst), /*DstBf16=*/false, Blas.stream());
+      return;
+    }
+    bf16 *Copy = const_cast<bf16 *>(heldCopy(To->Host, To->Count)) + (Dst - To->Host);
+    cuda::copyColumns(Blocks, From, FromBf16, Copy, /*DstBf16=*/true, Blas.stream());
+    To->Ahead = true;
+#ifdef MOERT_CUDA_EMULATION
+    Blocks.forEach([&](int64_t, int64_t At) { Dst[At] = std::numeric_limits<float>::quiet_NaN(); });
+#endif
   }
 
   void allReduceSum(float *Data, int64_t Count, Communicator &Group) override {

@@ -321,6 +321,45 @@ void castToBf16(int64_t Count, const float *In, bf16 *Out, cudaStream_t Stream) 
   MOERT_CUDA_CHECK_LAUNCH();
 }
 
+namespace {
+__device__ inline float loadF(const float *P) { return *P; }
+__device__ inline float loadF(const bf16 *P) { return toF(*P); }
+__device__ inline void storeF(float *P, float V) { *P = V; }
+__device__ inline void storeF(bf16 *P, float V) { *P = toB(V); }
+
+/// A thread per (row, column), the blocks in order.
+template <typename From, typename To> __global__ void copyColumnsKernel(ColumnBlocks Shape, const From *Src, To *Dst) {
+  for (int64_t T = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; T < Shape.Rows * Shape.Cols;
+       T += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t R = T / Shape.Cols, C = T % Shape.Cols;
+    for (int64_t B = 0; B < Shape.Blocks; ++B) {
+      To *Out = Dst + R * Shape.DstLd + B * Shape.DstBlock + C;
+      float V = loadF(Src + R * Shape.SrcLd + B * Shape.SrcBlock + C);
+      storeF(Out, Shape.Accumulate ? loadF(Out) + V : V);
+    }
+  }
+}
+
+template <typename From, typename To>
+void launchCopyColumns(const ColumnBlocks &Shape, const void *Src, void *Dst, cudaStream_t Stream) {
+  copyColumnsKernel<From, To><<<gridFor(Shape.Rows * Shape.Cols, 256), 256, 0, Stream>>>(
+      Shape, static_cast<const From *>(Src), static_cast<To *>(Dst));
+  MOERT_CUDA_CHECK_LAUNCH();
+}
+} // namespace
+
+void copyColumns(const ColumnBlocks &Shape, const void *Src, bool SrcBf16, void *Dst, bool DstBf16,
+                 cudaStream_t Stream) {
+  if (Shape.empty())
+    return;
+  if (SrcBf16)
+    DstBf16 ? launchCopyColumns<bf16, bf16>(Shape, Src, Dst, Stream)
+            : launchCopyColumns<bf16, float>(Shape, Src, Dst, Stream);
+  else
+    DstBf16 ? launchCopyColumns<float, bf16>(Shape, Src, Dst, Stream)
+            : launchCopyColumns<float, float>(Shape, Src, Dst, Stream);
+}
+
 void castToF32(int64_t Count, const bf16 *In, float *Out, cudaStream_t Stream) {
   if (Count == 0)
     return;

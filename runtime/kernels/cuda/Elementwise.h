@@ -11,6 +11,7 @@
 #ifndef MOERT_KERNELS_CUDA_ELEMENTWISE_H
 #define MOERT_KERNELS_CUDA_ELEMENTWISE_H
 
+#include "kernels/ColumnBlocks.h"
 #include "kernels/RopeColumns.h"
 #include "kernels/cuda/DeviceBuffer.h"
 
@@ -59,6 +60,11 @@ void castToF32(int64_t Count, const bf16 *In, float *Out, cudaStream_t Stream);
 /// Out = A + B in fp32 (the residual stream's adds: the host's bits); Out
 /// may be A or B.
 void addF32(int64_t Count, const float *A, const float *B, float *Out, cudaStream_t Stream);
+
+/// Blocks of columns from Src to Dst (kernels/ColumnBlocks.h), each either
+/// bf16 or fp32 (SrcBf16, DstBf16); a sum runs in fp32, the blocks in order.
+void copyColumns(const ColumnBlocks &Blocks, const void *Src, bool SrcBf16, void *Dst, bool DstBf16,
+                 cudaStream_t Stream);
 
 /// The embedding lookup of this rank's vocabulary rows [VocabStart,
 /// VocabStart + VocabRows) of Table [VocabRows, Hidden] (fp32): Out[n] =

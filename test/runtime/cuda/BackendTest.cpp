@@ -491,6 +491,70 @@ TEST(CudaBackend, WideArraysAddInFp32WhereTheyAre) {
   EXPECT_THROW(Cuda->holdArrays({{Plain.data(), Count, HeldArray::Read, true}}), std::logic_error);
 }
 
+// Latent attention's column blocks: into an array only the backend reads
+// (bf16 values, exact), summed over blocks into a wide one (the host's fp32
+// order, bit for bit, the columns between them kept), and on the host where
+// the destination is the host's.
+TEST(CudaBackend, ColumnBlocksMoveWhereTheirDestinationIs) {
+  auto Cuda = cudaBackend();
+  const int64_t Rows = 5, Heads = 3, Nope = 4, Rope = 2, VDim = 3, KvW = Nope + VDim, Qk = Nope + Rope;
+  auto Moved = [&] { return Cuda->traffic().HostToDeviceBytes + Cuda->traffic().DeviceToHostBytes; };
+  const std::vector<float> KvU = randomBf16(size_t(Rows * Heads * KvW), 91), Pe = randomBf16(size_t(Rows * Rope), 92);
+  // Each head's key: its no-RoPE columns, then the RoPE key every head shares.
+  const ColumnBlocks NopePart{Rows, Heads, Nope, Heads * KvW, KvW, Heads * Qk, Qk};
+  const ColumnBlocks PePart{Rows, Heads, Rope, Rope, 0, Heads * Qk, Qk};
+  std::vector<float> Want(static_cast<size_t>(Rows * Heads * Qk));
+  hostBackend().copyColumns(NopePart, KvU.data(), Want.data());
+  hostBackend().copyColumns(PePart, Pe.data(), Want.data() + Nope);
+  EXPECT_EQ(Want[size_t(Qk + Nope + 1)], Pe[1]) << "head 1's RoPE key is the shared one";
+  EXPECT_EQ(Want[size_t(Heads * Qk + 2)], KvU[size_t(Heads * KvW + 2)]) << "row 1, head 0";
+
+  std::vector<float> SrcHeld = KvU, K(Want.size(), 7.0f);
+  int Key = 0;
+  {
+    HeldArrays Hold(*Cuda, {{SrcHeld.data(), int64_t(SrcHeld.size()), HeldArray::Read},
+                            {K.data(), int64_t(K.size()), HeldArray::BackendOnly}});
+    Cuda->copyColumns(NopePart, SrcHeld.data(), K.data());
+    Cuda->copyColumns(PePart, Pe.data(), K.data() + Nope);
+    Cuda->keepArrays(&Key, {{K.data(), int64_t(K.size()), HeldArray::BackendOnly}});
+  }
+#ifdef MOERT_CUDA_EMULATION
+  EXPECT_TRUE(std::isnan(K[0])) << "the result is the backend's until asked for";
+#endif
+  int64_t Before = Moved();
+  Cuda->hostReads(K.data(), int64_t(K.size()));
+  EXPECT_EQ(Moved() - Before, int64_t(K.size() * sizeof(float))) << "asked for, it comes back once";
+  EXPECT_EQ(K, Want) << "bf16 values move exactly";
+  Cuda->releaseKept(&Key);
+
+  // The backward: each head's RoPE-key gradient summed into the shared one
+  // (DstBlock 0), in fp32 where both are wide, beside columns it leaves.
+  const std::vector<float> DK = randomF32(size_t(Rows * Heads * Qk), 93);
+  const ColumnBlocks SumPe{Rows, Heads, Rope, Heads * Qk, Qk, Rope + 1, 0, /*Accumulate=*/true};
+  std::vector<float> WantSum(static_cast<size_t>(Rows * (Rope + 1)), 0.5f);
+  hostBackend().copyColumns(SumPe, DK.data() + Nope, WantSum.data());
+  std::vector<float> DKHeld = DK, Sum(WantSum.size(), 0.5f);
+  {
+    HeldArrays Hold(*Cuda, {HeldArray::wide(DKHeld.data(), int64_t(DKHeld.size())),
+                            HeldArray::wide(Sum.data(), int64_t(Sum.size()))});
+    Cuda->copyColumns(SumPe, DKHeld.data() + Nope, Sum.data());
+    Cuda->keepArrays(&Key, {HeldArray::wide(Sum.data(), int64_t(Sum.size()))});
+  }
+  Cuda->hostReads(Sum.data(), int64_t(Sum.size()));
+  EXPECT_EQ(Sum, WantSum) << "the host's fp32 sums, the column after them kept";
+  EXPECT_NE(WantSum[0], 0.5f);
+  EXPECT_EQ(WantSum[size_t(Rope)], 0.5f);
+  Cuda->releaseKept(&Key);
+
+  // Into the host's array: the host's loop, nothing crosses.
+  std::vector<float> Plain(Want.size());
+  Before = Moved();
+  Cuda->copyColumns(NopePart, KvU.data(), Plain.data());
+  Cuda->copyColumns(PePart, Pe.data(), Plain.data() + Nope);
+  EXPECT_EQ(Moved() - Before, 0);
+  EXPECT_EQ(Plain, Want);
+}
+
 // A parameter's values, gradient and moments kept resident step to step:
 // the gradient is zeroed and summed on the device, the norm's squares come
 // back as one figure, the update runs where they are (the host backend's
