@@ -182,6 +182,11 @@ struct HeldArray {
   /// its operands (made from it where an operation reads it), so that adds
   /// into it give the host's bits: the residual stream and its gradient.
   bool Wide = false;
+  /// BackendOnly alone: the backend's operations write every element before
+  /// one reads it, so that a backend that copies it starts its copy from
+  /// nothing instead of the host's values (NaNs in the CUDA emulation, so
+  /// that an element no operation wrote shows).
+  bool Unset = false;
 
   /// The backend's own in fp32 (BackendOnly, Wide): the residual stream,
   /// and the sums and gathers only its operations read and write.
@@ -358,6 +363,18 @@ public:
   /// Y = gelu(X), and DX = DY gelu'(X), over Count elements.
   virtual bool gelu(GeluForm, int64_t Count, const float *X, float *Y) { return false; }
   virtual bool geluBackward(GeluForm, int64_t Count, const float *X, const float *DY, float *DX) { return false; }
+  /// Gated DeltaNet's output norm over Rows heads of Width and its
+  /// backward (model/ModelOps.h's gatedRmsNormForward/Backward, whose
+  /// semantics they have), where the backend has a kernel: true when done,
+  /// false to leave it to the host's loops.
+  virtual bool gatedRmsNormForward(int64_t Rows, int64_t Width, const float *O, const float *Z, const float *W,
+                                   double Eps, float *Y, float *Rstd) {
+    return false;
+  }
+  virtual bool gatedRmsNormBackward(int64_t Rows, int64_t Width, const float *O, const float *Z, const float *W,
+                                    const float *Rstd, const float *DY, float *DO, float *DZ, float *DW) {
+    return false;
+  }
   /// Rotary embedding in place on X [Rows, Groups * Columns.Stride]
   /// (model/ModelOps.h's applyRope and applyInterleavedRope), where the
   /// backend has a kernel: true when done, false to leave it to the host

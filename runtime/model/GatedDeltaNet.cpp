@@ -2,6 +2,7 @@
 #include "model/GatedDeltaNet.h"
 
 #include "model/GatedDeltaRule.h"
+#include "model/ModelOps.h"
 #include "parallel/tp/SequenceParallelLinear.h"
 
 #include <cmath>
@@ -56,12 +57,6 @@ Tensor causalConvBackward(const Tensor &X, const Tensor &W, const Tensor &DY, in
     }
   });
   return DX;
-}
-
-float siluOf(float X) { return float(X * sigmoid(X)); }
-float siluSlope(float X) {
-  double S = sigmoid(X);
-  return float(S * (1 + X * (1 - S)));
 }
 
 Tensor silu(const Tensor &X) {
@@ -152,21 +147,21 @@ DeltaRuleArgs GatedDeltaNetBlock::ruleArgs(int64_t Sequences, int64_t SeqLen, co
 }
 
 void GatedDeltaNetBlock::gatedNorm(const GdnWeights &W, GdnSaved &S) const {
-  // RMSNorm over each head, times w and silu(z).
-  const int64_t D = Config.Linear->HeadDim, N = S.O.rows();
-  S.Gated = Tensor({N, ValueHeads * D});
-  S.RstdO.resize(size_t(N * ValueHeads));
-  for (int64_t I = 0; I < N * ValueHeads; ++I) {
-    const float *O = S.O.data() + I * D, *Z = S.Z.data() + I * D;
-    double Sum = 0;
-    for (int64_t C = 0; C < D; ++C)
-      Sum += double(O[C]) * O[C];
-    float Rstd = float(1.0 / std::sqrt(Sum / double(D) + Config.RmsNormEps));
-    S.RstdO[size_t(I)] = Rstd;
-    float *Y = S.Gated.data() + I * D;
-    for (int64_t C = 0; C < D; ++C)
-      Y[C] = O[C] * Rstd * W.Norm->Value[C] * siluOf(Z[C]);
-  }
+  // RMSNorm over each head, times w and silu(z): on the backend where it
+  // has a kernel, else the host's loop.
+  const int64_t D = Config.Linear->HeadDim, Rows = S.O.rows() * ValueHeads;
+  if (S.Gated.shape() != S.O.shape())
+    S.Gated = Tensor(S.O.shape());
+  S.RstdO.resize(size_t(Rows));
+  ComputeBackend &Backend = currentBackend();
+  if (Backend.gatedRmsNormForward(Rows, D, S.O.data(), S.Z.data(), W.Norm->Value.data(), Config.RmsNormEps,
+                                  S.Gated.data(), S.RstdO.data()))
+    return;
+  for (const Tensor *T : {&S.O, &S.Z})
+    Backend.hostReads(T->data(), T->numel());
+  gatedRmsNormForward(Rows, D, S.O.data(), S.Z.data(), W.Norm->Value.data(), Config.RmsNormEps, S.Gated.data(),
+                      S.RstdO.data());
+  Backend.hostWrote(S.Gated.data(), S.Gated.numel());
 }
 
 void GatedDeltaNetBlock::recomputeNormOut(const GdnWeights &W, GdnSaved &S) const {
@@ -174,15 +169,27 @@ void GatedDeltaNetBlock::recomputeNormOut(const GdnWeights &W, GdnSaved &S) cons
     gatedNorm(W, S);
 }
 
-Tensor GatedDeltaNetBlock::forward(const GdnWeights &W, const Tensor &Xn, int64_t Sequences, GdnSaved &S) {
-  const int64_t D = Config.Linear->HeadDim;
-  std::vector<Tensor> P =
-      columnParallelForward(Tp, Xn, {&W.Q->Value, &W.K->Value, &W.V->Value, &W.Z->Value, &W.B->Value, &W.A->Value});
-  const int64_t N = P[0].rows(), SeqLen = N / Sequences;
+Tensor GatedDeltaNetBlock::forward(const GdnWeights &W, const Tensor &Xn, int64_t Sequences, GdnSaved &S,
+                                   const void *KeepFor) {
+  ComputeBackend &Backend = currentBackend();
+  const int64_t D = Config.Linear->HeadDim, N = Xn.rows() * Tp.size(), SeqLen = N / Sequences;
+  // The output gate's input, the rule's output and the gated norm's are
+  // read by the backend's operations alone (the norm, the output
+  // projection, and their backward): where they are kept for the backward
+  // they stay there; the rule's output in fp32, as the rule makes it.
+  S.Z = Tensor({N, ValueHeads * D});
+  S.O = Tensor({N, ValueHeads * D});
+  S.Gated = Tensor({N, ValueHeads * D});
+  const std::vector<HeldArray> OnBackend = {{S.Z.data(), S.Z.numel(), HeldArray::BackendOnly, false, true},
+                                            HeldArray::wide(S.O.data(), S.O.numel()),
+                                            {S.Gated.data(), S.Gated.numel(), HeldArray::BackendOnly, false, true}};
+  HeldArrays Hold(Backend, KeepFor ? OnBackend : std::vector<HeldArray>());
+  std::vector<Tensor> P(6);
+  columnParallelForward(Tp, Xn, {&W.Q->Value, &W.K->Value, &W.V->Value, &W.Z->Value, &W.B->Value, &W.A->Value},
+                        {&P[0], &P[1], &P[2], &S.Z, &P[4], &P[5]});
   S.ConvQ = std::move(P[0]);
   S.ConvK = std::move(P[1]);
   S.ConvV = std::move(P[2]);
-  S.Z = std::move(P[3]);
   S.PreQ = causalConv(S.ConvQ, W.ConvQ->Value, SeqLen);
   S.PreK = causalConv(S.ConvK, W.ConvK->Value, SeqLen);
   S.PreV = causalConv(S.ConvV, W.ConvV->Value, SeqLen);
@@ -199,7 +206,6 @@ Tensor GatedDeltaNetBlock::forward(const GdnWeights &W, const Tensor &Xn, int64_
       S.G.row(T)[H] = float(-std::exp(double(W.ALog->Value[H])) * softplus(U));
       S.Beta.row(T)[H] = float(sigmoid(P[4].row(T)[H]));
     }
-  S.O = Tensor({N, ValueHeads * D});
   DeltaRuleArgs Rule = ruleArgs(Sequences, SeqLen, S);
   Rule.O = S.O.data();
   if (!currentBackend().gatedDeltaRuleForward(Rule))
@@ -208,29 +214,35 @@ Tensor GatedDeltaNetBlock::forward(const GdnWeights &W, const Tensor &Xn, int64_
                             S.Beta.row(Row) + H, S.O.row(Row) + H * D);
     });
   gatedNorm(W, S);
-  return rowParallelForward(Tp, S.Gated, W.Out->Value);
+  Tensor Y = rowParallelForward(Tp, S.Gated, W.Out->Value);
+  if (KeepFor)
+    Backend.keepArrays(KeepFor, OnBackend);
+  return Y;
 }
 
 Tensor GatedDeltaNetBlock::backward(const GdnWeights &W, const Tensor &Xn, int64_t Sequences, const GdnSaved &S,
                                     const Tensor &DY) {
   const int64_t D = Config.Linear->HeadDim, N = S.O.rows(), SeqLen = N / Sequences;
-  Tensor DGated = rowParallelBackward(Tp, S.Gated, W.Out->Value, DY, W.Out->Grad);
+  ComputeBackend &Backend = currentBackend();
+  // The norm's output gradient and its input gradients pass between the
+  // backend's operations alone (the output projection's backward, the
+  // norm's, the rule's and the output gate's products): they stay there,
+  // the rule's output gradient in fp32, as the rule reads it.
+  Tensor DGated({N, ValueHeads * D}), DO({N, ValueHeads * D}), DZ({N, ValueHeads * D});
+  HeldArrays Hold(Backend, {{DGated.data(), DGated.numel(), HeldArray::BackendOnly, false, true},
+                            HeldArray::wide(DO.data(), DO.numel()),
+                            {DZ.data(), DZ.numel(), HeldArray::BackendOnly, false, true}});
+  rowParallelBackward(Tp, S.Gated, W.Out->Value, DY, W.Out->Grad, DGated);
   // The gated norm.
-  Tensor DO({N, ValueHeads * D}), DZ({N, ValueHeads * D});
-  for (int64_t I = 0; I < N * ValueHeads; ++I) {
-    const float *O = S.O.data() + I * D, *Z = S.Z.data() + I * D, *Dy = DGated.data() + I * D;
-    const float Rstd = S.RstdO[size_t(I)];
-    float *Do = DO.data() + I * D, *Dz = DZ.data() + I * D;
-    double Dot = 0;
-    for (int64_t C = 0; C < D; ++C) {
-      float Nrm = O[C] * Rstd, Gate = siluOf(Z[C]);
-      Dz[C] = Dy[C] * Nrm * W.Norm->Value[C] * siluSlope(Z[C]);
-      W.Norm->Grad[C] += Dy[C] * Nrm * Gate;
-      Do[C] = Dy[C] * W.Norm->Value[C] * Gate; // d(normalised)
-      Dot += double(Do[C]) * Nrm;
-    }
-    for (int64_t C = 0; C < D; ++C)
-      Do[C] = float(Rstd * (Do[C] - O[C] * Rstd * Dot / double(D)));
+  const int64_t Rows = N * ValueHeads;
+  if (!Backend.gatedRmsNormBackward(Rows, D, S.O.data(), S.Z.data(), W.Norm->Value.data(), S.RstdO.data(),
+                                    DGated.data(), DO.data(), DZ.data(), W.Norm->Grad.data())) {
+    for (const Tensor *T : std::initializer_list<const Tensor *>{&S.O, &S.Z, &DGated})
+      Backend.hostReads(T->data(), T->numel());
+    gatedRmsNormBackward(Rows, D, S.O.data(), S.Z.data(), W.Norm->Value.data(), S.RstdO.data(), DGated.data(),
+                         DO.data(), DZ.data(), W.Norm->Grad.data());
+    for (Tensor *T : {&DO, &DZ})
+      Backend.hostWrote(T->data(), T->numel());
   }
   // The rule.
   Tensor DQ(S.Q.shape()), DK(S.K.shape()), DV(S.V.shape()), DG(S.G.shape()), DBeta(S.Beta.shape());

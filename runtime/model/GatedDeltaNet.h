@@ -67,7 +67,10 @@ public:
 
   /// Xn [Ns, Hidden] (this rank's sequence shard of Sequences whole
   /// sequences) -> the mixer's output [Ns, Hidden].
-  Tensor forward(const GdnWeights &W, const Tensor &Xn, int64_t Sequences, GdnSaved &S);
+  /// Where KeepFor is not null, what only the backend's operations read of
+  /// S stays on the backend, kept under it (ComputeBackend::keepArrays)
+  /// until the caller releases it; else all of S is on the host.
+  Tensor forward(const GdnWeights &W, const Tensor &Xn, int64_t Sequences, GdnSaved &S, const void *KeepFor = nullptr);
   /// DY [Ns, Hidden] -> dXn; accumulates the weights' gradients.
   Tensor backward(const GdnWeights &W, const Tensor &Xn, int64_t Sequences, const GdnSaved &S, const Tensor &DY);
   /// Brings back what GdnSaved::dropNormOut removed, bit for bit.

@@ -145,6 +145,13 @@ HeldArray keptResult(Tensor &T) { return {T.data(), T.numel(), HeldArray::Read};
 /// T, allocated, held as the backend's own (HeldArray::BackendOnly): only
 /// its operations, and host code that asks for it, read it.
 HeldArray onBackend(Tensor &T) { return {T.data(), T.numel(), HeldArray::BackendOnly}; }
+/// The same for T, which the backend's operations write wholly before they
+/// read it (HeldArray::Unset): its copy starts from nothing.
+HeldArray madeOnBackend(Tensor &T) {
+  HeldArray H = onBackend(T);
+  H.Unset = true;
+  return H;
+}
 
 /// The key of a stage's output (or input gradient) on the backend from the
 /// layer that makes it until the stage returns it, kept under its own
@@ -470,91 +477,151 @@ struct StageModel::Impl {
     return DX;
   }
 
-  /// Latent attention, first half: the latents of this rank's tokens.
+  /// Columns [From, From + Cols) of every row of Src into columns [To, To +
+  /// Cols) of Dst (ComputeBackend::copyColumns), added where Accumulate.
+  void copyColumnRange(const Tensor &Src, int64_t From, int64_t Cols, Tensor &Dst, int64_t To,
+                       bool Accumulate = false) const {
+    compute().copyColumns({Src.rows(), 1, Cols, Src.cols(), 0, Dst.cols(), 0, Accumulate}, Src.data() + From,
+                          Dst.data() + To);
+  }
+  /// The same for each of Heads blocks: head h's columns [From, From +
+  /// Cols) of its SrcWidth in Src (all heads' the same where SrcWidth is 0,
+  /// and into one block, summed in head order, where DstWidth is 0).
+  void copyHeadColumns(int64_t Heads, const Tensor &Src, int64_t SrcWidth, int64_t From, int64_t Cols, Tensor &Dst,
+                       int64_t DstWidth, int64_t To) const {
+    compute().copyColumns({Src.rows(), Heads, Cols, Src.cols(), SrcWidth, Dst.cols(), DstWidth, DstWidth == 0},
+                          Src.data() + From, Dst.data() + To);
+  }
+  /// Tensor T shaped Shape: its storage where it has the shape already.
+  static void shaped(Tensor &T, const std::vector<int64_t> &Shape) {
+    if (T.shape() != Shape)
+      T = Tensor(Shape);
+  }
+  /// Latent attention's activations made ready for qkv() before a hold
+  /// covers them: the latents of this rank's tokens and its RoPE key
+  /// (mlaDown), and the heads' queries, keys and values over the tp group's
+  /// tokens (mlaUp). Only the backend's operations read them (the split and
+  /// assembly of columns included), so where they are kept for the backward
+  /// their values stay there.
+  std::vector<HeldArray> heldLatents(const LayerParams &P, const MicroState &M, LayerState &S) {
+    const ModelConfig::LatentAttention &A = *Config.Mla;
+    const int64_t Ns = S.Xn1.rows();
+    std::vector<Tensor *> Made = {&S.Ckv, &S.CkvN, &S.KPe};
+    shaped(S.Ckv, {Ns, A.KvLoraRank});
+    shaped(S.CkvN, {Ns, A.KvLoraRank});
+    shaped(S.KPe, {Ns, A.QkRopeDim});
+    if (P.QDown) {
+      shaped(S.Qc, {Ns, A.QLoraRank});
+      shaped(S.QcN, {Ns, A.QLoraRank});
+      Made.insert(Made.end(), {&S.Qc, &S.QcN});
+    }
+    latentProjections(S);
+    Made.insert(Made.end(), {&S.Q, &S.K, &S.V});
+    const bool Kept = keepKey(M, S) != nullptr;
+    std::vector<HeldArray> Held;
+    for (Tensor *T : Made)
+      Held.push_back(Kept ? madeOnBackend(*T) : keptResult(*T));
+    return Held;
+  }
+  /// The heads' queries, keys and values over the tp group's tokens.
+  void latentProjections(LayerState &S) const {
+    const ModelConfig::LatentAttention &A = *Config.Mla;
+    const int64_t N = S.Xn1.rows() * TpSize, Heads = Config.Heads / TpSize;
+    shaped(S.Q, {N, Heads * A.qkDim()});
+    shaped(S.K, {N, Heads * A.qkDim()});
+    shaped(S.V, {N, Heads * A.VHeadDim});
+  }
+
+  /// Latent attention, first half: the latents of this rank's tokens, and
+  /// its RoPE key, the down-projection's last columns.
   void mlaDown(const LayerParams &P, LayerState &S) {
     const ModelConfig::LatentAttention &A = *Config.Mla;
     if (P.QDown) {
-      S.Qc = matmul(S.Xn1, P.QDown->Value);
-      S.QcN = rmsNormForward(S.Qc, P.QDownNorm->Value, Config.RmsNormEps, S.RstdQc);
+      matmul(S.Xn1, P.QDown->Value, S.Qc);
+      rmsNormForward(S.Qc, P.QDownNorm->Value, Config.RmsNormEps, S.RstdQc, S.QcN);
     }
-    Tensor KvC = matmul(S.Xn1, P.KvDown->Value);
-    int64_t Ns = KvC.rows(), Width = A.KvLoraRank + A.QkRopeDim;
-    S.Ckv = Tensor({Ns, A.KvLoraRank});
-    S.KPe = Tensor({Ns, A.QkRopeDim});
-    for (int64_t I = 0; I < Ns; ++I) {
-      const float *Row = KvC.data() + I * Width;
-      std::copy(Row, Row + A.KvLoraRank, S.Ckv.row(I));
-      std::copy(Row + A.KvLoraRank, Row + Width, S.KPe.row(I));
-    }
-    S.CkvN = rmsNormForward(S.Ckv, P.KvDownNorm->Value, Config.RmsNormEps, S.RstdCkv);
+    Tensor KvC({S.Xn1.rows(), A.KvLoraRank + A.QkRopeDim});
+    HeldArrays Hold(compute(), {madeOnBackend(KvC)});
+    matmul(S.Xn1, P.KvDown->Value, KvC);
+    copyColumnRange(KvC, 0, A.KvLoraRank, S.Ckv, 0);
+    copyColumnRange(KvC, A.KvLoraRank, A.QkRopeDim, S.KPe, 0);
+    rmsNormForward(S.Ckv, P.KvDownNorm->Value, Config.RmsNormEps, S.RstdCkv, S.CkvN);
   }
   /// Latent attention, second half (mla_up_proj): per-head Q, K and V of
-  /// every token of the tp group from the latents, RoPE applied.
+  /// every token of the tp group from the latents, RoPE applied (to each
+  /// head's copy of the shared RoPE key: the same operation on the same
+  /// values as rotating it once).
   void mlaUp(const LayerParams &P, const MicroState &M, LayerState &S) {
     const ModelConfig::LatentAttention &A = *Config.Mla;
     Communicator &Tp = *Groups.Tp;
     const int64_t Qk = A.qkDim(), KvW = A.QkNopeDim + A.VHeadDim, Heads = Config.Heads / TpSize;
-    S.Q = P.QUp ? std::move(columnParallelForward(Tp, S.QcN, {&P.QUp->Value})[0])
-                : std::move(columnParallelForward(Tp, S.Xn1, {&P.Q->Value})[0]);
+    latentProjections(S);
+    if (P.QUp)
+      columnParallelForward(Tp, S.QcN, {&P.QUp->Value}, {&S.Q});
+    else
+      columnParallelForward(Tp, S.Xn1, {&P.Q->Value}, {&S.Q});
     applyInterleavedRope(S.Q, Qk, A.QkNopeDim, A.QkRopeDim, M.Positions, Config.RopeTheta, false);
-    Tensor KvU = std::move(columnParallelForward(Tp, S.CkvN, {&P.KvUp->Value})[0]);
-    Tensor KPe = gatherSequence(Tp, S.KPe);
-    applyInterleavedRope(KPe, A.QkRopeDim, 0, A.QkRopeDim, M.Positions, Config.RopeTheta, false);
-    int64_t N = KvU.rows();
-    S.K = Tensor({N, Heads * Qk});
-    S.V = Tensor({N, Heads * A.VHeadDim});
-    for (int64_t I = 0; I < N; ++I)
-      for (int64_t H = 0; H < Heads; ++H) {
-        const float *In = KvU.row(I) + H * KvW;
-        float *K = S.K.row(I) + H * Qk;
-        std::copy(In, In + A.QkNopeDim, K);
-        std::copy(KPe.row(I), KPe.row(I) + A.QkRopeDim, K + A.QkNopeDim);
-        std::copy(In + A.QkNopeDim, In + KvW, S.V.row(I) + H * A.VHeadDim);
-      }
+    Tensor KvU({S.K.rows(), Heads * KvW}), KPe;
+    std::vector<HeldArray> Temporaries = {madeOnBackend(KvU)};
+    if (Tp.size() > 1) {
+      KPe = Tensor({S.K.rows(), A.QkRopeDim});
+      Temporaries.push_back(madeOnBackend(KPe));
+    }
+    HeldArrays Hold(compute(), Temporaries);
+    columnParallelForward(Tp, S.CkvN, {&P.KvUp->Value}, {&KvU});
+    if (Tp.size() > 1)
+      compute().gatherActivations(S.KPe.data(), KPe.data(), S.KPe.numel(), Tp);
+    copyHeadColumns(Heads, KvU, KvW, 0, A.QkNopeDim, S.K, Qk, 0);
+    copyHeadColumns(Heads, Tp.size() > 1 ? KPe : S.KPe, 0, 0, A.QkRopeDim, S.K, Qk, A.QkNopeDim);
+    copyHeadColumns(Heads, KvU, KvW, A.QkNopeDim, A.VHeadDim, S.V, A.VHeadDim, 0);
+    applyInterleavedRope(S.K, Qk, A.QkNopeDim, A.QkRopeDim, M.Positions, Config.RopeTheta, false);
   }
-  /// Backward of mlaDown and mlaUp from the attention's input gradients;
-  /// returns the gradient of Xn1 (this rank's tokens).
-  Tensor mlaBackward(const LayerParams &P, const MicroState &M, LayerState &S, Tensor &DQ, const Tensor &DK,
-                     const Tensor &DV) {
+  /// Backward of mlaDown and mlaUp from the attention's input gradients
+  /// (DQ rotated back in place) into DXn1 (this rank's tokens, its storage
+  /// kept where it has their shape).
+  void mlaBackward(const LayerParams &P, const MicroState &M, LayerState &S, Tensor &DQ, const Tensor &DK,
+                   const Tensor &DV, Tensor &DXn1) {
     const ModelConfig::LatentAttention &A = *Config.Mla;
     Communicator &Tp = *Groups.Tp;
     const int64_t Qk = A.qkDim(), KvW = A.QkNopeDim + A.VHeadDim, Heads = Config.Heads / TpSize;
+    const int64_t N = DK.rows(), Ns = S.Ckv.rows();
     applyInterleavedRope(DQ, Qk, A.QkNopeDim, A.QkRopeDim, M.Positions, Config.RopeTheta, true);
-    int64_t N = DK.rows();
-    Tensor DKvU({N, Heads * KvW}), DKPe({N, A.QkRopeDim});
-    for (int64_t I = 0; I < N; ++I) {
-      float *PeRow = DKPe.row(I);
-      for (int64_t H = 0; H < Heads; ++H) {
-        const float *K = DK.row(I) + H * Qk;
-        float *Out = DKvU.row(I) + H * KvW;
-        std::copy(K, K + A.QkNopeDim, Out);
-        std::copy(DV.row(I) + H * A.VHeadDim, DV.row(I) + (H + 1) * A.VHeadDim, Out + A.QkNopeDim);
-        for (int64_t C = 0; C < A.QkRopeDim; ++C)
-          PeRow[C] += K[A.QkNopeDim + C];
-      }
+    // What passes between the products stays on the backend: the
+    // up-projection's output gradient and the latents', and the RoPE key's
+    // gradient, summed over the heads (and then over tp) in fp32.
+    Tensor DKvU({N, Heads * KvW}), DKPe({N, A.QkRopeDim}), DKPeLocal, DCkvN({Ns, A.KvLoraRank}),
+        DCkv({Ns, A.KvLoraRank}), DKvC({Ns, A.KvLoraRank + A.QkRopeDim});
+    std::vector<HeldArray> Temporaries = {madeOnBackend(DKvU), HeldArray::wide(DKPe.data(), DKPe.numel()),
+                                          HeldArray::wide(DCkvN.data(), DCkvN.numel()), madeOnBackend(DCkv),
+                                          madeOnBackend(DKvC)};
+    if (Tp.size() > 1) {
+      DKPeLocal = Tensor({Ns, A.QkRopeDim});
+      Temporaries.push_back(HeldArray::wide(DKPeLocal.data(), DKPeLocal.numel()));
     }
+    HeldArrays Hold(compute(), Temporaries);
+    compute().zero(DKPe.data(), DKPe.numel());
+    copyHeadColumns(Heads, DK, Qk, 0, A.QkNopeDim, DKvU, KvW, 0);
+    copyHeadColumns(Heads, DV, A.VHeadDim, 0, A.VHeadDim, DKvU, KvW, A.QkNopeDim);
+    copyHeadColumns(Heads, DK, Qk, A.QkNopeDim, A.QkRopeDim, DKPe, 0, 0);
     applyInterleavedRope(DKPe, A.QkRopeDim, 0, A.QkRopeDim, M.Positions, Config.RopeTheta, true);
     // Every tp rank's heads read every token's RoPE key: sum, then keep this
     // rank's tokens.
-    Tensor DKPeLocal = reduceScatterSequence(Tp, DKPe);
-    Tensor DCkvN = columnParallelBackward(Tp, S.CkvN, nullptr, {&P.KvUp->Value}, {&DKvU}, {&P.KvUp->Grad});
-    Tensor DCkv = rmsNormBackward(S.Ckv, P.KvDownNorm->Value, S.RstdCkv, DCkvN, P.KvDownNorm->Grad);
-    int64_t Ns = DCkv.rows(), Width = A.KvLoraRank + A.QkRopeDim;
-    Tensor DKvC({Ns, Width});
-    for (int64_t I = 0; I < Ns; ++I) {
-      std::copy(DCkv.row(I), DCkv.row(I) + A.KvLoraRank, DKvC.row(I));
-      std::copy(DKPeLocal.row(I), DKPeLocal.row(I) + A.QkRopeDim, DKvC.row(I) + A.KvLoraRank);
-    }
-    Tensor DXn1;
+    if (Tp.size() > 1)
+      reduceScatterSequence(Tp, DKPe, DKPeLocal);
+    columnParallelBackward(Tp, S.CkvN, nullptr, {&P.KvUp->Value}, {&DKvU}, {&P.KvUp->Grad}, DCkvN);
+    rmsNormBackward(S.Ckv, P.KvDownNorm->Value, S.RstdCkv, DCkvN, P.KvDownNorm->Grad, DCkv);
+    copyColumnRange(DCkv, 0, A.KvLoraRank, DKvC, 0);
+    copyColumnRange(Tp.size() > 1 ? DKPeLocal : DKPe, 0, A.QkRopeDim, DKvC, A.KvLoraRank);
     if (P.QUp) {
-      Tensor DQcN = columnParallelBackward(Tp, S.QcN, nullptr, {&P.QUp->Value}, {&DQ}, {&P.QUp->Grad});
-      Tensor DQc = rmsNormBackward(S.Qc, P.QDownNorm->Value, S.RstdQc, DQcN, P.QDownNorm->Grad);
+      Tensor DQcN({Ns, A.QLoraRank}), DQc({Ns, A.QLoraRank});
+      HeldArrays HoldQ(compute(), {HeldArray::wide(DQcN.data(), DQcN.numel()), madeOnBackend(DQc)});
+      columnParallelBackward(Tp, S.QcN, nullptr, {&P.QUp->Value}, {&DQ}, {&P.QUp->Grad}, DQcN);
+      rmsNormBackward(S.Qc, P.QDownNorm->Value, S.RstdQc, DQcN, P.QDownNorm->Grad, DQc);
       matmulBackward(S.Xn1, P.QDown->Value, DQc, P.QDown->Grad, DXn1);
     } else {
-      DXn1 = columnParallelBackward(Tp, S.Xn1, nullptr, {&P.Q->Value}, {&DQ}, {&P.Q->Grad});
+      columnParallelBackward(Tp, S.Xn1, nullptr, {&P.Q->Value}, {&DQ}, {&P.Q->Grad}, DXn1);
     }
     matmulBackward(S.Xn1, P.KvDown->Value, DKvC, P.KvDown->Grad, DXn1, 1.0f);
-    return DXn1;
   }
 
   void qkv(const LayerParams &P, const MicroState &M, LayerState &S) {
@@ -695,10 +762,10 @@ struct StageModel::Impl {
     // backward, where it is not there already.
     S.Xn1 = Tensor({S.X.rows(), S.X.cols()});
     {
-      HeldArrays Keep(compute(), {normalised(M, S, S.Xn1, !P.Linear && !Config.Mla), keptResult(S.X)});
+      HeldArrays Keep(compute(), {normalised(M, S, S.Xn1, !P.Linear), keptResult(S.X)});
       attnNorm(P, S);
       if (P.Linear) {
-        residualAdd(S.X, Gdn->forward(P.Gdn, S.Xn1, M.Sequences, S.Gdn), S.H);
+        residualAdd(S.X, Gdn->forward(P.Gdn, S.Xn1, M.Sequences, S.Gdn, keepKey(M, S)), S.H);
       } else {
         // Attention's output, read by the out-projection here and by its
         // weight gradient and Delta in the backward: one copy, made by
@@ -708,10 +775,14 @@ struct StageModel::Impl {
         const bool HostReadsIt = P.OGate || !keepKey(M, S);
         HeldArrays KeepOutput(compute(), {HostReadsIt ? keptResult(S.AttnOut) : onBackend(S.AttnOut)});
         {
-          HeldArrays KeepProjections(compute(), Config.Mla ? std::vector<HeldArray>() : heldProjections(P, M, S));
+          HeldArrays KeepProjections(compute(), Config.Mla ? heldLatents(P, M, S) : heldProjections(P, M, S));
           qkv(P, M, S);
           coreAttn(M, S);
           keepForBackward(M, S, {&S.Q, &S.K, &S.V});
+          if (Config.Mla)
+            keepForBackward(M, S, {&S.Ckv, &S.CkvN, &S.KPe});
+          if (P.QDown)
+            keepForBackward(M, S, {&S.Qc, &S.QcN});
         }
         Tensor Gated;
         addProjection(gatedAttention(S, Gated), P.O->Value, S.X, S.H, ResidualOnBackend);
@@ -805,8 +876,8 @@ struct StageModel::Impl {
   /// A branch's normalised input, held from its RMSNorm through the
   /// branch: the backend's alone (HeldArray::BackendOnly) where it is kept
   /// for the backward and ProductsAlone (only products and gathers, which
-  /// ask for it, read it: not Gated DeltaNet's or MLA's host code), else
-  /// copied to the host too.
+  /// ask for it, read it: not Gated DeltaNet's host code), else copied to
+  /// the host too.
   HeldArray normalised(const MicroState &M, const LayerState &S, Tensor &Xn, bool ProductsAlone) const {
     return ProductsAlone && keepKey(M, S) ? onBackend(Xn) : keptResult(Xn);
   }
@@ -877,6 +948,7 @@ struct StageModel::Impl {
       S.Dropped.insert("mla_up_proj");
     }
     if (selective("gdn_norm_out") && S.Gdn.Gated.numel()) {
+      compute().releaseKept(&S, S.Gdn.Gated.data());
       S.Gdn.dropNormOut();
       S.Dropped.insert("gdn_norm_out");
     }
@@ -1018,7 +1090,7 @@ struct StageModel::Impl {
     // runs through the backend, exchangeOnBackend: the others send them
     // from host memory).
     const bool GradientsOnBackend =
-        keepKey(M, S) && !Config.Mla && !P.QNorm &&
+        keepKey(M, S) && !P.QNorm &&
         (Groups.Cp->size() == 1 || exchangeOnBackend(*Groups.Cp, attentionDims(M), Groups.CpKind));
     HeldArrays KeepAttentionGradients(compute(), GradientsOnBackend
                                                      ? std::vector{residual(DQ), residual(DK), residual(DV)}
@@ -1031,7 +1103,9 @@ struct StageModel::Impl {
                                        Groups.CpKind);
     }
     if (Config.Mla) {
-      Tensor DXn1 = mlaBackward(P, M, S, DQ, DK, DV);
+      Tensor DXn1;
+      HeldArrays KeepInputGradient(compute(), branchOutput(DXn1, S, keepKey(M, S) && tpOnBackend()));
+      mlaBackward(P, M, S, DQ, DK, DV, DXn1);
       return inputGradient(P, M, S, DH, DXn1, OutputKey);
     }
     // The projections' output gradients, held from the rotation back to

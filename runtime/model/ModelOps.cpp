@@ -252,6 +252,47 @@ double geluOf(GeluForm Kind, double X, double *Slope) {
 
 } // namespace
 
+float siluOf(float X) { return float(X * (1.0 / (1.0 + std::exp(-double(X))))); }
+
+float siluSlope(float X) {
+  const double S = 1.0 / (1.0 + std::exp(-double(X)));
+  return float(S * (1 + X * (1 - S)));
+}
+
+void gatedRmsNormForward(int64_t Rows, int64_t Width, const float *O, const float *Z, const float *W, double Eps,
+                         float *Y, float *Rstd) {
+  for (int64_t I = 0; I < Rows; ++I) {
+    const float *Oi = O + I * Width, *Zi = Z + I * Width;
+    double Sum = 0;
+    for (int64_t C = 0; C < Width; ++C)
+      Sum += double(Oi[C]) * Oi[C];
+    const float R = float(1.0 / std::sqrt(Sum / double(Width) + Eps));
+    Rstd[I] = R;
+    float *Yi = Y + I * Width;
+    for (int64_t C = 0; C < Width; ++C)
+      Yi[C] = Oi[C] * R * W[C] * siluOf(Zi[C]);
+  }
+}
+
+void gatedRmsNormBackward(int64_t Rows, int64_t Width, const float *O, const float *Z, const float *W,
+                          const float *Rstd, const float *DY, float *DO, float *DZ, float *DW) {
+  for (int64_t I = 0; I < Rows; ++I) {
+    const float *Oi = O + I * Width, *Zi = Z + I * Width, *Dy = DY + I * Width;
+    const float R = Rstd[I];
+    float *Do = DO + I * Width, *Dz = DZ + I * Width;
+    double Dot = 0;
+    for (int64_t C = 0; C < Width; ++C) {
+      const float Nrm = Oi[C] * R, Gate = siluOf(Zi[C]);
+      Dz[C] = Dy[C] * Nrm * W[C] * siluSlope(Zi[C]);
+      DW[C] += Dy[C] * Nrm * Gate;
+      Do[C] = Dy[C] * W[C] * Gate; // d(normalised)
+      Dot += double(Do[C]) * Nrm;
+    }
+    for (int64_t C = 0; C < Width; ++C)
+      Do[C] = float(R * (Do[C] - Oi[C] * R * Dot / double(Width)));
+  }
+}
+
 Tensor gelu(GeluForm Kind, const Tensor &X) {
   Tensor Y(X.shape());
   if (currentBackend().gelu(Kind, X.numel(), X.data(), Y.data()))

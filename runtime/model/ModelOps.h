@@ -97,6 +97,19 @@ Tensor layerNormBackward(const Tensor &X, const Tensor &W, const std::vector<flo
 Tensor gelu(GeluForm Kind, const Tensor &X);
 Tensor geluBackward(GeluForm Kind, const Tensor &X, const Tensor &DY);
 
+/// silu(X) = X sigmoid(X), and its slope, in double (Gated DeltaNet's).
+float siluOf(float X);
+float siluSlope(float X);
+
+/// Gated DeltaNet's output norm (model/GatedDeltaNet.h) over Rows heads of
+/// Width: Y = O rstd W silu(Z) per head, rstd = 1 / sqrt(mean(O^2) + Eps)
+/// (in double) into Rstd [Rows].
+void gatedRmsNormForward(int64_t Rows, int64_t Width, const float *O, const float *Z, const float *W, double Eps,
+                         float *Y, float *Rstd);
+/// Its backward from DY: DO and DZ written, DW += (the rows in order).
+void gatedRmsNormBackward(int64_t Rows, int64_t Width, const float *O, const float *Z, const float *W,
+                          const float *Rstd, const float *DY, float *DO, float *DZ, float *DW);
+
 /// The full tensor of a parameter from (Seed, Name) alone: normal(0, Std)
 /// entries drawn row-major from a mt19937_64 seeded by a hash of both
 /// (Box-Muller, so the values do not depend on the standard library), or all

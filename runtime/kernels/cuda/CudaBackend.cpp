@@ -201,7 +201,8 @@ class CudaBackend final : public ComputeBackend {
 public:
   const char *name() const override { return "cuda"; }
   const char *precision() const override {
-    return "GEMMs, attention, RMSNorm, LayerNorm, RoPE, SwiGLU, GELU, the experts' MLPs, token permutation, latent "
+    return "GEMMs, attention, RMSNorm, LayerNorm, Gated DeltaNet's output norm, RoPE, SwiGLU, GELU, the experts' MLPs, "
+           "token permutation, latent "
            "attention's column splits and the loss head on bf16 operands with fp32 accumulation, the router, Gated "
            "DeltaNet's recurrence, the residual "
            "stream's adds, the gradient sums and AdamW in fp32 on the device (of the parameters no host code reads), "
@@ -253,6 +254,42 @@ public:
     result(DX16, DX);
     if (!Sum)
       result(DW32, DW);
+  }
+
+  bool gatedRmsNormForward(int64_t Rows, int64_t Width, const float *O, const float *Z, const float *W, double Eps,
+                           float *Y, float *Rstd) override {
+    Charge Charged(Copies, "gated norm");
+    if (Rows == 0)
+      return true;
+    Operand O16 = input(O, Rows * Width), Z16 = input(Z, Rows * Width), W16 = input(W, Width);
+    DeviceBuffer<bf16> Y16{size_t(Rows * Width)};
+    DeviceBuffer<float> R32{size_t(Rows)};
+    cuda::gatedRmsNormForward(Rows, Width, O16.Data, Z16.Data, W16.Data, float(Eps), Y16.data(), R32.data(),
+                              Blas.stream());
+    result(Y16, Y);
+    result(R32, Rstd);
+    return true;
+  }
+
+  bool gatedRmsNormBackward(int64_t Rows, int64_t Width, const float *O, const float *Z, const float *W,
+                            const float *Rstd, const float *DY, float *DO, float *DZ, float *DW) override {
+    Charge Charged(Copies, "gated norm");
+    if (Rows == 0)
+      return true;
+    Operand O16 = input(O, Rows * Width), Z16 = input(Z, Rows * Width), W16 = input(W, Width),
+            DY16 = input(DY, Rows * Width);
+    DeviceBuffer<float> R32 = Copies.floats(Rstd, Rows), DW32;
+    DeviceBuffer<bf16> DO16{size_t(Rows * Width)}, DZ16{size_t(Rows * Width)};
+    HeldCopy *Sum = heldSum(DW, Width);
+    if (!Sum)
+      DW32 = Copies.floats(DW, Width);
+    cuda::gatedRmsNormBackward(Rows, Width, O16.Data, Z16.Data, W16.Data, R32.data(), DY16.Data, DO16.data(),
+                               DZ16.data(), Sum ? Sum->at(DW) : DW32.data(), Blas.stream());
+    result(DO16, DO);
+    result(DZ16, DZ);
+    if (!Sum)
+      result(DW32, DW);
+    return true;
   }
 
   void swiGluForward(int64_t Count, const float *G, const float *U, float *Act) override {
@@ -738,6 +775,7 @@ public:
         H.Count = A.Count;
         H.Kind = A.Kind;
         H.Wide = A.Wide;
+        H.Unset = A.Unset && A.Kind == HeldArray::BackendOnly && !A.Wide;
         H.Host = A.Data;
         H.Depth = Levels.size() - 1;
         Level.push_back(A.Data);
@@ -1250,6 +1288,8 @@ private:
     /// Resident or held wide (HeldArray::Wide): Master is the fp32 array,
     /// from which Copy (bf16, for operands) is made on the device.
     bool Wide = false;
+    /// HeldArray::Unset, until its first copy is made.
+    bool Unset = false;
     DeviceBuffer<bf16> Copy;
     DeviceBuffer<float> Sum, Master;
     /// The fp32 element of Data an operation adds to: the Accumulate
@@ -1593,10 +1633,13 @@ private:
     if (!H->Copy.size() && H->Wide) {
       H->Copy.resize(size_t(H->Count));
       castToBf16(H->Count, master(*H), H->Copy.data(), Blas.stream());
+    } else if (!H->Copy.size() && H->Unset) {
+      H->Copy.resize(size_t(H->Count)); // its operations write it first
     } else if (!H->Copy.size()) {
       Charge Charged(Copies, H->holdName());
       H->Copy = Copies.bf16s(H->Host, H->Count);
     }
+    H->Unset = false; // a copy dropped from now on leaves the host's values
     return H->Copy.data() + (Data - H->Host);
   }
 

@@ -32,6 +32,59 @@ unsigned gridFor(int64_t Count, int Threads) {
   return unsigned(std::min<int64_t>((Count + Threads - 1) / Threads, 65535));
 }
 
+__device__ inline float sigmoidF(float X) { return 1.f / (1.f + __expf(-X)); }
+__device__ inline float siluF(float X) { return X * sigmoidF(X); }
+__device__ inline float siluSlopeF(float X) {
+  const float S = sigmoidF(X);
+  return S * (1.f + X * (1.f - S));
+}
+
+/// A block per head row.
+__global__ void gatedRmsNormForwardKernel(int64_t Width, const bf16 *O, const bf16 *Z, const bf16 *W, float Eps,
+                                          bf16 *Y, float *Rstd) {
+  const int64_t Off = int64_t(blockIdx.x) * Width;
+  float Sq = 0.f;
+  for (int64_t J = threadIdx.x; J < Width; J += blockDim.x) {
+    const float V = toF(O[Off + J]);
+    Sq += V * V;
+  }
+  Sq = blockSum(Sq);
+  const float R = rsqrtf(Sq / float(Width) + Eps);
+  if (threadIdx.x == 0)
+    Rstd[blockIdx.x] = R;
+  for (int64_t J = threadIdx.x; J < Width; J += blockDim.x)
+    Y[Off + J] = toB(toF(O[Off + J]) * R * toF(W[J]) * siluF(toF(Z[Off + J])));
+}
+
+__global__ void gatedRmsNormBackwardKernel(int64_t Width, const bf16 *O, const bf16 *Z, const bf16 *W,
+                                           const float *Rstd, const bf16 *DY, bf16 *DO, bf16 *DZ) {
+  const int64_t Off = int64_t(blockIdx.x) * Width;
+  const float R = Rstd[blockIdx.x];
+  float Dot = 0.f;
+  for (int64_t J = threadIdx.x; J < Width; J += blockDim.x) {
+    const float Zv = toF(Z[Off + J]), Nrm = toF(O[Off + J]) * R, Dy = toF(DY[Off + J]), Wv = toF(W[J]);
+    DZ[Off + J] = toB(Dy * Nrm * Wv * siluSlopeF(Zv));
+    Dot += Dy * Wv * siluF(Zv) * Nrm;
+  }
+  Dot = blockSum(Dot);
+  for (int64_t J = threadIdx.x; J < Width; J += blockDim.x) {
+    const float Ov = toF(O[Off + J]), Dn = toF(DY[Off + J]) * toF(W[J]) * siluF(toF(Z[Off + J]));
+    DO[Off + J] = toB(R * (Dn - Ov * R * Dot / float(Width)));
+  }
+}
+
+/// One thread per column, rows in order: a deterministic weight gradient.
+__global__ void gatedRmsNormBackwardDwKernel(int64_t Rows, int64_t Width, const bf16 *O, const bf16 *Z,
+                                             const float *Rstd, const bf16 *DY, float *DW) {
+  const int64_t J = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (J >= Width)
+    return;
+  float Sum = 0.f;
+  for (int64_t I = 0; I < Rows; ++I)
+    Sum += toF(DY[I * Width + J]) * toF(O[I * Width + J]) * Rstd[I] * siluF(toF(Z[I * Width + J]));
+  DW[J] += Sum;
+}
+
 __global__ void rmsNormForwardKernel(int64_t Hidden, const bf16 *X, const bf16 *W, float Eps, bf16 *Y, float *Rstd) {
   const bf16 *Row = X + int64_t(blockIdx.x) * Hidden;
   float Sq = 0.f;
@@ -203,8 +256,6 @@ __global__ void ropeKernel(int64_t Rows, int64_t Groups, RopeColumns Columns, bf
   }
 }
 
-__device__ inline float sigmoidF(float X) { return 1.f / (1.f + __expf(-X)); }
-
 __global__ void swiGluForwardKernel(int64_t Count, const bf16 *G, const bf16 *U, bf16 *Act) {
   for (int64_t I = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; I < Count; I += int64_t(gridDim.x) * blockDim.x) {
     float Gv = toF(G[I]);
@@ -244,6 +295,24 @@ void rmsNormForward(int64_t Rows, int64_t Hidden, const bf16 *X, const bf16 *W, 
   if (Rows == 0)
     return;
   rmsNormForwardKernel<<<unsigned(Rows), 256, 0, Stream>>>(Hidden, X, W, Eps, Y, Rstd);
+  MOERT_CUDA_CHECK_LAUNCH();
+}
+
+void gatedRmsNormForward(int64_t Rows, int64_t Width, const bf16 *O, const bf16 *Z, const bf16 *W, float Eps, bf16 *Y,
+                         float *Rstd, cudaStream_t Stream) {
+  if (Rows == 0)
+    return;
+  gatedRmsNormForwardKernel<<<unsigned(Rows), 128, 0, Stream>>>(Width, O, Z, W, Eps, Y, Rstd);
+  MOERT_CUDA_CHECK_LAUNCH();
+}
+
+void gatedRmsNormBackward(int64_t Rows, int64_t Width, const bf16 *O, const bf16 *Z, const bf16 *W, const float *Rstd,
+                          const bf16 *DY, bf16 *DO, bf16 *DZ, float *DW, cudaStream_t Stream) {
+  if (Rows == 0)
+    return;
+  gatedRmsNormBackwardKernel<<<unsigned(Rows), 128, 0, Stream>>>(Width, O, Z, W, Rstd, DY, DO, DZ);
+  MOERT_CUDA_CHECK_LAUNCH();
+  gatedRmsNormBackwardDwKernel<<<unsigned((Width + 127) / 128), 128, 0, Stream>>>(Rows, Width, O, Z, Rstd, DY, DW);
   MOERT_CUDA_CHECK_LAUNCH();
 }
 

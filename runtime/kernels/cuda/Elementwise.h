@@ -41,6 +41,14 @@ void layerNormBackward(int64_t Rows, int64_t Hidden, const bf16 *X, const bf16 *
 void geluForward(int64_t Count, bool Tanh, const bf16 *X, bf16 *Y, cudaStream_t Stream);
 void geluBackward(int64_t Count, bool Tanh, const bf16 *X, const bf16 *DY, bf16 *DX, cudaStream_t Stream);
 
+/// Gated DeltaNet's output norm over Rows heads of Width: Y = O rstd W
+/// silu(Z), Rstd [Rows]; the backward writes DO and DZ and adds to DW (a
+/// thread per column, rows in order).
+void gatedRmsNormForward(int64_t Rows, int64_t Width, const bf16 *O, const bf16 *Z, const bf16 *W, float Eps, bf16 *Y,
+                         float *Rstd, cudaStream_t Stream);
+void gatedRmsNormBackward(int64_t Rows, int64_t Width, const bf16 *O, const bf16 *Z, const bf16 *W, const float *Rstd,
+                          const bf16 *DY, bf16 *DO, bf16 *DZ, float *DW, cudaStream_t Stream);
+
 /// Rotary embedding in place on X [Rows, Groups * Columns.Stride]
 /// (kernels/RopeColumns.h; angle Positions[n] * Theta^(-2j / RopeDim),
 /// computed in double as on the host); Inverse applies the transposed

@@ -1368,6 +1368,95 @@ TEST(CudaBackend, AStageKeepsWhatOnlyTheBackendReadsOnTheDevice) {
       << "every norm's rstd and weight gradient (no parameter is held here)";
 }
 
+// Latent attention at DeepSeek-V3's head widths runs whole on the device:
+// the same loss and gradients as the host's within bf16, and of what passes
+// between its operations nothing crosses: the column splits and assemblies
+// move between the backend's copies, the arrays they make start on the
+// device (no upload of the host's zeros), and RoPE's results stay there.
+TEST(CudaBackend, LatentAttentionRunsWholeOnTheDevice) {
+  auto Cuda = cudaBackend();
+  OneRankGroups Groups;
+  ModelConfig C = tinyMoe(/*TopK=*/4);
+  C.KvHeads = C.Heads;
+  for (int64_t QLatent : {int64_t(24), int64_t(0)}) {
+    C.Mla = ModelConfig::LatentAttention{QLatent, 16, 128, 64, 128};
+    const std::string What = QLatent ? "with a query latent" : "without";
+    ModelOptions Host;
+    Host.Seed = 7;
+    Host.CeScale = 1.0 / 64;
+    ModelOptions OnCuda = Host;
+    OnCuda.Compute = Cuda.get();
+    StageModel Want(C, StageSpec{0, C.Layers, true, true}, Groups.Ctx, Host),
+        Got(C, StageSpec{0, C.Layers, true, true}, Groups.Ctx, OnCuda);
+    MicroBatch MB = batch(C.Vocab);
+    BackendTraffic Before = Cuda->traffic();
+    for (StageModel *M : {&Want, &Got}) {
+      M->forward(0, MB, nullptr);
+      M->backward(0, nullptr);
+    }
+    EXPECT_NEAR(Got.loss().CeSum, Want.loss().CeSum, 1e-2 * Want.loss().CeSum) << What;
+    std::vector<Parameter *> WantParams = Want.parameters(), GotParams = Got.parameters();
+    ASSERT_EQ(GotParams.size(), WantParams.size());
+    for (size_t I = 0; I < WantParams.size(); ++I)
+      EXPECT_LT(relativeError(GotParams[I]->Grad.storage(), WantParams[I]->Grad.storage()), 5e-2)
+          << What << ": " << WantParams[I]->Name;
+    auto Moved = [&](const char *Operation, bool ToDevice) {
+      BackendTraffic Now = Cuda->traffic();
+      BackendTraffic::Copies A = Now.ByOperation[Operation], B = Before.ByOperation[Operation];
+      return ToDevice ? A.HostToDeviceBytes - B.HostToDeviceBytes : A.DeviceToHostBytes - B.DeviceToHostBytes;
+    };
+    for (bool ToDevice : {true, false}) {
+      EXPECT_EQ(Moved("copy columns", ToDevice), 0) << What;
+      EXPECT_EQ(Moved("nested holds", ToDevice), 0) << What;
+    }
+    EXPECT_EQ(Moved("rope", false), 0) << What << ": the rotated values stay on the device";
+    const int64_t Rows = MB.Sequences * MB.SeqLen;
+    EXPECT_EQ(Moved("rope", true), C.Layers * 4 * Rows * int64_t(sizeof(int32_t))) << What << ": positions alone";
+    // Of attention's results only its statistics come back.
+    const int64_t Statistics = MB.Sequences * C.Heads * MB.SeqLen * int64_t(sizeof(float));
+    EXPECT_EQ(Moved("attention", false), C.Layers * 2 * Statistics) << What;
+  }
+}
+
+// Gated DeltaNet's output side runs on the device: the output gate's
+// projection, the rule's output, the gated norm's output and their
+// gradients pass between the backend's operations without crossing; of the
+// norm only each head row's statistics (and the weight's gradient, not held
+// here) come back.
+TEST(CudaBackend, GatedDeltaNetsOutputNormStaysOnTheDevice) {
+  auto Cuda = cudaBackend();
+  OneRankGroups Groups;
+  ModelConfig C = tinyMoe(/*TopK=*/4);
+  C.Linear = ModelConfig::LinearAttention{/*Interval=*/2, /*KeyHeads=*/2, /*ValueHeads=*/4, /*HeadDim=*/16};
+  ModelOptions Host;
+  Host.Seed = 7;
+  Host.CeScale = 1.0 / 64;
+  ModelOptions OnCuda = Host;
+  OnCuda.Compute = Cuda.get();
+  StageModel Want(C, StageSpec{0, C.Layers, true, true}, Groups.Ctx, Host),
+      Got(C, StageSpec{0, C.Layers, true, true}, Groups.Ctx, OnCuda);
+  MicroBatch MB = batch(C.Vocab);
+  for (StageModel *M : {&Want, &Got}) {
+    M->forward(0, MB, nullptr);
+    M->backward(0, nullptr);
+  }
+  EXPECT_NEAR(Got.loss().CeSum, Want.loss().CeSum, 1e-2 * Want.loss().CeSum);
+  std::vector<Parameter *> WantParams = Want.parameters(), GotParams = Got.parameters();
+  ASSERT_EQ(GotParams.size(), WantParams.size());
+  for (size_t I = 0; I < WantParams.size(); ++I)
+    EXPECT_LT(relativeError(GotParams[I]->Grad.storage(), WantParams[I]->Grad.storage()), 5e-2) << WantParams[I]->Name;
+  const int64_t Rows = MB.Sequences * MB.SeqLen * C.Linear->ValueHeads, Width = C.Linear->HeadDim;
+  const int64_t LinearLayers = C.Layers / C.Linear->Interval, F = int64_t(sizeof(float));
+  BackendTraffic T = Cuda->traffic();
+  EXPECT_EQ(T.ByOperation["gated norm"].DeviceToHostBytes, LinearLayers * (Rows + Width) * F)
+      << "the forward's statistics and the weight's gradient";
+  EXPECT_EQ(T.ByOperation["gated norm"].HostToDeviceBytes, LinearLayers * (2 * Width + Rows + Width) * F)
+      << "the weight each way, the statistics and the gradient back";
+  EXPECT_EQ(T.ByOperation["delta rule"].DeviceToHostBytes,
+            LinearLayers * (2 * Rows / C.Linear->ValueHeads * C.Linear->KeyHeads * Width + Rows * Width + 2 * Rows) * F)
+      << "the rule's input gradients; its output stays";
+}
+
 TEST(CudaBackend, AFullRecomputeRerunsEachLayerFromItsInputWhereItIs) {
   auto Cuda = cudaBackend();
   OneRankGroups Groups;

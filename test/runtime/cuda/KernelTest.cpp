@@ -479,13 +479,15 @@ TEST(CudaElementwise, RmsNormForwardAndBackwardMatchHost) {
   Tensor TX = tensorOf({N, H}, X), TW = tensorOf({H}, W), TDY = tensorOf({N, H}, DY);
   std::vector<float> Rstd;
   Tensor Y = rmsNormForward(TX, TW, 1e-5, Rstd);
-  Tensor DW({H});
+  // The weight's gradient is added to an earlier micro batch's, so a kernel
+  // that overwrote it would fail.
+  const std::vector<float> Earlier = randomBf16(H, 54);
+  Tensor DW = tensorOf({H}, Earlier);
   Tensor DX = rmsNormBackward(TX, TW, Rstd, TDY, DW);
 
   auto GX = uploadBf16(X), GW = uploadBf16(W), GDY = uploadBf16(DY);
   DeviceBuffer<bf16> GY(N * H), GDX(N * H);
-  DeviceBuffer<float> GRstd(N), GDW(H);
-  GDW.zero();
+  DeviceBuffer<float> GRstd(N), GDW = uploadF32(Earlier);
   cuda::rmsNormForward(N, H, GX.data(), GW.data(), 1e-5f, GY.data(), GRstd.data(), nullptr);
   cuda::rmsNormBackward(N, H, GX.data(), GW.data(), GRstd.data(), GDY.data(), GDX.data(), GDW.data(), nullptr);
   sync();
@@ -527,6 +529,37 @@ TEST(CudaElementwise, LayerNormForwardAndBackwardMatchHost) {
   EXPECT_TRUE(near(downloadBf16(GDX), DX.storage(), Bf16Tol, "dX"));
   EXPECT_TRUE(near(GDW.download(), DW.storage(), 1e-4, "dW"));
   EXPECT_TRUE(near(GDB.download(), DB.storage(), 1e-4, "dB"));
+}
+
+// Gated DeltaNet's output norm (RMSNorm over each head, times the weight
+// and silu of the gate) against the host's loops (model/ModelOps.h).
+TEST(CudaElementwise, GatedRmsNormForwardAndBackwardMatchHost) {
+  const int64_t Rows = 37 * 4, Width = 128; // 37 tokens of 4 value heads, Qwen3-Next's head width
+  auto O = randomBf16(Rows * Width, 91), Z = randomBf16(Rows * Width, 92, 3.0f), DY = randomBf16(Rows * Width, 93);
+  std::vector<float> W = randomBf16(Width, 94, 0.1f);
+  for (float &Wi : W)
+    Wi = float(__bfloat162float(__float2bfloat16_rn(Wi + 1.0f)));
+  std::vector<float> Y(O.size()), Rstd(Rows), DO(O.size()), DZ(O.size());
+  // The weight's gradient is added to an earlier micro batch's.
+  const std::vector<float> DW0 = randomBf16(Width, 95);
+  std::vector<float> DW = DW0;
+  gatedRmsNormForward(Rows, Width, O.data(), Z.data(), W.data(), 1e-6, Y.data(), Rstd.data());
+  gatedRmsNormBackward(Rows, Width, O.data(), Z.data(), W.data(), Rstd.data(), DY.data(), DO.data(), DZ.data(),
+                       DW.data());
+
+  auto GO = uploadBf16(O), GZ = uploadBf16(Z), GW = uploadBf16(W), GDY = uploadBf16(DY);
+  DeviceBuffer<bf16> GY(O.size()), GDO(O.size()), GDZ(O.size());
+  DeviceBuffer<float> GRstd(Rows);
+  auto GDW = uploadF32(DW0);
+  cuda::gatedRmsNormForward(Rows, Width, GO.data(), GZ.data(), GW.data(), 1e-6f, GY.data(), GRstd.data(), nullptr);
+  cuda::gatedRmsNormBackward(Rows, Width, GO.data(), GZ.data(), GW.data(), GRstd.data(), GDY.data(), GDO.data(),
+                             GDZ.data(), GDW.data(), nullptr);
+  sync();
+  EXPECT_TRUE(near(downloadBf16(GY), Y, Bf16Tol, "Y"));
+  EXPECT_TRUE(near(GRstd.download(), Rstd, F32Tol, "Rstd"));
+  EXPECT_TRUE(near(downloadBf16(GDO), DO, Bf16Tol, "dO"));
+  EXPECT_TRUE(near(downloadBf16(GDZ), DZ, Bf16Tol, "dZ"));
+  EXPECT_TRUE(near(GDW.download(), DW, 1e-4, "dW"));
 }
 
 TEST(CudaElementwise, GeluBothFormsMatchHost) {
