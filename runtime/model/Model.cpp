@@ -478,11 +478,9 @@ struct StageModel::Impl {
   }
 
   /// Columns [From, From + Cols) of every row of Src into columns [To, To +
-  /// Cols) of Dst (ComputeBackend::copyColumns), added where Accumulate.
-  void copyColumnRange(const Tensor &Src, int64_t From, int64_t Cols, Tensor &Dst, int64_t To,
-                       bool Accumulate = false) const {
-    compute().copyColumns({Src.rows(), 1, Cols, Src.cols(), 0, Dst.cols(), 0, Accumulate}, Src.data() + From,
-                          Dst.data() + To);
+  /// Cols) of Dst (ComputeBackend::copyColumns).
+  void copyColumnRange(const Tensor &Src, int64_t From, int64_t Cols, Tensor &Dst, int64_t To) const {
+    compute().copyColumns({Src.rows(), 1, Cols, Src.cols(), 0, Dst.cols(), 0}, Src.data() + From, Dst.data() + To);
   }
   /// The same for each of Heads blocks: head h's columns [From, From +
   /// Cols) of its SrcWidth in Src (all heads' the same where SrcWidth is 0,

@@ -202,11 +202,9 @@ public:
   const char *name() const override { return "cuda"; }
   const char *precision() const override {
     return "GEMMs, attention, RMSNorm, LayerNorm, Gated DeltaNet's output norm, RoPE, SwiGLU, GELU, the experts' MLPs, "
-           "token permutation, latent "
-           "attention's column splits and the loss head on bf16 operands with fp32 accumulation, the router, Gated "
-           "DeltaNet's recurrence, the residual "
-           "stream's adds, the gradient sums and AdamW in fp32 on the device (of the parameters no host code reads), "
-           "the rest in fp32 on the host";
+           "token permutation, latent attention's column splits and the loss head on bf16 operands with fp32 "
+           "accumulation, the router, Gated DeltaNet's recurrence, the residual stream's adds, the gradient sums and "
+           "AdamW in fp32 on the device (of the parameters no host code reads), the rest in fp32 on the host";
   }
 
   void gemm(const GemmArgs &G) override {
