@@ -44,8 +44,10 @@ TOP_8 = ("model tiny_top8 extends tiny_moe {\n  hidden = 128; head_dim = 32\n"
 # the attention kernels take.
 MLA_WIDE = ("model tiny_mlaw extends tiny_moe {\n  kv_heads = 4\n  attention = mla(q_lora_rank = 24, "
             "kv_lora_rank = 16, qk_head_dim = 128, qk_rope_head_dim = 64, v_head_dim = 128)\n}\n")
-# Qwen3-Next's layers: Gated DeltaNet (its recurrence on the device) on every layer but each second.
-NEXT = ("model tiny_next extends tiny_moe {\n  qk_norm = true\n"
+# Qwen3-Next's layers: Gated DeltaNet on every layer but each second, gated attention with QK-norm
+# on the others, its heads 32 wide so that the attention kernels take them (as they take
+# Qwen3-Next's 256).
+NEXT = ("model tiny_next extends tiny_moe {\n  qk_norm = true; head_dim = 32\n"
         "  linear_attention { interval = 2; key_heads = 2; value_heads = 4; head_dim = 8 }\n}\n")
 CASES = [
     ("tiny_moe, 1 rank", "", "tiny_moe", 1, "tp = 1"),
@@ -66,7 +68,8 @@ CASES = [
     ("tiny_moe with heads of 32, tp 2 x etp 2", HEADS_32, "tiny_hd32", 2, "tp = 2; etp = 2"),
     ("latent attention at DeepSeek-V3's head widths, 1 rank", MLA_WIDE, "tiny_mlaw", 1, "tp = 1"),
     ("latent attention at DeepSeek-V3's head widths, tp 2 x cp 2", MLA_WIDE, "tiny_mlaw", 4, "tp = 2; cp = 2"),
-    ("Qwen3-Next's layers (Gated DeltaNet), 1 rank", NEXT, "tiny_next", 1, "tp = 1"),
+    ("Qwen3-Next's layers (Gated DeltaNet, gated attention with QK-norm), 1 rank", NEXT, "tiny_next", 1, "tp = 1"),
+    ("Qwen3-Next's layers, tp 2", NEXT, "tiny_next", 2, "tp = 2"),
     ("tiny_moe, dp 2", "", "tiny_moe", 2, "tp = 1"),
     ("tiny_moe, full recompute, 1 rank", "", "tiny_moe", 1, "tp = 1", "full"),
     ("tiny_moe, selective recompute (moe_act, layernorm), 1 rank", "", "tiny_moe", 1, "tp = 1",
@@ -159,10 +162,9 @@ def main():
             "back for the host's dispatcher); latent attention at DeepSeek-V3's head widths runs on the device "
             "whole (its latents, their norms, the split of the RoPE key, each head's key and value assembled from the "
             "up-projection and the shared RoPE key, the interleaved RoPE, the attention kernels, and the backward of "
-            "each); Gated DeltaNet's recurrence and output "
-            "norm run there (the rule's output, the output gate's projection, the norm's output and their gradients "
-            "stay there), the rule's inputs and their gradients crossing once each way (its convolution, query and key "
-            "norms and gates are host code); an activation several products read moves once for them (holds nest), and one that "
+            "each); Gated DeltaNet runs there whole (its convolution, query and key norms, gates, recurrence and "
+            "output norm, and everything that passes between them and their gradients), and so do the QK-norm and "
+            "the output gate of the attention beside it; an activation several products read moves once for them (holds nest), and one that "
             "operations make and later ones read (the normalised inputs, queries, keys and values, their "
             "gradients) moves once, as the result; a layer's branch inputs (the residual stream), normalised inputs, "
             "queries, keys and values, attention output and its MLPs' products stay on the device from its forward to its backward (what a recompute policy drops, "

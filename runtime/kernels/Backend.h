@@ -20,6 +20,7 @@
 #define MOERT_KERNELS_BACKEND_H
 
 #include "kernels/ColumnBlocks.h"
+#include "kernels/LinearAttentionInput.h"
 #include "kernels/RopeColumns.h"
 #include "kernels/RouterSpec.h"
 
@@ -373,6 +374,46 @@ public:
   }
   virtual bool gatedRmsNormBackward(int64_t Rows, int64_t Width, const float *O, const float *Z, const float *W,
                                     const float *Rstd, const float *DY, float *DO, float *DZ, float *DW) {
+    return false;
+  }
+  /// Attention's output gate and its backward (model/ModelOps.h's
+  /// sigmoidGateForward/Backward, whose semantics they have), where the
+  /// backend has a kernel: true when done, false to leave it to the host.
+  virtual bool sigmoidGateForward(int64_t Count, const float *X, const float *Gate, float *Y) { return false; }
+  virtual bool sigmoidGateBackward(int64_t Count, const float *X, const float *Gate, const float *DY, float *DX,
+                                   float *DGate) {
+    return false;
+  }
+  /// Gated DeltaNet's input side (kernels/LinearAttentionInput.h;
+  /// model/ModelOps.h's host loops of the same names, whose semantics they
+  /// have), where the backend has a kernel: true when done, false to leave
+  /// it to the host's loops. The convolution with silu: Pre = conv(X), Act =
+  /// silu(Pre); its backward from DAct writes DX and adds to DW.
+  virtual bool causalConvSiluForward(const CausalConv &, const float *X, const float *W, float *Pre, float *Act) {
+    return false;
+  }
+  virtual bool causalConvSiluBackward(const CausalConv &, const float *X, const float *W, const float *Pre,
+                                      const float *DAct, float *DX, float *DW) {
+    return false;
+  }
+  /// Each of Rows heads of Width divided by its L2 norm, Y = X / sqrt(|X|^2
+  /// + Eps) (Y may be X), Inv [Rows] = the factor; the backward DX = Inv (DY
+  /// - Y (DY . Y)) (DX may be DY).
+  virtual bool l2NormHeadsForward(int64_t Rows, int64_t Width, double Eps, const float *X, float *Y, float *Inv) {
+    return false;
+  }
+  virtual bool l2NormHeadsBackward(int64_t Rows, int64_t Width, const float *Y, const float *Inv, const float *DY,
+                                   float *DX) {
+    return false;
+  }
+  /// The decay and write gates (DeltaGates), each way.
+  virtual bool deltaGatesForward(const DeltaGates &, const float *A, const float *B, float *RawA, float *G,
+                                 float *Beta) {
+    return false;
+  }
+  virtual bool deltaGatesBackward(const DeltaGates &, const float *RawA, const float *G, const float *Beta,
+                                  const float *DG, const float *DBeta, float *DA, float *DB, float *DALog,
+                                  float *DDtBias) {
     return false;
   }
   /// Rotary embedding in place on X [Rows, Groups * Columns.Stride]

@@ -66,19 +66,25 @@ public:
   GatedDeltaNetBlock(const ModelConfig &Config, Communicator &Tp);
 
   /// Xn [Ns, Hidden] (this rank's sequence shard of Sequences whole
-  /// sequences) -> the mixer's output [Ns, Hidden].
-  /// Where KeepFor is not null, what only the backend's operations read of
-  /// S stays on the backend, kept under it (ComputeBackend::keepArrays)
-  /// until the caller releases it; else all of S is on the host.
-  Tensor forward(const GdnWeights &W, const Tensor &Xn, int64_t Sequences, GdnSaved &S, const void *KeepFor = nullptr);
-  /// DY [Ns, Hidden] -> dXn; accumulates the weights' gradients.
-  Tensor backward(const GdnWeights &W, const Tensor &Xn, int64_t Sequences, const GdnSaved &S, const Tensor &DY);
+  /// sequences) -> the mixer's output Y [Ns, Hidden], its storage kept
+  /// where it has that shape already (held on the backend).
+  /// Where KeepFor is not null, all of S stays on the backend, kept under it
+  /// (ComputeBackend::keepArrays) until the caller releases it; else all of
+  /// S is on the host.
+  void forward(const GdnWeights &W, const Tensor &Xn, int64_t Sequences, GdnSaved &S, Tensor &Y,
+               const void *KeepFor = nullptr);
+  /// DY [Ns, Hidden] -> DXn (shaped likewise); accumulates the weights'
+  /// gradients.
+  void backward(const GdnWeights &W, const Tensor &Xn, int64_t Sequences, const GdnSaved &S, const Tensor &DY,
+                Tensor &DXn);
   /// Brings back what GdnSaved::dropNormOut removed, bit for bit.
   void recomputeNormOut(const GdnWeights &W, GdnSaved &S) const;
 
 private:
   /// S.Gated and S.RstdO from S.O and S.Z.
   void gatedNorm(const GdnWeights &W, GdnSaved &S) const;
+  /// The gates' shape and parameters, for Tokens tokens.
+  DeltaGates gates(const GdnWeights &W, int64_t Tokens) const;
   /// The rule's operands in S, for the compute backend.
   DeltaRuleArgs ruleArgs(int64_t Sequences, int64_t SeqLen, const GdnSaved &S) const;
   /// Fn(head view, first row of the sequence, value head, its key head) for

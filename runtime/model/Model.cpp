@@ -353,9 +353,6 @@ struct StageModel::Impl {
       G.DtBias = addParam(Pre + "gdn.dt_bias", Dense, {Hv, 1}, Std, 1);
       G.ALog = addParam(Pre + "gdn.a_log", Dense, {Hv, 1}, 0.0, 1);
       G.Norm = addParam(Pre + "gdn.norm", Rep, {A.HeadDim}, 0.0, 0);
-      // The gates, convolutions and gated norm are host loops.
-      for (Parameter *Host : {G.ConvQ, G.ConvK, G.ConvV, G.DtBias, G.ALog, G.Norm})
-        Host->ReadOnHost = true;
       G.Out = addParam(Pre + "gdn.out", Dense, {Vc, C.Hidden}, OutStd, 1);
     } else if (C.Mla) {
       // The down-projections and their norms are whole on every tp rank,
@@ -461,20 +458,20 @@ struct StageModel::Impl {
   }
   /// RMSNorm of each HeadDim-wide head of X [N, Heads * HeadDim] (the rows
   /// of a [N * Heads, HeadDim] view).
-  Tensor headNorm(const Tensor &X, const Parameter &W, std::vector<float> &Rstd) const {
-    Tensor View = X;
-    View.reshape({X.numel() / Config.HeadDim, Config.HeadDim});
-    Tensor Y = rmsNormForward(View, W.Value, Config.RmsNormEps, Rstd);
-    Y.reshape(X.shape());
-    return Y;
+  /// RMSNorm over each head of X into Y (the QK-norm), its storage kept
+  /// where it has X's shape already (held on the backend).
+  void headNorm(const Tensor &X, const Parameter &W, std::vector<float> &Rstd, Tensor &Y) const {
+    const int64_t Rows = X.numel() / Config.HeadDim;
+    shaped(Y, X.shape());
+    Rstd.resize(size_t(Rows));
+    compute().rmsNormForward(Rows, Config.HeadDim, X.data(), W.Value.data(), Config.RmsNormEps, Y.data(), Rstd.data());
   }
-  Tensor headNormBackward(const Tensor &X, Parameter &W, const std::vector<float> &Rstd, const Tensor &DY) const {
-    Tensor View = X, DView = DY;
-    View.reshape({X.numel() / Config.HeadDim, Config.HeadDim});
-    DView.reshape(View.shape());
-    Tensor DX = rmsNormBackward(View, W.Value, Rstd, DView, W.Grad);
-    DX.reshape(X.shape());
-    return DX;
+  /// Its backward into DX, shaped likewise.
+  void headNormBackward(const Tensor &X, Parameter &W, const std::vector<float> &Rstd, const Tensor &DY,
+                        Tensor &DX) const {
+    shaped(DX, X.shape());
+    compute().rmsNormBackward(X.numel() / Config.HeadDim, Config.HeadDim, X.data(), W.Value.data(), Rstd.data(),
+                              DY.data(), DX.data(), W.Grad.data());
   }
 
   /// Columns [From, From + Cols) of every row of Src into columns [To, To +
@@ -628,44 +625,55 @@ struct StageModel::Impl {
       mlaUp(P, M, S);
       return;
     }
-    std::vector<const Tensor *> Ws = {&P.Q->Value, &P.K->Value, &P.V->Value};
-    std::vector<Tensor *> Ys = projections(P, S);
-    if (P.OGate) {
-      Ws.push_back(&P.OGate->Value);
-      Ys.push_back(&S.OGate);
-    }
-    columnParallelForward(*Groups.Tp, S.Xn1, Ws, Ys);
+    columnParallelForward(*Groups.Tp, S.Xn1, projectionWeights(P), projections(P, S));
     if (P.QNorm) {
-      S.Q = headNorm(S.QPre, *P.QNorm, S.RstdQ);
-      S.K = headNorm(S.KPre, *P.KNorm, S.RstdK);
+      headNorm(S.QPre, *P.QNorm, S.RstdQ, S.Q);
+      headNorm(S.KPre, *P.KNorm, S.RstdK, S.K);
     }
     rope(S.Q, M, false);
     rope(S.K, M, false);
   }
-  /// Where the query, key and value projections land: the queries and keys
-  /// before their head norms where the layer has them.
-  static std::vector<Tensor *> projections(const LayerParams &P, LayerState &S) {
-    return {P.QNorm ? &S.QPre : &S.Q, P.QNorm ? &S.KPre : &S.K, &S.V};
+  /// The query, key and value projections' weights, and the output gate's
+  /// where the layer has one.
+  static std::vector<const Tensor *> projectionWeights(const LayerParams &P) {
+    std::vector<const Tensor *> Ws = {&P.Q->Value, &P.K->Value, &P.V->Value};
+    if (P.OGate)
+      Ws.push_back(&P.OGate->Value);
+    return Ws;
   }
-  /// The projections made ready for qkv() (as its products' shapes), held
-  /// from their making to the attention that reads them (the backend keeps
-  /// its copies of them; RoPE rotates the copy). Only the backend reads them
-  /// (and a ring's sends, which ask), so their values stay there, but for
-  /// the head norms' inputs, which the host copies.
+  /// Where they land: the queries and keys before their head norms where
+  /// the layer has them.
+  static std::vector<Tensor *> projections(const LayerParams &P, LayerState &S) {
+    std::vector<Tensor *> Ys = {P.QNorm ? &S.QPre : &S.Q, P.QNorm ? &S.KPre : &S.K, &S.V};
+    if (P.OGate)
+      Ys.push_back(&S.OGate);
+    return Ys;
+  }
+  /// The projections made ready for qkv() (as its products' shapes), and
+  /// the head norms' outputs where the layer has them, held from their
+  /// making to the attention (and output gate) that reads them (the backend
+  /// keeps its copies of them; RoPE rotates the copy). Only the backend
+  /// reads them (and a ring's sends, which ask), so their values stay there.
   std::vector<HeldArray> heldProjections(const LayerParams &P, const MicroState &M, LayerState &S) {
     const int64_t Rows = S.Xn1.rows() * Groups.Tp->size();
-    const std::vector<const Tensor *> Ws = {&P.Q->Value, &P.K->Value, &P.V->Value};
-    std::vector<Tensor *> Ys = projections(P, S);
+    const std::vector<const Tensor *> Ws = projectionWeights(P);
+    const std::vector<Tensor *> Ys = projections(P, S);
+    for (size_t I = 0; I < Ys.size(); ++I)
+      *Ys[I] = Tensor({Rows, Ws[I]->cols()});
+    std::vector<Tensor *> Held = Ys;
+    if (P.QNorm) {
+      S.Q = Tensor(S.QPre.shape());
+      S.K = Tensor(S.KPre.shape());
+      Held.push_back(&S.Q);
+      Held.push_back(&S.K);
+    }
     // The backward reads them from the backend only where they are kept
     // (not in an MTP block's layer).
     const bool Kept = keepKey(M, S) != nullptr;
-    std::vector<HeldArray> Held;
-    for (size_t I = 0; I < Ys.size(); ++I) {
-      *Ys[I] = Tensor({Rows, Ws[I]->cols()});
-      const bool HostCopies = P.QNorm && I < 2;
-      Held.push_back(HostCopies || !Kept ? keptResult(*Ys[I]) : onBackend(*Ys[I]));
-    }
-    return Held;
+    std::vector<HeldArray> Arrays;
+    for (Tensor *T : Held)
+      Arrays.push_back(Kept ? onBackend(*T) : keptResult(*T));
+    return Arrays;
   }
   /// Rotates queries or keys (or, Inverse, their gradients) of micro batch
   /// M: by each token's time, row and column positions under multimodal
@@ -718,13 +726,24 @@ struct StageModel::Impl {
 
   /// The attention output the out-projection reads: gated by sigmoid(OGate)
   /// into Gated where the layer has the output gate, else itself.
-  static const Tensor &gatedAttention(const LayerState &S, Tensor &Gated) {
+  const Tensor &gatedAttention(const LayerState &S, Tensor &Gated) const {
     if (!S.OGate.numel())
       return S.AttnOut;
-    Gated = S.AttnOut;
-    for (int64_t I = 0; I < Gated.numel(); ++I)
-      Gated[I] *= float(1.0 / (1.0 + std::exp(-double(S.OGate[I]))));
+    shaped(Gated, S.AttnOut.shape());
+    const int64_t Count = Gated.numel();
+    onBackendElseHost(
+        compute(), {readsOf(S.AttnOut), readsOf(S.OGate)}, {writesOf(Gated)},
+        [&] { return compute().sigmoidGateForward(Count, S.AttnOut.data(), S.OGate.data(), Gated.data()); },
+        [&] { sigmoidGateForward(Count, S.AttnOut.data(), S.OGate.data(), Gated.data()); });
     return Gated;
+  }
+  /// Where gatedAttention() writes, made before it: the backend's alone
+  /// (only the out-projection's products read it).
+  std::vector<HeldArray> heldGatedAttention(const LayerParams &P, const LayerState &S, Tensor &Gated) const {
+    if (!P.OGate)
+      return {};
+    Gated = Tensor(S.AttnOut.shape());
+    return {madeOnBackend(Gated)};
   }
 
   /// The keys forced routing draws layer P's logits from (null without
@@ -760,29 +779,38 @@ struct StageModel::Impl {
     // backward, where it is not there already.
     S.Xn1 = Tensor({S.X.rows(), S.X.cols()});
     {
-      HeldArrays Keep(compute(), {normalised(M, S, S.Xn1, !P.Linear), keptResult(S.X)});
+      HeldArrays Keep(compute(), {normalised(M, S, S.Xn1, true), keptResult(S.X)});
       attnNorm(P, S);
       if (P.Linear) {
-        residualAdd(S.X, Gdn->forward(P.Gdn, S.Xn1, M.Sequences, S.Gdn, keepKey(M, S)), S.H);
+        // The mixer's output, added to the residual stream where it is.
+        Tensor Y;
+        HeldArrays KeepOutput(compute(), branchOutput(Y, S, ResidualOnBackend && tpOnBackend()));
+        Gdn->forward(P.Gdn, S.Xn1, M.Sequences, S.Gdn, Y, keepKey(M, S));
+        residualAdd(S.X, Y, S.H);
       } else {
         // Attention's output, read by the out-projection here and by its
         // weight gradient and Delta in the backward: one copy, made by
         // attention where its kernel writes the whole of it, kept, and the
         // backend's alone (but where the output gate reads it on the host).
         attentionOutput(M, S, S.Xn1.rows() * Groups.Tp->size());
-        const bool HostReadsIt = P.OGate || !keepKey(M, S);
+        const bool HostReadsIt = !keepKey(M, S);
         HeldArrays KeepOutput(compute(), {HostReadsIt ? keptResult(S.AttnOut) : onBackend(S.AttnOut)});
         {
           HeldArrays KeepProjections(compute(), Config.Mla ? heldLatents(P, M, S) : heldProjections(P, M, S));
           qkv(P, M, S);
           coreAttn(M, S);
           keepForBackward(M, S, {&S.Q, &S.K, &S.V});
+          if (P.QNorm)
+            keepForBackward(M, S, {&S.QPre, &S.KPre});
+          if (P.OGate)
+            keepForBackward(M, S, {&S.OGate});
           if (Config.Mla)
             keepForBackward(M, S, {&S.Ckv, &S.CkvN, &S.KPe});
           if (P.QDown)
             keepForBackward(M, S, {&S.Qc, &S.QcN});
         }
         Tensor Gated;
+        HeldArrays KeepGated(compute(), heldGatedAttention(P, S, Gated));
         addProjection(gatedAttention(S, Gated), P.O->Value, S.X, S.H, ResidualOnBackend);
         keepForBackward(M, S, {&S.AttnOut});
       }
@@ -874,8 +902,7 @@ struct StageModel::Impl {
   /// A branch's normalised input, held from its RMSNorm through the
   /// branch: the backend's alone (HeldArray::BackendOnly) where it is kept
   /// for the backward and ProductsAlone (only products and gathers, which
-  /// ask for it, read it: not Gated DeltaNet's host code), else copied to
-  /// the host too.
+  /// ask for it, read it), else copied to the host too.
   HeldArray normalised(const MicroState &M, const LayerState &S, Tensor &Xn, bool ProductsAlone) const {
     return ProductsAlone && keepKey(M, S) ? onBackend(Xn) : keptResult(Xn);
   }
@@ -1063,33 +1090,45 @@ struct StageModel::Impl {
     // Attention branch, its input held as the MLP branch's.
     HeldArrays KeepInput(compute(), {keptResult(S.Xn1)});
     if (P.Linear) {
-      Tensor DXn1 = Gdn->backward(P.Gdn, S.Xn1, M.Sequences, S.Gdn, DH);
+      Tensor DXn1;
+      HeldArrays KeepInputGradient(compute(), branchOutput(DXn1, S, keepKey(M, S) && tpOnBackend()));
+      Gdn->backward(P.Gdn, S.Xn1, M.Sequences, S.Gdn, DH, DXn1);
       return inputGradient(P, M, S, DH, DXn1, OutputKey);
     }
-    Tensor Gated;
     // Attention's output gradient, which only the backend reads (for
-    // Delta and every block) unless the output gate scales it on the host.
-    Tensor DOut({S.AttnOut.rows(), S.AttnOut.cols()});
-    HeldArrays KeepOutputGradient(compute(), P.OGate ? std::vector<HeldArray>() : std::vector{onBackend(DOut)});
-    rowParallelBackward(Tp, gatedAttention(S, Gated), P.O->Value, DH, P.O->Grad, DOut);
-    Tensor DOGate;
+    // Delta and every block), and the output gate's (for its products).
+    Tensor DOut({S.AttnOut.rows(), S.AttnOut.cols()}), DOGate;
+    std::vector<HeldArray> OutputGradients = {onBackend(DOut)};
     if (P.OGate) {
       DOGate = Tensor(S.OGate.shape());
-      for (int64_t I = 0; I < DOut.numel(); ++I) {
-        float Sig = float(1.0 / (1.0 + std::exp(-double(S.OGate[I]))));
-        DOGate[I] = DOut[I] * S.AttnOut[I] * Sig * (1 - Sig);
-        DOut[I] *= Sig;
-      }
+      OutputGradients.push_back(madeOnBackend(DOGate));
+    }
+    HeldArrays KeepOutputGradient(compute(), OutputGradients);
+    {
+      Tensor Gated;
+      HeldArrays KeepGated(compute(), heldGatedAttention(P, S, Gated));
+      rowParallelBackward(Tp, gatedAttention(S, Gated), P.O->Value, DH, P.O->Grad, DOut);
+    }
+    if (P.OGate) {
+      const int64_t Count = DOut.numel();
+      onBackendElseHost(
+          compute(), {readsOf(S.AttnOut), readsOf(S.OGate), readsOf(DOut)}, {writesOf(DOut), writesOf(DOGate)},
+          [&] {
+            return compute().sigmoidGateBackward(Count, S.AttnOut.data(), S.OGate.data(), DOut.data(), DOut.data(),
+                                                 DOGate.data());
+          },
+          [&] {
+            sigmoidGateBackward(Count, S.AttnOut.data(), S.OGate.data(), DOut.data(), DOut.data(), DOGate.data());
+          });
     }
     Tensor DQ(S.Q.shape()), DK(S.K.shape()), DV(S.V.shape());
     // Attention's gradients stay on the backend, as sums in fp32, from its
-    // blocks to the projections' products where only the backend reads them
-    // on the way (no head norm's backward; no cp exchange but one that
-    // runs through the backend, exchangeOnBackend: the others send them
-    // from host memory).
+    // blocks to the projections' products (through RoPE and the head norms'
+    // backward) where only the backend reads them on the way (no cp
+    // exchange but one that runs through the backend, exchangeOnBackend:
+    // the others send them from host memory).
     const bool GradientsOnBackend =
-        keepKey(M, S) && !P.QNorm &&
-        (Groups.Cp->size() == 1 || exchangeOnBackend(*Groups.Cp, attentionDims(M), Groups.CpKind));
+        keepKey(M, S) && (Groups.Cp->size() == 1 || exchangeOnBackend(*Groups.Cp, attentionDims(M), Groups.CpKind));
     HeldArrays KeepAttentionGradients(compute(), GradientsOnBackend
                                                      ? std::vector{residual(DQ), residual(DK), residual(DV)}
                                                      : std::vector<HeldArray>());
@@ -1107,22 +1146,26 @@ struct StageModel::Impl {
       return inputGradient(P, M, S, DH, DXn1, OutputKey);
     }
     // The projections' output gradients, held from the rotation back to
-    // their products, which alone read them (the head norms' backward
-    // copies the rotated ones on the host).
-    HeldArrays KeepGrads(
-        compute(), {P.QNorm ? keptResult(DQ) : onBackend(DQ), P.QNorm ? keptResult(DK) : onBackend(DK), onBackend(DV)});
+    // their products, which alone read them (through the head norms'
+    // backward, where the layer has them).
+    Tensor DQPre, DKPre;
+    std::vector<HeldArray> Grads = {onBackend(DQ), onBackend(DK), onBackend(DV)};
+    if (P.QNorm) {
+      DQPre = Tensor(S.QPre.shape());
+      DKPre = Tensor(S.KPre.shape());
+      Grads.push_back(madeOnBackend(DQPre));
+      Grads.push_back(madeOnBackend(DKPre));
+    }
+    HeldArrays KeepGrads(compute(), Grads);
     rope(DQ, M, true);
     rope(DK, M, true);
-    Tensor DQPre, DKPre;
     if (P.QNorm) {
-      DQPre = headNormBackward(S.QPre, *P.QNorm, S.RstdQ, DQ);
-      DKPre = headNormBackward(S.KPre, *P.KNorm, S.RstdK, DK);
+      headNormBackward(S.QPre, *P.QNorm, S.RstdQ, DQ, DQPre);
+      headNormBackward(S.KPre, *P.KNorm, S.RstdK, DK, DKPre);
     }
-    std::vector<const Tensor *> Ws = {&P.Q->Value, &P.K->Value, &P.V->Value},
-                                DYs = {P.QNorm ? &DQPre : &DQ, P.QNorm ? &DKPre : &DK, &DV};
+    std::vector<const Tensor *> DYs = {P.QNorm ? &DQPre : &DQ, P.QNorm ? &DKPre : &DK, &DV};
     std::vector<Tensor *> DWs = {&P.Q->Grad, &P.K->Grad, &P.V->Grad};
     if (P.OGate) {
-      Ws.push_back(&P.OGate->Value);
       DYs.push_back(&DOGate);
       DWs.push_back(&P.OGate->Grad);
     }
@@ -1130,7 +1173,7 @@ struct StageModel::Impl {
     // reads it (where tp's reduce-scatter, if any, runs on the backend).
     Tensor DXn1;
     HeldArrays KeepInputGradient(compute(), branchOutput(DXn1, S, keepKey(M, S) && tpOnBackend()));
-    columnParallelBackward(Tp, S.Xn1, nullptr, Ws, DYs, DWs, DXn1);
+    columnParallelBackward(Tp, S.Xn1, nullptr, projectionWeights(P), DYs, DWs, DXn1);
     return inputGradient(P, M, S, DH, DXn1, OutputKey);
   }
 

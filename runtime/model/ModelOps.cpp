@@ -293,6 +293,113 @@ void gatedRmsNormBackward(int64_t Rows, int64_t Width, const float *O, const flo
   }
 }
 
+namespace {
+float sigmoidOfGate(float X) { return float(1.0 / (1.0 + std::exp(-double(X)))); }
+} // namespace
+
+void sigmoidGateForward(int64_t Count, const float *X, const float *Gate, float *Y) {
+  for (int64_t I = 0; I < Count; ++I)
+    Y[I] = X[I] * sigmoidOfGate(Gate[I]);
+}
+
+void sigmoidGateBackward(int64_t Count, const float *X, const float *Gate, const float *DY, float *DX, float *DGate) {
+  for (int64_t I = 0; I < Count; ++I) {
+    const float S = sigmoidOfGate(Gate[I]);
+    DGate[I] = DY[I] * X[I] * S * (1 - S);
+    DX[I] = DY[I] * S;
+  }
+}
+
+void causalConvSiluForward(const CausalConv &C, const float *X, const float *W, float *Pre, float *Act) {
+  std::fill_n(Pre, C.elements(), 0.0f);
+  for (int64_t T = 0; T < C.Rows; ++T)
+    for (int64_t J = 0; J < C.Width; ++J) {
+      if (!C.reads(T, J))
+        continue;
+      const float *In = X + (T - C.lag(J)) * C.Channels;
+      float *Out = Pre + T * C.Channels;
+      for (int64_t Ch = 0; Ch < C.Channels; ++Ch)
+        Out[Ch] += W[Ch * C.Width + J] * In[Ch];
+    }
+  for (int64_t I = 0; I < C.elements(); ++I)
+    Act[I] = siluOf(Pre[I]);
+}
+
+void causalConvSiluBackward(const CausalConv &C, const float *X, const float *W, const float *Pre, const float *DAct,
+                            float *DX, float *DW) {
+  std::vector<float> DPre(size_t(C.elements()));
+  for (int64_t I = 0; I < C.elements(); ++I)
+    DPre[size_t(I)] = DAct[I] * siluSlope(Pre[I]);
+  std::fill_n(DX, C.elements(), 0.0f);
+  for (int64_t T = 0; T < C.Rows; ++T)
+    for (int64_t J = 0; J < C.Width; ++J) {
+      if (!C.reads(T, J))
+        continue;
+      const int64_t Src = T - C.lag(J);
+      const float *In = X + Src * C.Channels, *D = DPre.data() + T * C.Channels;
+      float *DIn = DX + Src * C.Channels;
+      for (int64_t Ch = 0; Ch < C.Channels; ++Ch) {
+        DIn[Ch] += W[Ch * C.Width + J] * D[Ch];
+        DW[Ch * C.Width + J] += In[Ch] * D[Ch];
+      }
+    }
+}
+
+void l2NormHeadsForward(int64_t Rows, int64_t Width, double Eps, const float *X, float *Y, float *Inv) {
+  for (int64_t H = 0; H < Rows; ++H) {
+    const float *In = X + H * Width;
+    float *Out = Y + H * Width;
+    double Sum = 0;
+    for (int64_t I = 0; I < Width; ++I)
+      Sum += double(In[I]) * In[I];
+    Inv[H] = float(1.0 / std::sqrt(Sum + Eps));
+    for (int64_t I = 0; I < Width; ++I)
+      Out[I] = In[I] * Inv[H];
+  }
+}
+
+void l2NormHeadsBackward(int64_t Rows, int64_t Width, const float *Y, const float *Inv, const float *DY, float *DX) {
+  for (int64_t H = 0; H < Rows; ++H) {
+    const float *Yh = Y + H * Width, *Dy = DY + H * Width;
+    float *Dx = DX + H * Width;
+    double Dot = 0;
+    for (int64_t I = 0; I < Width; ++I)
+      Dot += double(Dy[I]) * Yh[I];
+    for (int64_t I = 0; I < Width; ++I)
+      Dx[I] = float(Inv[H] * (Dy[I] - Yh[I] * Dot));
+  }
+}
+
+namespace {
+double sigmoidOf(double X) { return 1.0 / (1.0 + std::exp(-X)); }
+double softplusOf(double X) { return X > 20 ? X : std::log1p(std::exp(X)); }
+} // namespace
+
+void deltaGatesForward(const DeltaGates &Gates, const float *A, const float *B, float *RawA, float *G, float *Beta) {
+  for (int64_t T = 0; T < Gates.Tokens; ++T)
+    for (int64_t H = 0; H < Gates.Heads; ++H) {
+      const int64_t I = T * Gates.Heads + H;
+      const float U = A[I] + Gates.DtBias[H];
+      RawA[I] = U;
+      G[I] = float(-std::exp(double(Gates.ALog[H])) * softplusOf(U));
+      Beta[I] = float(sigmoidOf(B[I]));
+    }
+}
+
+void deltaGatesBackward(const DeltaGates &Gates, const float *RawA, const float *G, const float *Beta, const float *DG,
+                        const float *DBeta, float *DA, float *DB, float *DALog, float *DDtBias) {
+  for (int64_t T = 0; T < Gates.Tokens; ++T)
+    for (int64_t H = 0; H < Gates.Heads; ++H) {
+      const int64_t I = T * Gates.Heads + H;
+      const float Dg = DG[I], B = Beta[I];
+      DALog[H] += Dg * G[I];
+      const float Du = float(Dg * -std::exp(double(Gates.ALog[H])) * sigmoidOf(RawA[I]));
+      DA[I] = Du;
+      DDtBias[H] += Du;
+      DB[I] = DBeta[I] * B * (1 - B);
+    }
+}
+
 Tensor gelu(GeluForm Kind, const Tensor &X) {
   Tensor Y(X.shape());
   if (currentBackend().gelu(Kind, X.numel(), X.data(), Y.data()))

@@ -13,10 +13,30 @@
 
 #include <array>
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
 namespace moert {
+
+/// Runs OnBackend (a compute backend's operation that may decline: false);
+/// where it declines, OnHost on the host's values of Reads (what an
+/// accumulation adds to included), telling the backend what it wrote.
+template <class BackendOp, class HostOp>
+void onBackendElseHost(ComputeBackend &Backend, std::initializer_list<ConstArray> Reads,
+                       std::initializer_list<HostArray> Writes, BackendOp OnBackend, HostOp OnHost) {
+  if (OnBackend())
+    return;
+  for (const ConstArray &A : Reads)
+    Backend.hostReads(A.Data, A.Count);
+  OnHost();
+  for (const HostArray &A : Writes)
+    Backend.hostWrote(A.Data, A.Count);
+}
+inline ConstArray readsOf(const Tensor &T) { return {T.data(), T.numel()}; }
+inline ConstArray readsOf(const std::vector<float> &V) { return {V.data(), int64_t(V.size())}; }
+inline HostArray writesOf(Tensor &T) { return {T.data(), T.numel()}; }
+inline HostArray writesOf(std::vector<float> &V) { return {V.data(), int64_t(V.size())}; }
 
 /// Y = X * rstd * W per row, rstd = 1 / sqrt(mean(X^2) + Eps); Rstd [rows].
 Tensor rmsNormForward(const Tensor &X, const Tensor &W, double Eps, std::vector<float> &Rstd);
@@ -109,6 +129,28 @@ void gatedRmsNormForward(int64_t Rows, int64_t Width, const float *O, const floa
 /// Its backward from DY: DO and DZ written, DW += (the rows in order).
 void gatedRmsNormBackward(int64_t Rows, int64_t Width, const float *O, const float *Z, const float *W,
                           const float *Rstd, const float *DY, float *DO, float *DZ, float *DW);
+
+/// Attention's output gate (Megatron-Core's attention_output_gate): Y = X
+/// sigmoid(Gate) over Count elements; the backward DGate = DY X s (1 - s)
+/// and DX = DY s (DX may be DY), s = sigmoid(Gate) in double.
+void sigmoidGateForward(int64_t Count, const float *X, const float *Gate, float *Y);
+void sigmoidGateBackward(int64_t Count, const float *X, const float *Gate, const float *DY, float *DX, float *DGate);
+
+/// Gated DeltaNet's input side (kernels/LinearAttentionInput.h): the
+/// causal convolution with silu, Pre = conv(X) and Act = silu(Pre); its
+/// backward writes DX and adds to DW (the output tokens in order).
+void causalConvSiluForward(const CausalConv &C, const float *X, const float *W, float *Pre, float *Act);
+void causalConvSiluBackward(const CausalConv &C, const float *X, const float *W, const float *Pre, const float *DAct,
+                            float *DX, float *DW);
+/// Each of Rows heads of Width divided by its L2 norm (in double), Y may be
+/// X; Inv [Rows] gets the factor. The backward DX = Inv (DY - Y (DY . Y)),
+/// DX may be DY.
+void l2NormHeadsForward(int64_t Rows, int64_t Width, double Eps, const float *X, float *Y, float *Inv);
+void l2NormHeadsBackward(int64_t Rows, int64_t Width, const float *Y, const float *Inv, const float *DY, float *DX);
+/// The decay and write gates (DeltaGates), each way.
+void deltaGatesForward(const DeltaGates &Gates, const float *A, const float *B, float *RawA, float *G, float *Beta);
+void deltaGatesBackward(const DeltaGates &Gates, const float *RawA, const float *G, const float *Beta, const float *DG,
+                        const float *DBeta, float *DA, float *DB, float *DALog, float *DDtBias);
 
 /// The full tensor of a parameter from (Seed, Name) alone: normal(0, Std)
 /// entries drawn row-major from a mt19937_64 seeded by a hash of both

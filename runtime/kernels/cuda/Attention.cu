@@ -22,6 +22,8 @@
 //===----------------------------------------------------------------------===//
 #include "kernels/cuda/Attention.h"
 
+#include "kernels/cuda/DeviceMath.cuh"
+
 #include <algorithm>
 #include <climits>
 #include <cmath>
@@ -98,7 +100,6 @@ template <typename F> void forWidths(int64_t HeadDim, int64_t VHeadDim, F &&Laun
                                 std::to_string(VHeadDim) + " wide");
 }
 
-__device__ inline float toF(bf16 X) { return __bfloat162float(X); }
 /// min(Tile, Remaining) for the last, partial tile.
 __device__ inline int64_t tileRows(int64_t Tile, int64_t Remaining) { return Tile < Remaining ? Tile : Remaining; }
 

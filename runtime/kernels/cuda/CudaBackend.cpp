@@ -9,6 +9,7 @@
 #include "kernels/cuda/DeviceBuffer.h"
 #include "kernels/cuda/Elementwise.h"
 #include "kernels/cuda/Gemm.h"
+#include "kernels/cuda/LinearAttention.h"
 #include "kernels/cuda/Moe.h"
 #include "kernels/cuda/RingAttention.h"
 
@@ -201,10 +202,11 @@ class CudaBackend final : public ComputeBackend {
 public:
   const char *name() const override { return "cuda"; }
   const char *precision() const override {
-    return "GEMMs, attention, RMSNorm, LayerNorm, Gated DeltaNet's output norm, RoPE, SwiGLU, GELU, the experts' MLPs, "
-           "token permutation, latent attention's column splits and the loss head on bf16 operands with fp32 "
-           "accumulation, the router, Gated DeltaNet's recurrence, the residual stream's adds, the gradient sums and "
-           "AdamW in fp32 on the device (of the parameters no host code reads), the rest in fp32 on the host";
+    return "GEMMs, attention and its output gate, RMSNorm, LayerNorm, Gated DeltaNet's convolution and output norm, "
+           "RoPE, SwiGLU, GELU, the experts' MLPs, token permutation, latent attention's column splits and the loss "
+           "head on bf16 operands with fp32 accumulation, the router, Gated DeltaNet's query and key norms, gates and "
+           "recurrence, the residual stream's adds, the gradient sums and AdamW in fp32 on the device (of the "
+           "parameters no host code reads), the rest in fp32 on the host";
   }
 
   void gemm(const GemmArgs &G) override {
@@ -287,6 +289,136 @@ public:
     result(DZ16, DZ);
     if (!Sum)
       result(DW32, DW);
+    return true;
+  }
+
+  bool sigmoidGateForward(int64_t Count, const float *X, const float *Gate, float *Y) override {
+    Charge Charged(Copies, "output gate");
+    if (Count == 0)
+      return true;
+    Operand X16 = input(X, Count), G16 = input(Gate, Count);
+    DeviceBuffer<bf16> Y16{size_t(Count)};
+    cuda::sigmoidGateForward(Count, X16.Data, G16.Data, Y16.data(), Blas.stream());
+    result(Y16, Y);
+    return true;
+  }
+
+  bool sigmoidGateBackward(int64_t Count, const float *X, const float *Gate, const float *DY, float *DX,
+                           float *DGate) override {
+    Charge Charged(Copies, "output gate");
+    if (Count == 0)
+      return true;
+    Operand X16 = input(X, Count), G16 = input(Gate, Count), DY16 = input(DY, Count);
+    DeviceBuffer<bf16> DX16{size_t(Count)}, DG16{size_t(Count)};
+    cuda::sigmoidGateBackward(Count, X16.Data, G16.Data, DY16.Data, DX16.data(), DG16.data(), Blas.stream());
+    result(DX16, DX);
+    result(DG16, DGate);
+    return true;
+  }
+
+  bool causalConvSiluForward(const CausalConv &C, const float *X, const float *W, float *Pre, float *Act) override {
+    Charge Charged(Copies, "short conv");
+    if (C.elements() == 0)
+      return true;
+    Operand X16 = input(X, C.elements()), W16 = input(W, C.Channels * C.Width);
+    DeviceBuffer<bf16> Pre16{size_t(C.elements())};
+    DeviceBuffer<float> Act32{size_t(C.elements())};
+    cuda::causalConvSiluForward(C, X16.Data, W16.Data, Pre16.data(), Act32.data(), Blas.stream());
+    result(Pre16, Pre);
+    result(Act32, Act);
+    return true;
+  }
+
+  bool causalConvSiluBackward(const CausalConv &C, const float *X, const float *W, const float *Pre, const float *DAct,
+                              float *DX, float *DW) override {
+    Charge Charged(Copies, "short conv");
+    if (C.elements() == 0)
+      return true;
+    const int64_t Weights = C.Channels * C.Width;
+    Operand X16 = input(X, C.elements()), W16 = input(W, Weights), Pre16 = input(Pre, C.elements());
+    DeviceBuffer<float> StagedDAct, Scratch{size_t(C.elements())}, DW32;
+    const float *DAct32 = wideInput(DAct, C.elements(), StagedDAct);
+    DeviceBuffer<bf16> DX16{size_t(C.elements())};
+    HeldCopy *Sum = heldSum(DW, Weights);
+    if (!Sum)
+      DW32 = Copies.floats(DW, Weights);
+    cuda::causalConvSiluBackward(C, X16.Data, W16.Data, Pre16.Data, DAct32, DX16.data(),
+                                 Sum ? Sum->at(DW) : DW32.data(), Scratch.data(), Blas.stream());
+    result(DX16, DX);
+    if (!Sum)
+      result(DW32, DW);
+    return true;
+  }
+
+  bool l2NormHeadsForward(int64_t Rows, int64_t Width, double Eps, const float *X, float *Y, float *Inv) override {
+    Charge Charged(Copies, "l2 norm");
+    if (Rows == 0)
+      return true;
+    DeviceBuffer<float> StagedX, Y32{size_t(Rows * Width)}, Inv32{size_t(Rows)};
+    cuda::l2NormHeadsForward(Rows, Width, float(Eps), wideInput(X, Rows * Width, StagedX), Y32.data(), Inv32.data(),
+                             Blas.stream());
+    result(Y32, Y);
+    result(Inv32, Inv);
+    return true;
+  }
+
+  bool l2NormHeadsBackward(int64_t Rows, int64_t Width, const float *Y, const float *Inv, const float *DY,
+                           float *DX) override {
+    Charge Charged(Copies, "l2 norm");
+    if (Rows == 0)
+      return true;
+    DeviceBuffer<float> StagedY, StagedInv, StagedDY, DX32{size_t(Rows * Width)};
+    cuda::l2NormHeadsBackward(Rows, Width, wideInput(Y, Rows * Width, StagedY), wideInput(Inv, Rows, StagedInv),
+                              wideInput(DY, Rows * Width, StagedDY), DX32.data(), Blas.stream());
+    result(DX32, DX);
+    return true;
+  }
+
+  bool deltaGatesForward(const DeltaGates &Gates, const float *A, const float *B, float *RawA, float *G,
+                         float *Beta) override {
+    Charge Charged(Copies, "gates");
+    const int64_t N = Gates.elements();
+    if (N == 0)
+      return true;
+    DeviceBuffer<float> SA, SB, SDt, SALog, RawA32{size_t(N)}, G32{size_t(N)}, Beta32{size_t(N)};
+    DeltaGates OnDevice = Gates;
+    OnDevice.DtBias = wideInput(Gates.DtBias, Gates.Heads, SDt);
+    OnDevice.ALog = wideInput(Gates.ALog, Gates.Heads, SALog);
+    cuda::deltaGatesForward(OnDevice, wideInput(A, N, SA), wideInput(B, N, SB), RawA32.data(), G32.data(),
+                            Beta32.data(), Blas.stream());
+    result(RawA32, RawA);
+    result(G32, G);
+    result(Beta32, Beta);
+    return true;
+  }
+
+  bool deltaGatesBackward(const DeltaGates &Gates, const float *RawA, const float *G, const float *Beta,
+                          const float *DG, const float *DBeta, float *DA, float *DB, float *DALog,
+                          float *DDtBias) override {
+    Charge Charged(Copies, "gates");
+    const int64_t N = Gates.elements();
+    if (N == 0)
+      return true;
+    DeviceBuffer<float> SALog, SRawA, SG, SBeta, SDG, SDBeta, DALog32, DDtBias32;
+    DeltaGates OnDevice = Gates;
+    OnDevice.DtBias = nullptr; // the backward reads ALog alone
+    OnDevice.ALog = wideInput(Gates.ALog, Gates.Heads, SALog);
+    DeviceBuffer<bf16> DA16{size_t(N)}, DB16{size_t(N)};
+    HeldCopy *SumALog = heldSum(DALog, Gates.Heads), *SumDt = heldSum(DDtBias, Gates.Heads);
+    if (!SumALog)
+      DALog32 = Copies.floats(DALog, Gates.Heads);
+    if (!SumDt)
+      DDtBias32 = Copies.floats(DDtBias, Gates.Heads);
+    cuda::deltaGatesBackward(OnDevice, wideInput(RawA, N, SRawA), wideInput(G, N, SG), wideInput(Beta, N, SBeta),
+                             wideInput(DG, N, SDG), wideInput(DBeta, N, SDBeta), DA16.data(), DB16.data(),
+                             SumALog ? SumALog->at(DALog) : DALog32.data(),
+                             SumDt ? SumDt->at(DDtBias) : DDtBias32.data(), Blas.stream());
+    result(DA16, DA);
+    result(DB16, DB);
+    if (!SumALog)
+      result(DALog32, DALog);
+    if (!SumDt)
+      result(DDtBias32, DDtBias);
     return true;
   }
 
@@ -1471,6 +1603,7 @@ private:
                              "it back first");
     H.Copy = DeviceBuffer<bf16>();
     H.Master = DeviceBuffer<float>(); // the host's values are the newer
+    H.Unset = false;                  // and its next copy is made from them
   }
   static bool hasCopy(HeldArray::Use Kind) { return Kind == HeldArray::Read || Kind == HeldArray::BackendOnly; }
 

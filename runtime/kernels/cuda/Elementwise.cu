@@ -1,42 +1,16 @@
 //===- kernels/cuda/Elementwise.cu ----------------------------------------===//
 #include "kernels/cuda/Elementwise.h"
 
+#include "kernels/cuda/DeviceMath.cuh"
+
 #include <algorithm>
 
 namespace moert::cuda {
 
 namespace {
 
-__device__ inline float toF(bf16 X) { return __bfloat162float(X); }
-__device__ inline bf16 toB(float X) { return __float2bfloat16_rn(X); }
-
-/// Sum over the block (blockDim.x a multiple of 32, at most 1024); every
-/// thread gets the result.
-__device__ float blockSum(float V) {
-  __shared__ float Partial[32];
-  for (int Off = 16; Off > 0; Off >>= 1)
-    V += __shfl_xor_sync(0xffffffffu, V, Off);
-  int Warp = threadIdx.x / 32, Lane = threadIdx.x % 32;
-  __syncthreads(); // Partial may still be read by a previous call
-  if (Lane == 0)
-    Partial[Warp] = V;
-  __syncthreads();
-  int Warps = blockDim.x / 32;
-  V = Lane < Warps ? Partial[Lane] : 0.f;
-  for (int Off = 16; Off > 0; Off >>= 1)
-    V += __shfl_xor_sync(0xffffffffu, V, Off);
-  return V;
-}
-
 unsigned gridFor(int64_t Count, int Threads) {
   return unsigned(std::min<int64_t>((Count + Threads - 1) / Threads, 65535));
-}
-
-__device__ inline float sigmoidF(float X) { return 1.f / (1.f + __expf(-X)); }
-__device__ inline float siluF(float X) { return X * sigmoidF(X); }
-__device__ inline float siluSlopeF(float X) {
-  const float S = sigmoidF(X);
-  return S * (1.f + X * (1.f - S));
 }
 
 /// A block per head row.
@@ -278,6 +252,20 @@ __global__ void castToBf16Kernel(int64_t Count, const float *In, bf16 *Out) {
     Out[I] = toB(In[I]);
 }
 
+__global__ void sigmoidGateForwardKernel(int64_t Count, const bf16 *X, const bf16 *Gate, bf16 *Y) {
+  for (int64_t I = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; I < Count; I += int64_t(gridDim.x) * blockDim.x)
+    Y[I] = toB(toF(X[I]) * sigmoidF(toF(Gate[I])));
+}
+
+__global__ void sigmoidGateBackwardKernel(int64_t Count, const bf16 *X, const bf16 *Gate, const bf16 *DY, bf16 *DX,
+                                          bf16 *DGate) {
+  for (int64_t I = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; I < Count; I += int64_t(gridDim.x) * blockDim.x) {
+    const float S = sigmoidF(toF(Gate[I])), Dy = toF(DY[I]);
+    DGate[I] = toB(Dy * toF(X[I]) * S * (1.f - S));
+    DX[I] = toB(Dy * S);
+  }
+}
+
 __global__ void castToF32Kernel(int64_t Count, const bf16 *In, float *Out) {
   for (int64_t I = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; I < Count; I += int64_t(gridDim.x) * blockDim.x)
     Out[I] = toF(In[I]);
@@ -313,6 +301,21 @@ void gatedRmsNormBackward(int64_t Rows, int64_t Width, const bf16 *O, const bf16
   gatedRmsNormBackwardKernel<<<unsigned(Rows), 128, 0, Stream>>>(Width, O, Z, W, Rstd, DY, DO, DZ);
   MOERT_CUDA_CHECK_LAUNCH();
   gatedRmsNormBackwardDwKernel<<<unsigned((Width + 127) / 128), 128, 0, Stream>>>(Rows, Width, O, Z, Rstd, DY, DW);
+  MOERT_CUDA_CHECK_LAUNCH();
+}
+
+void sigmoidGateForward(int64_t Count, const bf16 *X, const bf16 *Gate, bf16 *Y, cudaStream_t Stream) {
+  if (Count == 0)
+    return;
+  sigmoidGateForwardKernel<<<gridFor(Count, 256), 256, 0, Stream>>>(Count, X, Gate, Y);
+  MOERT_CUDA_CHECK_LAUNCH();
+}
+
+void sigmoidGateBackward(int64_t Count, const bf16 *X, const bf16 *Gate, const bf16 *DY, bf16 *DX, bf16 *DGate,
+                         cudaStream_t Stream) {
+  if (Count == 0)
+    return;
+  sigmoidGateBackwardKernel<<<gridFor(Count, 256), 256, 0, Stream>>>(Count, X, Gate, DY, DX, DGate);
   MOERT_CUDA_CHECK_LAUNCH();
 }
 

@@ -49,6 +49,12 @@ void gatedRmsNormForward(int64_t Rows, int64_t Width, const bf16 *O, const bf16 
 void gatedRmsNormBackward(int64_t Rows, int64_t Width, const bf16 *O, const bf16 *Z, const bf16 *W, const float *Rstd,
                           const bf16 *DY, bf16 *DO, bf16 *DZ, float *DW, cudaStream_t Stream);
 
+/// Attention's output gate: Y = X sigmoid(Gate); the backward DGate = DY X
+/// s (1 - s), DX = DY s.
+void sigmoidGateForward(int64_t Count, const bf16 *X, const bf16 *Gate, bf16 *Y, cudaStream_t Stream);
+void sigmoidGateBackward(int64_t Count, const bf16 *X, const bf16 *Gate, const bf16 *DY, bf16 *DX, bf16 *DGate,
+                         cudaStream_t Stream);
+
 /// Rotary embedding in place on X [Rows, Groups * Columns.Stride]
 /// (kernels/RopeColumns.h; angle Positions[n] * Theta^(-2j / RopeDim),
 /// computed in double as on the host); Inverse applies the transposed

@@ -2,6 +2,7 @@
 #include "kernels/cuda/Moe.h"
 
 #include "kernels/KeyedDraws.h"
+#include "kernels/cuda/DeviceMath.cuh"
 
 #include <algorithm>
 #include <limits>
@@ -11,9 +12,6 @@
 namespace moert::cuda {
 
 namespace {
-
-__device__ inline float toF(bf16 X) { return __bfloat162float(X); }
-__device__ inline bf16 toB(float X) { return __float2bfloat16_rn(X); }
 
 unsigned blocksFor(int64_t Count, int Threads) {
   return unsigned(std::max<int64_t>(1, (Count + Threads - 1) / Threads));

@@ -1370,9 +1370,10 @@ TEST(CudaBackend, AStageKeepsWhatOnlyTheBackendReadsOnTheDevice) {
 
 /// One micro batch of a whole stage of C, forward and backward, on the
 /// host backend and on Cuda: the same loss within 1% and every gradient
-/// within 5% of its scale.
+/// within 5% of its scale. Where HoldParameters, Cuda holds the parameters
+/// and their gradients for the micro batch, as the trainer does for a step.
 void expectAMicroBatchAsOnTheHost(const ModelConfig &C, const ParallelContext &Ctx, ComputeBackend &Cuda,
-                                  const std::string &What) {
+                                  const std::string &What, bool HoldParameters = false) {
   ModelOptions Host;
   Host.Seed = 7;
   Host.CeScale = 1.0 / 64;
@@ -1381,7 +1382,16 @@ void expectAMicroBatchAsOnTheHost(const ModelConfig &C, const ParallelContext &C
   StageModel Want(C, StageSpec{0, C.Layers, true, true}, Ctx, Host),
       Got(C, StageSpec{0, C.Layers, true, true}, Ctx, OnCuda);
   const MicroBatch MB = batch(C.Vocab);
+  std::vector<HeldArray> Parameters;
+  if (HoldParameters)
+    for (Parameter *P : Got.parameters()) {
+      Parameters.push_back({P->Value.data(), P->Value.numel(), HeldArray::Read});
+      Parameters.push_back({P->Grad.data(), P->Grad.numel(), HeldArray::Accumulate});
+    }
   for (StageModel *M : {&Want, &Got}) {
+    std::optional<HeldArrays> Hold; // none at all without: holds nest
+    if (M == &Got && HoldParameters)
+      Hold.emplace(Cuda, Parameters);
     M->forward(0, MB, nullptr);
     M->backward(0, nullptr);
   }
@@ -1427,28 +1437,70 @@ TEST(CudaBackend, LatentAttentionRunsWholeOnTheDevice) {
   }
 }
 
-// Gated DeltaNet's output side runs on the device: the output gate's
-// projection, the rule's output, the gated norm's output and their
-// gradients pass between the backend's operations without crossing; of the
-// norm only each head row's statistics (and the weight's gradient, not held
-// here) come back.
-TEST(CudaBackend, GatedDeltaNetsOutputNormStaysOnTheDevice) {
+// An array held to be made on the backend (HeldArray::Unset) that host code
+// writes instead (an operation the backend declined, run on the host) is
+// read with the host's values: its copy is made from them, not started
+// empty.
+TEST(CudaBackend, AHostWriteToAnArrayHeldUnsetIsWhatItsReadersSee) {
   auto Cuda = cudaBackend();
+  const int64_t N = 64;
+  std::vector<float> X(N), Gate(N, 1.0f), Y(N), Want(N);
+  HeldArrays Hold(*Cuda, {{X.data(), N, HeldArray::BackendOnly, false, /*Unset=*/true}});
+  for (int64_t I = 0; I < N; ++I)
+    X[size_t(I)] = 0.25f * float(I - N / 2);
+  Cuda->hostWrote(X.data(), N);
+  ASSERT_TRUE(Cuda->sigmoidGateForward(N, X.data(), Gate.data(), Y.data()));
+  sigmoidGateForward(N, X.data(), Gate.data(), Want.data());
+  EXPECT_TRUE(near(Y, Want, Bf16Tol, "X sigmoid(1)"));
+}
+
+// Qwen3-Next's layers run whole on the device: Gated DeltaNet (its
+// convolution, query and key norms, gates, recurrence and output norm) and
+// the full attention beside it (its QK-norm and output gate). Of what passes
+// between their operations nothing crosses: each operation's results stay
+// where the next one reads them, and what comes back is statistics and the
+// parameters' gradients that this test does not hold.
+TEST(CudaBackend, QwenThreeNextLayersRunWholeOnTheDevice) {
   OneRankGroups Groups;
   ModelConfig C = tinyMoe(/*TopK=*/4);
+  // What crosses for the model without these layers, its parameters held
+  // as the trainer holds them: the stage's input rows, the statistics.
+  auto Plain = cudaBackend();
+  expectAMicroBatchAsOnTheHost(C, Groups.Ctx, *Plain, "tiny_moe", /*HoldParameters=*/true);
+  auto Cuda = cudaBackend();
+  C.QkNorm = true;
   C.Linear = ModelConfig::LinearAttention{/*Interval=*/2, /*KeyHeads=*/2, /*ValueHeads=*/4, /*HeadDim=*/16};
-  expectAMicroBatchAsOnTheHost(C, Groups.Ctx, *Cuda, "Gated DeltaNet");
+  expectAMicroBatchAsOnTheHost(C, Groups.Ctx, *Cuda, "Qwen3-Next's layers", /*HoldParameters=*/true);
+  BackendTraffic T = Cuda->traffic(), Base = Plain->traffic();
+  const ModelConfig::LinearAttention &L = *C.Linear;
   const MicroBatch MB = batch(C.Vocab);
-  const int64_t Rows = MB.Sequences * MB.SeqLen * C.Linear->ValueHeads, Width = C.Linear->HeadDim;
-  const int64_t LinearLayers = C.Layers / C.Linear->Interval, F = int64_t(sizeof(float));
-  BackendTraffic T = Cuda->traffic();
-  EXPECT_EQ(T.ByOperation["gated norm"].DeviceToHostBytes, LinearLayers * (Rows + Width) * F)
-      << "the forward's statistics and the weight's gradient";
-  EXPECT_EQ(T.ByOperation["gated norm"].HostToDeviceBytes, LinearLayers * (2 * Width + Rows + Width) * F)
-      << "the weight each way, the statistics and the gradient back";
-  EXPECT_EQ(T.ByOperation["delta rule"].DeviceToHostBytes,
-            LinearLayers * (2 * Rows / C.Linear->ValueHeads * C.Linear->KeyHeads * Width + Rows * Width + 2 * Rows) * F)
-      << "the rule's input gradients; its output stays";
+  const int64_t N = MB.Sequences * MB.SeqLen, F = int64_t(sizeof(float));
+  const int64_t LinearLayers = C.Layers / L.Interval, AttentionLayers = C.Layers - LinearLayers;
+  auto Up = [&](const char *Operation) { return T.ByOperation[Operation].HostToDeviceBytes; };
+  auto Down = [&](const char *Operation) { return T.ByOperation[Operation].DeviceToHostBytes; };
+  for (const char *Operation : {"delta rule", "l2 norm", "output gate", "short conv", "copy", "gemm"}) {
+    EXPECT_EQ(Up(Operation), 0) << Operation;
+    EXPECT_EQ(Down(Operation), 0) << Operation;
+  }
+  for (const char *Operation : {"nested holds", "host reads"}) {
+    EXPECT_EQ(Up(Operation), Base.ByOperation[Operation].HostToDeviceBytes) << Operation;
+    EXPECT_EQ(Down(Operation), Base.ByOperation[Operation].DeviceToHostBytes) << Operation;
+  }
+  // dt_bias and A_log in fp32 forward, A_log backward (held in bf16 for
+  // the products); their gradients add up on the device.
+  EXPECT_EQ(Up("gates"), LinearLayers * 3 * L.ValueHeads * F);
+  EXPECT_EQ(Down("gates"), 0);
+  // The gated norm's per-head statistics, forward and back.
+  const int64_t HeadRows = N * L.ValueHeads;
+  EXPECT_EQ(Up("gated norm"), LinearLayers * HeadRows * F);
+  EXPECT_EQ(Down("gated norm"), LinearLayers * HeadRows * F);
+  // Of the norms, statistics alone cross: the layers' two, the final one,
+  // and the attention layers' query and key norms over each head.
+  const int64_t Norms = 2 * C.Layers + 1, Statistics = (Norms * N + AttentionLayers * N * (C.Heads + C.KvHeads)) * F;
+  EXPECT_EQ(Up("rmsnorm"), Statistics);
+  EXPECT_EQ(Down("rmsnorm"), Statistics);
+  EXPECT_EQ(Down("rope"), 0) << "the rotated queries and keys stay";
+  EXPECT_EQ(Up("rope"), AttentionLayers * 4 * N * int64_t(sizeof(int32_t))) << "positions alone";
 }
 
 TEST(CudaBackend, AFullRecomputeRerunsEachLayerFromItsInputWhereItIs) {

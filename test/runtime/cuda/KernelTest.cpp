@@ -18,6 +18,7 @@
 #include "kernels/cuda/DeltaRule.h"
 #include "kernels/cuda/Elementwise.h"
 #include "kernels/cuda/Gemm.h"
+#include "kernels/cuda/LinearAttention.h"
 #include "kernels/cuda/Moe.h"
 #include "kernels/host/Blas.h"
 #include "model/GatedDeltaRule.h"
@@ -560,6 +561,101 @@ TEST(CudaElementwise, GatedRmsNormForwardAndBackwardMatchHost) {
   EXPECT_TRUE(near(downloadBf16(GDO), DO, Bf16Tol, "dO"));
   EXPECT_TRUE(near(downloadBf16(GDZ), DZ, Bf16Tol, "dZ"));
   EXPECT_TRUE(near(GDW.download(), DW, 1e-4, "dW"));
+}
+
+// Attention's output gate against the host's loops: the gated output, and
+// the gradients of the output and of the gate.
+TEST(CudaElementwise, SigmoidGateMatchesHost) {
+  const int64_t N = 777;
+  auto X = randomBf16(N, 201), Gate = randomBf16(N, 202, 3.0f), DY = randomBf16(N, 203);
+  std::vector<float> Y(N), DX(N), DGate(N);
+  sigmoidGateForward(N, X.data(), Gate.data(), Y.data());
+  sigmoidGateBackward(N, X.data(), Gate.data(), DY.data(), DX.data(), DGate.data());
+  auto GX = uploadBf16(X), GGate = uploadBf16(Gate), GDY = uploadBf16(DY);
+  DeviceBuffer<bf16> GY(N), GDX(N), GDGate(N);
+  cuda::sigmoidGateForward(N, GX.data(), GGate.data(), GY.data(), nullptr);
+  cuda::sigmoidGateBackward(N, GX.data(), GGate.data(), GDY.data(), GDX.data(), GDGate.data(), nullptr);
+  sync();
+  EXPECT_TRUE(near(downloadBf16(GY), Y, Bf16Tol, "Y"));
+  EXPECT_TRUE(near(downloadBf16(GDX), DX, Bf16Tol, "dX"));
+  EXPECT_TRUE(near(downloadBf16(GDGate), DGate, Bf16Tol, "dGate"));
+}
+
+// Gated DeltaNet's input side against the host's loops (model/ModelOps.h):
+// the causal convolution with silu over three sequences (so that a tap
+// reaching into the previous sequence would show), the per-head L2 norms,
+// and the gates; the weights' gradients add to an earlier micro batch's.
+TEST(CudaLinearAttention, ConvolutionNormsAndGatesMatchHost) {
+  const CausalConv C{/*Rows=*/3 * 13, /*Channels=*/96, /*SeqLen=*/13, /*Width=*/4};
+  const int64_t N = C.elements(), Weights = C.Channels * C.Width;
+  auto X = randomBf16(N, 211), W = randomBf16(Weights, 212, 0.5f), DAct = randomBf16(N, 213);
+  const std::vector<float> DW0 = randomBf16(Weights, 214);
+  std::vector<float> Pre(N), Act(N), DX(N), DW = DW0;
+  causalConvSiluForward(C, X.data(), W.data(), Pre.data(), Act.data());
+  causalConvSiluBackward(C, X.data(), W.data(), cuda::roundedToBf16(Pre).data(), DAct.data(), DX.data(), DW.data());
+  auto GX = uploadBf16(X), GW = uploadBf16(W);
+  DeviceBuffer<bf16> GPre(N), GDX(N);
+  DeviceBuffer<float> GAct(N), Scratch(N);
+  auto GDAct = uploadF32(DAct), GDW = uploadF32(DW0);
+  cuda::causalConvSiluForward(C, GX.data(), GW.data(), GPre.data(), GAct.data(), nullptr);
+  cuda::causalConvSiluBackward(C, GX.data(), GW.data(), GPre.data(), GDAct.data(), GDX.data(), GDW.data(),
+                               Scratch.data(), nullptr);
+  sync();
+  EXPECT_TRUE(near(downloadBf16(GPre), Pre, Bf16Tol, "conv"));
+  EXPECT_TRUE(near(GAct.download(), Act, 1e-4, "silu"));
+  EXPECT_TRUE(near(downloadBf16(GDX), DX, Bf16Tol, "conv dX"));
+  EXPECT_TRUE(near(GDW.download(), DW, 1e-4, "conv dW"));
+
+  // Heads of Qwen3-Next's 128 and of a width that is not a multiple of a
+  // warp; L2 norms in place, as the layer runs them.
+  for (int64_t Width : {int64_t(128), int64_t(40)}) {
+    const int64_t Rows = 37, Count = Rows * Width;
+    const std::string What = std::to_string(Width) + " wide";
+    auto In = randomBf16(Count, 215), DY = randomBf16(Count, 216);
+    std::vector<float> Y = In, Inv(Rows), DIn = DY;
+    l2NormHeadsForward(Rows, Width, 1e-6, Y.data(), Y.data(), Inv.data());
+    l2NormHeadsBackward(Rows, Width, Y.data(), Inv.data(), DIn.data(), DIn.data());
+    auto GIn = uploadF32(In), GDY = uploadF32(DY);
+    DeviceBuffer<float> GY(Count), GInv(Rows), GDIn(Count);
+    cuda::l2NormHeadsForward(Rows, Width, 1e-6f, GIn.data(), GY.data(), GInv.data(), nullptr);
+    cuda::l2NormHeadsBackward(Rows, Width, GY.data(), GInv.data(), GDY.data(), GDIn.data(), nullptr);
+    sync();
+    EXPECT_TRUE(near(GY.download(), Y, 1e-4, "l2 norm, " + What));
+    EXPECT_TRUE(near(GInv.download(), Inv, 1e-4, "l2 norm factor, " + What));
+    EXPECT_TRUE(near(GDIn.download(), DIn, 1e-4, "l2 norm dX, " + What));
+  }
+
+  const DeltaGates Shape{/*Tokens=*/300, /*Heads=*/6};
+  const int64_t G = Shape.elements();
+  auto A = randomBf16(G, 217, 2.0f), B = randomBf16(G, 218, 2.0f), DtBias = randomBf16(Shape.Heads, 219),
+       ALog = randomBf16(Shape.Heads, 220), DG = randomBf16(G, 221), DBeta = randomBf16(G, 222);
+  A[0] = 30.0f; // softplus's linear branch
+  const std::vector<float> DALog0 = randomBf16(Shape.Heads, 223), DDt0 = randomBf16(Shape.Heads, 224);
+  std::vector<float> RawA(G), Decay(G), Beta(G), DA(G), DB(G), DALog = DALog0, DDt = DDt0;
+  DeltaGates Host = Shape;
+  Host.DtBias = DtBias.data();
+  Host.ALog = ALog.data();
+  deltaGatesForward(Host, A.data(), B.data(), RawA.data(), Decay.data(), Beta.data());
+  deltaGatesBackward(Host, RawA.data(), Decay.data(), Beta.data(), DG.data(), DBeta.data(), DA.data(), DB.data(),
+                     DALog.data(), DDt.data());
+  auto GA = uploadF32(A), GB = uploadF32(B), GDt = uploadF32(DtBias), GALog = uploadF32(ALog), GDG = uploadF32(DG),
+       GDBeta = uploadF32(DBeta), GDALog = uploadF32(DALog0), GDDt = uploadF32(DDt0);
+  DeviceBuffer<float> GRawA(G), GDecay(G), GBeta(G);
+  DeviceBuffer<bf16> GDA(G), GDB(G);
+  DeltaGates Device = Shape;
+  Device.DtBias = GDt.data();
+  Device.ALog = GALog.data();
+  cuda::deltaGatesForward(Device, GA.data(), GB.data(), GRawA.data(), GDecay.data(), GBeta.data(), nullptr);
+  cuda::deltaGatesBackward(Device, GRawA.data(), GDecay.data(), GBeta.data(), GDG.data(), GDBeta.data(), GDA.data(),
+                           GDB.data(), GDALog.data(), GDDt.data(), nullptr);
+  sync();
+  EXPECT_TRUE(near(GRawA.download(), RawA, F32Tol, "a + dt_bias"));
+  EXPECT_TRUE(near(GDecay.download(), Decay, 1e-4, "g"));
+  EXPECT_TRUE(near(GBeta.download(), Beta, 1e-4, "beta"));
+  EXPECT_TRUE(near(downloadBf16(GDA), DA, Bf16Tol, "da"));
+  EXPECT_TRUE(near(downloadBf16(GDB), DB, Bf16Tol, "db"));
+  EXPECT_TRUE(near(GDALog.download(), DALog, 1e-4, "dA_log"));
+  EXPECT_TRUE(near(GDDt.download(), DDt, 1e-4, "ddt_bias"));
 }
 
 TEST(CudaElementwise, GeluBothFormsMatchHost) {

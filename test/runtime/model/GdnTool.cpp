@@ -67,8 +67,9 @@ int main() {
   std::unique_ptr<Communicator> Tp = createSelfCommunicator("tp");
   GatedDeltaNetBlock Block(C, *Tp);
   GdnSaved S;
-  Tensor Y = Block.forward(Wt, X, Sequences, S);
-  Tensor DX = Block.backward(Wt, X, Sequences, S, DY);
+  Tensor Y, DX;
+  Block.forward(Wt, X, Sequences, S, Y);
+  Block.backward(Wt, X, Sequences, S, DY, DX);
   auto print = [](const Tensor &T) {
     for (int64_t I = 0; I < T.numel(); ++I)
       std::printf("%.9g ", T[I]);

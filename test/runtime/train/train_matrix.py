@@ -150,6 +150,11 @@ LAYOUTS = [
     ("hd32_dp2_cp2_ep4_pp2_vpp2", 8, "cp = 2; ep = 4; pp = 2; vpp = 2", None),
     ("hd32_cp2_allgather_ep2", 4, "cp = 2; ep = 2; cp_comm = allgather", None),
     ("hd32_cp2_a2a_ep2", 4, "cp = 2; ep = 2; cp_comm = a2a", None),
+    # Qwen3-Next's layers and Qwen3's QK-norm with attention heads of 32 (NEXTW_MODEL, QKW_MODEL),
+    # which the CUDA backend runs whole on the device: the QK-norm, the output gate, Gated
+    # DeltaNet's convolution, norms, gates and recurrence; the QK-norm in the device's cp ring.
+    ("nextw_tp2_pp2", 4, "tp = 2; pp = 2", "selective(core_attn, gdn_norm_out)"),
+    ("qkw_tp2_cp2", 4, "tp = 2; cp = 2", None),
     # Latent attention at DeepSeek-V3's head widths (MLAW_MODEL: queries and keys 192 wide, values
     # 128), which the CUDA backend's kernels take, in its ring (Megatron runs latent attention's cp by p2p only).
     ("mlaw_tp2_cp2", 4, "tp = 2; cp = 2", "selective(mla_up_proj)"),
@@ -175,6 +180,8 @@ VL_MODEL = ("model tiny_vl extends tiny_moe {\n  mrope_section = [4, 2, 2]\n  vi
 # attention's host code there); routed by forced balance (RECIPE_LINES), as a cp layout of the
 # CUDA backend must be (test/runtime/cuda/CMakeLists.txt).
 HD32_MODEL = "model tiny_hd32 extends tiny_moe { head_dim = 32 }\n"
+NEXTW_MODEL = "model tiny_nextw extends tiny_next { head_dim = 32 }\n"
+QKW_MODEL = "model tiny_qkw extends tiny_moe { qk_norm = true; head_dim = 32 }\n"
 # Latent attention at DeepSeek-V3's head widths (qk 128 + 64 RoPE, values 128), routed by forced
 # balance as HD32_MODEL is.
 MLAW_MODEL = ("model tiny_mlaw extends tiny_moe {\n  kv_heads = 4\n  attention = mla(q_lora_rank = 24, "
@@ -184,10 +191,12 @@ MODELS = {"bias_": ("tiny_biased", BIASED_MODEL), "qk_": ("tiny_qk", QK_MODEL), 
           "mlakv_": ("tiny_mlakv", MLAKV_MODEL), "dsv3_": ("tiny_dsv3", MLA_MODEL + DSV3_MODEL),
           "mtp_": ("tiny_mtp", MLA_MODEL + DSV3_MODEL + MTP_MODEL), "next_": ("tiny_next", NEXT_MODEL),
           "fb_": ("tiny_moe", ""), "vl_": ("tiny_vl", VL_MODEL),
-          "hd32_": ("tiny_hd32", HD32_MODEL), "mlaw_": ("tiny_mlaw", MLAW_MODEL)}
+          "hd32_": ("tiny_hd32", HD32_MODEL), "mlaw_": ("tiny_mlaw", MLAW_MODEL),
+          "nextw_": ("tiny_nextw", NEXT_MODEL + NEXTW_MODEL), "qkw_": ("tiny_qkw", QKW_MODEL)}
 # A layout's name prefix that adds recipe lines (to its one-rank reference too).
 FORCED = "  moe { force_balance = true }"
-RECIPE_LINES = {"fb_": FORCED, "vl_": "  data { image_size = 32 }", "hd32_": FORCED, "mlaw_": FORCED}
+RECIPE_LINES = {"fb_": FORCED, "vl_": "  data { image_size = 32 }", "hd32_": FORCED, "mlaw_": FORCED,
+                "nextw_": FORCED, "qkw_": FORCED}
 
 
 def model_of(name):
