@@ -49,6 +49,11 @@ MLA_WIDE = ("model tiny_mlaw extends tiny_moe {\n  kv_heads = 4\n  attention = m
 # Qwen3-Next's 256).
 NEXT = ("model tiny_next extends tiny_moe {\n  qk_norm = true; head_dim = 32\n"
         "  linear_attention { interval = 2; key_heads = 2; value_heads = 4; head_dim = 8 }\n}\n")
+# Qwen3-VL's layers: multimodal RoPE in the decoder (heads of 32) and a vision tower of two blocks with
+# heads of 32, whose bias adds, position table and 2-D rotary are host code.
+VL = ("model tiny_vl extends tiny_moe {\n  head_dim = 32; mrope_section = [8, 4, 4]\n  vision {\n"
+      "    layers = 2; hidden = 64; heads = 2; ffn_hidden = 128; patch_size = 4; spatial_merge = 2\n"
+      "    position_embeddings = 16; deepstack_layers = [0]\n  }\n}\n")
 CASES = [
     ("tiny_moe, 1 rank", "", "tiny_moe", 1, "tp = 1"),
     ("tiny_moe with heads of 32, 1 rank", HEADS_32, "tiny_hd32", 1, "tp = 1"),
@@ -70,6 +75,7 @@ CASES = [
     ("latent attention at DeepSeek-V3's head widths, tp 2 x cp 2", MLA_WIDE, "tiny_mlaw", 4, "tp = 2; cp = 2"),
     ("Qwen3-Next's layers (Gated DeltaNet, gated attention with QK-norm), 1 rank", NEXT, "tiny_next", 1, "tp = 1"),
     ("Qwen3-Next's layers, tp 2", NEXT, "tiny_next", 2, "tp = 2"),
+    ("Qwen3-VL's layers (a vision tower on the host's loops, multimodal RoPE), 1 rank", VL, "tiny_vl", 1, "tp = 1"),
     ("tiny_moe, dp 2", "", "tiny_moe", 2, "tp = 1"),
     ("tiny_moe, full recompute, 1 rank", "", "tiny_moe", 1, "tp = 1", "full"),
     ("tiny_moe, selective recompute (moe_act, layernorm), 1 rank", "", "tiny_moe", 1, "tp = 1",
@@ -86,6 +92,8 @@ def recipe(definition, model, ranks, parallel, recompute=None):
     return (definition + f"recipe traffic {{\n  model = {model}\n  cluster {{ gpu = cpu; gpus = {ranks} }}\n"
             f"  seq_len = {SEQ_LEN}\n  batch {{ micro = {MICRO}; global = {GLOBAL} }}\n"
             f"  parallel {{ {parallel} }}\n  precision = bf16\n  moe {{ force_balance = true }}\n"
+            # A vision model trains on mock images of 32 pixels (18 of the 32 tokens).
+            + ("  data { image_size = 32 }\n" if "vision {" in definition else "")
             + (f"  recompute = {recompute}\n" if recompute else "") + "}\n")
 
 

@@ -77,11 +77,13 @@ void rotateByPosition(Tensor &X, const RopeColumns &Columns, const std::vector<i
                       bool Inverse) {
   if (!Columns.valid() || X.cols() % Columns.Stride)
     throw std::invalid_argument("rotary embedding: columns outside the row's groups");
-  if (X.rows() != int64_t(Positions.size()))
-    throw std::invalid_argument("rotary embedding: a position per row expected");
+  if (Columns.positions(X.rows()) != int64_t(Positions.size()))
+    throw std::invalid_argument(Columns.PairPositions ? "rotary embedding: a position per row and pair expected"
+                                                      : "rotary embedding: a position per row expected");
   if (currentBackend().rope(X.rows(), X.cols() / Columns.Stride, Columns, X.data(), Positions.data(), Theta, Inverse))
     return;
-  rotatePairs(X, Columns, Theta, Inverse, [&](int64_t I, int64_t) { return Positions[size_t(I)]; });
+  rotatePairs(X, Columns, Theta, Inverse,
+              [&](int64_t I, int64_t J) { return Positions[size_t(Columns.positionIndex(I, J))]; });
 }
 
 } // namespace
@@ -93,12 +95,22 @@ void applyRope(Tensor &X, int64_t HeadDim, const std::vector<int64_t> &Positions
 
 void applyMultimodalRope(Tensor &X, int64_t HeadDim, const MultimodalPositions &Positions, double Theta,
                          const std::array<int64_t, 3> &Sections, bool Inverse, int64_t RotaryDim) {
-  rotatePairs(X, RopeColumns::halves(HeadDim, RotaryDim > 0 ? RotaryDim : HeadDim), Theta, Inverse,
-              [&](int64_t I, int64_t J) {
-                const int Axis = int(J % 3);
-                const bool Spatial = Axis > 0 && J < 3 * Sections[size_t(Axis)];
-                return Positions.Axes[Spatial ? Axis : 0][size_t(I)];
-              });
+  // Each pair's position: pair j turns by the axis j % 3 names (time, row,
+  // column, interleaved) while that axis's section lasts, else by time.
+  RopeColumns Columns = RopeColumns::halves(HeadDim, RotaryDim > 0 ? RotaryDim : HeadDim);
+  Columns.PairPositions = true;
+  const int64_t Half = Columns.RopeDim / 2;
+  std::vector<int64_t> PairPositions(size_t(Columns.positions(X.rows())));
+  for (int64_t I = 0; I < X.rows(); ++I)
+    for (int64_t J = 0; J < Half; ++J) {
+      const int Axis = int(J % 3);
+      const bool Spatial = Axis > 0 && J < 3 * Sections[size_t(Axis)];
+      const std::vector<int64_t> &Along = Positions.Axes[Spatial ? Axis : 0];
+      if (size_t(I) >= Along.size())
+        throw std::invalid_argument("multimodal rotary embedding: a position per row expected");
+      PairPositions[size_t(Columns.positionIndex(I, J))] = Along[size_t(I)];
+    }
+  rotateByPosition(X, Columns, PairPositions, Theta, Inverse);
 }
 
 MultimodalPositions multimodalPositions(const std::vector<int32_t> &Tokens, int32_t ImageToken,

@@ -507,8 +507,9 @@ public:
   bool rope(int64_t Rows, int64_t Groups, const RopeColumns &Columns, float *X, const int64_t *Positions, double Theta,
             bool Inverse) override {
     Charge Charged(Copies, "rope");
-    std::vector<int32_t> Positions32(static_cast<size_t>(Rows));
-    for (int64_t I = 0; I < Rows; ++I) {
+    const int64_t Count = Columns.positions(Rows);
+    std::vector<int32_t> Positions32(static_cast<size_t>(Count));
+    for (int64_t I = 0; I < Count; ++I) {
       if (Positions[I] < 0 || Positions[I] >= (int64_t(1) << 31))
         return false;
       Positions32[size_t(I)] = int32_t(Positions[I]);

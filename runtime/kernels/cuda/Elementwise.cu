@@ -216,7 +216,7 @@ __global__ void ropeKernel(int64_t Rows, int64_t Groups, RopeColumns Columns, bf
        T += int64_t(gridDim.x) * blockDim.x) {
     int64_t N = T / Half, J = T % Half;
     double Freq = pow(Theta, -2.0 * double(J) / double(Columns.RopeDim));
-    double Angle = double(Positions[N]) * Freq;
+    double Angle = double(Positions[Columns.positionIndex(N, J)]) * Freq;
     float C = float(cos(Angle)), S = float(sin(Angle));
     if (Inverse)
       S = -S;

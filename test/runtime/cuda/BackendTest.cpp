@@ -1045,14 +1045,21 @@ TEST(CudaBackend, RopeMatchesTheHostAtEveryLayout) {
   Tensor X({Rows, 3 * HeadDim});
   X.storage() = randomBf16(size_t(X.numel()), 31);
   std::vector<int64_t> Positions{0, 1, 5, 9, 100, 4095};
-  // Whole heads, a partial rotary width, latent attention's interleaved pairs.
-  for (int Layout = 0; Layout < 3; ++Layout)
+  // Multimodal RoPE's time, row and column positions, each pair by its
+  // axis (Qwen3-VL's sections for heads of 16).
+  MultimodalPositions Multimodal;
+  Multimodal.Axes = {Positions, {0, 2, 7, 3, 50, 4000}, {0, 3, 1, 8, 60, 2}};
+  // Whole heads, a partial rotary width, latent attention's interleaved
+  // pairs, multimodal positions.
+  for (int Layout = 0; Layout < 4; ++Layout)
     for (bool Inverse : {false, true}) {
       Tensor Want = X, Got = X;
       for (ComputeBackend *Backend : {&hostBackend(), Cuda.get()}) {
         BackendScope Scope(*Backend);
         Tensor &T = Backend == Cuda.get() ? Got : Want;
-        if (Layout == 2)
+        if (Layout == 3)
+          applyMultimodalRope(T, HeadDim, Multimodal, 10000.0, {4, 2, 2}, Inverse, 0);
+        else if (Layout == 2)
           applyInterleavedRope(T, HeadDim, HeadDim / 2, HeadDim / 2, Positions, 10000.0, Inverse);
         else
           applyRope(T, HeadDim, Positions, 10000.0, Inverse, Layout == 0 ? 0 : HeadDim / 2);

@@ -29,6 +29,7 @@
 #include "parallel/tp/VocabParallel.h"
 
 #include <algorithm>
+#include <array>
 #include <numeric>
 #include <random>
 #include <stdexcept>
@@ -719,6 +720,38 @@ TEST(CudaElementwise, RopeBothDirectionsMatchHostAtEveryLayout) {
           }
         }
     }
+}
+
+// Multimodal RoPE: the kernel turns each pair by the position its axis
+// gives (pair j: time, row, column for j % 3, within the axes' sections),
+// as the host does.
+TEST(CudaElementwise, MultimodalRopeTurnsEachPairByItsAxis) {
+  const int64_t N = 12, Heads = 2, Hd = 64, Half = Hd / 2;
+  const std::array<int64_t, 3> Sections = {16, 8, 8};
+  auto X = randomBf16(N * Heads * Hd, 62);
+  MultimodalPositions Axes;
+  for (int64_t I = 0; I < N; ++I) {
+    Axes.Axes[0].push_back(3 + I);
+    Axes.Axes[1].push_back(I % 4);
+    Axes.Axes[2].push_back(100 + 7 * I);
+  }
+  RopeColumns Columns = RopeColumns::halves(Hd, Hd);
+  Columns.PairPositions = true;
+  std::vector<int32_t> PairPositions;
+  for (int64_t I = 0; I < N; ++I)
+    for (int64_t J = 0; J < Half; ++J) {
+      const int64_t Axis = J % 3;
+      PairPositions.push_back(int32_t(Axes.Axes[Axis > 0 && J < 3 * Sections[size_t(Axis)] ? Axis : 0][size_t(I)]));
+    }
+  auto DPos = uploadVec(PairPositions);
+  for (bool Inverse : {false, true}) {
+    Tensor T = tensorOf({N, Heads * Hd}, X);
+    applyMultimodalRope(T, Hd, Axes, 5e6, Sections, Inverse, 0);
+    auto G = uploadBf16(X);
+    cuda::applyRope(N, Heads, Columns, G.data(), DPos.data(), 5e6, Inverse, nullptr);
+    sync();
+    EXPECT_TRUE(near(downloadBf16(G), T.storage(), Bf16Tol, Inverse ? "inverse" : "forward"));
+  }
 }
 
 TEST(CudaElementwise, SwiGluForwardAndBackwardMatchHost) {
