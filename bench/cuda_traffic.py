@@ -50,7 +50,7 @@ MLA_WIDE = ("model tiny_mlaw extends tiny_moe {\n  kv_heads = 4\n  attention = m
 NEXT = ("model tiny_next extends tiny_moe {\n  qk_norm = true; head_dim = 32\n"
         "  linear_attention { interval = 2; key_heads = 2; value_heads = 4; head_dim = 8 }\n}\n")
 # Qwen3-VL's layers: multimodal RoPE in the decoder (heads of 32) and a vision tower of two blocks with
-# heads of 32, whose bias adds, position table and 2-D rotary are host code.
+# heads of 32 and a deepstack merger.
 VL = ("model tiny_vl extends tiny_moe {\n  head_dim = 32; mrope_section = [8, 4, 4]\n  vision {\n"
       "    layers = 2; hidden = 64; heads = 2; ffn_hidden = 128; patch_size = 4; spatial_merge = 2\n"
       "    position_embeddings = 16; deepstack_layers = [0]\n  }\n}\n")
@@ -75,7 +75,7 @@ CASES = [
     ("latent attention at DeepSeek-V3's head widths, tp 2 x cp 2", MLA_WIDE, "tiny_mlaw", 4, "tp = 2; cp = 2"),
     ("Qwen3-Next's layers (Gated DeltaNet, gated attention with QK-norm), 1 rank", NEXT, "tiny_next", 1, "tp = 1"),
     ("Qwen3-Next's layers, tp 2", NEXT, "tiny_next", 2, "tp = 2"),
-    ("Qwen3-VL's layers (a vision tower on the host's loops, multimodal RoPE), 1 rank", VL, "tiny_vl", 1, "tp = 1"),
+    ("Qwen3-VL's layers (a vision tower, multimodal RoPE), 1 rank", VL, "tiny_vl", 1, "tp = 1"),
     ("tiny_moe, dp 2", "", "tiny_moe", 2, "tp = 1"),
     ("tiny_moe, full recompute, 1 rank", "", "tiny_moe", 1, "tp = 1", "full"),
     ("tiny_moe, selective recompute (moe_act, layernorm), 1 rank", "", "tiny_moe", 1, "tp = 1",
@@ -172,7 +172,8 @@ def main():
             "up-projection and the shared RoPE key, the interleaved RoPE, the attention kernels, and the backward of "
             "each); Gated DeltaNet runs there whole (its convolution, query and key norms, gates, recurrence and "
             "output norm, and everything that passes between them and their gradients), and so do the QK-norm and "
-            "the output gate of the attention beside it; an activation several products read moves once for them (holds nest), and one that "
+            "the output gate of the attention beside it, and the vision tower (its merged tokens and deepstack "
+            "features come back for the decoder's rows); an activation several products read moves once for them (holds nest), and one that "
             "operations make and later ones read (the normalised inputs, queries, keys and values, their "
             "gradients) moves once, as the result; a layer's branch inputs (the residual stream), normalised inputs, "
             "queries, keys and values, attention output and its MLPs' products stay on the device from its forward to its backward (what a recompute policy drops, "

@@ -384,6 +384,31 @@ public:
                                    float *DGate) {
     return false;
   }
+  /// The vision tower's linear biases, position table and 2-D rotary
+  /// (model/ModelOps.h's loops of the same names, whose semantics they
+  /// have), where the backend takes them: true when done, false to leave
+  /// them to the host's loops. Y[r] += Bias for Rows rows of Cols; DBias +=
+  /// the sum of DY's rows.
+  virtual bool addRowBias(int64_t Rows, int64_t Cols, const float *Bias, float *Y) { return false; }
+  virtual bool addColumnSums(int64_t Rows, int64_t Cols, const float *DY, float *DBias) { return false; }
+  /// X[n] += sum over k < 4 of Weight[4n + k] Table[Index[4n + k]] for N rows
+  /// of Cols (a bilinear interpolation of a table's rows); the backward adds
+  /// Weight[4n + k] DX[n] to DTable[Index[4n + k]], n and k in order.
+  virtual bool interpolateRowsForward(int64_t N, int64_t Cols, const int64_t *Index, const float *Weight,
+                                      const float *Table, float *X) {
+    return false;
+  }
+  virtual bool interpolateRowsBackward(int64_t N, int64_t Cols, const int64_t *Index, const float *Weight,
+                                       const float *DX, float *DTable) {
+    return false;
+  }
+  /// Rotary embedding in place on X [Rows, Groups * Columns.Stride] by a
+  /// table of angles: pair j of row n turns by Cos and Sin [n * RopeDim / 2
+  /// + j] (Inverse: back).
+  virtual bool ropeByTable(int64_t Rows, int64_t Groups, const RopeColumns &Columns, float *X, const float *Cos,
+                           const float *Sin, bool Inverse) {
+    return false;
+  }
   /// Gated DeltaNet's input side (kernels/LinearAttentionInput.h;
   /// model/ModelOps.h's host loops of the same names, whose semantics they
   /// have), where the backend has a kernel: true when done, false to leave

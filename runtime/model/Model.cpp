@@ -1473,6 +1473,7 @@ struct StageModel::Impl {
     for (MtpState &S : M.Mtp)
       charge(S.Layer.bytes(), -1);
     charge({{"vision", M.VisionBytes}}, -1);
+    compute().releaseKept(&M.Vision);
     compute().releaseKept(&M);
     InFlight.erase(It);
   }
@@ -1492,7 +1493,8 @@ struct StageModel::Impl {
     const int64_t Dim = Config.Vision->patchDim();
     Tensor Patches({int64_t(MB.ImagePatches.size()) / Dim, Dim});
     std::copy(MB.ImagePatches.begin(), MB.ImagePatches.end(), Patches.data());
-    M.VisionOut = Tower->forward(Patches, MB.Images, M.Vision);
+    // What the tower's backward reads stays on the backend until it runs.
+    M.VisionOut = Tower->forward(Patches, MB.Images, M.Vision, VisionFrozen() ? nullptr : &M.Vision);
     // A frozen tower has no backward: only its outputs stay, the deepstack
     // features until the layers that add them.
     if (VisionFrozen())
@@ -1522,6 +1524,7 @@ struct StageModel::Impl {
     }
     if (!VisionFrozen())
       Tower->backward(M.Vision, DTokens, DDeepstack);
+    compute().releaseKept(&M.Vision);
     M.Vision = VisionSaved();
     M.VisionOut = VisionOutput();
     charge({{"vision", M.VisionBytes}}, -1);

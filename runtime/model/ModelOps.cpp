@@ -193,14 +193,29 @@ void swiGluBackward(const Tensor &G, const Tensor &U, const Tensor &DAct, Tensor
   currentBackend().swiGluBackward(G.numel(), G.data(), U.data(), DAct.data(), DG.data(), DU.data());
 }
 
+namespace {
+/// T shaped as Shape: its storage kept where it has the shape already.
+void shapedAs(Tensor &T, const std::vector<int64_t> &Shape) {
+  if (T.shape() != Shape)
+    T = Tensor(Shape);
+}
+} // namespace
+
 Tensor layerNormForward(const Tensor &X, const Tensor &W, const Tensor &B, double Eps, std::vector<float> &Mean,
                         std::vector<float> &Rstd) {
+  Tensor Y;
+  layerNormForward(X, W, B, Eps, Mean, Rstd, Y);
+  return Y;
+}
+
+void layerNormForward(const Tensor &X, const Tensor &W, const Tensor &B, double Eps, std::vector<float> &Mean,
+                      std::vector<float> &Rstd, Tensor &Y) {
   const int64_t N = X.rows(), C = X.cols();
   Mean.assign(size_t(N), 0);
   Rstd.assign(size_t(N), 0);
-  Tensor Y(X.shape());
+  shapedAs(Y, X.shape());
   if (currentBackend().layerNormForward(N, C, X.data(), W.data(), B.data(), Eps, Y.data(), Mean.data(), Rstd.data()))
-    return Y;
+    return;
   for (int64_t R = 0; R < N; ++R) {
     const float *In = X.row(R);
     double M = 0, Var = 0;
@@ -215,16 +230,22 @@ Tensor layerNormForward(const Tensor &X, const Tensor &W, const Tensor &B, doubl
     for (int64_t I = 0; I < C; ++I)
       Y.row(R)[I] = float((In[I] - M) * Rs) * W[I] + B[I];
   }
-  return Y;
 }
 
 Tensor layerNormBackward(const Tensor &X, const Tensor &W, const std::vector<float> &Mean,
                          const std::vector<float> &Rstd, const Tensor &DY, Tensor &DW, Tensor &DB) {
+  Tensor DX;
+  layerNormBackward(X, W, Mean, Rstd, DY, DW, DB, DX);
+  return DX;
+}
+
+void layerNormBackward(const Tensor &X, const Tensor &W, const std::vector<float> &Mean, const std::vector<float> &Rstd,
+                       const Tensor &DY, Tensor &DW, Tensor &DB, Tensor &DX) {
   const int64_t N = DY.rows(), C = DY.cols();
-  Tensor DX(DY.shape());
+  shapedAs(DX, DY.shape());
   if (currentBackend().layerNormBackward(N, C, X.data(), W.data(), Mean.data(), Rstd.data(), DY.data(), DX.data(),
                                          DW.data(), DB.data()))
-    return DX;
+    return;
   std::vector<double> G;
   G.resize(size_t(C));
   for (int64_t R = 0; R < N; ++R) {
@@ -244,7 +265,6 @@ Tensor layerNormBackward(const Tensor &X, const Tensor &W, const std::vector<flo
       DX.row(R)[I] = float(Rs * (G[size_t(I)] - SumG / double(C) - Xhat * SumGx / double(C)));
     }
   }
-  return DX;
 }
 
 namespace {
@@ -303,6 +323,54 @@ void gatedRmsNormBackward(int64_t Rows, int64_t Width, const float *O, const flo
     for (int64_t C = 0; C < Width; ++C)
       Do[C] = float(R * (Do[C] - Oi[C] * R * Dot / double(Width)));
   }
+}
+
+void addRowBias(int64_t Rows, int64_t Cols, const float *Bias, float *Y) {
+  for (int64_t R = 0; R < Rows; ++R)
+    for (int64_t C = 0; C < Cols; ++C)
+      Y[R * Cols + C] += Bias[C];
+}
+
+void addColumnSums(int64_t Rows, int64_t Cols, const float *DY, float *DBias) {
+  for (int64_t R = 0; R < Rows; ++R)
+    for (int64_t C = 0; C < Cols; ++C)
+      DBias[C] += DY[R * Cols + C];
+}
+
+void interpolateRowsForward(int64_t N, int64_t Cols, const int64_t *Index, const float *Weight, const float *Table,
+                            float *X) {
+  for (int64_t P = 0; P < N; ++P)
+    for (int K = 0; K < 4; ++K) {
+      const float *Row = Table + Index[4 * P + K] * Cols;
+      for (int64_t I = 0; I < Cols; ++I)
+        X[P * Cols + I] += Weight[4 * P + K] * Row[I];
+    }
+}
+
+void interpolateRowsBackward(int64_t N, int64_t Cols, const int64_t *Index, const float *Weight, const float *DX,
+                             float *DTable) {
+  for (int64_t P = 0; P < N; ++P)
+    for (int K = 0; K < 4; ++K) {
+      float *G = DTable + Index[4 * P + K] * Cols;
+      for (int64_t I = 0; I < Cols; ++I)
+        G[I] += Weight[4 * P + K] * DX[P * Cols + I];
+    }
+}
+
+void ropeByTable(int64_t Rows, int64_t Groups, const RopeColumns &Columns, float *X, const float *Cos, const float *Sin,
+                 bool Inverse) {
+  const int64_t Half = Columns.RopeDim / 2;
+  for (int64_t R = 0; R < Rows; ++R)
+    for (int64_t G = 0; G < Groups; ++G) {
+      float *V = X + (R * Groups + G) * Columns.Stride;
+      for (int64_t J = 0; J < Half; ++J) {
+        const float C = Cos[R * Half + J], S = Inverse ? -Sin[R * Half + J] : Sin[R * Half + J];
+        float &A = V[Columns.first(J)], &B = V[Columns.second(J)];
+        const float X1 = A, X2 = B;
+        A = X1 * C - X2 * S;
+        B = X2 * C + X1 * S;
+      }
+    }
 }
 
 namespace {
@@ -413,24 +481,34 @@ void deltaGatesBackward(const DeltaGates &Gates, const float *RawA, const float 
 }
 
 Tensor gelu(GeluForm Kind, const Tensor &X) {
-  Tensor Y(X.shape());
-  if (currentBackend().gelu(Kind, X.numel(), X.data(), Y.data()))
-    return Y;
-  for (int64_t I = 0; I < X.numel(); ++I)
-    Y[I] = float(geluOf(Kind, X[I], nullptr));
+  Tensor Y;
+  gelu(Kind, X, Y);
   return Y;
 }
 
+void gelu(GeluForm Kind, const Tensor &X, Tensor &Y) {
+  shapedAs(Y, X.shape());
+  if (currentBackend().gelu(Kind, X.numel(), X.data(), Y.data()))
+    return;
+  for (int64_t I = 0; I < X.numel(); ++I)
+    Y[I] = float(geluOf(Kind, X[I], nullptr));
+}
+
 Tensor geluBackward(GeluForm Kind, const Tensor &X, const Tensor &DY) {
-  Tensor DX(X.shape());
+  Tensor DX;
+  geluBackward(Kind, X, DY, DX);
+  return DX;
+}
+
+void geluBackward(GeluForm Kind, const Tensor &X, const Tensor &DY, Tensor &DX) {
+  shapedAs(DX, X.shape());
   if (currentBackend().geluBackward(Kind, X.numel(), X.data(), DY.data(), DX.data()))
-    return DX;
+    return;
   for (int64_t I = 0; I < X.numel(); ++I) {
     double Slope = 0;
     geluOf(Kind, X[I], &Slope);
     DX[I] = float(DY[I] * Slope);
   }
-  return DX;
 }
 
 Tensor initParameter(uint64_t Seed, const std::string &Name, const std::vector<int64_t> &Shape, double Std) {

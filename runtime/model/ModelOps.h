@@ -109,13 +109,22 @@ void swiGluBackward(const Tensor &G, const Tensor &U, const Tensor &DAct, Tensor
 /// Mean and Rstd (resized to the rows) are what the backward reads.
 Tensor layerNormForward(const Tensor &X, const Tensor &W, const Tensor &B, double Eps, std::vector<float> &Mean,
                         std::vector<float> &Rstd);
+/// The same into Y, whose storage stays where it has X's shape already (an
+/// array held on the backend before it is written); likewise for the
+/// backward's DX and GELU's Y and DX below.
+void layerNormForward(const Tensor &X, const Tensor &W, const Tensor &B, double Eps, std::vector<float> &Mean,
+                      std::vector<float> &Rstd, Tensor &Y);
 /// DX; DW and DB are accumulated (+=).
 Tensor layerNormBackward(const Tensor &X, const Tensor &W, const std::vector<float> &Mean,
                          const std::vector<float> &Rstd, const Tensor &DY, Tensor &DW, Tensor &DB);
+void layerNormBackward(const Tensor &X, const Tensor &W, const std::vector<float> &Mean, const std::vector<float> &Rstd,
+                       const Tensor &DY, Tensor &DW, Tensor &DB, Tensor &DX);
 
 /// gelu(X) (in double) and DX = DY gelu'(X).
 Tensor gelu(GeluForm Kind, const Tensor &X);
 Tensor geluBackward(GeluForm Kind, const Tensor &X, const Tensor &DY);
+void gelu(GeluForm Kind, const Tensor &X, Tensor &Y);
+void geluBackward(GeluForm Kind, const Tensor &X, const Tensor &DY, Tensor &DX);
 
 /// silu(X) = X sigmoid(X), and its slope, in double (Gated DeltaNet's).
 float siluOf(float X);
@@ -135,6 +144,18 @@ void gatedRmsNormBackward(int64_t Rows, int64_t Width, const float *O, const flo
 /// and DX = DY s (DX may be DY), s = sigmoid(Gate) in double.
 void sigmoidGateForward(int64_t Count, const float *X, const float *Gate, float *Y);
 void sigmoidGateBackward(int64_t Count, const float *X, const float *Gate, const float *DY, float *DX, float *DGate);
+
+/// The vision tower's pieces (kernels/Backend.h's operations of the same
+/// names): row biases, their gradient, the position table's interpolation
+/// and its backward, and rotary embedding by a table of angles.
+void addRowBias(int64_t Rows, int64_t Cols, const float *Bias, float *Y);
+void addColumnSums(int64_t Rows, int64_t Cols, const float *DY, float *DBias);
+void interpolateRowsForward(int64_t N, int64_t Cols, const int64_t *Index, const float *Weight, const float *Table,
+                            float *X);
+void interpolateRowsBackward(int64_t N, int64_t Cols, const int64_t *Index, const float *Weight, const float *DX,
+                             float *DTable);
+void ropeByTable(int64_t Rows, int64_t Groups, const RopeColumns &Columns, float *X, const float *Cos, const float *Sin,
+                 bool Inverse);
 
 /// Gated DeltaNet's input side (kernels/LinearAttentionInput.h): the
 /// causal convolution with silu, Pre = conv(X) and Act = silu(Pre); its

@@ -14,51 +14,49 @@ using namespace moert;
 
 namespace {
 
-/// Y = X W + b.
-Tensor linear(const Tensor &X, const Parameter &W, const Parameter &B) {
-  Tensor Y = matmul(X, W.Value);
-  for (int64_t R = 0; R < Y.rows(); ++R)
-    for (int64_t C = 0; C < Y.cols(); ++C)
-      Y.row(R)[C] += B.Value[C];
-  return Y;
+/// Y = X W + b, into Y (its storage kept where it has the product's shape
+/// already: held on the backend).
+void linear(const Tensor &X, const Parameter &W, const Parameter &B, Tensor &Y) {
+  matmul(X, W.Value, Y);
+  ComputeBackend &Backend = currentBackend();
+  onBackendElseHost(
+      Backend, {readsOf(Y), readsOf(B.Value)}, {writesOf(Y)},
+      [&] { return Backend.addRowBias(Y.rows(), Y.cols(), B.Value.data(), Y.data()); },
+      [&] { addRowBias(Y.rows(), Y.cols(), B.Value.data(), Y.data()); });
 }
 
-/// Backward of linear: accumulates DW and Db, returns DX.
-Tensor linearBackward(const Tensor &X, Parameter &W, Parameter &B, const Tensor &DY) {
-  Tensor DX;
+/// Backward of linear: accumulates DW and Db, DX written (shaped as
+/// linear's Y).
+void linearBackward(const Tensor &X, Parameter &W, Parameter &B, const Tensor &DY, Tensor &DX) {
   matmulBackward(X, W.Value, DY, W.Grad, DX);
-  for (int64_t R = 0; R < DY.rows(); ++R)
-    for (int64_t C = 0; C < DY.cols(); ++C)
-      B.Grad[C] += DY.row(R)[C];
-  return DX;
+  ComputeBackend &Backend = currentBackend();
+  onBackendElseHost(
+      Backend, {readsOf(DY), readsOf(B.Grad)}, {writesOf(B.Grad)},
+      [&] { return Backend.addColumnSums(DY.rows(), DY.cols(), DY.data(), B.Grad.data()); },
+      [&] { addColumnSums(DY.rows(), DY.cols(), DY.data(), B.Grad.data()); });
 }
 
-/// LayerNorm over the last dimension (weight and bias), saving its input and
-/// statistics.
-Tensor towerLayerNorm(const Tensor &X, const Parameter &W, const Parameter &B, double Eps,
-                      VisionSaved::LayerNormSaved &S) {
-  S.X = X;
-  return layerNormForward(X, W.Value, B.Value, Eps, S.Mean, S.Rstd);
+/// LayerNorm over the last dimension (weight and bias) of its saved input
+/// S.X into Y, saving the statistics.
+void towerLayerNorm(const Parameter &W, const Parameter &B, double Eps, VisionSaved::LayerNormSaved &S, Tensor &Y) {
+  layerNormForward(S.X, W.Value, B.Value, Eps, S.Mean, S.Rstd, Y);
 }
 
-Tensor towerLayerNormBackward(const VisionSaved::LayerNormSaved &S, Parameter &W, Parameter &B, const Tensor &DY) {
-  return moert::layerNormBackward(S.X, W.Value, S.Mean, S.Rstd, DY, W.Grad, B.Grad);
+void towerLayerNormBackward(const VisionSaved::LayerNormSaved &S, Parameter &W, Parameter &B, const Tensor &DY,
+                            Tensor &DX) {
+  moert::layerNormBackward(S.X, W.Value, S.Mean, S.Rstd, DY, W.Grad, B.Grad, DX);
 }
 
 /// Rotates dims (i, i + d/2) of every head of X [N, Heads x d] by the
 /// patch's angle i (Inverse: back).
 void rotate(Tensor &X, int64_t HeadDim, const std::vector<float> &Cos, const std::vector<float> &Sin, bool Inverse) {
-  const int64_t Half = HeadDim / 2, Heads = X.cols() / HeadDim;
-  for (int64_t R = 0; R < X.rows(); ++R)
-    for (int64_t H = 0; H < Heads; ++H) {
-      float *V = X.row(R) + H * HeadDim;
-      for (int64_t I = 0; I < Half; ++I) {
-        const float C = Cos[size_t(R * Half + I)], S = Inverse ? -Sin[size_t(R * Half + I)] : Sin[size_t(R * Half + I)];
-        const float A = V[I], B = V[I + Half];
-        V[I] = A * C - B * S;
-        V[I + Half] = B * C + A * S;
-      }
-    }
+  const RopeColumns Columns = RopeColumns::halves(HeadDim, HeadDim);
+  const int64_t Groups = X.cols() / HeadDim;
+  ComputeBackend &Backend = currentBackend();
+  onBackendElseHost(
+      Backend, {readsOf(X), readsOf(Cos), readsOf(Sin)}, {writesOf(X)},
+      [&] { return Backend.ropeByTable(X.rows(), Groups, Columns, X.data(), Cos.data(), Sin.data(), Inverse); },
+      [&] { ropeByTable(X.rows(), Groups, Columns, X.data(), Cos.data(), Sin.data(), Inverse); });
 }
 
 /// torch.linspace(0, End, Steps) in float32, as the position interpolation
@@ -86,7 +84,8 @@ template <typename F> void forEachPatch(const std::vector<ImageGrid> &Grids, int
 /// splits them): Q, K, V [N, Heads x d].
 void attendImages(const std::vector<ImageGrid> &Grids, int64_t Heads, int64_t HeadDim, const Tensor &Q, const Tensor &K,
                   const Tensor &V, Tensor &Out, Tensor &Lse) {
-  Out = Tensor(Q.shape());
+  if (Out.shape() != Q.shape()) // else Out is as allocated: zeros
+    Out = Tensor(Q.shape());
   Lse = Tensor({Heads * Q.rows()});
   for (int64_t I = 0; I < Lse.numel(); ++I)
     Lse[I] = -std::numeric_limits<float>::infinity();
@@ -106,9 +105,11 @@ void attendImages(const std::vector<ImageGrid> &Grids, int64_t Heads, int64_t He
 void attendImagesBackward(const std::vector<ImageGrid> &Grids, int64_t Heads, int64_t HeadDim, const Tensor &Q,
                           const Tensor &K, const Tensor &V, const Tensor &Out, const Tensor &Lse, const Tensor &DOut,
                           Tensor &DQ, Tensor &DK, Tensor &DV) {
-  DQ = Tensor(Q.shape());
-  DK = Tensor(K.shape());
-  DV = Tensor(V.shape());
+  for (Tensor *D : {&DQ, &DK, &DV}) {
+    if (D->shape() != Q.shape())
+      *D = Tensor(Q.shape());
+    currentBackend().zero(D->data(), D->numel());
+  }
   std::vector<float> Scratch, Delta;
   int64_t Begin = 0;
   for (const ImageGrid &G : Grids)
@@ -116,13 +117,7 @@ void attendImagesBackward(const std::vector<ImageGrid> &Grids, int64_t Heads, in
       const int64_t N = G.Rows * G.Cols, Off = Begin * Heads * HeadDim;
       // Delta [Heads, N] = rowsum(DOut * Out), laid out like Lse.
       Delta.assign(size_t(Heads * N), 0);
-      for (int64_t T = 0; T < N; ++T)
-        for (int64_t H = 0; H < Heads; ++H) {
-          double Sum = 0;
-          for (int64_t C = 0; C < HeadDim; ++C)
-            Sum += double(DOut[Off + (T * Heads + H) * HeadDim + C]) * Out[Off + (T * Heads + H) * HeadDim + C];
-          Delta[size_t(H * N + T)] = float(Sum);
-        }
+      currentBackend().attentionDelta(1, N, Heads, HeadDim, Out.data() + Off, DOut.data() + Off, Delta.data());
       BlockShape Shape{AttentionDims{1, N, Heads, Heads, HeadDim, 0}, N, float(1.0 / std::sqrt(double(HeadDim)))};
       attendSpanBackward(Shape, Q.data() + Off, TokenSpan{0, N, N}, K.data() + Off, V.data() + Off, TokenSpan{0, 0, N},
                          Lse.data() + Begin * Heads, Delta.data(), DOut.data() + Off, DQ.data() + Off, DK.data() + Off,
@@ -131,12 +126,13 @@ void attendImagesBackward(const std::vector<ImageGrid> &Grids, int64_t Heads, in
     }
 }
 
-/// Columns [Begin, Begin + Width) of X.
-Tensor columns(const Tensor &X, int64_t Begin, int64_t Width) {
-  Tensor Y({X.rows(), Width});
-  for (int64_t R = 0; R < X.rows(); ++R)
-    std::copy(X.row(R) + Begin, X.row(R) + Begin + Width, Y.row(R));
-  return Y;
+/// Columns [Begin, Begin + Width) of X into Y (ComputeBackend::copyColumns),
+/// or Y into them where Into.
+void copyColumns(const Tensor &X, int64_t Begin, int64_t Width, Tensor &Y) {
+  currentBackend().copyColumns({X.rows(), 1, Width, X.cols(), 0, Y.cols(), 0}, X.data() + Begin, Y.data());
+}
+void copyIntoColumns(const Tensor &Y, Tensor &X, int64_t Begin) {
+  currentBackend().copyColumns({Y.rows(), 1, Y.cols(), Y.cols(), 0, X.cols(), 0}, Y.data(), X.data() + Begin);
 }
 
 } // namespace
@@ -202,10 +198,6 @@ VisionTower::VisionTower(const VisionConfig &C, uint64_t Seed) : Config(C), W(st
       for (int64_t I = 0; I < P->Value.numel(); ++I)
         P->Value[I] = 1.0f;
     P->Grad = Tensor(P->Value.shape());
-    // Host loops add the biases and interpolate the position table, and run
-    // the LayerNorms where the backend has no kernel for them; only the
-    // matrices are the compute backend's alone.
-    P->ReadOnHost = Shape.size() == 1 || Name == "pos_embed";
     Params.push_back(std::move(P));
     return Params.back().get();
   };
@@ -264,38 +256,71 @@ Parameter *VisionTower::find(const std::string &Name) {
 
 namespace {
 
-/// The merger's forward: X [N, Hidden] -> [N / unit, OutHidden].
-template <typename M> Tensor mergerForward(const M &W, const VisionConfig &C, const Tensor &X, VisionSaved::Merger &S) {
-  const int64_t Wide = C.Hidden * C.mergeUnit();
-  Tensor Xn;
-  if (W.NormAfterConcat) {
-    Tensor Cat = X;
-    Cat.reshape({X.rows() / C.mergeUnit(), Wide});
-    Xn = towerLayerNorm(Cat, *W.Norm, *W.NormBias, C.Eps, S.Ln);
-  } else {
-    Xn = towerLayerNorm(X, *W.Norm, *W.NormBias, C.Eps, S.Ln);
-    Xn.reshape({X.rows() / C.mergeUnit(), Wide});
+/// What the tower keeps of its activations for the backward: held on the
+/// compute backend from their making and kept there under KeepFor
+/// (ComputeBackend::keepArrays) until the caller releases it; without
+/// KeepFor, on the host. LayerNorm inputs and linear outputs in fp32
+/// (HeldArray::Wide: the biases add to them there), what products alone
+/// read in the backend's precision.
+class TowerArrays {
+public:
+  TowerArrays(const void *KeepFor) : KeepFor(KeepFor) {}
+  static HeldArray wide(Tensor &T) { return HeldArray::wide(T.data(), T.numel()); }
+  static HeldArray made(Tensor &T) { return {T.data(), T.numel(), HeldArray::BackendOnly, false, /*Unset=*/true}; }
+  /// Holds Arrays for the scope's lifetime.
+  HeldArrays hold(const std::vector<HeldArray> &Arrays) const {
+    return HeldArrays(currentBackend(), KeepFor ? Arrays : std::vector<HeldArray>());
   }
-  S.Xn = Xn;
-  S.H1 = linear(Xn, *W.Fc1, *W.Fc1Bias);
-  S.Act = gelu(GeluForm::Erf, S.H1);
-  return linear(S.Act, *W.Fc2, *W.Fc2Bias);
+  /// Keeps the held Arrays past their hold.
+  void keep(const std::vector<HeldArray> &Arrays) const {
+    if (KeepFor)
+      currentBackend().keepArrays(KeepFor, Arrays);
+  }
+
+private:
+  const void *KeepFor;
+};
+
+/// The merger's forward: X [N, Hidden] -> Y [N / unit, OutHidden] (on the
+/// host: the decoder's rows read it there).
+template <typename M>
+void mergerForward(const M &W, const VisionConfig &C, const Tensor &X, VisionSaved::Merger &S, Tensor &Y,
+                   const TowerArrays &Arrays) {
+  const int64_t Wide = C.Hidden * C.mergeUnit(), Rows = X.rows() / C.mergeUnit();
+  S.Ln.X = W.NormAfterConcat ? Tensor({Rows, Wide}) : Tensor(X.shape());
+  S.Xn = Tensor(S.Ln.X.shape());
+  S.H1 = Tensor({Rows, Wide});
+  S.Act = Tensor({Rows, Wide});
+  const std::vector<HeldArray> Kept = {TowerArrays::wide(S.Ln.X), TowerArrays::made(S.Xn), TowerArrays::wide(S.H1),
+                                       TowerArrays::made(S.Act)};
+  HeldArrays Hold = Arrays.hold(Kept);
+  currentBackend().copy(X.data(), S.Ln.X.data(), X.numel());
+  towerLayerNorm(*W.Norm, *W.NormBias, C.Eps, S.Ln, S.Xn);
+  S.Xn.reshape({Rows, Wide});
+  linear(S.Xn, *W.Fc1, *W.Fc1Bias, S.H1);
+  gelu(GeluForm::Erf, S.H1, S.Act);
+  linear(S.Act, *W.Fc2, *W.Fc2Bias, Y);
+  Arrays.keep(Kept);
 }
 
+/// Its backward from DY: the input's gradient added to DX.
 template <typename M>
-Tensor mergerBackward(const M &W, const VisionConfig &C, const VisionSaved::Merger &S, const Tensor &DY) {
-  Tensor DAct = linearBackward(S.Act, *W.Fc2, *W.Fc2Bias, DY);
-  Tensor DXn = linearBackward(S.Xn, *W.Fc1, *W.Fc1Bias, geluBackward(GeluForm::Erf, S.H1, DAct));
-  if (!W.NormAfterConcat)
-    DXn.reshape({DXn.rows() * C.mergeUnit(), C.Hidden});
-  Tensor DX = towerLayerNormBackward(S.Ln, *W.Norm, *W.NormBias, DXn);
-  DX.reshape({DX.numel() / C.Hidden, C.Hidden});
-  return DX;
+void mergerBackward(const M &W, const VisionConfig &C, const VisionSaved::Merger &S, const Tensor &DY, Tensor &DX) {
+  Tensor DAct(S.Act.shape()), DH1(S.H1.shape()), DXn(S.Xn.shape()), DLn(S.Ln.X.shape());
+  HeldArrays Hold(currentBackend(),
+                  {TowerArrays::made(DAct), TowerArrays::made(DH1), TowerArrays::made(DXn), TowerArrays::wide(DLn)});
+  linearBackward(S.Act, *W.Fc2, *W.Fc2Bias, DY, DAct);
+  geluBackward(GeluForm::Erf, S.H1, DAct, DH1);
+  linearBackward(S.Xn, *W.Fc1, *W.Fc1Bias, DH1, DXn);
+  DXn.reshape(S.Ln.X.shape());
+  towerLayerNormBackward(S.Ln, *W.Norm, *W.NormBias, DXn, DLn);
+  currentBackend().add(DX.numel(), DX.data(), DLn.data(), DX.data());
 }
 
 } // namespace
 
-VisionOutput VisionTower::forward(const Tensor &Patches, const std::vector<ImageGrid> &Grids, VisionSaved &S) {
+VisionOutput VisionTower::forward(const Tensor &Patches, const std::vector<ImageGrid> &Grids, VisionSaved &S,
+                                  const void *KeepFor) {
   const VisionConfig &C = Config;
   const int64_t H = C.Hidden, D = C.headDim(), Half = D / 2, Grid = C.PositionGrid;
   int64_t N = 0;
@@ -307,9 +332,10 @@ VisionOutput VisionTower::forward(const Tensor &Patches, const std::vector<Image
   if (Patches.rows() != N || Patches.cols() != C.patchDim())
     throw std::invalid_argument("vision tower: patches are not [" + std::to_string(N) + ", " +
                                 std::to_string(C.patchDim()) + "]");
+  ComputeBackend &Backend = currentBackend();
+  const TowerArrays Arrays(KeepFor);
   S.Grids = Grids;
   S.Patches = Patches;
-  Tensor X = linear(Patches, *W->Patch, *W->PatchBias);
   // Position table interpolation and the 2-D RoPE angles, per patch.
   S.PosIndex.assign(size_t(4 * N), 0);
   S.PosWeight.assign(size_t(4 * N), 0);
@@ -327,8 +353,6 @@ VisionOutput VisionTower::forward(const Tensor &Patches, const std::vector<Image
     for (int K = 0; K < 4; ++K) {
       S.PosIndex[size_t(4 * P + K)] = Index[K];
       S.PosWeight[size_t(4 * P + K)] = Weight[K];
-      for (int64_t I = 0; I < H; ++I)
-        X.row(P)[I] += Weight[K] * W->Pos->Value.row(Index[K])[I];
     }
     for (int64_t I = 0; I < Half; ++I) {
       const double Angle = float(double(I < D / 4 ? Row : Col) * Freq[size_t(I % (D / 4))]);
@@ -336,69 +360,116 @@ VisionOutput VisionTower::forward(const Tensor &Patches, const std::vector<Image
       S.Sin[size_t(P * Half + I)] = float(std::sin(Angle));
     }
   });
+  // The residual stream, in fp32 where the backend keeps it; the patches
+  // and angles, which the backward reads again, kept.
+  Tensor X({N, H});
+  const std::vector<HeldArray> Inputs = {{S.Patches.data(), S.Patches.numel(), HeldArray::Read},
+                                         HeldArray::wide(S.Cos.data(), int64_t(S.Cos.size())),
+                                         HeldArray::wide(S.Sin.data(), int64_t(S.Sin.size()))};
+  std::vector<HeldArray> Held = Inputs;
+  Held.push_back(TowerArrays::wide(X));
+  HeldArrays HoldStream = Arrays.hold(Held);
+  linear(S.Patches, *W->Patch, *W->PatchBias, X);
+  onBackendElseHost(
+      Backend, {readsOf(X), readsOf(W->Pos->Value)}, {writesOf(X)},
+      [&] {
+        return Backend.interpolateRowsForward(N, H, S.PosIndex.data(), S.PosWeight.data(), W->Pos->Value.data(),
+                                              X.data());
+      },
+      [&] { interpolateRowsForward(N, H, S.PosIndex.data(), S.PosWeight.data(), W->Pos->Value.data(), X.data()); });
+  Arrays.keep(Inputs);
   VisionOutput Out;
   S.Blocks.assign(size_t(C.Depth), {});
   S.Deepstack.assign(W->Deepstack.size(), {});
   for (int64_t L = 0; L < C.Depth; ++L) {
     const Weights::Block &B = W->Blocks[size_t(L)];
     VisionSaved::Block &Sb = S.Blocks[size_t(L)];
-    Sb.Xn1 = towerLayerNorm(X, *B.Norm1, *B.Norm1Bias, C.Eps, Sb.Ln1);
-    Tensor Qkv = linear(Sb.Xn1, *B.Qkv, *B.QkvBias);
-    Sb.Q = columns(Qkv, 0, H);
-    Sb.K = columns(Qkv, H, H);
-    Sb.V = columns(Qkv, 2 * H, H);
+    for (Tensor *T : {&Sb.Ln1.X, &Sb.Xn1, &Sb.Q, &Sb.K, &Sb.V, &Sb.Attn, &Sb.Ln2.X, &Sb.Xn2})
+      *T = Tensor({N, H});
+    Sb.H1 = Tensor({N, C.FfnHidden});
+    Sb.Act = Tensor({N, C.FfnHidden});
+    Tensor Qkv({N, 3 * H}), Projected({N, H}), Fc2Out({N, H});
+    using A = TowerArrays;
+    const std::vector<HeldArray> Kept = {A::wide(Sb.Ln1.X), A::made(Sb.Xn1),  A::made(Sb.Q),     A::made(Sb.K),
+                                         A::made(Sb.V),     A::made(Sb.Attn), A::wide(Sb.Ln2.X), A::made(Sb.Xn2),
+                                         A::wide(Sb.H1),    A::made(Sb.Act)};
+    std::vector<HeldArray> Block = Kept;
+    for (Tensor *T : {&Qkv, &Projected, &Fc2Out})
+      Block.push_back(A::wide(*T));
+    HeldArrays Hold = Arrays.hold(Block);
+    Backend.copy(X.data(), Sb.Ln1.X.data(), X.numel());
+    towerLayerNorm(*B.Norm1, *B.Norm1Bias, C.Eps, Sb.Ln1, Sb.Xn1);
+    linear(Sb.Xn1, *B.Qkv, *B.QkvBias, Qkv);
+    copyColumns(Qkv, 0, H, Sb.Q);
+    copyColumns(Qkv, H, H, Sb.K);
+    copyColumns(Qkv, 2 * H, H, Sb.V);
     rotate(Sb.Q, D, S.Cos, S.Sin, false);
     rotate(Sb.K, D, S.Cos, S.Sin, false);
     attendImages(Grids, C.Heads, D, Sb.Q, Sb.K, Sb.V, Sb.Attn, Sb.Lse);
-    addInto(X, linear(Sb.Attn, *B.Proj, *B.ProjBias));
-    Sb.Xn2 = towerLayerNorm(X, *B.Norm2, *B.Norm2Bias, C.Eps, Sb.Ln2);
-    Sb.H1 = linear(Sb.Xn2, *B.Fc1, *B.Fc1Bias);
-    Sb.Act = gelu(GeluForm::Tanh, Sb.H1);
-    addInto(X, linear(Sb.Act, *B.Fc2, *B.Fc2Bias));
+    linear(Sb.Attn, *B.Proj, *B.ProjBias, Projected);
+    Backend.add(X.numel(), X.data(), Projected.data(), X.data());
+    Backend.copy(X.data(), Sb.Ln2.X.data(), X.numel());
+    towerLayerNorm(*B.Norm2, *B.Norm2Bias, C.Eps, Sb.Ln2, Sb.Xn2);
+    linear(Sb.Xn2, *B.Fc1, *B.Fc1Bias, Sb.H1);
+    gelu(GeluForm::Tanh, Sb.H1, Sb.Act);
+    linear(Sb.Act, *B.Fc2, *B.Fc2Bias, Fc2Out);
+    Backend.add(X.numel(), X.data(), Fc2Out.data(), X.data());
+    Arrays.keep(Kept);
     for (size_t J = 0; J < C.DeepstackLayers.size(); ++J)
       if (C.DeepstackLayers[J] == L)
-        Out.Deepstack.push_back(mergerForward(W->Deepstack[J], C, X, S.Deepstack[J]));
+        mergerForward(W->Deepstack[J], C, X, S.Deepstack[J], Out.Deepstack.emplace_back(), Arrays);
   }
-  Out.Tokens = mergerForward(W->Final, C, X, S.Final);
+  mergerForward(W->Final, C, X, S.Final, Out.Tokens, Arrays);
   return Out;
 }
 
 Tensor VisionTower::backward(const VisionSaved &S, const Tensor &DTokens, const std::vector<Tensor> &DDeepstack) {
   const VisionConfig &C = Config;
-  const int64_t H = C.Hidden, D = C.headDim();
+  const int64_t H = C.Hidden, D = C.headDim(), N = S.Patches.rows();
   if (!DDeepstack.empty() && DDeepstack.size() != C.DeepstackLayers.size())
     throw std::invalid_argument("vision tower: one deepstack gradient per feature, or none");
-  Tensor DX = mergerBackward(W->Final, C, S.Final, DTokens);
+  ComputeBackend &Backend = currentBackend();
+  using A = TowerArrays;
+  // The residual stream's gradient, in fp32 where the backend keeps it.
+  Tensor DX({N, H});
+  HeldArrays HoldStream(Backend, {A::wide(DX)});
+  Backend.zero(DX.data(), DX.numel());
+  mergerBackward(W->Final, C, S.Final, DTokens, DX);
   for (int64_t L = C.Depth - 1; L >= 0; --L) {
     for (size_t J = 0; J < C.DeepstackLayers.size(); ++J)
       if (C.DeepstackLayers[J] == L && !DDeepstack.empty())
-        addInto(DX, mergerBackward(W->Deepstack[J], C, S.Deepstack[J], DDeepstack[J]));
+        mergerBackward(W->Deepstack[J], C, S.Deepstack[J], DDeepstack[J], DX);
     const Weights::Block &B = W->Blocks[size_t(L)];
     const VisionSaved::Block &Sb = S.Blocks[size_t(L)];
-    Tensor DAct = linearBackward(Sb.Act, *B.Fc2, *B.Fc2Bias, DX);
-    Tensor DXn2 = linearBackward(Sb.Xn2, *B.Fc1, *B.Fc1Bias, geluBackward(GeluForm::Tanh, Sb.H1, DAct));
-    addInto(DX, towerLayerNormBackward(Sb.Ln2, *B.Norm2, *B.Norm2Bias, DXn2));
-    Tensor DAttn = linearBackward(Sb.Attn, *B.Proj, *B.ProjBias, DX);
-    Tensor DQ, DK, DV;
+    Tensor DAct(Sb.Act.shape()), DH1(Sb.H1.shape()), DXn2({N, H}), DLn({N, H}), DAttn({N, H}), DQ({N, H}), DK({N, H}),
+        DV({N, H}), DQkv({N, 3 * H}), DXn1({N, H});
+    HeldArrays Hold(Backend, {A::made(DAct), A::made(DH1), A::made(DXn2), A::wide(DLn), A::made(DAttn), A::wide(DQ),
+                              A::wide(DK), A::wide(DV), A::made(DQkv), A::made(DXn1)});
+    linearBackward(Sb.Act, *B.Fc2, *B.Fc2Bias, DX, DAct);
+    geluBackward(GeluForm::Tanh, Sb.H1, DAct, DH1);
+    linearBackward(Sb.Xn2, *B.Fc1, *B.Fc1Bias, DH1, DXn2);
+    towerLayerNormBackward(Sb.Ln2, *B.Norm2, *B.Norm2Bias, DXn2, DLn);
+    Backend.add(DX.numel(), DX.data(), DLn.data(), DX.data());
+    linearBackward(Sb.Attn, *B.Proj, *B.ProjBias, DX, DAttn);
     attendImagesBackward(S.Grids, C.Heads, D, Sb.Q, Sb.K, Sb.V, Sb.Attn, Sb.Lse, DAttn, DQ, DK, DV);
     rotate(DQ, D, S.Cos, S.Sin, true);
     rotate(DK, D, S.Cos, S.Sin, true);
-    Tensor DQkv({DX.rows(), 3 * H});
-    for (int64_t R = 0; R < DX.rows(); ++R) {
-      std::copy(DQ.row(R), DQ.row(R) + H, DQkv.row(R));
-      std::copy(DK.row(R), DK.row(R) + H, DQkv.row(R) + H);
-      std::copy(DV.row(R), DV.row(R) + H, DQkv.row(R) + 2 * H);
-    }
-    addInto(DX,
-            towerLayerNormBackward(Sb.Ln1, *B.Norm1, *B.Norm1Bias, linearBackward(Sb.Xn1, *B.Qkv, *B.QkvBias, DQkv)));
+    copyIntoColumns(DQ, DQkv, 0);
+    copyIntoColumns(DK, DQkv, H);
+    copyIntoColumns(DV, DQkv, 2 * H);
+    linearBackward(Sb.Xn1, *B.Qkv, *B.QkvBias, DQkv, DXn1);
+    towerLayerNormBackward(Sb.Ln1, *B.Norm1, *B.Norm1Bias, DXn1, DLn);
+    Backend.add(DX.numel(), DX.data(), DLn.data(), DX.data());
   }
   // The interpolated position table and the patch embedding.
-  for (int64_t P = 0; P < DX.rows(); ++P)
-    for (int K = 0; K < 4; ++K) {
-      float *G = W->Pos->Grad.row(S.PosIndex[size_t(4 * P + K)]);
-      const float Weight = S.PosWeight[size_t(4 * P + K)];
-      for (int64_t I = 0; I < H; ++I)
-        G[I] += Weight * DX.row(P)[I];
-    }
-  return linearBackward(S.Patches, *W->Patch, *W->PatchBias, DX);
+  onBackendElseHost(
+      Backend, {readsOf(DX), readsOf(W->Pos->Grad)}, {writesOf(W->Pos->Grad)},
+      [&] {
+        return Backend.interpolateRowsBackward(N, H, S.PosIndex.data(), S.PosWeight.data(), DX.data(),
+                                               W->Pos->Grad.data());
+      },
+      [&] { interpolateRowsBackward(N, H, S.PosIndex.data(), S.PosWeight.data(), DX.data(), W->Pos->Grad.data()); });
+  Tensor DPatches;
+  linearBackward(S.Patches, *W->Patch, *W->PatchBias, DX, DPatches);
+  return DPatches;
 }

@@ -81,7 +81,11 @@ public:
   Parameter *find(const std::string &Name);
 
   /// Patches [sum of patches, patchDim] of Grids' images -> merged tokens.
-  VisionOutput forward(const Tensor &Patches, const std::vector<ImageGrid> &Grids, VisionSaved &S);
+  /// Where KeepFor is not null, what the backward reads of S stays on the
+  /// compute backend, kept under it (ComputeBackend::keepArrays) until the
+  /// caller releases it; else all of S is on the host.
+  VisionOutput forward(const Tensor &Patches, const std::vector<ImageGrid> &Grids, VisionSaved &S,
+                       const void *KeepFor = nullptr);
   /// The output gradients (DDeepstack empty or one per feature) -> the
   /// patches' gradient; accumulates every parameter's.
   Tensor backward(const VisionSaved &S, const Tensor &DTokens, const std::vector<Tensor> &DDeepstack);

@@ -292,6 +292,82 @@ public:
     return true;
   }
 
+  // The vision tower's pieces work in place on arrays the backend keeps
+  // in fp32 (held wide); on others the host's loops run.
+  bool addRowBias(int64_t Rows, int64_t Cols, const float *Bias, float *Y) override {
+    Charge Charged(Copies, "bias");
+    HeldCopy *H = wide(Y, Rows * Cols);
+    if (!H)
+      return false;
+    DeviceBuffer<float> StagedBias;
+    const float *Bias32 = wideInput(Bias, Cols, StagedBias);
+    float *Y32 = inPlace(*H, Y);
+    cuda::addRowBias(Rows, Cols, Bias32, Y32, Blas.stream());
+    return true;
+  }
+
+  bool addColumnSums(int64_t Rows, int64_t Cols, const float *DY, float *DBias) override {
+    Charge Charged(Copies, "bias");
+    if (Cols == 0)
+      return true;
+    DeviceBuffer<float> DB32;
+    HeldCopy *Sum = heldSum(DBias, Cols);
+    if (!Sum)
+      DB32 = Copies.floats(DBias, Cols);
+    float *Into = Sum ? Sum->at(DBias) : DB32.data();
+    if (HeldCopy *H = wide(DY, Rows * Cols)) {
+      cuda::addColumnSums(Rows, Cols, master(*H) + (DY - H->Host), Into, Blas.stream());
+    } else {
+      Operand DY16 = input(DY, Rows * Cols);
+      cuda::addColumnSums(Rows, Cols, DY16.Data, Into, Blas.stream());
+    }
+    if (!Sum)
+      result(DB32, DBias);
+    return true;
+  }
+
+  bool interpolateRowsForward(int64_t N, int64_t Cols, const int64_t *Index, const float *Weight, const float *Table,
+                              float *X) override {
+    Charge Charged(Copies, "interpolation");
+    HeldCopy *H = wide(X, N * Cols);
+    if (!H)
+      return false;
+    DeviceBuffer<int32_t> Index32 = indices(Index, 4 * N);
+    DeviceBuffer<float> Weight32 = Copies.floats(Weight, 4 * N), StagedTable;
+    const int64_t TableRows = N ? *std::max_element(Index, Index + 4 * N) + 1 : 0;
+    const float *Table32 = wideInput(Table, TableRows * Cols, StagedTable);
+    cuda::interpolateRowsForward(N, Cols, Index32.data(), Weight32.data(), Table32, inPlace(*H, X), Blas.stream());
+    return true;
+  }
+
+  bool interpolateRowsBackward(int64_t N, int64_t Cols, const int64_t *Index, const float *Weight, const float *DX,
+                               float *DTable) override {
+    Charge Charged(Copies, "interpolation");
+    if (N * Cols == 0)
+      return true;
+    const int64_t TableRows = *std::max_element(Index, Index + 4 * N) + 1;
+    HeldCopy *Sum = heldSum(DTable, TableRows * Cols);
+    if (!Sum)
+      return false; // a table's gradient the host keeps: its loop adds to it
+    DeviceBuffer<int32_t> Index32 = indices(Index, 4 * N);
+    DeviceBuffer<float> Weight32 = Copies.floats(Weight, 4 * N), StagedDX;
+    cuda::interpolateRowsBackward(N, Cols, Index32.data(), Weight32.data(), wideInput(DX, N * Cols, StagedDX),
+                                  Sum->at(DTable), Blas.stream());
+    return true;
+  }
+
+  bool ropeByTable(int64_t Rows, int64_t Groups, const RopeColumns &Columns, float *X, const float *Cos,
+                   const float *Sin, bool Inverse) override {
+    Charge Charged(Copies, "rope");
+    const int64_t Angles = Rows * (Columns.RopeDim / 2);
+    DeviceBuffer<bf16> X16 = ownCopy(X, Rows * Groups * Columns.Stride);
+    DeviceBuffer<float> StagedCos, StagedSin;
+    cuda::ropeByTable(Rows, Groups, Columns, X16.data(), wideInput(Cos, Angles, StagedCos),
+                      wideInput(Sin, Angles, StagedSin), Inverse, Blas.stream());
+    result(X16, X);
+    return true;
+  }
+
   bool sigmoidGateForward(int64_t Count, const float *X, const float *Gate, float *Y) override {
     Charge Charged(Copies, "output gate");
     if (Count == 0)
@@ -1819,6 +1895,14 @@ private:
   /// A wide array whose elements [Data, Data + Count) an operation is
   /// about to overwrite on the device: the rest of it comes from the host
   /// first where the device has none of it.
+  /// The fp32 elements of a wide array at Data that an operation updates in
+  /// place on the device (their current values first, the host's where the
+  /// device has none).
+  float *inPlace(HeldCopy &H, const float *Data) {
+    master(H);
+    aheadOfHost(H);
+    return H.at(Data);
+  }
   void writeMaster(HeldCopy &H, const float *Data, int64_t Count) {
     if (Count != H.Count)
       master(H);

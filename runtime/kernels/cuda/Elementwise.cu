@@ -266,6 +266,63 @@ __global__ void sigmoidGateBackwardKernel(int64_t Count, const bf16 *X, const bf
   }
 }
 
+__global__ void addRowBiasKernel(int64_t Rows, int64_t Cols, const float *Bias, float *Y) {
+  for (int64_t I = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; I < Rows * Cols;
+       I += int64_t(gridDim.x) * blockDim.x)
+    Y[I] += Bias[I % Cols];
+}
+
+/// A thread per column, rows in order.
+template <typename T> __global__ void columnSumsKernel(int64_t Rows, int64_t Cols, const T *DY, float *DBias) {
+  const int64_t C = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (C >= Cols)
+    return;
+  float Sum = DBias[C];
+  for (int64_t R = 0; R < Rows; ++R)
+    Sum += toF(DY[R * Cols + C]);
+  DBias[C] = Sum;
+}
+
+/// A thread per (row, column): its four terms in order.
+__global__ void interpolateRowsKernel(int64_t N, int64_t Cols, const int32_t *Index, const float *Weight,
+                                      const float *Table, float *X) {
+  for (int64_t I = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; I < N * Cols; I += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t P = I / Cols, C = I % Cols;
+    float V = X[I];
+    for (int K = 0; K < 4; ++K)
+      V += Weight[4 * P + K] * Table[int64_t(Index[4 * P + K]) * Cols + C];
+    X[I] = V;
+  }
+}
+
+/// A thread per column: every row's four terms in order (the host's).
+__global__ void interpolateRowsBackwardKernel(int64_t N, int64_t Cols, const int32_t *Index, const float *Weight,
+                                              const float *DX, float *DTable) {
+  const int64_t C = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (C >= Cols)
+    return;
+  for (int64_t P = 0; P < N; ++P)
+    for (int K = 0; K < 4; ++K)
+      DTable[int64_t(Index[4 * P + K]) * Cols + C] += Weight[4 * P + K] * DX[P * Cols + C];
+}
+
+__global__ void ropeByTableKernel(int64_t Rows, int64_t Groups, RopeColumns Columns, bf16 *X, const float *Cos,
+                                  const float *Sin, bool Inverse) {
+  const int64_t Half = Columns.RopeDim / 2;
+  for (int64_t T = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; T < Rows * Half;
+       T += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t N = T / Half, J = T % Half;
+    const float C = Cos[T], S = Inverse ? -Sin[T] : Sin[T];
+    bf16 *Row = X + N * Groups * Columns.Stride;
+    for (int64_t G = 0; G < Groups; ++G) {
+      bf16 *A = Row + G * Columns.Stride + Columns.first(J), *B = Row + G * Columns.Stride + Columns.second(J);
+      const float X1 = toF(*A), X2 = toF(*B);
+      *A = toB(X1 * C - X2 * S);
+      *B = toB(X2 * C + X1 * S);
+    }
+  }
+}
+
 __global__ void castToF32Kernel(int64_t Count, const bf16 *In, float *Out) {
   for (int64_t I = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; I < Count; I += int64_t(gridDim.x) * blockDim.x)
     Out[I] = toF(In[I]);
@@ -301,6 +358,47 @@ void gatedRmsNormBackward(int64_t Rows, int64_t Width, const bf16 *O, const bf16
   gatedRmsNormBackwardKernel<<<unsigned(Rows), 128, 0, Stream>>>(Width, O, Z, W, Rstd, DY, DO, DZ);
   MOERT_CUDA_CHECK_LAUNCH();
   gatedRmsNormBackwardDwKernel<<<unsigned((Width + 127) / 128), 128, 0, Stream>>>(Rows, Width, O, Z, Rstd, DY, DW);
+  MOERT_CUDA_CHECK_LAUNCH();
+}
+
+void addRowBias(int64_t Rows, int64_t Cols, const float *Bias, float *Y, cudaStream_t Stream) {
+  if (Rows * Cols == 0)
+    return;
+  addRowBiasKernel<<<gridFor(Rows * Cols, 256), 256, 0, Stream>>>(Rows, Cols, Bias, Y);
+  MOERT_CUDA_CHECK_LAUNCH();
+}
+
+template <typename T> void addColumnSums(int64_t Rows, int64_t Cols, const T *DY, float *DBias, cudaStream_t Stream) {
+  if (Cols == 0)
+    return;
+  columnSumsKernel<T><<<unsigned((Cols + 127) / 128), 128, 0, Stream>>>(Rows, Cols, DY, DBias);
+  MOERT_CUDA_CHECK_LAUNCH();
+}
+template void addColumnSums<float>(int64_t, int64_t, const float *, float *, cudaStream_t);
+template void addColumnSums<bf16>(int64_t, int64_t, const bf16 *, float *, cudaStream_t);
+
+void interpolateRowsForward(int64_t N, int64_t Cols, const int32_t *Index, const float *Weight, const float *Table,
+                            float *X, cudaStream_t Stream) {
+  if (N * Cols == 0)
+    return;
+  interpolateRowsKernel<<<gridFor(N * Cols, 256), 256, 0, Stream>>>(N, Cols, Index, Weight, Table, X);
+  MOERT_CUDA_CHECK_LAUNCH();
+}
+
+void interpolateRowsBackward(int64_t N, int64_t Cols, const int32_t *Index, const float *Weight, const float *DX,
+                             float *DTable, cudaStream_t Stream) {
+  if (N * Cols == 0)
+    return;
+  interpolateRowsBackwardKernel<<<unsigned((Cols + 127) / 128), 128, 0, Stream>>>(N, Cols, Index, Weight, DX, DTable);
+  MOERT_CUDA_CHECK_LAUNCH();
+}
+
+void ropeByTable(int64_t Rows, int64_t Groups, const RopeColumns &Columns, bf16 *X, const float *Cos, const float *Sin,
+                 bool Inverse, cudaStream_t Stream) {
+  const int64_t Work = Rows * (Columns.RopeDim / 2);
+  if (Work == 0)
+    return;
+  ropeByTableKernel<<<gridFor(Work, 256), 256, 0, Stream>>>(Rows, Groups, Columns, X, Cos, Sin, Inverse);
   MOERT_CUDA_CHECK_LAUNCH();
 }
 

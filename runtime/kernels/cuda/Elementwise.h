@@ -49,6 +49,21 @@ void gatedRmsNormForward(int64_t Rows, int64_t Width, const bf16 *O, const bf16 
 void gatedRmsNormBackward(int64_t Rows, int64_t Width, const bf16 *O, const bf16 *Z, const bf16 *W, const float *Rstd,
                           const bf16 *DY, bf16 *DO, bf16 *DZ, float *DW, cudaStream_t Stream);
 
+/// The vision tower's pieces: Y += Bias per row (fp32, in place); DBias
+/// += the sum of DY's rows (a thread per column, rows in order); X[n] +=
+/// the bilinear interpolation of Table's rows Index[4n..4n+3] and its
+/// backward (a thread per column, rows and terms in order: the host's
+/// bits); rotary embedding in place by a table of angles ([Rows, RopeDim /
+/// 2] cosines and sines).
+void addRowBias(int64_t Rows, int64_t Cols, const float *Bias, float *Y, cudaStream_t Stream);
+template <typename T> void addColumnSums(int64_t Rows, int64_t Cols, const T *DY, float *DBias, cudaStream_t Stream);
+void interpolateRowsForward(int64_t N, int64_t Cols, const int32_t *Index, const float *Weight, const float *Table,
+                            float *X, cudaStream_t Stream);
+void interpolateRowsBackward(int64_t N, int64_t Cols, const int32_t *Index, const float *Weight, const float *DX,
+                             float *DTable, cudaStream_t Stream);
+void ropeByTable(int64_t Rows, int64_t Groups, const RopeColumns &Columns, bf16 *X, const float *Cos, const float *Sin,
+                 bool Inverse, cudaStream_t Stream);
+
 /// Attention's output gate: Y = X sigmoid(Gate); the backward DGate = DY X
 /// s (1 - s), DX = DY s.
 void sigmoidGateForward(int64_t Count, const bf16 *X, const bf16 *Gate, bf16 *Y, cudaStream_t Stream);

@@ -15,6 +15,7 @@
 #include "kernels/cuda/CudaBackend.h"
 #include "model/Model.h"
 #include "model/ModelOps.h"
+#include "model/VisionTower.h"
 #include "parallel/cp/AttentionBlock.h"
 #include "parallel/tp/VocabParallel.h"
 
@@ -1508,6 +1509,72 @@ TEST(CudaBackend, QwenThreeNextLayersRunWholeOnTheDevice) {
   EXPECT_EQ(Down("rmsnorm"), Statistics);
   EXPECT_EQ(Down("rope"), 0) << "the rotated queries and keys stay";
   EXPECT_EQ(Up("rope"), AttentionLayers * 4 * N * int64_t(sizeof(int32_t))) << "positions alone";
+}
+
+// Qwen3-VL's vision tower runs on the device, heads of 72 as Qwen3-VL's:
+// the same tokens, deepstack feature and gradients as the host's within
+// bf16, and of its activations only the merged tokens and features come back
+// (the decoder's rows read them on the host); the biases, the position
+// table's interpolation, the 2-D rotary, the LayerNorms and GELUs work on
+// the backend's copies, their parameters held as the trainer holds them.
+TEST(CudaBackend, TheVisionTowerRunsOnTheDevice) {
+  VisionConfig C;
+  C.Depth = 2;
+  C.Hidden = 144;
+  C.Heads = 2;
+  C.FfnHidden = 96;
+  C.OutHidden = 64;
+  C.PatchSize = 2;
+  C.PositionGrid = 6;
+  C.DeepstackLayers = {0};
+  const std::vector<ImageGrid> Grids = {{1, 4, 6}, {2, 2, 2}};
+  int64_t N = 0;
+  for (const ImageGrid &G : Grids)
+    N += G.patches();
+  Tensor Patches({N, C.patchDim()});
+  Patches.storage() = randomBf16(size_t(Patches.numel()), 41);
+  VisionTower OnHost(C, 5), OnDevice(C, 5);
+  auto Cuda = cudaBackend();
+  VisionSaved HostSaved, DeviceSaved;
+  VisionOutput Want = OnHost.forward(Patches, Grids, HostSaved), Got;
+  Tensor DTokens(Want.Tokens.shape()), DFeature(Want.Deepstack[0].shape());
+  DTokens.storage() = randomBf16(size_t(DTokens.numel()), 42);
+  DFeature.storage() = randomBf16(size_t(DFeature.numel()), 43);
+  OnHost.backward(HostSaved, DTokens, {DFeature});
+  {
+    BackendScope Scope(*Cuda);
+    std::vector<HeldArray> Parameters;
+    for (Parameter *P : OnDevice.parameters()) {
+      Parameters.push_back({P->Value.data(), P->Value.numel(), HeldArray::Read});
+      Parameters.push_back({P->Grad.data(), P->Grad.numel(), HeldArray::Accumulate});
+    }
+    HeldArrays Hold(*Cuda, Parameters);
+    Got = OnDevice.forward(Patches, Grids, DeviceSaved, &DeviceSaved);
+    OnDevice.backward(DeviceSaved, DTokens, {DFeature});
+    Cuda->releaseKept(&DeviceSaved);
+  }
+  EXPECT_LT(relativeError(Got.Tokens.storage(), Want.Tokens.storage()), 2e-2);
+  EXPECT_LT(relativeError(Got.Deepstack[0].storage(), Want.Deepstack[0].storage()), 2e-2);
+  std::vector<Parameter *> WantParams = OnHost.parameters(), GotParams = OnDevice.parameters();
+  for (size_t I = 0; I < WantParams.size(); ++I)
+    EXPECT_LT(relativeError(GotParams[I]->Grad.storage(), WantParams[I]->Grad.storage()), 5e-2) << WantParams[I]->Name;
+  BackendTraffic T = Cuda->traffic();
+  const int64_t F = int64_t(sizeof(float)), Rows = N / C.mergeUnit();
+  auto Up = [&](const char *Operation) { return T.ByOperation[Operation].HostToDeviceBytes; };
+  auto Down = [&](const char *Operation) { return T.ByOperation[Operation].DeviceToHostBytes; };
+  for (const char *Operation : {"gelu", "bias", "copy", "copy columns", "interpolation", "nested holds"})
+    EXPECT_EQ(Down(Operation), 0) << Operation;
+  // The merged tokens and the deepstack feature, each from its product,
+  // and the patches' gradient the backward returns.
+  EXPECT_EQ(Down("gemm"), (2 * Rows * C.OutHidden + N * C.patchDim()) * F);
+  // Of the LayerNorms, their statistics (a mean and a reciprocal deviation
+  // a row) each way: two a block's, the final merger's over the patches,
+  // the deepstack merger's over their concatenation.
+  const int64_t LayerNormRows = 2 * C.Depth * N + N + Rows;
+  EXPECT_EQ(Down("layernorm"), 2 * LayerNormRows * F);
+  EXPECT_EQ(Up("layernorm"), 2 * LayerNormRows * F);
+  EXPECT_EQ(Down("rope"), 0);
+  EXPECT_EQ(Up("gelu"), 0);
 }
 
 TEST(CudaBackend, AFullRecomputeRerunsEachLayerFromItsInputWhereItIs) {

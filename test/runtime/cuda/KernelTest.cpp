@@ -754,6 +754,64 @@ TEST(CudaElementwise, MultimodalRopeTurnsEachPairByItsAxis) {
   }
 }
 
+// The vision tower's pieces against the host's loops (model/ModelOps.h): row
+// biases and their gradient, the position table's interpolation each way
+// (rows sharing table rows, so that the backward's sums overlap), and rotary
+// embedding by a table of angles.
+TEST(CudaElementwise, VisionTowerPiecesMatchHost) {
+  const int64_t Rows = 21, Cols = 40, TableRows = 9;
+  auto Y = randomBf16(Rows * Cols, 231), Bias = randomBf16(Cols, 232), DY = randomBf16(Rows * Cols, 233);
+  std::vector<float> WantY = Y, DBias = randomBf16(Cols, 234), WantDBias = DBias;
+  addRowBias(Rows, Cols, Bias.data(), WantY.data());
+  addColumnSums(Rows, Cols, DY.data(), WantDBias.data());
+  auto GY = uploadF32(Y), GBias = uploadF32(Bias), GDBias = uploadF32(DBias), GDBias16 = uploadF32(DBias);
+  auto GDY = uploadF32(DY);
+  auto GDY16 = uploadBf16(DY);
+  cuda::addRowBias(Rows, Cols, GBias.data(), GY.data(), nullptr);
+  cuda::addColumnSums(Rows, Cols, GDY.data(), GDBias.data(), nullptr);
+  cuda::addColumnSums(Rows, Cols, GDY16.data(), GDBias16.data(), nullptr);
+
+  std::vector<int64_t> Index(size_t(4 * Rows));
+  std::vector<float> Weight(size_t(4 * Rows));
+  std::mt19937_64 Gen(235);
+  for (size_t I = 0; I < Index.size(); ++I) {
+    Index[I] = int64_t(Gen() % TableRows);
+    Weight[I] = float(Gen() % 1000) / 1000.0f;
+  }
+  auto Table = randomBf16(TableRows * Cols, 236), X = randomBf16(Rows * Cols, 237);
+  std::vector<float> WantX = X, DTable = randomBf16(TableRows * Cols, 238), WantDTable = DTable;
+  interpolateRowsForward(Rows, Cols, Index.data(), Weight.data(), Table.data(), WantX.data());
+  interpolateRowsBackward(Rows, Cols, Index.data(), Weight.data(), DY.data(), WantDTable.data());
+  std::vector<int32_t> Index32(Index.begin(), Index.end());
+  auto GIndex = uploadVec(Index32);
+  auto GWeight = uploadF32(Weight), GTable = uploadF32(Table), GX = uploadF32(X), GDTable = uploadF32(DTable);
+  cuda::interpolateRowsForward(Rows, Cols, GIndex.data(), GWeight.data(), GTable.data(), GX.data(), nullptr);
+  cuda::interpolateRowsBackward(Rows, Cols, GIndex.data(), GWeight.data(), GDY.data(), GDTable.data(), nullptr);
+
+  const int64_t Heads = 2, Hd = 20, Half = Hd / 2;
+  auto Q = randomBf16(Rows * Heads * Hd, 239), Angles = randomBf16(Rows * Half, 240, 3.0f);
+  std::vector<float> Cos(Angles.size()), Sin(Angles.size());
+  for (size_t I = 0; I < Angles.size(); ++I) {
+    Cos[I] = std::cos(Angles[I]);
+    Sin[I] = std::sin(Angles[I]);
+  }
+  auto GCos = uploadF32(Cos), GSin = uploadF32(Sin);
+  sync();
+  EXPECT_TRUE(near(GY.download(), WantY, F32Tol, "bias"));
+  EXPECT_TRUE(near(GDBias.download(), WantDBias, F32Tol, "bias gradient"));
+  EXPECT_TRUE(near(GDBias16.download(), WantDBias, F32Tol, "bias gradient from bf16"));
+  EXPECT_TRUE(near(GX.download(), WantX, F32Tol, "interpolation"));
+  EXPECT_TRUE(near(GDTable.download(), WantDTable, F32Tol, "interpolation's backward"));
+  for (bool Inverse : {false, true}) {
+    std::vector<float> Want = Q;
+    ropeByTable(Rows, Heads, RopeColumns::halves(Hd, Hd), Want.data(), Cos.data(), Sin.data(), Inverse);
+    auto G = uploadBf16(Q);
+    cuda::ropeByTable(Rows, Heads, RopeColumns::halves(Hd, Hd), G.data(), GCos.data(), GSin.data(), Inverse, nullptr);
+    sync();
+    EXPECT_TRUE(near(downloadBf16(G), Want, Bf16Tol, Inverse ? "rope by table, inverse" : "rope by table"));
+  }
+}
+
 TEST(CudaElementwise, SwiGluForwardAndBackwardMatchHost) {
   const int64_t N = 1000;
   auto G = randomBf16(N, 71, 2.0f), U = randomBf16(N, 72), DA = randomBf16(N, 73);
