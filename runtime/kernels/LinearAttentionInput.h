@@ -37,8 +37,8 @@ struct CausalConv {
 /// Heads] arrays), from their parameters DtBias and ALog [Heads]: RawA = A +
 /// DtBias, the decay G = -exp(ALog) softplus(RawA) and the write strength
 /// Beta = sigmoid(B). The backward reads RawA, G and Beta and the gradients
-/// DG and DBeta, writes DA and DB, and adds to DALog and DDtBias (over the
-/// tokens in order).
+/// DG and DBeta, writes DA and DB, and adds to DALog and DDtBias (a sum over
+/// the tokens in a fixed order: the host's loop in token order).
 struct DeltaGates {
   int64_t Tokens = 0, Heads = 0;
   const float *DtBias = nullptr, *ALog = nullptr;

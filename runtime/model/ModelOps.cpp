@@ -390,7 +390,15 @@ void sigmoidGateBackward(int64_t Count, const float *X, const float *Gate, const
   }
 }
 
+namespace {
+void checkConv(const CausalConv &C) {
+  if (!C.valid())
+    throw std::invalid_argument("causal convolution: whole sequences of a positive length and at least one tap");
+}
+} // namespace
+
 void causalConvSiluForward(const CausalConv &C, const float *X, const float *W, float *Pre, float *Act) {
+  checkConv(C);
   std::fill_n(Pre, C.elements(), 0.0f);
   for (int64_t T = 0; T < C.Rows; ++T)
     for (int64_t J = 0; J < C.Width; ++J) {
@@ -407,6 +415,7 @@ void causalConvSiluForward(const CausalConv &C, const float *X, const float *W, 
 
 void causalConvSiluBackward(const CausalConv &C, const float *X, const float *W, const float *Pre, const float *DAct,
                             float *DX, float *DW) {
+  checkConv(C);
   std::vector<float> DPre(size_t(C.elements()));
   for (int64_t I = 0; I < C.elements(); ++I)
     DPre[size_t(I)] = DAct[I] * siluSlope(Pre[I]);

@@ -5,12 +5,18 @@
 #include "kernels/cuda/DeviceMath.cuh"
 
 #include <algorithm>
+#include <stdexcept>
 
 namespace moert::cuda {
 
 namespace {
 
 constexpr int Threads = 256;
+
+void checkConv(const CausalConv &C) {
+  if (!C.valid())
+    throw std::invalid_argument("causal convolution: whole sequences of a positive length and at least one tap");
+}
 
 unsigned gridFor(int64_t Count) { return unsigned(std::min<int64_t>((Count + Threads - 1) / Threads, 65535)); }
 
@@ -145,6 +151,7 @@ __global__ void gatesParameterGradKernel(DeltaGates Gates, const float *RawA, co
 
 void causalConvSiluForward(const CausalConv &C, const bf16 *X, const bf16 *W, bf16 *Pre, float *Act,
                            cudaStream_t Stream) {
+  checkConv(C);
   if (C.elements() == 0)
     return;
   convSiluForwardKernel<<<gridFor(C.elements()), Threads, 0, Stream>>>(C, X, W, Pre, Act);
@@ -153,6 +160,7 @@ void causalConvSiluForward(const CausalConv &C, const bf16 *X, const bf16 *W, bf
 
 void causalConvSiluBackward(const CausalConv &C, const bf16 *X, const bf16 *W, const bf16 *Pre, const float *DAct,
                             bf16 *DX, float *DW, float *Scratch, cudaStream_t Stream) {
+  checkConv(C);
   if (C.elements() == 0)
     return;
   siluSlopeKernel<<<gridFor(C.elements()), Threads, 0, Stream>>>(C.elements(), Pre, DAct, Scratch);

@@ -606,6 +606,11 @@ TEST(CudaLinearAttention, ConvolutionNormsAndGatesMatchHost) {
   EXPECT_TRUE(near(GAct.download(), Act, 1e-4, "silu"));
   EXPECT_TRUE(near(downloadBf16(GDX), DX, Bf16Tol, "conv dX"));
   EXPECT_TRUE(near(GDW.download(), DW, 1e-4, "conv dW"));
+  // Rows that are not whole sequences are refused, on either side.
+  const CausalConv Partial{C.Rows - 1, C.Channels, C.SeqLen, C.Width};
+  EXPECT_THROW(causalConvSiluForward(Partial, X.data(), W.data(), Pre.data(), Act.data()), std::invalid_argument);
+  EXPECT_THROW(cuda::causalConvSiluForward(Partial, GX.data(), GW.data(), GPre.data(), GAct.data(), nullptr),
+               std::invalid_argument);
 
   // Heads of Qwen3-Next's 128 and of a width that is not a multiple of a
   // warp; L2 norms in place, as the layer runs them.
