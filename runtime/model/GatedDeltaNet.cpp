@@ -69,8 +69,7 @@ DeltaRuleArgs GatedDeltaNetBlock::ruleArgs(int64_t Sequences, int64_t SeqLen, co
 void GatedDeltaNetBlock::gatedNorm(const GdnWeights &W, GdnSaved &S) const {
   // RMSNorm over each head, times w and silu(z).
   const int64_t D = Config.Linear->HeadDim, Rows = S.O.rows() * ValueHeads;
-  if (S.Gated.shape() != S.O.shape())
-    S.Gated = Tensor(S.O.shape());
+  S.Gated.ensureShape(S.O.shape());
   S.RstdO.resize(size_t(Rows));
   const float *Norm = W.Norm->Value.data();
   onBackendElseHost(

@@ -462,14 +462,14 @@ struct StageModel::Impl {
   /// where it has X's shape already (held on the backend).
   void headNorm(const Tensor &X, const Parameter &W, std::vector<float> &Rstd, Tensor &Y) const {
     const int64_t Rows = X.numel() / Config.HeadDim;
-    shaped(Y, X.shape());
+    Y.ensureShape(X.shape());
     Rstd.resize(size_t(Rows));
     compute().rmsNormForward(Rows, Config.HeadDim, X.data(), W.Value.data(), Config.RmsNormEps, Y.data(), Rstd.data());
   }
   /// Its backward into DX, shaped likewise.
   void headNormBackward(const Tensor &X, Parameter &W, const std::vector<float> &Rstd, const Tensor &DY,
                         Tensor &DX) const {
-    shaped(DX, X.shape());
+    DX.ensureShape(X.shape());
     compute().rmsNormBackward(X.numel() / Config.HeadDim, Config.HeadDim, X.data(), W.Value.data(), Rstd.data(),
                               DY.data(), DX.data(), W.Grad.data());
   }
@@ -487,11 +487,6 @@ struct StageModel::Impl {
     compute().copyColumns({Src.rows(), Heads, Cols, Src.cols(), SrcWidth, Dst.cols(), DstWidth, DstWidth == 0},
                           Src.data() + From, Dst.data() + To);
   }
-  /// Tensor T shaped Shape: its storage where it has the shape already.
-  static void shaped(Tensor &T, const std::vector<int64_t> &Shape) {
-    if (T.shape() != Shape)
-      T = Tensor(Shape);
-  }
   /// Latent attention's activations made ready for qkv() before a hold
   /// covers them: the latents of this rank's tokens and its RoPE key
   /// (mlaDown), and the heads' queries, keys and values over the tp group's
@@ -502,12 +497,12 @@ struct StageModel::Impl {
     const ModelConfig::LatentAttention &A = *Config.Mla;
     const int64_t Ns = S.Xn1.rows();
     std::vector<Tensor *> Made = {&S.Ckv, &S.CkvN, &S.KPe};
-    shaped(S.Ckv, {Ns, A.KvLoraRank});
-    shaped(S.CkvN, {Ns, A.KvLoraRank});
-    shaped(S.KPe, {Ns, A.QkRopeDim});
+    S.Ckv.ensureShape({Ns, A.KvLoraRank});
+    S.CkvN.ensureShape({Ns, A.KvLoraRank});
+    S.KPe.ensureShape({Ns, A.QkRopeDim});
     if (P.QDown) {
-      shaped(S.Qc, {Ns, A.QLoraRank});
-      shaped(S.QcN, {Ns, A.QLoraRank});
+      S.Qc.ensureShape({Ns, A.QLoraRank});
+      S.QcN.ensureShape({Ns, A.QLoraRank});
       Made.insert(Made.end(), {&S.Qc, &S.QcN});
     }
     latentProjections(S);
@@ -522,9 +517,9 @@ struct StageModel::Impl {
   void latentProjections(LayerState &S) const {
     const ModelConfig::LatentAttention &A = *Config.Mla;
     const int64_t N = S.Xn1.rows() * TpSize, Heads = Config.Heads / TpSize;
-    shaped(S.Q, {N, Heads * A.qkDim()});
-    shaped(S.K, {N, Heads * A.qkDim()});
-    shaped(S.V, {N, Heads * A.VHeadDim});
+    S.Q.ensureShape({N, Heads * A.qkDim()});
+    S.K.ensureShape({N, Heads * A.qkDim()});
+    S.V.ensureShape({N, Heads * A.VHeadDim});
   }
 
   /// Latent attention, first half: the latents of this rank's tokens, and
@@ -729,7 +724,7 @@ struct StageModel::Impl {
   const Tensor &gatedAttention(const LayerState &S, Tensor &Gated) const {
     if (!S.OGate.numel())
       return S.AttnOut;
-    shaped(Gated, S.AttnOut.shape());
+    Gated.ensureShape(S.AttnOut.shape());
     const int64_t Count = Gated.numel();
     onBackendElseHost(
         compute(), {readsOf(S.AttnOut), readsOf(S.OGate)}, {writesOf(Gated)},

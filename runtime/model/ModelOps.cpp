@@ -193,14 +193,6 @@ void swiGluBackward(const Tensor &G, const Tensor &U, const Tensor &DAct, Tensor
   currentBackend().swiGluBackward(G.numel(), G.data(), U.data(), DAct.data(), DG.data(), DU.data());
 }
 
-namespace {
-/// T shaped as Shape: its storage kept where it has the shape already.
-void shapedAs(Tensor &T, const std::vector<int64_t> &Shape) {
-  if (T.shape() != Shape)
-    T = Tensor(Shape);
-}
-} // namespace
-
 Tensor layerNormForward(const Tensor &X, const Tensor &W, const Tensor &B, double Eps, std::vector<float> &Mean,
                         std::vector<float> &Rstd) {
   Tensor Y;
@@ -213,7 +205,7 @@ void layerNormForward(const Tensor &X, const Tensor &W, const Tensor &B, double 
   const int64_t N = X.rows(), C = X.cols();
   Mean.assign(size_t(N), 0);
   Rstd.assign(size_t(N), 0);
-  shapedAs(Y, X.shape());
+  Y.ensureShape(X.shape());
   if (currentBackend().layerNormForward(N, C, X.data(), W.data(), B.data(), Eps, Y.data(), Mean.data(), Rstd.data()))
     return;
   for (int64_t R = 0; R < N; ++R) {
@@ -242,7 +234,7 @@ Tensor layerNormBackward(const Tensor &X, const Tensor &W, const std::vector<flo
 void layerNormBackward(const Tensor &X, const Tensor &W, const std::vector<float> &Mean, const std::vector<float> &Rstd,
                        const Tensor &DY, Tensor &DW, Tensor &DB, Tensor &DX) {
   const int64_t N = DY.rows(), C = DY.cols();
-  shapedAs(DX, DY.shape());
+  DX.ensureShape(DY.shape());
   if (currentBackend().layerNormBackward(N, C, X.data(), W.data(), Mean.data(), Rstd.data(), DY.data(), DX.data(),
                                          DW.data(), DB.data()))
     return;
@@ -496,7 +488,7 @@ Tensor gelu(GeluForm Kind, const Tensor &X) {
 }
 
 void gelu(GeluForm Kind, const Tensor &X, Tensor &Y) {
-  shapedAs(Y, X.shape());
+  Y.ensureShape(X.shape());
   if (currentBackend().gelu(Kind, X.numel(), X.data(), Y.data()))
     return;
   for (int64_t I = 0; I < X.numel(); ++I)
@@ -510,7 +502,7 @@ Tensor geluBackward(GeluForm Kind, const Tensor &X, const Tensor &DY) {
 }
 
 void geluBackward(GeluForm Kind, const Tensor &X, const Tensor &DY, Tensor &DX) {
-  shapedAs(DX, X.shape());
+  DX.ensureShape(X.shape());
   if (currentBackend().geluBackward(Kind, X.numel(), X.data(), DY.data(), DX.data()))
     return;
   for (int64_t I = 0; I < X.numel(); ++I) {

@@ -84,8 +84,7 @@ template <typename F> void forEachPatch(const std::vector<ImageGrid> &Grids, int
 /// splits them): Q, K, V [N, Heads x d].
 void attendImages(const std::vector<ImageGrid> &Grids, int64_t Heads, int64_t HeadDim, const Tensor &Q, const Tensor &K,
                   const Tensor &V, Tensor &Out, Tensor &Lse) {
-  if (Out.shape() != Q.shape()) // else Out is as allocated: zeros
-    Out = Tensor(Q.shape());
+  Out.ensureShape(Q.shape()); // zeros, as allocated
   Lse = Tensor({Heads * Q.rows()});
   for (int64_t I = 0; I < Lse.numel(); ++I)
     Lse[I] = -std::numeric_limits<float>::infinity();
@@ -106,8 +105,7 @@ void attendImagesBackward(const std::vector<ImageGrid> &Grids, int64_t Heads, in
                           const Tensor &K, const Tensor &V, const Tensor &Out, const Tensor &Lse, const Tensor &DOut,
                           Tensor &DQ, Tensor &DK, Tensor &DV) {
   for (Tensor *D : {&DQ, &DK, &DV}) {
-    if (D->shape() != Q.shape())
-      *D = Tensor(Q.shape());
+    D->ensureShape(Q.shape());
     currentBackend().zero(D->data(), D->numel());
   }
   std::vector<float> Scratch, Delta;

@@ -245,15 +245,12 @@ public:
       return;
     Operand X16 = input(X, Rows * Hidden), W16 = input(W, Hidden), DY16 = input(DY, Rows * Hidden);
     DeviceBuffer<bf16> DX16{size_t(Rows * Hidden)};
-    DeviceBuffer<float> R32 = Copies.floats(Rstd, Rows), DW32;
-    HeldCopy *Sum = heldSum(DW, Hidden);
-    if (!Sum)
-      DW32 = Copies.floats(DW, Hidden);
-    cuda::rmsNormBackward(Rows, Hidden, X16.Data, W16.Data, R32.data(), DY16.Data, DX16.data(),
-                          Sum ? Sum->at(DW) : DW32.data(), Blas.stream());
+    DeviceBuffer<float> R32 = Copies.floats(Rstd, Rows);
+    AddedTo DW32(*this, DW, Hidden);
+    cuda::rmsNormBackward(Rows, Hidden, X16.Data, W16.Data, R32.data(), DY16.Data, DX16.data(), DW32.get(),
+                          Blas.stream());
     result(DX16, DX);
-    if (!Sum)
-      result(DW32, DW);
+    DW32.finish();
   }
 
   bool gatedRmsNormForward(int64_t Rows, int64_t Width, const float *O, const float *Z, const float *W, double Eps,
@@ -278,17 +275,14 @@ public:
       return true;
     Operand O16 = input(O, Rows * Width), Z16 = input(Z, Rows * Width), W16 = input(W, Width),
             DY16 = input(DY, Rows * Width);
-    DeviceBuffer<float> R32 = Copies.floats(Rstd, Rows), DW32;
+    DeviceBuffer<float> R32 = Copies.floats(Rstd, Rows);
     DeviceBuffer<bf16> DO16{size_t(Rows * Width)}, DZ16{size_t(Rows * Width)};
-    HeldCopy *Sum = heldSum(DW, Width);
-    if (!Sum)
-      DW32 = Copies.floats(DW, Width);
+    AddedTo DW32(*this, DW, Width);
     cuda::gatedRmsNormBackward(Rows, Width, O16.Data, Z16.Data, W16.Data, R32.data(), DY16.Data, DO16.data(),
-                               DZ16.data(), Sum ? Sum->at(DW) : DW32.data(), Blas.stream());
+                               DZ16.data(), DW32.get(), Blas.stream());
     result(DO16, DO);
     result(DZ16, DZ);
-    if (!Sum)
-      result(DW32, DW);
+    DW32.finish();
     return true;
   }
 
@@ -310,19 +304,14 @@ public:
     Charge Charged(Copies, "bias");
     if (Cols == 0)
       return true;
-    DeviceBuffer<float> DB32;
-    HeldCopy *Sum = heldSum(DBias, Cols);
-    if (!Sum)
-      DB32 = Copies.floats(DBias, Cols);
-    float *Into = Sum ? Sum->at(DBias) : DB32.data();
+    AddedTo DB32(*this, DBias, Cols);
     if (HeldCopy *H = wide(DY, Rows * Cols)) {
-      cuda::addColumnSums(Rows, Cols, master(*H) + (DY - H->Host), Into, Blas.stream());
+      cuda::addColumnSums(Rows, Cols, master(*H) + (DY - H->Host), DB32.get(), Blas.stream());
     } else {
       Operand DY16 = input(DY, Rows * Cols);
-      cuda::addColumnSums(Rows, Cols, DY16.Data, Into, Blas.stream());
+      cuda::addColumnSums(Rows, Cols, DY16.Data, DB32.get(), Blas.stream());
     }
-    if (!Sum)
-      result(DB32, DBias);
+    DB32.finish();
     return true;
   }
 
@@ -412,17 +401,14 @@ public:
       return true;
     const int64_t Weights = C.Channels * C.Width;
     Operand X16 = input(X, C.elements()), W16 = input(W, Weights), Pre16 = input(Pre, C.elements());
-    DeviceBuffer<float> StagedDAct, Scratch{size_t(C.elements())}, DW32;
+    DeviceBuffer<float> StagedDAct, Scratch{size_t(C.elements())};
     const float *DAct32 = wideInput(DAct, C.elements(), StagedDAct);
     DeviceBuffer<bf16> DX16{size_t(C.elements())};
-    HeldCopy *Sum = heldSum(DW, Weights);
-    if (!Sum)
-      DW32 = Copies.floats(DW, Weights);
-    cuda::causalConvSiluBackward(C, X16.Data, W16.Data, Pre16.Data, DAct32, DX16.data(),
-                                 Sum ? Sum->at(DW) : DW32.data(), Scratch.data(), Blas.stream());
+    AddedTo DW32(*this, DW, Weights);
+    cuda::causalConvSiluBackward(C, X16.Data, W16.Data, Pre16.Data, DAct32, DX16.data(), DW32.get(), Scratch.data(),
+                                 Blas.stream());
     result(DX16, DX);
-    if (!Sum)
-      result(DW32, DW);
+    DW32.finish();
     return true;
   }
 
@@ -475,26 +461,19 @@ public:
     const int64_t N = Gates.elements();
     if (N == 0)
       return true;
-    DeviceBuffer<float> SALog, SRawA, SG, SBeta, SDG, SDBeta, DALog32, DDtBias32;
+    DeviceBuffer<float> SALog, SRawA, SG, SBeta, SDG, SDBeta;
     DeltaGates OnDevice = Gates;
     OnDevice.DtBias = nullptr; // the backward reads ALog alone
     OnDevice.ALog = wideInput(Gates.ALog, Gates.Heads, SALog);
     DeviceBuffer<bf16> DA16{size_t(N)}, DB16{size_t(N)};
-    HeldCopy *SumALog = heldSum(DALog, Gates.Heads), *SumDt = heldSum(DDtBias, Gates.Heads);
-    if (!SumALog)
-      DALog32 = Copies.floats(DALog, Gates.Heads);
-    if (!SumDt)
-      DDtBias32 = Copies.floats(DDtBias, Gates.Heads);
+    AddedTo DALog32(*this, DALog, Gates.Heads), DDtBias32(*this, DDtBias, Gates.Heads);
     cuda::deltaGatesBackward(OnDevice, wideInput(RawA, N, SRawA), wideInput(G, N, SG), wideInput(Beta, N, SBeta),
                              wideInput(DG, N, SDG), wideInput(DBeta, N, SDBeta), DA16.data(), DB16.data(),
-                             SumALog ? SumALog->at(DALog) : DALog32.data(),
-                             SumDt ? SumDt->at(DDtBias) : DDtBias32.data(), Blas.stream());
+                             DALog32.get(), DDtBias32.get(), Blas.stream());
     result(DA16, DA);
     result(DB16, DB);
-    if (!SumALog)
-      result(DALog32, DALog);
-    if (!SumDt)
-      result(DDtBias32, DDtBias);
+    DALog32.finish();
+    DDtBias32.finish();
     return true;
   }
 
@@ -542,19 +521,13 @@ public:
       return true;
     Operand X16 = input(X, Rows * Hidden), W16 = input(W, Hidden), DY16 = input(DY, Rows * Hidden);
     DeviceBuffer<bf16> DX16{size_t(Rows * Hidden)};
-    DeviceBuffer<float> M32 = Copies.floats(Mean, Rows), R32 = Copies.floats(Rstd, Rows), DW32, DB32;
-    HeldCopy *SumW = heldSum(DW, Hidden), *SumB = heldSum(DB, Hidden);
-    if (!SumW)
-      DW32 = Copies.floats(DW, Hidden);
-    if (!SumB)
-      DB32 = Copies.floats(DB, Hidden);
+    DeviceBuffer<float> M32 = Copies.floats(Mean, Rows), R32 = Copies.floats(Rstd, Rows);
+    AddedTo DW32(*this, DW, Hidden), DB32(*this, DB, Hidden);
     cuda::layerNormBackward(Rows, Hidden, X16.Data, W16.Data, M32.data(), R32.data(), DY16.Data, DX16.data(),
-                            SumW ? SumW->at(DW) : DW32.data(), SumB ? SumB->at(DB) : DB32.data(), Blas.stream());
+                            DW32.get(), DB32.get(), Blas.stream());
     result(DX16, DX);
-    if (!SumW)
-      result(DW32, DW);
-    if (!SumB)
-      result(DB32, DB);
+    DW32.finish();
+    DB32.finish();
     return true;
   }
 
@@ -1850,6 +1823,29 @@ private:
     H->Unset = false; // a copy dropped from now on leaves the host's values
     return H->Copy.data() + (Data - H->Host);
   }
+
+  /// The fp32 elements on the device that an operation adds to, for the
+  /// host array [Data, Data + Count): a held sum's (heldSum) where it lies
+  /// in one, else the host's values staged, which finish() brings back.
+  class AddedTo {
+  public:
+    AddedTo(CudaBackend &Backend, float *Data, int64_t Count) : Backend(Backend), Data(Data) {
+      Sum = Backend.heldSum(Data, Count);
+      if (!Sum)
+        Staged = Backend.Copies.floats(Data, Count);
+    }
+    float *get() { return Sum ? Sum->at(Data) : Staged.data(); }
+    void finish() {
+      if (!Sum)
+        Backend.result(Staged, Data);
+    }
+
+  private:
+    CudaBackend &Backend;
+    float *Data;
+    HeldCopy *Sum = nullptr;
+    DeviceBuffer<float> Staged;
+  };
 
   /// The held array an operation adds to in fp32 on the device (an
   /// Accumulate array's share, a wide array), if Data lies in one.

@@ -48,6 +48,13 @@ public:
     Shape = std::move(NewShape);
     Data.assign(numel(), 0.0f);
   }
+  /// Shaped NewShape: its storage kept where it has that shape already (an
+  /// array held on a compute backend before it is written), else fresh
+  /// zeros.
+  void ensureShape(const std::vector<int64_t> &NewShape) {
+    if (Shape != NewShape)
+      *this = Tensor(NewShape);
+  }
   /// The same elements under another shape of as many elements.
   void reshape(std::vector<int64_t> NewShape) {
     int64_t N = 1;
