@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <stdexcept>
 
 namespace moert {
 
@@ -139,6 +140,23 @@ void ComputeBackend::copyColumns(const ColumnBlocks &Blocks, const float *Src, f
     Blocks.forEach([&](int64_t From, int64_t To) { Dst[To] += Src[From]; });
   else
     Blocks.forEach([&](int64_t From, int64_t To) { Dst[To] = Src[From]; });
+}
+
+void ComputeBackend::copyRows(const RowPairs &Pairs, const float *Src, float *Dst, bool Accumulate) {
+  if (!Pairs.valid())
+    throw std::invalid_argument("copyRows: a row outside its array, or one twice");
+  for (int64_t I = 0; I < Pairs.count(); ++I) {
+    const float *From = Src + Pairs.From[size_t(I)] * Pairs.Cols;
+    float *To = Dst + Pairs.To[size_t(I)] * Pairs.Cols;
+    for (int64_t C = 0; C < Pairs.Cols; ++C)
+      To[C] = Accumulate ? To[C] + From[C] : From[C];
+  }
+}
+
+void ComputeBackend::moveRows(const RowPairs &Pairs, float *Src, float *Dst) {
+  ComputeBackend::copyRows(Pairs, Src, Dst, /*Accumulate=*/false);
+  for (int32_t Row : Pairs.From)
+    std::fill_n(Src + Row * Pairs.Cols, Pairs.Cols, 0.0f);
 }
 
 void ComputeBackend::add(int64_t Count, const float *A, const float *B, float *Out) {

@@ -23,6 +23,7 @@
 #include "kernels/LinearAttentionInput.h"
 #include "kernels/RopeColumns.h"
 #include "kernels/RouterSpec.h"
+#include "kernels/RowPairs.h"
 
 #include <cstdint>
 #include <functional>
@@ -527,6 +528,14 @@ public:
   /// the destination is the backend's there (held wide or BackendOnly; a sum
   /// only into a wide one), else on the host.
   virtual void copyColumns(const ColumnBlocks &Blocks, const float *Src, float *Dst);
+  /// Rows of Src to rows of Dst by Pairs (kernels/RowPairs.h): Dst row To[i]
+  /// = Src row From[i], or += where Accumulate; on the device where Dst is
+  /// the backend's there (held wide), else on the host. Throws
+  /// std::invalid_argument where the pairs are not valid().
+  virtual void copyRows(const RowPairs &Pairs, const float *Src, float *Dst, bool Accumulate);
+  /// copyRows, then the source's rows zeroed (a gradient that goes to the
+  /// rows' source and not on to their other readers).
+  virtual void moveRows(const RowPairs &Pairs, float *Src, float *Dst);
   /// The collectives of the gradient reduction and of the distributed
   /// optimizer (comm/Communicator.h), on arrays that may be resident
   /// (makeResident): where every array is resident and the group has a

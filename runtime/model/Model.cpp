@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <set>
 
 namespace moert {
@@ -125,11 +126,13 @@ struct MicroState {
   Tensor HLast, XnF, Probs, HeadDXn;
   std::vector<float> RstdF;
   std::vector<MtpState> Mtp;
-  // Embedding chunk with a vision tower: its activations and output, and
-  // the (SP shard row, tower row) pairs of the image placeholders.
+  // Embedding chunk with a vision tower: its activations and output (kept
+  // on the backend under &VisionOut from the tower's forward to the last
+  // layer's), and the pairs (tower row, SP shard row) of the image
+  // placeholders.
   VisionSaved Vision;
   VisionOutput VisionOut;
-  std::vector<std::pair<int64_t, int64_t>> VisualRows;
+  RowPairs VisualRows;
   int64_t VisionBytes = 0; ///< charged to "vision" until the backward
   int64_t outputBytes() const {
     int64_t B = HLast.bytes() + XnF.bytes() + Probs.bytes() + HeadDXn.bytes() + int64_t(RstdF.size() * sizeof(float));
@@ -1214,9 +1217,9 @@ struct StageModel::Impl {
     Tensor X;
     if (Stage.HasEmbedding) {
       // The looked-up rows are the first layer's input, which it reads on
-      // the backend where no host code replaces rows (a vision tower's) and
-      // no tp reduce-scatter sums them.
-      embed(M, X, tpOnBackend() && !Tower && !Layers.empty() ? keepKey(M, M.Layers[0]) : nullptr);
+      // the backend where no tp reduce-scatter sums them; a vision tower's
+      // tokens replace their placeholders' rows there.
+      embed(M, X, tpOnBackend() && !Layers.empty() ? keepKey(M, M.Layers[0]) : nullptr);
       if (Tower)
         visionForward(MB, M, X);
     } else {
@@ -1231,21 +1234,19 @@ struct StageModel::Impl {
       double Aux = 0;
       // The next layer reads the output on the backend, as do the final
       // norm's forward and backward (the micro batch's own key) and the
-      // pipeline's send; a deepstack feature is added on the host.
-      const bool Deepstack = Tower && L < M.VisionOut.Deepstack.size();
+      // pipeline's send; a deepstack feature is added to it there.
       const void *ReadBy = L + 1 < Layers.size() ? keepKey(M, M.Layers[L + 1])
                            : Stage.HasLoss       ? static_cast<const void *>(&M)
                                                  : &StageOutputKey;
-      layerForward(Layers[L], M, S, Aux, /*CountRouting=*/Training, &X, Deepstack ? nullptr : ReadBy);
-      if (Deepstack)
-        for (auto [Row, From] : M.VisualRows)
-          for (int64_t C = 0; C < Config.Hidden; ++C)
-            X.row(Row)[C] += M.VisionOut.Deepstack[L].row(From)[C];
+      layerForward(Layers[L], M, S, Aux, /*CountRouting=*/Training, &X, ReadBy);
+      if (Tower && L < M.VisionOut.Deepstack.size())
+        compute().copyRows(M.VisualRows, M.VisionOut.Deepstack[L].data(), X.data(), /*Accumulate=*/true);
       if (Layers[L].Moe)
         Loss.AuxSum += Aux;
       dropForRecompute(S);
       charge(S.bytes(), +1);
     }
+    compute().releaseKept(&M.VisionOut); // the tower's output: its readers ran
     if (!Stage.HasLoss) {
       compute().passKept(&StageOutputKey, X.data());
       return X;
@@ -1469,6 +1470,7 @@ struct StageModel::Impl {
       charge(S.Layer.bytes(), -1);
     charge({{"vision", M.VisionBytes}}, -1);
     compute().releaseKept(&M.Vision);
+    compute().releaseKept(&M.VisionOut);
     compute().releaseKept(&M);
     InFlight.erase(It);
   }
@@ -1476,49 +1478,55 @@ struct StageModel::Impl {
   bool VisionFrozen() const { return Config.VisionFrozen; }
 
   /// Runs the tower on the micro batch's images and puts its tokens in place
-  /// of the placeholders' embeddings in X, this rank's sequence shard.
+  /// of the placeholders' embeddings in X, this rank's sequence shard (on
+  /// the backend where X is there).
   void visionForward(const MicroBatch &MB, MicroState &M, Tensor &X) {
     const int64_t Ns = X.rows(), First = TpRank * Ns;
     if (int64_t(MB.VisionRows.size()) != int64_t(M.Tokens.size()))
       fail("a vision model's micro batch needs a vision row per token");
-    M.VisualRows.clear();
+    M.VisualRows = RowPairs();
     M.VisionOut = VisionOutput();
     if (MB.Images.empty())
       return;
     const int64_t Dim = Config.Vision->patchDim();
     Tensor Patches({int64_t(MB.ImagePatches.size()) / Dim, Dim});
     std::copy(MB.ImagePatches.begin(), MB.ImagePatches.end(), Patches.data());
-    // What the tower's backward reads stays on the backend until it runs.
-    M.VisionOut = Tower->forward(Patches, MB.Images, M.Vision, VisionFrozen() ? nullptr : &M.Vision);
+    // What the tower's backward reads stays on the backend until it runs,
+    // its output until the layers that read it have.
+    M.VisionOut = Tower->forward(Patches, MB.Images, M.Vision, VisionFrozen() ? nullptr : &M.Vision, &M.VisionOut);
     // A frozen tower has no backward: only its outputs stay, the deepstack
     // features until the layers that add them.
     if (VisionFrozen())
       M.Vision = VisionSaved();
     M.VisionBytes = M.Vision.bytes() + M.VisionOut.bytes();
     charge({{"vision", M.VisionBytes}}, +1);
+    RowPairs &Rows = M.VisualRows;
+    Rows.Cols = Config.Hidden;
+    Rows.SrcRows = M.VisionOut.Tokens.rows();
+    Rows.DstRows = Ns;
     for (int64_t I = 0; I < Ns; ++I) {
       int32_t From = MB.VisionRows[size_t(First + I)];
       if (From < 0)
         continue;
       if (From >= M.VisionOut.Tokens.rows())
         fail("a placeholder's vision row is past the tower's output");
-      std::copy_n(M.VisionOut.Tokens.row(From), Config.Hidden, X.row(I));
-      M.VisualRows.push_back({I, From});
+      Rows.From.push_back(From);
+      Rows.To.push_back(int32_t(I));
     }
+    if (!Rows.valid())
+      fail("two placeholders take one vision row");
+    compute().copyRows(Rows, M.VisionOut.Tokens.data(), X.data(), /*Accumulate=*/false);
   }
 
-  /// The placeholders' rows of DY go to the tower (and not to the embedding
-  /// table, whose rows they replaced); the tower accumulates its gradients.
-  void visionBackward(MicroState &M, Tensor &DY, const std::vector<Tensor> &DDeepstack) {
+  /// The placeholders' rows of DY go to the tower's DTokens (and not to the
+  /// embedding table, whose rows they replaced); the tower accumulates its
+  /// gradients.
+  void visionBackward(MicroState &M, Tensor &DY, Tensor &DTokens, const std::vector<Tensor> &DDeepstack) {
     if (M.VisionOut.Tokens.numel() == 0)
       return;
-    Tensor DTokens(M.VisionOut.Tokens.shape());
-    for (auto [Row, From] : M.VisualRows) {
-      std::copy_n(DY.row(Row), Config.Hidden, DTokens.row(From));
-      std::fill_n(DY.row(Row), Config.Hidden, 0.0f);
-    }
+    compute().moveRows(M.VisualRows.reversed(), DY.data(), DTokens.data());
     if (!VisionFrozen())
-      Tower->backward(M.Vision, DTokens, DDeepstack);
+      Tower->backward(M.Vision, DTokens, DDeepstack, /*PatchesGradient=*/false);
     compute().releaseKept(&M.Vision);
     M.Vision = VisionSaved();
     M.VisionOut = VisionOutput();
@@ -1532,9 +1540,8 @@ struct StageModel::Impl {
       fail("backward of micro batch " + std::to_string(Id) + " without its forward");
     MicroState &M = It->second;
     // The gradient the last layer reads on the backend, as its forward's
-    // output was, where no deepstack feature's rows are read on the host.
-    const bool LastReadsOnBackend =
-        !Layers.empty() && !(Tower && !VisionFrozen() && Layers.size() - 1 < M.VisionOut.Deepstack.size());
+    // output was.
+    const bool LastReadsOnBackend = !Layers.empty();
     Tensor DY;
     if (Stage.HasLoss) {
       const int64_t OutputBytes = M.outputBytes();
@@ -1566,30 +1573,38 @@ struct StageModel::Impl {
       DY = std::move(*OutputGrad);
       takeReceived(DY, LastReadsOnBackend ? keepKey(M, M.Layers.back()) : nullptr);
     }
+    // The tower's output gradients, in fp32 on the backend where it keeps
+    // them, from the layers that read its output to the tower's backward.
+    Tensor DTokens;
     std::vector<Tensor> DDeepstack;
-    if (Tower && !VisionFrozen())
-      for (const Tensor &F : M.VisionOut.Deepstack)
-        DDeepstack.push_back(Tensor(F.shape()));
+    std::vector<HeldArray> TowerGradients;
+    if (Tower && M.VisionOut.Tokens.numel() > 0) {
+      TowerGradients.push_back(residual(DTokens = Tensor(M.VisionOut.Tokens.shape())));
+      if (!VisionFrozen())
+        for (const Tensor &F : M.VisionOut.Deepstack)
+          TowerGradients.push_back(residual(DDeepstack.emplace_back(F.shape())));
+    }
+    std::optional<HeldArrays> HoldTowerGradients(std::in_place, compute(), TowerGradients);
+    for (const HeldArray &G : TowerGradients)
+      compute().zero(G.Data, G.Count);
+    const RowPairs ToTower = M.VisualRows.reversed();
     for (size_t L = Layers.size(); L-- > 0;) {
       LayerState &S = M.Layers[L];
       if (L < DDeepstack.size())
-        for (auto [Row, From] : M.VisualRows)
-          for (int64_t C = 0; C < Config.Hidden; ++C)
-            DDeepstack[L].row(From)[C] += DY.row(Row)[C];
+        compute().copyRows(ToTower, DY.data(), DDeepstack[L].data(), /*Accumulate=*/true);
       auto Before = S.bytes();
       recompute(Layers[L], M, S);
       auto After = S.bytes();
       charge(minus(After, Before), +1);
       // The previous layer reads the input gradient on the backend, as the
-      // forward's output, and so do the pipeline's send and the embedding's
-      // backward (under the micro batch's key) where tp's exchanges run on
-      // the backend; host code adds a deepstack feature's rows.
-      const void *ReadBy = L > 0                     ? keepKey(M, M.Layers[L - 1])
-                           : !Stage.HasEmbedding     ? &StageOutputKey
-                           : !Tower && tpOnBackend() ? static_cast<const void *>(&M)
-                                                     : nullptr;
-      const bool Deepstack = L > 0 && L - 1 < DDeepstack.size();
-      Tensor DX = layerBackward(Layers[L], M, S, DY, Deepstack ? nullptr : ReadBy);
+      // forward's output, and so do the pipeline's send, a deepstack
+      // feature's gradient, the tower's and the embedding's backward (under
+      // the micro batch's key) where tp's exchanges run on the backend.
+      const void *ReadBy = L > 0                 ? keepKey(M, M.Layers[L - 1])
+                           : !Stage.HasEmbedding ? &StageOutputKey
+                           : tpOnBackend()       ? static_cast<const void *>(&M)
+                                                 : nullptr;
+      Tensor DX = layerBackward(Layers[L], M, S, DY, ReadBy);
       charge(After, -1);
       compute().releaseKept(&S); // DY among them: before it is freed
       S = LayerState();
@@ -1597,7 +1612,8 @@ struct StageModel::Impl {
     }
     Tensor Result;
     if (Tower)
-      visionBackward(M, DY, DDeepstack);
+      visionBackward(M, DY, DTokens, DDeepstack);
+    HoldTowerGradients.reset();
     if (Stage.HasEmbedding)
       vocabParallelEmbeddingBackward(*Groups.Tp, M.Tokens, DY, Embedding->Grad, TpRank * Embedding->Value.rows());
     else {

@@ -78,8 +78,8 @@ void rotateByPosition(Tensor &X, const RopeColumns &Columns, const std::vector<i
   if (!Columns.valid() || X.cols() % Columns.Stride)
     throw std::invalid_argument("rotary embedding: columns outside the row's groups");
   if (Columns.positions(X.rows()) != int64_t(Positions.size()))
-    throw std::invalid_argument(Columns.PairPositions ? "rotary embedding: a position per row and pair expected"
-                                                      : "rotary embedding: a position per row expected");
+    throw std::invalid_argument(Columns.Multimodal ? "rotary embedding: three positions per row expected"
+                                                   : "rotary embedding: a position per row expected");
   if (currentBackend().rope(X.rows(), X.cols() / Columns.Stride, Columns, X.data(), Positions.data(), Theta, Inverse))
     return;
   rotatePairs(X, Columns, Theta, Inverse,
@@ -95,22 +95,21 @@ void applyRope(Tensor &X, int64_t HeadDim, const std::vector<int64_t> &Positions
 
 void applyMultimodalRope(Tensor &X, int64_t HeadDim, const MultimodalPositions &Positions, double Theta,
                          const std::array<int64_t, 3> &Sections, bool Inverse, int64_t RotaryDim) {
-  // Each pair's position: pair j turns by the axis j % 3 names (time, row,
-  // column, interleaved) while that axis's section lasts, else by time.
+  // Each pair turns by the axis RopeColumns::axisOf names (the sections'
+  // rule, declared there); a row's three positions side by side.
   RopeColumns Columns = RopeColumns::halves(HeadDim, RotaryDim > 0 ? RotaryDim : HeadDim);
-  Columns.PairPositions = true;
-  const int64_t Half = Columns.RopeDim / 2;
-  std::vector<int64_t> PairPositions(size_t(Columns.positions(X.rows())));
-  for (int64_t I = 0; I < X.rows(); ++I)
-    for (int64_t J = 0; J < Half; ++J) {
-      const int Axis = int(J % 3);
-      const bool Spatial = Axis > 0 && J < 3 * Sections[size_t(Axis)];
-      const std::vector<int64_t> &Along = Positions.Axes[Spatial ? Axis : 0];
-      if (size_t(I) >= Along.size())
-        throw std::invalid_argument("multimodal rotary embedding: a position per row expected");
-      PairPositions[size_t(Columns.positionIndex(I, J))] = Along[size_t(I)];
-    }
-  rotateByPosition(X, Columns, PairPositions, Theta, Inverse);
+  Columns.Multimodal = true;
+  Columns.RowSection = Sections[1];
+  Columns.ColumnSection = Sections[2];
+  std::vector<int64_t> RowPositions(size_t(Columns.positions(X.rows())));
+  for (size_t Axis = 0; Axis < 3; ++Axis) {
+    const std::vector<int64_t> &Along = Positions.Axes[Axis];
+    if (int64_t(Along.size()) < X.rows())
+      throw std::invalid_argument("multimodal rotary embedding: a position per row expected");
+    for (int64_t I = 0; I < X.rows(); ++I)
+      RowPositions[size_t(3 * I) + Axis] = Along[size_t(I)];
+  }
+  rotateByPosition(X, Columns, RowPositions, Theta, Inverse);
 }
 
 MultimodalPositions multimodalPositions(const std::vector<int32_t> &Tokens, int32_t ImageToken,

@@ -26,9 +26,12 @@ void linear(const Tensor &X, const Parameter &W, const Parameter &B, Tensor &Y) 
 }
 
 /// Backward of linear: accumulates DW and Db, DX written (shaped as
-/// linear's Y).
-void linearBackward(const Tensor &X, Parameter &W, Parameter &B, const Tensor &DY, Tensor &DX) {
-  matmulBackward(X, W.Value, DY, W.Grad, DX);
+/// linear's X) where it is not null.
+void linearBackward(const Tensor &X, Parameter &W, Parameter &B, const Tensor &DY, Tensor *DX) {
+  if (DX)
+    matmulBackward(X, W.Value, DY, W.Grad, *DX);
+  else
+    matmulWeightGradient(X, DY, W.Grad);
   ComputeBackend &Backend = currentBackend();
   onBackendElseHost(
       Backend, {readsOf(DY), readsOf(B.Grad)}, {writesOf(B.Grad)},
@@ -279,12 +282,16 @@ private:
   const void *KeepFor;
 };
 
-/// The merger's forward: X [N, Hidden] -> Y [N / unit, OutHidden] (on the
-/// host: the decoder's rows read it there).
+/// The merger's forward: X [N, Hidden] -> Y [N / unit, OutHidden], kept on
+/// the backend in fp32 under KeepOutputFor where it is not null (the
+/// decoder's rows read it there), else on the host.
 template <typename M>
 void mergerForward(const M &W, const VisionConfig &C, const Tensor &X, VisionSaved::Merger &S, Tensor &Y,
-                   const TowerArrays &Arrays) {
+                   const TowerArrays &Arrays, const void *KeepOutputFor) {
   const int64_t Wide = C.Hidden * C.mergeUnit(), Rows = X.rows() / C.mergeUnit();
+  Y = Tensor({Rows, C.OutHidden});
+  const std::vector<HeldArray> Output = {TowerArrays::wide(Y)};
+  HeldArrays HoldOutput(currentBackend(), KeepOutputFor ? Output : std::vector<HeldArray>());
   S.Ln.X = W.NormAfterConcat ? Tensor({Rows, Wide}) : Tensor(X.shape());
   S.Xn = Tensor(S.Ln.X.shape());
   S.H1 = Tensor({Rows, Wide});
@@ -299,6 +306,8 @@ void mergerForward(const M &W, const VisionConfig &C, const Tensor &X, VisionSav
   gelu(GeluForm::Erf, S.H1, S.Act);
   linear(S.Act, *W.Fc2, *W.Fc2Bias, Y);
   Arrays.keep(Kept);
+  if (KeepOutputFor)
+    currentBackend().keepArrays(KeepOutputFor, Output);
 }
 
 /// Its backward from DY: the input's gradient added to DX.
@@ -307,9 +316,9 @@ void mergerBackward(const M &W, const VisionConfig &C, const VisionSaved::Merger
   Tensor DAct(S.Act.shape()), DH1(S.H1.shape()), DXn(S.Xn.shape()), DLn(S.Ln.X.shape());
   HeldArrays Hold(currentBackend(),
                   {TowerArrays::made(DAct), TowerArrays::made(DH1), TowerArrays::made(DXn), TowerArrays::wide(DLn)});
-  linearBackward(S.Act, *W.Fc2, *W.Fc2Bias, DY, DAct);
+  linearBackward(S.Act, *W.Fc2, *W.Fc2Bias, DY, &DAct);
   geluBackward(GeluForm::Erf, S.H1, DAct, DH1);
-  linearBackward(S.Xn, *W.Fc1, *W.Fc1Bias, DH1, DXn);
+  linearBackward(S.Xn, *W.Fc1, *W.Fc1Bias, DH1, &DXn);
   DXn.reshape(S.Ln.X.shape());
   towerLayerNormBackward(S.Ln, *W.Norm, *W.NormBias, DXn, DLn);
   currentBackend().add(DX.numel(), DX.data(), DLn.data(), DX.data());
@@ -318,7 +327,7 @@ void mergerBackward(const M &W, const VisionConfig &C, const VisionSaved::Merger
 } // namespace
 
 VisionOutput VisionTower::forward(const Tensor &Patches, const std::vector<ImageGrid> &Grids, VisionSaved &S,
-                                  const void *KeepFor) {
+                                  const void *KeepFor, const void *KeepOutputFor) {
   const VisionConfig &C = Config;
   const int64_t H = C.Hidden, D = C.headDim(), Half = D / 2, Grid = C.PositionGrid;
   int64_t N = 0;
@@ -415,13 +424,14 @@ VisionOutput VisionTower::forward(const Tensor &Patches, const std::vector<Image
     Arrays.keep(Kept);
     for (size_t J = 0; J < C.DeepstackLayers.size(); ++J)
       if (C.DeepstackLayers[J] == L)
-        mergerForward(W->Deepstack[J], C, X, S.Deepstack[J], Out.Deepstack.emplace_back(), Arrays);
+        mergerForward(W->Deepstack[J], C, X, S.Deepstack[J], Out.Deepstack.emplace_back(), Arrays, KeepOutputFor);
   }
-  mergerForward(W->Final, C, X, S.Final, Out.Tokens, Arrays);
+  mergerForward(W->Final, C, X, S.Final, Out.Tokens, Arrays, KeepOutputFor);
   return Out;
 }
 
-Tensor VisionTower::backward(const VisionSaved &S, const Tensor &DTokens, const std::vector<Tensor> &DDeepstack) {
+Tensor VisionTower::backward(const VisionSaved &S, const Tensor &DTokens, const std::vector<Tensor> &DDeepstack,
+                             bool PatchesGradient) {
   const VisionConfig &C = Config;
   const int64_t H = C.Hidden, D = C.headDim(), N = S.Patches.rows();
   if (!DDeepstack.empty() && DDeepstack.size() != C.DeepstackLayers.size())
@@ -443,19 +453,19 @@ Tensor VisionTower::backward(const VisionSaved &S, const Tensor &DTokens, const 
         DV({N, H}), DQkv({N, 3 * H}), DXn1({N, H});
     HeldArrays Hold(Backend, {A::made(DAct), A::made(DH1), A::made(DXn2), A::wide(DLn), A::made(DAttn), A::wide(DQ),
                               A::wide(DK), A::wide(DV), A::made(DQkv), A::made(DXn1)});
-    linearBackward(Sb.Act, *B.Fc2, *B.Fc2Bias, DX, DAct);
+    linearBackward(Sb.Act, *B.Fc2, *B.Fc2Bias, DX, &DAct);
     geluBackward(GeluForm::Tanh, Sb.H1, DAct, DH1);
-    linearBackward(Sb.Xn2, *B.Fc1, *B.Fc1Bias, DH1, DXn2);
+    linearBackward(Sb.Xn2, *B.Fc1, *B.Fc1Bias, DH1, &DXn2);
     towerLayerNormBackward(Sb.Ln2, *B.Norm2, *B.Norm2Bias, DXn2, DLn);
     Backend.add(DX.numel(), DX.data(), DLn.data(), DX.data());
-    linearBackward(Sb.Attn, *B.Proj, *B.ProjBias, DX, DAttn);
+    linearBackward(Sb.Attn, *B.Proj, *B.ProjBias, DX, &DAttn);
     attendImagesBackward(S.Grids, C.Heads, D, Sb.Q, Sb.K, Sb.V, Sb.Attn, Sb.Lse, DAttn, DQ, DK, DV);
     rotate(DQ, D, S.Cos, S.Sin, true);
     rotate(DK, D, S.Cos, S.Sin, true);
     copyIntoColumns(DQ, DQkv, 0);
     copyIntoColumns(DK, DQkv, H);
     copyIntoColumns(DV, DQkv, 2 * H);
-    linearBackward(Sb.Xn1, *B.Qkv, *B.QkvBias, DQkv, DXn1);
+    linearBackward(Sb.Xn1, *B.Qkv, *B.QkvBias, DQkv, &DXn1);
     towerLayerNormBackward(Sb.Ln1, *B.Norm1, *B.Norm1Bias, DXn1, DLn);
     Backend.add(DX.numel(), DX.data(), DLn.data(), DX.data());
   }
@@ -468,6 +478,6 @@ Tensor VisionTower::backward(const VisionSaved &S, const Tensor &DTokens, const 
       },
       [&] { interpolateRowsBackward(N, H, S.PosIndex.data(), S.PosWeight.data(), DX.data(), W->Pos->Grad.data()); });
   Tensor DPatches;
-  linearBackward(S.Patches, *W->Patch, *W->PatchBias, DX, DPatches);
+  linearBackward(S.Patches, *W->Patch, *W->PatchBias, DX, PatchesGradient ? &DPatches : nullptr);
   return DPatches;
 }

@@ -83,12 +83,17 @@ public:
   /// Patches [sum of patches, patchDim] of Grids' images -> merged tokens.
   /// Where KeepFor is not null, what the backward reads of S stays on the
   /// compute backend, kept under it (ComputeBackend::keepArrays) until the
-  /// caller releases it; else all of S is on the host.
+  /// caller releases it; else all of S is on the host. Where KeepOutputFor
+  /// is not null, the output's arrays stay on the backend in fp32, kept
+  /// under it, and their host values are unspecified until the caller asks
+  /// (ComputeBackend::hostReads) or releases them.
   VisionOutput forward(const Tensor &Patches, const std::vector<ImageGrid> &Grids, VisionSaved &S,
-                       const void *KeepFor = nullptr);
+                       const void *KeepFor = nullptr, const void *KeepOutputFor = nullptr);
   /// The output gradients (DDeepstack empty or one per feature) -> the
-  /// patches' gradient; accumulates every parameter's.
-  Tensor backward(const VisionSaved &S, const Tensor &DTokens, const std::vector<Tensor> &DDeepstack);
+  /// patches' gradient (empty where not PatchesGradient: pixels have no
+  /// parameter); accumulates every parameter's.
+  Tensor backward(const VisionSaved &S, const Tensor &DTokens, const std::vector<Tensor> &DDeepstack,
+                  bool PatchesGradient = true);
 
 private:
   struct Weights;

@@ -1183,6 +1183,13 @@ public:
 #endif
   }
 
+  void copyRows(const RowPairs &Pairs, const float *Src, float *Dst, bool Accumulate) override {
+    rowsBetween(Pairs, const_cast<float *>(Src), Dst, Accumulate, /*ClearSource=*/false);
+  }
+  void moveRows(const RowPairs &Pairs, float *Src, float *Dst) override {
+    rowsBetween(Pairs, Src, Dst, /*Accumulate=*/false, /*ClearSource=*/true);
+  }
+
   void allReduceSum(float *Data, int64_t Count, Communicator &Group) override {
     collective(
         Data, Count, Data, Count, Group.device(),
@@ -1551,6 +1558,38 @@ private:
   void hostValues(const float *Data, int64_t Count) {
     flushOverlapping(Data, Count);
     hostReads(Data, Count);
+  }
+
+  /// copyRows and moveRows: on the device where what they write is held
+  /// wide there (the source too where its rows are cleared), else on the
+  /// host.
+  void rowsBetween(const RowPairs &Pairs, float *Src, float *Dst, bool Accumulate, bool ClearSource) {
+    Charge Charged(Copies, "copy rows");
+    if (!Pairs.valid())
+      throw std::invalid_argument("copyRows: a row outside its array, or one twice");
+    const int64_t SrcExtent = Pairs.SrcRows * Pairs.Cols, DstExtent = Pairs.DstRows * Pairs.Cols;
+    HeldCopy *To = Pairs.count() ? wide(Dst, DstExtent) : nullptr, *From = wide(Src, SrcExtent);
+    if (!To || (ClearSource && !From)) {
+      hostValues(Src, SrcExtent);
+      hostReads(Dst, DstExtent);
+      if (ClearSource)
+        ComputeBackend::moveRows(Pairs, Src, Dst);
+      else
+        ComputeBackend::copyRows(Pairs, Src, Dst, Accumulate);
+      hostWrote(Dst, DstExtent);
+      if (ClearSource)
+        hostWrote(Src, SrcExtent);
+      return;
+    }
+    DeviceBuffer<float> Staged;
+    float *SrcRows = const_cast<float *>(wideInput(Src, SrcExtent, Staged));
+    if (ClearSource)
+      aheadOfHost(*From);
+    master(*To); // the rows no pair writes keep their values
+    aheadOfHost(*To);
+    DeviceBuffer<int32_t> FromRows = Copies.upload(Pairs.From), ToRows = Copies.upload(Pairs.To);
+    cuda::copyRows(Pairs.count(), Pairs.Cols, FromRows.data(), ToRows.data(), SrcRows, To->at(Dst), Accumulate,
+                   ClearSource, Blas.stream());
   }
 
   /// Count contiguous elements in fp32 on the device: a wide array's own,

@@ -518,6 +518,30 @@ void launchCopyColumns(const ColumnBlocks &Shape, const void *Src, void *Dst, cu
 }
 } // namespace
 
+namespace {
+/// A thread per (pair, column).
+__global__ void copyRowsKernel(int64_t Count, int64_t Cols, const int32_t *From, const int32_t *To, float *Src,
+                               float *Dst, bool Accumulate, bool ClearSource) {
+  for (int64_t T = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; T < Count * Cols;
+       T += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t I = T / Cols, C = T % Cols;
+    float *In = Src + int64_t(From[I]) * Cols + C, *Out = Dst + int64_t(To[I]) * Cols + C;
+    *Out = Accumulate ? *Out + *In : *In;
+    if (ClearSource)
+      *In = 0.f;
+  }
+}
+} // namespace
+
+void copyRows(int64_t Count, int64_t Cols, const int32_t *From, const int32_t *To, float *Src, float *Dst,
+              bool Accumulate, bool ClearSource, cudaStream_t Stream) {
+  if (Count == 0 || Cols == 0)
+    return;
+  copyRowsKernel<<<gridFor(Count * Cols, 256), 256, 0, Stream>>>(Count, Cols, From, To, Src, Dst, Accumulate,
+                                                                 ClearSource);
+  MOERT_CUDA_CHECK_LAUNCH();
+}
+
 void copyColumns(const ColumnBlocks &Shape, const void *Src, bool SrcBf16, void *Dst, bool DstBf16,
                  cudaStream_t Stream) {
   if (Shape.empty())

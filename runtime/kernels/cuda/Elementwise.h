@@ -95,6 +95,14 @@ void addF32(int64_t Count, const float *A, const float *B, float *Out, cudaStrea
 void copyColumns(const ColumnBlocks &Blocks, const void *Src, bool SrcBf16, void *Dst, bool DstBf16,
                  cudaStream_t Stream);
 
+/// Whole rows of Cols fp32 columns by the pairs From[i] -> To[i] (Count of
+/// them, device arrays, distinct on each side: kernels/RowPairs.h): Dst row
+/// To[i] = Src row From[i], or += where Accumulate; where ClearSource the
+/// source's rows are zeroed after (a thread reads and clears its own
+/// element).
+void copyRows(int64_t Count, int64_t Cols, const int32_t *From, const int32_t *To, float *Src, float *Dst,
+              bool Accumulate, bool ClearSource, cudaStream_t Stream);
+
 /// The embedding lookup of this rank's vocabulary rows [VocabStart,
 /// VocabStart + VocabRows) of Table [VocabRows, Hidden] (fp32): Out[n] =
 /// Table[Ids[n] - VocabStart] where this rank holds Ids[n], else zeros.

@@ -97,6 +97,11 @@ void matmulBackward(const Tensor &X, const Tensor &W, const Tensor &DY, Tensor &
   gemm(false, true, X.rows(), X.cols(), W.cols(), 1.0f, DY.data(), W.data(), Beta, DX.data());
 }
 
+void matmulWeightGradient(const Tensor &X, const Tensor &DY, Tensor &DW) {
+  if (X.rows() != 0)
+    gemm(true, false, DW.rows(), DW.cols(), X.rows(), 1.0f, X.data(), DY.data(), 1.0f, DW.data());
+}
+
 std::vector<Tensor> columnParallelForward(Communicator &Tp, const Tensor &XShard,
                                           const std::vector<const Tensor *> &Ws) {
   std::vector<Tensor> Ys(Ws.size());

@@ -79,6 +79,9 @@ void matmul(const Tensor &X, const Tensor &W, Tensor &Y);
 /// DX, which must then have the right shape; with Beta = 0 its storage stays
 /// where it has the right shape already, as matmul's does).
 void matmulBackward(const Tensor &X, const Tensor &W, const Tensor &DY, Tensor &DW, Tensor &DX, float Beta = 0.0f);
+/// matmulBackward's DW += X^T DY alone, where X's gradient has no reader (a
+/// vision tower's pixels).
+void matmulWeightGradient(const Tensor &X, const Tensor &DY, Tensor &DW);
 
 /// Column-parallel linears sharing one input: gathers XShard over tp once and
 /// returns X W_i for every weight.

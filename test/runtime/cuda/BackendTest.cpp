@@ -20,6 +20,7 @@
 #include "parallel/tp/VocabParallel.h"
 
 #include <cmath>
+#include <map>
 #include <numeric>
 #include <optional>
 #include <random>
@@ -554,6 +555,88 @@ TEST(CudaBackend, ColumnBlocksMoveWhereTheirDestinationIs) {
   Cuda->copyColumns(PePart, Pe.data(), Plain.data() + Nope);
   EXPECT_EQ(Moved() - Before, 0);
   EXPECT_EQ(Plain, Want);
+}
+
+// A vision tower's rows into the decoder's and back (kernels/RowPairs.h):
+// where the destination is held wide the rows move between the backend's
+// fp32 copies (the host's bits: copies and fp32 adds), only the pairs'
+// indices crossing; into the host's array the host's loop runs and nothing
+// crosses; pairs that reach past an array or name a row twice are refused.
+TEST(CudaBackend, RowPairsMoveWhereTheirDestinationIs) {
+  auto Cuda = cudaBackend();
+  const int64_t Cols = 7, TowerRows = 3, SeqRows = 8;
+  auto Moved = [&] { return Cuda->traffic().HostToDeviceBytes + Cuda->traffic().DeviceToHostBytes; };
+  const RowPairs Pairs{Cols, TowerRows, SeqRows, {0, 2, 1}, {6, 1, 2}};
+  const std::vector<float> Tokens0 = randomBf16(size_t(TowerRows * Cols), 94),
+                           Feature0 = randomF32(size_t(TowerRows * Cols), 95),
+                           Seq0 = randomF32(size_t(SeqRows * Cols), 96);
+  // The host's: the tokens replace their rows, the feature adds to them,
+  // and the gradient's rows move back, zeroed where they were.
+  std::vector<float> Want = Seq0, WantBack(Tokens0.size(), 3.0f), WantFrom = Seq0;
+  hostBackend().copyRows(Pairs, Tokens0.data(), Want.data(), /*Accumulate=*/false);
+  EXPECT_EQ(Want[size_t(6 * Cols + 3)], Tokens0[3]) << "tower row 0 into row 6";
+  EXPECT_EQ(Want[size_t(3 * Cols)], Seq0[size_t(3 * Cols)]) << "a row no pair names keeps its values";
+  hostBackend().copyRows(Pairs, Feature0.data(), Want.data(), /*Accumulate=*/true);
+  EXPECT_EQ(Want[size_t(Cols + 4)], Tokens0[size_t(2 * Cols + 4)] + Feature0[size_t(2 * Cols + 4)]);
+  hostBackend().moveRows(Pairs.reversed(), WantFrom.data(), WantBack.data());
+  EXPECT_EQ(WantBack[size_t(Cols)], Seq0[size_t(2 * Cols)]) << "row 2 back to tower row 1";
+  EXPECT_EQ(WantFrom[size_t(2 * Cols)], 0.0f) << "and zeroed where it was";
+  EXPECT_EQ(WantFrom[size_t(3 * Cols)], Seq0[size_t(3 * Cols)]);
+
+  std::vector<float> Tokens = Tokens0, Feature = Feature0, Seq = Seq0, Back(Tokens0.size(), 3.0f), From = Seq0;
+  int Key = 0;
+  const int64_t Indices = 2 * Pairs.count() * int64_t(sizeof(int32_t));
+  int64_t Before;
+  {
+    HeldArrays Hold(*Cuda, {HeldArray::wide(Tokens.data(), int64_t(Tokens.size())),
+                            HeldArray::wide(Seq.data(), int64_t(Seq.size())),
+                            HeldArray::wide(Back.data(), int64_t(Back.size())),
+                            HeldArray::wide(From.data(), int64_t(From.size()))});
+    const int64_t F = int64_t(sizeof(float));
+    Before = Moved();
+    Cuda->copyRows(Pairs, Tokens.data(), Seq.data(), /*Accumulate=*/false);
+    EXPECT_EQ(Moved() - Before, (TowerRows + SeqRows) * Cols * F + Indices)
+        << "the arrays' first device copies (the rows no pair names keep their values), the indices";
+    Before = Moved();
+    Cuda->copyRows(Pairs, Feature.data(), Seq.data(), /*Accumulate=*/true);
+    EXPECT_EQ(Moved() - Before, TowerRows * Cols * F + Indices) << "a host source staged";
+    Before = Moved();
+    Cuda->copyRows(Pairs, Tokens.data(), Seq.data(), /*Accumulate=*/true);
+    Cuda->copyRows(Pairs, Tokens.data(), Seq.data(), /*Accumulate=*/false);
+    EXPECT_EQ(Moved() - Before, 2 * Indices) << "between the device's copies, the indices alone";
+    Cuda->copyRows(Pairs, Feature.data(), Seq.data(), /*Accumulate=*/true);
+    Cuda->moveRows(Pairs.reversed(), From.data(), Back.data());
+    Cuda->keepArrays(&Key, {HeldArray::wide(Seq.data(), int64_t(Seq.size())),
+                            HeldArray::wide(Back.data(), int64_t(Back.size())),
+                            HeldArray::wide(From.data(), int64_t(From.size()))});
+  }
+#ifdef MOERT_CUDA_EMULATION
+  EXPECT_TRUE(std::isnan(Seq[0])) << "the result is the backend's until asked for";
+#endif
+  for (std::vector<float> *Result : {&Seq, &Back, &From})
+    Cuda->hostReads(Result->data(), int64_t(Result->size()));
+  EXPECT_EQ(Seq, Want) << "the host's bits";
+  EXPECT_EQ(Back, WantBack);
+  EXPECT_EQ(From, WantFrom);
+  Cuda->releaseKept(&Key);
+
+  // Into the host's arrays: the host's loops, nothing crosses.
+  std::vector<float> Plain = Seq0, PlainBack(Tokens0.size(), 3.0f), PlainFrom = Seq0;
+  Before = Moved();
+  Cuda->copyRows(Pairs, Tokens0.data(), Plain.data(), false);
+  Cuda->copyRows(Pairs, Feature0.data(), Plain.data(), true);
+  Cuda->moveRows(Pairs.reversed(), PlainFrom.data(), PlainBack.data());
+  EXPECT_EQ(Moved() - Before, 0);
+  EXPECT_EQ(Plain, Want);
+  EXPECT_EQ(PlainBack, WantBack);
+  EXPECT_EQ(PlainFrom, WantFrom);
+
+  for (const RowPairs &Bad :
+       {RowPairs{Cols, TowerRows, SeqRows, {0, 3}, {0, 1}}, RowPairs{Cols, TowerRows, SeqRows, {0, 1}, {5, 5}},
+        RowPairs{Cols, TowerRows, SeqRows, {0}, {-1}}}) {
+    EXPECT_THROW(hostBackend().copyRows(Bad, Tokens0.data(), Plain.data(), false), std::invalid_argument);
+    EXPECT_THROW(Cuda->copyRows(Bad, Tokens0.data(), Plain.data(), false), std::invalid_argument);
+  }
 }
 
 // A parameter's values, gradient and moments kept resident step to step:
@@ -1380,8 +1463,12 @@ TEST(CudaBackend, AStageKeepsWhatOnlyTheBackendReadsOnTheDevice) {
 /// host backend and on Cuda: the same loss within 1% and every gradient
 /// within 5% of its scale. Where HoldParameters, Cuda holds the parameters
 /// and their gradients for the micro batch, as the trainer does for a step.
-void expectAMicroBatchAsOnTheHost(const ModelConfig &C, const ParallelContext &Ctx, ComputeBackend &Cuda,
-                                  const std::string &What, bool HoldParameters = false) {
+/// The micro batch is Batch, or batch()'s. Returns Cuda's gradients by
+/// parameter name.
+std::map<std::string, std::vector<float>> expectAMicroBatchAsOnTheHost(const ModelConfig &C, const ParallelContext &Ctx,
+                                                                       ComputeBackend &Cuda, const std::string &What,
+                                                                       bool HoldParameters = false,
+                                                                       const MicroBatch *Batch = nullptr) {
   ModelOptions Host;
   Host.Seed = 7;
   Host.CeScale = 1.0 / 64;
@@ -1389,7 +1476,7 @@ void expectAMicroBatchAsOnTheHost(const ModelConfig &C, const ParallelContext &C
   OnCuda.Compute = &Cuda;
   StageModel Want(C, StageSpec{0, C.Layers, true, true}, Ctx, Host),
       Got(C, StageSpec{0, C.Layers, true, true}, Ctx, OnCuda);
-  const MicroBatch MB = batch(C.Vocab);
+  const MicroBatch MB = Batch ? *Batch : batch(C.Vocab);
   std::vector<HeldArray> Parameters;
   if (HoldParameters)
     for (Parameter *P : Got.parameters()) {
@@ -1405,10 +1492,16 @@ void expectAMicroBatchAsOnTheHost(const ModelConfig &C, const ParallelContext &C
   }
   EXPECT_NEAR(Got.loss().CeSum, Want.loss().CeSum, 1e-2 * Want.loss().CeSum) << What;
   std::vector<Parameter *> WantParams = Want.parameters(), GotParams = Got.parameters();
-  ASSERT_EQ(GotParams.size(), WantParams.size()) << What;
-  for (size_t I = 0; I < WantParams.size(); ++I)
+  EXPECT_EQ(GotParams.size(), WantParams.size()) << What;
+  if (GotParams.size() != WantParams.size())
+    return {};
+  std::map<std::string, std::vector<float>> Gradients;
+  for (size_t I = 0; I < WantParams.size(); ++I) {
     EXPECT_LT(relativeError(GotParams[I]->Grad.storage(), WantParams[I]->Grad.storage()), 5e-2)
         << What << ": " << WantParams[I]->Name;
+    Gradients[GotParams[I]->Name] = GotParams[I]->Grad.storage();
+  }
+  return Gradients;
 }
 
 // Latent attention at DeepSeek-V3's head widths runs whole on the device:
@@ -1575,6 +1668,79 @@ TEST(CudaBackend, TheVisionTowerRunsOnTheDevice) {
   EXPECT_EQ(Up("layernorm"), 2 * LayerNormRows * F);
   EXPECT_EQ(Down("rope"), 0);
   EXPECT_EQ(Up("gelu"), 0);
+}
+
+// Qwen3-VL's layers run whole on the device: the tower's merged tokens take
+// their placeholders' rows of the embedded sequence, its deepstack features
+// add to the first layers' outputs, and their gradients go back to the
+// tower, all between the backend's copies. Beside what the same decoder
+// without a tower moves, nothing of the residual stream crosses, and of
+// the rows' moves only their pairs' indices; no patches' gradient is made.
+TEST(CudaBackend, QwenThreeVlLayersRunWholeOnTheDevice) {
+  OneRankGroups Groups;
+  ModelConfig C = tinyMoe(/*TopK=*/4);
+  MicroBatch MB = batch(C.Vocab);
+  auto Plain = cudaBackend();
+  expectAMicroBatchAsOnTheHost(C, Groups.Ctx, *Plain, "tiny_moe", /*HoldParameters=*/true, &MB);
+  VisionConfig V;
+  V.Depth = 2;
+  V.Hidden = 64; // heads of 32, which the attention kernels take
+  V.Heads = 2;
+  V.FfnHidden = 64;
+  V.OutHidden = C.Hidden;
+  V.PatchSize = 2;
+  V.PositionGrid = 4;
+  V.DeepstackLayers = {0, 1};
+  C.Vision = V;
+  // A 4 x 4 image (four merged tokens) at places 3 to 6 of the first
+  // sequence, a 2 x 4 one (two) at places 10 and 11 of the second.
+  MB.Images = {ImageGrid{1, 4, 4}, ImageGrid{1, 2, 4}};
+  const int64_t Patches = 16 + 8, Tokens = Patches / V.mergeUnit();
+  MB.ImagePatches = randomBf16(size_t(Patches * V.patchDim()), 44);
+  MB.VisionRows.assign(MB.Tokens.size(), -1);
+  for (int32_t T = 0; T < 4; ++T)
+    MB.VisionRows[size_t(3 + T)] = T;
+  for (int32_t T = 4; T < 6; ++T)
+    MB.VisionRows[size_t(MB.SeqLen + 6 + T)] = T;
+  // The placeholders carry an image token no text token is, whose
+  // embedding's gradient the placeholders' rows do not reach.
+  const int32_t ImageToken = int32_t(C.Vocab - 1);
+  for (size_t I = 0; I < MB.Tokens.size(); ++I)
+    MB.Tokens[I] = MB.VisionRows[I] >= 0 ? ImageToken : MB.Tokens[I] % ImageToken;
+  auto Cuda = cudaBackend();
+  const std::vector<float> DEmbedding = expectAMicroBatchAsOnTheHost(C, Groups.Ctx, *Cuda, "Qwen3-VL's layers",
+                                                                     /*HoldParameters=*/true, &MB)["embedding"];
+  ASSERT_EQ(int64_t(DEmbedding.size()), C.Vocab * C.Hidden);
+  for (int64_t Col = 0; Col < C.Hidden; ++Col)
+    ASSERT_EQ(DEmbedding[size_t(ImageToken * C.Hidden + Col)], 0.0f) << "column " << Col;
+  BackendTraffic T = Cuda->traffic(), Base = Plain->traffic();
+  auto Up = [&](const char *Operation) { return T.ByOperation[Operation].HostToDeviceBytes; };
+  auto Down = [&](const char *Operation) { return T.ByOperation[Operation].DeviceToHostBytes; };
+  for (const char *Operation : {"host reads", "nested holds", "add", "copy"}) {
+    // The tower's inputs: the patches and their rotary angles' cosines and
+    // sines.
+    const int64_t Inputs =
+        std::string(Operation) == "nested holds" ? (Patches * V.patchDim() + Patches * V.headDim()) * 4 : 0;
+    EXPECT_EQ(Up(Operation), Base.ByOperation[Operation].HostToDeviceBytes + Inputs) << Operation;
+    EXPECT_EQ(Down(Operation), Base.ByOperation[Operation].DeviceToHostBytes) << Operation;
+  }
+  // The tokens into their rows, a feature a deepstack layer each way, and
+  // the tokens' gradient back: the indices of the pairs.
+  const int64_t Moves = 1 + 2 * int64_t(V.DeepstackLayers.size()) + 1;
+  EXPECT_EQ(Up("copy rows"), Moves * 2 * Tokens * int64_t(sizeof(int32_t)));
+  EXPECT_EQ(Down("copy rows"), 0);
+  EXPECT_EQ(Down("gemm"), Base.ByOperation["gemm"].DeviceToHostBytes) << "no tower output, no patches' gradient";
+
+  // A frozen tower (no backward): its output still meets the decoder's rows
+  // on the device, and the placeholders' gradients still miss the
+  // embedding.
+  C.VisionFrozen = true;
+  auto Frozen = cudaBackend();
+  const std::vector<float> DFrozen =
+      expectAMicroBatchAsOnTheHost(C, Groups.Ctx, *Frozen, "a frozen tower", true, &MB)["embedding"];
+  ASSERT_EQ(DFrozen.size(), DEmbedding.size());
+  EXPECT_EQ(DFrozen[size_t(ImageToken * C.Hidden)], 0.0f);
+  EXPECT_EQ(Frozen->traffic().ByOperation["copy rows"].DeviceToHostBytes, 0);
 }
 
 TEST(CudaBackend, AFullRecomputeRerunsEachLayerFromItsInputWhereItIs) {

@@ -741,14 +741,19 @@ TEST(CudaElementwise, MultimodalRopeTurnsEachPairByItsAxis) {
     Axes.Axes[2].push_back(100 + 7 * I);
   }
   RopeColumns Columns = RopeColumns::halves(Hd, Hd);
-  Columns.PairPositions = true;
-  std::vector<int32_t> PairPositions;
+  Columns.Multimodal = true;
+  Columns.RowSection = Sections[1];
+  Columns.ColumnSection = Sections[2];
+  // Qwen3-VL's interleaving: time, row, column, ... while the row and
+  // column sections last (8 pairs each here: to pair 23), then time.
+  for (auto [Pair, Axis] : std::vector<std::pair<int64_t, int64_t>>{
+           {0, 0}, {1, 1}, {2, 2}, {3, 0}, {22, 1}, {23, 2}, {24, 0}, {25, 0}, {26, 0}, {Half - 1, 0}})
+    EXPECT_EQ(Columns.axisOf(Pair), Axis) << "pair " << Pair;
+  std::vector<int32_t> RowPositions;
   for (int64_t I = 0; I < N; ++I)
-    for (int64_t J = 0; J < Half; ++J) {
-      const int64_t Axis = J % 3;
-      PairPositions.push_back(int32_t(Axes.Axes[Axis > 0 && J < 3 * Sections[size_t(Axis)] ? Axis : 0][size_t(I)]));
-    }
-  auto DPos = uploadVec(PairPositions);
+    for (const std::vector<int64_t> &Axis : Axes.Axes)
+      RowPositions.push_back(int32_t(Axis[size_t(I)]));
+  auto DPos = uploadVec(RowPositions);
   for (bool Inverse : {false, true}) {
     Tensor T = tensorOf({N, Heads * Hd}, X);
     applyMultimodalRope(T, Hd, Axes, 5e6, Sections, Inverse, 0);
