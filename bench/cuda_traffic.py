@@ -77,9 +77,13 @@ CASES = [
     ("Qwen3-Next's layers, tp 2", NEXT, "tiny_next", 2, "tp = 2"),
     ("Qwen3-VL's layers (a vision tower, multimodal RoPE), 1 rank", VL, "tiny_vl", 1, "tp = 1"),
     ("tiny_moe, dp 2", "", "tiny_moe", 2, "tp = 1"),
-    ("tiny_moe, full recompute, 1 rank", "", "tiny_moe", 1, "tp = 1", "full"),
-    ("tiny_moe, selective recompute (moe_act, layernorm), 1 rank", "", "tiny_moe", 1, "tp = 1",
-     "selective(moe_act, layernorm)"),
+    ("tiny_moe with heads of 32, full recompute, 1 rank", HEADS_32, "tiny_hd32", 1, "tp = 1", "full"),
+    ("tiny_moe with heads of 32, selective recompute (core_attn), 1 rank", HEADS_32, "tiny_hd32", 1, "tp = 1",
+     "selective(core_attn)"),
+    ("tiny_moe with heads of 32, selective recompute (moe_act, layernorm), 1 rank", HEADS_32, "tiny_hd32", 1,
+     "tp = 1", "selective(moe_act, layernorm)"),
+    ("hidden 128, heads of 32, top 8 of 16 experts and a shared one, selective recompute (moe), 1 rank", TOP_8,
+     "tiny_top8", 1, "tp = 1", "selective(moe)"),
 ]
 STEP = re.compile(r"^step (\d+)/\d+ .* peak ([0-9.]+) MiB")
 DEVICE = re.compile(r"^  device peak ([0-9.]+) MiB, staged ([0-9.]+) MiB")

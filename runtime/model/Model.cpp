@@ -693,6 +693,11 @@ struct StageModel::Impl {
     else if (S.AttnOut.rows() != Rows || S.AttnOut.cols() != D.QHeads * D.vHeadDim())
       throw std::logic_error("attention's output was allocated for another shape");
   }
+  /// Attention's output, held while attention writes it: the backend's
+  /// alone where it is kept for the backward, else the host's too.
+  HeldArray heldAttentionOutput(const MicroState &M, LayerState &S) const {
+    return keepKey(M, S) ? onBackend(S.AttnOut) : keptResult(S.AttnOut);
+  }
   void coreAttn(const MicroState &M, LayerState &S) {
     AttentionDims D = attentionDims(M);
     attentionOutput(M, S, S.Q.rows());
@@ -791,8 +796,7 @@ struct StageModel::Impl {
         // attention where its kernel writes the whole of it, kept, and the
         // backend's alone (but where the output gate reads it on the host).
         attentionOutput(M, S, S.Xn1.rows() * Groups.Tp->size());
-        const bool HostReadsIt = !keepKey(M, S);
-        HeldArrays KeepOutput(compute(), {HostReadsIt ? keptResult(S.AttnOut) : onBackend(S.AttnOut)});
+        HeldArrays KeepOutput(compute(), {heldAttentionOutput(M, S)});
         {
           HeldArrays KeepProjections(compute(), Config.Mla ? heldLatents(P, M, S) : heldProjections(P, M, S));
           qkv(P, M, S);
@@ -1007,23 +1011,42 @@ struct StageModel::Impl {
       return;
     }
     if (S.Dropped.count("layernorm")) {
-      attnNorm(P, S);
+      // Remade where the forward made them, from the residual stream kept
+      // there, and kept there again for the backward's products.
+      S.Xn1 = Tensor(S.X.shape());
+      {
+        HeldArrays Keep(compute(), {normalised(M, S, S.Xn1, true)});
+        attnNorm(P, S);
+        keepForBackward(M, S, {&S.Xn1});
+      }
+      S.Xn2 = Tensor(S.H.shape());
+      HeldArrays Keep(compute(), {normalised(M, S, S.Xn2, true)});
       mlpNorm(P, S);
+      keepForBackward(M, S, {&S.Xn2});
     }
     if (S.Dropped.count("mla_up_proj"))
       mlaUp(P, M, S);
     if (S.Dropped.count("gdn_norm_out"))
       Gdn->recomputeNormOut(P.Gdn, S.Gdn);
-    if (S.Dropped.count("core_attn"))
+    if (S.Dropped.count("core_attn")) {
+      // Remade where the forward made it (from the queries, keys and values
+      // kept there) and kept there again for the backward.
+      attentionOutput(M, S, S.Q.rows());
+      HeldArrays KeepOutput(compute(), {heldAttentionOutput(M, S)});
       coreAttn(M, S);
+      keepForBackward(M, S, {&S.AttnOut});
+    }
     if (S.Dropped.count("mlp"))
       denseMlp(P, S, /*Y=*/nullptr, keepKey(M, S));
     if (S.Dropped.count("moe")) {
+      // The combined output, which nothing reads, is made where the
+      // forward's was and stays there.
       Tensor Y;
+      HeldArrays KeepOutput(compute(), branchOutput(Y, S, keepKey(M, S) != nullptr));
       Moe->forward(P.Routed, S.Xn2, S.Routed, Y, /*CountTokens=*/false, balanceKeys(P, M), keepKey(M, S));
     }
     if (S.Dropped.count("moe_act"))
-      Moe->recomputeAct(S.Routed);
+      Moe->recomputeAct(S.Routed, keepKey(M, S));
     if (S.Dropped.count("shared_experts"))
       sharedExperts(P, S, /*Y=*/nullptr, keepKey(M, S));
     S.Dropped.clear();

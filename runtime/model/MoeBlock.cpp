@@ -211,7 +211,17 @@ double MoeBlock::forward(const MoeWeights &W, const Tensor &Xn, MoeSaved &S, Ten
   return Aux;
 }
 
-void MoeBlock::recomputeAct(MoeSaved &S) { S.Act = swiGlu(S.G, S.U); }
+void MoeBlock::recomputeAct(MoeSaved &S, const void *KeepFor) {
+  ComputeBackend &Backend = currentBackend();
+  S.Act = Tensor(S.G.shape());
+  std::vector<HeldArray> Made;
+  if (KeepFor)
+    Made.push_back({S.Act.data(), S.Act.numel(), HeldArray::BackendOnly, false, /*Unset=*/true});
+  HeldArrays Hold(Backend, Made);
+  Backend.swiGluForward(S.G.numel(), S.G.data(), S.U.data(), S.Act.data());
+  if (KeepFor)
+    Backend.keepArrays(KeepFor, Made);
+}
 
 void MoeBlock::routedExperts(const MoeWeights &W, const Tensor &Xn, MoeSaved &S, Tensor &Y, const void *KeepFor) {
   ComputeBackend &Backend = currentBackend();

@@ -65,8 +65,10 @@ public:
   /// already (so that a hold on it keeps the output on the backend).
   double forward(const MoeWeights &W, const Tensor &Xn, MoeSaved &S, Tensor &Y, bool CountTokens = false,
                  const uint64_t *BalanceKeys = nullptr, const void *KeepFor = nullptr);
-  /// Recomputes Act from G and U (selective "moe_act").
-  void recomputeAct(MoeSaved &S);
+  /// Recomputes Act from G and U (selective "moe_act"): on the compute
+  /// backend where they are kept there, Act then kept beside them under
+  /// KeepFor where it is not null (as forward's KeepFor).
+  void recomputeAct(MoeSaved &S, const void *KeepFor = nullptr);
   /// DY [Ns, Hidden] is the gradient of the routed output; AuxGradScale
   /// multiplies the aux loss in the objective. Writes dXn into DXn (in its
   /// own storage where it has Xn's shape already and the rows move on the

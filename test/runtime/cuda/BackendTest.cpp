@@ -1463,15 +1463,17 @@ TEST(CudaBackend, AStageKeepsWhatOnlyTheBackendReadsOnTheDevice) {
 /// host backend and on Cuda: the same loss within 1% and every gradient
 /// within 5% of its scale. Where HoldParameters, Cuda holds the parameters
 /// and their gradients for the micro batch, as the trainer does for a step.
-/// The micro batch is Batch, or batch()'s. Returns Cuda's gradients by
-/// parameter name.
+/// The micro batch is Batch, or batch()'s; both models recompute as
+/// Recompute says. Returns Cuda's gradients by parameter name.
 std::map<std::string, std::vector<float>> expectAMicroBatchAsOnTheHost(const ModelConfig &C, const ParallelContext &Ctx,
                                                                        ComputeBackend &Cuda, const std::string &What,
                                                                        bool HoldParameters = false,
-                                                                       const MicroBatch *Batch = nullptr) {
+                                                                       const MicroBatch *Batch = nullptr,
+                                                                       const RecomputeOptions &Recompute = {}) {
   ModelOptions Host;
   Host.Seed = 7;
   Host.CeScale = 1.0 / 64;
+  Host.Recompute = Recompute;
   ModelOptions OnCuda = Host;
   OnCuda.Compute = &Cuda;
   StageModel Want(C, StageSpec{0, C.Layers, true, true}, Ctx, Host),
@@ -1741,6 +1743,53 @@ TEST(CudaBackend, QwenThreeVlLayersRunWholeOnTheDevice) {
   ASSERT_EQ(DFrozen.size(), DEmbedding.size());
   EXPECT_EQ(DFrozen[size_t(ImageToken * C.Hidden)], 0.0f);
   EXPECT_EQ(Frozen->traffic().ByOperation["copy rows"].DeviceToHostBytes, 0);
+}
+
+// A selective recompute remakes what it dropped where the forward made it:
+// the normalised inputs from the residual stream, attention's output from
+// the queries, keys and values, the routed experts' activation from their
+// products, and the MoE block (its combined output, which nothing reads,
+// made on the device and left there), each kept there again for the
+// backward. Beside the same micro batch without recompute, what crosses more
+// is the recompute's own statistics and routing.
+TEST(CudaBackend, ASelectiveRecomputeRemakesWhatItDroppedWhereTheForwardDid) {
+  OneRankGroups Groups;
+  const ModelConfig C = tinyMoe(/*TopK=*/4);
+  const MicroBatch MB = batch(C.Vocab);
+  const int64_t N = MB.Sequences * MB.SeqLen, F = int64_t(sizeof(float)), MoeLayers = C.Layers - C.DenseLayers;
+  auto Plain = cudaBackend();
+  expectAMicroBatchAsOnTheHost(C, Groups.Ctx, *Plain, "no recompute", /*HoldParameters=*/true);
+  const BackendTraffic Base = Plain->traffic();
+  for (const std::vector<std::string> &Modules :
+       {std::vector<std::string>{"layernorm", "core_attn", "moe_act"}, std::vector<std::string>{"moe"}}) {
+    RecomputeOptions Recompute;
+    Recompute.Modules = Modules;
+    const std::string What = "selective(" + Modules[0] + ", ...)";
+    auto Cuda = cudaBackend();
+    expectAMicroBatchAsOnTheHost(C, Groups.Ctx, *Cuda, What, /*HoldParameters=*/true, nullptr, Recompute);
+    BackendTraffic T = Cuda->traffic();
+    auto Extra = [&](const char *Operation, bool ToDevice) {
+      BackendTraffic::Copies A = T.ByOperation[Operation], B = Base.ByOperation.count(Operation)
+                                                                   ? Base.ByOperation.at(Operation)
+                                                                   : BackendTraffic::Copies();
+      return ToDevice ? A.HostToDeviceBytes - B.HostToDeviceBytes : A.DeviceToHostBytes - B.DeviceToHostBytes;
+    };
+    for (const char *Operation : {"gemm", "nested holds", "host reads", "swiglu", "copy", "add"})
+      for (bool ToDevice : {true, false})
+        EXPECT_EQ(Extra(Operation, ToDevice), 0) << What << ": " << Operation << (ToDevice ? " up" : " down");
+    if (Modules[0] == "layernorm") {
+      // The norms' reciprocal deviations, remade.
+      EXPECT_EQ(Extra("rmsnorm", false), 2 * C.Layers * N * F) << What;
+      EXPECT_EQ(Extra("rmsnorm", true), 0) << What;
+      // Attention's log-sum-exp, remade.
+      EXPECT_EQ(Extra("attention", false), C.Layers * MB.Sequences * C.Heads * MB.SeqLen * F) << What;
+    } else {
+      EXPECT_EQ(Extra("permute", false), 0) << What << ": the combined output stays on the device";
+      // The experts and weights the router chose again come back for the
+      // dispatcher, and its statistics.
+      EXPECT_EQ(Extra("router", false), MoeLayers * (N * C.TopK * (4 + F) + (2 * C.Experts + 1) * F)) << What;
+    }
+  }
 }
 
 TEST(CudaBackend, AFullRecomputeRerunsEachLayerFromItsInputWhereItIs) {
