@@ -1567,8 +1567,10 @@ private:
     Charge Charged(Copies, "copy rows");
     if (!Pairs.valid())
       throw std::invalid_argument("copyRows: a row outside its array, or one twice");
+    if (Pairs.count() == 0 || Pairs.Cols == 0) // a rank whose rows no image reaches: nothing moves
+      return;
     const int64_t SrcExtent = Pairs.SrcRows * Pairs.Cols, DstExtent = Pairs.DstRows * Pairs.Cols;
-    HeldCopy *To = Pairs.count() ? wide(Dst, DstExtent) : nullptr, *From = wide(Src, SrcExtent);
+    HeldCopy *To = wide(Dst, DstExtent), *From = wide(Src, SrcExtent);
     if (!To || (ClearSource && !From)) {
       hostValues(Src, SrcExtent);
       hostReads(Dst, DstExtent);

@@ -606,6 +606,13 @@ TEST(CudaBackend, RowPairsMoveWhereTheirDestinationIs) {
     EXPECT_EQ(Moved() - Before, 2 * Indices) << "between the device's copies, the indices alone";
     Cuda->copyRows(Pairs, Feature.data(), Seq.data(), /*Accumulate=*/true);
     Cuda->moveRows(Pairs.reversed(), From.data(), Back.data());
+    // No pairs (a sequence shard no image reaches): nothing moves, and
+    // nothing crosses.
+    Before = Moved();
+    const RowPairs None{Cols, TowerRows, SeqRows, {}, {}};
+    Cuda->copyRows(None, Tokens.data(), Seq.data(), /*Accumulate=*/false);
+    Cuda->moveRows(None.reversed(), From.data(), Back.data());
+    EXPECT_EQ(Moved() - Before, 0);
     Cuda->keepArrays(&Key, {HeldArray::wide(Seq.data(), int64_t(Seq.size())),
                             HeldArray::wide(Back.data(), int64_t(Back.size())),
                             HeldArray::wide(From.data(), int64_t(From.size()))});
