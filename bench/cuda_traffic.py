@@ -31,7 +31,7 @@ from runtime_speed import env, machine, mpi, write_section  # noqa: E402
 DOC = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
 BEGIN, END = "<!-- BEGIN cuda_traffic -->", "<!-- END cuda_traffic -->"
 SEQ_LEN, MICRO, GLOBAL = 32, 1, 8
-# name: (model definition, model, ranks, parallel settings[, recompute])
+# name: (model definition, model, ranks, parallel settings[, recompute[, the driver's options]])
 BIG_VOCAB = "model tiny_bigvocab extends tiny_moe { vocab = 16384 }\n"
 # Heads of 32 columns: attention runs on the backend's kernels (tiny_moe's 16
 # run its host code, whose score products cross as products).
@@ -77,6 +77,8 @@ CASES = [
     ("Qwen3-Next's layers, tp 2", NEXT, "tiny_next", 2, "tp = 2"),
     ("Qwen3-VL's layers (a vision tower, multimodal RoPE), 1 rank", VL, "tiny_vl", 1, "tp = 1"),
     ("tiny_moe, dp 2", "", "tiny_moe", 2, "tp = 1"),
+    ("tiny_moe with heads of 32, dp 2, the distributed optimizer", HEADS_32, "tiny_hd32", 2, "tp = 1", None,
+     ["--distributed-optimizer"]),
     ("tiny_moe with heads of 32, full recompute, 1 rank", HEADS_32, "tiny_hd32", 1, "tp = 1", "full"),
     ("tiny_moe with heads of 32, selective recompute (core_attn), 1 rank", HEADS_32, "tiny_hd32", 1, "tp = 1",
      "selective(core_attn)"),
@@ -102,13 +104,16 @@ def recipe(definition, model, ranks, parallel, recompute=None):
 
 
 def measure(args, work, index, case):
-    name, definition, model, ranks, parallel, *recompute = case
+    name, definition, model, ranks, parallel = case[:5]
+    recompute = case[5] if len(case) > 5 else None
+    driver_options = case[6] if len(case) > 6 else []
     moe = work / f"case{index}.moe"
-    moe.write_text(recipe(definition, model, ranks, parallel, *recompute))
+    moe.write_text(recipe(definition, model, ranks, parallel, recompute))
     plan = work / f"case{index}.toml"
     subprocess.run([args.moec, "plan", str(moe), "-o", str(plan), "--quiet"], check=True, env=env(),
                    stderr=subprocess.DEVNULL)
-    p = subprocess.run(mpi("mpirun", ranks) + [args.driver, str(plan), "--steps", "2", "--backend", "cuda"],
+    p = subprocess.run(mpi("mpirun", ranks) + [args.driver, str(plan), "--steps", "2", "--backend", "cuda"]
+                       + driver_options,
                        env=env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     if p.returncode != 0:
         sys.exit(f"cuda_traffic: {name} failed (exit {p.returncode}):\n{p.stdout[-2000:]}")
@@ -155,13 +160,15 @@ def main():
     to_bf16, from_bf16, copy = (float(g) for g in conv.groups())
     m = machine()
     text = (f"{BEGIN}\n## CUDA backend: host-device traffic per step\n\n"
-            "What `moerun --backend cuda` copies between host and device in one training step (the step log's "
-            "`staged_bytes`), measured on the CPU emulation of CUDA (the bytes do not depend on what runs the "
+            "What `moerun --backend cuda` copies between host and device in one training step, its optimizer's "
+            "step included (the step log's `staged_bytes`), measured on the CPU emulation of CUDA (the bytes do not depend on what runs the "
             f"kernels): seq_len {SEQ_LEN}, global batch {GLOBAL}, micro batch {MICRO}, routing forced balanced, "
             "the second of two steps. *staged*: the most any rank copied; *device peak*: the caching "
             "allocator's; *host peak*: the trainer's activations, parameters, gradients and optimizer moments. "
             "The parameters that no group sums and no host code reads stay on the device from step to step "
-            "with their gradients and Adam's moments, and the optimizer steps them there; the others move once a "
+            "with their gradients and Adam's moments, and the optimizer steps them there (under the distributed "
+            "optimizer each rank's shard, its gradient reduce-scattered and its values all-gathered over the "
+            "device group); the others move once a "
             "step (their gradients summed on the device) and are stepped on the host; every SwiGLU MLP (routed "
             "experts, dense and shared) moves its rows once each way, and the routed experts' rows "
             "neither way (the tokens are permuted to them and combined on the device, under ep exchanged "

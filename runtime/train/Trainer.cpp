@@ -739,12 +739,13 @@ struct Trainer::Impl final : public PipelineStage {
       HeldArrays Held(Compute, heldParameters());
       Executor->runStep(Ops, OnOp);
     }
-    BackendTraffic Moved = Compute.traffic();
     double Lr = Schedule.ofStep(StepIndex + 1);
     Optimizer->setLr(Lr);
     tieEmbeddingGrads();
     AdamWStepInfo Info = Optimizer->step();
     updateExpertBiases();
+    // What the step copied, its optimizer's step included.
+    BackendTraffic Moved = Compute.traffic();
     double Seconds = now() - T0;
     double Cpu = cpuSeconds() - Cpu0;
     double CommSeconds = Clock.Seconds - Comm0;

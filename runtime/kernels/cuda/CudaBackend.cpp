@@ -1067,7 +1067,9 @@ public:
     DeviceBuffer<double> Scratch{size_t(SumSquaresScratch)}, Sum{1};
     bool Accumulate = false;
     for (const ConstArray &A : Arrays) {
-      HeldCopy *H = A.Count ? resident(A.Data, A.Count) : nullptr;
+      if (A.Count == 0) // nothing to sum, and its address may lie inside another array
+        continue;
+      HeldCopy *H = resident(A.Data, A.Count);
       if (!H) {
         flushOverlapping(A.Data, A.Count);
         OnHost.push_back(A);

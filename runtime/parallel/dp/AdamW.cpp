@@ -250,7 +250,8 @@ AdamWStepInfo AdamW::step() {
         if (!Counted(*S.Param))
           continue;
         Overlap O = overlap(S, Begin, End);
-        Owned.push_back({R.dpCpShard().data() + (O.Lo - Begin), int64_t(O.Hi - O.Lo)});
+        if (O.Lo != O.Hi)
+          Owned.push_back({R.dpCpShard().data() + (O.Lo - Begin), int64_t(O.Hi - O.Lo)});
       }
     }
     if (GradientReducer::inPlace(R.edpBucket()))

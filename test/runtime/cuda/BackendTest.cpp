@@ -651,6 +651,30 @@ TEST(CudaBackend, RowPairsMoveWhereTheirDestinationIs) {
 // back as one figure, the update runs where they are (the host backend's
 // bits) and refreshes the operand copy, and nothing crosses until the host
 // asks for them.
+// The gradient norm's arrays may include empty ones (a parameter none of
+// whose elements fall in this rank's shard of a bucket, under the
+// distributed optimizer): they add nothing and bring nothing back, not the
+// resident array their address lies in, which stays on the device.
+TEST(CudaBackend, AnEmptyArrayInTheNormBringsNothingBack) {
+  auto Cuda = cudaBackend();
+  const int64_t Count = 64;
+  auto Moved = [&] { return Cuda->traffic().HostToDeviceBytes + Cuda->traffic().DeviceToHostBytes; };
+  std::vector<float> Shard = randomBf16(size_t(Count), 71);
+  std::vector<float> Doubled = Shard;
+  for (float &X : Doubled)
+    X += X;
+  const double Want = hostBackend().sumSquares({{Doubled.data(), Count}});
+  Cuda->makeResident({{Shard.data(), Count}});
+  Cuda->add(Count, Shard.data(), Shard.data(), Shard.data()); // ahead of the host now
+  const int64_t Before = Moved();
+  const double Got = Cuda->sumSquares(
+      {{Shard.data(), Count / 2}, {Shard.data() + Count / 2, 0}, {Shard.data() + Count / 2, Count / 2}});
+  EXPECT_EQ(Moved() - Before, int64_t(sizeof(double))) << "the one figure";
+  EXPECT_NEAR(Got, Want, 1e-6 * Want);
+  Cuda->releaseResident();
+  EXPECT_EQ(Shard, Doubled);
+}
+
 TEST(CudaBackend, ResidentArraysStepWhereTheyAreAndComeBackWhenAsked) {
   auto Cuda = cudaBackend();
   const int64_t M = 4, K = 6, N = 5, Count = K * N;
