@@ -54,6 +54,8 @@ NEXT = ("model tiny_next extends tiny_moe {\n  qk_norm = true; head_dim = 32\n"
 VL = ("model tiny_vl extends tiny_moe {\n  head_dim = 32; mrope_section = [8, 4, 4]\n  vision {\n"
       "    layers = 2; hidden = 64; heads = 2; ffn_hidden = 128; patch_size = 4; spatial_merge = 2\n"
       "    position_embeddings = 16; deepstack_layers = [0]\n  }\n}\n")
+# One multi-token prediction block (DeepSeek-V3's and Qwen3-Next's), heads of 32.
+MTP_32 = "model tiny_mtp32 extends tiny_moe {\n  head_dim = 32; mtp_layers = 1\n}\n"
 CASES = [
     ("tiny_moe, 1 rank", "", "tiny_moe", 1, "tp = 1"),
     ("tiny_moe with heads of 32, 1 rank", HEADS_32, "tiny_hd32", 1, "tp = 1"),
@@ -76,6 +78,7 @@ CASES = [
     ("Qwen3-Next's layers (Gated DeltaNet, gated attention with QK-norm), 1 rank", NEXT, "tiny_next", 1, "tp = 1"),
     ("Qwen3-Next's layers, tp 2", NEXT, "tiny_next", 2, "tp = 2"),
     ("Qwen3-VL's layers (a vision tower, multimodal RoPE), 1 rank", VL, "tiny_vl", 1, "tp = 1"),
+    ("tiny_moe with heads of 32 and a multi-token prediction block, 1 rank", MTP_32, "tiny_mtp32", 1, "tp = 1"),
     ("tiny_moe, dp 2", "", "tiny_moe", 2, "tp = 1"),
     ("tiny_moe with heads of 32, dp 2, the distributed optimizer", HEADS_32, "tiny_hd32", 2, "tp = 1", None,
      ["--distributed-optimizer"]),

@@ -927,7 +927,8 @@ struct StageModel::Impl {
   /// (keepForBackward), or null where they are not kept.
   const void *keepKey(const MicroState &M, const LayerState &S) const {
     const bool Decoder = &S >= M.Layers.data() && &S < M.Layers.data() + M.Layers.size();
-    return Decoder ? &S : nullptr;
+    const bool MtpLayer = std::any_of(M.Mtp.begin(), M.Mtp.end(), [&](const MtpState &B) { return &B.Layer == &S; });
+    return Decoder || MtpLayer ? &S : nullptr;
   }
   /// A stage's input or output gradient from the pipeline, which a backend
   /// may keep under its address (ComputeBackend::receiveActivations): now
@@ -1461,6 +1462,7 @@ struct StageModel::Impl {
       charge(minus(After, Before), +1);
       Tensor DX = layerBackward(P.Layer, M, S.Layer, DY);
       charge(After, -1);
+      compute().releaseKept(&S.Layer);
       S.Layer = LayerState();
       Tensor DCat;
       matmulBackward(S.Cat, P.Proj->Value, DX, P.Proj->Grad, DCat);
@@ -1489,8 +1491,10 @@ struct StageModel::Impl {
       charge(S.bytes(), -1);
       compute().releaseKept(&S);
     }
-    for (MtpState &S : M.Mtp)
+    for (MtpState &S : M.Mtp) {
       charge(S.Layer.bytes(), -1);
+      compute().releaseKept(&S.Layer);
+    }
     charge({{"vision", M.VisionBytes}}, -1);
     compute().releaseKept(&M.Vision);
     compute().releaseKept(&M.VisionOut);

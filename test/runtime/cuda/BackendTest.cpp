@@ -1504,11 +1504,12 @@ std::map<std::string, std::vector<float>> expectAMicroBatchAsOnTheHost(const Mod
   ModelOptions Host;
   Host.Seed = 7;
   Host.CeScale = 1.0 / 64;
+  Host.MtpCeScale.assign(size_t(C.MtpLayers), 0.3 / 64);
   Host.Recompute = Recompute;
   ModelOptions OnCuda = Host;
   OnCuda.Compute = &Cuda;
-  StageModel Want(C, StageSpec{0, C.Layers, true, true}, Ctx, Host),
-      Got(C, StageSpec{0, C.Layers, true, true}, Ctx, OnCuda);
+  const StageSpec Whole{0, C.Layers, true, true, C.MtpLayers > 0};
+  StageModel Want(C, Whole, Ctx, Host), Got(C, Whole, Ctx, OnCuda);
   const MicroBatch MB = Batch ? *Batch : batch(C.Vocab);
   std::vector<HeldArray> Parameters;
   if (HoldParameters)
@@ -1821,6 +1822,39 @@ TEST(CudaBackend, ASelectiveRecomputeRemakesWhatItDroppedWhereTheForwardDid) {
       EXPECT_EQ(Extra("router", false), MoeLayers * (N * C.TopK * (4 + F) + (2 * C.Experts + 1) * F)) << What;
     }
   }
+}
+
+// A multi-token prediction block's transformer layer keeps what its
+// backward reads on the device from its forward, as the decoder's layers
+// do: its MLPs' products and rows, queries, keys and values, attention's
+// output, so that beside the decoder alone none of these cross.
+TEST(CudaBackend, AMultiTokenPredictionLayerKeepsItsActivationsOnTheDevice) {
+  OneRankGroups Groups;
+  ModelConfig C = tinyMoe(/*TopK=*/4);
+  MicroBatch MB = batch(C.Vocab);
+  auto Plain = cudaBackend();
+  expectAMicroBatchAsOnTheHost(C, Groups.Ctx, *Plain, "the decoder alone", /*HoldParameters=*/true, &MB);
+  C.MtpLayers = 1;
+  std::mt19937 Gen(12);
+  MB.MtpTokens.assign(1, {});
+  MB.MtpLabels.assign(1, {});
+  for (int64_t I = 0; I < int64_t(MB.Tokens.size()); ++I) {
+    const bool Inside = I % MB.SeqLen + 1 < MB.SeqLen;
+    MB.MtpTokens[0].push_back(Inside ? int32_t(Gen() % uint64_t(C.Vocab)) : 0);
+    MB.MtpLabels[0].push_back(Inside ? int32_t(Gen() % uint64_t(C.Vocab)) : -1);
+  }
+  auto Cuda = cudaBackend();
+  expectAMicroBatchAsOnTheHost(C, Groups.Ctx, *Cuda, "an MTP block", /*HoldParameters=*/true, &MB);
+  BackendTraffic T = Cuda->traffic(), Base = Plain->traffic();
+  auto Down = [](BackendTraffic &Of, const char *Operation) { return Of.ByOperation[Operation].DeviceToHostBytes; };
+  for (const char *Operation : {"mlp", "swiglu", "copy", "host reads", "rope"})
+    EXPECT_EQ(Down(T, Operation), Down(Base, Operation)) << Operation << ": nothing more comes back";
+  // Of attention's results its statistics come back, and of the routed
+  // experts' the routing weights' gradients, as for one more decoder
+  // layer (an MoE one).
+  const int64_t MoeLayers = C.Layers - C.DenseLayers;
+  EXPECT_EQ(Down(T, "attention"), Down(Base, "attention") / C.Layers * (C.Layers + 1));
+  EXPECT_EQ(Down(T, "permute"), Down(Base, "permute") / MoeLayers * (MoeLayers + 1));
 }
 
 TEST(CudaBackend, AFullRecomputeRerunsEachLayerFromItsInputWhereItIs) {
