@@ -1067,9 +1067,7 @@ public:
     DeviceBuffer<double> Scratch{size_t(SumSquaresScratch)}, Sum{1};
     bool Accumulate = false;
     for (const ConstArray &A : Arrays) {
-      if (A.Count == 0) // nothing to sum, and its address may lie inside another array
-        continue;
-      HeldCopy *H = resident(A.Data, A.Count);
+      HeldCopy *H = A.Count ? resident(A.Data, A.Count) : nullptr;
       if (!H) {
         flushOverlapping(A.Data, A.Count);
         OnHost.push_back(A);
@@ -2045,8 +2043,10 @@ private:
   /// Before host memory an Accumulate array overlaps is read or overwritten
   /// by an operation that does not accumulate into it.
   void flushOverlapping(const float *Data, int64_t Extent) {
+    if (Extent <= 0) // an empty range overlaps nothing, wherever it points
+      return;
     const float *End = Data + Extent;
-    for (auto It = Held.upper_bound(End); It != Held.begin();) {
+    for (auto It = Held.lower_bound(End); It != Held.begin();) {
       --It;
       HeldCopy &H = It->second;
       if (H.Host + H.Count <= Data)

@@ -250,8 +250,7 @@ AdamWStepInfo AdamW::step() {
         if (!Counted(*S.Param))
           continue;
         Overlap O = overlap(S, Begin, End);
-        if (O.Lo != O.Hi)
-          Owned.push_back({R.dpCpShard().data() + (O.Lo - Begin), int64_t(O.Hi - O.Lo)});
+        Owned.push_back({R.dpCpShard().data() + (O.Lo - Begin), int64_t(O.Hi - O.Lo)});
       }
     }
     if (GradientReducer::inPlace(R.edpBucket()))
