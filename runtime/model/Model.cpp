@@ -1243,7 +1243,7 @@ struct StageModel::Impl {
       // The looked-up rows are the first layer's input, which it reads on
       // the backend where no tp reduce-scatter sums them; a vision tower's
       // tokens replace their placeholders' rows there.
-      embed(M, X, tpOnBackend() && !Layers.empty() ? keepKey(M, M.Layers[0]) : nullptr);
+      embed(M.Tokens, X, tpOnBackend() && !Layers.empty() ? keepKey(M, M.Layers[0]) : nullptr);
       if (Tower)
         visionForward(MB, M, X);
     } else {
@@ -1310,18 +1310,18 @@ struct StageModel::Impl {
     return Tensor();
   }
 
-  /// The embeddings of the micro batch's tokens into X: where KeepFor is
-  /// not null, on the backend alone and kept under that key (the first
-  /// layer's, which reads them there).
-  void embed(const MicroState &M, Tensor &X, const void *KeepFor) {
+  /// The embeddings of Tokens (this rank's sequence, before tp's scatter)
+  /// into X: where KeepFor is not null, on the backend alone and kept under
+  /// that key (the first layer's, or an MTP block's, which read them there).
+  void embed(const std::vector<int32_t> &Tokens, Tensor &X, const void *KeepFor) {
     const int64_t VocabStart = TpRank * Embedding->Value.rows();
     if (!KeepFor) {
-      X = vocabParallelEmbeddingForward(*Groups.Tp, M.Tokens, Embedding->Value, VocabStart);
+      X = vocabParallelEmbeddingForward(*Groups.Tp, Tokens, Embedding->Value, VocabStart);
       return;
     }
-    X = Tensor({int64_t(M.Tokens.size()) / TpSize, Config.Hidden});
+    X = Tensor({int64_t(Tokens.size()) / TpSize, Config.Hidden});
     HeldArrays Keep(compute(), {residual(X)});
-    vocabParallelEmbeddingForward(*Groups.Tp, M.Tokens, Embedding->Value, VocabStart, X);
+    vocabParallelEmbeddingForward(*Groups.Tp, Tokens, Embedding->Value, VocabStart, X);
     compute().keepArrays(KeepFor, {residual(X)});
   }
 
@@ -1387,6 +1387,11 @@ struct StageModel::Impl {
   /// multi_token_prediction.py MultiTokenPredictionLayer; the losses as
   /// gpt_model.py _postprocess computes them). Block k reads the block
   /// before's output, or the decoder's after its final norm.
+  ///
+  /// A block runs on the backend as the decoder does: what it saves for its
+  /// backward (the future tokens' embeddings, the concatenation, its layer's
+  /// output and its final norm's) is kept under the block's state, and its
+  /// layer's input under the layer's; nothing but the losses comes back.
   void mtpForward(MicroState &M, const MicroBatch &MB) {
     const ModelConfig &C = Config;
     const size_t N = M.Tokens.size();
@@ -1404,25 +1409,39 @@ struct StageModel::Impl {
       S.Labels = MB.MtpLabels[K];
       if (S.Tokens.size() != N || S.Labels.size() != N)
         fail("MTP tokens or labels are not [Sequences * SeqLen / CP]");
-      S.E = vocabParallelEmbeddingForward(*Groups.Tp, S.Tokens, Embedding->Value, TpRank * Embedding->Value.rows());
-      Tensor En = rmsNormForward(S.E, P.ENorm->Value, C.RmsNormEps, S.RstdE);
-      Tensor Hn = rmsNormForward(*H, P.HNorm->Value, C.RmsNormEps, S.RstdH);
-      // [embedding, hidden], in Megatron's order.
+      embed(S.Tokens, S.E, tpOnBackend() ? &S : nullptr);
+      // [embedding, hidden], in Megatron's order: each half normalised into
+      // its columns, which the projection alone reads (and its weight
+      // gradient in the backward).
+      Tensor En({Ns, Hd}), Hn({Ns, Hd});
       S.Cat = Tensor({Ns, 2 * Hd});
-      for (int64_t I = 0; I < Ns; ++I) {
-        std::copy(En.row(I), En.row(I) + Hd, S.Cat.row(I));
-        std::copy(Hn.row(I), Hn.row(I) + Hd, S.Cat.row(I) + Hd);
+      S.Layer.X = Tensor({Ns, Hd});
+      {
+        HeldArrays Hold(compute(), {madeOnBackend(En), madeOnBackend(Hn), madeOnBackend(S.Cat), residual(S.Layer.X)});
+        rmsNormForward(S.E, P.ENorm->Value, C.RmsNormEps, S.RstdE, En);
+        rmsNormForward(*H, P.HNorm->Value, C.RmsNormEps, S.RstdH, Hn);
+        copyColumnRange(En, 0, Hd, S.Cat, 0);
+        copyColumnRange(Hn, 0, Hd, S.Cat, Hd);
+        matmul(S.Cat, P.Proj->Value, S.Layer.X);
+        compute().keepArrays(&S, {onBackend(S.Cat)});
+        compute().keepArrays(&S.Layer, {residual(S.Layer.X)});
       }
-      S.Layer.X = matmul(S.Cat, P.Proj->Value);
       double Aux = 0;
-      layerForward(P.Layer, M, S.Layer, Aux, /*CountRouting=*/Training, &S.Y);
+      layerForward(P.Layer, M, S.Layer, Aux, /*CountRouting=*/Training, &S.Y, /*OutputKey=*/&S);
       if (P.Layer.Moe)
         Loss.AuxSum += Aux;
       dropForRecompute(S.Layer);
       charge(S.Layer.bytes(), +1);
-      S.Out = rmsNormForward(S.Y, P.FinalNorm->Value, C.RmsNormEps, S.RstdOut);
+      // The block's output, which the loss head's products, the next
+      // block's norm and their backwards read (as the decoder's XnF).
+      S.Out = Tensor({Ns, Hd});
+      {
+        HeldArrays Keep(compute(), {onBackend(S.Out)});
+        rmsNormForward(S.Y, P.FinalNorm->Value, C.RmsNormEps, S.RstdOut, S.Out);
+        compute().keepArrays(&S, {onBackend(S.Out)});
+      }
       std::vector<double> Losses;
-      if (!lossHeadOnBackend(S.Out, S.Labels, Options.MtpCeScale.at(K), Losses, S.HeadDOut)) {
+      if (!lossHeadOnBackend(S.Out, S.Labels, Options.MtpCeScale.at(K), Losses, S.HeadDOut, &S)) {
         std::vector<Tensor> Logits = columnParallelForward(*Groups.Tp, S.Out, {&Output->Value});
         vocabParallelCrossEntropyForward(*Groups.Tp, Logits[0], S.Labels, TpRank * Output->Value.cols(), Losses);
         S.Probs = std::move(Logits[0]);
@@ -1438,44 +1457,62 @@ struct StageModel::Impl {
   }
 
   /// Backward of the MTP blocks, last first; returns the gradient of the
-  /// decoder's normalised output that the first block read.
+  /// decoder's normalised output that the first block read, kept on the
+  /// backend under the micro batch's key (its reader releases it).
   Tensor mtpBackward(MicroState &M) {
     const int64_t Hd = Config.Hidden;
-    Tensor DH; // into block K's output, from block K + 1
+    Tensor DH; // into block K's output, from block K + 1, kept under block K's state
     for (size_t K = Mtp.size(); K-- > 0;) {
       const MtpParams &P = Mtp[K];
       MtpState &S = M.Mtp[K];
       Tensor DOut;
       if (S.HeadDOut.numel() > 0) {
-        DOut = std::move(S.HeadDOut);
+        DOut = std::move(S.HeadDOut); // the same storage, which stays kept
       } else {
         Tensor DLogits = vocabParallelCrossEntropyBackward(S.Probs, S.Labels, TpRank * Output->Value.cols(),
                                                            float(Options.MtpCeScale.at(K)));
         DOut = columnParallelBackward(*Groups.Tp, S.Out, nullptr, {&Output->Value}, {&DLogits}, {&Output->Grad});
       }
       if (DH.numel())
-        addInto(DOut, DH);
-      Tensor DY = rmsNormBackward(S.Y, P.FinalNorm->Value, S.RstdOut, DOut, P.FinalNorm->Grad);
+        residualAdd(DOut, DH, DOut);
+      // The layer's output gradient, which its backward reads on the
+      // backend as a decoder layer's.
+      Tensor DY(S.Y.shape());
+      {
+        HeldArrays Keep(compute(), {residual(DY)});
+        rmsNormBackward(S.Y, P.FinalNorm->Value, S.RstdOut, DOut, P.FinalNorm->Grad, DY);
+        compute().keepArrays(&S.Layer, {residual(DY)});
+      }
       auto Before = S.Layer.bytes();
       recompute(P.Layer, M, S.Layer);
       auto After = S.Layer.bytes();
       charge(minus(After, Before), +1);
-      Tensor DX = layerBackward(P.Layer, M, S.Layer, DY);
+      Tensor DX = layerBackward(P.Layer, M, S.Layer, DY, /*OutputKey=*/&S);
       charge(After, -1);
-      compute().releaseKept(&S.Layer);
+      compute().releaseKept(&S.Layer); // DY among them: before it is freed
       S.Layer = LayerState();
-      Tensor DCat;
-      matmulBackward(S.Cat, P.Proj->Value, DX, P.Proj->Grad, DCat);
-      int64_t Ns = DCat.rows();
-      Tensor DEn({Ns, Hd}), DHn({Ns, Hd});
-      for (int64_t I = 0; I < Ns; ++I) {
-        std::copy(DCat.row(I), DCat.row(I) + Hd, DEn.row(I));
-        std::copy(DCat.row(I) + Hd, DCat.row(I) + 2 * Hd, DHn.row(I));
+      // The concatenation's gradient, split into its halves' for their
+      // norms, on the backend; the embedding's where its backward reads it
+      // (tp's exchanges there), and the incoming hidden states' gradient
+      // kept for the block before (or the decoder's final norm).
+      const int64_t Ns = S.Cat.rows();
+      Tensor DCat({Ns, 2 * Hd}), DEn({Ns, Hd}), DHn({Ns, Hd}), DE({Ns, Hd}), DIn({Ns, Hd});
+      {
+        HeldArrays Hold(compute(), {madeOnBackend(DCat), madeOnBackend(DEn), madeOnBackend(DHn), residual(DIn)});
+        matmulBackward(S.Cat, P.Proj->Value, DX, P.Proj->Grad, DCat);
+        copyColumnRange(DCat, 0, Hd, DEn, 0);
+        copyColumnRange(DCat, Hd, Hd, DHn, 0);
+        {
+          HeldArrays KeepDE(compute(), tpOnBackend() ? std::vector{residual(DE)} : std::vector<HeldArray>());
+          rmsNormBackward(S.E, P.ENorm->Value, S.RstdE, DEn, P.ENorm->Grad, DE);
+          vocabParallelEmbeddingBackward(*Groups.Tp, S.Tokens, DE, Embedding->Grad, TpRank * Embedding->Value.rows());
+        }
+        const Tensor &In = K ? M.Mtp[K - 1].Out : M.XnF;
+        rmsNormBackward(In, P.HNorm->Value, S.RstdH, DHn, P.HNorm->Grad, DIn);
+        compute().keepArrays(K ? static_cast<const void *>(&M.Mtp[K - 1]) : &M, {residual(DIn)});
       }
-      Tensor DE = rmsNormBackward(S.E, P.ENorm->Value, S.RstdE, DEn, P.ENorm->Grad);
-      vocabParallelEmbeddingBackward(*Groups.Tp, S.Tokens, DE, Embedding->Grad, TpRank * Embedding->Value.rows());
-      const Tensor &In = K ? M.Mtp[K - 1].Out : M.XnF;
-      DH = rmsNormBackward(In, P.HNorm->Value, S.RstdH, DHn, P.HNorm->Grad);
+      compute().releaseKept(&S); // DOut, DH and DX among them: before they are freed
+      DH = std::move(DIn);
     }
     return DH;
   }
@@ -1494,6 +1531,7 @@ struct StageModel::Impl {
     for (MtpState &S : M.Mtp) {
       charge(S.Layer.bytes(), -1);
       compute().releaseKept(&S.Layer);
+      compute().releaseKept(&S);
     }
     charge({{"vision", M.VisionBytes}}, -1);
     compute().releaseKept(&M.Vision);
@@ -1580,8 +1618,11 @@ struct StageModel::Impl {
             vocabParallelCrossEntropyBackward(M.Probs, M.Labels, TpRank * Output->Value.cols(), float(Options.CeScale));
         DXn = columnParallelBackward(*Groups.Tp, M.XnF, nullptr, {&Output->Value}, {&DLogits}, {&Output->Grad});
       }
-      if (Stage.HasMtp)
-        residualAdd(DXn, mtpBackward(M), DXn);
+      if (Stage.HasMtp) {
+        Tensor DMtp = mtpBackward(M);
+        residualAdd(DXn, DMtp, DXn);
+        compute().releaseKept(&M, DMtp.data()); // before it is freed
+      }
       DY = Tensor(M.HLast.shape());
       {
         HeldArrays Keep(compute(), LastReadsOnBackend ? std::vector{residual(DY)} : std::vector<HeldArray>());

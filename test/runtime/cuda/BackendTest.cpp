@@ -1824,11 +1824,13 @@ TEST(CudaBackend, ASelectiveRecomputeRemakesWhatItDroppedWhereTheForwardDid) {
   }
 }
 
-// A multi-token prediction block's transformer layer keeps what its
-// backward reads on the device from its forward, as the decoder's layers
-// do: its MLPs' products and rows, queries, keys and values, attention's
-// output, so that beside the decoder alone none of these cross.
-TEST(CudaBackend, AMultiTokenPredictionLayerKeepsItsActivationsOnTheDevice) {
+// A multi-token prediction block runs on the device as the decoder does: its
+// layer keeps what its backward reads there from its forward (its MLPs'
+// products and rows, queries, keys and values, attention's output), and the
+// block's own norms, concatenation, projection, loss head and their
+// gradients pass between the backend's copies, so that beside the decoder
+// alone only their statistics and the tokens cross.
+TEST(CudaBackend, AMultiTokenPredictionBlockRunsOnTheDevice) {
   OneRankGroups Groups;
   ModelConfig C = tinyMoe(/*TopK=*/4);
   MicroBatch MB = batch(C.Vocab);
@@ -1847,8 +1849,18 @@ TEST(CudaBackend, AMultiTokenPredictionLayerKeepsItsActivationsOnTheDevice) {
   expectAMicroBatchAsOnTheHost(C, Groups.Ctx, *Cuda, "an MTP block", /*HoldParameters=*/true, &MB);
   BackendTraffic T = Cuda->traffic(), Base = Plain->traffic();
   auto Down = [](BackendTraffic &Of, const char *Operation) { return Of.ByOperation[Operation].DeviceToHostBytes; };
-  for (const char *Operation : {"mlp", "swiglu", "copy", "host reads", "rope"})
+  auto Up = [](BackendTraffic &Of, const char *Operation) { return Of.ByOperation[Operation].HostToDeviceBytes; };
+  for (const char *Operation : {"mlp", "swiglu", "copy", "host reads", "rope", "gemm", "add", "copy columns"})
     EXPECT_EQ(Down(T, Operation), Down(Base, Operation)) << Operation << ": nothing more comes back";
+  for (const char *Operation : {"mlp", "swiglu", "copy", "gemm", "add", "copy columns"})
+    EXPECT_EQ(Up(T, Operation), Up(Base, Operation)) << Operation << ": nothing more goes to the device";
+  // Each norm's statistics, of the decoder's 2 L + 1 and the block's five
+  // (its layer's two, the embeddings', the hidden states' and its final
+  // one); of each loss head, its rows' statistics.
+  const int64_t Norms = 2 * C.Layers + 1;
+  EXPECT_EQ(Down(T, "rmsnorm"), Down(Base, "rmsnorm") / Norms * (Norms + 5));
+  EXPECT_EQ(Down(T, "loss head"), 2 * Down(Base, "loss head"));
+  EXPECT_EQ(Down(T, "nested holds"), Down(Base, "nested holds"));
   // Of attention's results its statistics come back, and of the routed
   // experts' the routing weights' gradients, as for one more decoder
   // layer (an MoE one).
