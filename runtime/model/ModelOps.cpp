@@ -175,11 +175,6 @@ Tensor add(const Tensor &A, const Tensor &B) {
   return C;
 }
 
-void addInto(Tensor &A, const Tensor &B) {
-  for (int64_t I = 0; I < A.numel(); ++I)
-    A[I] += B[I];
-}
-
 Tensor swiGlu(const Tensor &G, const Tensor &U) {
   Tensor A(G.shape());
   currentBackend().swiGluForward(G.numel(), G.data(), U.data(), A.data());

@@ -95,9 +95,8 @@ void applyMultimodalRope(Tensor &X, int64_t HeadDim, const MultimodalPositions &
 void applyInterleavedRope(Tensor &X, int64_t Stride, int64_t Offset, int64_t RopeDim,
                           const std::vector<int64_t> &Positions, double Theta, bool Inverse);
 
-/// A + B, and A += B, elementwise (same element counts).
+/// A + B, elementwise (same element counts).
 Tensor add(const Tensor &A, const Tensor &B);
-void addInto(Tensor &A, const Tensor &B);
 
 /// Act = silu(G) * U.
 Tensor swiGlu(const Tensor &G, const Tensor &U);
