@@ -93,6 +93,7 @@ CASES = [
 STEP = re.compile(r"^step (\d+)/\d+ .* peak ([0-9.]+) MiB")
 DEVICE = re.compile(r"^  device peak ([0-9.]+) MiB, staged ([0-9.]+) MiB")
 BY_OPERATION = re.compile(r"^  rank 0 staged by operation:(.*)$")
+COPIES = re.compile(r"^  rank 0 copies by operation:(.*)$")
 # The one-rank cases whose copies are broken down by operation.
 BROKEN_DOWN = 3
 
@@ -120,7 +121,7 @@ def measure(args, work, index, case):
                        env=env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     if p.returncode != 0:
         sys.exit(f"cuda_traffic: {name} failed (exit {p.returncode}):\n{p.stdout[-2000:]}")
-    rows, host_peak, by_operation = [], None, []
+    rows, host_peak, by_operation, copies = [], None, [], []
     for line in p.stdout.splitlines():
         if m := STEP.match(line):
             host_peak = float(m.group(2))
@@ -129,10 +130,13 @@ def measure(args, work, index, case):
         elif m := BY_OPERATION.match(line):
             parts = (part.strip().rsplit(" ", 1) for part in m.group(1).split(";") if part.strip())
             by_operation.append({op: tuple(float(x) for x in mib.split("/")) for op, mib in parts})
-    if len(rows) != 2 or len(by_operation) != 2:
+        elif m := COPIES.match(line):
+            copies.append(sum(int(part.strip().rsplit(" ", 1)[1]) for part in m.group(1).split(";")
+                                   if part.strip()))
+    if len(rows) != 2 or len(by_operation) != 2 or len(copies) != 2:
         sys.exit(f"cuda_traffic: {name}: expected two steps with device figures, got:\n{p.stdout[-2000:]}")
     host, device, staged = rows[-1]  # the second step: the allocator's cache is warm
-    return f"| {name} | {ranks} | {staged:.2f} | {device:.2f} | {host:.2f} |", by_operation[-1]
+    return f"| {name} | {ranks} | {staged:.2f} | {copies[-1]} | {device:.2f} | {host:.2f} |", by_operation[-1]
 
 
 def breakdown(names, by_operation):
@@ -166,7 +170,9 @@ def main():
             "What `moerun --backend cuda` copies between host and device in one training step, its optimizer's "
             "step included (the step log's `staged_bytes`), measured on the CPU emulation of CUDA (the bytes do not depend on what runs the "
             f"kernels): seq_len {SEQ_LEN}, global batch {GLOBAL}, micro batch {MICRO}, routing forced balanced, "
-            "the second of two steps. *staged*: the most any rank copied; *device peak*: the caching "
+            "the second of two steps. *staged*: the most any rank copied; *copies*: how many copies rank 0 made, either way "
+            "(each waits for all the work queued on the GPU before it: a copy to or from pageable host memory "
+            "synchronizes its stream, so that the host cannot run ahead of the device across it); *device peak*: the caching "
             "allocator's; *host peak*: the trainer's activations, parameters, gradients and optimizer moments. "
             "The parameters that no group sums and no host code reads stay on the device from step to step "
             "with their gradients and Adam's moments, and the optimizer steps them there (under the distributed "
@@ -179,6 +185,7 @@ def main():
             "over the etp group's); cp's ring and all-gather run on the "
             "device, their blocks travelling between device buffers, and so does the all-to-all (where the kernels take "
             "each rank's share of the heads), and so do tp's sequence gathers and reduce-scatters; "
+            "the tokens' positions go to the device once for every RoPE and attention call that reads them; "
             "the loss head keeps the logits on the "
             "device; the router's logits and scores stay there (each token's experts and routing weights come "
             "back for the host's dispatcher); latent attention at DeepSeek-V3's head widths runs on the device "
@@ -192,7 +199,7 @@ def main():
             "its projection, the layer and the block's loss head, forward and backward); an activation several products read moves once for them (holds nest), and one that "
             "operations make and later ones read (the normalised inputs, queries, keys and values, their "
             "gradients) moves once, as the result; a layer's branch inputs (the residual stream), normalised inputs, "
-            "queries, keys and values, attention output and its MLPs' products stay on the device from its forward to its backward (what a recompute policy drops, "
+            "queries, keys and values, attention output, its norms' statistics and its MLPs' products stay on the device from its forward to its backward (what a recompute policy drops, "
             "from its recompute), which raises the device peak a little, and what only the backend reads (the MLPs' products, the "
             "normalised inputs, the queries, keys and values, their gradients after RoPE, attention's output and its "
             "gradient) "
@@ -207,8 +214,8 @@ def main():
             f"of this machine takes {to_bf16:.2f} ns an element to bf16 and {from_bf16:.2f} ns back where an fp32 "
             f"copy of it takes {copy:.2f} ns (moert-host-staging-bench). Generated by "
             "`bench/cuda_traffic.py` (`bench/cuda_traffic.sh` builds the tools and runs it).\n\n"
-            "| layout | ranks | staged MiB | device peak MiB | host peak MiB |\n"
-            "| --- | ---: | ---: | ---: | ---: |\n" + "\n".join(rows) +
+            "| layout | ranks | staged MiB | copies | device peak MiB | host peak MiB |\n"
+            "| --- | ---: | ---: | ---: | ---: | ---: |\n" + "\n".join(rows) +
             "\n\nThe one-rank copies by the operation that made them (rank 0's step log lines, "
             "`BackendTraffic::ByOperation`; *resident*: the first upload of the parameters, gradients and moments "
             "kept on the device, none after; *outermost hold*: the other parameters and their gradients; "

@@ -207,8 +207,13 @@ struct BackendTraffic {
   /// measurement.
   struct Copies {
     int64_t HostToDeviceBytes = 0, DeviceToHostBytes = 0;
+    /// How many copies, either way: each waits for all the work queued on
+    /// the device before it (a copy to or from pageable host memory
+    /// synchronizes its stream), which keeps the host from running ahead.
+    int64_t Transfers = 0;
   };
   std::map<std::string, Copies> ByOperation;
+  int64_t Transfers = 0;
 };
 
 /// A loss head (parallel/tp/VocabParallel.h's cross entropy over the output

@@ -73,7 +73,7 @@ void GatedDeltaNetBlock::gatedNorm(const GdnWeights &W, GdnSaved &S) const {
   S.RstdO.resize(size_t(Rows));
   const float *Norm = W.Norm->Value.data();
   onBackendElseHost(
-      currentBackend(), {readsOf(S.O), readsOf(S.Z), readsOf(W.Norm->Value)}, {writesOf(S.Gated)},
+      currentBackend(), {readsOf(S.O), readsOf(S.Z), readsOf(W.Norm->Value)}, {writesOf(S.Gated), writesOf(S.RstdO)},
       [&] {
         return currentBackend().gatedRmsNormForward(Rows, D, S.O.data(), S.Z.data(), Norm, Config.RmsNormEps,
                                                     S.Gated.data(), S.RstdO.data());
@@ -110,6 +110,7 @@ void GatedDeltaNetBlock::forward(const GdnWeights &W, const Tensor &Xn, int64_t 
   S.Beta = Tensor({N, ValueHeads});
   S.O = Tensor({N, Vc});
   S.Gated = Tensor({N, Vc});
+  S.RstdO.assign(size_t(N * ValueHeads), 0.0f);
   Tensor B({N, ValueHeads}), A({N, ValueHeads});
   // Every array S keeps is read by the backend's operations alone (host
   // code reads them only where the backend declines an operation): where
@@ -123,7 +124,7 @@ void GatedDeltaNetBlock::forward(const GdnWeights &W, const Tensor &Xn, int64_t 
       Product(S.ConvQ),    Product(S.ConvK),    Product(S.ConvV),       Product(S.PreQ),     Product(S.PreK),
       Product(S.PreV),     Wide(S.Q.storage()), Wide(S.K.storage()),    Wide(S.V.storage()), Wide(S.InvQ),
       Wide(S.InvK),        Product(S.Z),        Wide(S.RawA.storage()), Wide(S.G.storage()), Wide(S.Beta.storage()),
-      Wide(S.O.storage()), Product(S.Gated)};
+      Wide(S.O.storage()), Product(S.Gated),    Wide(S.RstdO)};
   std::vector<HeldArray> Held;
   if (KeepFor) {
     Held = Kept;
@@ -196,7 +197,8 @@ void GatedDeltaNetBlock::backward(const GdnWeights &W, const Tensor &Xn, int64_t
   const int64_t Rows = N * ValueHeads;
   const float *Norm = W.Norm->Value.data();
   onBackendElseHost(
-      Backend, {readsOf(S.O), readsOf(S.Z), readsOf(DGated), readsOf(W.Norm->Value), readsOf(W.Norm->Grad)},
+      Backend,
+      {readsOf(S.O), readsOf(S.Z), readsOf(DGated), readsOf(W.Norm->Value), readsOf(W.Norm->Grad), readsOf(S.RstdO)},
       {writesOf(DO), writesOf(DZ), writesOf(W.Norm->Grad)},
       [&] {
         return Backend.gatedRmsNormBackward(Rows, D, S.O.data(), S.Z.data(), Norm, S.RstdO.data(), DGated.data(),

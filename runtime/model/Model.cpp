@@ -456,18 +456,43 @@ struct StageModel::Impl {
     return D;
   }
 
-  void attnNorm(const LayerParams &P, LayerState &S) {
-    rmsNormForward(S.X, P.AttnNorm->Value, Config.RmsNormEps, S.Rstd1, S.Xn1);
+  /// Runs Norm, which writes a norm's statistics (a float a row) into
+  /// Rstd, sized Rows first: where Key is not null, the backend makes them
+  /// in fp32 and keeps them under Key for the norm's backward, their only
+  /// reader, so that they never come back to the host (a copy back waits
+  /// for all the work queued on the device).
+  template <typename Fn> void withStatistics(std::vector<float> &Rstd, int64_t Rows, const void *Key, Fn Norm) {
+    Rstd.resize(size_t(Rows));
+    std::vector<HeldArray> Stats;
+    if (Key && Rows > 0)
+      Stats.push_back(HeldArray::wide(Rstd.data(), Rows));
+    HeldArrays Hold(compute(), Stats);
+    Norm();
+    if (!Stats.empty())
+      compute().keepArrays(Key, Stats);
+  }
+  /// A norm's statistics that a recompute policy drops, with their kept
+  /// copy.
+  void dropStatistics(LayerState &S, std::vector<float> &Rstd) {
+    compute().releaseKept(&S, Rstd.data());
+    Rstd.clear();
+  }
+
+  void attnNorm(const LayerParams &P, const MicroState &M, LayerState &S) {
+    withStatistics(S.Rstd1, S.X.rows(), keepKey(M, S),
+                   [&] { rmsNormForward(S.X, P.AttnNorm->Value, Config.RmsNormEps, S.Rstd1, S.Xn1); });
   }
   /// RMSNorm of each HeadDim-wide head of X [N, Heads * HeadDim] (the rows
   /// of a [N * Heads, HeadDim] view).
   /// RMSNorm over each head of X into Y (the QK-norm), its storage kept
   /// where it has X's shape already (held on the backend).
-  void headNorm(const Tensor &X, const Parameter &W, std::vector<float> &Rstd, Tensor &Y) const {
+  void headNorm(const Tensor &X, const Parameter &W, std::vector<float> &Rstd, Tensor &Y, const void *Key) {
     const int64_t Rows = X.numel() / Config.HeadDim;
     Y.ensureShape(X.shape());
-    Rstd.resize(size_t(Rows));
-    compute().rmsNormForward(Rows, Config.HeadDim, X.data(), W.Value.data(), Config.RmsNormEps, Y.data(), Rstd.data());
+    withStatistics(Rstd, Rows, Key, [&] {
+      compute().rmsNormForward(Rows, Config.HeadDim, X.data(), W.Value.data(), Config.RmsNormEps, Y.data(),
+                               Rstd.data());
+    });
   }
   /// Its backward into DX, shaped likewise.
   void headNormBackward(const Tensor &X, Parameter &W, const std::vector<float> &Rstd, const Tensor &DY,
@@ -625,8 +650,8 @@ struct StageModel::Impl {
     }
     columnParallelForward(*Groups.Tp, S.Xn1, projectionWeights(P), projections(P, S));
     if (P.QNorm) {
-      headNorm(S.QPre, *P.QNorm, S.RstdQ, S.Q);
-      headNorm(S.KPre, *P.KNorm, S.RstdK, S.K);
+      headNorm(S.QPre, *P.QNorm, S.RstdQ, S.Q, keepKey(M, S));
+      headNorm(S.KPre, *P.KNorm, S.RstdK, S.K, keepKey(M, S));
     }
     rope(S.Q, M, false);
     rope(S.K, M, false);
@@ -705,8 +730,9 @@ struct StageModel::Impl {
     contextParallelAttentionForward(*Groups.Cp, D, S.Q.data(), S.K.data(), S.V.data(), S.AttnOut.data(), S.Lse.data(),
                                     Groups.CpKind);
   }
-  void mlpNorm(const LayerParams &P, LayerState &S) {
-    rmsNormForward(S.H, P.MlpNorm->Value, Config.RmsNormEps, S.Rstd2, S.Xn2);
+  void mlpNorm(const LayerParams &P, const MicroState &M, LayerState &S) {
+    withStatistics(S.Rstd2, S.H.rows(), keepKey(M, S),
+                   [&] { rmsNormForward(S.H, P.MlpNorm->Value, Config.RmsNormEps, S.Rstd2, S.Xn2); });
   }
   /// The dense MLP or the shared experts; writes the output shard to Y
   /// unless it is null (a recompute wants only the products).
@@ -783,7 +809,7 @@ struct StageModel::Impl {
     S.Xn1 = Tensor({S.X.rows(), S.X.cols()});
     {
       HeldArrays Keep(compute(), {normalised(M, S, S.Xn1, true), keptResult(S.X)});
-      attnNorm(P, S);
+      attnNorm(P, M, S);
       if (P.Linear) {
         // The mixer's output, added to the residual stream where it is.
         Tensor Y;
@@ -820,7 +846,7 @@ struct StageModel::Impl {
     }
     S.Xn2 = Tensor({S.H.rows(), S.H.cols()});
     HeldArrays Keep(compute(), {normalised(M, S, S.Xn2, true), keptResult(S.H)});
-    mlpNorm(P, S);
+    mlpNorm(P, M, S);
     Aux = 0;
     // The MLPs' products stay on the backend for the backward, as the
     // normalised inputs do, and their outputs for the residual add where
@@ -967,8 +993,8 @@ struct StageModel::Impl {
     }
     if (selective("layernorm")) {
       dropSaved(S, {&S.Xn1, &S.Xn2});
-      S.Rstd1.clear();
-      S.Rstd2.clear();
+      dropStatistics(S, S.Rstd1);
+      dropStatistics(S, S.Rstd2);
       S.Dropped.insert("layernorm");
     }
     if (selective("mla_up_proj") && Config.Mla) {
@@ -977,6 +1003,7 @@ struct StageModel::Impl {
     }
     if (selective("gdn_norm_out") && S.Gdn.Gated.numel()) {
       compute().releaseKept(&S, S.Gdn.Gated.data());
+      compute().releaseKept(&S, S.Gdn.RstdO.data());
       S.Gdn.dropNormOut();
       S.Dropped.insert("gdn_norm_out");
     }
@@ -1017,12 +1044,12 @@ struct StageModel::Impl {
       S.Xn1 = Tensor(S.X.shape());
       {
         HeldArrays Keep(compute(), {normalised(M, S, S.Xn1, true)});
-        attnNorm(P, S);
+        attnNorm(P, M, S);
         keepForBackward(M, S, {&S.Xn1});
       }
       S.Xn2 = Tensor(S.H.shape());
       HeldArrays Keep(compute(), {normalised(M, S, S.Xn2, true)});
-      mlpNorm(P, S);
+      mlpNorm(P, M, S);
       keepForBackward(M, S, {&S.Xn2});
     }
     if (S.Dropped.count("mla_up_proj"))
@@ -1283,7 +1310,8 @@ struct StageModel::Impl {
     M.XnF = Tensor(M.HLast.shape());
     {
       HeldArrays Keep(compute(), {onBackend(M.XnF)});
-      rmsNormForward(M.HLast, FinalNorm->Value, Config.RmsNormEps, M.RstdF, M.XnF);
+      withStatistics(M.RstdF, M.HLast.rows(), &M,
+                     [&] { rmsNormForward(M.HLast, FinalNorm->Value, Config.RmsNormEps, M.RstdF, M.XnF); });
       compute().keepArrays(&M, {onBackend(M.XnF)});
     }
     std::vector<double> Losses;
@@ -1418,8 +1446,8 @@ struct StageModel::Impl {
       S.Layer.X = Tensor({Ns, Hd});
       {
         HeldArrays Hold(compute(), {madeOnBackend(En), madeOnBackend(Hn), madeOnBackend(S.Cat), residual(S.Layer.X)});
-        rmsNormForward(S.E, P.ENorm->Value, C.RmsNormEps, S.RstdE, En);
-        rmsNormForward(*H, P.HNorm->Value, C.RmsNormEps, S.RstdH, Hn);
+        withStatistics(S.RstdE, Ns, &S, [&] { rmsNormForward(S.E, P.ENorm->Value, C.RmsNormEps, S.RstdE, En); });
+        withStatistics(S.RstdH, Ns, &S, [&] { rmsNormForward(*H, P.HNorm->Value, C.RmsNormEps, S.RstdH, Hn); });
         copyColumnRange(En, 0, Hd, S.Cat, 0);
         copyColumnRange(Hn, 0, Hd, S.Cat, Hd);
         matmul(S.Cat, P.Proj->Value, S.Layer.X);
@@ -1437,7 +1465,8 @@ struct StageModel::Impl {
       S.Out = Tensor({Ns, Hd});
       {
         HeldArrays Keep(compute(), {onBackend(S.Out)});
-        rmsNormForward(S.Y, P.FinalNorm->Value, C.RmsNormEps, S.RstdOut, S.Out);
+        withStatistics(S.RstdOut, Ns, &S,
+                       [&] { rmsNormForward(S.Y, P.FinalNorm->Value, C.RmsNormEps, S.RstdOut, S.Out); });
         compute().keepArrays(&S, {onBackend(S.Out)});
       }
       std::vector<double> Losses;

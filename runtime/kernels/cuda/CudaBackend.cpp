@@ -20,6 +20,7 @@
 #include <cstring>
 #include <limits>
 #include <map>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -151,6 +152,10 @@ private:
     BackendTraffic::Copies &Of = Moved.ByOperation[Operation];
     Of.HostToDeviceBytes += ToDevice;
     Of.DeviceToHostBytes += ToHost;
+    if (ToDevice || ToHost) {
+      Moved.Transfers += 1;
+      Of.Transfers += 1;
+    }
   }
 
   cudaStream_t Stream;
@@ -176,10 +181,34 @@ DeviceBuffer<bf16> packed(Stager &Copies, const std::vector<float> &Span) {
 
 /// The device copies of one attention block: its spans packed, positions
 /// counted from the spans' first (CudaBackend::deviceBlock).
+/// Integer arrays that operations upload again and again with the same
+/// values: the positions of a micro batch's tokens, which every layer's RoPE
+/// and attention read, forward and backward, and the permutation's indices,
+/// which a layer's forward and backward both read. Each is uploaded once and
+/// found again by its values, so that a later call is not a copy (which
+/// would wait for the device's queued work). A found array is shared with
+/// the operation that asked for it, which may outlive its place here.
+class UploadedIntegers {
+public:
+  using Shared = std::shared_ptr<const DeviceBuffer<int32_t>>;
+  template <typename UploadFn> Shared get(const std::vector<int32_t> &Values, UploadFn Upload) {
+    auto It = Uploaded.find(Values);
+    if (It != Uploaded.end())
+      return It->second;
+    if (Uploaded.size() >= Capacity) // a few micro batches' worth; the oldest are as likely to return as any
+      Uploaded.clear();
+    return Uploaded.emplace(Values, std::make_shared<const DeviceBuffer<int32_t>>(Upload(Values))).first->second;
+  }
+
+private:
+  static constexpr size_t Capacity = 64;
+  std::map<std::vector<int32_t>, Shared> Uploaded;
+};
+
 struct DeviceBlock {
   DeviceAttentionShape Shape;
   DeviceBuffer<bf16> Q, K, V;
-  DeviceBuffer<int32_t> QPos, KPos;
+  UploadedIntegers::Shared QPos, KPos;
 };
 
 /// A bf16 operand on the device: a held array's copy (not owned) or a
@@ -245,10 +274,10 @@ public:
       return;
     Operand X16 = input(X, Rows * Hidden), W16 = input(W, Hidden), DY16 = input(DY, Rows * Hidden);
     DeviceBuffer<bf16> DX16{size_t(Rows * Hidden)};
-    DeviceBuffer<float> R32 = Copies.floats(Rstd, Rows);
+    DeviceBuffer<float> Staged;
+    const float *R32 = wideInput(Rstd, Rows, Staged); // the forward's, where it kept them
     AddedTo DW32(*this, DW, Hidden);
-    cuda::rmsNormBackward(Rows, Hidden, X16.Data, W16.Data, R32.data(), DY16.Data, DX16.data(), DW32.get(),
-                          Blas.stream());
+    cuda::rmsNormBackward(Rows, Hidden, X16.Data, W16.Data, R32, DY16.Data, DX16.data(), DW32.get(), Blas.stream());
     result(DX16, DX);
     DW32.finish();
   }
@@ -275,11 +304,12 @@ public:
       return true;
     Operand O16 = input(O, Rows * Width), Z16 = input(Z, Rows * Width), W16 = input(W, Width),
             DY16 = input(DY, Rows * Width);
-    DeviceBuffer<float> R32 = Copies.floats(Rstd, Rows);
+    DeviceBuffer<float> Staged;
+    const float *R32 = wideInput(Rstd, Rows, Staged); // the forward's, where it kept them
     DeviceBuffer<bf16> DO16{size_t(Rows * Width)}, DZ16{size_t(Rows * Width)};
     AddedTo DW32(*this, DW, Width);
-    cuda::gatedRmsNormBackward(Rows, Width, O16.Data, Z16.Data, W16.Data, R32.data(), DY16.Data, DO16.data(),
-                               DZ16.data(), DW32.get(), Blas.stream());
+    cuda::gatedRmsNormBackward(Rows, Width, O16.Data, Z16.Data, W16.Data, R32, DY16.Data, DO16.data(), DZ16.data(),
+                               DW32.get(), Blas.stream());
     result(DO16, DO);
     result(DZ16, DZ);
     DW32.finish();
@@ -321,11 +351,11 @@ public:
     HeldCopy *H = wide(X, N * Cols);
     if (!H)
       return false;
-    DeviceBuffer<int32_t> Index32 = indices(Index, 4 * N);
+    UploadedIntegers::Shared Index32 = indices(Index, 4 * N);
     DeviceBuffer<float> Weight32 = Copies.floats(Weight, 4 * N), StagedTable;
     const int64_t TableRows = N ? *std::max_element(Index, Index + 4 * N) + 1 : 0;
     const float *Table32 = wideInput(Table, TableRows * Cols, StagedTable);
-    cuda::interpolateRowsForward(N, Cols, Index32.data(), Weight32.data(), Table32, inPlace(*H, X), Blas.stream());
+    cuda::interpolateRowsForward(N, Cols, Index32->data(), Weight32.data(), Table32, inPlace(*H, X), Blas.stream());
     return true;
   }
 
@@ -338,9 +368,9 @@ public:
     HeldCopy *Sum = heldSum(DTable, TableRows * Cols);
     if (!Sum)
       return false; // a table's gradient the host keeps: its loop adds to it
-    DeviceBuffer<int32_t> Index32 = indices(Index, 4 * N);
+    UploadedIntegers::Shared Index32 = indices(Index, 4 * N);
     DeviceBuffer<float> Weight32 = Copies.floats(Weight, 4 * N), StagedDX;
-    cuda::interpolateRowsBackward(N, Cols, Index32.data(), Weight32.data(), wideInput(DX, N * Cols, StagedDX),
+    cuda::interpolateRowsBackward(N, Cols, Index32->data(), Weight32.data(), wideInput(DX, N * Cols, StagedDX),
                                   Sum->at(DTable), Blas.stream());
     return true;
   }
@@ -564,8 +594,8 @@ public:
       Positions32[size_t(I)] = int32_t(Positions[I]);
     }
     DeviceBuffer<bf16> X16 = ownCopy(X, Rows * Groups * Columns.Stride);
-    DeviceBuffer<int32_t> P = Copies.upload(Positions32);
-    cuda::applyRope(Rows, Groups, Columns, X16.data(), P.data(), Theta, Inverse, Blas.stream());
+    UploadedIntegers::Shared P = integersOnDevice(Positions32);
+    cuda::applyRope(Rows, Groups, Columns, X16.data(), P->data(), Theta, Inverse, Blas.stream());
     result(X16, X);
     return true;
   }
@@ -590,8 +620,8 @@ public:
     } else {
       Out = Copies.upload(packSpan(A.Out, A.Batch, A.LocalTokens, A.QBegin, A.QLen, OutWidth));
     }
-    attentionForwardBlock(Block.Shape, Block.Q.data(), Block.QPos.data(), Block.K.data(), Block.V.data(),
-                          Block.KPos.data(), Out.data(), Lse.data(), Blas.stream());
+    attentionForwardBlock(Block.Shape, Block.Q.data(), Block.QPos->data(), Block.K.data(), Block.V.data(),
+                          Block.KPos->data(), Out.data(), Lse.data(), Blas.stream());
     unpackSpan(Copies.download(Lse), A.Lse, A.Batch * A.QHeads, A.LocalTokens, A.QBegin, A.QLen, 1);
     dropCopies(A.Lse, A.Batch * A.QHeads * A.LocalTokens);
     if (A.QBegin == 0 && A.QLen == A.LocalTokens) {
@@ -618,9 +648,9 @@ public:
     SumSpan DQ = sumSpan(A.DQ, A.Batch, A.LocalTokens, A.QBegin, A.QLen, QWidth);
     SumSpan DK = sumSpan(A.DK, A.Batch, A.LocalTokens, A.KBegin, A.KLen, KWidth);
     SumSpan DV = sumSpan(A.DV, A.Batch, A.LocalTokens, A.KBegin, A.KLen, VWidth);
-    attentionBackwardBlock(Block.Shape, Block.Q.data(), Block.QPos.data(), Block.K.data(), Block.V.data(),
-                           Block.KPos.data(), Lse.data(), Delta.data(), DOut.data(), DQ.Packed.data(), DK.Packed.data(),
-                           DV.Packed.data(), Blas.stream());
+    attentionBackwardBlock(Block.Shape, Block.Q.data(), Block.QPos->data(), Block.K.data(), Block.V.data(),
+                           Block.KPos->data(), Lse.data(), Delta.data(), DOut.data(), DQ.Packed.data(),
+                           DK.Packed.data(), DV.Packed.data(), Blas.stream());
     for (SumSpan *Sum : {&DQ, &DK, &DV})
       addedTo(*Sum);
     return true;
@@ -648,17 +678,21 @@ public:
     }
     if (A.Bias)
       Bias = Copies.floats(A.Bias, E);
-    DeviceBuffer<float> Scores{size_t(N * E)}, TopW{size_t(Copied)}, Stats{size_t(2 * E + 1)};
-    DeviceBuffer<int32_t> TopIdx{size_t(Copied)}, Picks{size_t(Copied)};
+    // The experts, their weights and the statistics come back as one copy
+    // (each copy waits for the device): [experts as int32 | weights | stats].
+    DeviceBuffer<float> Scores{size_t(N * E)}, Chosen{size_t(2 * Copied + 2 * E + 1)};
+    static_assert(sizeof(int32_t) == sizeof(float));
+    int32_t *TopIdx = reinterpret_cast<int32_t *>(Chosen.data());
+    float *TopW = Chosen.data() + Copied, *Stats = TopW + Copied;
+    DeviceBuffer<int32_t> Picks{size_t(Copied)};
     DeviceBuffer<double> Div{size_t(N)};
-    cuda::routeTokens(A.Router, N, Logits, A.Bias ? Bias.data() : nullptr, Scores.data(), TopIdx.data(), TopW.data(),
-                      Blas.stream());
-    cuda::routerStats(A.Router, N, Scores.data(), Picks.data(), Div.data(), Stats.data(), Blas.stream());
+    cuda::routeTokens(A.Router, N, Logits, A.Bias ? Bias.data() : nullptr, Scores.data(), TopIdx, TopW, Blas.stream());
+    cuda::routerStats(A.Router, N, Scores.data(), Picks.data(), Div.data(), Stats, Blas.stream());
     result(Scores, A.Scores);
-    const std::vector<int32_t> Idx = Copies.download(TopIdx);
-    std::copy(Idx.begin(), Idx.end(), A.TopIdx);
-    Copies.downloadTo(TopW, A.TopW);
-    Copies.downloadTo(Stats, A.Stats);
+    const std::vector<float> Back = Copies.download(Chosen);
+    std::memcpy(A.TopIdx, Back.data(), size_t(Copied) * sizeof(int32_t));
+    std::copy(Back.begin() + Copied, Back.begin() + 2 * Copied, A.TopW);
+    std::copy(Back.begin() + 2 * Copied, Back.end(), A.Stats);
   }
 
   void routeTokensBackward(const RouterArgs &A) override {
@@ -666,11 +700,19 @@ public:
     const int64_t N = A.Tokens, E = A.Router.Experts, Copied = N * A.Router.TopK;
     DeviceBuffer<float> StagedScores;
     const float *Scores = wideInput(A.Scores, N * E, StagedScores);
-    DeviceBuffer<int32_t> TopIdx = Copies.upload(std::vector<int32_t>(A.TopIdx, A.TopIdx + Copied));
-    DeviceBuffer<float> TopW = Copies.floats(A.TopW, Copied), DTopW = Copies.floats(A.DTopW, Copied),
-                        Fraction = Copies.floats(A.Fraction, E), DLogits{size_t(N * E)};
-    cuda::routerBackward(A.Router, N, Scores, TopIdx.data(), TopW.data(), DTopW.data(), Fraction.data(), A.AuxPerScore,
-                         DLogits.data(), Blas.stream());
+    // The experts, their weights, the weights' gradients and the experts'
+    // fractions go as one copy: [experts as int32 | weights | gradients |
+    // fractions].
+    std::vector<float> Sent(size_t(3 * Copied + E));
+    std::memcpy(Sent.data(), A.TopIdx, size_t(Copied) * sizeof(int32_t));
+    std::copy(A.TopW, A.TopW + Copied, Sent.begin() + Copied);
+    std::copy(A.DTopW, A.DTopW + Copied, Sent.begin() + 2 * Copied);
+    std::copy(A.Fraction, A.Fraction + E, Sent.begin() + 3 * Copied);
+    const DeviceBuffer<float> Given = Copies.upload(Sent);
+    const float *TopW = Given.data() + Copied;
+    DeviceBuffer<float> DLogits{size_t(N * E)};
+    cuda::routerBackward(A.Router, N, Scores, reinterpret_cast<const int32_t *>(Given.data()), TopW, TopW + Copied,
+                         TopW + 2 * Copied, A.AuxPerScore, DLogits.data(), Blas.stream());
     result(DLogits, A.DLogits);
   }
 
@@ -852,9 +894,9 @@ public:
     if (A.copies() == 0)
       return;
     Operand X16 = input(X, A.Tokens * A.Hidden);
-    DeviceBuffer<int32_t> Permutation = indices(A.Permutation, A.copies());
+    UploadedIntegers::Shared Permutation = indices(A.Permutation, A.copies());
     DeviceBuffer<bf16> Out{size_t(A.copies() * A.Hidden)};
-    cuda::permuteTokens(A.Tokens, A.TopK, A.Hidden, X16.Data, Permutation.data(), Out.data(), Blas.stream());
+    cuda::permuteTokens(A.Tokens, A.TopK, A.Hidden, X16.Data, Permutation->data(), Out.data(), Blas.stream());
     result(Out, Rows);
   }
 
@@ -863,9 +905,9 @@ public:
     if (A.Tokens == 0)
       return;
     Operand D16 = input(DRows, A.copies() * A.Hidden);
-    DeviceBuffer<int32_t> RowOfCopy = indices(A.RowOfCopy, A.copies());
+    UploadedIntegers::Shared RowOfCopy = indices(A.RowOfCopy, A.copies());
     DeviceBuffer<bf16> DX16{size_t(A.Tokens * A.Hidden)};
-    cuda::permuteTokensBackward(A.Tokens, A.TopK, A.Hidden, D16.Data, RowOfCopy.data(), DX16.data(), Blas.stream());
+    cuda::permuteTokensBackward(A.Tokens, A.TopK, A.Hidden, D16.Data, RowOfCopy->data(), DX16.data(), Blas.stream());
     result(DX16, DX);
   }
 
@@ -874,10 +916,10 @@ public:
     if (A.Tokens == 0)
       return;
     Operand R16 = input(Rows, A.copies() * A.Hidden);
-    DeviceBuffer<int32_t> RowOfCopy = indices(A.RowOfCopy, A.copies());
+    UploadedIntegers::Shared RowOfCopy = indices(A.RowOfCopy, A.copies());
     DeviceBuffer<float> W = Copies.floats(A.Weights, A.copies());
     DeviceBuffer<bf16> Y16{size_t(A.Tokens * A.Hidden)};
-    cuda::unpermuteTokens(A.Tokens, A.TopK, A.Hidden, R16.Data, RowOfCopy.data(), W.data(), Y16.data(), Blas.stream());
+    cuda::unpermuteTokens(A.Tokens, A.TopK, A.Hidden, R16.Data, RowOfCopy->data(), W.data(), Y16.data(), Blas.stream());
     result(Y16, Y);
   }
 
@@ -887,10 +929,10 @@ public:
     if (A.Tokens == 0)
       return;
     Operand DY16 = input(DY, A.Tokens * A.Hidden), R16 = input(Rows, A.copies() * A.Hidden);
-    DeviceBuffer<int32_t> RowOfCopy = indices(A.RowOfCopy, A.copies());
+    UploadedIntegers::Shared RowOfCopy = indices(A.RowOfCopy, A.copies());
     DeviceBuffer<float> W = Copies.floats(A.Weights, A.copies()), DW{size_t(A.copies())};
     DeviceBuffer<bf16> DR16{size_t(A.copies() * A.Hidden)};
-    cuda::unpermuteTokensBackward(A.Tokens, A.TopK, A.Hidden, DY16.Data, R16.Data, RowOfCopy.data(), W.data(),
+    cuda::unpermuteTokensBackward(A.Tokens, A.TopK, A.Hidden, DY16.Data, R16.Data, RowOfCopy->data(), W.data(),
                                   DR16.data(), DW.data(), Blas.stream());
     result(DR16, DRows);
     result(DW, DWeights);
@@ -1540,7 +1582,7 @@ private:
   }
 
   /// Row indices (a permutation of token copies) as the kernels take them.
-  DeviceBuffer<int32_t> indices(const int64_t *Host, int64_t Count) {
+  UploadedIntegers::Shared indices(const int64_t *Host, int64_t Count) {
     std::vector<int32_t> Narrow(static_cast<size_t>(Count));
     for (int64_t I = 0; I < Count; ++I) {
       if (Host[I] < 0 || Host[I] > std::numeric_limits<int32_t>::max())
@@ -1549,7 +1591,7 @@ private:
                                 "use a smaller micro batch or sequence shard");
       Narrow[size_t(I)] = int32_t(Host[I]);
     }
-    return Copies.upload(Narrow);
+    return integersOnDevice(Narrow);
   }
 
   /// Before host code (or a copy to the device) reads [Data, Data + Count):
@@ -1791,9 +1833,13 @@ private:
     Block.Q = span(A.Q, A.Batch, A.LocalTokens, A.QBegin, A.QLen, A.QHeads * A.HeadDim);
     Block.K = span(A.K, A.Batch, A.LocalTokens, A.KBegin, A.KLen, A.KvHeads * A.HeadDim);
     Block.V = span(A.V, A.Batch, A.LocalTokens, A.KBegin, A.KLen, A.KvHeads * A.VHeadDim);
-    Block.QPos = Copies.upload(positions(A.QPos, A.QLen));
-    Block.KPos = Copies.upload(positions(A.KPos, A.KLen));
+    Block.QPos = integersOnDevice(positions(A.QPos, A.QLen));
+    Block.KPos = integersOnDevice(positions(A.KPos, A.KLen));
     return Block;
+  }
+
+  UploadedIntegers::Shared integersOnDevice(const std::vector<int32_t> &Values) {
+    return Integers.get(Values, [&](const std::vector<int32_t> &V) { return Copies.upload(V); });
   }
 
 #ifdef MOERT_CUDA_EMULATION
@@ -2057,6 +2103,7 @@ private:
 
   BlasHandle Blas;
   Stager Copies{Blas.stream()};
+  UploadedIntegers Integers;
   std::map<const float *, HeldCopy> Held;
   /// The arrays each holdArrays() in force added, innermost last.
   std::vector<std::vector<const float *>> Levels;

@@ -164,6 +164,10 @@ int main(int Argc, char **Argv) {
         std::printf(" %s %.3f/%.3f;", Name.c_str(), double(Now.HostToDeviceBytes - Was.HostToDeviceBytes) / (1 << 20),
                     double(Now.DeviceToHostBytes - Was.DeviceToHostBytes) / (1 << 20));
       }
+      std::printf("\n  rank 0 copies by operation:");
+      for (const auto &[Name, Now] : Compute->traffic().ByOperation)
+        if (int64_t Copies = Now.Transfers - Before.ByOperation[Name].Transfers)
+          std::printf(" %s %lld;", Name.c_str(), (long long)Copies);
       std::printf("\n");
     }
     if (Log) {
