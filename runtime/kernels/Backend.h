@@ -208,8 +208,9 @@ struct BackendTraffic {
   struct Copies {
     int64_t HostToDeviceBytes = 0, DeviceToHostBytes = 0;
     /// How many copies, either way: each waits for all the work queued on
-    /// the device before it (a copy to or from pageable host memory
-    /// synchronizes its stream), which keeps the host from running ahead.
+    /// the device before it (a cudaMemcpy to or from pageable host memory
+    /// synchronizes its stream: the CUDA Runtime API's "API synchronization
+    /// behavior"), which keeps the host from running ahead.
     int64_t Transfers = 0;
   };
   std::map<std::string, Copies> ByOperation;
