@@ -179,8 +179,6 @@ DeviceBuffer<bf16> packed(Stager &Copies, const std::vector<float> &Span) {
   return Copies.bf16s(Span.data(), int64_t(Span.size()));
 }
 
-/// The device copies of one attention block: its spans packed, positions
-/// counted from the spans' first (CudaBackend::deviceBlock).
 /// Integer arrays that operations upload again and again with the same
 /// values: the positions of a micro batch's tokens, which every layer's RoPE
 /// and attention read, forward and backward, and the permutation's indices,
@@ -191,20 +189,31 @@ DeviceBuffer<bf16> packed(Stager &Copies, const std::vector<float> &Span) {
 class UploadedIntegers {
 public:
   using Shared = std::shared_ptr<const DeviceBuffer<int32_t>>;
+  /// What is kept, at most: the permutation's indices of every layer of a
+  /// few micro batches in flight at a real model's size (a layer's two are
+  /// 256 KiB for 4096 tokens of top 8); past either bound, all are dropped.
+  static constexpr size_t MaxArrays = 4096, MaxBytes = size_t(64) << 20;
+
   template <typename UploadFn> Shared get(const std::vector<int32_t> &Values, UploadFn Upload) {
     auto It = Uploaded.find(Values);
     if (It != Uploaded.end())
       return It->second;
-    if (Uploaded.size() >= Capacity) // a few micro batches' worth; the oldest are as likely to return as any
+    const size_t Bytes = Values.size() * sizeof(int32_t);
+    if (Uploaded.size() >= MaxArrays || KeptBytes + Bytes > MaxBytes) {
       Uploaded.clear();
+      KeptBytes = 0;
+    }
+    KeptBytes += Bytes;
     return Uploaded.emplace(Values, std::make_shared<const DeviceBuffer<int32_t>>(Upload(Values))).first->second;
   }
 
 private:
-  static constexpr size_t Capacity = 64;
   std::map<std::vector<int32_t>, Shared> Uploaded;
+  size_t KeptBytes = 0;
 };
 
+/// The device copies of one attention block: its spans packed, positions
+/// counted from the spans' first (CudaBackend::deviceBlock).
 struct DeviceBlock {
   DeviceAttentionShape Shape;
   DeviceBuffer<bf16> Q, K, V;

@@ -1222,8 +1222,9 @@ TEST(CudaBackend, PositionsGoToTheDeviceOnceForTheCallsThatReadThem) {
   Rotate(First);
   EXPECT_EQ(PositionCopies(), 1) << "the same positions again: no copy";
   // Many other micro batches' positions, each uploaded once, until the
-  // first ones are no longer kept: they are uploaded again.
-  const int64_t Others = 100;
+  // first ones are no longer kept (past the 4096 arrays the backend keeps):
+  // they are uploaded again.
+  const int64_t Others = 4100;
   for (int64_t I = 1; I <= Others; ++I)
     Rotate({I, I + 1, I + 2, I + 3});
   EXPECT_EQ(PositionCopies(), 1 + Others);
