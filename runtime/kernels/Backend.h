@@ -214,7 +214,6 @@ struct BackendTraffic {
     int64_t Transfers = 0;
   };
   std::map<std::string, Copies> ByOperation;
-  int64_t Transfers = 0;
 };
 
 /// A loss head (parallel/tp/VocabParallel.h's cross entropy over the output

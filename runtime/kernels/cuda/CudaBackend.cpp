@@ -152,10 +152,8 @@ private:
     BackendTraffic::Copies &Of = Moved.ByOperation[Operation];
     Of.HostToDeviceBytes += ToDevice;
     Of.DeviceToHostBytes += ToHost;
-    if (ToDevice || ToHost) {
-      Moved.Transfers += 1;
+    if (ToDevice || ToHost)
       Of.Transfers += 1;
-    }
   }
 
   cudaStream_t Stream;
@@ -194,7 +192,7 @@ public:
   /// 256 KiB for 4096 tokens of top 8); past either bound, all are dropped.
   static constexpr size_t MaxArrays = 4096, MaxBytes = size_t(64) << 20;
 
-  template <typename UploadFn> Shared get(const std::vector<int32_t> &Values, UploadFn Upload) {
+  Shared get(Stager &Copies, const std::vector<int32_t> &Values) {
     auto It = Uploaded.find(Values);
     if (It != Uploaded.end())
       return It->second;
@@ -204,7 +202,7 @@ public:
       KeptBytes = 0;
     }
     KeptBytes += Bytes;
-    return Uploaded.emplace(Values, std::make_shared<const DeviceBuffer<int32_t>>(Upload(Values))).first->second;
+    return Uploaded.emplace(Values, std::make_shared<const DeviceBuffer<int32_t>>(Copies.upload(Values))).first->second;
   }
 
 private:
@@ -1847,9 +1845,7 @@ private:
     return Block;
   }
 
-  UploadedIntegers::Shared integersOnDevice(const std::vector<int32_t> &Values) {
-    return Integers.get(Values, [&](const std::vector<int32_t> &V) { return Copies.upload(V); });
-  }
+  UploadedIntegers::Shared integersOnDevice(const std::vector<int32_t> &Values) { return Integers.get(Copies, Values); }
 
 #ifdef MOERT_CUDA_EMULATION
   /// A Read hold's contract, checked where a check costs only host time:
