@@ -71,6 +71,10 @@ struct AttentionBlockArgs {
   const float *Q = nullptr, *K = nullptr, *V = nullptr;
   /// Forward: the running output and log-sum-exp the block merges into.
   float *Out = nullptr, *Lse = nullptr;
+  /// Forward: no block has merged into the query span yet, so the block
+  /// writes its Out and Lse (zeros and -inf where no key is visible)
+  /// whatever they held: a backend that keeps them need not bring them.
+  bool Fresh = false;
   /// Backward: the final log-sum-exp, rowsum(DOut * Out), the output
   /// gradient, and the gradients accumulated into (+=).
   const float *FinalLse = nullptr, *Delta = nullptr, *DOut = nullptr;
@@ -191,7 +195,8 @@ struct HeldArray {
   bool Unset = false;
 
   /// The backend's own in fp32 (BackendOnly, Wide): the residual stream,
-  /// and the sums and gathers only its operations read and write.
+  /// and the sums, gathers and statistics only its operations read and
+  /// write.
   static HeldArray wide(float *Data, int64_t Count) { return {Data, Count, BackendOnly, /*Wide=*/true}; }
 };
 
@@ -235,6 +240,10 @@ struct LossHeadArgs {
   /// the maximum of Rows row maxima, the sum of 2 * Rows [sum of
   /// exponentials, target logit] pairs (empty: a group of one).
   std::function<void(float *, int64_t)> MaxOverGroup, SumOverGroup;
+  /// The group's device counterpart (Communicator::device()), or null: a
+  /// backend that computes elsewhere combines the statistics over it where
+  /// they are, instead of through the host's MaxOverGroup and SumOverGroup.
+  Communicator *Device = nullptr;
 };
 
 /// SwiGLU MLPs over groups of rows: the routed experts (model/MoeBlock.h),

@@ -551,19 +551,23 @@ struct StageModel::Impl {
   }
 
   /// Latent attention, first half: the latents of this rank's tokens, and
-  /// its RoPE key, the down-projection's last columns.
-  void mlaDown(const LayerParams &P, LayerState &S) {
+  /// its RoPE key, the down-projection's last columns. The latents' norms
+  /// keep their statistics where they are made, for their backward.
+  void mlaDown(const LayerParams &P, const MicroState &M, LayerState &S) {
     const ModelConfig::LatentAttention &A = *Config.Mla;
+    const int64_t Rows = S.Xn1.rows();
     if (P.QDown) {
       matmul(S.Xn1, P.QDown->Value, S.Qc);
-      rmsNormForward(S.Qc, P.QDownNorm->Value, Config.RmsNormEps, S.RstdQc, S.QcN);
+      withStatistics(S.RstdQc, Rows, keepKey(M, S),
+                     [&] { rmsNormForward(S.Qc, P.QDownNorm->Value, Config.RmsNormEps, S.RstdQc, S.QcN); });
     }
-    Tensor KvC({S.Xn1.rows(), A.KvLoraRank + A.QkRopeDim});
+    Tensor KvC({Rows, A.KvLoraRank + A.QkRopeDim});
     HeldArrays Hold(compute(), {madeOnBackend(KvC)});
     matmul(S.Xn1, P.KvDown->Value, KvC);
     copyColumnRange(KvC, 0, A.KvLoraRank, S.Ckv, 0);
     copyColumnRange(KvC, A.KvLoraRank, A.QkRopeDim, S.KPe, 0);
-    rmsNormForward(S.Ckv, P.KvDownNorm->Value, Config.RmsNormEps, S.RstdCkv, S.CkvN);
+    withStatistics(S.RstdCkv, Rows, keepKey(M, S),
+                   [&] { rmsNormForward(S.Ckv, P.KvDownNorm->Value, Config.RmsNormEps, S.RstdCkv, S.CkvN); });
   }
   /// Latent attention, second half (mla_up_proj): per-head Q, K and V of
   /// every token of the tp group from the latents, RoPE applied (to each
@@ -644,7 +648,7 @@ struct StageModel::Impl {
 
   void qkv(const LayerParams &P, const MicroState &M, LayerState &S) {
     if (Config.Mla) {
-      mlaDown(P, S);
+      mlaDown(P, M, S);
       mlaUp(P, M, S);
       return;
     }
@@ -709,26 +713,40 @@ struct StageModel::Impl {
       applyRope(X, Config.HeadDim, M.Positions, Config.RopeTheta, Inverse, Config.RotaryDim);
   }
 
-  /// Where attention writes its output, allocated once (before a hold
-  /// covers it, in the forward; by the recompute that remakes it).
+  /// Where attention writes its output and log-sum-exp, allocated once
+  /// (before a hold covers them, in the forward; by the recompute that
+  /// remakes them).
   void attentionOutput(const MicroState &M, LayerState &S, int64_t Rows) {
     AttentionDims D = attentionDims(M);
     if (!S.AttnOut.numel())
       S.AttnOut = Tensor({Rows, D.QHeads * D.vHeadDim()});
     else if (S.AttnOut.rows() != Rows || S.AttnOut.cols() != D.QHeads * D.vHeadDim())
       throw std::logic_error("attention's output was allocated for another shape");
-  }
-  /// Attention's output, held while attention writes it: the backend's
-  /// alone where it is kept for the backward, else the host's too.
-  HeldArray heldAttentionOutput(const MicroState &M, LayerState &S) const {
-    return keepKey(M, S) ? onBackend(S.AttnOut) : keptResult(S.AttnOut);
-  }
-  void coreAttn(const MicroState &M, LayerState &S) {
-    AttentionDims D = attentionDims(M);
-    attentionOutput(M, S, S.Q.rows());
     S.Lse = Tensor({D.Batch, D.QHeads, M.SeqLen / Groups.Cp->size()});
-    contextParallelAttentionForward(*Groups.Cp, D, S.Q.data(), S.K.data(), S.V.data(), S.AttnOut.data(), S.Lse.data(),
-                                    Groups.CpKind);
+  }
+  /// The log-sum-exp's hold where it stays on the backend from attention's
+  /// forward to its backward, its only readers.
+  std::optional<HeldArray> heldStatistics(const MicroState &M, LayerState &S) const {
+    if (!keepKey(M, S) || !statisticsOnBackend(*Groups.Cp, attentionDims(M), Groups.CpKind))
+      return std::nullopt;
+    return HeldArray::wide(S.Lse.data(), S.Lse.numel());
+  }
+  /// Attention's output and log-sum-exp, held while attention writes them:
+  /// the output the backend's alone where it is kept for the backward, else
+  /// the host's too; the log-sum-exp as heldStatistics says.
+  std::vector<HeldArray> heldAttentionOutput(const MicroState &M, LayerState &S) const {
+    std::vector<HeldArray> Held = {keepKey(M, S) ? onBackend(S.AttnOut) : keptResult(S.AttnOut)};
+    if (std::optional<HeldArray> Statistics = heldStatistics(M, S))
+      Held.push_back(*Statistics);
+    return Held;
+  }
+  /// Attention under heldAttentionOutput's hold; the log-sum-exp kept for
+  /// the backward where it is held.
+  void coreAttn(const MicroState &M, LayerState &S) {
+    contextParallelAttentionForward(*Groups.Cp, attentionDims(M), S.Q.data(), S.K.data(), S.V.data(), S.AttnOut.data(),
+                                    S.Lse.data(), Groups.CpKind);
+    if (std::optional<HeldArray> Statistics = heldStatistics(M, S))
+      compute().keepArrays(keepKey(M, S), {*Statistics});
   }
   void mlpNorm(const LayerParams &P, const MicroState &M, LayerState &S) {
     withStatistics(S.Rstd2, S.H.rows(), keepKey(M, S),
@@ -822,7 +840,7 @@ struct StageModel::Impl {
         // attention where its kernel writes the whole of it, kept, and the
         // backend's alone (but where the output gate reads it on the host).
         attentionOutput(M, S, S.Xn1.rows() * Groups.Tp->size());
-        HeldArrays KeepOutput(compute(), {heldAttentionOutput(M, S)});
+        HeldArrays KeepOutput(compute(), heldAttentionOutput(M, S));
         {
           HeldArrays KeepProjections(compute(), Config.Mla ? heldLatents(P, M, S) : heldProjections(P, M, S));
           qkv(P, M, S);
@@ -1017,6 +1035,7 @@ struct StageModel::Impl {
     }
     if (selective("moe") && S.Routed.Valid) {
       dropSaved(S, {&S.Routed.Scores, &S.Routed.ExpertIn, &S.Routed.G, &S.Routed.U, &S.Routed.Dispatch.CombinedCopies});
+      compute().releaseKept(&S, S.Routed.TopW.data());
       S.Routed.dropMoe();
       S.Dropped.insert("moe");
     } else if (selective("moe_act") && S.Routed.Valid) {
@@ -1060,7 +1079,7 @@ struct StageModel::Impl {
       // Remade where the forward made it (from the queries, keys and values
       // kept there) and kept there again for the backward.
       attentionOutput(M, S, S.Q.rows());
-      HeldArrays KeepOutput(compute(), {heldAttentionOutput(M, S)});
+      HeldArrays KeepOutput(compute(), heldAttentionOutput(M, S));
       coreAttn(M, S);
       keepForBackward(M, S, {&S.AttnOut});
     }
@@ -1395,6 +1414,7 @@ struct StageModel::Impl {
     if (TpSize > 1) {
       A.MaxOverGroup = [&Tp](float *Values, int64_t N) { maxOverGroup(Tp, Values, N); };
       A.SumOverGroup = [&Tp](float *Values, int64_t N) { Tp.allReduceSum(Values, size_t(N)); };
+      A.Device = Tp.device();
     }
     compute().lossHead(A);
     if (!Sums) {

@@ -197,8 +197,8 @@ Tensor layerNormForward(const Tensor &X, const Tensor &W, const Tensor &B, doubl
 void layerNormForward(const Tensor &X, const Tensor &W, const Tensor &B, double Eps, std::vector<float> &Mean,
                       std::vector<float> &Rstd, Tensor &Y) {
   const int64_t N = X.rows(), C = X.cols();
-  Mean.assign(size_t(N), 0);
-  Rstd.assign(size_t(N), 0);
+  Mean.resize(size_t(N));
+  Rstd.resize(size_t(N));
   Y.ensureShape(X.shape());
   if (currentBackend().layerNormForward(N, C, X.data(), W.data(), B.data(), Eps, Y.data(), Mean.data(), Rstd.data()))
     return;

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <stdexcept>
 
 namespace moert {
 
@@ -167,24 +168,27 @@ double MoeBlock::forward(const MoeWeights &W, const Tensor &Xn, MoeSaved &S, Ten
   std::vector<float> Stats(2 * E + 1, 0.0f);
   RouterArgs R = routerArgs(N, W);
   if (Backend.takesRouting(R)) {
-    // The logits and scores stay on the backend (kept for the backward);
-    // the experts, weights and statistics come back for the dispatcher and
-    // the all-reduce.
+    // The logits, scores and routing weights stay on the backend (kept for
+    // the combine and the backward); the experts and statistics come back
+    // for the dispatcher and the all-reduce.
     S.Scores = Tensor({N, E});
-    HeldArrays Hold(Backend, {temporarySum(S.Scores)});
-    matmul(Xn, W.Router->Value, S.Scores);
-    R.BalanceKeys = BalanceKeys;
     S.TopIdx.resize(size_t(N * K));
     S.TopW.resize(size_t(N * K));
+    const std::vector<HeldArray> Routing = {temporarySum(S.Scores),
+                                            HeldArray::wide(S.TopW.data(), int64_t(S.TopW.size()))};
+    HeldArrays Hold(Backend, Routing);
+    matmul(Xn, W.Router->Value, S.Scores);
+    R.BalanceKeys = BalanceKeys;
     R.Scores = S.Scores.data();
     R.TopIdx = S.TopIdx.data();
     R.TopW = S.TopW.data();
     R.Stats = Stats.data();
     Backend.routeTokens(R);
     if (KeepFor)
-      Backend.keepArrays(KeepFor, {temporarySum(S.Scores)});
+      Backend.keepArrays(KeepFor, Routing);
     else
-      Backend.hostReads(S.Scores.data(), S.Scores.numel());
+      for (const HeldArray &A : Routing)
+        Backend.hostReads(A.Data, A.Count);
   } else {
     S.Scores = matmul(Xn, W.Router->Value);
     if (BalanceKeys)
@@ -320,7 +324,8 @@ void MoeBlock::routedExpertsBackward(const MoeWeights &W, MoeSaved &S, const Ten
     Held.push_back(temporarySum(MineDIn));
   HeldArrays Hold(Backend, Held);
   Tensor &OutGrad = Split ? MineDOut : DOut;
-  DW.assign(size_t(Copies), 0.0f);
+  if (int64_t(DW.size()) != Copies)
+    throw std::logic_error("the routing weights' gradients are sized for other tokens");
   Backend.unpermuteRowsBackward(S.Dispatch.moves(S.TopW.data()), DY.data(), S.Dispatch.CombinedCopies.data(),
                                 Exchanged ? DCombined.data() : OutGrad.data(), DW.data());
   if (Exchanged)
@@ -345,13 +350,20 @@ void MoeBlock::routedExpertsBackward(const MoeWeights &W, MoeSaved &S, const Ten
 void MoeBlock::backward(const MoeWeights &W, const Tensor &Xn, MoeSaved &S, const Tensor &DY, double AuxGradScale,
                         Tensor &DXn) {
   const int64_t N = Xn.rows(), E = Config.Experts;
-  std::vector<float> DW;
+  ComputeBackend &Backend = currentBackend();
+  RouterArgs R = routerArgs(N, W);
+  // The routing weights' gradients, made by the combine's backward and read
+  // by the router's: where the backend routes, they stay there.
+  std::vector<float> DW(size_t(N * Config.TopK));
+  std::vector<HeldArray> Gradients;
+  if (Backend.takesRouting(R))
+    Gradients.push_back(HeldArray::wide(DW.data(), int64_t(DW.size())));
+  HeldArrays KeepGradients(Backend, Gradients);
   routedExpertsBackward(W, S, DY, DW, DXn);
 
   // Router: gradients of the scores from the routing weights and from the
   // aux loss (f_e is a constant), then through softmax or sigmoid.
   Tensor DLogits({N, E});
-  RouterArgs R = routerArgs(N, W);
   R.Scores = S.Scores.data();
   R.TopIdx = S.TopIdx.data();
   R.TopW = S.TopW.data();
@@ -359,8 +371,7 @@ void MoeBlock::backward(const MoeWeights &W, const Tensor &Xn, MoeSaved &S, cons
   R.Fraction = S.Fraction.data();
   R.AuxPerScore = AuxGradScale * Config.AuxLossCoeff * double(E) / S.GroupTokens;
   R.DLogits = DLogits.data();
-  ComputeBackend &Backend = currentBackend();
-  if (!Backend.takesRouting(R)) {
+  if (Gradients.empty()) {
     Router(Config).backward(S.Scores.data(), N, S.TopIdx.data(), S.TopW.data(), DW.data(), S.Fraction.data(),
                             R.AuxPerScore, DLogits.data());
     matmulBackward(Xn, W.Router->Value, DLogits, W.Router->Grad, DXn, 1.0f);

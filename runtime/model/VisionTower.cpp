@@ -14,6 +14,31 @@ using namespace moert;
 
 namespace {
 
+/// What the tower keeps of its activations for the backward: held on the
+/// compute backend from their making and kept there under KeepFor
+/// (ComputeBackend::keepArrays) until the caller releases it; without
+/// KeepFor, on the host. LayerNorm inputs and linear outputs in fp32
+/// (HeldArray::Wide: the biases add to them there), what products alone
+/// read in the backend's precision.
+class TowerArrays {
+public:
+  TowerArrays(const void *KeepFor) : KeepFor(KeepFor) {}
+  static HeldArray wide(Tensor &T) { return HeldArray::wide(T.data(), T.numel()); }
+  static HeldArray made(Tensor &T) { return {T.data(), T.numel(), HeldArray::BackendOnly, false, /*Unset=*/true}; }
+  /// Holds Arrays for the scope's lifetime.
+  HeldArrays hold(const std::vector<HeldArray> &Arrays) const {
+    return HeldArrays(currentBackend(), KeepFor ? Arrays : std::vector<HeldArray>());
+  }
+  /// Keeps the held Arrays past their hold.
+  void keep(const std::vector<HeldArray> &Arrays) const {
+    if (KeepFor)
+      currentBackend().keepArrays(KeepFor, Arrays);
+  }
+
+private:
+  const void *KeepFor;
+};
+
 /// Y = X W + b, into Y (its storage kept where it has the product's shape
 /// already: held on the backend).
 void linear(const Tensor &X, const Parameter &W, const Parameter &B, Tensor &Y) {
@@ -40,9 +65,18 @@ void linearBackward(const Tensor &X, Parameter &W, Parameter &B, const Tensor &D
 }
 
 /// LayerNorm over the last dimension (weight and bias) of its saved input
-/// S.X into Y, saving the statistics.
-void towerLayerNorm(const Parameter &W, const Parameter &B, double Eps, VisionSaved::LayerNormSaved &S, Tensor &Y) {
+/// S.X into Y, saving the statistics (where the tower keeps its arrays,
+/// where they are made, for the backward there).
+void towerLayerNorm(const Parameter &W, const Parameter &B, double Eps, VisionSaved::LayerNormSaved &S, Tensor &Y,
+                    const TowerArrays &Arrays) {
+  const int64_t Rows = S.X.rows();
+  S.Mean.resize(size_t(Rows));
+  S.Rstd.resize(size_t(Rows));
+  const std::vector<HeldArray> Statistics = {HeldArray::wide(S.Mean.data(), Rows),
+                                             HeldArray::wide(S.Rstd.data(), Rows)};
+  HeldArrays Hold = Arrays.hold(Statistics);
   layerNormForward(S.X, W.Value, B.Value, Eps, S.Mean, S.Rstd, Y);
+  Arrays.keep(Statistics);
 }
 
 void towerLayerNormBackward(const VisionSaved::LayerNormSaved &S, Parameter &W, Parameter &B, const Tensor &DY,
@@ -84,13 +118,15 @@ template <typename F> void forEachPatch(const std::vector<ImageGrid> &Grids, int
 }
 
 /// Bidirectional attention within each frame of each image (as cu_seqlens
-/// splits them): Q, K, V [N, Heads x d].
+/// splits them): Q, K, V [N, Heads x d]; Out, and Lse [Heads * N], written
+/// where they lie (each frame's block is the first to reach its queries).
 void attendImages(const std::vector<ImageGrid> &Grids, int64_t Heads, int64_t HeadDim, const Tensor &Q, const Tensor &K,
                   const Tensor &V, Tensor &Out, Tensor &Lse) {
-  Out.ensureShape(Q.shape()); // zeros, as allocated
-  Lse = Tensor({Heads * Q.rows()});
-  for (int64_t I = 0; I < Lse.numel(); ++I)
-    Lse[I] = -std::numeric_limits<float>::infinity();
+  if (Out.shape() != Q.shape() || Lse.numel() != Heads * Q.rows())
+    throw std::logic_error("vision tower: attention's output or statistics sized for other tokens");
+  // Every frame's statistics are a part of Lse: made whole where they are
+  // held (without the host's values), before the frames write their parts.
+  currentBackend().zero(Lse.data(), Lse.numel());
   std::vector<float> Scratch;
   int64_t Begin = 0;
   for (const ImageGrid &G : Grids)
@@ -99,7 +135,7 @@ void attendImages(const std::vector<ImageGrid> &Grids, int64_t Heads, int64_t He
       BlockShape Shape{AttentionDims{1, N, Heads, Heads, HeadDim, 0}, N, float(1.0 / std::sqrt(double(HeadDim)))};
       // Queries placed after every key: the span pair is wholly visible.
       attendSpanForward(Shape, Q.data() + Off, TokenSpan{0, N, N}, K.data() + Off, V.data() + Off, TokenSpan{0, 0, N},
-                        Out.data() + Off, Lse.data() + Begin * Heads, Scratch);
+                        Out.data() + Off, Lse.data() + Begin * Heads, Scratch, /*Fresh=*/true);
       Begin += N;
     }
 }
@@ -111,17 +147,20 @@ void attendImagesBackward(const std::vector<ImageGrid> &Grids, int64_t Heads, in
     D->ensureShape(Q.shape());
     currentBackend().zero(D->data(), D->numel());
   }
-  std::vector<float> Scratch, Delta;
+  // Delta = rowsum(DOut * Out), laid out like Lse (each frame's [Heads, N]
+  // in its place): made and read where the backend computes.
+  std::vector<float> Scratch, Delta(size_t(Lse.numel()));
+  HeldArrays HoldDelta(currentBackend(), {HeldArray::wide(Delta.data(), int64_t(Delta.size()))});
+  currentBackend().zero(Delta.data(), int64_t(Delta.size()));
   int64_t Begin = 0;
   for (const ImageGrid &G : Grids)
     for (int64_t F = 0; F < G.Frames; ++F) {
       const int64_t N = G.Rows * G.Cols, Off = Begin * Heads * HeadDim;
-      // Delta [Heads, N] = rowsum(DOut * Out), laid out like Lse.
-      Delta.assign(size_t(Heads * N), 0);
-      currentBackend().attentionDelta(1, N, Heads, HeadDim, Out.data() + Off, DOut.data() + Off, Delta.data());
+      float *FrameDelta = Delta.data() + Begin * Heads;
+      currentBackend().attentionDelta(1, N, Heads, HeadDim, Out.data() + Off, DOut.data() + Off, FrameDelta);
       BlockShape Shape{AttentionDims{1, N, Heads, Heads, HeadDim, 0}, N, float(1.0 / std::sqrt(double(HeadDim)))};
       attendSpanBackward(Shape, Q.data() + Off, TokenSpan{0, N, N}, K.data() + Off, V.data() + Off, TokenSpan{0, 0, N},
-                         Lse.data() + Begin * Heads, Delta.data(), DOut.data() + Off, DQ.data() + Off, DK.data() + Off,
+                         Lse.data() + Begin * Heads, FrameDelta, DOut.data() + Off, DQ.data() + Off, DK.data() + Off,
                          DV.data() + Off, Scratch);
       Begin += N;
     }
@@ -257,31 +296,6 @@ Parameter *VisionTower::find(const std::string &Name) {
 
 namespace {
 
-/// What the tower keeps of its activations for the backward: held on the
-/// compute backend from their making and kept there under KeepFor
-/// (ComputeBackend::keepArrays) until the caller releases it; without
-/// KeepFor, on the host. LayerNorm inputs and linear outputs in fp32
-/// (HeldArray::Wide: the biases add to them there), what products alone
-/// read in the backend's precision.
-class TowerArrays {
-public:
-  TowerArrays(const void *KeepFor) : KeepFor(KeepFor) {}
-  static HeldArray wide(Tensor &T) { return HeldArray::wide(T.data(), T.numel()); }
-  static HeldArray made(Tensor &T) { return {T.data(), T.numel(), HeldArray::BackendOnly, false, /*Unset=*/true}; }
-  /// Holds Arrays for the scope's lifetime.
-  HeldArrays hold(const std::vector<HeldArray> &Arrays) const {
-    return HeldArrays(currentBackend(), KeepFor ? Arrays : std::vector<HeldArray>());
-  }
-  /// Keeps the held Arrays past their hold.
-  void keep(const std::vector<HeldArray> &Arrays) const {
-    if (KeepFor)
-      currentBackend().keepArrays(KeepFor, Arrays);
-  }
-
-private:
-  const void *KeepFor;
-};
-
 /// The merger's forward: X [N, Hidden] -> Y [N / unit, OutHidden], kept on
 /// the backend in fp32 under KeepOutputFor where it is not null (the
 /// decoder's rows read it there), else on the host.
@@ -300,7 +314,7 @@ void mergerForward(const M &W, const VisionConfig &C, const Tensor &X, VisionSav
                                        TowerArrays::made(S.Act)};
   HeldArrays Hold = Arrays.hold(Kept);
   currentBackend().copy(X.data(), S.Ln.X.data(), X.numel());
-  towerLayerNorm(*W.Norm, *W.NormBias, C.Eps, S.Ln, S.Xn);
+  towerLayerNorm(*W.Norm, *W.NormBias, C.Eps, S.Ln, S.Xn, Arrays);
   S.Xn.reshape({Rows, Wide});
   linear(S.Xn, *W.Fc1, *W.Fc1Bias, S.H1);
   gelu(GeluForm::Erf, S.H1, S.Act);
@@ -367,12 +381,13 @@ VisionOutput VisionTower::forward(const Tensor &Patches, const std::vector<Image
       S.Sin[size_t(P * Half + I)] = float(std::sin(Angle));
     }
   });
-  // The residual stream, in fp32 where the backend keeps it; the patches
-  // and angles, which the backward reads again, kept.
+  // The residual stream, in fp32 where the backend keeps it; the patches,
+  // angles and interpolation weights, which the backward reads again, kept.
   Tensor X({N, H});
   const std::vector<HeldArray> Inputs = {{S.Patches.data(), S.Patches.numel(), HeldArray::Read},
                                          HeldArray::wide(S.Cos.data(), int64_t(S.Cos.size())),
-                                         HeldArray::wide(S.Sin.data(), int64_t(S.Sin.size()))};
+                                         HeldArray::wide(S.Sin.data(), int64_t(S.Sin.size())),
+                                         HeldArray::wide(S.PosWeight.data(), int64_t(S.PosWeight.size()))};
   std::vector<HeldArray> Held = Inputs;
   Held.push_back(TowerArrays::wide(X));
   HeldArrays HoldStream = Arrays.hold(Held);
@@ -393,19 +408,20 @@ VisionOutput VisionTower::forward(const Tensor &Patches, const std::vector<Image
     VisionSaved::Block &Sb = S.Blocks[size_t(L)];
     for (Tensor *T : {&Sb.Ln1.X, &Sb.Xn1, &Sb.Q, &Sb.K, &Sb.V, &Sb.Attn, &Sb.Ln2.X, &Sb.Xn2})
       *T = Tensor({N, H});
+    Sb.Lse = Tensor({C.Heads * N});
     Sb.H1 = Tensor({N, C.FfnHidden});
     Sb.Act = Tensor({N, C.FfnHidden});
     Tensor Qkv({N, 3 * H}), Projected({N, H}), Fc2Out({N, H});
     using A = TowerArrays;
-    const std::vector<HeldArray> Kept = {A::wide(Sb.Ln1.X), A::made(Sb.Xn1),  A::made(Sb.Q),     A::made(Sb.K),
-                                         A::made(Sb.V),     A::made(Sb.Attn), A::wide(Sb.Ln2.X), A::made(Sb.Xn2),
-                                         A::wide(Sb.H1),    A::made(Sb.Act)};
+    const std::vector<HeldArray> Kept = {A::wide(Sb.Ln1.X), A::made(Sb.Xn1),  A::made(Sb.Q),   A::made(Sb.K),
+                                         A::made(Sb.V),     A::made(Sb.Attn), A::wide(Sb.Lse), A::wide(Sb.Ln2.X),
+                                         A::made(Sb.Xn2),   A::wide(Sb.H1),   A::made(Sb.Act)};
     std::vector<HeldArray> Block = Kept;
     for (Tensor *T : {&Qkv, &Projected, &Fc2Out})
       Block.push_back(A::wide(*T));
     HeldArrays Hold = Arrays.hold(Block);
     Backend.copy(X.data(), Sb.Ln1.X.data(), X.numel());
-    towerLayerNorm(*B.Norm1, *B.Norm1Bias, C.Eps, Sb.Ln1, Sb.Xn1);
+    towerLayerNorm(*B.Norm1, *B.Norm1Bias, C.Eps, Sb.Ln1, Sb.Xn1, Arrays);
     linear(Sb.Xn1, *B.Qkv, *B.QkvBias, Qkv);
     copyColumns(Qkv, 0, H, Sb.Q);
     copyColumns(Qkv, H, H, Sb.K);
@@ -416,7 +432,7 @@ VisionOutput VisionTower::forward(const Tensor &Patches, const std::vector<Image
     linear(Sb.Attn, *B.Proj, *B.ProjBias, Projected);
     Backend.add(X.numel(), X.data(), Projected.data(), X.data());
     Backend.copy(X.data(), Sb.Ln2.X.data(), X.numel());
-    towerLayerNorm(*B.Norm2, *B.Norm2Bias, C.Eps, Sb.Ln2, Sb.Xn2);
+    towerLayerNorm(*B.Norm2, *B.Norm2Bias, C.Eps, Sb.Ln2, Sb.Xn2, Arrays);
     linear(Sb.Xn2, *B.Fc1, *B.Fc1Bias, Sb.H1);
     gelu(GeluForm::Tanh, Sb.H1, Sb.Act);
     linear(Sb.Act, *B.Fc2, *B.Fc2Bias, Fc2Out);

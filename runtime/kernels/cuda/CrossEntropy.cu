@@ -27,6 +27,17 @@ __device__ bool owns(int32_t Label, int64_t VocabStart, int64_t Vocab) {
   return Label >= 0 && Label >= VocabStart && Label < VocabStart + Vocab;
 }
 
+__global__ void __launch_bounds__(Threads)
+    maxOverSlicesKernel(int64_t Slices, int64_t N, const float *Values, float *Max) {
+  const int64_t I = int64_t(blockIdx.x) * Threads + threadIdx.x;
+  if (I >= N)
+    return;
+  float M = Values[I];
+  for (int64_t S = 1; S < Slices; ++S)
+    M = fmaxf(M, Values[S * N + I]);
+  Max[I] = M;
+}
+
 __global__ void __launch_bounds__(Threads) rowMaxKernel(int64_t Vocab, const float *Logits, float *RowMax) {
   const float *Row = Logits + int64_t(blockIdx.x) * Vocab;
   float M = -INFINITY;
@@ -94,6 +105,13 @@ void crossEntropyGrad(int64_t N, int64_t Vocab, const float *Exp, const float *S
   if (N == 0)
     return;
   gradKernel<<<unsigned(N), Threads, 0, Stream>>>(Vocab, Exp, Stats, Labels, VocabStart, Scale, DLogits);
+  MOERT_CUDA_CHECK_LAUNCH();
+}
+
+void maxOverSlices(int64_t Slices, int64_t N, const float *Values, float *Max, cudaStream_t Stream) {
+  if (N == 0)
+    return;
+  maxOverSlicesKernel<<<unsigned((N + Threads - 1) / Threads), Threads, 0, Stream>>>(Slices, N, Values, Max);
   MOERT_CUDA_CHECK_LAUNCH();
 }
 

@@ -9,7 +9,8 @@
 // sums the backward is Scale * (softmax - onehot(label)) in bf16, the input of
 // the output projection's backward GEMMs (0 for a negative, ignored label).
 // Between the phases the caller combines the statistics over the group (on a
-// group of one there is nothing to combine). One block per row; max and sum
+// group of one there is nothing to combine), on the host or, over the group's
+// device communicator, where they are (maxOverSlices). One block per row; max and sum
 // are fp32 block reductions.
 //
 //===----------------------------------------------------------------------===//
@@ -29,6 +30,9 @@ void crossEntropyRowMax(int64_t N, int64_t Vocab, const float *Logits, float *Ro
 /// this slice owns the label, else 0.
 void crossEntropyExpSum(int64_t N, int64_t Vocab, float *Logits, const float *RowMax, const int32_t *Labels,
                         int64_t VocabStart, float *Stats, cudaStream_t Stream);
+/// Max[n] = the maximum of Values[s N + n] over Slices slices (the group's
+/// row maxima, all-gathered on the device).
+void maxOverSlices(int64_t Slices, int64_t N, const float *Values, float *Max, cudaStream_t Stream);
 /// DLogits = Scale * (Exp / Stats[2n] - onehot(label)) (Stats: the group's
 /// sums), 0 rows for negative labels.
 void crossEntropyGrad(int64_t N, int64_t Vocab, const float *Exp, const float *Stats, const int32_t *Labels,

@@ -196,13 +196,21 @@ public:
     auto It = Uploaded.find(Values);
     if (It != Uploaded.end())
       return It->second;
+    return put(Values, Copies.upload(Values));
+  }
+  /// Values an operation made on the device (and brought back): a later
+  /// get() of the same values finds them there.
+  Shared put(const std::vector<int32_t> &Values, DeviceBuffer<int32_t> Device) {
+    auto It = Uploaded.find(Values);
+    if (It != Uploaded.end())
+      return It->second;
     const size_t Bytes = Values.size() * sizeof(int32_t);
     if (Uploaded.size() >= MaxArrays || KeptBytes + Bytes > MaxBytes) {
       Uploaded.clear();
       KeptBytes = 0;
     }
     KeptBytes += Bytes;
-    return Uploaded.emplace(Values, std::make_shared<const DeviceBuffer<int32_t>>(Copies.upload(Values))).first->second;
+    return Uploaded.emplace(Values, std::make_shared<const DeviceBuffer<int32_t>>(std::move(Device))).first->second;
   }
 
 private:
@@ -343,7 +351,7 @@ public:
       return true;
     AddedTo DB32(*this, DBias, Cols);
     if (HeldCopy *H = wide(DY, Rows * Cols)) {
-      cuda::addColumnSums(Rows, Cols, master(*H) + (DY - H->Host), DB32.get(), Blas.stream());
+      cuda::addColumnSums(Rows, Cols, inMaster(*H, DY), DB32.get(), Blas.stream());
     } else {
       Operand DY16 = input(DY, Rows * Cols);
       cuda::addColumnSums(Rows, Cols, DY16.Data, DB32.get(), Blas.stream());
@@ -359,10 +367,11 @@ public:
     if (!H)
       return false;
     UploadedIntegers::Shared Index32 = indices(Index, 4 * N);
-    DeviceBuffer<float> Weight32 = Copies.floats(Weight, 4 * N), StagedTable;
+    DeviceBuffer<float> StagedWeight, StagedTable;
+    const float *Weight32 = wideInput(Weight, 4 * N, StagedWeight);
     const int64_t TableRows = N ? *std::max_element(Index, Index + 4 * N) + 1 : 0;
     const float *Table32 = wideInput(Table, TableRows * Cols, StagedTable);
-    cuda::interpolateRowsForward(N, Cols, Index32->data(), Weight32.data(), Table32, inPlace(*H, X), Blas.stream());
+    cuda::interpolateRowsForward(N, Cols, Index32->data(), Weight32, Table32, inPlace(*H, X), Blas.stream());
     return true;
   }
 
@@ -376,9 +385,9 @@ public:
     if (!Sum)
       return false; // a table's gradient the host keeps: its loop adds to it
     UploadedIntegers::Shared Index32 = indices(Index, 4 * N);
-    DeviceBuffer<float> Weight32 = Copies.floats(Weight, 4 * N), StagedDX;
-    cuda::interpolateRowsBackward(N, Cols, Index32->data(), Weight32.data(), wideInput(DX, N * Cols, StagedDX),
-                                  Sum->at(DTable), Blas.stream());
+    DeviceBuffer<float> StagedWeight, StagedDX;
+    cuda::interpolateRowsBackward(N, Cols, Index32->data(), wideInput(Weight, 4 * N, StagedWeight),
+                                  wideInput(DX, N * Cols, StagedDX), Sum->at(DTable), Blas.stream());
     return true;
   }
 
@@ -558,10 +567,11 @@ public:
       return true;
     Operand X16 = input(X, Rows * Hidden), W16 = input(W, Hidden), DY16 = input(DY, Rows * Hidden);
     DeviceBuffer<bf16> DX16{size_t(Rows * Hidden)};
-    DeviceBuffer<float> M32 = Copies.floats(Mean, Rows), R32 = Copies.floats(Rstd, Rows);
+    DeviceBuffer<float> StagedMean, StagedRstd;
+    const float *M32 = wideInput(Mean, Rows, StagedMean), *R32 = wideInput(Rstd, Rows, StagedRstd);
     AddedTo DW32(*this, DW, Hidden), DB32(*this, DB, Hidden);
-    cuda::layerNormBackward(Rows, Hidden, X16.Data, W16.Data, M32.data(), R32.data(), DY16.Data, DX16.data(),
-                            DW32.get(), DB32.get(), Blas.stream());
+    cuda::layerNormBackward(Rows, Hidden, X16.Data, W16.Data, M32, R32, DY16.Data, DX16.data(), DW32.get(), DB32.get(),
+                            Blas.stream());
     result(DX16, DX);
     DW32.finish();
     DB32.finish();
@@ -612,26 +622,43 @@ public:
     if (!attentionKernelTakes(A))
       return false;
     DeviceBlock Block = deviceBlock(A);
-    int64_t OutWidth = A.QHeads * A.VHeadDim;
-    const std::vector<float> PackedLse = packStat(A.Lse, A);
-    DeviceBuffer<float> Lse = Copies.upload(PackedLse);
-    // Where no key has reached the span yet (every log-sum-exp -inf), the
-    // merge weighs the running output by zero: it starts from zeros on the
-    // device instead of crossing.
-    const bool Unreached =
-        std::all_of(PackedLse.begin(), PackedLse.end(), [](float L) { return std::isinf(L) && L < 0; });
-    DeviceBuffer<float> Out;
+    const int64_t OutWidth = A.QHeads * A.VHeadDim, Statistics = A.Batch * A.QHeads * A.LocalTokens;
+    const bool Whole = A.QBegin == 0 && A.QLen == A.LocalTokens;
+    // A fresh block's statistics, where they are held (wide) and the span
+    // is all of them, are made and stay where the kernel writes them.
+    HeldCopy *Kept = A.Fresh && Whole ? wide(A.Lse, Statistics) : nullptr;
+    DeviceBuffer<float> Staged, Out;
+    float *Lse = nullptr;
+    // Where no key has reached the span yet (a fresh block, or every
+    // log-sum-exp -inf), the merge weighs the running output by zero: it
+    // starts from zeros and -inf on the device instead of crossing.
+    bool Unreached = A.Fresh;
+    if (Kept) {
+      writeMaster(*Kept, A.Lse, Statistics);
+      Lse = Kept->at(A.Lse);
+    } else if (A.Fresh) {
+      Staged.resize(size_t(A.Batch * A.QHeads * A.QLen));
+      Lse = Staged.data();
+    } else {
+      hostValues(A.Lse, Statistics);
+      const std::vector<float> Packed = packStat(A.Lse, A);
+      Unreached = std::all_of(Packed.begin(), Packed.end(), [](float L) { return std::isinf(L) && L < 0; });
+      Staged = Copies.upload(Packed);
+      Lse = Staged.data();
+    }
     if (Unreached) {
       Out.resize(size_t(A.Batch * A.QLen * OutWidth));
-      MOERT_CUDA_CHECK(cudaMemsetAsync(Out.data(), 0, Out.bytes(), Blas.stream()));
+      attentionInit(Block.Shape, Out.data(), Lse, Blas.stream());
     } else {
       Out = Copies.upload(packSpan(A.Out, A.Batch, A.LocalTokens, A.QBegin, A.QLen, OutWidth));
     }
     attentionForwardBlock(Block.Shape, Block.Q.data(), Block.QPos->data(), Block.K.data(), Block.V.data(),
-                          Block.KPos->data(), Out.data(), Lse.data(), Blas.stream());
-    unpackSpan(Copies.download(Lse), A.Lse, A.Batch * A.QHeads, A.LocalTokens, A.QBegin, A.QLen, 1);
-    dropCopies(A.Lse, A.Batch * A.QHeads * A.LocalTokens);
-    if (A.QBegin == 0 && A.QLen == A.LocalTokens) {
+                          Block.KPos->data(), Out.data(), Lse, Blas.stream());
+    if (!Kept) {
+      unpackSpan(Copies.download(Staged), A.Lse, A.Batch * A.QHeads, A.LocalTokens, A.QBegin, A.QLen, 1);
+      dropCopies(A.Lse, Statistics);
+    }
+    if (Whole) {
       // The span is the whole output, packed as it lies: a hold's copy of
       // it takes the result as an operation's.
       result(Out, A.Out);
@@ -650,14 +677,14 @@ public:
     int64_t QWidth = A.QHeads * A.HeadDim, KWidth = A.KvHeads * A.HeadDim, OutWidth = A.QHeads * A.VHeadDim,
             VWidth = A.KvHeads * A.VHeadDim;
     DeviceBuffer<bf16> DOut = span(A.DOut, A.Batch, A.LocalTokens, A.QBegin, A.QLen, OutWidth);
-    DeviceBuffer<float> Lse = Copies.upload(packStat(A.FinalLse, A));
-    DeviceBuffer<float> Delta = Copies.upload(packStat(A.Delta, A));
+    DeviceBuffer<float> StagedLse, StagedDelta;
+    const float *Lse = statistic(A, A.FinalLse, StagedLse), *Delta = statistic(A, A.Delta, StagedDelta);
     SumSpan DQ = sumSpan(A.DQ, A.Batch, A.LocalTokens, A.QBegin, A.QLen, QWidth);
     SumSpan DK = sumSpan(A.DK, A.Batch, A.LocalTokens, A.KBegin, A.KLen, KWidth);
     SumSpan DV = sumSpan(A.DV, A.Batch, A.LocalTokens, A.KBegin, A.KLen, VWidth);
     attentionBackwardBlock(Block.Shape, Block.Q.data(), Block.QPos->data(), Block.K.data(), Block.V.data(),
-                           Block.KPos->data(), Lse.data(), Delta.data(), DOut.data(), DQ.Packed.data(),
-                           DK.Packed.data(), DV.Packed.data(), Blas.stream());
+                           Block.KPos->data(), Lse, Delta, DOut.data(), DQ.Packed.data(), DK.Packed.data(),
+                           DV.Packed.data(), Blas.stream());
     for (SumSpan *Sum : {&DQ, &DK, &DV})
       addedTo(*Sum);
     return true;
@@ -696,10 +723,24 @@ public:
     cuda::routeTokens(A.Router, N, Logits, A.Bias ? Bias.data() : nullptr, Scores.data(), TopIdx, TopW, Blas.stream());
     cuda::routerStats(A.Router, N, Scores.data(), Picks.data(), Div.data(), Stats, Blas.stream());
     result(Scores, A.Scores);
+    // The weights stay where the caller holds them (wide), for the combine
+    // and the backward there.
+    HeldCopy *Weights = wide(A.TopW, Copied);
+    if (Weights) {
+      writeMaster(*Weights, A.TopW, Copied);
+      MOERT_CUDA_CHECK(cudaMemcpyAsync(Weights->at(A.TopW), TopW, size_t(Copied) * sizeof(float),
+                                       cudaMemcpyDeviceToDevice, Blas.stream()));
+    }
+    // The experts stay too, found by their values when the backward asks.
+    DeviceBuffer<int32_t> Experts{size_t(Copied)};
+    MOERT_CUDA_CHECK(cudaMemcpyAsync(Experts.data(), TopIdx, size_t(Copied) * sizeof(int32_t), cudaMemcpyDeviceToDevice,
+                                     Blas.stream()));
     const std::vector<float> Back = Copies.download(Chosen);
     std::memcpy(A.TopIdx, Back.data(), size_t(Copied) * sizeof(int32_t));
-    std::copy(Back.begin() + Copied, Back.begin() + 2 * Copied, A.TopW);
+    if (!Weights)
+      std::copy(Back.begin() + Copied, Back.begin() + 2 * Copied, A.TopW);
     std::copy(Back.begin() + 2 * Copied, Back.end(), A.Stats);
+    Integers.put(std::vector<int32_t>(A.TopIdx, A.TopIdx + Copied), std::move(Experts));
   }
 
   void routeTokensBackward(const RouterArgs &A) override {
@@ -707,19 +748,24 @@ public:
     const int64_t N = A.Tokens, E = A.Router.Experts, Copied = N * A.Router.TopK;
     DeviceBuffer<float> StagedScores;
     const float *Scores = wideInput(A.Scores, N * E, StagedScores);
-    // The experts, their weights, the weights' gradients and the experts'
-    // fractions go as one copy: [experts as int32 | weights | gradients |
-    // fractions].
-    std::vector<float> Sent(size_t(3 * Copied + E));
-    std::memcpy(Sent.data(), A.TopIdx, size_t(Copied) * sizeof(int32_t));
-    std::copy(A.TopW, A.TopW + Copied, Sent.begin() + Copied);
-    std::copy(A.DTopW, A.DTopW + Copied, Sent.begin() + 2 * Copied);
-    std::copy(A.Fraction, A.Fraction + E, Sent.begin() + 3 * Copied);
+    // The experts are where the forward left them; the weights and their
+    // gradients where the caller holds them (wide); the experts' fractions,
+    // and what is not held, go as one copy: [fractions | weights |
+    // gradients].
+    const UploadedIntegers::Shared Experts = integersOnDevice(std::vector<int32_t>(A.TopIdx, A.TopIdx + Copied));
+    HeldCopy *Weights = wide(A.TopW, Copied), *Gradients = wide(A.DTopW, Copied);
+    std::vector<float> Sent(A.Fraction, A.Fraction + E);
+    for (auto [Held, Values] : {std::pair<HeldCopy *, const float *>{Weights, A.TopW}, {Gradients, A.DTopW}})
+      if (!Held) {
+        hostValues(Values, Copied);
+        Sent.insert(Sent.end(), Values, Values + Copied);
+      }
     const DeviceBuffer<float> Given = Copies.upload(Sent);
-    const float *TopW = Given.data() + Copied;
+    const float *TopW = Weights ? inMaster(*Weights, A.TopW) : Given.data() + E;
+    const float *DTopW = Gradients ? inMaster(*Gradients, A.DTopW) : Given.data() + E + (Weights ? 0 : Copied);
     DeviceBuffer<float> DLogits{size_t(N * E)};
-    cuda::routerBackward(A.Router, N, Scores, reinterpret_cast<const int32_t *>(Given.data()), TopW, TopW + Copied,
-                         TopW + 2 * Copied, A.AuxPerScore, DLogits.data(), Blas.stream());
+    cuda::routerBackward(A.Router, N, Scores, Experts->data(), TopW, DTopW, Given.data(), A.AuxPerScore, DLogits.data(),
+                         Blas.stream());
     result(DLogits, A.DLogits);
   }
 
@@ -924,9 +970,10 @@ public:
       return;
     Operand R16 = input(Rows, A.copies() * A.Hidden);
     UploadedIntegers::Shared RowOfCopy = indices(A.RowOfCopy, A.copies());
-    DeviceBuffer<float> W = Copies.floats(A.Weights, A.copies());
+    DeviceBuffer<float> StagedWeights;
+    const float *W = wideInput(A.Weights, A.copies(), StagedWeights);
     DeviceBuffer<bf16> Y16{size_t(A.Tokens * A.Hidden)};
-    cuda::unpermuteTokens(A.Tokens, A.TopK, A.Hidden, R16.Data, RowOfCopy->data(), W.data(), Y16.data(), Blas.stream());
+    cuda::unpermuteTokens(A.Tokens, A.TopK, A.Hidden, R16.Data, RowOfCopy->data(), W, Y16.data(), Blas.stream());
     result(Y16, Y);
   }
 
@@ -937,10 +984,11 @@ public:
       return;
     Operand DY16 = input(DY, A.Tokens * A.Hidden), R16 = input(Rows, A.copies() * A.Hidden);
     UploadedIntegers::Shared RowOfCopy = indices(A.RowOfCopy, A.copies());
-    DeviceBuffer<float> W = Copies.floats(A.Weights, A.copies()), DW{size_t(A.copies())};
+    DeviceBuffer<float> StagedWeights, DW{size_t(A.copies())};
+    const float *W = wideInput(A.Weights, A.copies(), StagedWeights);
     DeviceBuffer<bf16> DR16{size_t(A.copies() * A.Hidden)};
-    cuda::unpermuteTokensBackward(A.Tokens, A.TopK, A.Hidden, DY16.Data, R16.Data, RowOfCopy->data(), W.data(),
-                                  DR16.data(), DW.data(), Blas.stream());
+    cuda::unpermuteTokensBackward(A.Tokens, A.TopK, A.Hidden, DY16.Data, R16.Data, RowOfCopy->data(), W, DR16.data(),
+                                  DW.data(), Blas.stream());
     result(DR16, DRows);
     result(DW, DWeights);
   }
@@ -964,11 +1012,17 @@ public:
       DeviceBuffer<float> Logits{size_t(Rows * Vocab)};
       cuda::gemm(Blas, false, false, Rows, Vocab, Hidden, 1.0f, X.Data, X.Ld, W.Data, W.Ld, 0.0f, Logits.data(),
                  OutType::F32, Vocab);
-      // The group's statistics: per-row figures cross to the host between
-      // the phases, the logits do not.
+      // The group's statistics: per-row figures, combined between the
+      // phases over the group's device communicator where they are, else
+      // through the host; the logits stay.
       DeviceBuffer<float> RowMax{size_t(Rows)};
       crossEntropyRowMax(Rows, Vocab, Logits.data(), RowMax.data(), Blas.stream());
-      if (A.MaxOverGroup) {
+      if (A.Device) {
+        Communicator &Group = onComputeStream(*A.Device);
+        DeviceBuffer<float> Maxima{size_t(Group.size() * Rows)};
+        Group.allGather(RowMax.data(), Maxima.data(), size_t(Rows), DType::F32);
+        maxOverSlices(Group.size(), Rows, Maxima.data(), RowMax.data(), Blas.stream());
+      } else if (A.MaxOverGroup) {
         std::vector<float> Max = Copies.download(RowMax);
         A.MaxOverGroup(Max.data(), Rows);
         RowMax = Copies.upload(Max);
@@ -976,8 +1030,10 @@ public:
       DeviceBuffer<float> DeviceStats{size_t(2 * Rows)};
       crossEntropyExpSum(Rows, Vocab, Logits.data(), RowMax.data(), Labels.data(), A.VocabStart, DeviceStats.data(),
                          Blas.stream());
+      if (A.Device)
+        onComputeStream(*A.Device).allReduceSum(DeviceStats.data(), size_t(2 * Rows), DType::F32);
       Stats = Copies.download(DeviceStats);
-      if (A.SumOverGroup) {
+      if (A.SumOverGroup && !A.Device) {
         A.SumOverGroup(Stats.data(), 2 * Rows);
         DeviceStats = Copies.upload(Stats);
       }
@@ -1037,9 +1093,9 @@ public:
       return;
     }
     master(*T);
-    DeviceBuffer<int32_t> Ids = Copies.upload(std::vector<int32_t>(A.Ids, A.Ids + A.Tokens));
+    const UploadedIntegers::Shared Ids = tokenIds(A);
     DeviceBuffer<float> Rows{size_t(A.Tokens * A.Hidden)};
-    cuda::embeddingGather(A.Tokens, A.Hidden, T->at(Table), A.VocabStart, A.VocabRows, Ids.data(), Rows.data(),
+    cuda::embeddingGather(A.Tokens, A.Hidden, T->at(Table), A.VocabStart, A.VocabRows, Ids->data(), Rows.data(),
                           Blas.stream());
     result(Rows, Out);
   }
@@ -1053,10 +1109,10 @@ public:
       dropCopies(DTable, A.VocabRows * A.Hidden);
       return;
     }
-    DeviceBuffer<int32_t> Ids = Copies.upload(std::vector<int32_t>(A.Ids, A.Ids + A.Tokens));
+    const UploadedIntegers::Shared Ids = tokenIds(A);
     DeviceBuffer<float> Staged;
     const float *Rows = wideInput(D, A.Tokens * A.Hidden, Staged);
-    cuda::embeddingScatterAdd(A.Tokens, A.Hidden, Rows, A.VocabStart, A.VocabRows, Ids.data(), Sum->at(DTable),
+    cuda::embeddingScatterAdd(A.Tokens, A.Hidden, Rows, A.VocabStart, A.VocabRows, Ids->data(), Sum->at(DTable),
                               Blas.stream());
   }
 
@@ -1209,7 +1265,7 @@ public:
     const void *From = nullptr;
     bool FromBf16 = false;
     if (HeldCopy *H = wide(Src, SrcExtent)) {
-      From = master(*H) + (Src - H->Host);
+      From = inMaster(*H, Src);
     } else if (const bf16 *Copy = heldCopy(Src, SrcExtent)) {
       From = Copy;
       FromBf16 = true;
@@ -1638,8 +1694,10 @@ private:
       aheadOfHost(*From);
     master(*To); // the rows no pair writes keep their values
     aheadOfHost(*To);
-    DeviceBuffer<int32_t> FromRows = Copies.upload(Pairs.From), ToRows = Copies.upload(Pairs.To);
-    cuda::copyRows(Pairs.count(), Pairs.Cols, FromRows.data(), ToRows.data(), SrcRows, To->at(Dst), Accumulate,
+    // The same pairs move the forward's rows and, reversed, their
+    // gradients: found on the device the second time.
+    const UploadedIntegers::Shared FromRows = integersOnDevice(Pairs.From), ToRows = integersOnDevice(Pairs.To);
+    cuda::copyRows(Pairs.count(), Pairs.Cols, FromRows->data(), ToRows->data(), SrcRows, To->at(Dst), Accumulate,
                    ClearSource, Blas.stream());
   }
 
@@ -1647,7 +1705,7 @@ private:
   /// else the host's values staged in Staged.
   const float *wideInput(const float *Data, int64_t Count, DeviceBuffer<float> &Staged) {
     if (HeldCopy *H = wide(Data, Count))
-      return master(*H) + (Data - H->Host);
+      return inMaster(*H, Data);
     hostValues(Data, Count);
     Staged = Copies.floats(Data, Count);
     return Staged.data();
@@ -1826,6 +1884,18 @@ private:
     dropCopies(S.Host, S.Batch * S.LocalTokens * S.Width);
   }
 
+  /// A [Batch, QHeads, LocalTokens] statistic's entries of A's query span
+  /// on the device: where they lie in a wide copy when the span is all of
+  /// it, else packed into Staged.
+  const float *statistic(const AttentionBlockArgs &A, const float *Values, DeviceBuffer<float> &Staged) {
+    const int64_t Count = A.Batch * A.QHeads * A.LocalTokens;
+    if (A.QBegin == 0 && A.QLen == A.LocalTokens)
+      return wideInput(Values, Count, Staged);
+    hostValues(Values, Count);
+    Staged = Copies.upload(packStat(Values, A));
+    return Staged.data();
+  }
+
   DeviceBlock deviceBlock(const AttentionBlockArgs &A) {
     DeviceBlock Block;
     DeviceAttentionShape &Shape = Block.Shape;
@@ -1846,6 +1916,10 @@ private:
   }
 
   UploadedIntegers::Shared integersOnDevice(const std::vector<int32_t> &Values) { return Integers.get(Copies, Values); }
+  /// The tokens' ids, on the device once for the lookup and its scatter.
+  UploadedIntegers::Shared tokenIds(const EmbeddingArgs &A) {
+    return integersOnDevice(std::vector<int32_t>(A.Ids, A.Ids + A.Tokens));
+  }
 
 #ifdef MOERT_CUDA_EMULATION
   /// A Read hold's contract, checked where a check costs only host time:
@@ -1957,6 +2031,8 @@ private:
     return H;
   }
 
+  /// Data's element of a wide array's fp32 values on the device.
+  float *inMaster(HeldCopy &H, const float *Data) { return master(H) + (Data - H.Host); }
   /// A wide array's fp32 values on the device, uploaded from the host where
   /// the host's are the newer.
   float *master(HeldCopy &H) {

@@ -114,20 +114,30 @@ HeldArray readOnly(const float *Data, int64_t Count) { return {const_cast<float 
 } // namespace
 
 void attendSpanForward(const BlockShape &Shape, const float *Q, const TokenSpan &QuerySpan, const float *K,
-                       const float *V, const TokenSpan &KeySpan, float *Out, float *Lse, std::vector<float> &Scratch) {
+                       const float *V, const TokenSpan &KeySpan, float *Out, float *Lse, std::vector<float> &Scratch,
+                       bool Fresh) {
   SpanMask Mask = spanMask(QuerySpan, KeySpan);
-  if (Mask == SpanMask::Hidden)
+  if (Mask == SpanMask::Hidden) {
+    if (Fresh)
+      throw std::logic_error("attention: a fresh block must reach its query span");
     return;
+  }
   AttentionBlockArgs Args = blockArgs(Shape, Q, QuerySpan, K, V, KeySpan);
   Args.Out = Out;
   Args.Lse = Lse;
+  Args.Fresh = Fresh;
+  ComputeBackend &Backend = currentBackend();
   // A kernel reads only the block's spans (and any copy its callers hold).
-  if (currentBackend().attentionBlockForward(Args))
+  if (Backend.attentionBlockForward(Args))
     return;
   // Every head's products read the same Q, K and V: one copy of each.
   const BlockExtents Extent(Shape);
-  HeldArrays Hold(currentBackend(), {readOnly(Q, Extent.Q), readOnly(K, Extent.K), readOnly(V, Extent.V)});
+  HeldArrays Hold(Backend, {readOnly(Q, Extent.Q), readOnly(K, Extent.K), readOnly(V, Extent.V)});
   const AttentionDims &D = Shape.Dims;
+  // The statistics are merged here on the host, from where a backend that
+  // keeps them has them.
+  const int64_t Statistics = D.Batch * D.QHeads * Shape.LocalTokens;
+  Backend.hostReads(Lse, Statistics);
   int64_t Lq = QuerySpan.Len, Lk = KeySpan.Len;
   Scratch.resize(size_t(Lq * Lk));
   float *S = Scratch.data();
@@ -144,6 +154,10 @@ void attendSpanForward(const BlockShape &Shape, const float *Q, const TokenSpan 
         float *Row = S + I * Lk;
         float *OutRow = Out + Blk.OOffset + I * Blk.LdO;
         float &RowLse = Lse[Blk.LseOffset + I];
+        if (Fresh) {
+          std::fill(OutRow, OutRow + D.vHeadDim(), 0.0f);
+          RowLse = NegInf;
+        }
         int64_t N = visibleKeys(Mask, QuerySpan, KeySpan, I);
         if (N == 0) {
           std::fill(Row, Row + Lk, 0.0f);
@@ -171,6 +185,7 @@ void attendSpanForward(const BlockShape &Shape, const float *Q, const TokenSpan 
                   Blk.LdO);
     }
   }
+  Backend.hostWrote(Lse, Statistics);
 }
 
 void attendSpanBackward(const BlockShape &Shape, const float *Q, const TokenSpan &QuerySpan, const float *K,
@@ -201,6 +216,9 @@ void attendSpanBackward(const BlockShape &Shape, const float *Q, const TokenSpan
                                      {DK, Extent.K, HeldArray::Accumulate},
                                      {DV, Extent.V, HeldArray::Accumulate}});
   const AttentionDims &D = Shape.Dims;
+  const int64_t Statistics = D.Batch * D.QHeads * Shape.LocalTokens;
+  currentBackend().hostReads(Lse, Statistics);
+  currentBackend().hostReads(Delta, Statistics);
   int64_t Lq = QuerySpan.Len, Lk = KeySpan.Len;
   Scratch.resize(size_t(2 * Lq * Lk));
   float *P = Scratch.data();

@@ -47,9 +47,12 @@ struct BlockShape {
 /// Attends the queries of QuerySpan to the keys of KeySpan and merges the
 /// result into Out and Lse by the log-sum-exp rule: Out holds the output
 /// normalised over every key merged so far, Lse the log of that denominator
-/// (-inf before the first visible key). Scratch is resized as needed.
+/// (-inf before the first visible key). Fresh: nothing was merged into the
+/// query span before, so its Out and Lse are written whatever they hold (the
+/// caller need not fill them first). Scratch is resized as needed.
 void attendSpanForward(const BlockShape &Shape, const float *Q, const TokenSpan &QuerySpan, const float *K,
-                       const float *V, const TokenSpan &KeySpan, float *Out, float *Lse, std::vector<float> &Scratch);
+                       const float *V, const TokenSpan &KeySpan, float *Out, float *Lse, std::vector<float> &Scratch,
+                       bool Fresh = false);
 
 /// Backward of one span pair: recomputes the probabilities from the final Lse
 /// and accumulates into DQ (query side) and DK, DV (the travelling key block).

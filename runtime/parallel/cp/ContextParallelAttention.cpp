@@ -133,6 +133,10 @@ bool exchangeOnBackend(const Communicator &Cp, const AttentionDims &Dims, CpExch
   return backendAttends(Cp, Dims, Exchange) || (Cp.size() > 1 && Cp.device() && Exchange == CpExchange::AllGather);
 }
 
+bool statisticsOnBackend(const Communicator &Cp, const AttentionDims &Dims, CpExchange Exchange) {
+  return Cp.size() == 1 || backendAttends(Cp, Dims, Exchange);
+}
+
 void contextParallelAttentionForward(Communicator &Cp, const AttentionDims &Dims, const float *Q, const float *K,
                                      const float *V, float *Out, float *Lse, CpExchange Exchange) {
   BlockShape Shape = blockShape(Cp, Dims);
@@ -147,23 +151,30 @@ void contextParallelAttentionForward(Communicator &Cp, const AttentionDims &Dims
   }
   if (!exchangeOnBackend(Cp, Dims, Exchange))
     readOnHost(Cp, Shape, Q, K, V);
-  size_t OutCount = size_t(Dims.Batch * Shape.LocalTokens * Dims.QHeads * Dims.vHeadDim());
-  std::fill(Out, Out + OutCount, 0.0f);
-  std::fill(Lse, Lse + Dims.Batch * Dims.QHeads * Shape.LocalTokens, -std::numeric_limits<float>::infinity());
-  if (Cp.size() > 1 && Exchange == CpExchange::AllGather)
-    return allGatherAttentionForward(Cp, Shape, Q, K, V, Out, Lse);
-  if (Cp.size() > 1 && Exchange == CpExchange::AllToAll)
+  if (Cp.size() > 1 && Exchange != CpExchange::Ring) {
+    std::fill(Out, Out + Dims.Batch * Shape.LocalTokens * Dims.QHeads * Dims.vHeadDim(), 0.0f);
+    std::fill(Lse, Lse + Dims.Batch * Dims.QHeads * Shape.LocalTokens, -std::numeric_limits<float>::infinity());
+    if (Exchange == CpExchange::AllGather)
+      return allGatherAttentionForward(Cp, Shape, Q, K, V, Out, Lse);
     return allToAllAttentionForward(Cp, Shape, Q, K, V, Out, Lse);
+  }
+  // The ring starts at the rank's own block, whose first key span reaches
+  // every local query (the first chunk's diagonal, and all of it for the
+  // mirrored chunk): those blocks write Out and Lse fresh, so that nothing
+  // fills them first (on the host, where a backend keeps them).
   struct Forward : HostBlock {
     const float *Q;
     float *Out, *Lse;
+    int Rank;
     Forward(const Communicator &Cp, const BlockShape &S, const float *Q, const float *K, const float *V, float *Out,
             float *Lse)
-        : HostBlock(Cp, S, K, V, false), Q(Q), Out(Out), Lse(Lse) {}
+        : HostBlock(Cp, S, K, V, false), Q(Q), Out(Out), Lse(Lse), Rank(Cp.rank()) {}
     void attend(int Owner) {
-      for (const TokenSpan &KeySpan : keySpans(Owner))
+      const std::vector<TokenSpan> Keys = keySpans(Owner);
+      for (size_t KeyIndex = 0; KeyIndex < Keys.size(); ++KeyIndex)
         for (const TokenSpan &QuerySpan : QuerySpans)
-          attendSpanForward(Shape, Q, QuerySpan, blockK(), blockV(), KeySpan, Out, Lse, Scratch);
+          attendSpanForward(Shape, Q, QuerySpan, blockK(), blockV(), Keys[KeyIndex], Out, Lse, Scratch,
+                            /*Fresh=*/Owner == Rank && KeyIndex == 0);
     }
   } B(Cp, Shape, Q, K, V, Out, Lse);
   ring::forward(Cp, B);
@@ -194,9 +205,18 @@ void contextParallelAttentionBackward(Communicator &Cp, const AttentionDims &Dim
   Backend.zero(DQ, int64_t(QCount)); // where the caller keeps it, if on a backend
   if (Cp.size() > 1 && Exchange == CpExchange::AllToAll)
     return allToAllAttentionBackward(Cp, Shape, Q, K, V, Out, Lse, DOut, DQ, DK, DV);
-  std::vector<float> Delta = attentionDelta(Backend, Dims.Batch, T, Dims.QHeads, Dims.vHeadDim(), Out, DOut);
-  if (Cp.size() > 1 && Exchange == CpExchange::AllGather)
+  if (Cp.size() > 1 && Exchange == CpExchange::AllGather) {
+    std::vector<float> Delta = attentionDelta(Backend, Dims.Batch, T, Dims.QHeads, Dims.vHeadDim(), Out, DOut);
     return allGatherAttentionBackward(Cp, Shape, Q, K, V, Lse, Delta.data(), DOut, DQ, DK, DV);
+  }
+  // On a rank alone every block reads the whole of Delta where the backend
+  // made it: it stays there (in fp32). A ring's blocks read it by span.
+  std::vector<float> Delta(size_t(Dims.Batch * Dims.QHeads * T));
+  std::vector<HeldArray> DeltaHold;
+  if (Cp.size() == 1)
+    DeltaHold.push_back(HeldArray::wide(Delta.data(), int64_t(Delta.size())));
+  HeldArrays DeltaWhereItIsMade(Backend, DeltaHold);
+  Backend.attentionDelta(Dims.Batch, T, Dims.QHeads, Dims.vHeadDim(), Out, DOut, Delta.data());
 
   struct Backward : HostBlock {
     const float *Q, *Lse, *Delta, *DOut;

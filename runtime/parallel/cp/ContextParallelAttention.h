@@ -96,6 +96,12 @@ void contextParallelAttentionBackward(Communicator &Cp, const AttentionDims &Dim
 /// gradients may then be held on it (HeldArray::Wide) as on a group of one.
 bool exchangeOnBackend(const Communicator &Cp, const AttentionDims &Dims, CpExchange Exchange);
 
+/// Whether only the current backend's operations read and write the
+/// log-sum-exp between the forward and the backward (a rank alone in its
+/// group, or attention and its exchange wholly the backend's), so that the
+/// caller may hold it there (HeldArray::Wide) from one to the other.
+bool statisticsOnBackend(const Communicator &Cp, const AttentionDims &Dims, CpExchange Exchange);
+
 } // namespace moert
 
 #endif

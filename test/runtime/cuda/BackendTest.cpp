@@ -599,13 +599,23 @@ TEST(CudaBackend, RowPairsMoveWhereTheirDestinationIs) {
         << "the arrays' first device copies (the rows no pair names keep their values), the indices";
     Before = Moved();
     Cuda->copyRows(Pairs, Feature.data(), Seq.data(), /*Accumulate=*/true);
-    EXPECT_EQ(Moved() - Before, TowerRows * Cols * F + Indices) << "a host source staged";
+    EXPECT_EQ(Moved() - Before, TowerRows * Cols * F) << "a host source staged; the indices are on the device";
     Before = Moved();
     Cuda->copyRows(Pairs, Tokens.data(), Seq.data(), /*Accumulate=*/true);
     Cuda->copyRows(Pairs, Tokens.data(), Seq.data(), /*Accumulate=*/false);
-    EXPECT_EQ(Moved() - Before, 2 * Indices) << "between the device's copies, the indices alone";
+    EXPECT_EQ(Moved() - Before, 0) << "between the device's copies, by the indices there";
     Cuda->copyRows(Pairs, Feature.data(), Seq.data(), /*Accumulate=*/true);
+    Before = Moved();
     Cuda->moveRows(Pairs.reversed(), From.data(), Back.data());
+    EXPECT_EQ(Moved() - Before, (SeqRows + TowerRows) * Cols * F)
+        << "the arrays' first device copies alone: the pairs reversed are the same indices";
+    const RowPairs Others{Cols, TowerRows, SeqRows, {0, 2, 1}, {5, 1, 2}};
+    std::vector<float> Elsewhere = Seq0;
+    HeldArrays HoldElsewhere(*Cuda, {HeldArray::wide(Elsewhere.data(), int64_t(Elsewhere.size()))});
+    Cuda->copyRows(Pairs, Tokens.data(), Elsewhere.data(), /*Accumulate=*/false);
+    Before = Moved();
+    Cuda->copyRows(Others, Tokens.data(), Elsewhere.data(), /*Accumulate=*/false);
+    EXPECT_EQ(Moved() - Before, Indices / 2) << "other destination rows go up";
     // No pairs (a sequence shard no image reaches): nothing moves, and
     // nothing crosses.
     Before = Moved();
@@ -855,14 +865,22 @@ TEST(CudaBackend, EmbeddingLookupAndScatterRunWhereTheTableIs) {
   std::fill(Grad.begin(), Grad.end(), 0.5f);
   Cuda->makeResident({{Table.data(), Rows * Hidden}, {Grad.data(), Rows * Hidden}});
   Cuda->embeddingForward(A, Table.data(), Out.data());
+  const int64_t IdBytes = A.Tokens * int64_t(sizeof(int32_t)), RowBytes = A.Tokens * Hidden * Crossing;
+  // The ids went to the device with the first lookup; the lookup and the
+  // scatter of the same tokens find them there.
   Before = Moved();
   Cuda->embeddingForward(A, Table.data(), Out.data());
-  const int64_t IdBytes = A.Tokens * int64_t(sizeof(int32_t)), RowBytes = A.Tokens * Hidden * Crossing;
-  EXPECT_EQ(Moved() - Before, IdBytes + RowBytes) << "the ids in, the rows out: the table stays";
+  EXPECT_EQ(Moved() - Before, RowBytes) << "the rows out: the table and the ids stay";
   Before = Moved();
   Cuda->embeddingBackward(A, D.data(), Grad.data());
-  EXPECT_EQ(Moved() - Before, IdBytes + RowBytes + Rows * Hidden * Crossing)
-      << "the ids and the gradient's rows in, and the first use of the table's gradient";
+  EXPECT_EQ(Moved() - Before, RowBytes + Rows * Hidden * Crossing)
+      << "the gradient's rows in, and the first use of the table's gradient";
+  const std::vector<int32_t> Others = {11, 3, 15, 12, 10, 16, 11};
+  const EmbeddingArgs B{int64_t(Others.size()), Hidden, Start, Rows, Others.data()};
+  Before = Moved();
+  Cuda->embeddingForward(B, Table.data(), Out.data());
+  EXPECT_EQ(Moved() - Before, IdBytes + RowBytes) << "other tokens' ids go up";
+  Cuda->embeddingForward(A, Table.data(), Out.data());
   Cuda->releaseResident();
   EXPECT_EQ(Out, Want);
   EXPECT_EQ(Grad, WantGrad);
@@ -1505,10 +1523,14 @@ TEST(CudaBackend, AStageKeepsWhatOnlyTheBackendReadsOnTheDevice) {
   EXPECT_EQ(Rope.HostToDeviceBytes, Rows * int64_t(sizeof(int32_t)));
   EXPECT_EQ(Rope.Transfers, 1);
   EXPECT_EQ(Rope.DeviceToHostBytes, 0) << "the rotated values stay on the device";
-  // Attention's output and its gradient stay too: of attention's results
-  // only its statistics come back (the log-sum-exp, then Delta).
-  const int64_t Statistics = MB.Sequences * C.Heads * MB.SeqLen * int64_t(sizeof(float));
-  EXPECT_EQ(Cuda->traffic().ByOperation["attention"].DeviceToHostBytes, C.Layers * 2 * Statistics);
+  // Attention's output and its gradient stay too, and its statistics (the
+  // log-sum-exp from the forward to the backward, Delta from where it is
+  // made to the blocks that read it): of attention, only the sequence's
+  // positions go up, once for every layer, and nothing comes back.
+  const BackendTraffic::Copies Attention = Cuda->traffic().ByOperation["attention"];
+  EXPECT_EQ(Attention.Transfers, 1);
+  EXPECT_EQ(Attention.HostToDeviceBytes, MB.SeqLen * int64_t(sizeof(int32_t)));
+  EXPECT_EQ(Attention.DeviceToHostBytes, 0);
   // The residual stream and its gradient stay on the device from the
   // embedding's rows to the final norm and back: none of the adds' operands
   // or sums crosses, and no norm's result comes back (the input gradients
@@ -1532,6 +1554,21 @@ TEST(CudaBackend, AStageKeepsWhatOnlyTheBackendReadsOnTheDevice) {
   // backward; its weight's gradient comes back (no parameter is held here).
   const BackendTraffic::Copies Norms = Cuda->traffic().ByOperation["rmsnorm"];
   EXPECT_EQ(Norms.DeviceToHostBytes, (C.Layers * 2 + 1) * C.Hidden * int64_t(sizeof(float)));
+  // The routing weights stay where the router makes them, for the combine
+  // and its backward, and their gradients where the combine's backward
+  // makes them, for the router's; the experts the router chose stay too,
+  // for its backward. Of an MoE layer's routing, the experts and the
+  // statistics come back for the dispatcher and the all-reduce (one copy),
+  // the experts' fractions go up for the backward (one), and of its
+  // permutation, its two index arrays go up.
+  const int64_t MoeLayers = C.Layers - C.DenseLayers, Copied = Rows * C.TopK;
+  const BackendTraffic::Copies Router = Cuda->traffic().ByOperation["router"];
+  EXPECT_EQ(Router.Transfers, 2 * MoeLayers);
+  EXPECT_EQ(Router.HostToDeviceBytes, MoeLayers * C.Experts * int64_t(sizeof(float)));
+  const BackendTraffic::Copies Permute = Cuda->traffic().ByOperation["permute"];
+  EXPECT_EQ(Permute.DeviceToHostBytes, 0);
+  EXPECT_EQ(Permute.Transfers, 2 * MoeLayers);
+  EXPECT_EQ(Permute.HostToDeviceBytes, MoeLayers * 2 * Copied * int64_t(sizeof(int32_t)));
 }
 
 /// One micro batch of a whole stage of C, forward and backward, on the
@@ -1608,13 +1645,18 @@ TEST(CudaBackend, LatentAttentionRunsWholeOnTheDevice) {
       EXPECT_EQ(Moved("nested holds", ToDevice), 0) << What;
     }
     EXPECT_EQ(Moved("rope", false), 0) << What << ": the rotated values stay on the device";
+    // Of the norms, the weights' gradients alone come back (no parameter
+    // is held here): every norm's statistics stay where they are made, the
+    // latents' norms' too.
+    const int64_t NormWidths = C.Layers * (2 * C.Hidden + C.Mla->KvLoraRank + QLatent) + C.Hidden;
+    EXPECT_EQ(Moved("rmsnorm", false), NormWidths * int64_t(sizeof(float))) << What;
     const int64_t Rows = MB.Sequences * MB.SeqLen;
     // The positions alone, once (the second model's are on the device
     // already: the same tokens).
     EXPECT_EQ(Moved("rope", true), QLatent ? Rows * int64_t(sizeof(int32_t)) : 0) << What << ": positions alone";
-    // Of attention's results only its statistics come back.
-    const int64_t Statistics = MB.Sequences * C.Heads * MB.SeqLen * int64_t(sizeof(float));
-    EXPECT_EQ(Moved("attention", false), C.Layers * 2 * Statistics) << What;
+    // Nor do attention's results or statistics; its positions go up once.
+    EXPECT_EQ(Moved("attention", false), 0) << What;
+    EXPECT_EQ(Moved("attention", true), QLatent ? MB.SeqLen * int64_t(sizeof(int32_t)) : 0) << What;
   }
 }
 
@@ -1740,12 +1782,16 @@ TEST(CudaBackend, TheVisionTowerRunsOnTheDevice) {
   // The merged tokens and the deepstack feature, each from its product,
   // and the patches' gradient the backward returns.
   EXPECT_EQ(Down("gemm"), (2 * Rows * C.OutHidden + N * C.patchDim()) * F);
-  // Of the LayerNorms, their statistics (a mean and a reciprocal deviation
-  // a row) each way: two a block's, the final merger's over the patches,
-  // the deepstack merger's over their concatenation.
-  const int64_t LayerNormRows = 2 * C.Depth * N + N + Rows;
-  EXPECT_EQ(Down("layernorm"), 2 * LayerNormRows * F);
-  EXPECT_EQ(Up("layernorm"), 2 * LayerNormRows * F);
+  // The LayerNorms' statistics stay where they are made, for their
+  // backward (two a block's, the final merger's, the deepstack merger's),
+  // and so do attention's (each frame's log-sum-exp and Delta in their
+  // places): of attention, only the frames' positions go up, once for
+  // every call with the same frame size (here 4 x 6 and 2 x 2: the queries
+  // placed after the keys).
+  EXPECT_EQ(Down("layernorm"), 0);
+  EXPECT_EQ(Up("layernorm"), 0);
+  EXPECT_EQ(Down("attention"), 0);
+  EXPECT_EQ(Up("attention"), 2 * (24 + 4) * int64_t(sizeof(int32_t)));
   EXPECT_EQ(Down("rope"), 0);
   EXPECT_EQ(Up("gelu"), 0);
 }
@@ -1797,17 +1843,19 @@ TEST(CudaBackend, QwenThreeVlLayersRunWholeOnTheDevice) {
   auto Up = [&](const char *Operation) { return T.ByOperation[Operation].HostToDeviceBytes; };
   auto Down = [&](const char *Operation) { return T.ByOperation[Operation].DeviceToHostBytes; };
   for (const char *Operation : {"host reads", "nested holds", "add", "copy"}) {
-    // The tower's inputs: the patches and their rotary angles' cosines and
-    // sines.
-    const int64_t Inputs =
-        std::string(Operation) == "nested holds" ? (Patches * V.patchDim() + Patches * V.headDim()) * 4 : 0;
+    // The tower's inputs: the patches, their rotary angles' cosines and
+    // sines, and their four interpolation weights.
+    const int64_t Inputs = std::string(Operation) == "nested holds"
+                               ? (Patches * V.patchDim() + Patches * V.headDim() + 4 * Patches) * 4
+                               : 0;
     EXPECT_EQ(Up(Operation), Base.ByOperation[Operation].HostToDeviceBytes + Inputs) << Operation;
     EXPECT_EQ(Down(Operation), Base.ByOperation[Operation].DeviceToHostBytes) << Operation;
   }
   // The tokens into their rows, a feature a deepstack layer each way, and
-  // the tokens' gradient back: the indices of the pairs.
-  const int64_t Moves = 1 + 2 * int64_t(V.DeepstackLayers.size()) + 1;
-  EXPECT_EQ(Up("copy rows"), Moves * 2 * Tokens * int64_t(sizeof(int32_t)));
+  // the tokens' gradient back: all by the same pairs, whose indices go up
+  // once.
+  EXPECT_EQ(Up("copy rows"), 2 * Tokens * int64_t(sizeof(int32_t)));
+  EXPECT_EQ(T.ByOperation["copy rows"].Transfers, 2);
   EXPECT_EQ(Down("copy rows"), 0);
   EXPECT_EQ(Down("gemm"), Base.ByOperation["gemm"].DeviceToHostBytes) << "no tower output, no patches' gradient";
 
@@ -1860,8 +1908,9 @@ TEST(CudaBackend, ASelectiveRecomputeRemakesWhatItDroppedWhereTheForwardDid) {
       // there again.
       EXPECT_EQ(Extra("rmsnorm", false), 0) << What;
       EXPECT_EQ(Extra("rmsnorm", true), 0) << What;
-      // Attention's log-sum-exp, remade.
-      EXPECT_EQ(Extra("attention", false), C.Layers * MB.Sequences * C.Heads * MB.SeqLen * F) << What;
+      // Attention's log-sum-exp, remade there and kept there again.
+      EXPECT_EQ(Extra("attention", false), 0) << What;
+      EXPECT_EQ(Extra("attention", true), 0) << What;
     } else {
       EXPECT_EQ(Extra("permute", false), 0) << What << ": the combined output stays on the device";
       // The experts and weights the router chose again come back for the
@@ -1907,12 +1956,11 @@ TEST(CudaBackend, AMultiTokenPredictionBlockRunsOnTheDevice) {
   EXPECT_EQ(Down(T, "rmsnorm") + Up(T, "rmsnorm"), 0);
   EXPECT_EQ(Down(T, "loss head"), 2 * Down(Base, "loss head"));
   EXPECT_EQ(Down(T, "nested holds"), Down(Base, "nested holds"));
-  // Of attention's results its statistics come back, and of the routed
-  // experts' the routing weights' gradients, as for one more decoder
-  // layer (an MoE one).
-  const int64_t MoeLayers = C.Layers - C.DenseLayers;
-  EXPECT_EQ(Down(T, "attention"), Down(Base, "attention") / C.Layers * (C.Layers + 1));
-  EXPECT_EQ(Down(T, "permute"), Down(Base, "permute") / MoeLayers * (MoeLayers + 1));
+  // Nothing of attention or of the routed experts' combine comes back, as
+  // in the decoder's layers: not the statistics, not the routing weights'
+  // gradients.
+  EXPECT_EQ(Down(T, "attention"), 0);
+  EXPECT_EQ(Down(T, "permute"), 0);
 }
 
 TEST(CudaBackend, AFullRecomputeRerunsEachLayerFromItsInputWhereItIs) {

@@ -4,8 +4,9 @@
 // group (the host-staged communicator, as when ranks share a GPU): the
 // expert-parallel rows (ComputeBackend::allToAllV) and tensor parallelism's
 // sequence gather and reduce-scatter (gatherActivations,
-// reduceScatterActivations), and a pipeline stage's output to the next
-// stage (sendActivations, receiveActivations): the same values as the
+// reduceScatterActivations), a pipeline stage's output to the next
+// stage (sendActivations, receiveActivations), and the loss head's
+// statistics over the vocabulary's slices: the same values as the
 // host's exchange, and nothing staged for them where both sides are held on
 // the backend.
 //
@@ -17,6 +18,7 @@
 #include "kernels/Backend.h"
 #include "kernels/cuda/CudaBackend.h"
 #include "kernels/host/Tensor.h"
+#include "parallel/tp/VocabParallel.h"
 
 using namespace moert;
 
@@ -224,6 +226,68 @@ TEST(CudaBackendExchange, AStagesOutputReachesTheNextStagesBackend) {
     Backend->releaseKept(&FirstLayer);
     Backend->releaseKept(&LastLayer);
   }
+}
+
+// A vocabulary-parallel loss head combines its rows' statistics (the group's
+// maxima, then the sums of exponentials and target logits) over the group's
+// device communicator where they are: the losses and gradients of the
+// host's combination, and of the copies only the labels' and the final
+// statistics' remain (the host's way brings the maxima down and up and
+// takes the sums up again).
+TEST(CudaBackendExchange, TheLossHeadsStatisticsCombineWhereTheyAre) {
+  CommWorld &W = test::world();
+  test::EveryRankGroup Group("tp");
+  Communicator *Tp = Group.Host.get();
+  const int64_t Rows = 6, Hidden = 16, Slice = 24;
+  Tensor X({Rows, Hidden}), Weights({Hidden, Slice});
+  X.storage() = test::randomBf16(size_t(Rows * Hidden), 810);
+  Weights.storage() = test::randomBf16(size_t(Hidden * Slice), 820 + uint64_t(W.rank()));
+  std::vector<int32_t> Labels;
+  for (int64_t I = 0; I < Rows; ++I)
+    Labels.push_back(I == 2 ? -1 : int32_t((I * 37) % (Slice * W.size())));
+
+  int Device = 0;
+  ASSERT_EQ(cudaGetDevice(&Device), cudaSuccess);
+  std::unique_ptr<ComputeBackend> Backend = cuda::createCudaBackend(Device);
+  struct Result {
+    std::vector<double> Losses;
+    std::vector<float> DX, DW;
+    int64_t Copies = 0;
+  };
+  auto run = [&](Communicator *OnDevice) {
+    Result R;
+    R.Losses.assign(size_t(Rows), NAN);
+    R.DX.assign(size_t(Rows * Hidden), NAN);
+    R.DW.assign(size_t(Hidden * Slice), 0.0f);
+    LossHeadArgs A{Rows,
+                   Hidden,
+                   Slice,
+                   W.rank() * Slice,
+                   X.data(),
+                   Weights.data(),
+                   Labels.data(),
+                   0.25f,
+                   R.Losses.data(),
+                   R.DX.data(),
+                   R.DW.data(),
+                   {},
+                   {}};
+    A.MaxOverGroup = [&](float *Values, int64_t N) { maxOverGroup(*Tp, Values, N); };
+    A.SumOverGroup = [&](float *Values, int64_t N) { Tp->allReduceSum(Values, size_t(N)); };
+    A.Device = OnDevice;
+    const int64_t Before = Backend->traffic().ByOperation["loss head"].Transfers;
+    Backend->lossHead(A);
+    R.Copies = Backend->traffic().ByOperation["loss head"].Transfers - Before;
+    return R;
+  };
+  const Result ThroughHost = run(nullptr), WhereTheyAre = run(Group.Device.get());
+  for (int64_t I = 0; I < Rows; ++I)
+    EXPECT_NEAR(WhereTheyAre.Losses[size_t(I)], ThroughHost.Losses[size_t(I)],
+                1e-6 * (1 + std::abs(ThroughHost.Losses[size_t(I)])));
+  EXPECT_EQ(WhereTheyAre.Losses[2], 0.0) << "an ignored label has no loss";
+  EXPECT_TRUE(test::near(WhereTheyAre.DX, ThroughHost.DX, 1e-6f, "DX"));
+  EXPECT_TRUE(test::near(WhereTheyAre.DW, ThroughHost.DW, 1e-6f, "DW"));
+  EXPECT_EQ(ThroughHost.Copies - WhereTheyAre.Copies, 3);
 }
 
 } // namespace
