@@ -94,6 +94,7 @@ STEP = re.compile(r"^step (\d+)/\d+ .* peak ([0-9.]+) MiB")
 DEVICE = re.compile(r"^  device peak ([0-9.]+) MiB, staged ([0-9.]+) MiB")
 BY_OPERATION = re.compile(r"^  rank 0 staged by operation:(.*)$")
 COPIES = re.compile(r"^  rank 0 copies by operation:(.*)$")
+WAITS = re.compile(r"^  rank 0 waits by operation:(.*)$")
 # The one-rank cases whose copies are broken down by operation.
 BROKEN_DOWN = 3
 
@@ -121,7 +122,7 @@ def measure(args, work, index, case):
                        env=env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     if p.returncode != 0:
         sys.exit(f"cuda_traffic: {name} failed (exit {p.returncode}):\n{p.stdout[-2000:]}")
-    rows, host_peak, by_operation, copies = [], None, [], []
+    rows, host_peak, by_operation, copies, waits = [], None, [], [], []
     for line in p.stdout.splitlines():
         if m := STEP.match(line):
             host_peak = float(m.group(2))
@@ -131,12 +132,19 @@ def measure(args, work, index, case):
             parts = (part.strip().rsplit(" ", 1) for part in m.group(1).split(";") if part.strip())
             by_operation.append({op: tuple(float(x) for x in mib.split("/")) for op, mib in parts})
         elif m := COPIES.match(line):
-            copies.append(sum(int(part.strip().rsplit(" ", 1)[1]) for part in m.group(1).split(";")
-                                   if part.strip()))
-    if len(rows) != 2 or len(by_operation) != 2 or len(copies) != 2:
+            copies.append(count(m.group(1)))
+        elif m := WAITS.match(line):
+            waits.append(count(m.group(1)))
+    if len(rows) != 2 or len(by_operation) != 2 or len(copies) != 2 or len(waits) != 2:
         sys.exit(f"cuda_traffic: {name}: expected two steps with device figures, got:\n{p.stdout[-2000:]}")
     host, device, staged = rows[-1]  # the second step: the allocator's cache is warm
-    return f"| {name} | {ranks} | {staged:.2f} | {copies[-1]} | {device:.2f} | {host:.2f} |", by_operation[-1]
+    return (f"| {name} | {ranks} | {staged:.2f} | {copies[-1]} | {waits[-1]} | {device:.2f} | {host:.2f} |",
+            by_operation[-1])
+
+
+def count(parts):
+    """The sum of a step log line's "operation N;" parts."""
+    return sum(int(part.strip().rsplit(" ", 1)[1]) for part in parts.split(";") if part.strip())
 
 
 def breakdown(names, by_operation):
@@ -170,9 +178,11 @@ def main():
             "What `moerun --backend cuda` copies between host and device in one training step, its optimizer's "
             "step included (the step log's `staged_bytes`), measured on the CPU emulation of CUDA (the bytes do not depend on what runs the "
             f"kernels): seq_len {SEQ_LEN}, global batch {GLOBAL}, micro batch {MICRO}, routing forced balanced, "
-            "the second of two steps. *staged*: the most any rank copied; *copies*: how many copies rank 0 made, either way "
-            "(each waits for all the work queued on the GPU before it: a copy to or from pageable host memory "
-            "synchronizes its stream, so that the host cannot run ahead of the device across it); *device peak*: the caching "
+            "the second of two steps. *staged*: the most any rank copied; *copies*: how many copies rank 0 made, either way; "
+            "*waits*: of those, the ones the host waits for (a copy to or from pageable host memory waits for all "
+            "the work queued on the GPU before it: it synchronizes its stream, so that the host cannot run ahead "
+            "of the device across it; an upload of up to 8 MiB is staged through a ring of pinned memory instead and "
+            "only queued); *device peak*: the caching "
             "allocator's; *host peak*: the trainer's activations, parameters, gradients and optimizer moments. "
             "The parameters that no group sums and no host code reads stay on the device from step to step "
             "with their gradients and Adam's moments, and the optimizer steps them there (under the distributed "
@@ -186,8 +196,8 @@ def main():
             "device, their blocks travelling between device buffers, and so does the all-to-all (where the kernels take "
             "each rank's share of the heads), and so do tp's sequence gathers and reduce-scatters; "
             "the tokens' positions go to the device once for every RoPE and attention call that reads them, and "
-            "so do the tokens' ids (for the embedding's lookup and its scatter), the permutation's indices (for "
-            "the permute and the combine, and their backward), the experts the router chose (made on the device), and "
+            "so do the tokens' ids (for the embedding's lookup and its scatter), the experts the router chose (made on "
+            "the device, from which the permutation of the token copies is made there too), and "
             "the pairs of rows that place the vision tower's tokens (its tokens, its features and their gradients); "
             "the loss head keeps the logits on the "
             "device; the router's logits, scores and routing weights stay there, and so do the weights' gradients "
@@ -218,8 +228,8 @@ def main():
             f"of this machine takes {to_bf16:.2f} ns an element to bf16 and {from_bf16:.2f} ns back where an fp32 "
             f"copy of it takes {copy:.2f} ns (moert-host-staging-bench). Generated by "
             "`bench/cuda_traffic.py` (`bench/cuda_traffic.sh` builds the tools and runs it).\n\n"
-            "| layout | ranks | staged MiB | copies | device peak MiB | host peak MiB |\n"
-            "| --- | ---: | ---: | ---: | ---: | ---: |\n" + "\n".join(rows) +
+            "| layout | ranks | staged MiB | copies | waits | device peak MiB | host peak MiB |\n"
+            "| --- | ---: | ---: | ---: | ---: | ---: | ---: |\n" + "\n".join(rows) +
             "\n\nThe one-rank copies by the operation that made them (rank 0's step log lines, "
             "`BackendTraffic::ByOperation`; *resident*: the first upload of the parameters, gradients and moments "
             "kept on the device, none after; *outermost hold*: the other parameters and their gradients; "

@@ -212,11 +212,14 @@ struct BackendTraffic {
   /// measurement.
   struct Copies {
     int64_t HostToDeviceBytes = 0, DeviceToHostBytes = 0;
-    /// How many copies, either way: each waits for all the work queued on
-    /// the device before it (a cudaMemcpy to or from pageable host memory
+    /// How many copies, either way. A copy to or from pageable host memory
+    /// waits for all the work queued on the device before it (it
     /// synchronizes its stream: the CUDA Runtime API's "API synchronization
     /// behavior"), which keeps the host from running ahead.
     int64_t Transfers = 0;
+    /// Of those, the uploads only queued (staged through pinned memory):
+    /// the host goes on without waiting.
+    int64_t Queued = 0;
   };
   std::map<std::string, Copies> ByOperation;
 };
@@ -504,6 +507,12 @@ public:
   /// between the products to itself.
   virtual void mlpForward(const MlpArgs &);
   virtual void mlpBackward(const MlpArgs &);
+  /// The dispatcher made A's permutation on the host from the experts
+  /// [Tokens * TopK] (ids below Experts) that routeTokens() chose. A backend
+  /// that still holds those experts may make the same permutation from them
+  /// where they are, so that the moves below find it there instead of
+  /// receiving it.
+  virtual void permutationRouted(const PermuteArgs &, const int32_t * /*Chosen*/, int64_t /*Experts*/) {}
   /// Rows [copies, Hidden]: row j = X[Permutation[j] / TopK].
   virtual void permuteRows(const PermuteArgs &, const float *X, float *Rows);
   /// DX [Tokens, Hidden] (written): DX[n] = sum_k DRows[RowOfCopy[n TopK + k]].

@@ -231,6 +231,7 @@ void MoeBlock::routedExperts(const MoeWeights &W, const Tensor &Xn, MoeSaved &S,
   ComputeBackend &Backend = currentBackend();
   const int64_t N = Xn.rows(), H = Config.Hidden, F = Config.MoeFfnHidden / Etp.size(), Copies = N * Config.TopK;
   Dispatcher.route(N, S.TopIdx, S.Dispatch);
+  Backend.permutationRouted(S.Dispatch.moves(), S.TopIdx.data(), Config.Experts);
   // A rank alone in its ep group permutes its tokens straight into its
   // experts' rows and combines their outputs where they are; under etp > 1
   // every rank of the group runs all of the group's rows through its

@@ -11,6 +11,7 @@
 #include "kernels/cuda/Gemm.h"
 #include "kernels/cuda/LinearAttention.h"
 #include "kernels/cuda/Moe.h"
+#include "kernels/cuda/PinnedUploads.h"
 #include "kernels/cuda/RingAttention.h"
 
 #include <algorithm>
@@ -94,9 +95,8 @@ public:
   explicit Stager(cudaStream_t Stream) : Stream(Stream) {}
 
   template <typename T> DeviceBuffer<T> upload(const std::vector<T> &Host) {
-    DeviceBuffer<T> Buffer;
-    Buffer.upload(Host);
-    count(int64_t(Buffer.bytes()), 0);
+    DeviceBuffer<T> Buffer{Host.size()};
+    toDeviceBytes(Buffer.data(), Host.data(), Buffer.bytes());
     return Buffer;
   }
   DeviceBuffer<float> floats(const float *Data, int64_t Count) {
@@ -122,9 +122,19 @@ public:
   }
   /// Count fp32 elements between host memory and a device array.
   void toDevice(const float *Host, float *Device, int64_t Count) {
-    if (Count)
-      MOERT_CUDA_CHECK(cudaMemcpy(Device, Host, size_t(Count) * sizeof(float), cudaMemcpyHostToDevice));
-    count(Count * int64_t(sizeof(float)), 0);
+    toDeviceBytes(Device, Host, size_t(Count) * sizeof(float));
+  }
+  /// Through pinned memory where the bytes fit its ring, so that the host
+  /// does not wait for the device's queued work; else straight from the
+  /// caller's memory, which waits.
+  void toDeviceBytes(void *Device, const void *Host, size_t Bytes) {
+    bool Queued = false;
+    if (Bytes) {
+      Queued = Pinned.copy(Device, Host, Bytes, Stream);
+      if (!Queued)
+        MOERT_CUDA_CHECK(cudaMemcpy(Device, Host, Bytes, cudaMemcpyHostToDevice));
+    }
+    count(int64_t(Bytes), 0, Queued);
   }
   void toHost(const float *Device, float *Host, int64_t Count) {
     if (Count)
@@ -146,17 +156,20 @@ public:
   const char *Operation = "other";
 
 private:
-  void count(int64_t ToDevice, int64_t ToHost) {
+  void count(int64_t ToDevice, int64_t ToHost, bool Queued = false) {
     Moved.HostToDeviceBytes += ToDevice;
     Moved.DeviceToHostBytes += ToHost;
     BackendTraffic::Copies &Of = Moved.ByOperation[Operation];
     Of.HostToDeviceBytes += ToDevice;
     Of.DeviceToHostBytes += ToHost;
-    if (ToDevice || ToHost)
+    if (ToDevice || ToHost) {
       Of.Transfers += 1;
+      Of.Queued += Queued;
+    }
   }
 
   cudaStream_t Stream;
+  cuda::PinnedUploads Pinned;
 };
 
 /// Charges the copies made in its lifetime to Name (BackendTraffic::ByOperation);
@@ -193,10 +206,14 @@ public:
   static constexpr size_t MaxArrays = 4096, MaxBytes = size_t(64) << 20;
 
   Shared get(Stager &Copies, const std::vector<int32_t> &Values) {
-    auto It = Uploaded.find(Values);
-    if (It != Uploaded.end())
-      return It->second;
+    if (Shared Found = find(Values))
+      return Found;
     return put(Values, Copies.upload(Values));
+  }
+  /// The values' device copy if one is here, without uploading them.
+  Shared find(const std::vector<int32_t> &Values) const {
+    auto It = Uploaded.find(Values);
+    return It == Uploaded.end() ? nullptr : It->second;
   }
   /// Values an operation made on the device (and brought back): a later
   /// get() of the same values finds them there.
@@ -826,7 +843,7 @@ public:
     auto *Attend = A.Kind == CpAttentionArgs::AllGather  ? cuda::gatheredAttentionForward
                    : A.Kind == CpAttentionArgs::AllToAll ? cuda::headShardedAttentionForward
                                                          : cuda::ringAttentionForward;
-    Attend(R.Cp, R.Dims, Q.Data, K.Data, V.Data, Out.data(), Lse.data(), Blas.stream());
+    Attend(R.Cp, R.Dims, Q.Data, K.Data, V.Data, Out.data(), Lse.data(), Blas.stream(), ringPositions(R)->data());
     result(Out, A.Out);
     result(Lse, A.Lse);
   }
@@ -845,7 +862,7 @@ public:
                    : A.Kind == CpAttentionArgs::AllToAll ? cuda::headShardedAttentionBackward
                                                          : cuda::ringAttentionBackward;
     Attend(R.Cp, R.Dims, Q.Data, K.Data, V.Data, Out32.data(), Lse, DOut16.Data, DQ.data(), DK.data(), DV.data(),
-           Blas.stream());
+           Blas.stream(), ringPositions(R)->data());
     result(DQ, A.DQ);
     result(DK, A.DK);
     result(DV, A.DV);
@@ -940,6 +957,25 @@ public:
     Shape.HeadDim = Shape.VHeadDim = VDim;
     cuda::attentionDelta(Shape, DOut16.Data, Out32.data(), Delta32.data(), Blas.stream());
     result(Delta32, Delta);
+  }
+
+  void permutationRouted(const PermuteArgs &A, const int32_t *Chosen, int64_t Experts) override {
+    Charge Charged(Copies, "permute");
+    const int64_t Copied = A.copies();
+    if (Copied == 0 || Experts > cuda::MaxPermuteExperts)
+      return;
+    const UploadedIntegers::Shared Made = Integers.find(std::vector<int32_t>(Chosen, Chosen + Copied));
+    if (!Made)
+      return; // experts the host chose: the moves upload the dispatcher's indices
+    // The kernel sorts as the dispatcher does (by expert, then by copy), so
+    // its arrays are the host's values and stand in for them.
+    DeviceBuffer<int32_t> Permutation{size_t(Copied)}, RowOfCopy{size_t(Copied)},
+        Scratch{cuda::permutationScratch(Copied, Experts)};
+    DeviceBuffer<int64_t> Counts{size_t(Experts)};
+    cuda::buildPermutation(A.Tokens, A.TopK, Experts, Made->data(), Permutation.data(), RowOfCopy.data(), Counts.data(),
+                           Scratch.data(), Blas.stream());
+    Integers.put(narrowIndices(A.Permutation, Copied), std::move(Permutation));
+    Integers.put(narrowIndices(A.RowOfCopy, Copied), std::move(RowOfCopy));
   }
 
   void permuteRows(const PermuteArgs &A, const float *X, float *Rows) override {
@@ -1528,6 +1564,12 @@ private:
     }
   };
 
+  /// Every rank's positions, which each layer's blocks read forward and
+  /// backward: uploaded once, found again by their values.
+  UploadedIntegers::Shared ringPositions(const RingShape &R) {
+    return integersOnDevice(cuda::ringPositions(R.Cp.size(), R.Dims.SeqLen));
+  }
+
   /// A pipeline transfer between the backend's copies: the device buffer it
   /// reads or fills lives until it completes; a receive's values become the
   /// array's kept copy then.
@@ -1646,6 +1688,9 @@ private:
 
   /// Row indices (a permutation of token copies) as the kernels take them.
   UploadedIntegers::Shared indices(const int64_t *Host, int64_t Count) {
+    return integersOnDevice(narrowIndices(Host, Count));
+  }
+  static std::vector<int32_t> narrowIndices(const int64_t *Host, int64_t Count) {
     std::vector<int32_t> Narrow(static_cast<size_t>(Count));
     for (int64_t I = 0; I < Count; ++I) {
       if (Host[I] < 0 || Host[I] > std::numeric_limits<int32_t>::max())
@@ -1654,7 +1699,7 @@ private:
                                 "use a smaller micro batch or sequence shard");
       Narrow[size_t(I)] = int32_t(Host[I]);
     }
-    return integersOnDevice(Narrow);
+    return Narrow;
   }
 
   /// Before host code (or a copy to the device) reads [Data, Data + Count):

@@ -11,6 +11,14 @@
 
 namespace moert::cuda {
 
+std::vector<int32_t> ringPositions(int Size, int64_t SeqLen) {
+  std::vector<int32_t> All;
+  for (int R = 0; R < Size; ++R)
+    for (int64_t P : localPositions(R, Size, SeqLen)) // checks SeqLen
+      All.push_back(int32_t(P));
+  return All;
+}
+
 namespace {
 
 /// Everything one rank needs about the ring: shapes and every rank's
@@ -18,17 +26,15 @@ namespace {
 struct Ring {
   DeviceAttentionShape Shape;
   int Size, Rank;
-  size_t KCount, VCount;           ///< elements of K and of V
-  DeviceBuffer<int32_t> Positions; ///< [Size, LocalTokens]
+  size_t KCount, VCount; ///< elements of K and of V
+  DeviceBuffer<int32_t> Uploaded;
+  const int32_t *Positions; ///< [Size, LocalTokens]
 
-  Ring(DeviceCommunicator &Cp, const AttentionDims &Dims) : Size(Cp.size()), Rank(Cp.rank()) {
+  Ring(DeviceCommunicator &Cp, const AttentionDims &Dims, const int32_t *Given)
+      : Size(Cp.size()), Rank(Cp.rank()), Positions(Given) {
     if (Dims.QHeads <= 0 || Dims.KvHeads <= 0 || Dims.QHeads % Dims.KvHeads != 0)
       throw std::invalid_argument("ring attention: query heads must be a positive multiple of kv "
                                   "heads");
-    std::vector<int32_t> All;
-    for (int R = 0; R < Size; ++R)
-      for (int64_t P : localPositions(R, Size, Dims.SeqLen)) // checks SeqLen
-        All.push_back(int32_t(P));
     int64_t Local = Dims.SeqLen / Size;
     Shape.Batch = Dims.Batch;
     Shape.QTokens = Shape.KTokens = Local;
@@ -39,9 +45,12 @@ struct Ring {
     Shape.Scale = float(1.0 / std::sqrt(double(Dims.HeadDim)));
     KCount = size_t(Dims.Batch * Local * Dims.KvHeads * Dims.HeadDim);
     VCount = size_t(Dims.Batch * Local * Dims.KvHeads * Dims.vHeadDim());
-    Positions.upload(All);
+    if (!Positions) {
+      Uploaded.upload(ringPositions(Size, Dims.SeqLen));
+      Positions = Uploaded.data();
+    }
   }
-  const int32_t *positionsOf(int R) const { return Positions.data() + int64_t(R) * Shape.QTokens; }
+  const int32_t *positionsOf(int R) const { return Positions + int64_t(R) * Shape.QTokens; }
   int prev() const { return (Rank + Size - 1) % Size; }
   int next() const { return (Rank + 1) % Size; }
 };
@@ -96,8 +105,8 @@ DeviceBuffer<float> startBackward(const Ring &R, const bf16 *DOut, const float *
 } // namespace
 
 void ringAttentionForward(DeviceCommunicator &Cp, const AttentionDims &Dims, const bf16 *Q, const bf16 *K,
-                          const bf16 *V, float *Out, float *Lse, cudaStream_t Stream) {
-  Ring R(Cp, Dims);
+                          const bf16 *V, float *Out, float *Lse, cudaStream_t Stream, const int32_t *Positions) {
+  Ring R(Cp, Dims, Positions);
   Cp.setComputeStream(Stream);
   attentionInit(R.Shape, Out, Lse, Stream);
   struct Forward : DeviceBlock {
@@ -117,8 +126,8 @@ void ringAttentionForward(DeviceCommunicator &Cp, const AttentionDims &Dims, con
 
 void ringAttentionBackward(DeviceCommunicator &Cp, const AttentionDims &Dims, const bf16 *Q, const bf16 *K,
                            const bf16 *V, const float *Out, const float *Lse, const bf16 *DOut, float *DQ, float *DK,
-                           float *DV, cudaStream_t Stream) {
-  Ring R(Cp, Dims);
+                           float *DV, cudaStream_t Stream, const int32_t *Positions) {
+  Ring R(Cp, Dims, Positions);
   Cp.setComputeStream(Stream);
   DeviceBuffer<float> Delta = startBackward(R, DOut, Out, DQ, Stream);
   struct Backward : DeviceBlock {
@@ -154,8 +163,8 @@ struct Gathered {
 } // namespace
 
 void gatheredAttentionForward(DeviceCommunicator &Cp, const AttentionDims &Dims, const bf16 *Q, const bf16 *K,
-                              const bf16 *V, float *Out, float *Lse, cudaStream_t Stream) {
-  Ring R(Cp, Dims);
+                              const bf16 *V, float *Out, float *Lse, cudaStream_t Stream, const int32_t *Positions) {
+  Ring R(Cp, Dims, Positions);
   Cp.setComputeStream(Stream);
   attentionInit(R.Shape, Out, Lse, Stream);
   const Gathered All(Cp, R, K, V);
@@ -169,8 +178,8 @@ void gatheredAttentionForward(DeviceCommunicator &Cp, const AttentionDims &Dims,
 
 void gatheredAttentionBackward(DeviceCommunicator &Cp, const AttentionDims &Dims, const bf16 *Q, const bf16 *K,
                                const bf16 *V, const float *Out, const float *Lse, const bf16 *DOut, float *DQ,
-                               float *DK, float *DV, cudaStream_t Stream) {
-  Ring R(Cp, Dims);
+                               float *DK, float *DV, cudaStream_t Stream, const int32_t *Positions) {
+  Ring R(Cp, Dims, Positions);
   Cp.setComputeStream(Stream);
   DeviceBuffer<float> Delta = startBackward(R, DOut, Out, DQ, Stream);
   const Gathered All(Cp, R, K, V);
@@ -230,8 +239,9 @@ struct HeadShards {
   /// and freed after finish().
   DeviceBuffer<float> Send, Recv;
 
-  HeadShards(DeviceCommunicator &Cp, const AttentionDims &Dims, cudaStream_t Stream)
-      : Cp(Cp), R(Cp, Dims), Local(R.Shape), Sharded(R.Shape), C(Cp.size()), T(R.Shape.QTokens), Stream(Stream) {
+  HeadShards(DeviceCommunicator &Cp, const AttentionDims &Dims, cudaStream_t Stream, const int32_t *Positions)
+      : Cp(Cp), R(Cp, Dims, Positions), Local(R.Shape), Sharded(R.Shape), C(Cp.size()), T(R.Shape.QTokens),
+        Stream(Stream) {
     if (Dims.QHeads % C != 0 || Dims.KvHeads % C != 0)
       throw std::invalid_argument("all-to-all attention: the query and key-value heads must divide by cp");
     Sharded.QTokens = Sharded.KTokens = C * T;
@@ -272,13 +282,13 @@ struct HeadShards {
   void statsToSequence(const float *Xs, float *X) {
     exchange(Xs, Local.Batch * Sharded.QHeads, T, X, Local.Batch, Sharded.QHeads * T);
   }
-  const int32_t *positions() const { return R.Positions.data(); }
+  const int32_t *positions() const { return R.Positions; }
 };
 } // namespace
 
 void headShardedAttentionForward(DeviceCommunicator &Cp, const AttentionDims &Dims, const bf16 *Q, const bf16 *K,
-                                 const bf16 *V, float *Out, float *Lse, cudaStream_t Stream) {
-  HeadShards H(Cp, Dims, Stream);
+                                 const bf16 *V, float *Out, float *Lse, cudaStream_t Stream, const int32_t *Positions) {
+  HeadShards H(Cp, Dims, Stream, Positions);
   const int64_t Dk = Dims.HeadDim, Dv = Dims.vHeadDim();
   DeviceBuffer<bf16> Qs = H.toHeads(Q, Dims.QHeads, Dk), Ks = H.toHeads(K, Dims.KvHeads, Dk),
                      Vs = H.toHeads(V, Dims.KvHeads, Dv);
@@ -293,8 +303,8 @@ void headShardedAttentionForward(DeviceCommunicator &Cp, const AttentionDims &Di
 
 void headShardedAttentionBackward(DeviceCommunicator &Cp, const AttentionDims &Dims, const bf16 *Q, const bf16 *K,
                                   const bf16 *V, const float *Out, const float *Lse, const bf16 *DOut, float *DQ,
-                                  float *DK, float *DV, cudaStream_t Stream) {
-  HeadShards H(Cp, Dims, Stream);
+                                  float *DK, float *DV, cudaStream_t Stream, const int32_t *Positions) {
+  HeadShards H(Cp, Dims, Stream, Positions);
   // Delta per (batch, head, token) where the output is, then with Lse to
   // the head shards.
   DeviceBuffer<float> Delta(size_t(Dims.Batch * Dims.QHeads * H.T));

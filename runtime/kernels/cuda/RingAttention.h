@@ -22,24 +22,35 @@
 #include "kernels/cuda/Attention.h"
 #include "parallel/cp/ContextParallelAttention.h"
 
+#include <cstdint>
+#include <vector>
+
 namespace moert::cuda {
 
+/// Every rank's token positions under the load-balanced chunking, rank after
+/// rank ([Cp.size(), SeqLen / Cp.size()]), which the blocks' masks read. The
+/// functions below take them on the device (Positions), or upload them
+/// themselves where Positions is null (a copy the host waits for).
+std::vector<int32_t> ringPositions(int Size, int64_t SeqLen);
+
 void ringAttentionForward(DeviceCommunicator &Cp, const AttentionDims &Dims, const bf16 *Q, const bf16 *K,
-                          const bf16 *V, float *Out, float *Lse, cudaStream_t Stream);
+                          const bf16 *V, float *Out, float *Lse, cudaStream_t Stream,
+                          const int32_t *Positions = nullptr);
 
 void ringAttentionBackward(DeviceCommunicator &Cp, const AttentionDims &Dims, const bf16 *Q, const bf16 *K,
                            const bf16 *V, const float *Out, const float *Lse, const bf16 *DOut, float *DQ, float *DK,
-                           float *DV, cudaStream_t Stream);
+                           float *DV, cudaStream_t Stream, const int32_t *Positions = nullptr);
 
 /// The same attention with the all-gather exchange (CpExchange::AllGather,
 /// parallel/cp/Exchanges.h): every rank's K and V gathered once, the blocks
 /// attended in the ring's order, every block's dK and dV summed and
 /// reduce-scattered back to their owners.
 void gatheredAttentionForward(DeviceCommunicator &Cp, const AttentionDims &Dims, const bf16 *Q, const bf16 *K,
-                              const bf16 *V, float *Out, float *Lse, cudaStream_t Stream);
+                              const bf16 *V, float *Out, float *Lse, cudaStream_t Stream,
+                              const int32_t *Positions = nullptr);
 void gatheredAttentionBackward(DeviceCommunicator &Cp, const AttentionDims &Dims, const bf16 *Q, const bf16 *K,
                                const bf16 *V, const float *Out, const float *Lse, const bf16 *DOut, float *DQ,
-                               float *DK, float *DV, cudaStream_t Stream);
+                               float *DK, float *DV, cudaStream_t Stream, const int32_t *Positions = nullptr);
 
 /// The same attention with the all-to-all exchange (CpExchange::AllToAll,
 /// Ulysses): all-to-alls turn the sequence shards of Q, K and V into head
@@ -48,10 +59,11 @@ void gatheredAttentionBackward(DeviceCommunicator &Cp, const AttentionDims &Dims
 /// by the tokens' positions, and the outputs (gradients) go back the same
 /// way. Both head counts must divide by CP.
 void headShardedAttentionForward(DeviceCommunicator &Cp, const AttentionDims &Dims, const bf16 *Q, const bf16 *K,
-                                 const bf16 *V, float *Out, float *Lse, cudaStream_t Stream);
+                                 const bf16 *V, float *Out, float *Lse, cudaStream_t Stream,
+                                 const int32_t *Positions = nullptr);
 void headShardedAttentionBackward(DeviceCommunicator &Cp, const AttentionDims &Dims, const bf16 *Q, const bf16 *K,
                                   const bf16 *V, const float *Out, const float *Lse, const bf16 *DOut, float *DQ,
-                                  float *DK, float *DV, cudaStream_t Stream);
+                                  float *DK, float *DV, cudaStream_t Stream, const int32_t *Positions = nullptr);
 
 } // namespace moert::cuda
 

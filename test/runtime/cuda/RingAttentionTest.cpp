@@ -107,6 +107,7 @@ void checkBackendCpAttention(int64_t B, int64_t QH, int64_t KvH, int64_t Hd, int
 
   // The ring; the all-gather, whose blocks meet in the ring's order; the
   // all-to-all, whose head shards attend over the whole sequence at once.
+  bool PositionsUp = false;
   for (CpExchange Exchange : {CpExchange::Ring, CpExchange::AllGather, CpExchange::AllToAll}) {
     const std::string Where = std::string(Exchange == CpExchange::Ring        ? "ring"
                                           : Exchange == CpExchange::AllGather ? "all-gather"
@@ -128,9 +129,11 @@ void checkBackendCpAttention(int64_t B, int64_t QH, int64_t KvH, int64_t Hd, int
     // Each tensor crosses once, in fp32: Q, K and V up and the output and
     // log-sum-exp back in the forward; Q, K, V, the output, its gradient
     // and the log-sum-exp up and dQ, dK and dV back in the backward. The
-    // blocks travel between device buffers, whatever the group's size.
-    const int64_t F = sizeof(float);
-    EXPECT_EQ(attentionBytes(*Backend, true) - Up, F * int64_t(2 * (QN + KN + VN + ON) + LseN)) << Where;
+    // blocks travel between device buffers, whatever the group's size. The
+    // group's positions go up once, for every exchange, forward and backward.
+    const int64_t F = sizeof(float), Positions = PositionsUp ? 0 : D.SeqLen * int64_t(sizeof(int32_t));
+    PositionsUp = true;
+    EXPECT_EQ(attentionBytes(*Backend, true) - Up, F * int64_t(2 * (QN + KN + VN + ON) + LseN) + Positions) << Where;
     EXPECT_EQ(attentionBytes(*Backend, false) - Down, F * int64_t(QN + KN + VN + ON + LseN)) << Where;
   }
 }

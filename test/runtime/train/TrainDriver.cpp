@@ -168,6 +168,12 @@ int main(int Argc, char **Argv) {
       for (const auto &[Name, Now] : Compute->traffic().ByOperation)
         if (int64_t Copies = Now.Transfers - Before.ByOperation[Name].Transfers)
           std::printf(" %s %lld;", Name.c_str(), (long long)Copies);
+      std::printf("\n  rank 0 waits by operation:");
+      for (const auto &[Name, Now] : Compute->traffic().ByOperation) {
+        const BackendTraffic::Copies &Was = Before.ByOperation[Name];
+        if (int64_t Waits = (Now.Transfers - Now.Queued) - (Was.Transfers - Was.Queued))
+          std::printf(" %s %lld;", Name.c_str(), (long long)Waits);
+      }
       std::printf("\n");
     }
     if (Log) {

@@ -309,6 +309,17 @@ cudaError_t CUDARTAPI cudaEventDestroy(cudaEvent_t Event) {
 }
 cudaError_t CUDARTAPI cudaEventRecord(cudaEvent_t, cudaStream_t) { return cudaSuccess; }
 cudaError_t CUDARTAPI cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned int) { return cudaSuccess; }
+cudaError_t CUDARTAPI cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
+// Pinned host memory is host memory; NaN bytes, as fresh device memory.
+cudaError_t CUDARTAPI cudaHostAlloc(void **Ptr, size_t Size, unsigned int) {
+  *Ptr = std::malloc(Size ? Size : 1);
+  std::memset(*Ptr, 0xff, Size);
+  return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaFreeHost(void *Ptr) {
+  std::free(Ptr);
+  return cudaSuccess;
+}
 cudaError_t CUDARTAPI cudaGetDeviceCount(int *Count) {
   *Count = 1;
   return cudaSuccess;
