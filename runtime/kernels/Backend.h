@@ -217,8 +217,10 @@ struct BackendTraffic {
     /// synchronizes its stream: the CUDA Runtime API's "API synchronization
     /// behavior"), which keeps the host from running ahead.
     int64_t Transfers = 0;
-    /// Of those, the uploads only queued (staged through pinned memory):
-    /// the host goes on without waiting.
+    /// Of those, the copies only queued, which the host goes on without
+    /// waiting for: uploads staged through pinned memory, and the loss
+    /// head's statistics brought back behind the queued work (read when the
+    /// caller asks for its losses: LossHeadArgs::LossesLater).
     int64_t Queued = 0;
   };
   std::map<std::string, Copies> ByOperation;
@@ -247,6 +249,10 @@ struct LossHeadArgs {
   /// backend that computes elsewhere combines the statistics over it where
   /// they are, instead of through the host's MaxOverGroup and SumOverGroup.
   Communicator *Device = nullptr;
+  /// Whether the caller reads Losses only after lossesRead(Losses): a
+  /// backend that computes elsewhere may then bring them back behind its
+  /// queued work instead of waiting for it.
+  bool LossesLater = false;
 };
 
 /// SwiGLU MLPs over groups of rows: the routed experts (model/MoeBlock.h),
@@ -605,6 +611,9 @@ public:
                                                       Communicator &Group);
   /// Only where fusesLossHead().
   virtual void lossHead(const LossHeadArgs &) { throw std::logic_error("this backend does not fuse loss heads"); }
+  /// The losses of a lossHead() with LossesLater are written by the time
+  /// this returns (a backend that wrote them at once does nothing).
+  virtual void lossesRead(const double * /*Losses*/) {}
 
   /// Arrays held until releaseArrays() (HeldArray::Use says how the caller
   /// uses them meanwhile): a backend that computes elsewhere may keep its own

@@ -184,6 +184,17 @@ struct StageModel::Impl {
   std::unique_ptr<VisionTower> Tower; ///< on the embedding chunk of a vision model
   std::map<int64_t, MicroState> InFlight;
   LossTotals Loss;
+  /// A loss head's losses that the backend writes later
+  /// (LossHeadArgs::LossesLater), to be added to Loss in the forwards'
+  /// order when it is read: the rows of this rank's shard with a label, and
+  /// the sum they go to (-1 the decoder's, K the MTP block K's).
+  struct CountedLosses {
+    std::vector<double> Losses;
+    std::vector<int64_t> Rows;
+    int64_t Head = -1;
+    bool Later = false; ///< written by the backend's lossesRead()
+  };
+  std::vector<CountedLosses> Uncounted;
   std::map<std::string, int64_t> Current, Peak;
   std::set<std::string> SelectiveModules;
 
@@ -1336,21 +1347,14 @@ struct StageModel::Impl {
     std::vector<double> Losses;
     // The head's input gradient is the final norm's backward's operand, on
     // the backend.
-    if (!lossHeadOnBackend(M.XnF, M.Labels, Options.CeScale, Losses, M.HeadDXn, &M)) {
+    const bool Fused = lossHeadOnBackend(M.XnF, M.Labels, Options.CeScale, Losses, M.HeadDXn, &M);
+    if (!Fused) {
       std::vector<Tensor> Logits = columnParallelForward(*Groups.Tp, M.XnF, {&Output->Value});
       int64_t VocabStart = TpRank * Output->Value.cols();
       vocabParallelCrossEntropyForward(*Groups.Tp, Logits[0], M.Labels, VocabStart, Losses);
       M.Probs = std::move(Logits[0]);
     }
-    // Every tp rank holds all N losses; each counts its own sequence shard
-    // so that sums over tp x cp x dp count every token once.
-    int64_t Ns = N / TpSize;
-    for (int64_t I = TpRank * Ns; I < (TpRank + 1) * Ns; ++I) {
-      if (M.Labels[I] < 0)
-        continue;
-      Loss.CeSum += Losses[I];
-      Loss.Tokens += 1;
-    }
+    countLosses(std::move(Losses), M.Labels, N / TpSize, -1, Fused);
     if (Stage.HasMtp)
       mtpForward(M, MB);
     charge({{"output", M.outputBytes()}}, +1);
@@ -1370,6 +1374,34 @@ struct StageModel::Impl {
     HeldArrays Keep(compute(), {residual(X)});
     vocabParallelEmbeddingForward(*Groups.Tp, Tokens, Embedding->Value, VocabStart, X);
     compute().keepArrays(KeepFor, {residual(X)});
+  }
+
+  /// Counts a loss head's losses (all N rows'): every tp rank holds them
+  /// all, and each counts its own sequence shard of Ns rows, so that sums
+  /// over tp x cp x dp count every token once. The tokens are counted now;
+  /// the losses are added when the backend has written them (addLosses).
+  void countLosses(std::vector<double> &&Losses, const std::vector<int32_t> &Labels, int64_t Ns, int64_t Head,
+                   bool Later) {
+    CountedLosses &C = Uncounted.emplace_back();
+    C.Losses = std::move(Losses);
+    C.Head = Head;
+    C.Later = Later;
+    for (int64_t I = TpRank * Ns; I < (TpRank + 1) * Ns; ++I)
+      if (Labels[size_t(I)] >= 0)
+        C.Rows.push_back(I);
+    (Head < 0 ? Loss.Tokens : Loss.MtpTokens[size_t(Head)]) += int64_t(C.Rows.size());
+  }
+  /// Adds the counted losses to Loss, in the forwards' order (the sums'
+  /// order does not depend on when they are read).
+  void addLosses() {
+    for (CountedLosses &C : Uncounted) {
+      if (C.Later)
+        compute().lossesRead(C.Losses.data());
+      double &Sum = C.Head < 0 ? Loss.CeSum : Loss.MtpCeSum[size_t(C.Head)];
+      for (int64_t I : C.Rows)
+        Sum += C.Losses[size_t(I)];
+    }
+    Uncounted.clear();
   }
 
   /// A loss head (the main one or an MTP block's) as one backend operation,
@@ -1398,6 +1430,7 @@ struct StageModel::Impl {
     A.Scale = float(Scale);
     Losses.assign(size_t(A.Rows), 0.0);
     A.Losses = Losses.data();
+    A.LossesLater = true; // read through addLosses()
     // The input's gradient stays on the backend where it is kept and the tp
     // group's reduce-scatter (if any) runs there; the sum over the whole
     // sequence under tp is the backend's alone.
@@ -1490,17 +1523,13 @@ struct StageModel::Impl {
         compute().keepArrays(&S, {onBackend(S.Out)});
       }
       std::vector<double> Losses;
-      if (!lossHeadOnBackend(S.Out, S.Labels, Options.MtpCeScale.at(K), Losses, S.HeadDOut, &S)) {
+      const bool Fused = lossHeadOnBackend(S.Out, S.Labels, Options.MtpCeScale.at(K), Losses, S.HeadDOut, &S);
+      if (!Fused) {
         std::vector<Tensor> Logits = columnParallelForward(*Groups.Tp, S.Out, {&Output->Value});
         vocabParallelCrossEntropyForward(*Groups.Tp, Logits[0], S.Labels, TpRank * Output->Value.cols(), Losses);
         S.Probs = std::move(Logits[0]);
       }
-      for (int64_t I = TpRank * Ns; I < (TpRank + 1) * Ns; ++I) {
-        if (S.Labels[size_t(I)] < 0)
-          continue;
-        Loss.MtpCeSum[K] += Losses[size_t(I)];
-        Loss.MtpTokens[K] += 1;
-      }
+      countLosses(std::move(Losses), S.Labels, Ns, int64_t(K), Fused);
       H = &S.Out;
     }
   }
@@ -1788,7 +1817,10 @@ void StageModel::setTraining(bool Training) { P->Training = Training; }
 
 void StageModel::setCeScale(double Scale) { P->Options.CeScale = Scale; }
 
-StageModel::LossTotals &StageModel::loss() { return P->Loss; }
+StageModel::LossTotals &StageModel::loss() {
+  P->addLosses();
+  return P->Loss;
+}
 
 const std::map<std::string, int64_t> &StageModel::peakActivationBytes() const { return P->Peak; }
 
@@ -1801,6 +1833,7 @@ const std::vector<int32_t> *StageModel::routedExperts(int64_t Id, int64_t Layer)
 }
 
 void StageModel::resetStepStats() {
+  P->addLosses(); // the backend's pending copies are done with
   P->Peak = P->Current;
   P->Loss = LossTotals();
 }

@@ -389,7 +389,9 @@ public:
   /// (ComputeBackend::lossHead), so a backward must follow it.
   void setTraining(bool Training);
 
-  /// Loss totals added by forward() since resetStepStats(). CeSum and Tokens
+  /// Loss totals added by forward() since resetStepStats() (losses a
+  /// backend brings back later, LossHeadArgs::LossesLater, are added when
+  /// this is called). CeSum and Tokens
   /// cover only this rank's SP shard of tokens (labels < 0 are ignored), so
   /// their sum over the tp, cp and dp groups counts every token once. AuxSum
   /// is the same on every rank of a TpCp group (count it once per group).

@@ -168,8 +168,109 @@ private:
     }
   }
 
+public:
+  /// A copy back that is only queued (LaterLosses).
+  void queuedDownload(int64_t Bytes) { count(0, Bytes, /*Queued=*/true); }
+
+private:
   cudaStream_t Stream;
   cuda::PinnedUploads Pinned;
+};
+
+/// Each loss from its row's [sum of exponentials, target logit] over the
+/// whole vocabulary; 0 for a negative label.
+void lossesFromStatistics(int64_t Rows, const int32_t *Labels, const float *Stats, double *Losses) {
+  for (int64_t I = 0; I < Rows; ++I)
+    Losses[I] = Labels[I] < 0 ? 0.0 : std::log(double(Stats[2 * I])) - double(Stats[2 * I + 1]);
+}
+
+/// Loss heads' row statistics on their way back (LossHeadArgs::LossesLater):
+/// each copied into pinned memory behind the work queued before it, and
+/// made into losses when the caller asks for them, so that the host need
+/// not wait for the device at the loss head.
+class LaterLosses {
+public:
+  LaterLosses() = default;
+  LaterLosses(const LaterLosses &) = delete;
+  LaterLosses &operator=(const LaterLosses &) = delete;
+  ~LaterLosses() {
+    // The queued copies write the pinned buffers: wait for them; a device
+    // already gone reports errors, which a destructor ignores.
+    for (auto &[Losses, C] : Pending) {
+      cudaEventSynchronize(C.Done);
+      release(C);
+    }
+    for (auto &[Count, Stats] : SpareStats)
+      cudaFreeHost(Stats);
+    for (cudaEvent_t E : SpareEvents)
+      cudaEventDestroy(E);
+  }
+
+  /// Queues the copy of Rows rows' statistics (DeviceStats, [2 Rows]) for
+  /// Losses.
+  void queue(double *Losses, const int32_t *Labels, int64_t Rows, const float *DeviceStats, cudaStream_t Stream) {
+    // An earlier head's copy for an array at the same address that was
+    // never asked for (its owner is gone): dropped, not written.
+    if (auto Stale = Pending.find(Losses); Stale != Pending.end()) {
+      MOERT_CUDA_CHECK(cudaEventSynchronize(Stale->second.Done));
+      release(Stale->second);
+      Pending.erase(Stale);
+    }
+    Copy C;
+    C.Count = size_t(2 * Rows);
+    C.Labels.assign(Labels, Labels + Rows);
+    auto Spare = std::find_if(SpareStats.begin(), SpareStats.end(), [&](auto &S) { return S.first == C.Count; });
+    if (Spare != SpareStats.end()) {
+      C.Stats = Spare->second;
+      SpareStats.erase(Spare);
+    } else {
+      MOERT_CUDA_CHECK(
+          cudaHostAlloc(reinterpret_cast<void **>(&C.Stats), C.Count * sizeof(float), cudaHostAllocDefault));
+    }
+    if (!SpareEvents.empty()) {
+      C.Done = SpareEvents.back();
+      SpareEvents.pop_back();
+    } else if (const cudaError_t Made = cudaEventCreateWithFlags(&C.Done, cudaEventDisableTiming);
+               Made != cudaSuccess) {
+      SpareStats.emplace_back(C.Count, C.Stats);
+      MOERT_CUDA_CHECK(Made);
+    }
+    Copy &Queued = Pending[Losses] = std::move(C);
+    MOERT_CUDA_CHECK(
+        cudaMemcpyAsync(Queued.Stats, DeviceStats, Queued.Count * sizeof(float), cudaMemcpyDeviceToHost, Stream));
+    MOERT_CUDA_CHECK(cudaEventRecord(Queued.Done, Stream));
+  }
+
+  /// Writes Losses from its queued copy once that is done; nothing for an
+  /// array that has none.
+  void read(const double *Losses) {
+    auto It = Pending.find(Losses);
+    if (It == Pending.end())
+      return;
+    Copy C = std::move(It->second);
+    Pending.erase(It);
+    const cudaError_t Waited = cudaEventSynchronize(C.Done);
+    if (Waited == cudaSuccess)
+      lossesFromStatistics(int64_t(C.Labels.size()), C.Labels.data(), C.Stats, const_cast<double *>(Losses));
+    release(C);
+    MOERT_CUDA_CHECK(Waited);
+  }
+
+private:
+  struct Copy {
+    float *Stats = nullptr;
+    size_t Count = 0;
+    cudaEvent_t Done = nullptr;
+    std::vector<int32_t> Labels;
+  };
+  void release(Copy &C) {
+    SpareStats.emplace_back(C.Count, C.Stats);
+    SpareEvents.push_back(C.Done);
+  }
+
+  std::map<const double *, Copy> Pending;
+  std::vector<std::pair<size_t, float *>> SpareStats;
+  std::vector<cudaEvent_t> SpareEvents;
 };
 
 /// Charges the copies made in its lifetime to Name (BackendTraffic::ByOperation);
@@ -1036,6 +1137,9 @@ public:
     if (A.Rows == 0)
       return;
     const int64_t Rows = A.Rows, Vocab = A.Vocab, Hidden = A.Hidden;
+    // The statistics combined on the host (a tp group without a device
+    // counterpart) come back at once; the others behind the queued work.
+    const bool Later = A.LossesLater && (A.Device || !A.SumOverGroup);
     Operand X = operand(A.X, Rows, Hidden, Hidden);
     Operand W = operand(A.W, Hidden, Vocab, Vocab);
     DeviceBuffer<int32_t> Labels = Copies.upload(std::vector<int32_t>(A.Labels, A.Labels + Rows));
@@ -1068,22 +1172,29 @@ public:
                          Blas.stream());
       if (A.Device)
         onComputeStream(*A.Device).allReduceSum(DeviceStats.data(), size_t(2 * Rows), DType::F32);
-      Stats = Copies.download(DeviceStats);
-      if (A.SumOverGroup && !A.Device) {
-        A.SumOverGroup(Stats.data(), 2 * Rows);
-        DeviceStats = Copies.upload(Stats);
+      if (Later) {
+        Losses.queue(A.Losses, A.Labels, Rows, DeviceStats.data(), Blas.stream());
+        Copies.queuedDownload(int64_t(DeviceStats.bytes()));
+      } else {
+        Stats = Copies.download(DeviceStats);
+        if (A.SumOverGroup && !A.Device) {
+          A.SumOverGroup(Stats.data(), 2 * Rows);
+          DeviceStats = Copies.upload(Stats);
+        }
       }
       crossEntropyGrad(Rows, Vocab, Logits.data(), DeviceStats.data(), Labels.data(), A.VocabStart, A.Scale,
                        DLogits.Staged.data(), Blas.stream());
     }
-    for (int64_t I = 0; I < Rows; ++I)
-      A.Losses[I] = A.Labels[I] < 0 ? 0.0 : std::log(double(Stats[size_t(2 * I)])) - double(Stats[size_t(2 * I + 1)]);
+    if (!Later)
+      lossesFromStatistics(Rows, A.Labels, Stats.data(), A.Losses);
     DeviceBuffer<float> DX{size_t(Rows * Hidden)};
     cuda::gemm(Blas, false, true, Rows, Hidden, Vocab, 1.0f, DLogits.Data, DLogits.Ld, W.Data, W.Ld, 0.0f, DX.data(),
                OutType::F32, Hidden);
     result(DX, A.DX);
     productInto(true, false, Hidden, Vocab, Rows, 1.0f, X, DLogits, 1.0f, A.DW, Vocab);
   }
+
+  void lossesRead(const double *Read) override { Losses.read(Read); }
 
   void holdArrays(const std::vector<HeldArray> &Arrays) override {
     for (const HeldArray &A : Arrays)
@@ -2229,6 +2340,7 @@ private:
 
   BlasHandle Blas;
   Stager Copies{Blas.stream()};
+  LaterLosses Losses;
   UploadedIntegers Integers;
   std::map<const float *, HeldCopy> Held;
   /// The arrays each holdArrays() in force added, innermost last.

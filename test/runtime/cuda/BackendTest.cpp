@@ -25,6 +25,7 @@
 #include <optional>
 #include <random>
 #include <stdexcept>
+#include <utility>
 
 using namespace moert;
 using namespace moert::test;
@@ -933,19 +934,35 @@ TEST(CudaBackend, LossHeadMatchesTheHostsCrossEntropyAndProducts) {
   hostBackend().gemm(
       {true, false, Hidden, Vocab, Rows, 1.0f, X.data(), Hidden, DLogits.data(), Vocab, 1.0f, WantDW.data(), Vocab});
 
-  for (bool Hold : {false, true}) {
+  // Staged or held, the losses at once; and the losses later: their
+  // statistics come back behind the queued work, a copy the host does not
+  // wait for, and the losses are written when asked for.
+  int64_t StagedWaits = 0;
+  for (auto [Hold, Later] : {std::pair{false, false}, {true, false}, {false, true}}) {
     std::vector<double> Losses;
     std::vector<float> DX(size_t(Rows * Hidden), NAN), DW = DW0;
     Losses.assign(size_t(Rows), NAN);
     LossHeadArgs A{Rows,  Hidden,        Vocab,     0,         X.data(), W.data(), Labels.data(),
                    Scale, Losses.data(), DX.data(), DW.data(), {},       {}};
+    A.LossesLater = Later;
+    const BackendTraffic::Copies Before = Cuda->traffic().ByOperation["loss head"];
     {
       std::optional<HeldArrays> Held;
       if (Hold)
         Held.emplace(*Cuda, std::vector<HeldArray>{{DW.data(), Hidden * Vocab, HeldArray::Accumulate}});
       Cuda->lossHead(A);
     }
-    std::string What = Hold ? "held DW" : "staged DW";
+    const BackendTraffic::Copies After = Cuda->traffic().ByOperation["loss head"];
+    const int64_t Waits = (After.Transfers - After.Queued) - (Before.Transfers - Before.Queued);
+    if (!Hold && !Later)
+      StagedWaits = Waits;
+    if (Later) {
+      EXPECT_EQ(Waits, StagedWaits - 1) << "the statistics come back without a wait";
+      EXPECT_TRUE(std::isnan(Losses[0])) << "written only when asked for";
+      Cuda->lossesRead(Losses.data());
+      Cuda->lossesRead(Losses.data()); // once read, nothing more to do
+    }
+    std::string What = Later ? "losses later" : Hold ? "held DW" : "staged DW";
     for (int64_t I = 0; I < Rows; ++I)
       EXPECT_NEAR(Losses[size_t(I)], WantLosses[size_t(I)], 1e-5 * (1 + std::abs(WantLosses[size_t(I)]))) << What;
     EXPECT_EQ(Losses[2], 0.0) << "an ignored label has no loss";
